@@ -1,0 +1,30 @@
+"""Agent enrolment and sign-in routes (thin: parse, authorise, call appliance.idp.agents)."""
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from appliance.api.common import body_of, principal_of, services_of
+from appliance.auth import require_admin
+from appliance.idp import agents
+
+bp = Blueprint("agents")
+
+
+@bp.post("/api/agent/enroll")
+@bp.post("/api/auth/enroll", name="enroll_alias")
+async def enroll(request: Request) -> HTTPResponse:
+    principal = require_admin(await principal_of(request))
+    agent = await agents.enroll(services_of(request), principal, body_of(request))
+    return json(agents.public_view(agent), status=201)
+
+
+@bp.post("/api/agent/challenge")
+@bp.post("/api/auth/challenge", name="challenge_alias")
+async def challenge(request: Request) -> HTTPResponse:
+    return json({"challenge": await agents.issue_challenge(services_of(request), body_of(request))})
+
+
+@bp.post("/api/agent/authenticate")
+@bp.post("/api/auth/authenticate", name="authenticate_alias")
+async def authenticate(request: Request) -> HTTPResponse:
+    return json(await agents.authenticate(services_of(request), body_of(request)))

@@ -1,0 +1,20 @@
+"""Liveness and readiness for load balancers and orchestrators."""
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from appliance.errors import Problem
+
+bp = Blueprint("health")
+
+
+@bp.get("/healthz")
+async def healthz(request: Request) -> HTTPResponse:
+    return json({"status": "ok"})
+
+
+@bp.get("/readyz")
+async def readyz(request: Request) -> HTTPResponse:
+    if not await request.app.ctx.services.store.ping():
+        raise Problem(503, "database unreachable")
+    return json({"status": "ready"})

@@ -1,0 +1,432 @@
+"""The one TOML configuration file: schema, loading, validation, secrets and the generated dev config.
+
+Validation reports every problem at once (each with the key's dotted path and, for a typo, a
+"did you mean"), so an operator fixes the file in one pass instead of one restart per mistake.
+
+Secrets (`admin.management_token`, `storage.dsn`) may be written as
+  "file:PATH"  - read from a file (relative paths are relative to the config file), or
+  "env:NAME"   - read from an environment variable, or
+  a literal    - accepted, but `grantd config validate` warns: keep secrets out of the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomli_w
+
+CONFIG_ENV = "GRANTD_CONFIG"
+DEFAULT_CONFIG_NAME = "grantd.toml"
+CURRENT_VERSION = 1
+
+
+class ConfigError(Exception):
+    """Raised with every problem found in a configuration file."""
+
+    def __init__(self, problems: list[str], path: Path | None = None):
+        self.problems = problems
+        self.path = path
+        where = f"{path}: " if path else ""
+        super().__init__(where + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: its type, default and meaning (the meaning is written into generated configs)."""
+
+    kind: type
+    default: Any
+    help: str
+    secret: bool = False
+    choices: tuple[str, ...] | None = None
+    item_kind: type | None = None  # for lists
+    minimum: int | None = None
+    maximum: int | None = None
+    check: Callable[[Any], str | None] | None = None
+
+
+def _no_trailing_slash_url(value: Any) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "must be an http(s) URL such as https://idp.example.com"
+    if value.endswith("/"):
+        return "must not end with a slash (tokens carry it byte for byte)"
+    if parts.query or parts.fragment:
+        return "must not carry a query or fragment"
+    return None
+
+
+def _origin(value: Any) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("",):
+        return "must be a bare origin such as https://idp.example.com (no path, no trailing slash)"
+    return None
+
+
+def _email(value: Any) -> str | None:
+    if "@" not in value or value.strip() != value or len(value) > 254:
+        return "must be an e-mail address"
+    return None
+
+
+def _emails(value: Any) -> str | None:
+    for item in value:
+        if _email(item):
+            return f"{item!r} is not an e-mail address"
+    return None
+
+
+# Section -> key -> Key.  Top-level scalar keys live under "".
+SCHEMA: dict[str, dict[str, Key]] = {
+    "": {
+        "version": Key(int, CURRENT_VERSION, "Configuration format version.", minimum=1, maximum=CURRENT_VERSION),
+    },
+    "server": {
+        "host": Key(str, "127.0.0.1", "Address to listen on."),
+        "port": Key(int, 8000, "TCP port to listen on.", minimum=1, maximum=65535),
+        "issuer": Key(
+            str,
+            None,
+            "Public base URL of this server, exactly as clients reach it (no trailing slash). "
+            "Default: http://HOST:PORT.",
+            check=_no_trailing_slash_url,
+        ),
+        "workers": Key(int, 1, "Server processes sharing the port (and the database).", minimum=1, maximum=64),
+        "max_body_bytes": Key(int, 1_048_576, "Largest accepted request body; larger bodies get 413.", minimum=1024),
+        "request_timeout": Key(int, 60, "Seconds a client may take to send a request.", minimum=1),
+        "graceful_shutdown_timeout": Key(int, 10, "Seconds in-flight requests get after SIGTERM.", minimum=0),
+        "trusted_proxies": Key(
+            list, [], "Peer addresses allowed to set X-Forwarded-For (empty: trust none).", item_kind=str
+        ),
+    },
+    "log": {
+        "level": Key(str, "info", "Log level.", choices=("debug", "info", "warning", "error")),
+        "format": Key(str, "text", "Log line format.", choices=("text", "json")),
+        "access": Key(bool, True, "One log line per request (method, path, status, duration, request id)."),
+    },
+    "admin": {
+        "management_token": Key(
+            str,
+            None,
+            "Bearer token for administrators and deployment tools. Use file:PATH or env:NAME.",
+            secret=True,
+        ),
+        "emails": Key(list, [], "E-mail addresses of human administrators.", item_kind=str, check=_emails),
+        "management_identity": Key(
+            str,
+            "admin@grantd.local",
+            "E-mail recorded as owner/approver/decider when the management token acts.",
+            check=_email,
+        ),
+    },
+    "storage": {
+        "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),
+        "path": Key(str, "grantd.db", "SQLite database file (relative to the config file)."),
+        "dsn": Key(str, None, "Connection string for server databases (e.g. PostgreSQL). Use file:/env:.", secret=True),
+    },
+    "webauthn": {
+        "rp_id": Key(str, None, "Passkey relying-party id: the bare domain. Default: the issuer's host name."),
+        "origin": Key(str, None, "Exact browser origin for passkeys. Default: the issuer's origin.", check=_origin),
+        "rp_name": Key(str, "grantd", "Relying-party display name."),
+    },
+    "tokens": {
+        "agent_token_ttl": Key(int, 3600, "Lifetime in seconds of an agent identity token.", minimum=60, maximum=86400),
+        "agent_audience": Key(str, "apes-cli", "`aud` of agent identity tokens (the peer CLI expects apes-cli)."),
+        "challenge_ttl": Key(int, 60, "Seconds an agent challenge stays valid.", minimum=5, maximum=600),
+    },
+    "grants": {
+        "allow_unauthenticated": Key(bool, False, "Allow grant requests without a credential (not recommended)."),
+        "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=60),
+        "max_duration": Key(int, 2_592_000, "Longest `timed` grant in seconds.", minimum=60),
+    },
+    "plugins": {
+        "modules": Key(list, [], "Extra plugin modules to import and register (importable names).", item_kind=str),
+    },
+}
+
+SECTION_HELP = {
+    "server": "HTTP server",
+    "log": "Logging",
+    "admin": "Administration",
+    "storage": "Storage",
+    "webauthn": "Passkeys (WebAuthn)",
+    "tokens": "Agent identity tokens",
+    "grants": "Grants",
+    "plugins": "Plugins",
+}
+
+
+class Section:
+    """Attribute access to one section's resolved values."""
+
+    def __init__(self, name: str, values: dict[str, Any], secret_keys: set[str]):
+        self._name = name
+        self._values = values
+        self._secret_keys = secret_keys
+
+    def __getattr__(self, item: str) -> Any:
+        try:
+            return self._values[item]
+        except KeyError:
+            raise AttributeError(f"{self._name}.{item}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def __repr__(self) -> str:  # never print secrets
+        shown = {k: ("***" if k in self._secret_keys and v else v) for k, v in self._values.items()}
+        return f"Section({self._name}, {shown})"
+
+
+@dataclass
+class Config:
+    path: Path | None
+    raw: dict[str, Any]
+    sections: dict[str, Section]
+    warnings: list[str] = field(default_factory=list)
+
+    def __getattr__(self, item: str) -> Any:
+        sections = self.__dict__.get("sections", {})
+        if item in sections:
+            return sections[item]
+        raise AttributeError(item)
+
+    @property
+    def version(self) -> int:
+        return int(self.sections[""].version)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent if self.path else Path.cwd()
+
+    def resolve_path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    def __repr__(self) -> str:
+        return f"Config(path={self.path})"
+
+
+def _type_name(kind: type) -> str:
+    return {str: "a string", int: "an integer", bool: "true or false", list: "a list"}[kind]
+
+
+def _check_value(path: str, key: Key, value: Any, problems: list[str]) -> None:
+    if key.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        problems.append(f"{path}: must be {_type_name(int)}, got {value!r}")
+        return
+    if key.kind is not int and not isinstance(value, key.kind):
+        problems.append(f"{path}: must be {_type_name(key.kind)}, got {value!r}")
+        return
+    if key.kind is list and key.item_kind is not None:
+        bad = [v for v in value if not isinstance(v, key.item_kind)]
+        if bad:
+            problems.append(f"{path}: every item must be {_type_name(key.item_kind)}, got {bad[0]!r}")
+            return
+    if key.kind is str and not key.secret and value == "" and key.default not in ("", None):
+        problems.append(f"{path}: must not be empty")
+        return
+    if key.choices and value not in key.choices:
+        hint = difflib.get_close_matches(str(value), key.choices, n=1)
+        extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+        problems.append(f"{path}: must be one of {', '.join(key.choices)}, got {value!r}{extra}")
+        return
+    if key.minimum is not None and value < key.minimum:
+        problems.append(f"{path}: must be at least {key.minimum}, got {value}")
+    if key.maximum is not None and value > key.maximum:
+        problems.append(f"{path}: must be at most {key.maximum}, got {value}")
+    if key.check and value is not None:
+        msg = key.check(value)
+        if msg:
+            problems.append(f"{path}: {msg}")
+
+
+def resolve_secret(path: str, value: str, base_dir: Path, problems: list[str], warnings: list[str]) -> str | None:
+    """Turn "file:PATH" / "env:NAME" / literal into the secret itself."""
+    if value.startswith("file:"):
+        p = Path(value[5:]).expanduser()
+        p = p if p.is_absolute() else base_dir / p
+        try:
+            secret = p.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            problems.append(f"{path}: cannot read secret file {p}: {exc.strerror or exc}")
+            return None
+        if not secret:
+            problems.append(f"{path}: secret file {p} is empty")
+            return None
+        try:
+            if p.stat().st_mode & 0o077 and os.name == "posix":
+                warnings.append(f"{path}: secret file {p} is readable by group or others (chmod 600 it)")
+        except OSError:
+            pass
+        return secret
+    if value.startswith("env:"):
+        name = value[4:]
+        secret = os.environ.get(name, "")
+        if not secret:
+            problems.append(f"{path}: environment variable {name} is not set or empty")
+            return None
+        return secret
+    warnings.append(f"{path}: the secret is written inline; prefer file:PATH or env:NAME")
+    return value
+
+
+def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
+    """Validate a parsed TOML document; raise ConfigError listing every problem."""
+    problems: list[str] = []
+    warnings: list[str] = []
+    base_dir = path.parent if path else Path.cwd()
+    known_sections = [s for s in SCHEMA if s]
+    values: dict[str, dict[str, Any]] = {name: {} for name in SCHEMA}
+
+    for top_key, top_value in raw.items():
+        if top_key in SCHEMA[""]:
+            continue
+        if top_key in SCHEMA:
+            if not isinstance(top_value, dict):
+                problems.append(f"{top_key}: must be a table ([{top_key}])")
+            continue
+        hint = difflib.get_close_matches(top_key, known_sections + list(SCHEMA[""]), n=1)
+        extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+        problems.append(f"{top_key}: unknown key{extra}")
+
+    for section, keys in SCHEMA.items():
+        table = raw if section == "" else raw.get(section, {})
+        if not isinstance(table, dict):
+            table = {}
+        if section:
+            for name in table:
+                if name not in keys:
+                    hint = difflib.get_close_matches(name, list(keys), n=1)
+                    extra = f' (did you mean "{section}.{hint[0]}"?)' if hint else ""
+                    problems.append(f"{section}.{name}: unknown key{extra}")
+        for name, key in keys.items():
+            dotted = f"{section}.{name}" if section else name
+            if name in table:
+                value = table[name]
+                _check_value(dotted, key, value, problems)
+                if key.secret and isinstance(value, str):
+                    value = resolve_secret(dotted, value, base_dir, problems, warnings)
+            else:
+                value = key.default
+            values[section][name] = value
+
+    if "version" not in raw:
+        problems.append('version: missing (add `version = 1` at the top)')
+
+    server = values["server"]
+    if server.get("issuer") is None and isinstance(server.get("port"), int):
+        host = server["host"] if server["host"] not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
+        server["issuer"] = f"http://{host}:{server['port']}"
+    if not values["admin"].get("management_token"):
+        if "management_token" not in raw.get("admin", {}):
+            problems.append('admin.management_token: missing (e.g. management_token = "file:management-token")')
+    elif len(values["admin"]["management_token"]) < 16:
+        problems.append("admin.management_token: too short (use at least 16 characters; `grantd config init` makes one)")
+    values["admin"]["emails"] = [e.lower() for e in values["admin"]["emails"] if isinstance(e, str)]
+    if isinstance(values["admin"]["management_identity"], str):
+        values["admin"]["management_identity"] = values["admin"]["management_identity"].lower()
+    issuer = server.get("issuer")
+    if isinstance(issuer, str) and not _no_trailing_slash_url(issuer):
+        parts = urlsplit(issuer)
+        values["webauthn"]["rp_id"] = values["webauthn"]["rp_id"] or parts.hostname
+        values["webauthn"]["origin"] = values["webauthn"]["origin"] or f"{parts.scheme}://{parts.netloc}"
+
+    if problems:
+        raise ConfigError(problems, path)
+    secret_keys = {name for keys in SCHEMA.values() for name, k in keys.items() if k.secret}
+    sections = {name: Section(name or "root", vals, secret_keys) for name, vals in values.items()}
+    return Config(path=path, raw=raw, sections=sections, warnings=warnings)
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    p = Path(path).expanduser().resolve()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"cannot read config file: {exc.strerror or exc}"], p) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"not valid TOML: {exc}"], p) from None
+    return validate(raw, p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing configs: `grantd config init` and config.example.toml come from the same schema.
+
+
+def _toml_value(value: Any) -> str:
+    return tomli_w.dumps({"v": value}).split("=", 1)[1].strip()
+
+
+def render(overrides: dict[str, dict[str, Any]] | None = None, *, example: bool = False) -> str:
+    """A commented TOML config: every key with its meaning; overridden keys set, the rest commented out."""
+    overrides = overrides or {}
+    lines = [
+        "# grantd configuration. Every key is listed with its default; uncomment to change it.",
+        "# Validate with: grantd config validate FILE",
+        "",
+    ]
+    for section, keys in SCHEMA.items():
+        if section:
+            lines += ["", f"# {SECTION_HELP[section]}", f"[{section}]"]
+        for name, key in keys.items():
+            lines.append(f"# {key.help}")
+            if key.choices:
+                lines.append(f"# One of: {', '.join(key.choices)}.")
+            chosen = overrides.get(section, {})
+            if name in chosen:
+                lines.append(f"{name} = {_toml_value(chosen[name])}")
+            elif section == "" and name == "version":
+                lines.append(f"version = {CURRENT_VERSION}")
+            elif key.default is None:
+                lines.append(f"# {name} =")
+            else:
+                lines.append(f"# {name} = {_toml_value(key.default)}")
+    text = "\n".join(lines) + "\n"
+    if not example:
+        tomllib.loads(text)  # what we write must parse
+    return text
+
+
+def write_new_config(
+    path: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    data_dir: Path | None = None,
+    force: bool = False,
+) -> tuple[str, Path]:
+    """Write a new config with a fresh management token kept in a 0600 file beside it.
+
+    Returns (token, token_path). The token is returned so the caller can print it once.
+    """
+    path = path.expanduser().resolve()
+    if path.exists() and not force:
+        raise FileExistsError(str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token_path = path.parent / "management-token"
+    token = secrets.token_urlsafe(32)
+    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(token + "\n")
+    os.chmod(token_path, 0o600)
+    db = (data_dir / "grantd.db") if data_dir else Path("grantd.db")
+    text = render(
+        {
+            "server": {"host": host, "port": port, "issuer": f"http://{host}:{port}"},
+            "admin": {"management_token": f"file:{token_path.name}"},
+            "storage": {"plugin": "sqlite", "path": str(db)},
+        }
+    )
+    path.write_text(text, encoding="utf-8")
+    return token, token_path

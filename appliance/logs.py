@@ -1,0 +1,63 @@
+"""Logging: text or JSON lines, one access line per request with its request id.
+
+Secrets never reach a log: the access line carries method, path (never the query string, which
+may hold codes or tokens), status, duration, peer address and request id - no headers, no bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+ACCESS_LOGGER = "grantd.access"
+LOGGER = "grantd"
+
+_EXTRA_FIELDS = ("request_id", "method", "path", "status", "duration_ms", "remote")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _EXTRA_FIELDS:
+            if hasattr(record, name):
+                entry[name] = getattr(record, name)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, separators=(",", ":"))
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if hasattr(record, "request_id"):
+            line += f" rid={record.request_id}"
+        return line
+
+
+def log_config(level: str, fmt: str) -> dict[str, Any]:
+    """A logging.config dict for grantd and Sanic's own loggers (Sanic applies it per process)."""
+    formatter = {"()": f"appliance.logs.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
+    handler = {"class": "logging.StreamHandler", "formatter": "grantd", "stream": "ext://sys.stderr"}
+    lvl = level.upper()
+    loggers = {
+        name: {"level": lvl, "handlers": ["console"], "propagate": False}
+        for name in ("grantd", "sanic.root", "sanic.error", "sanic.server", "sanic.websockets")
+    }
+    loggers["sanic.access"] = {"level": "WARNING", "handlers": ["console"], "propagate": False}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"grantd": formatter},
+        "handlers": {"console": handler},
+        "loggers": loggers,
+    }

@@ -1,0 +1,122 @@
+"""The plugin manager: built-ins by import, third-party by entry point, config-named modules."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from appliance import hookspecs
+from appliance.config import ConfigError
+
+if TYPE_CHECKING:
+    from appliance.config import Config
+
+# Built-ins are imported and registered by name: a frozen bundle does not see entry points,
+# and PyInstaller finds these imports through appliance/_builtin_imports.py.
+BUILTIN_PLUGINS = (
+    "plugins.storage_sqlite",
+    "plugins.federation_oidc",
+    "plugins.sp_login_ddisa",
+    "plugins.elevate_default",
+)
+ENTRY_POINT_GROUP = "grantd"
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    name: str
+    source: str  # builtin | entry point | config
+    version: str
+    hooks: tuple[str, ...]
+
+
+def _dist_version(module: Any) -> str:
+    top = getattr(module, "__name__", "").split(".")[0]
+    if top in ("plugins", "appliance"):
+        from appliance import __version__
+
+        return __version__
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    try:
+        for dist, tops in importlib.metadata.packages_distributions().items():
+            if dist == top or top in tops:
+                return importlib.metadata.version(tops[0] if dist == top else dist)
+    except Exception:  # noqa: BLE001, S110 - metadata is best effort
+        pass
+    return "unknown"
+
+
+def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[str, ...] = ()) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    pm._grantd_sources = {}  # type: ignore[attr-defined]
+    for name in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
+        pm._grantd_sources[name] = "builtin"  # type: ignore[attr-defined]
+    before = set(pm.list_name_plugin())
+    pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    for name, _ in pm.list_name_plugin():
+        if (name, _) not in before:
+            pm._grantd_sources[name] = "entry point"  # type: ignore[attr-defined]
+    modules = list(config.plugins.modules) if config else []
+    problems = []
+    for module_name in [*modules, *extra_modules]:
+        if pm.has_plugin(module_name):
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - reported as a config problem
+            problems.append(f"plugins.modules: cannot import {module_name!r}: {exc}")
+            continue
+        pm.register(module, name=module_name)
+        pm._grantd_sources[module_name] = "config"  # type: ignore[attr-defined]
+    if problems:
+        raise ConfigError(problems, config.path if config else None)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise ConfigError([f"plugins: {exc}"], config.path if config else None) from None
+    return pm
+
+
+def describe_plugins(pm: pluggy.PluginManager) -> list[PluginInfo]:
+    sources = getattr(pm, "_grantd_sources", {})
+    out = []
+    for name, plugin in pm.list_name_plugin():
+        hooks = tuple(sorted(h.name for h in pm.get_hookcallers(plugin) or []))
+        out.append(PluginInfo(name, sources.get(name, "entry point"), _dist_version(plugin), hooks))
+    return out
+
+
+async def call_async_hook(hook: Any, **kwargs: Any) -> list[Any]:
+    """Call a hook whose implementations may be sync or async; await every coroutine result."""
+    results = []
+    for result in hook(**kwargs):
+        if inspect.isawaitable(result):
+            result = await result
+        results.append(result)
+    return results
+
+
+def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
+    backends: dict[str, Any] = {}
+    for provided in pm.hook.storage_backends():
+        backends.update(provided or {})
+    name = config.storage.plugin
+    if name not in backends:
+        import difflib
+
+        hint = difflib.get_close_matches(name, list(backends), n=1)
+        extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+        raise ConfigError(
+            [f"storage.plugin: no storage plugin named {name!r}{extra}; available: {', '.join(sorted(backends))}"],
+            config.path,
+        )
+    return backends[name]

@@ -1,0 +1,57 @@
+"""Request-body parsing and field checks shared by every route. Violations name the field (400)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from appliance.errors import Problem, bad_request
+
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
+
+
+def json_body(raw: bytes | None, *, required: bool = True) -> dict[str, Any]:
+    """Parse a JSON object body. A missing optional body is {}; anything else malformed is a 400."""
+    if not raw or not raw.strip():
+        if required:
+            raise bad_request("request body required: a JSON object")
+        return {}
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise bad_request("malformed JSON body") from None
+    if not isinstance(value, dict):
+        raise bad_request("request body must be a JSON object")
+    return value
+
+
+def string_field(body: dict[str, Any], name: str, *, required: bool = True, max_len: int = 255) -> str | None:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise Problem(400, f"{name} is required", extra={"field": name})
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise Problem(400, f"{name} must be a non-empty string", extra={"field": name})
+    if len(value) > max_len:
+        raise Problem(400, f"{name} is longer than {max_len} characters", extra={"field": name})
+    return value
+
+
+def email_field(body: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = string_field(body, name, required=required, max_len=254)
+    if value is None:
+        return None
+    value = value.strip().lower()
+    if not EMAIL_RE.match(value):
+        raise Problem(400, f"{name} must be an e-mail address", extra={"field": name})
+    return value
+
+
+def first_of(body: dict[str, Any], *names: str) -> tuple[str, Any]:
+    """The first of several accepted field names that is present (e.g. agent_id or id)."""
+    for name in names:
+        if body.get(name) is not None:
+            return name, body[name]
+    return names[0], None
