@@ -147,6 +147,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=60),
         "max_duration": Key(int, 2_592_000, "Longest `timed` grant in seconds.", minimum=60),
     },
+    "sp": {
+        "enabled": Key(bool, False, "Serve the service-provider login endpoints (/api/login, /api/callback)."),
+        "client_id": Key(str, None, "OAuth client id of this SP: its public host. Default: the issuer's host."),
+        "fallback_idp": Key(str, None, "IdP URL used when DNS discovery finds none for an e-mail domain.", check=_no_trailing_slash_url),
+        "nameservers": Key(list, [], "DNS servers for DDISA discovery, host or host:port (empty: system resolver).", item_kind=str),
+        "allow_http_idp": Key(bool, False, "Accept http:// IdPs from DNS (tests only; never in production)."),
+    },
     "plugins": {
         "modules": Key(list, [], "Extra plugin modules to import and register (importable names).", item_kind=str),
     },
@@ -160,6 +167,7 @@ SECTION_HELP = {
     "webauthn": "Passkeys (WebAuthn)",
     "tokens": "Agent identity tokens",
     "grants": "Grants",
+    "sp": "Service provider (log users in through their IdP, discovered by DNS)",
     "plugins": "Plugins",
 }
 

@@ -60,11 +60,9 @@ def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[s
     for name in BUILTIN_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
         pm._grantd_sources[name] = "builtin"  # type: ignore[attr-defined]
-    before = set(pm.list_name_plugin())
     pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     for name, _ in pm.list_name_plugin():
-        if (name, _) not in before:
-            pm._grantd_sources[name] = "entry point"  # type: ignore[attr-defined]
+        pm._grantd_sources.setdefault(name, "entry point")  # type: ignore[attr-defined]
     modules = list(config.plugins.modules) if config else []
     problems = []
     for module_name in [*modules, *extra_modules]:

@@ -28,3 +28,12 @@ async def challenge(request: Request) -> HTTPResponse:
 @bp.post("/api/auth/authenticate", name="authenticate_alias")
 async def authenticate(request: Request) -> HTTPResponse:
     return json(await agents.authenticate(services_of(request), body_of(request)))
+
+
+@bp.get("/api/me")
+async def me(request: Request) -> HTTPResponse:
+    """Who the presented credential is (agents and the management token; human sessions later)."""
+    from appliance.auth import require_principal
+
+    principal = require_principal(await principal_of(request))
+    return json({"sub": principal.email, "email": principal.email, "act": principal.kind, "agent_id": principal.agent_id})

@@ -1,0 +1,85 @@
+"""The built-in plugins' hooks, called through the plugin manager as the server calls them."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.config import validate
+from appliance.plugins import build_plugin_manager
+from dns_server import TxtDnsServer
+from plugins.sp_login_ddisa import parse_record
+
+
+def _config(**sp):
+    return validate({"version": 1, "admin": {"management_token": "x" * 20}, "sp": sp})
+
+
+def test_federation_provider_types_offers_oidc_without_leaking_secrets():
+    pm = build_plugin_manager(None)
+    types: dict = {}
+    for provided in pm.hook.federation_provider_types():
+        types.update(provided)
+    provider = types["oidc"]({"id": "corp", "name": "Corp SSO", "issuer": "https://sso.example.com/", "client_id": "grantd", "client_secret": "s3cret"})
+    assert provider.public_info() == {"id": "corp", "name": "Corp SSO", "type": "oidc"}
+    assert provider.issuer == "https://sso.example.com"
+    assert "s3cret" not in repr(provider)
+
+
+@pytest.mark.parametrize(
+    ("record", "idp", "mode"),
+    [
+        ("v=ddisa1 idp=https://idp.example.com; mode=open", "https://idp.example.com", "open"),
+        ("v=ddisa1; idp=https://idp.example.com; priority=5", "https://idp.example.com", None),  # spec-repo form
+        ("v=ddisa1 idp=https://idp.example.com mode=bogus", "https://idp.example.com", None),
+    ],
+)
+def test_ddisa_records_in_both_forms_parse(record, idp, mode):
+    parsed = parse_record(record)
+    assert parsed is not None and parsed.idp == idp and parsed.mode == mode
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        "v=ddisa2 idp=https://idp.example.com",
+        "v=ddisa1 idp=http://idp.example.com",
+        "v=ddisa1 idp=javascript:alert(1)",
+        "v=ddisa1 idp=https://user:pw@idp.example.com",
+        "v=ddisa1 idp=https://idp.exаmple.com",  # Cyrillic a: homograph
+        "v=ddisa1 mode=open",
+    ],
+)
+def test_unsafe_or_foreign_ddisa_records_are_ignored(record):
+    assert parse_record(record) is None
+
+
+def test_sp_login_discover_idp_asks_a_real_dns_server_and_takes_the_lowest_priority():
+    records = {
+        "_ddisa.example.org": ["v=ddisa1 idp=https://backup.example.org; priority=20", "v=ddisa1 idp=https://idp.example.org; priority=1"],
+        "_ddisa.http.test": ["v=ddisa1 idp=http://127.0.0.1:9999"],
+    }
+    pm = build_plugin_manager(None)
+    with TxtDnsServer(records) as dns:
+        config = _config(nameservers=[dns.address])
+        assert pm.hook.sp_login_discover_idp(email="Alice@Example.org", config=config) == "https://idp.example.org"
+        assert "_ddisa.example.org" in dns.queries
+        # No record and no fallback: nothing; with a fallback: the fallback.
+        assert pm.hook.sp_login_discover_idp(email="bob@nowhere.test", config=config) is None
+        with_fallback = _config(nameservers=[dns.address], fallback_idp="https://fallback.example.com")
+        assert pm.hook.sp_login_discover_idp(email="bob@nowhere.test", config=with_fallback) == "https://fallback.example.com"
+        # http IdPs only when the operator allows them (tests).
+        assert pm.hook.sp_login_discover_idp(email="x@http.test", config=config) is None
+        allow = _config(nameservers=[dns.address], allow_http_idp=True)
+        assert pm.hook.sp_login_discover_idp(email="x@http.test", config=allow) == "http://127.0.0.1:9999"
+
+
+def test_elevate_verify_default_checks_pass_a_matching_grant_and_refuse_another_host():
+    pm = build_plugin_manager(None)
+    claims = {"iss": "https://idp.example.com", "aud": "grantd", "target_host": "web1", "decided_by": "alice@example.com",
+              "command": ["systemctl", "restart", "nginx"], "cmd_hash": "sha256:x"}
+    context = {"allowed_issuers": ["https://idp.example.com"], "allowed_audiences": ["grantd"], "host": "web1",
+               "allowed_approvers": ["alice@example.com"]}
+    argv = ["systemctl", "restart", "nginx"]
+    assert not any(pm.hook.elevate_verify(claims=claims, argv=argv, context=context))
+    refused = [r for rs in pm.hook.elevate_verify(claims=claims, argv=argv, context={**context, "host": "db1"}) for r in rs or []]
+    assert refused and "target_host" in refused[0]

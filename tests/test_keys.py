@@ -1,0 +1,69 @@
+"""Signing keys: created on first start, rotated with `grantd keys rotate` while the server runs."""
+
+from __future__ import annotations
+
+import json
+
+import jwt
+
+from conftest import enroll, sign_in
+
+
+def _jwks(srv) -> dict:
+    with srv.client() as http:
+        return http.get("/.well-known/jwks.json").json()
+
+
+def _verify_with_jwks(srv, token: str) -> dict:
+    keys = {k.key_id: k for k in jwt.PyJWKSet.from_dict(_jwks(srv)).keys}
+    kid = jwt.get_unverified_header(token)["kid"]
+    return jwt.decode(token, keys[kid].key, algorithms=["EdDSA"], audience="apes-cli", issuer=srv.url)
+
+
+def test_rotation_signs_with_the_new_key_at_once_and_old_tokens_keep_verifying(server_factory, tmp_path):
+    srv = server_factory().start()
+    agent = enroll(srv, tmp_path)
+    old_token = sign_in(srv, agent)
+    old_kid = jwt.get_unverified_header(old_token)["kid"]
+    listed = json.loads(srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout)
+    assert [(k["kid"], k["state"]) for k in listed] == [(old_kid, "active")]
+
+    rotated = json.loads(srv.grantd("keys", "rotate", "--json", "--config", str(srv.config_path)).stdout)
+    assert rotated["retired"] == [old_kid] and rotated["kid"] != old_kid
+
+    # The running server signs with the new key immediately ...
+    new_token = sign_in(srv, agent)
+    assert jwt.get_unverified_header(new_token)["kid"] == rotated["kid"]
+    # ... both keys are published, and a token signed by the old key still verifies and is accepted.
+    assert {k["kid"] for k in _jwks(srv)["keys"]} == {old_kid, rotated["kid"]}
+    assert _verify_with_jwks(srv, old_token)["sub"] == agent.email
+    assert _verify_with_jwks(srv, new_token)["sub"] == agent.email
+    with srv.client(old_token) as http:
+        assert http.get("/api/me").status_code == 200
+
+    states = {k["kid"]: k["state"] for k in json.loads(srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout)}
+    assert states == {rotated["kid"]: "active", old_kid: "published"}
+
+
+def test_keys_survive_a_restart(server_factory, tmp_path):
+    srv = server_factory().start()
+    kids = {k["kid"] for k in _jwks(srv)["keys"]}
+    agent = enroll(srv, tmp_path)
+    token = sign_in(srv, agent)
+    srv.stop()
+    srv.start()
+    assert {k["kid"] for k in _jwks(srv)["keys"]} == kids
+    with srv.client(token) as http:
+        assert http.get("/api/me").status_code == 200
+
+
+def test_db_backup_writes_a_usable_copy(server_factory, tmp_path):
+    import sqlite3
+
+    srv = server_factory().start()
+    enroll(srv, tmp_path)
+    target = tmp_path / "backup.db"
+    srv.grantd("db", "backup", str(target), "--config", str(srv.config_path))
+    with sqlite3.connect(target) as db:
+        assert db.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
+        assert db.execute("SELECT count(*) FROM signing_keys").fetchone()[0] == 1

@@ -1,0 +1,103 @@
+"""The server process: first start, health, logs, SIGTERM, several processes on one database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from conftest import GRANTD, ROOT, enroll, free_port, problem
+
+
+def test_health_and_readiness(server):
+    with server.client() as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").json() == {"status": "ready"}
+
+
+def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_once(tmp_path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GRANTD_CONFIG", None)
+    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        token = (tmp_path / "management-token").read_text().strip()
+        assert oct((tmp_path / "management-token").stat().st_mode & 0o777) == "0o600"
+        config = (tmp_path / "grantd.toml").read_text()
+        assert token not in config and 'management_token = "file:management-token"' in config
+        r = httpx.get(f"http://127.0.0.1:{port}/api/admin/agents", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200
+        assert (tmp_path / "grantd.db").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+    assert stderr.count(token) == 1, "the token is printed exactly once"
+    assert str(tmp_path / "management-token") in stderr
+    assert f"http://127.0.0.1:{port}" in stderr
+
+
+def test_sigterm_shuts_down_gracefully_with_exit_code_0(server_factory):
+    srv = server_factory().start()
+    with srv.client() as http:
+        assert http.get("/healthz").status_code == 200
+    started = time.monotonic()
+    assert srv.stop(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 10
+
+
+def test_json_log_format_has_one_line_per_request_with_request_id(server_factory):
+    srv = server_factory(log_format="json").start()
+    with srv.client() as http:
+        http.get("/healthz", headers={"X-Request-ID": "abc-123"})
+        http.post("/api/agent/challenge", content=b"{broken")
+    srv.stop()
+    entries = [json.loads(line) for line in srv.log().splitlines() if line.startswith("{")]
+    access = [e for e in entries if e["logger"] == "grantd.access"]
+    assert any(e["request_id"] == "abc-123" and e["path"] == "/healthz" and e["status"] == 200 for e in access)
+    assert any(e["path"] == "/api/agent/challenge" and e["status"] == 400 for e in access)
+    assert all(isinstance(e["duration_ms"], float | int) for e in access)
+
+
+def test_one_challenge_is_single_use_across_two_server_processes(server_factory, tmp_path):
+    """20 concurrent authenticates of one challenge against [server] workers = 2: exactly one 200."""
+    srv = server_factory(workers=2).start()
+    agent = enroll(srv, tmp_path)
+    pids = set()
+    for _ in range(3):
+        challenge = httpx.post(f"{srv.url}/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
+        body = {"agent_id": agent.email, "challenge": challenge, "signature": agent.sign_raw(challenge)}
+
+        async def attempt(client: httpx.AsyncClient) -> int:
+            return (await client.post("/api/agent/authenticate", json=body)).status_code
+
+        async def race() -> list[int]:
+            # Separate connections so the requests spread over both worker processes.
+            clients = [httpx.AsyncClient(base_url=srv.url, timeout=30) for _ in range(20)]
+            try:
+                return await asyncio.gather(*(attempt(c) for c in clients))
+            finally:
+                await asyncio.gather(*(c.aclose() for c in clients))
+
+        statuses = asyncio.run(race())
+        assert sorted(statuses) == [200] + [401] * 19, statuses
+    pids = set(re.findall(r"Starting worker \[(\d+)\]", srv.log()))
+    assert len(pids) == 2, srv.log()
+
+
+def test_python_m_appliance_is_the_grantd_command():
+    out = subprocess.run([sys.executable, "-m", "appliance", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.startswith("grantd ")
