@@ -96,13 +96,13 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
         if services is not None:
             services.store.close()
 
-    @app.on_request(priority=100)
+    @app.on_request(priority=100)  # type: ignore[call-arg]
     async def start_request(request: Request) -> None:
         incoming = request.headers.get("x-request-id", "")
         request.ctx.request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
         request.ctx.started = time.perf_counter()
 
-    @app.on_response(priority=100)
+    @app.on_response(priority=100)  # type: ignore[call-arg]
     async def finish_request(request: Request, response: HTTPResponse) -> None:
         request_id = getattr(request.ctx, "request_id", None) or uuid.uuid4().hex
         headers = response.headers

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from appliance import __version__
-from appliance.config import CONFIG_ENV, DEFAULT_CONFIG_NAME, Config, ConfigError, load, render, write_new_config
+from appliance.config import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG_NAME,
+    Config,
+    ConfigError,
+    load,
+    render,
+    write_new_config,
+)
 
 EXIT_OK = 0
 EXIT_CONFIG = 1

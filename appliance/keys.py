@@ -45,7 +45,7 @@ def generate_signing_key(now_ms: int | None = None) -> dict[str, Any]:
 class LoadedKey:
     kid: str
     alg: str
-    private: Ed25519PrivateKey | None
+    private: Ed25519PrivateKey
     public: Ed25519PublicKey
     jwk: dict[str, Any]
     created_at: int

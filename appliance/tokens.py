@@ -33,7 +33,7 @@ async def verify(
     public = await keyring.verification_key(header["kid"])
     if public is None:
         raise TokenError("unknown signing key")
-    options: dict[str, Any] = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None}
+    options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None}
     try:
         return jwt.decode(
             token, public, algorithms=["EdDSA"], issuer=issuer, audience=audience, options=options, leeway=leeway

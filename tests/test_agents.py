@@ -10,6 +10,7 @@ import time
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from conftest import Agent, enroll, problem, sign_in, ssh_keygen, unique_email
 
 # -- 1. enroll ------------------------------------------------------------------------------------

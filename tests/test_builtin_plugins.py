@@ -6,8 +6,9 @@ import pytest
 
 from appliance.config import validate
 from appliance.plugins import build_plugin_manager
-from dns_server import TxtDnsServer
 from plugins.sp_login_ddisa import parse_record
+
+from dns_server import TxtDnsServer
 
 
 def _config(**sp):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.config import ConfigError, load, render, validate
+
 from conftest import GRANTD, ROOT, free_port
 
 GOOD = """version = 1

@@ -13,7 +13,7 @@ import time
 
 import httpx
 
-from conftest import GRANTD, ROOT, enroll, free_port, problem
+from conftest import GRANTD, ROOT, enroll, free_port
 
 
 def test_health_and_readiness(server):

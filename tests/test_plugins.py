@@ -10,6 +10,7 @@ import pytest
 from appliance import hookspecs
 from appliance.config import ConfigError, validate
 from appliance.plugins import BUILTIN_PLUGINS, build_plugin_manager, describe_plugins
+
 from conftest import ROOT
 
 PLUGIN_CONFIG = '[plugins]\nmodules = ["sample_plugin"]\n'
