@@ -1,0 +1,50 @@
+"""Messages the network side posts to the UI: small dataclasses, handled on the app's message loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from tui.models import AgentInfo, Grant
+
+
+@dataclass(frozen=True)
+class ConnectionState:
+    """What the status bar shows about the server link."""
+
+    mode: str  # connecting | live | reconnecting | polling | offline | unauthorised
+    detail: str = ""
+    retry_in: float | None = None
+
+
+@dataclass
+class ConnectionChanged(Message):
+    state: ConnectionState
+
+
+@dataclass
+class GrantsLoaded(Message):
+    """A fresh list for a view (`pending` or `history`); `complete` means nothing else is in that view."""
+
+    view: str
+    grants: list[Grant]
+
+
+@dataclass
+class GrantChanged(Message):
+    """One grant as the server now has it (from an event, a decision, or a re-read)."""
+
+    grant: Grant
+    origin: str  # "event" | "decision" | "refresh"
+
+
+@dataclass
+class DetailLoaded(Message):
+    """Context for the detail pane: the requesting agent and its earlier grants for the same action."""
+
+    grant_id: str
+    agent: AgentInfo | None
+    agent_error: str | None
+    earlier: list[Grant]
+    earlier_error: str | None

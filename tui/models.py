@@ -1,0 +1,148 @@
+"""The grant as the console sees it: parsed once from the server's JSON (the shape in the team brief)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
+DECIDED_STATUSES = tuple(s for s in STATUSES if s != "pending")
+GRANT_TYPES = ("once", "timed", "always")
+
+# How far along its life a grant is. An update never moves a grant backwards, so a stale list
+# response that races a newer event cannot undo what the event said.
+_PROGRESS = {"pending": 0, "approved": 1, "denied": 2, "revoked": 2, "consumed": 2, "expired": 2}
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _opt_strings(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(item if isinstance(item, str) else str(item) for item in value)
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    requester: str
+    target_host: str
+    audience: str
+    grant_type: str
+    command: tuple[str, ...] | None = None
+    permissions: tuple[str, ...] | None = None
+    duration: int | None = None
+    reason: str | None = None
+    run_as: str | None = None
+    cmd_hash: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> GrantRequest:
+        data = data if isinstance(data, dict) else {}
+        return cls(
+            requester=_opt_str(data.get("requester")) or "",
+            target_host=_opt_str(data.get("target_host")) or "",
+            audience=_opt_str(data.get("audience")) or "",
+            grant_type=_opt_str(data.get("grant_type")) or "once",
+            command=_opt_strings(data.get("command")),
+            permissions=_opt_strings(data.get("permissions")),
+            duration=_opt_int(data.get("duration")),
+            reason=_opt_str(data.get("reason")),
+            run_as=_opt_str(data.get("run_as")),
+            cmd_hash=_opt_str(data.get("cmd_hash")),
+        )
+
+
+@dataclass(frozen=True)
+class Grant:
+    id: str
+    type: str
+    requester: str
+    request: GrantRequest
+    status: str
+    created_at: int
+    decided_by: str | None = None
+    decided_at: int | None = None
+    expires_at: int | None = None
+    used_at: int | None = None
+    decision_reason: str | None = None
+    delegation_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Grant:
+        """Parse a grant; raises ValueError when it has no id (nothing else is trusted to be present)."""
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
+            raise ValueError("a grant needs a string id")
+        request = GrantRequest.from_json(data.get("request"))
+        requester = _opt_str(data.get("requester")) or request.requester
+        return cls(
+            id=data["id"],
+            type=_opt_str(data.get("type")) or ("command" if request.command is not None else "permissions"),
+            requester=requester,
+            request=request,
+            status=_opt_str(data.get("status")) or "pending",
+            created_at=_opt_int(data.get("created_at")) or 0,
+            decided_by=_opt_str(data.get("decided_by")),
+            decided_at=_opt_int(data.get("decided_at")),
+            expires_at=_opt_int(data.get("expires_at")),
+            used_at=_opt_int(data.get("used_at")),
+            decision_reason=_opt_str(data.get("decision_reason")),
+            delegation_id=_opt_str(data.get("delegation_id")),
+            raw=data,
+        )
+
+    def with_decision(self, partial: dict[str, Any]) -> Grant:
+        """Apply the short `{id, status, decided_by, decided_at, expires_at}` of a decision response."""
+        changes: dict[str, Any] = {}
+        if isinstance(partial.get("status"), str):
+            changes["status"] = partial["status"]
+        for name in ("decided_by", "decision_reason"):
+            if name in partial:
+                changes[name] = _opt_str(partial[name])
+        for name in ("decided_at", "expires_at", "used_at"):
+            if name in partial:
+                changes[name] = _opt_int(partial[name])
+        return replace(self, **changes)
+
+    def supersedes(self, other: Grant) -> bool:
+        """True when this version of the grant is at least as far along as `other`."""
+        return _PROGRESS.get(self.status, 2) >= _PROGRESS.get(other.status, 2)
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == "pending"
+
+    @property
+    def action_key(self) -> tuple[str, ...]:
+        """What the grant would allow, for "earlier grants of the same agent and command"."""
+        if self.request.command is not None:
+            return ("command", self.request.cmd_hash or "\x00".join(self.request.command))
+        return ("permissions", *sorted(self.request.permissions or ()))
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    agent_id: str
+    email: str
+    name: str
+    owner: str | None
+    approver: str | None
+    status: str
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentInfo:
+        data = data if isinstance(data, dict) else {}
+        return cls(
+            agent_id=_opt_str(data.get("agent_id")) or "",
+            email=_opt_str(data.get("email")) or "",
+            name=_opt_str(data.get("name")) or "",
+            owner=_opt_str(data.get("owner")),
+            approver=_opt_str(data.get("approver")),
+            status=_opt_str(data.get("status")) or "",
+        )

@@ -1,0 +1,167 @@
+"""The grant list: a DataTable whose rows are keyed by grant id and updated in place."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
+
+from tui.format import action_summary, age, one_line
+from tui.models import Grant
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int | None
+    sort_key: Callable[[Grant], object]
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("new", " ", 1, lambda g: 0),
+    Column("age", "Age", 4, lambda g: -g.created_at),
+    Column("status", "Status", 8, lambda g: g.status),
+    Column("requester", "Requester", 22, lambda g: g.requester.lower()),
+    Column("action", "Command / permissions", 28, lambda g: action_summary(g).lower()),
+    Column("host", "Target host", 14, lambda g: g.request.target_host.lower()),
+    Column("audience", "Audience", 12, lambda g: g.request.audience.lower()),
+    Column("type", "Type", 6, lambda g: g.request.grant_type),
+    Column("reason", "Reason", 16, lambda g: (g.request.reason or "").lower()),
+)
+# Columns that take what is left of a wide terminal, with their share and minimum width.
+FLEXIBLE = {"action": (3, 28), "reason": (2, 16)}
+SORTABLE = tuple(c for c in COLUMNS if c.key != "new")
+COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+
+
+class _MarkerCell(Text):
+    """The first cell of a row ("●" for new); knows its grant id so sorting can order rows by Grant."""
+
+    grant_id: str
+
+
+def _marker(grant_id: str, is_new: bool) -> Text:
+    cell = _MarkerCell("●" if is_new else " ", style="bold", no_wrap=True, end="")
+    cell.grant_id = grant_id
+    return cell
+
+
+def _cell(value: str, style: str = "") -> Text:
+    # Always Text, never str: DataTable parses str cells as markup, and this text comes from agents.
+    return Text(value, style=style, no_wrap=True, overflow="ellipsis", end="")
+
+
+class GrantTable(DataTable[Text]):
+    """Rows keyed by grant id, so updates and re-sorts keep the approver's selection."""
+
+    DEFAULT_CSS = """
+    GrantTable { height: 1fr; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002 - Textual's name
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.sort_column = "age"
+        self.sort_reverse = False
+        self.status_styles: dict[str, str] = {}
+        self._grants: dict[str, Grant] = {}
+        self._new: set[str] = set()
+
+    def on_mount(self) -> None:
+        for column in COLUMNS:
+            self.add_column(column.label, key=column.key, width=column.width)
+
+    def on_resize(self) -> None:
+        """Give the command and reason columns the room a wide terminal has (the rest keep their widths)."""
+        padding = 2 * self.cell_padding
+        available = self.scrollable_content_region.width
+        fixed = sum((c.width or 0) + padding for c in COLUMNS if c.key not in FLEXIBLE)
+        spare = available - fixed - padding * len(FLEXIBLE)
+        shares = sum(share for share, _ in FLEXIBLE.values())
+        changed = False
+        for key, (share, minimum) in FLEXIBLE.items():
+            width = max(minimum, spare * share // shares)
+            column = self.columns.get(ColumnKey(key))
+            if column is not None and column.width != width:
+                column.width = width
+                changed = True
+        if changed:
+            # DataTable has no public "set column width"; these two make it re-measure.
+            self._clear_caches()
+            self._require_update_dimensions = True
+            self.refresh()
+
+    # -- content ---------------------------------------------------------------------------------
+    def _cells(self, grant: Grant, now_ms: int) -> dict[str, Text]:
+        is_new = grant.id in self._new
+        emphasis = "bold" if is_new else ""
+        dim = "" if grant.is_pending else "dim"
+        return {
+            "new": _marker(grant.id, is_new),
+            "age": _cell(age(now_ms, grant.created_at), dim),
+            "status": _cell(grant.status, self.status_styles.get(grant.status, "")),
+            "requester": _cell(one_line(grant.requester), f"{emphasis} {dim}".strip()),
+            "action": _cell(action_summary(grant), dim),
+            "host": _cell(one_line(grant.request.target_host), dim),
+            "audience": _cell(one_line(grant.request.audience), dim),
+            "type": _cell(grant.request.grant_type, dim),
+            "reason": _cell(one_line(grant.request.reason), dim),
+        }
+
+    def sync(self, grants: Iterable[Grant], now_ms: int, new_ids: set[str]) -> None:
+        """Show exactly `grants`: update rows in place, add and remove by key, re-sort, keep the cursor."""
+        wanted = {g.id: g for g in grants}
+        selected = self.selected_id
+        self._new = set(new_ids)
+        for grant_id in [key for key in self._grants if key not in wanted]:
+            self.remove_row(grant_id)
+            del self._grants[grant_id]
+        for grant in wanted.values():
+            cells = self._cells(grant, now_ms)
+            if grant.id in self._grants:
+                if self._grants[grant.id] != grant or grant.id in new_ids:
+                    for key, value in cells.items():
+                        self.update_cell(grant.id, key, value)
+            else:
+                self.add_row(*(cells[c.key] for c in COLUMNS), key=grant.id)
+            self._grants[grant.id] = grant
+        self._resort(selected)
+
+    def refresh_cells(self, now_ms: int, new_ids: set[str]) -> None:
+        """Ages tick and "new" marks clear without touching anything else."""
+        old_new, self._new = self._new, set(new_ids)
+        for grant_id, grant in self._grants.items():
+            self.update_cell(grant_id, "age", self._cells(grant, now_ms)["age"])
+            if (grant_id in old_new) != (grant_id in self._new):
+                for key, value in self._cells(grant, now_ms).items():
+                    self.update_cell(grant_id, key, value)
+
+    def _resort(self, keep: str | None) -> None:
+        column = COLUMN_BY_KEY[self.sort_column]
+        grants = self._grants
+        ordered = sorted(grants.values(), key=lambda g: (column.sort_key(g), -g.created_at), reverse=self.sort_reverse)
+        rank = {grant.id: index for index, grant in enumerate(ordered)}
+        # DataTable.sort hands the key function cell values only; the marker cell carries its row's id.
+        self.sort("new", key=lambda cell: rank.get(getattr(cell, "grant_id", ""), 0))
+        if keep is not None and keep in grants:
+            self.move_cursor(row=self.get_row_index(keep), scroll=True)
+
+    def sort_by(self, column_key: str, reverse: bool) -> None:
+        self.sort_column = column_key
+        self.sort_reverse = reverse
+        self._resort(self.selected_id)
+
+    # -- selection -------------------------------------------------------------------------------
+    @property
+    def selected_id(self) -> str | None:
+        if self.row_count == 0 or not self.is_valid_row_index(self.cursor_row):
+            return None
+        row_key, _ = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0))
+        return str(row_key.value) if row_key.value is not None else None
+
+    def grant_ids_in_order(self) -> list[str]:
+        return [str(self.coordinate_to_cell_key(Coordinate(row, 0))[0].value) for row in range(self.row_count)]
