@@ -43,6 +43,12 @@ class GrantConsole(App[None]):
         if theme:
             self.theme = theme
 
+    @staticmethod
+    def theme_names() -> list[str]:
+        from textual.theme import BUILTIN_THEMES
+
+        return sorted(BUILTIN_THEMES)
+
     def get_default_screen(self) -> MainScreen:
         return MainScreen(
             self.source, clock=self.clock, bell=self.bell_on_new, poll_interval=self.poll_interval, backoff=self.backoff

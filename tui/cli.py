@@ -71,6 +71,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import GrantConsole
     from tui.client import GrantdClient, ManagementTokenCredential
 
+    if args.theme and args.theme not in GrantConsole.theme_names():
+        print(f"grantd: unknown theme {args.theme!r}; choose one of {', '.join(GrantConsole.theme_names())}", file=sys.stderr)
+        return 2
+    if args.poll_interval <= 0:
+        print("grantd: --poll-interval must be positive", file=sys.stderr)
+        return 2
     client = GrantdClient(url, ManagementTokenCredential(token))
     GrantConsole(client, bell=args.bell, theme=args.theme, poll_interval=args.poll_interval).run()
     return 0

@@ -102,11 +102,13 @@ class GrantdClient:
         *,
         timeout: float = 10.0,
         event_read_timeout: float = 45.0,
+        events_path: str = "/api/grants/events",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.credential = credential
         # The stream's read timeout is three heartbeats: a silent connection is a dead one.
         self.event_read_timeout = event_read_timeout
+        self.events_path = events_path
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             auth=credential,
@@ -196,7 +198,7 @@ class GrantdClient:
         if last_event_id:
             headers["Last-Event-ID"] = last_event_id
         timeout = httpx.Timeout(self._http.timeout.connect, read=self.event_read_timeout)
-        async with self._http.stream("GET", "/api/grants/events", headers=headers, timeout=timeout) as response:
+        async with self._http.stream("GET", self.events_path, headers=headers, timeout=timeout) as response:
             if response.status_code in (404, 405, 406, 501):
                 await response.aread()
                 raise EventsUnavailable(response.status_code, "the server has no grant event stream")

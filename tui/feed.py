@@ -96,7 +96,8 @@ class GrantFeed:
                 self.on_state(ConnectionState("polling", f"every {self.poll_interval:g}s ({why})"))
             except (ApiError, httpx.HTTPError) as exc:
                 self.failures += 1
-                self.on_state(ConnectionState("offline", _describe(exc), retry_in=self.poll_interval))
+                down = "unauthorised" if isinstance(exc, ApiError) and exc.status in (401, 403) else "offline"
+                self.on_state(ConnectionState(down, _describe(exc), retry_in=self.poll_interval))
             await asyncio.sleep(self.poll_interval)
 
 

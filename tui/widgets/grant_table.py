@@ -163,5 +163,15 @@ class GrantTable(DataTable[Text]):
         row_key, _ = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0))
         return str(row_key.value) if row_key.value is not None else None
 
+    def shown(self, grant_id: str) -> Grant | None:
+        """The grant as its row currently shows it (None when it has no row)."""
+        return self._grants.get(grant_id)
+
+    def select(self, grant_id: str) -> bool:
+        if grant_id not in self._grants:
+            return False
+        self.move_cursor(row=self.get_row_index(grant_id), scroll=True)
+        return True
+
     def grant_ids_in_order(self) -> list[str]:
         return [str(self.coordinate_to_cell_key(Coordinate(row, 0))[0].value) for row in range(self.row_count)]
