@@ -235,8 +235,11 @@ def grant_of_event(event: SseEvent) -> Grant | None:
 class GrantSource(Protocol):
     """What the console needs from a server; `GrantdClient` is the implementation that talks HTTP."""
 
-    base_url: str
-    credential: Credential
+    @property
+    def base_url(self) -> str: ...
+
+    @property
+    def credential(self) -> Credential: ...
 
     async def list_grants(
         self, *, status: str | None = None, requester: str | None = None, max_items: int = 1000

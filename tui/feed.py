@@ -9,6 +9,7 @@ an event stream is polled instead, and the stream is tried again now and then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
@@ -46,11 +47,24 @@ class GrantFeed:
         self.last_event_id: str | None = None
         self.failures = 0
         self.server_retry: float | None = None
+        self._early: asyncio.Task[None] | None = None
 
     async def _opened(self) -> None:
         self.failures = 0
+        self._cancel_early_reload()
         await self.reload()
         self.on_state(ConnectionState("live"))
+
+    async def _early_reload(self) -> None:
+        # A server may hold the stream's headers back until its first event or heartbeat; the list
+        # should not wait that long. Errors are the stream's to report.
+        with contextlib.suppress(ApiError, httpx.HTTPError):
+            await self.reload()
+
+    def _cancel_early_reload(self) -> None:
+        if self._early is not None and not self._early.done():
+            self._early.cancel()
+        self._early = None
 
     def _delay(self) -> float:
         delay = self.backoff[min(self.failures - 1, len(self.backoff) - 1)]
@@ -60,6 +74,7 @@ class GrantFeed:
         """Run until cancelled."""
         while True:
             self.on_state(ConnectionState("connecting" if self.failures == 0 else "reconnecting"))
+            self._early = asyncio.create_task(self._early_reload())
             try:
                 async for event in self.client.events(self.last_event_id, on_open=self._opened):
                     if event.id:
@@ -71,6 +86,7 @@ class GrantFeed:
                         await self.on_grant(event.event, grant)
                 raise StreamEnded
             except EventsUnavailable as exc:
+                self._cancel_early_reload()
                 await self._poll(exc.detail)
                 continue
             except ApiError as exc:
@@ -81,6 +97,8 @@ class GrantFeed:
                 self.failures += 1
                 mode = "reconnecting"
                 detail = _describe(exc)
+            finally:
+                self._cancel_early_reload()
             delay = self._delay()
             self.on_state(ConnectionState(mode, detail, retry_in=delay))
             await asyncio.sleep(delay)

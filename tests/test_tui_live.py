@@ -1,0 +1,260 @@
+"""The approver console driven with Pilot against real grantd servers (grants requested over HTTP by real agents)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tui.app import GrantConsole
+from tui.cli import resolve_connection
+from tui.client import BearerCredential, GrantdClient, ManagementTokenCredential
+from tui.models import Grant
+from tui.screens.deny import DenyScreen
+from tui.screens.override import OverrideScreen
+from tui.widgets.connection_status import ConnectionStatus
+from tui.widgets.grant_detail import GrantDetail
+from tui.widgets.grant_table import GrantTable
+
+from conftest import Agent, Server, enroll, sign_in
+
+pytestmark = pytest.mark.anyio
+
+COMMAND = ["systemctl", "restart", "nginx"]
+SIZE = (120, 40)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def console_for(server: Server, *, credential: Any = None, **kwargs: Any) -> GrantConsole:
+    client = GrantdClient(
+        server.url,
+        credential or ManagementTokenCredential.from_file(server.directory / "management-token"),
+        **{k: kwargs.pop(k) for k in ("events_path",) if k in kwargs},
+    )
+    kwargs.setdefault("backoff", (0.2, 0.5, 1.0))
+    return GrantConsole(client, **kwargs)
+
+
+async def wait_for(pilot: Any, predicate: Callable[[], object], what: str, timeout: float = 30.0) -> float:
+    """Let the app run until `predicate()` holds; returns the seconds it took."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.01)
+    return time.monotonic() - start
+
+
+def mode(app: GrantConsole) -> str:
+    return app.main.query_one(ConnectionStatus).state.mode
+
+
+def row(app: GrantConsole, grant_id: str) -> Grant | None:
+    return app.main.query_one(GrantTable).shown(grant_id)
+
+
+async def request_grant(server: Server, agent: Agent, **fields: Any) -> dict[str, Any]:
+    body = {"target_host": "web-1", "audience": "escapes", "command": COMMAND, "reason": "deploy", **fields}
+    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {agent.token}"}, timeout=20) as http:
+        r = await http.post("/api/grants", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def server_grant(server: Server, grant_id: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20) as http:
+        r = await http.get(f"/api/grants/{grant_id}")
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+async def admin_post(server: Server, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20) as http:
+        return await http.post(path, json=body or {})
+
+
+async def live(pilot: Any) -> None:
+    await wait_for(pilot, lambda: mode(pilot.app) == "live" and pilot.app.main.initial_loaded, "the event stream")
+
+
+async def select(pilot: Any, grant_id: str) -> None:
+    await wait_for(pilot, lambda: row(pilot.app, grant_id) is not None, f"row {grant_id}")
+    assert pilot.app.main.query_one(GrantTable).select(grant_id)
+    await pilot.pause()
+
+
+async def test_requested_grant_appears_within_a_second_and_a_approves(server: Server, agent: Agent) -> None:
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        grant = await request_grant(server, agent)
+        took = await wait_for(pilot, lambda: row(app, grant["id"]) is not None, "the new grant's row")
+        assert took < 1.0, f"the grant took {took:.2f}s to appear"
+        assert grant["id"] in app.main.new_ids  # highlighted as new
+
+        await select(pilot, grant["id"])
+        await pilot.press("a")
+        await wait_for(pilot, lambda: row(app, grant["id"]).status == "approved", "the approved row")  # type: ignore[union-attr]
+        assert (await server_grant(server, grant["id"]))["status"] == "approved"
+        assert grant["id"] not in app.main.new_ids
+
+
+async def test_d_denies_with_a_reason(server: Server, agent: Agent) -> None:
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        grant = await request_grant(server, agent)
+        await select(pilot, grant["id"])
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, DenyScreen), "the deny form")
+        await pilot.press(*"not today", "enter")
+        await wait_for(pilot, lambda: row(app, grant["id"]).status == "denied", "the denied row")  # type: ignore[union-attr]
+        stored = await server_grant(server, grant["id"])
+        assert stored["status"] == "denied"
+        assert stored["decision_reason"] == "not today"
+
+
+async def test_override_form_approves_timed_with_a_duration(server: Server, agent: Agent) -> None:
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        grant = await request_grant(server, agent)  # asks for "once"
+        await select(pilot, grant["id"])
+        await pilot.press("o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverrideScreen), "the override form")
+        await pilot.press("down")  # once -> timed
+        await pilot.press("tab", *"15m", "enter")  # tab selects the prefilled duration; typing replaces it
+        await wait_for(pilot, lambda: row(app, grant["id"]).status == "approved", "the approved row")  # type: ignore[union-attr]
+        stored = await server_grant(server, grant["id"])
+        assert stored["status"] == "approved"
+        assert stored["request"]["grant_type"] == "timed"
+        assert stored["request"]["duration"] == 900
+        assert stored["expires_at"] - stored["decided_at"] == pytest.approx(900_000, abs=2_000)
+
+
+async def test_grant_decided_elsewhere_updates_the_row_and_a_late_decision_says_so(server: Server, agent: Agent) -> None:
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        grant = await request_grant(server, agent)
+        await select(pilot, grant["id"])
+        stale = row(app, grant["id"])
+        assert stale is not None and stale.is_pending
+
+        r = await admin_post(server, f"/api/grants/{grant['id']}/approve")
+        assert r.status_code == 200, r.text
+        await wait_for(pilot, lambda: row(app, grant["id"]).status == "approved", "the row to show approved")  # type: ignore[union-attr]
+        assert row(app, grant["id"]).decided_by is not None  # type: ignore[union-attr]
+
+        # `a` on a row that is no longer pending is refused locally ...
+        await pilot.press("a")
+        await wait_for(pilot, lambda: any("Only pending" in n.message for n in app._notifications), "a local refusal")
+        # ... and a decision sent with a stale view (someone else was faster) reports the server's 400.
+        r = await admin_post(server, f"/api/grants/{grant['id']}/revoke")
+        assert r.status_code == 200, r.text
+        app.main.decide(stale, "deny")
+        await wait_for(pilot, lambda: any("already decided" in n.message for n in app._notifications), "the 400 notice")
+        await wait_for(pilot, lambda: row(app, grant["id"]).status == "revoked", "the re-read row")  # type: ignore[union-attr]
+
+
+async def test_history_filter_and_detail_pane(server: Server, tmp_path: Path) -> None:
+    requester = enroll(server, tmp_path / "keys", owner="owner@example.com", approver="approver@example.com")
+    sign_in(server, requester)
+    hostile = ["sh", "-c", "echo ok\n\x1b[2Krm -rf /", "\u202eevil"]
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        first = await request_grant(server, requester, command=hostile)
+        assert (await admin_post(server, f"/api/grants/{first['id']}/deny", {"reason": "no"})).status_code == 200
+        second = await request_grant(server, requester, command=hostile, run_as="root")
+        await select(pilot, second["id"])
+        detail = app.main.query_one(GrantDetail)
+        await wait_for(pilot, lambda: detail.agent is not None and detail.earlier is not None, "the detail context")
+        assert detail.agent is not None and detail.agent.owner == "owner@example.com"
+        assert detail.agent.approver == "approver@example.com"
+        assert [g.id for g in detail.earlier or []] == [first["id"]]
+        shown = detail.render_text().plain
+        assert '[2] "echo ok\\n\\x1b[2Krm -rf /"' in shown and '[3] "\\u202eevil"' in shown
+        assert "\x1b" not in shown and "\u202e" not in shown
+        assert second["request"]["cmd_hash"] in shown if "cmd_hash" in second.get("request", {}) else True
+        assert "owner@example.com" in shown and "root" in shown
+
+        # history: decided grants only; the text filter narrows by requester
+        await pilot.press("h")
+        await wait_for(pilot, lambda: row(app, first["id"]) is not None, "the denied grant in the history")
+        assert row(app, second["id"]) is None
+        await pilot.press("slash", *requester.email.split("@")[0], "enter")
+        table = app.main.query_one(GrantTable)
+        assert set(table.grant_ids_in_order()) == {first["id"]}
+        await pilot.press("slash", *"no-such-agent", "enter")  # focusing the filter selects its text
+        assert table.row_count == 0
+        await pilot.press("slash", "backspace", "enter", "h")
+        await wait_for(pilot, lambda: row(app, second["id"]) is not None, "the pending view again")
+
+
+async def test_server_restart_reconnects_and_nothing_is_lost(server_factory: Any, tmp_path: Path) -> None:
+    srv = server_factory("restart").start()
+    requester = enroll(srv, tmp_path / "keys")
+    sign_in(srv, requester)
+    app = console_for(srv)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        before = await request_grant(srv, requester)
+        await wait_for(pilot, lambda: row(app, before["id"]) is not None, "the first grant")
+        assert app.main.feed.last_event_id is not None
+
+        await asyncio.to_thread(srv.stop)
+        await wait_for(pilot, lambda: mode(app) in ("reconnecting", "offline"), "the console to notice")
+        await asyncio.to_thread(srv.start)
+        # Requested as soon as the server is back, probably before the console has reconnected.
+        after = await request_grant(srv, requester)
+        await wait_for(pilot, lambda: row(app, after["id"]) is not None, "the grant requested after the restart", timeout=60)
+        await wait_for(pilot, lambda: mode(app) == "live", "live again")
+        assert row(app, before["id"]) is not None
+
+        await select(pilot, after["id"])
+        await pilot.press("a")
+        await wait_for(pilot, lambda: row(app, after["id"]).status == "approved", "the approval")  # type: ignore[union-attr]
+        assert (await server_grant(srv, after["id"]))["status"] == "approved"
+
+
+async def test_polls_when_the_event_stream_is_unavailable(server: Server, agent: Agent) -> None:
+    # A real 404 from our server stands for a server (or proxy) without the event stream.
+    app = console_for(server, events_path="/api/no-grant-event-stream", poll_interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: mode(app) == "polling", "polling mode")
+        grant = await request_grant(server, agent)
+        await wait_for(pilot, lambda: row(app, grant["id"]) is not None, "the polled grant")
+
+
+async def test_a_wrong_credential_is_shown_not_retried_silently(server: Server) -> None:
+    app = console_for(server, credential=BearerCredential("not-the-token"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: mode(app) == "unauthorised", "the unauthorised state")
+        assert "401" in app.main.query_one(ConnectionStatus).state.detail
+
+
+def test_cli_reads_url_and_token_from_the_config(server: Server, tmp_path: Path) -> None:
+    import argparse
+
+    args = argparse.Namespace(url=None, config=str(server.config_path), token_file=None)
+    assert resolve_connection(args) == (server.url, server.token)
+    token_file = tmp_path / "token"
+    token_file.write_text("from-file\n")
+    args = argparse.Namespace(url="http://elsewhere:1", config=None, token_file=token_file)
+    assert resolve_connection(args) == ("http://elsewhere:1", "from-file")
+    result = server.grantd("tui", "--help")
+    assert "--token-file" in result.stdout and "--token " not in result.stdout
+    env = {k: v for k, v in server.env.items() if k != "GRANTD_CONFIG"}
+    result = subprocess.run([*server.command, "tui", "--url", server.url], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no credential" in result.stderr
