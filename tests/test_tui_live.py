@@ -94,13 +94,16 @@ async def select(pilot: Any, grant_id: str) -> None:
 
 
 async def test_requested_grant_appears_within_a_second_and_a_approves(server: Server, agent: Agent) -> None:
-    app = console_for(server)
+    app = console_for(server, bell=True)
+    rings: list[int] = []
+    app.bell = lambda: rings.append(1)  # type: ignore[method-assign]  # a headless terminal has no bell to hear
     async with app.run_test(size=SIZE) as pilot:
         await live(pilot)
         grant = await request_grant(server, agent)
         took = await wait_for(pilot, lambda: row(app, grant["id"]) is not None, "the new grant's row")
         assert took < 1.0, f"the grant took {took:.2f}s to appear"
         assert grant["id"] in app.main.new_ids  # highlighted as new
+        assert rings == [1]
 
         await select(pilot, grant["id"])
         await pilot.press("a")

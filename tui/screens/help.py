@@ -42,8 +42,10 @@ class HelpScreen(ModalScreen[None]):
                 continue
             text.append(f"  {key:<15}", style="bold")
             text.append(f"{meaning}\n")
-        text.append("\nEvery argument is shown quoted; control characters, escape sequences and invisible\n")
-        text.append("Unicode are written as \\n \\t \\x1b \\u202e … so nothing can hide in the terminal.")
+        text.append(
+            "\nArguments are quoted; control characters, escape sequences and invisible Unicode are "
+            "written as \\n \\t \\x1b \\u202e …, so nothing can hide in the terminal."
+        )
         with VerticalScroll(id="help-box") as box:
             box.border_title = "grantd tui — keys"
             box.border_subtitle = "escape to close"
