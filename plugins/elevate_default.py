@@ -1,7 +1,9 @@
 """The elevation tool's standard checks on a signature-verified AuthZ-JWT (D10 order).
 
 Issuer, audience, target host, approver and the exact command. Signature, expiry and
-consumption are done by `grantd elevate` itself, around this hook.
+consumption are done by `grantd elevate` itself, around this hook. This implementation runs
+first (``tryfirst``), so its reason is the one `grantd elevate` reports when several plugins
+object; site plugins add their own reasons after it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,14 @@ import hashlib
 from typing import Any
 
 from appliance.hookspecs import hookimpl
+
+# The reasons, worded as the specification's Errors section names them. `grantd elevate` maps
+# each to a stable error code for its JSON line (appliance.elevate.REASON_CODES).
+ISSUER_NOT_ALLOWED = "issuer not in allowed issuers"
+AUDIENCE_MISMATCH = "audience mismatch"
+HOST_MISMATCH = "target_host differs from the system host name"
+APPROVER_NOT_ALLOWED = "approver not allowed"
+CMD_MISMATCH = "cmd_hash mismatch (command differs from the granted command)"
 
 
 def cmd_hash(argv: list[str]) -> str:
@@ -21,23 +31,29 @@ def _strip(value: str) -> str:
     return value[7:] if value.startswith("sha256:") else value
 
 
-@hookimpl
+def command_matches(claims: dict[str, Any], argv: list[str]) -> bool:
+    """D4: the `command` array element by element; only without one, `cmd_hash` (prefix optional)."""
+    granted = claims.get("command")
+    if granted is not None:
+        return isinstance(granted, list) and all(isinstance(a, str) for a in granted) and granted == argv
+    expected = claims.get("cmd_hash")
+    return isinstance(expected, str) and bool(argv) and _strip(expected).lower() == _strip(cmd_hash(argv))
+
+
+@hookimpl(tryfirst=True)
 def elevate_verify(claims: dict[str, Any], argv: list[str], context: dict[str, Any]) -> list[str]:
     if claims.get("iss") not in context.get("allowed_issuers", []):
-        return ["issuer not in allowed issuers"]
+        return [ISSUER_NOT_ALLOWED]
     aud = claims.get("aud")
     if not isinstance(aud, str) or aud not in context.get("allowed_audiences", []):
-        return ["audience mismatch"]
-    if claims.get("target_host") != context.get("host"):
-        return ["target_host differs from the system host name"]
-    approvers = context.get("allowed_approvers", [])
-    decided_by = str(claims.get("decided_by", "")).lower()
-    if "*" not in approvers and decided_by not in [a.lower() for a in approvers]:
-        return ["approver not allowed"]
-    granted = claims.get("command")
-    if isinstance(granted, list):
-        if granted != argv:
-            return ["cmd_hash mismatch (command differs from the granted command)"]
-    elif not isinstance(claims.get("cmd_hash"), str) or _strip(claims["cmd_hash"]) != _strip(cmd_hash(argv)):
-        return ["cmd_hash mismatch (command differs from the granted command)"]
+        return [AUDIENCE_MISMATCH]
+    host = claims.get("target_host")
+    if not isinstance(host, str) or host != context.get("host"):
+        return [HOST_MISMATCH]
+    approvers = [str(a).lower() for a in context.get("allowed_approvers", [])]
+    decided_by = claims.get("decided_by")
+    if not isinstance(decided_by, str) or not decided_by or ("*" not in approvers and decided_by.lower() not in approvers):
+        return [APPROVER_NOT_ALLOWED]
+    if not command_matches(claims, argv):
+        return [CMD_MISMATCH]
     return []
