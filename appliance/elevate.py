@@ -739,6 +739,10 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
 
     if os.geteuid() != 0:
         raise Stop(EXIT_ERROR, "config", "grantd elevate must run as root: use sudo -n grantd elevate ...")
+    _, sudo_uid, _ = caller_ids()
+    if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(DEFAULT_CONFIG):
+        # A sudo caller may pick another config only among the ones root put into /etc/grantd.
+        raise config_error(f"--config outside {os.path.dirname(DEFAULT_CONFIG)}/ is for root only")
     try:
         cfg = load_config(config_path)
     except Stop:
