@@ -52,7 +52,7 @@ DEFAULT_AUDIENCE = "grantd"
 DEFAULT_ELEVATE_PATH = "/usr/local/bin/grantd"
 DEFAULT_WAIT = 15 * 60
 RELOGIN_MARGIN = 60  # seconds before exp at which a token counts as expired
-HTTP_TIMEOUT = 15.0
+HTTP_TIMEOUT = float(os.environ.get("GRANTD_HTTP_TIMEOUT") or 15)
 POLL_INTERVAL = 3.0
 FINAL = ("approved", "denied", "revoked", "consumed", "expired")
 
@@ -626,11 +626,15 @@ def _email_from_pub(key: str) -> str | None:
 
 
 def cmd_whoami(args: argparse.Namespace) -> int:
-    state = State.load()
-    if not state.email:
-        raise CliError("not logged in: run grantd agent login --idp URL --key FILE --email E", kind="auth")
-    info = state.public()
-    _emit(args, info, f"{state.email} at {state.idp} ({'token valid' if info['logged_in'] else 'token expired; renewed on next use'})")
+    """Asks the IdP who the cached token belongs to (renewing it first if it is about to expire)."""
+    api = _api(args)
+    try:
+        me = api.json("GET", "/api/me")
+    finally:
+        api.close()
+    info = {**api.state.public(), "server": me} if api.state else {"server": me}
+    _emit(args, info, f"{info.get('email')} at {info.get('idp')} (token valid until "
+                      f"{datetime.fromtimestamp(int(info.get('expires_at') or 0), UTC):%Y-%m-%d %H:%M:%S} UTC)")
     return EXIT_OK
 
 
@@ -864,7 +868,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--key", help="private key: OpenSSH or PKCS#8, unencrypted, Ed25519")
     p.add_argument("--email", help="the agent's enrolled e-mail")
     p.set_defaults(func=_run_safely(cmd_login))
-    p = _common(asub.add_parser("whoami", help="who is logged in where"), idp=False)
+    p = _common(asub.add_parser("whoami", help="who is logged in where (asks the IdP; renews the token)"))
     p.set_defaults(func=_run_safely(cmd_whoami))
     p = _common(asub.add_parser("logout", help="forget the cached token"), idp=False)
     p.set_defaults(func=_run_safely(cmd_logout))
