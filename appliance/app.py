@@ -18,8 +18,10 @@ from sanic.response import HTTPResponse, json
 from sanic.worker.loader import AppLoader
 
 from appliance.config import Config, load
-from appliance.context import open_services
+from appliance.context import Services, open_services
 from appliance.errors import Problem
+from appliance.idp.events import GrantEventHub
+from appliance.idp.grants import sweep_expired
 from appliance.logs import ACCESS_LOGGER, LOGGER, log_config
 from appliance.plugins import build_plugin_manager, call_async_hook
 
@@ -79,9 +81,9 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     app.ctx.config = config
     app.ctx.pm = pm
 
-    from appliance.api import admin, agents, health, wellknown
+    from appliance.api import admin, agents, delegations, grants, health, wellknown
 
-    for module in (health, wellknown, agents, admin):
+    for module in (health, wellknown, agents, admin, grants, delegations):
         app.blueprint(module.bp)
     pm.hook.register_routes(app=app, config=config)
 
@@ -89,6 +91,26 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     async def open_storage(app: Sanic) -> None:
         app.ctx.services = await open_services(config, pm)
         await call_async_hook(pm.hook.startup, app=app, config=config)
+
+    @app.after_server_start
+    async def start_background_work(app: Sanic) -> None:
+        services = app.ctx.services
+        hub = GrantEventHub(services.store, config.grants.events_poll_ms)
+        hub.start()
+        services.extras["events"] = hub
+        app.ctx.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services, hub), name="expiry-sweeper")
+
+    @app.before_server_stop
+    async def stop_background_work(app: Sanic) -> None:
+        services = getattr(app.ctx, "services", None)
+        if services is None:
+            return
+        sweeper = getattr(app.ctx, "sweeper", None)
+        if sweeper is not None:
+            sweeper.cancel()
+        hub = services.extras.get("events")
+        if hub is not None:
+            await hub.close()  # open event streams end now instead of holding up the shutdown
 
     @app.after_server_stop
     async def close_storage(app: Sanic) -> None:
@@ -141,6 +163,19 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
         return problem_response(problem, request_id)
 
     return app
+
+
+async def _sweep_forever(services: Services, hub: GrantEventHub) -> None:
+    """Persist expiries so that clients following events learn of them (every process sweeps;
+    the conditional update makes each expiry happen once)."""
+    interval = services.config.grants.expiry_sweep_interval
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            if await sweep_expired(services):
+                hub.poke()
+        except Exception:
+            log.exception("expiry sweep failed; retrying")
 
 
 def create_app_from_path(config_path: str) -> Sanic:

@@ -144,8 +144,17 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "grants": {
         "allow_unauthenticated": Key(bool, False, "Allow grant requests without a credential (not recommended)."),
-        "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=60),
+        "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=1),
         "max_duration": Key(int, 2_592_000, "Longest `timed` grant in seconds.", minimum=60),
+        "events_heartbeat": Key(int, 15, "Seconds between heartbeat comments on GET /api/grants/events.", minimum=1, maximum=300),
+        "events_poll_ms": Key(
+            int, 200, "How often (ms) each server process looks for grant events written by other processes.",
+            minimum=10, maximum=5000,
+        ),
+        "events_retention": Key(int, 86_400, "Seconds grant events are kept for Last-Event-ID resume.", minimum=60),
+        "expiry_sweep_interval": Key(
+            int, 5, "Seconds between sweeps that persist expiries (and send grant.expired events).", minimum=1, maximum=3600,
+        ),
     },
     "sp": {
         "enabled": Key(bool, False, "Serve the service-provider login endpoints (/api/login, /api/callback)."),

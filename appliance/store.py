@@ -74,3 +74,63 @@ class Store(Protocol):
 
     async def take_challenge(self, challenge: str, agent_id: str) -> int | None:
         """Delete the challenge and return its expiry (ms); None if unknown or already taken."""
+
+    # -- grants: {id, type, requester, request (dict), grant_type, status, created_at, decided_by,
+    #    decided_at, expires_at, used_at, decision_reason, delegation_id, reuse_key, version} ------
+    # `status` is the stored one; readers apply expiry (appliance.idp.grants.effective_status).
+    async def create_grant(self, grant: dict[str, Any], events: list[str]) -> dict[str, Any]:
+        """Insert the grant and record ``events`` (e.g. grant.created) in the same transaction."""
+
+    async def get_grant(self, grant_id: str) -> dict[str, Any] | None: ...
+
+    async def find_reusable_grant(self, requester: str, reuse_key: str, now: int) -> dict[str, Any] | None:
+        """Newest approved, unexpired grant of ``requester`` with this reuse key (D6 reuse)."""
+
+    async def list_grants(
+        self,
+        *,
+        now: int,
+        pending_cutoff: int,
+        limit: int,
+        status: str | None = None,
+        requester: str | None = None,
+        only_requester: str | None = None,
+        decider: str | None = None,
+        cursor: tuple[int, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Newest first. ``status`` filters on the effective status at ``now``; ``only_requester``
+        limits to one requester (an agent's view); ``decider`` to what a person asked for or may decide."""
+
+    async def update_grant_if(
+        self,
+        grant_id: str,
+        *,
+        expect: tuple[str, ...],
+        changes: dict[str, Any],
+        event: str,
+        now: int,
+        pending_cutoff: int,
+    ) -> dict[str, Any] | None:
+        """Conditional transition: applies only if the stored status is in ``expect`` and the grant
+        has not lapsed; records ``event``. Exactly one of any number of concurrent callers wins."""
+
+    async def expire_grants(self, now: int, pending_cutoff: int, events_before: int) -> list[dict[str, Any]]: ...
+
+    # -- grant events: {seq, event, grant_id, requester, grant (dict), created_at} ----------------
+    async def grant_events_after(self, seq: int, limit: int) -> list[dict[str, Any]]: ...
+
+    async def last_grant_event_seq(self) -> int: ...
+
+    # -- delegations: {id, delegator, delegate, audience, scopes (list), approval, duration,
+    #    created_at, expires_at, status, revoked_at, revoked_by} -----------------------------------
+    async def create_delegation(self, delegation: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def get_delegation(self, delegation_id: str) -> dict[str, Any] | None: ...
+
+    async def list_delegations(
+        self, *, party: str | None, limit: int, cursor: tuple[int, str] | None
+    ) -> tuple[list[dict[str, Any]], bool]: ...
+
+    async def revoke_delegation(self, delegation_id: str, by: str, now: int) -> dict[str, Any] | None: ...
+
+    async def live_delegations(self, delegate: str, now: int) -> list[dict[str, Any]]: ...

@@ -8,10 +8,12 @@ object; site plugins add their own reasons after it.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
+from appliance.commands import cmd_hash
 from appliance.hookspecs import hookimpl
+
+__all__ = ["cmd_hash"]
 
 # The reasons, worded as the specification's Errors section names them. `grantd elevate` maps
 # each to a stable error code for its JSON line (appliance.elevate.REASON_CODES).
@@ -20,11 +22,6 @@ AUDIENCE_MISMATCH = "audience mismatch"
 HOST_MISMATCH = "target_host differs from the system host name"
 APPROVER_NOT_ALLOWED = "approver not allowed"
 CMD_MISMATCH = "cmd_hash mismatch (command differs from the granted command)"
-
-
-def cmd_hash(argv: list[str]) -> str:
-    """D4: sha256 over the argv joined by single spaces, with the sha256: prefix."""
-    return "sha256:" + hashlib.sha256(" ".join(argv).encode("utf-8")).hexdigest()
 
 
 def _strip(value: str) -> str:

@@ -65,9 +65,90 @@ def _m1_core(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX challenges_expires ON challenges (expires_at)")
 
 
+def _m2_grants(db: sqlite_utils.Database) -> None:
+    # `request` is the JSON of the grant request as stored (server-computed cmd_hash included);
+    # `reuse_key` is the digest of what makes two timed/always requests "the same" (D6);
+    # `version` grows on every change and feeds the strong ETag.
+    db.execute(
+        """CREATE TABLE grants (
+            id TEXT PRIMARY KEY,
+            type TEXT NOT NULL,
+            requester TEXT NOT NULL,
+            request TEXT NOT NULL,
+            grant_type TEXT NOT NULL,
+            status TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            decided_by TEXT,
+            decided_at INTEGER,
+            expires_at INTEGER,
+            used_at INTEGER,
+            decision_reason TEXT,
+            delegation_id TEXT,
+            revoked_by TEXT,
+            revoked_at INTEGER,
+            reuse_key TEXT,
+            version INTEGER NOT NULL DEFAULT 1
+        )"""
+    )
+    db.execute("CREATE INDEX grants_requester ON grants (requester, created_at DESC)")
+    db.execute("CREATE INDEX grants_created ON grants (created_at DESC, id DESC)")
+    db.execute("CREATE INDEX grants_status ON grants (status, created_at)")
+    db.execute("CREATE INDEX grants_reuse ON grants (requester, reuse_key, status)")
+    # Every change of a grant, in commit order: the source of the event stream for all processes.
+    db.execute(
+        """CREATE TABLE grant_events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            event TEXT NOT NULL,
+            grant_id TEXT NOT NULL,
+            requester TEXT NOT NULL,
+            grant_json TEXT NOT NULL,
+            created_at INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX grant_events_created ON grant_events (created_at)")
+    db.execute(
+        """CREATE TABLE delegations (
+            id TEXT PRIMARY KEY,
+            delegator TEXT NOT NULL,
+            delegate TEXT NOT NULL,
+            audience TEXT NOT NULL,
+            scopes TEXT NOT NULL,
+            approval TEXT NOT NULL,
+            duration INTEGER,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            status TEXT NOT NULL,
+            revoked_at INTEGER,
+            revoked_by TEXT
+        )"""
+    )
+    db.execute("CREATE INDEX delegations_delegate ON delegations (delegate, audience, status)")
+    db.execute("CREATE INDEX delegations_delegator ON delegations (delegator, created_at)")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
+    (2, "grants, grant events, delegations", _m2_grants),
 ]
+
+# The status a grant has when read at `now`: lapsed ones are expired even before the sweeper
+# has persisted that (D6: expiry is applied before anything reads a grant, filters included).
+EFFECTIVE_STATUS = """CASE
+    WHEN status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now THEN 'expired'
+    WHEN status = 'pending' AND created_at <= :pending_cutoff THEN 'expired'
+    ELSE status END"""
+NOT_LAPSED = """NOT ((status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now)
+    OR (status = 'pending' AND created_at <= :pending_cutoff))"""
+GRANT_COLUMNS = (
+    "id", "type", "requester", "request", "grant_type", "status", "created_at", "decided_by", "decided_at",
+    "expires_at", "used_at", "decision_reason", "delegation_id", "revoked_by", "revoked_at", "reuse_key", "version",
+)
+GRANT_CHANGEABLE = {"request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at",
+                    "decision_reason", "delegation_id", "revoked_by", "revoked_at"}
+DELEGATION_COLUMNS = (
+    "id", "delegator", "delegate", "audience", "scopes", "approval", "duration", "created_at", "expires_at",
+    "status", "revoked_at", "revoked_by",
+)
 
 
 class SQLiteStore:
@@ -257,6 +338,193 @@ class SQLiteStore:
                 (challenge, agent_id),
             ).fetchone()
         return int(row[0]) if row else None
+
+
+    # -- grants -----------------------------------------------------------------------------------
+    @staticmethod
+    def _grant_row(row: dict[str, Any]) -> dict[str, Any]:
+        row["request"] = json.loads(row["request"])
+        return row
+
+    def _record_event(self, conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
+        snapshot = {k: row[k] for k in GRANT_COLUMNS if k != "reuse_key"}
+        conn.execute(
+            "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
+            (event, row["id"], row["requester"], json.dumps(snapshot, separators=(",", ":")), now),
+        )
+
+    async def create_grant(self, grant: dict[str, Any], events: list[str]) -> dict[str, Any]:
+        row = {k: grant.get(k) for k in GRANT_COLUMNS}
+        row["version"] = 1
+        stored = {**row, "request": json.dumps(row["request"], separators=(",", ":"))}
+        with self.write() as conn:
+            conn.execute(
+                f"INSERT INTO grants ({', '.join(GRANT_COLUMNS)}) VALUES ({', '.join(':' + c for c in GRANT_COLUMNS)})",  # noqa: S608 - fixed column list
+                stored,
+            )
+            for event in events:
+                self._record_event(conn, event, stored, int(grant["created_at"]))
+        return row
+
+    async def get_grant(self, grant_id: str) -> dict[str, Any] | None:
+        row = self._one("SELECT * FROM grants WHERE id = ?", (grant_id,))
+        return self._grant_row(row) if row else None
+
+    async def find_reusable_grant(self, requester: str, reuse_key: str, now: int) -> dict[str, Any] | None:
+        row = self._one(
+            """SELECT * FROM grants WHERE requester = ? AND reuse_key = ? AND status = 'approved'
+               AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at DESC LIMIT 1""",
+            (requester, reuse_key, now),
+        )
+        return self._grant_row(row) if row else None
+
+    async def list_grants(
+        self,
+        *,
+        now: int,
+        pending_cutoff: int,
+        limit: int,
+        status: str | None = None,
+        requester: str | None = None,
+        only_requester: str | None = None,
+        decider: str | None = None,
+        cursor: tuple[int, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        where = ["1 = 1"]
+        params: dict[str, Any] = {"now": now, "pending_cutoff": pending_cutoff, "limit": limit + 1}
+        if status:
+            where.append(f"({EFFECTIVE_STATUS}) = :status")
+            params["status"] = status
+        if requester:
+            where.append("requester = :requester")
+            params["requester"] = requester
+        if only_requester:
+            where.append("requester = :only_requester")
+            params["only_requester"] = only_requester
+        if decider:
+            # A person sees what they asked for and what they may decide (as an agent's owner/approver).
+            where.append(
+                "(requester = :decider OR requester IN (SELECT email FROM agents WHERE owner = :decider OR approver = :decider))"
+            )
+            params["decider"] = decider
+        if cursor:
+            where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
+            params["c_at"], params["c_id"] = cursor
+        rows = self._all(
+            f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - clauses are fixed strings
+            params,
+        )
+        return [self._grant_row(r) for r in rows[:limit]], len(rows) > limit
+
+    async def update_grant_if(
+        self,
+        grant_id: str,
+        *,
+        expect: tuple[str, ...],
+        changes: dict[str, Any],
+        event: str,
+        now: int,
+        pending_cutoff: int,
+    ) -> dict[str, Any] | None:
+        """Apply ``changes`` only if the grant's status is in ``expect`` and it has not lapsed;
+        the row count decides between concurrent callers in any process. None if it did not apply."""
+        cols = [c for c in changes if c in GRANT_CHANGEABLE]
+        values = {c: (json.dumps(changes[c], separators=(",", ":")) if c == "request" else changes[c]) for c in cols}
+        sets = ", ".join([*(f"{c} = :set_{c}" for c in cols), "version = version + 1"])
+        marks = ", ".join(f":expect_{i}" for i in range(len(expect)))
+        params: dict[str, Any] = {
+            "id": grant_id, "now": now, "pending_cutoff": pending_cutoff,
+            **{f"set_{c}": v for c, v in values.items()},
+            **{f"expect_{i}": s for i, s in enumerate(expect)},
+        }
+        with self.write() as conn:
+            row = conn.execute(
+                f"UPDATE grants SET {sets} WHERE id = :id AND status IN ({marks}) AND {NOT_LAPSED} RETURNING *",  # noqa: S608 - fixed column names
+                params,
+            ).fetchone()
+            if row is None:
+                return None
+            updated = dict(row)
+            self._record_event(conn, event, updated, now)
+        return self._grant_row(updated)
+
+    async def expire_grants(self, now: int, pending_cutoff: int, events_before: int) -> list[dict[str, Any]]:
+        """Persist the expiry of lapsed grants (one event each) and drop events older than ``events_before``."""
+        with self.write() as conn:
+            rows = [
+                dict(r)
+                for r in conn.execute(
+                    f"""UPDATE grants SET status = 'expired', version = version + 1
+                        WHERE status IN ('approved', 'pending') AND NOT ({NOT_LAPSED}) RETURNING *""",  # noqa: S608
+                    {"now": now, "pending_cutoff": pending_cutoff},
+                ).fetchall()
+            ]
+            for row in rows:
+                self._record_event(conn, "grant.expired", row, now)
+            conn.execute("DELETE FROM grant_events WHERE created_at < ?", (events_before,))
+        return [self._grant_row(r) for r in rows]
+
+    async def grant_events_after(self, seq: int, limit: int) -> list[dict[str, Any]]:
+        rows = self._all("SELECT * FROM grant_events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
+        for row in rows:
+            row["grant"] = self._grant_row(json.loads(row.pop("grant_json")))
+        return rows
+
+    async def last_grant_event_seq(self) -> int:
+        row = self.conn.execute("SELECT max(seq) FROM grant_events").fetchone()
+        return int(row[0] or 0)
+
+    # -- delegations ------------------------------------------------------------------------------
+    @staticmethod
+    def _delegation_row(row: dict[str, Any]) -> dict[str, Any]:
+        row["scopes"] = json.loads(row["scopes"])
+        return row
+
+    async def create_delegation(self, delegation: dict[str, Any]) -> dict[str, Any]:
+        row = {k: delegation.get(k) for k in DELEGATION_COLUMNS}
+        with self.write() as conn:
+            conn.execute(
+                f"INSERT INTO delegations ({', '.join(DELEGATION_COLUMNS)}) VALUES ({', '.join(':' + c for c in DELEGATION_COLUMNS)})",  # noqa: S608
+                {**row, "scopes": json.dumps(row["scopes"])},
+            )
+        return row
+
+    async def get_delegation(self, delegation_id: str) -> dict[str, Any] | None:
+        row = self._one("SELECT * FROM delegations WHERE id = ?", (delegation_id,))
+        return self._delegation_row(row) if row else None
+
+    async def list_delegations(
+        self, *, party: str | None, limit: int, cursor: tuple[int, str] | None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        where = ["1 = 1"]
+        params: dict[str, Any] = {"limit": limit + 1}
+        if party:
+            where.append("(delegator = :party OR delegate = :party)")
+            params["party"] = party
+        if cursor:
+            where.append("(created_at < :c_at OR (created_at = :c_at AND id < :c_id))")
+            params["c_at"], params["c_id"] = cursor
+        rows = self._all(
+            f"SELECT * FROM delegations WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608
+            params,
+        )
+        return [self._delegation_row(r) for r in rows[:limit]], len(rows) > limit
+
+    async def revoke_delegation(self, delegation_id: str, by: str, now: int) -> dict[str, Any] | None:
+        with self.write() as conn:
+            row = conn.execute(
+                "UPDATE delegations SET status = 'revoked', revoked_at = ?, revoked_by = ? WHERE id = ? AND status = 'active' RETURNING *",
+                (now, by, delegation_id),
+            ).fetchone()
+        return self._delegation_row(dict(row)) if row else None
+
+    async def live_delegations(self, delegate: str, now: int) -> list[dict[str, Any]]:
+        rows = self._all(
+            """SELECT * FROM delegations WHERE delegate = ? AND status = 'active'
+               AND (expires_at IS NULL OR expires_at > ?) ORDER BY created_at""",
+            (delegate, now),
+        )
+        return [self._delegation_row(r) for r in rows]
 
 
 @hookimpl

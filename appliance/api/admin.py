@@ -23,19 +23,19 @@ async def create_agent(request: Request) -> HTTPResponse:
     return json(agents.admin_view(agent), status=201)
 
 
-@bp.get("/api/admin/agents/<ident:str>")
+@bp.get("/api/admin/agents/<ident:str>", unquote=True)
 async def get_agent(request: Request, ident: str) -> HTTPResponse:
     require_admin(await principal_of(request))
     return json(agents.admin_view(await agents.find_agent(services_of(request), ident)))
 
 
-@bp.put("/api/admin/agents/<ident:str>")
+@bp.put("/api/admin/agents/<ident:str>", unquote=True)
 async def update_agent(request: Request, ident: str) -> HTTPResponse:
     require_admin(await principal_of(request))
     return json(agents.admin_view(await agents.update(services_of(request), ident, body_of(request))))
 
 
-@bp.delete("/api/admin/agents/<ident:str>")
+@bp.delete("/api/admin/agents/<ident:str>", unquote=True)
 async def delete_agent(request: Request, ident: str) -> HTTPResponse:
     require_admin(await principal_of(request))
     agent = await agents.delete(services_of(request), ident)

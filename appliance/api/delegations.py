@@ -1,0 +1,35 @@
+"""Delegation routes (D7)."""
+
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from appliance.api.common import body_of, principal_of, services_of
+from appliance.auth import require_principal
+from appliance.idp import delegations
+
+bp = Blueprint("delegations")
+
+
+@bp.post("/api/delegations")
+async def create(request: Request) -> HTTPResponse:
+    principal = require_principal(await principal_of(request))
+    return json(await delegations.create(services_of(request), principal, body_of(request)), status=201)
+
+
+@bp.get("/api/delegations")
+async def list_delegations(request: Request) -> HTTPResponse:
+    principal = require_principal(await principal_of(request))
+    return json(await delegations.list_delegations(services_of(request), principal, request.args))
+
+
+@bp.delete("/api/delegations/<delegation_id:str>", unquote=True)
+async def delete(request: Request, delegation_id: str) -> HTTPResponse:
+    principal = require_principal(await principal_of(request))
+    return json(await delegations.delete(services_of(request), principal, delegation_id))
+
+
+@bp.post("/api/delegations/<delegation_id:str>/validate", unquote=True)
+async def validate(request: Request, delegation_id: str) -> HTTPResponse:
+    return json(await delegations.validate(services_of(request), delegation_id, body_of(request, required=False)))

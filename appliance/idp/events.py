@@ -1,0 +1,99 @@
+"""Grant events for live clients (D6 Events): the database is the bus, so every process sees all.
+
+Each write that changes a grant records a row in ``grant_events`` in the same transaction.
+One ``GrantEventHub`` per server process reads new rows (at once after a local write, and every
+``grants.events_poll_ms`` for writes by other processes/nodes) and hands them to the open
+streams of that process. A stream that falls behind is closed; its client resumes with
+``Last-Event-ID`` and the backlog is replayed from the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from appliance.logs import LOGGER
+from appliance.store import Store
+
+log = logging.getLogger(LOGGER)
+
+QUEUE_SIZE = 1000
+BATCH = 500
+
+
+class Subscription:
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(QUEUE_SIZE)
+        self.overflowed = False
+
+    def offer(self, event: dict[str, Any] | None) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+
+class GrantEventHub:
+    def __init__(self, store: Store, poll_ms: int):
+        self.store = store
+        self.poll_seconds = poll_ms / 1000
+        self.subscribers: set[Subscription] = set()
+        self.last_seq = 0
+        self.closing = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="grant-event-hub")
+
+    async def close(self) -> None:
+        """Ends every open stream (so a graceful shutdown does not wait for them) and stops polling."""
+        self.closing = True
+        for sub in list(self.subscribers):
+            sub.offer(None)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def poke(self) -> None:
+        """A grant changed in this process: deliver without waiting for the next poll."""
+        self._wake.set()
+
+    @contextlib.asynccontextmanager
+    async def subscription(self) -> AsyncIterator[Subscription]:
+        if not self.subscribers:
+            # Idle hubs do not poll; start from what exists now (streams replay older events themselves).
+            self.last_seq = await self.store.last_grant_event_seq()
+        sub = Subscription()
+        self.subscribers.add(sub)
+        try:
+            yield sub
+        finally:
+            self.subscribers.discard(sub)
+
+    async def _run(self) -> None:
+        while not self.closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+            self._wake.clear()
+            if not self.subscribers:
+                continue
+            try:
+                await self._deliver()
+            except Exception:  # a storage hiccup must not end live updates for good
+                log.exception("reading grant events failed; retrying")
+                await asyncio.sleep(1)
+
+    async def _deliver(self) -> None:
+        while True:
+            rows = await self.store.grant_events_after(self.last_seq, BATCH)
+            for row in rows:
+                self.last_seq = row["seq"]
+                for sub in list(self.subscribers):
+                    sub.offer(row)
+            if len(rows) < BATCH:
+                return
