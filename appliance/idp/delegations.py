@@ -19,7 +19,7 @@ from typing import Any
 
 from appliance.auth import Principal
 from appliance.context import Services
-from appliance.errors import Problem, forbidden, not_found
+from appliance.errors import forbidden, not_found
 from appliance.idp.grants import (
     GRANT_TYPES,
     MAX_TEXT,
@@ -113,7 +113,9 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
         raise _field_error("scopes", "scopes must be an array of non-empty strings")
     if len(scopes) > MAX_SCOPES:
         raise _field_error("scopes", f"at most {MAX_SCOPES} scopes")
-    approval = body.get("approval", body.get("grant_type", "once"))
+    approval = body.get("approval")
+    if approval is None:
+        approval = body.get("grant_type", "once")  # the peer CLI sends grant_type
     if approval not in GRANT_TYPES:
         raise _field_error("approval", "approval must be one of once, timed, always")
     now = now_ms()
@@ -211,5 +213,3 @@ async def validate(services: Services, delegation_id: str, body: dict[str, Any])
         answer = {"valid": True, "delegation": view(delegation, now)}
     return answer
 
-
-__all__ = ["Problem", "covering_delegation", "covers", "create", "delete", "list_delegations", "validate"]

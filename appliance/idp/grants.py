@@ -381,8 +381,8 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
 
 def _not_pending(status: str) -> Problem:
     if status == "expired":
-        return Problem(400, "grant expired before it was decided", extra={"status": status})
-    return Problem(400, "grant already decided", extra={"status": status})
+        return Problem(400, "grant expired before it was decided", extra={"grant_status": status})
+    return Problem(400, "grant already decided", extra={"grant_status": status})
 
 
 async def _transition(
@@ -448,7 +448,7 @@ async def deny(services: Services, principal: Principal, grant_id: str, body: di
 
 
 def _not_revocable(status: str) -> Problem:
-    return Problem(400, f"grant cannot be revoked: it is {status}", extra={"status": status})
+    return Problem(400, f"grant cannot be revoked: it is {status}", extra={"grant_status": status})
 
 
 async def revoke(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -475,7 +475,7 @@ async def token(services: Services, principal: Principal, grant_id: str) -> dict
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
-        raise Problem(400, f"grant is not approved (it is {status})", extra={"status": status})
+        raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
     return {"authz_jwt": await mint_authz(services, grant), "grant": {"id": grant["id"], "status": status}}
 
 
@@ -595,7 +595,7 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
             if "authz_jwt" in answer:
                 result["authz_jwt"] = answer["authz_jwt"]
         except Problem as problem:
-            result.update(status=problem.extra.get("status"), success=False, error=problem.body())
+            result.update(status=problem.extra.get("grant_status"), success=False, error=problem.body())
         results.append(result)
     return {"results": results}
 
