@@ -371,6 +371,11 @@ def sse_events(lines: Iterator[str]) -> Iterator[dict[str, str]]:
                 event[name] = value
 
 
+def transient(exc: CliError) -> bool:
+    """A failure that goes away by itself: the IdP restarting, or a proxy in front of it."""
+    return exc.kind == "unreachable" or (exc.kind == "http" and exc.extra.get("status") in (502, 503, 504))
+
+
 class Waiter:
     """Waits for a decision: follows GET /api/grants/events, re-checks the grant with ETag polling
     after connecting and on every heartbeat, and falls back to polling when there is no stream."""
@@ -398,31 +403,45 @@ class Waiter:
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
+    def pause(self, seconds: float) -> None:
+        time.sleep(min(seconds, max(self.remaining(), 0)))
+
     def wait(self) -> dict[str, Any]:
-        grant = self.poll()
+        grant = self.poll()  # an IdP that cannot be reached at all is an error at once
         if grant.get("status") != "pending":
             return grant
         use_events = True
+        backoff = 1.0
+        outage = False
         while self.remaining() > 0:
-            if use_events:
-                try:
-                    found = self.follow_events()
-                    if found is not None:
-                        return found
-                except EventsUnavailable:
-                    use_events = False
-                    if self.progress:
-                        self.progress("no event stream; polling")
-                except httpx.HTTPError:
-                    time.sleep(min(1.0, max(self.remaining(), 0)))  # reconnect after a short pause
+            try:
+                if use_events:
+                    try:
+                        found = self.follow_events()
+                        if found is not None:
+                            return found
+                    except EventsUnavailable:
+                        use_events = False
+                        if self.progress:
+                            self.progress("no event stream; polling")
+                    except httpx.HTTPError:
+                        self.pause(1.0)  # reconnect after a short pause
+                else:
+                    self.pause(self.interval)
                 grant = self.poll()
                 if grant.get("status") != "pending":
                     return grant
-            else:
-                time.sleep(min(self.interval, max(self.remaining(), 0)))
-                grant = self.poll()
-                if grant.get("status") != "pending":
-                    return grant
+                outage, backoff = False, 1.0
+            except CliError as exc:
+                # A restarting IdP (refused connections, 502/503/504 from it or a proxy) is waited out
+                # until the deadline; anything else (401, 403, 404, ...) ends the wait.
+                if not transient(exc):
+                    raise
+                if not outage and self.progress:
+                    self.progress(f"{exc.message}; retrying until the wait times out")
+                outage = True
+                self.pause(backoff)
+                backoff = min(backoff * 2, 10.0)
         raise CliError(f"grant {self.grant_id} is still pending", kind="pending", exit_code=EXIT_PENDING,
                        grant=self.grant)
 
@@ -435,7 +454,7 @@ class Waiter:
                 raise EventsUnavailable()
             if response.status_code != 200:
                 response.read()
-                raise CliError(f"event stream: {problem_text(response)}", kind="http")
+                raise CliError(f"event stream: {problem_text(response)}", kind="http", status=response.status_code)
             # Subscribed: a decision made before this point is seen by this check, later ones as events.
             grant = self.poll()
             if grant.get("status") != "pending":
@@ -805,9 +824,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)
-    _info(args, f"grantd: grant {grant['id']} ({kind}) approved by {grant.get('decided_by') or 'delegation'}; "
-                f"running as {args.as_user or 'root'}", event="approved", id=grant["id"], grant_type=kind,
-          decided_by=grant.get("decided_by"))
+    reused = bool(grant.get("reused"))
+    _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {grant['id']} ({kind}) approved by "
+                f"{grant.get('decided_by') or 'delegation'}; running as {args.as_user or 'root'}",
+          event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
     return hand_off(token, argv, settings)
 
 
