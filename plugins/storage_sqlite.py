@@ -144,7 +144,7 @@ GRANT_COLUMNS = (
     "expires_at", "used_at", "decision_reason", "delegation_id", "revoked_by", "revoked_at", "reuse_key", "version",
 )
 GRANT_CHANGEABLE = {"request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at",
-                    "decision_reason", "delegation_id", "revoked_by", "revoked_at"}
+                    "decision_reason", "delegation_id", "revoked_by", "revoked_at", "reuse_key"}
 DELEGATION_COLUMNS = (
     "id", "delegator", "delegate", "audience", "scopes", "approval", "duration", "created_at", "expires_at",
     "status", "revoked_at", "revoked_by",

@@ -425,6 +425,7 @@ async def approve(services: Services, principal: Principal, grant_id: str, body:
         "expires_at": reader.now + duration * 1000 if grant_type == "timed" and duration else None,
         "grant_type": grant_type,
         "request": request,
+        "reuse_key": reuse_key(request),  # an approver's override changes what the grant is reusable for
     }
     updated = await _transition(
         services, grant, expect=("pending",), changes=changes, event="grant.approved", reader=reader, refuse=_not_pending
