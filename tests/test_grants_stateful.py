@@ -9,6 +9,7 @@ learns which one the server gave.
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ def run_machine(server: Server, agents: list[Agent]) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.model: dict[str, dict[str, Any]] = {}
+            # The server outlives each example: a fresh host keeps earlier examples' grants out of reuse.
+            self.host = f"host-{uuid.uuid4().hex[:12]}"
 
         def settle(self, grant: dict[str, Any], actual: str) -> None:
             allowed = possible(grant)
@@ -73,7 +76,7 @@ def run_machine(server: Server, agents: list[Agent]) -> None:
               command=st.sampled_from(range(len(COMMANDS))), duration=st.integers(1, 2))
         def create(self, who: int, grant_type: str, command: int, duration: int) -> str:
             requester = agents[who].email
-            body: dict[str, Any] = {"target_host": "h", "audience": "escapes", "grant_type": grant_type,
+            body: dict[str, Any] = {"target_host": self.host, "audience": "escapes", "grant_type": grant_type,
                                     "command": COMMANDS[command]}
             if grant_type == "timed":
                 body["duration"] = duration
