@@ -128,3 +128,11 @@ def test_a_restart_ends_streams_promptly(tmp_path: Path) -> None:
     assert srv.stop() == 0
     assert time.monotonic() - started < 10  # open streams do not hold up a graceful shutdown
     stream.close()
+
+
+def test_a_stream_ends_when_its_agent_is_disabled(live: Server, requester: Agent) -> None:
+    stream = EventReader(live, requester.token)
+    with live.admin() as http:
+        assert http.put(f"/api/admin/agents/{requester.agent_id}", json={"status": "disabled"}).status_code == 200
+    stream._thread.join(timeout=10)  # heartbeats are 1 s here; the next one finds the credential gone
+    assert not stream._thread.is_alive(), "the stream stayed open for a disabled agent"

@@ -10,7 +10,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, empty, json
 
 from appliance.api.common import body_of, principal_of, services_of
-from appliance.auth import Principal, require_principal
+from appliance.auth import Principal, principal_from_authorization, require_principal
 from appliance.context import Services
 from appliance.errors import Problem
 from appliance.idp import grants
@@ -149,6 +149,13 @@ class _Visibility:
         return self.known[requester]
 
 
+async def _still_allowed(services: Services, request: Request) -> bool:
+    try:
+        return await principal_from_authorization(services, request.headers.get("authorization")) is not None
+    except Problem:
+        return False
+
+
 @bp.get("/api/grants/events")
 async def events(request: Request) -> HTTPResponse | None:
     services = services_of(request)
@@ -178,6 +185,8 @@ async def events(request: Request) -> HTTPResponse | None:
             try:
                 item: dict[str, Any] | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
             except TimeoutError:
+                if not await _still_allowed(services, request):
+                    break  # the token expired or the agent was disabled: no more events for it
                 await response.send(": heartbeat\n\n")
                 continue
             if item is None or sub.overflowed:
