@@ -1,0 +1,152 @@
+"""Set-up before the clock runs: enrolled and signed-in agents, and the grants each operation works on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from bench.lean_http import LeanClient
+from bench.load import AgentCred, bearer, expect, grant_body
+
+T = TypeVar("T")
+SETUP_CONCURRENCY = 32
+BATCH_SIZE = 100  # the server's limit for POST /api/grants/batch
+
+
+class Connections:
+    """Keep-alive connections lent to set-up requests, one request per connection at a time."""
+
+    def __init__(self, url: str, count: int = SETUP_CONCURRENCY):
+        self._idle: asyncio.Queue[LeanClient] = asyncio.Queue()
+        for _ in range(count):
+            self._idle.put_nowait(LeanClient(url))
+
+    @asynccontextmanager
+    async def one(self) -> AsyncIterator[LeanClient]:
+        http = await self._idle.get()
+        try:
+            yield http
+        finally:
+            self._idle.put_nowait(http)
+
+    async def aclose(self) -> None:
+        while not self._idle.empty():
+            await self._idle.get_nowait().aclose()
+
+
+@asynccontextmanager
+async def connections(url: str) -> AsyncIterator[Connections]:
+    pool = Connections(url)
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
+
+
+async def gather_all(work: Iterable[Awaitable[T]]) -> list[T]:
+    """Await everything (the connections bound how many run at once), results in order."""
+    return await asyncio.gather(*work)
+
+
+# -- agents ---------------------------------------------------------------------------------------------
+
+
+def _new_key() -> tuple[bytes, str]:
+    """A raw Ed25519 private key and its public key as an OpenSSH line (what enrolment takes)."""
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return raw, public.decode()
+
+
+async def _sign_in(http: LeanClient, agent: AgentCred) -> AgentCred:
+    ident = {"agent_id": agent.agent_id}
+    challenge = expect(await http.post("/api/agent/challenge", json=ident), 200, "challenge")["challenge"]
+    answer = {**ident, "challenge": challenge, "signature": agent.sign(challenge)}
+    token = expect(await http.post("/api/agent/authenticate", json=answer), 200, "authenticate")["token"]
+    return AgentCred(agent.agent_id, agent.email, agent.private_key, token)
+
+
+async def _enroll_one(conns: Connections, management: str, number: int) -> AgentCred:
+    raw, public = _new_key()
+    email = f"bench-{os.getpid()}-{number}@example.com"
+    body = {"email": email, "name": f"bench agent {number}", "publicKey": public}
+    async with conns.one() as http:
+        answer = await http.post("/api/agent/enroll", json=body, headers=bearer(management))
+        enrolled = expect(answer, 201, "enroll")
+        return await _sign_in(http, AgentCred(enrolled["agent_id"], email, raw, ""))
+
+
+async def enroll_agents(conns: Connections, management: str, count: int) -> list[AgentCred]:
+    return await gather_all(_enroll_one(conns, management, n) for n in range(count))
+
+
+# -- grants -------------------------------------------------------------------------------------------------
+
+
+async def _create(conns: Connections, agent: AgentCred) -> tuple[AgentCred, str]:
+    async with conns.one() as http:
+        answer = await http.post("/api/grants", json=grant_body(), headers=bearer(agent.token))
+    return agent, expect(answer, 201, "create")["id"]
+
+
+async def create_grants(conns: Connections, agents: list[AgentCred], count: int) -> list[tuple[AgentCred, str]]:
+    """`count` pending once grants, requested by the agents in turn."""
+    return await gather_all(_create(conns, agent) for agent in itertools.islice(itertools.cycle(agents), count))
+
+
+async def _approve_batch(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
+    operations = [{"id": grant_id, "action": "approve"} for grant_id in grant_ids]
+    async with conns.one() as http:
+        answer = await http.post("/api/grants/batch", json={"operations": operations}, headers=bearer(management))
+    results = expect(answer, 200, "batch approve")["results"]
+    failed = [r for r in results if not r.get("success")]
+    if failed:
+        raise RuntimeError(f"set-up could not approve {len(failed)} grants, e.g. {failed[0]}")
+    return {r["id"]: r["authz_jwt"] for r in results}
+
+
+async def approve_grants(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
+    """Approve through the batch endpoint (100 a request): set-up is not what we measure, and it is
+    quicker. Returns each grant's AuthZ-JWT."""
+    chunks = [grant_ids[i:i + BATCH_SIZE] for i in range(0, len(grant_ids), BATCH_SIZE)]
+    tokens: dict[str, str] = {}
+    for answer in await gather_all(_approve_batch(conns, management, chunk) for chunk in chunks):
+        tokens.update(answer)
+    return tokens
+
+
+async def _with_etag(conns: Connections, agent: AgentCred, grant_id: str) -> tuple[str, str, str]:
+    async with conns.one() as http:
+        response = await http.get(f"/api/grants/{grant_id}", headers=bearer(agent.token))
+    expect(response, 200, "get")
+    return agent.token, grant_id, response.headers["etag"]
+
+
+# -- the pool of each operation -------------------------------------------------------------------------------
+
+POOLED_OPS = {"get_etag", "token", "verify", "approve", "consume"}
+
+
+async def pool_for(op: str, conns: Connections, management: str, agents: list[AgentCred], size: int) -> list[Any]:
+    """The items an operation works on (see bench.load: each operation's `c.pool.take()`)."""
+    if op not in POOLED_OPS:
+        return []
+    created = await create_grants(conns, agents, size)
+    if op == "approve":
+        return [grant_id for _, grant_id in created]
+    if op == "get_etag":
+        return await gather_all(_with_etag(conns, agent, grant_id) for agent, grant_id in created)
+    tokens = await approve_grants(conns, management, [grant_id for _, grant_id in created])
+    if op == "token":
+        return [(agent.token, grant_id) for agent, grant_id in created]
+    if op == "verify":
+        return [tokens[grant_id] for _, grant_id in created]
+    return [(grant_id, tokens[grant_id]) for _, grant_id in created]  # consume

@@ -1,0 +1,435 @@
+#!/usr/bin/env python3
+"""Benchmark a real grantd server (issue 3): N concurrent HTTP/1.1 keep-alive clients repeat one
+operation for a fixed time; per operation it prints requests/s, p50/p99 latency, errors and the
+peak memory of the server's process tree, for 1 and 2 server workers (SQLite).
+
+    .venv/bin/python bench/run.py                      # everything, 64 clients, 10 s per operation
+    .venv/bin/python bench/run.py --duration 5 --ops verify create --workers 2
+    .venv/bin/python bench/run.py --client-procs 2     # the load from two processes
+    .venv/bin/python bench/run.py --client httpx       # load through httpx (costly: see --help)
+    .venv/bin/python bench/run.py --profile consume    # where one operation's time goes (cProfile)
+    .venv/bin/python bench/run.py --json > figures.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the `bench` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.load import CLIENT_KINDS, USE_ONCE, AgentCred, Plan, Tally, run_async, run_plan, warm_up  # noqa: E402
+from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
+from bench.profile import print_profile  # noqa: E402
+from bench.server import (  # noqa: E402
+    MemorySampler,
+    cpu_seconds,
+    machine_busy_seconds,
+    management_token,
+    process_tree,
+    restart_profiled,
+    start_server,
+)
+
+# The aims of issue 3, at 64 concurrent clients on a 2-core machine: operations/s and p99 in ms.
+AIMS: dict[str, tuple[float, float]] = {
+    "verify": (4000, 50),
+    "create": (2500, 50),
+    "authenticate": (1500, 50),
+    "flow": (500, 50),
+}
+# create runs before approve and consume: its measured rate sizes their use-once pools.
+DEFAULT_OPS = ["healthz", "authenticate", "create", "get_etag", "token", "verify", "approve", "consume", "flow"]
+DESCRIPTIONS = {
+    "healthz": "GET /healthz (no work: the ceiling of server + load generator)",
+    "authenticate": "POST challenge + POST authenticate (one = the pair)",
+    "create": "POST /api/grants (agent token) -> 201",
+    "get_etag": "GET /api/grants/:id + If-None-Match -> 304",
+    "token": "POST /api/grants/:id/token (requester) -> AuthZ-JWT",
+    "verify": "POST /api/grants/verify -> valid",
+    "approve": "POST /api/grants/:id/approve (management token), each grant once",
+    "consume": "POST /api/grants/:id/consume (AuthZ-JWT), each once grant once",
+    "flow": "create -> approve -> token -> consume (one = the four requests)",
+}
+# With a closed loop of C clients, mean latency = C / throughput (Little's law): 500 flows/s from 64
+# clients means 128 ms a flow on average, so "p99 < 50 ms" can only be meant per request.
+LATENCY_AIM_NOTE = ("the p99 aim is checked per HTTP request: with 64 clients in a closed loop a flow (4 requests) "
+                    "takes 64 / rate on average (Little's law), 128 ms at 500 flows/s")
+FALLBACK_RATE_ESTIMATE = 1500.0  # ops/s, for sizing use-once pools when create has not been measured
+POOL_HEADROOM = 1.5
+
+
+def log(message: str) -> None:
+    """Progress goes to stderr so that --json output stays clean."""
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- results ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OpResult:
+    op: str
+    workers: int
+    clients: int
+    client_procs: int
+    operations: int
+    requests: int
+    elapsed_s: float
+    rate: float  # operations/s
+    request_rate: float
+    p50_ms: float | None  # of whole operations
+    p99_ms: float | None
+    request_p50_ms: float | None  # of single HTTP requests (differs for authenticate and flow)
+    request_p99_ms: float | None
+    errors: int
+    peak_rss_mib: float
+    server_cpu_cores: float  # mean CPU cores the server tree kept busy
+    client_cpu_cores: float  # mean CPU cores the load generator kept busy
+    other_cpu_cores: float  # mean CPU cores busy with anything else on the machine (noise)
+    idle_cpu_cores: float  # mean CPU cores left idle: capacity nobody used
+    pool_prepared: int | None = None
+    pool_exhausted_after_s: float | None = None
+    aim_rate: float | None = None
+    aim_p99_ms: float | None = None
+    meets_aim: bool | None = None
+    error_examples: list[str] = field(default_factory=list)
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not sorted_values:
+        return None
+    return sorted_values[max(0, math.ceil(fraction * len(sorted_values)) - 1)]
+
+
+@dataclass
+class CpuUse:
+    """CPU seconds spent during one measurement."""
+
+    server: float
+    machine: float
+
+
+def summarize(op: str, workers: int, args: argparse.Namespace, tally: Tally, start_at: float,
+              peak_mib: float, cpu: CpuUse, pool: int | None) -> OpResult:
+    deadline = start_at + args.duration
+    elapsed = max(tally.finished_at, tally.exhausted_at or deadline) - start_at
+    latencies = sorted(tally.latencies_ms)
+    request_latencies = sorted(tally.request_latencies_ms)
+    aim = AIMS.get(op)
+    result = OpResult(
+        op=op, workers=workers, clients=args.clients, client_procs=args.client_procs,
+        operations=len(latencies), requests=len(request_latencies), elapsed_s=round(elapsed, 2),
+        rate=round(len(latencies) / elapsed, 1), request_rate=round(len(request_latencies) / elapsed, 1),
+        p50_ms=_round(percentile(latencies, 0.50)), p99_ms=_round(percentile(latencies, 0.99)),
+        request_p50_ms=_round(percentile(request_latencies, 0.50)),
+        request_p99_ms=_round(percentile(request_latencies, 0.99)),
+        errors=sum(tally.errors.values()), peak_rss_mib=round(peak_mib, 1),
+        server_cpu_cores=round(cpu.server / elapsed, 2), client_cpu_cores=round(tally.client_cpu_s / elapsed, 2),
+        other_cpu_cores=round(max(0.0, cpu.machine - cpu.server - tally.client_cpu_s) / elapsed, 2),
+        idle_cpu_cores=round(max(0.0, (os.cpu_count() or 1) - cpu.machine / elapsed), 2),
+        pool_prepared=pool, error_examples=[f"{n} x {text}" for text, n in tally.errors.most_common(3)],
+    )
+    if tally.exhausted_at is not None:
+        result.pool_exhausted_after_s = round(tally.exhausted_at - start_at, 2)
+    if aim:
+        result.aim_rate, result.aim_p99_ms = aim
+        p99 = result.request_p99_ms or math.inf  # see LATENCY_AIM_NOTE
+        result.meets_aim = result.rate >= aim[0] and p99 < aim[1] and not result.errors
+    return result
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+# -- one measured operation -----------------------------------------------------------------------------------
+
+
+def _split(count: int, parts: int) -> list[range]:
+    """`count` indices cut into `parts` contiguous, nearly equal ranges."""
+    bounds = [count * i // parts for i in range(parts + 1)]
+    return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+def make_plans(op: str, url: str, token: str, agents: list[AgentCred], items: list[Any],
+               args: argparse.Namespace, start_at: float) -> list[Plan]:
+    """One plan per load process: its clients, their agents (client i keeps agent i mod K across
+    processes) and its share of the pool (use-once items are never shared between processes)."""
+    plans = []
+    item_ranges = _split(len(items), args.client_procs)
+    for proc, clients in enumerate(_split(args.clients, args.client_procs)):
+        if not clients:
+            continue
+        offset = clients.start % len(agents)
+        share = [items[i] for i in item_ranges[proc]] if op in USE_ONCE else items[proc::args.client_procs]
+        plans.append(Plan(op, url, len(clients), start_at, args.duration, token,
+                          agents[offset:] + agents[:offset], share, args.client))
+    return plans
+
+
+def run_load(plans: list[Plan], executor: Executor | None) -> Tally:
+    tally = Tally()
+    tallies = [run_plan(plans[0])] if executor is None else list(executor.map(run_plan, plans))
+    for part in tallies:
+        tally.merge(part)
+    return tally
+
+
+def measure(op: str, server: Any, workers: int, agents: list[AgentCred], items: list[Any],
+            args: argparse.Namespace, executor: Executor | None) -> OpResult:
+    # The clock starts a moment ahead, so every load process has opened its connections by then.
+    start_at = time.time() + (2.0 if executor else 0.5)
+    plans = make_plans(op, server.url, management_token(server), agents, items, args, start_at)
+    tree = process_tree(server.proc.pid)
+    snapshots: list[CpuUse] = []
+    # CPU is counted from the moment the clock starts, not while the clients connect; the timer
+    # thread takes that reading while this thread may be running the load itself.
+    start_reading = threading.Timer(max(0.0, start_at - time.time()),
+                                    lambda: snapshots.append(CpuUse(cpu_seconds(tree), machine_busy_seconds())))
+    start_reading.start()
+    with MemorySampler(server.proc.pid) as memory:
+        tally = run_load(plans, executor)
+    start_reading.join()
+    before = snapshots[0]
+    cpu = CpuUse(cpu_seconds(tree) - before.server, machine_busy_seconds() - before.machine)
+    pool = len(items) if op in USE_ONCE else None
+    return summarize(op, workers, args, tally, start_at, memory.peak_mib, cpu, pool)
+
+
+# -- set-up --------------------------------------------------------------------------------------------------
+
+
+def pool_size(op: str, args: argparse.Namespace, measured: dict[str, float]) -> int:
+    """Use-once pools must last the whole run: the expected rate x duration, with headroom. The rate
+    is guessed from create (approve and consume are writes of the same size). Reusable pools are
+    fixed: enough distinct grants/tokens that nothing is served from a single hot row."""
+    if op not in USE_ONCE:
+        return args.reuse_pool
+    if args.pool_size:
+        return int(args.pool_size)
+    estimate = max(measured.get("create", 0.0), measured.get("approve", 0.0)) or FALLBACK_RATE_ESTIMATE
+    return max(500, min(args.max_pool, math.ceil(estimate * args.duration * POOL_HEADROOM)))
+
+
+async def _enroll(server: Any, count: int) -> list[AgentCred]:
+    async with connections(server.url) as conns:
+        return await enroll_agents(conns, management_token(server), count)
+
+
+async def _prepare(server: Any, op: str, agents: list[AgentCred], size: int) -> list[Any]:
+    async with connections(server.url) as conns:
+        return await pool_for(op, conns, management_token(server), agents, size)
+
+
+def enroll(server: Any, count: int) -> list[AgentCred]:
+    return run_async(_enroll(server, count))  # type: ignore[no-any-return]
+
+
+def prepare_pool(server: Any, op: str, agents: list[AgentCred], size: int) -> list[Any]:
+    if op not in POOLED_OPS:
+        return []
+    started = time.monotonic()
+    items: list[Any] = run_async(_prepare(server, op, agents, size))
+    log(f"    prepared {len(items)} grants for {op} in {time.monotonic() - started:.1f} s")
+    return items
+
+
+@contextmanager
+def client_processes(count: int) -> Iterator[Executor | None]:
+    """Load processes that live as long as one server; spawned, not forked: the parent runs a
+    memory-sampling thread, and forking a threaded process is unsafe."""
+    if count <= 1:
+        yield None
+        return
+    with ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("spawn")) as executor:
+        # as many overlapping sleeps as processes: every process is started (and has imported the
+        # load code) before the first measurement gives it two seconds to connect
+        list(executor.map(warm_up, [0.5] * count))
+        yield executor
+
+
+def bench_workers(workers: int, args: argparse.Namespace) -> list[OpResult]:
+    results: list[OpResult] = []
+    measured: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp:
+        server = start_server(Path(tmp) / f"workers-{workers}", workers)
+        try:
+            log(f"server with {workers} worker(s) at {server.url}; enrolling {args.agents} agents")
+            agents = enroll(server, args.agents)
+            with client_processes(args.client_procs) as executor:
+                for op in args.ops:
+                    items = prepare_pool(server, op, agents, pool_size(op, args, measured))
+                    log(f"  {op}: {args.duration:g} s with {args.clients} clients")
+                    result = measure(op, server, workers, agents, items, args, executor)
+                    measured[op] = result.rate
+                    results.append(result)
+                    log(f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors")
+        finally:
+            server.stop()
+    return results
+
+
+# -- report ------------------------------------------------------------------------------------------------------
+
+
+def machine_facts() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {
+        "cpu_cores": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _notes(r: OpResult) -> str:
+    notes = []
+    if r.op in ("authenticate", "flow"):
+        notes.append(f"{r.request_rate:,.0f} req/s")
+    if r.pool_prepared is not None:
+        used = f"{r.operations:,} of {r.pool_prepared:,} used"
+        ran_out = f", ran out at {r.pool_exhausted_after_s:g} s" if r.pool_exhausted_after_s is not None else ""
+        notes.append(used + ran_out)
+    if r.error_examples:
+        notes.append("errors: " + "; ".join(r.error_examples))
+    return "; ".join(notes)
+
+
+def print_table(workers: int, results: list[OpResult]) -> None:
+    print(f"\n== {workers} server worker(s) ==")
+    header = (f"{'operation':<13}{'ops/s':>8}{'aim':>7}{'p50 ms':>8}{'p99 ms':>8}{'req p99':>8}{'aim':>5}{'met':>5}"
+              f"{'errors':>7}{'peak MiB':>9}{'CPU: srv':>9}{'load':>5}{'other':>6}{'idle':>5}  notes")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        met = "-" if r.meets_aim is None else ("yes" if r.meets_aim else "NO")
+        aim_rate = "-" if r.aim_rate is None else f"{r.aim_rate:,.0f}"
+        aim_p99 = "-" if r.aim_p99_ms is None else f"<{r.aim_p99_ms:g}"
+        print(f"{r.op:<13}{_cell(r.rate, 0):>8}{aim_rate:>7}{_cell(r.p50_ms):>8}{_cell(r.p99_ms):>8}"
+              f"{_cell(r.request_p99_ms):>8}{aim_p99:>5}{met:>5}{r.errors:>7}{_cell(r.peak_rss_mib):>9}"
+              f"{r.server_cpu_cores:>9.2f}{r.client_cpu_cores:>5.1f}{r.other_cpu_cores:>6.1f}{r.idle_cpu_cores:>5.1f}"
+              f"  {_notes(r)}")
+
+
+def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[OpResult]) -> None:
+    print(f"grantd benchmark - {facts['cpu_cores']} cores ({facts['cpu_model']}), {facts['implementation']} "
+          f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}")
+    print(f"{args.clients} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
+          f"{args.client_procs} load process(es)), {args.duration:g} s per operation, SQLite, access log off")
+    for op in args.ops:
+        print(f"  {op:<13}{DESCRIPTIONS[op]}")
+    for workers in args.workers:
+        print_table(workers, [r for r in results if r.workers == workers])
+    print(f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE}).")
+    print("p50/p99 ms: whole operation; req p99: single HTTP requests (they differ for authenticate and flow).")
+    print("CPU: mean cores kept busy during the run by the server's process tree (srv), the load generator")
+    print("(load) and everything else on the machine (other), and the cores left idle. The load generator")
+    print("shares the cores with the server, and 'other' is work of other people on a shared machine: when")
+    print("it is high the figures are low and noisy (compare runs, not single numbers). Idle cores while")
+    print("the rate is short of the aim mean the server waits (on SQLite's lock, say) rather than computes.")
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (default 64)")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per operation (default 10)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="server worker counts (default 1 2)")
+    parser.add_argument("--ops", nargs="+", choices=DEFAULT_OPS, default=DEFAULT_OPS, metavar="OP",
+                        help=f"operations to measure, in order (default all: {' '.join(DEFAULT_OPS)})")
+    parser.add_argument("--client", choices=CLIENT_KINDS, default="lean",
+                        help="HTTP client of the load: lean (default; a minimal keep-alive client) or httpx "
+                             "(~1 ms CPU a request: it caps the figures near 900/s on this machine)")
+    parser.add_argument("--client-procs", type=int, default=1,
+                        help="load generator processes sharing the clients (default 1)")
+    parser.add_argument("--agents", type=int, help="agents to enroll (default: one per client)")
+    parser.add_argument("--pool-size", type=int, help="grants prepared for approve/consume (default: create rate x duration x 1.5)")
+    parser.add_argument("--max-pool", type=int, default=60_000, help="cap on the automatic pool size (default 60000)")
+    parser.add_argument("--reuse-pool", type=int, default=1024,
+                        help="distinct grants/tokens for get_etag, token, verify (default 1024)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
+    parser.add_argument("--profile", choices=DEFAULT_OPS, metavar="OP",
+                        help="run OP against one server worker under cProfile and print where the time goes")
+    parser.add_argument("--profile-out", type=Path, help="where to keep the cProfile file (default: a temp file)")
+    parser.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
+    args = parser.parse_args(argv)
+    args.agents = args.agents or args.clients
+    if min(args.clients, args.client_procs, args.agents, *args.workers) < 1 or args.duration <= 0:
+        parser.error("counts and the duration must be positive")
+    if args.client_procs > args.clients:
+        parser.error("--client-procs may not exceed --clients")
+    return args
+
+
+def profile(args: argparse.Namespace) -> None:
+    """Set up on a plain server, then restart it under cProfile and measure one operation."""
+    op = args.profile
+    out = args.profile_out or Path(tempfile.gettempdir()) / f"grantd-bench-{op}.prof"
+    out.unlink(missing_ok=True)  # so that the existence check below proves this run wrote it
+    with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp:
+        server = start_server(Path(tmp) / "profiled", 1)
+        try:
+            agents = enroll(server, args.agents)
+            items = prepare_pool(server, op, agents, pool_size(op, args, {}))
+            server = restart_profiled(server, out)
+            log(f"  {op} under cProfile: {args.duration:g} s with {args.clients} clients")
+            with client_processes(args.client_procs) as executor:
+                result = measure(op, server, 1, agents, items, args, executor)
+        finally:
+            code = server.stop()  # SIGTERM: Sanic stops gracefully and cProfile writes its file on exit
+    if not out.exists():
+        raise SystemExit(f"the profiled server (exit {code}) did not write {out}")
+    print(f"{op} under cProfile (slower than without): {result.rate:,.0f}/s, p50 {result.p50_ms} ms, "
+          f"p99 {result.p99_ms} ms, {result.errors} errors; profile in {out}")
+    print_profile(out, args.top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.profile:
+        profile(args)
+        return 0
+    facts = machine_facts()
+    results = [r for workers in args.workers for r in bench_workers(workers, args)]
+    if args.json:
+        print(json.dumps({"machine": facts, "settings": {k: str(v) if isinstance(v, Path) else v
+                                                         for k, v in vars(args).items()},
+                          "results": [asdict(r) for r in results]}, indent=2))
+    else:
+        print_report(facts, args, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
