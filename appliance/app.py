@@ -95,6 +95,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     @app.after_server_start
     async def start_background_work(app: Sanic) -> None:
         services = app.ctx.services
+        services.store.serving()
         hub = GrantEventHub(services.store, config.grants.events_poll_ms)
         hub.start()
         services.extras["events"] = hub

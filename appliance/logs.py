@@ -44,10 +44,20 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class DropUnreadEmptyBodies(logging.Filter):
+    """Sanic logs an ERROR for every GET that carries `Content-Length: 0` ("body not consumed"),
+    which some HTTP clients always send. Nothing is wrong with such a request; the line would only
+    flood the log (and cost a formatted record per request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "sanic.error" and str(record.msg).endswith("body not consumed."))
+
+
 def log_config(level: str, fmt: str) -> dict[str, Any]:
     """A logging.config dict for grantd and Sanic's own loggers (Sanic applies it per process)."""
     formatter = {"()": f"appliance.logs.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
-    handler = {"class": "logging.StreamHandler", "formatter": "grantd", "stream": "ext://sys.stderr"}
+    handler = {"class": "logging.StreamHandler", "formatter": "grantd", "stream": "ext://sys.stderr",
+               "filters": ["unread_bodies"]}
     lvl = level.upper()
     loggers = {
         name: {"level": lvl, "handlers": ["console"], "propagate": False}
@@ -58,6 +68,7 @@ def log_config(level: str, fmt: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"grantd": formatter},
+        "filters": {"unread_bodies": {"()": "appliance.logs.DropUnreadEmptyBodies"}},
         "handlers": {"console": handler},
         "loggers": loggers,
     }

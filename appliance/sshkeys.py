@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 
@@ -44,7 +45,9 @@ def parse_public_key(text: str) -> tuple[Ed25519PublicKey, str, str]:
     return key, f"{parts[0]} {parts[1]}", fingerprint
 
 
+@functools.lru_cache(maxsize=4096)
 def load_public_key(normalized: str) -> Ed25519PublicKey:
+    """The key object of an enrolled key line (cached: agents sign in again and again)."""
     key = serialization.load_ssh_public_key(normalized.encode())
     assert isinstance(key, Ed25519PublicKey)
     return key

@@ -35,6 +35,10 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
+    def serving(self) -> None:
+        """This process starts serving requests: a backend may start background work
+        (the SQLite one checkpoints its WAL off the event loop). ``close`` stops it."""
+
     def schema_version(self) -> int: ...
 
     async def backup(self, target: str) -> None:

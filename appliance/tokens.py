@@ -24,10 +24,12 @@ async def mint(keyring: KeyRing, claims: dict[str, Any]) -> str:
 async def verify(
     keyring: KeyRing, token: str, *, issuer: str, audience: str | None, leeway: int = 0
 ) -> dict[str, Any]:
-    try:
-        header = jwt.get_unverified_header(token)
-    except jwt.PyJWTError:
-        raise TokenError("malformed token") from None
+    header = _known_headers.get(token.partition(".")[0])
+    if header is None:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise TokenError("malformed token") from None
     if header.get("alg") != "EdDSA" or not isinstance(header.get("kid"), str):
         raise TokenError("unsupported token algorithm or missing kid")
     public = await keyring.verification_key(header["kid"])
@@ -35,7 +37,7 @@ async def verify(
         raise TokenError("unknown signing key")
     options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None}
     try:
-        return jwt.decode(
+        claims = jwt.decode(
             token, public, algorithms=["EdDSA"], issuer=issuer, audience=audience, options=options, leeway=leeway
         )
     except jwt.ExpiredSignatureError:
@@ -48,6 +50,20 @@ async def verify(
         raise TokenError("bad signature") from None
     except jwt.PyJWTError as exc:
         raise TokenError(f"invalid token: {exc}") from None
+    _remember_header(token.partition(".")[0], header)
+    return claims
+
+
+# Every token we sign with one key has the same header segment; parsing it separately costs a
+# full pass over the token in PyJWT. Only headers of tokens that verified are remembered, so the
+# table holds one entry per signing key and cannot be filled by strangers.
+_known_headers: dict[str, dict[str, Any]] = {}
+_MAX_KNOWN_HEADERS = 64
+
+
+def _remember_header(segment: str, header: dict[str, Any]) -> None:
+    if segment not in _known_headers and len(_known_headers) < _MAX_KNOWN_HEADERS:
+        _known_headers[segment] = header
 
 
 def new_jti() -> str:

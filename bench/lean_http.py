@@ -54,7 +54,9 @@ class LeanClient:
     async def request(self, method: str, path: str, *, json: Any = None,
                       headers: dict[str, str] | None = None) -> Response:
         body = b"" if json is None else jsonlib.dumps(json).encode()
-        head = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}", f"Content-Length: {len(body)}"]
+        head = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}"]
+        if method != "GET":  # like curl and browsers: no Content-Length on a GET without a body
+            head.append(f"Content-Length: {len(body)}")
         if json is not None:
             head.append("Content-Type: application/json")
         head.extend(f"{name}: {value}" for name, value in (headers or {}).items())

@@ -9,11 +9,13 @@ everything single-use is decided by a conditional DELETE/UPDATE and its row coun
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from appliance.hookspecs import hookimpl
 from appliance.store import Conflict
 
 BUSY_TIMEOUT_MS = 10_000
+CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
 
 
 def _now_ms() -> int:
@@ -158,14 +161,24 @@ class SQLiteStore:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        # Reads (and the startup migration) use `conn`, which may wait in SQLite's busy handler.
+        # Server writes use `wconn`, which never waits there: SQLite's busy handler sleeps in the
+        # calling thread, i.e. it would stop this process's event loop while another process
+        # holds the write lock. `awrite` waits with asyncio.sleep instead.
+        self.conn = self._connect(BUSY_TIMEOUT_MS)
+        self.wconn = self.conn if self.path == ":memory:" else self._connect(0)
+        self.db = sqlite_utils.Database(self.conn, execute_plugins=False)
+        self._checkpointer: threading.Thread | None = None
+        self._stop_checkpoints = threading.Event()
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        self.conn = conn
-        self.db = sqlite_utils.Database(conn, execute_plugins=False)
+        return conn
 
     # -- plumbing ---------------------------------------------------------------------------------
     @contextmanager
@@ -179,6 +192,52 @@ class SQLiteStore:
             raise
         else:
             self.conn.execute("COMMIT")
+
+    @asynccontextmanager
+    async def awrite(self) -> AsyncIterator[sqlite3.Connection]:
+        """One write transaction for the server: waits for the write lock without blocking the
+        event loop. The body must not await, so nothing else in this process interleaves."""
+        delay = 0.0002
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                self.wconn.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.005)
+        try:
+            yield self.wconn
+        except BaseException:
+            self.wconn.execute("ROLLBACK")
+            raise
+        else:
+            self.wconn.execute("COMMIT")
+
+    def serving(self) -> None:
+        """A server process starts: checkpoint the WAL in a background thread instead of inside
+        whichever commit crosses the auto-checkpoint threshold (an fsync on the event loop)."""
+        if self._checkpointer is not None or self.path == ":memory:":
+            return
+        for conn in (self.conn, self.wconn):
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True)
+        self._checkpointer.start()
+
+    def _checkpoint_loop(self) -> None:
+        conn = self._connect(0)
+        try:
+            while not self._stop_checkpoints.wait(CHECKPOINT_INTERVAL):
+                try:
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    continue  # busy with another process's checkpoint: next round
+        finally:
+            conn.close()
 
     def _one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> dict[str, Any] | None:
         row = self.conn.execute(sql, params).fetchone()
@@ -221,6 +280,11 @@ class SQLiteStore:
         return True
 
     def close(self) -> None:
+        self._stop_checkpoints.set()
+        if self._checkpointer is not None:
+            self._checkpointer.join(timeout=5)
+        if self.wconn is not self.conn:
+            self.wconn.close()
         self.conn.close()
 
     async def backup(self, target: str) -> None:
@@ -248,21 +312,21 @@ class SQLiteStore:
         )
 
     async def add_first_signing_key(self, key: dict[str, Any]) -> bool:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             if conn.execute("SELECT 1 FROM signing_keys WHERE retired_at IS NULL").fetchone():
                 return False
             self._insert_key(conn, key)
             return True
 
     async def rotate_signing_key(self, key: dict[str, Any], now: int) -> list[str]:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             retired = [r[0] for r in conn.execute("SELECT kid FROM signing_keys WHERE retired_at IS NULL")]
             conn.execute("UPDATE signing_keys SET retired_at = ? WHERE retired_at IS NULL", (now,))
             self._insert_key(conn, key)
         return retired
 
     async def drop_signing_keys_retired_before(self, cutoff: int) -> int:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             return conn.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < ?", (cutoff,)).rowcount
 
     # -- agents -----------------------------------------------------------------------------------
@@ -277,7 +341,7 @@ class SQLiteStore:
 
     async def create_agent(self, agent: dict[str, Any]) -> dict[str, Any]:
         try:
-            with self.write() as conn:
+            async with self.awrite() as conn:
                 conn.execute(
                     """INSERT INTO agents (agent_id, email, name, public_key, key_id, owner, approver, status,
                        created_at, updated_at) VALUES (:agent_id, :email, :name, :public_key, :key_id, :owner,
@@ -302,7 +366,7 @@ class SQLiteStore:
         allowed = {"name", "public_key", "key_id", "owner", "approver", "status", "updated_at"}
         cols = [c for c in changes if c in allowed]
         try:
-            with self.write() as conn:
+            async with self.awrite() as conn:
                 if cols:
                     sets = ", ".join(f"{c} = :{c}" for c in cols)
                     conn.execute(
@@ -316,13 +380,13 @@ class SQLiteStore:
         return await self.get_agent(agent_id)
 
     async def delete_agent(self, agent_id: str) -> bool:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             conn.execute("DELETE FROM challenges WHERE agent_id = ?", (agent_id,))
             return conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,)).rowcount == 1
 
     # -- challenges -------------------------------------------------------------------------------
     async def create_challenge(self, challenge: str, agent_id: str, expires_at: int) -> None:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             conn.execute("DELETE FROM challenges WHERE expires_at < ?", (_now_ms() - 60_000,))
             conn.execute(
                 "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (?, ?, ?)",
@@ -332,7 +396,7 @@ class SQLiteStore:
     async def take_challenge(self, challenge: str, agent_id: str) -> int | None:
         # The DELETE decides who wins: of any number of concurrent takers in any process,
         # exactly one sees the row.
-        with self.write() as conn:
+        async with self.awrite() as conn:
             row = conn.execute(
                 "DELETE FROM challenges WHERE challenge = ? AND agent_id = ? RETURNING expires_at",
                 (challenge, agent_id),
@@ -357,7 +421,7 @@ class SQLiteStore:
         row = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         stored = {**row, "request": json.dumps(row["request"], separators=(",", ":"))}
-        with self.write() as conn:
+        async with self.awrite() as conn:
             conn.execute(
                 f"INSERT INTO grants ({', '.join(GRANT_COLUMNS)}) VALUES ({', '.join(':' + c for c in GRANT_COLUMNS)})",  # noqa: S608 - fixed column list
                 stored,
@@ -437,7 +501,7 @@ class SQLiteStore:
             **{f"set_{c}": v for c, v in values.items()},
             **{f"expect_{i}": s for i, s in enumerate(expect)},
         }
-        with self.write() as conn:
+        async with self.awrite() as conn:
             row = conn.execute(
                 f"UPDATE grants SET {sets} WHERE id = :id AND status IN ({marks}) AND {NOT_LAPSED} RETURNING *",  # noqa: S608 - fixed column names
                 params,
@@ -450,7 +514,7 @@ class SQLiteStore:
 
     async def expire_grants(self, now: int, pending_cutoff: int, events_before: int) -> list[dict[str, Any]]:
         """Persist the expiry of lapsed grants (one event each) and drop events older than ``events_before``."""
-        with self.write() as conn:
+        async with self.awrite() as conn:
             rows = [
                 dict(r)
                 for r in conn.execute(
@@ -482,7 +546,7 @@ class SQLiteStore:
 
     async def create_delegation(self, delegation: dict[str, Any]) -> dict[str, Any]:
         row = {k: delegation.get(k) for k in DELEGATION_COLUMNS}
-        with self.write() as conn:
+        async with self.awrite() as conn:
             conn.execute(
                 f"INSERT INTO delegations ({', '.join(DELEGATION_COLUMNS)}) VALUES ({', '.join(':' + c for c in DELEGATION_COLUMNS)})",  # noqa: S608
                 {**row, "scopes": json.dumps(row["scopes"])},
@@ -511,7 +575,7 @@ class SQLiteStore:
         return [self._delegation_row(r) for r in rows[:limit]], len(rows) > limit
 
     async def revoke_delegation(self, delegation_id: str, by: str, now: int) -> dict[str, Any] | None:
-        with self.write() as conn:
+        async with self.awrite() as conn:
             row = conn.execute(
                 "UPDATE delegations SET status = 'revoked', revoked_at = ?, revoked_by = ? WHERE id = ? AND status = 'active' RETURNING *",
                 (now, by, delegation_id),

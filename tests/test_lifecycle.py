@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,3 +102,15 @@ def test_one_challenge_is_single_use_across_two_server_processes(server_factory,
 def test_python_m_appliance_is_the_grantd_command():
     out = subprocess.run([sys.executable, "-m", "appliance", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.startswith("grantd ")
+
+
+def test_a_get_with_an_empty_body_is_not_an_error_in_the_log(server):
+    # Some HTTP clients send Content-Length: 0 on every GET; Sanic would log an ERROR for each.
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200")
+    time.sleep(0.2)
+    assert "body not consumed" not in server.log()
