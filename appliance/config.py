@@ -165,6 +165,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "plugins": {
         "modules": Key(list, [], "Extra plugin modules to import and register (importable names).", item_kind=str),
+        "paths": Key(
+            list, [], "Directories to import those modules from (relative to this file; not writable by others). "
+            "The bundle ignores PYTHONPATH, so this is how it finds site plugins.", item_kind=str,
+        ),
     },
 }
 

@@ -2,7 +2,7 @@
 
     sudo -n grantd elevate [--config FILE] (--grant-stdin | --grant-fd N | --grant-file F | --grant JWT) -- CMD ARGS...
 
-It runs as root through a narrow sudoers rule (packaging/sudoers.d/grantd-elevate), never setuid.
+It runs as root through a narrow sudoers rule (packaging/sudoers.grantd, installed by packaging/install), never setuid.
 Order of work, every step fail-closed:
 
   1. must be root; config (/etc/grantd/elevate.toml) root-owned, not group/world-writable;

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import stat
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from appliance.config import Config
 
 # Built-ins are imported and registered by name: a frozen bundle does not see entry points,
-# and PyInstaller finds these imports through appliance/_builtin_imports.py.
+# and packaging/grantd.spec collects every module of the plugins package.
 BUILTIN_PLUGINS = (
     "plugins.storage_sqlite",
     "plugins.federation_oidc",
@@ -53,6 +55,24 @@ def _dist_version(module: Any) -> str:
     return "unknown"
 
 
+def _add_plugin_paths(config: Config) -> list[str]:
+    """Make `[plugins] paths` importable. A directory others may write to would let them run code
+    in the server (often root), so it is refused, as is a missing one."""
+    problems = []
+    for raw in config.plugins.paths:
+        directory = config.resolve_path(raw).resolve()
+        if not directory.is_dir():
+            problems.append(f"plugins.paths: {raw!r} is not a directory")
+            continue
+        mode = directory.stat().st_mode
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            problems.append(f"plugins.paths: {raw!r} is writable by other users; refusing to import from it")
+            continue
+        if str(directory) not in sys.path:
+            sys.path.append(str(directory))  # after our own packages: a site plugin cannot shadow them
+    return problems
+
+
 def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[str, ...] = ()) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -64,7 +84,7 @@ def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[s
     for name, _ in pm.list_name_plugin():
         pm._grantd_sources.setdefault(name, "entry point")  # type: ignore[attr-defined]
     modules = list(config.plugins.modules) if config else []
-    problems = []
+    problems = _add_plugin_paths(config) if config else []
     for module_name in [*modules, *extra_modules]:
         if pm.has_plugin(module_name):
             continue

@@ -200,6 +200,24 @@ def test_pythonpath_cannot_add_plugins_or_code_to_the_bundle(bundle, tmp_path):
 # -- a server from the bundle ----------------------------------------------------------------------
 
 
+def test_plugin_paths_load_a_site_plugin_inside_the_bundle(bundle, tmp_path):
+    """What PYTHONPATH cannot do, `[plugins] paths` (from the root-owned config) does."""
+    site = tmp_path / "site"
+    site.mkdir(mode=0o755)
+    (site / "sample_plugin.py").write_text((TESTS / "plugins" / "sample_plugin.py").read_text())
+    srv = make_server(tmp_path / "srv", extra=f'[plugins]\nmodules = ["sample_plugin"]\npaths = ["{site}"]\n',
+                      command=[str(bundle)], env=clean_env())
+    listed = json.loads(run(bundle, "plugins", "--json", "--config", str(srv.config_path), env=clean_env()).stdout)
+    assert {p["name"]: p for p in listed}["sample_plugin"]["hooks"] == ["register_routes", "startup"]
+    srv.start()
+    try:
+        with srv.client() as http:
+            assert http.get("/sample-plugin/ping").json() == {"plugin": "sample", "issuer": srv.url}
+        assert (srv.directory / "sample-plugin-started").read_text().strip().isdigit()
+    finally:
+        srv.stop()
+
+
 def test_config_init_writes_a_config_the_bundle_serves(bundle, tmp_path):
     directory = tmp_path / "fresh"
     directory.mkdir()

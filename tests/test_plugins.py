@@ -86,3 +86,28 @@ def test_every_hook_spec_is_documented_and_tested():
     for name in specs:
         assert re.search(rf"^#+ `{name}", guide, re.M), f"docs/plugins.md has no section for {name}"
         assert name in tests_text, f"no test mentions the hook {name}"
+
+
+def test_plugin_paths_make_a_site_plugin_importable_without_pythonpath(server_factory, tmp_path):
+    site = tmp_path / "site-plugins"
+    site.mkdir(mode=0o755)
+    (site / "site_plugin_x.py").write_text((ROOT / "tests" / "plugins" / "sample_plugin.py").read_text())
+    srv = server_factory(extra=f'[plugins]\nmodules = ["site_plugin_x"]\npaths = ["{site}"]\n')
+    srv.env["PYTHONPATH"] = str(ROOT)  # not the plugin's directory
+    srv.start()
+    with srv.client() as http:
+        assert http.get("/sample-plugin/ping").status_code == 200
+
+
+@pytest.mark.parametrize("mode", [0o775, 0o777])
+def test_plugin_paths_others_can_write_to_are_refused(tmp_path, mode):
+    site = tmp_path / "open"
+    site.mkdir()
+    site.chmod(mode)
+    config = validate({"version": 1, "admin": {"management_token": "x" * 20},
+                       "plugins": {"modules": [], "paths": [str(site)]}})
+    with pytest.raises(ConfigError, match="writable by other users"):
+        build_plugin_manager(config)
+    missing = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"paths": [str(tmp_path / "no")]}})
+    with pytest.raises(ConfigError, match="not a directory"):
+        build_plugin_manager(missing)
