@@ -168,6 +168,7 @@ class SQLiteStore:
         self.conn = self._connect(BUSY_TIMEOUT_MS)
         self.wconn = self.conn if self.path == ":memory:" else self._connect(0)
         self.db = sqlite_utils.Database(self.conn, execute_plugins=False)
+        self._write_queue = asyncio.Lock()
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 
@@ -197,19 +198,8 @@ class SQLiteStore:
     async def awrite(self) -> AsyncIterator[sqlite3.Connection]:
         """One write transaction for the server: waits for the write lock without blocking the
         event loop. The body must not await, so nothing else in this process interleaves."""
-        delay = 0.0002
-        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-        while True:
-            try:
-                self.wconn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.005)
+        if self._write_queue.locked() or not self._try_begin():
+            await self._begin_queued()
         try:
             yield self.wconn
         except BaseException:
@@ -217,6 +207,28 @@ class SQLiteStore:
             raise
         else:
             self.wconn.execute("COMMIT")
+
+    def _try_begin(self) -> bool:
+        try:
+            self.wconn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            return False
+        return True
+
+    async def _begin_queued(self) -> None:
+        """Another process holds SQLite's write lock (for tens of microseconds at a time). This
+        process's waiting writers queue in FIFO order and only the head polls; when every waiter
+        polled on its own, some lost the race again and again (p99 of hundreds of ms)."""
+        async with self._write_queue:
+            delay = 0.0001
+            deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+            while not self._try_begin():
+                if time.monotonic() > deadline:
+                    raise sqlite3.OperationalError(f"database is locked (waited {BUSY_TIMEOUT_MS} ms)")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.001)
 
     def serving(self) -> None:
         """A server process starts: checkpoint the WAL in a background thread instead of inside
