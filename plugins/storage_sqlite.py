@@ -96,6 +96,7 @@ def _m2_grants(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX grants_requester ON grants (requester, created_at DESC)")
     db.execute("CREATE INDEX grants_created ON grants (created_at DESC, id DESC)")
     db.execute("CREATE INDEX grants_status ON grants (status, created_at)")
+    db.execute("CREATE INDEX grants_lapse ON grants (status, expires_at)")
     db.execute("CREATE INDEX grants_reuse ON grants (requester, reuse_key, status)")
     # Every change of a grant, in commit order: the source of the event stream for all processes.
     db.execute(
@@ -134,14 +135,18 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (2, "grants, grant events, delegations", _m2_grants),
 ]
 
-# The status a grant has when read at `now`: lapsed ones are expired even before the sweeper
-# has persisted that (D6: expiry is applied before anything reads a grant, filters included).
-EFFECTIVE_STATUS = """CASE
-    WHEN status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now THEN 'expired'
-    WHEN status = 'pending' AND created_at <= :pending_cutoff THEN 'expired'
-    ELSE status END"""
+# A grant's status as read at `now` (appliance.idp.grants.effective_status): lapsed ones are
+# expired even before the sweeper has stored that (D6: expiry is applied before anything reads a
+# grant, list filters included).
 NOT_LAPSED = """NOT ((status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now)
     OR (status = 'pending' AND created_at <= :pending_cutoff))"""
+# The list filter per status, by that rule, written so that SQLite can use the status indexes.
+STATUS_FILTERS = {
+    "pending": "(status = 'pending' AND created_at > :pending_cutoff)",
+    "approved": "(status = 'approved' AND (expires_at IS NULL OR expires_at > :now))",
+    "expired": """(status = 'expired' OR (status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now)
+        OR (status = 'pending' AND created_at <= :pending_cutoff))""",
+}
 GRANT_COLUMNS = (
     "id", "type", "requester", "request", "grant_type", "status", "created_at", "decided_by", "decided_at",
     "expires_at", "used_at", "decision_reason", "delegation_id", "revoked_by", "revoked_at", "reuse_key", "version",
@@ -469,7 +474,7 @@ class SQLiteStore:
         where = ["1 = 1"]
         params: dict[str, Any] = {"now": now, "pending_cutoff": pending_cutoff, "limit": limit + 1}
         if status:
-            where.append(f"({EFFECTIVE_STATUS}) = :status")
+            where.append(STATUS_FILTERS.get(status, "status = :status"))
             params["status"] = status
         if requester:
             where.append("requester = :requester")
@@ -524,15 +529,24 @@ class SQLiteStore:
             self._record_event(conn, event, updated, now)
         return self._grant_row(updated)
 
+    # Both lapse conditions are index ranges (grants_lapse, grants_status), so a sweep costs
+    # nothing while nothing lapsed, however many grants exist; the write lock is taken only then.
+    LAPSED = """(status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now)
+        OR (status = 'pending' AND created_at <= :pending_cutoff)"""
+
     async def expire_grants(self, now: int, pending_cutoff: int, events_before: int) -> list[dict[str, Any]]:
         """Persist the expiry of lapsed grants (one event each) and drop events older than ``events_before``."""
+        params = {"now": now, "pending_cutoff": pending_cutoff}
+        lapsed = self._one(f"SELECT 1 AS x FROM grants WHERE {self.LAPSED} LIMIT 1", params)  # noqa: S608
+        old_events = self._one("SELECT 1 AS x FROM grant_events WHERE created_at < ? LIMIT 1", (events_before,))
+        if lapsed is None and old_events is None:
+            return []
         async with self.awrite() as conn:
             rows = [
                 dict(r)
                 for r in conn.execute(
-                    f"""UPDATE grants SET status = 'expired', version = version + 1
-                        WHERE status IN ('approved', 'pending') AND NOT ({NOT_LAPSED}) RETURNING *""",  # noqa: S608
-                    {"now": now, "pending_cutoff": pending_cutoff},
+                    f"UPDATE grants SET status = 'expired', version = version + 1 WHERE {self.LAPSED} RETURNING *",  # noqa: S608
+                    params,
                 ).fetchall()
             ]
             for row in rows:
