@@ -75,6 +75,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     issuer = config.server.issuer
     print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
     print("grantd: enroll an agent: see README.md, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
+    print(f"grantd: decide grants live: grantd tui --config {config.path}  (events: {issuer}/api/grants/events)",
+          file=sys.stderr)
     serve(config)
     return EXIT_OK
 
