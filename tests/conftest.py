@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -175,6 +176,31 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
         srv.stop()
 
 
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """The URL of a server that accepts connections and never answers (for timeout tests)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
 # -- agents --------------------------------------------------------------------------------------
 
 
@@ -243,12 +269,17 @@ def sign_in(server: Server, agent: Agent, *, ssh: bool = False) -> str:
     return agent.token
 
 
+def signed_in(server: Server, directory: Path, **fields: Any) -> Agent:
+    """A freshly enrolled agent with an identity token (enroll + sign_in)."""
+    a = enroll(server, directory, **fields)
+    sign_in(server, a)
+    return a
+
+
 @pytest.fixture
 def agent(server: Server, tmp_path: Path) -> Agent:
     """A freshly enrolled and signed-in agent on the module's server."""
-    a = enroll(server, tmp_path / "keys")
-    sign_in(server, a)
-    return a
+    return signed_in(server, tmp_path / "keys")
 
 
 def problem(response: httpx.Response) -> dict[str, Any]:

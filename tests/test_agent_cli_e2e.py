@@ -17,7 +17,6 @@ import json
 import os
 import pwd
 import re
-import socket
 import stat
 import subprocess
 import threading
@@ -542,31 +541,6 @@ def test_an_unreachable_server_is_named_and_nothing_hangs(server, target, cli, t
     as_json = moved.run("grant", "list", "--json")
     assert as_json.returncode == 1 and json.loads(as_json.stderr)["error"] == "unreachable"
     assert time.monotonic() - start < 30
-
-
-@pytest.fixture
-def black_hole() -> Iterator[str]:
-    """A server that accepts connections and never answers."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for conn in held:
-        conn.close()
-    listener.close()
 
 
 def test_a_server_that_never_answers_times_out(cli, tmp_path, black_hole):

@@ -16,7 +16,7 @@ from appliance.context import open_services
 from appliance.idp import grants
 from appliance.plugins import build_plugin_manager
 
-from conftest import Agent, Server, enroll, problem, sign_in, toml_config
+from conftest import Agent, Server, enroll, problem, sign_in, signed_in, toml_config
 from grants_support import admin_post, request_grant
 
 
@@ -113,8 +113,7 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
     with server.client(agent.token) as http:  # the delegate sees it, cannot delete it
         assert d["id"] in [x["id"] for x in http.get("/api/delegations").json()["data"]]
         assert http.delete(f"/api/delegations/{d['id']}").status_code == 403
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     with server.client(other.token) as http:
         assert http.get("/api/delegations").json()["data"] == []
         assert http.delete(f"/api/delegations/{d['id']}").status_code == 404

@@ -13,11 +13,9 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -272,33 +270,6 @@ def test_grant_file_is_opened_with_the_callers_permissions(server, tmp_path):
 
 
 # -- the unreachable issuer ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def black_hole() -> Iterator[str]:
-    """A listening socket that accepts connections and never answers."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        sock.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(sock.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    stop.set()
-    thread.join(2)
-    for conn in accepted:
-        conn.close()
-    sock.close()
 
 
 def test_an_issuer_that_never_answers_times_out_with_exit_1(server, tmp_path, black_hole):

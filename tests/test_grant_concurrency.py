@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import Agent, Server, enroll, sign_in
+from conftest import Agent, Server, make_server, signed_in
 from grants_support import approve, grant_body, request_grant
 
 PARALLEL = 20
@@ -18,8 +18,6 @@ PARALLEL = 20
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from conftest import make_server
-
     srv = make_server(tmp_path_factory.mktemp("two-workers"), workers=2).start()
     yield srv
     srv.stop()
@@ -27,9 +25,7 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture
 def requester(two_workers: Server, tmp_path: Path) -> Agent:
-    agent = enroll(two_workers, tmp_path / "keys")
-    sign_in(two_workers, agent)
-    return agent
+    return signed_in(two_workers, tmp_path / "keys")
 
 
 def in_parallel(server: Server, calls: list[tuple[str, str, str | None]]) -> list[httpx.Response]:

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import Agent, Server, enroll, make_server, problem, sign_in
+from conftest import Agent, Server, make_server, problem, signed_in
 from grants_support import EventReader, admin_post, approve, consume, request_grant
 
 
@@ -27,9 +27,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture
 def requester(live: Server, tmp_path: Path) -> Agent:
-    agent = enroll(live, tmp_path / "keys")
-    sign_in(live, agent)
-    return agent
+    return signed_in(live, tmp_path / "keys")
 
 
 def test_every_change_arrives_in_order_with_ids(live: Server, requester: Agent) -> None:
@@ -48,8 +46,7 @@ def test_every_change_arrives_in_order_with_ids(live: Server, requester: Agent) 
 
 
 def test_a_caller_sees_only_the_grants_it_may_see(live: Server, requester: Agent, tmp_path: Path) -> None:
-    other = enroll(live, tmp_path / "other")
-    sign_in(live, other)
+    other = signed_in(live, tmp_path / "other")
     watching = EventReader(live, other.token)
     hidden = request_grant(live, requester)
     visible = request_grant(live, other)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import Agent, Server, enroll, problem, sign_in
+from conftest import Agent, Server, problem, signed_in
 from grants_support import COMMAND, admin_post, approve, consume, decode_authz, grant_body, request_grant
 
 # -- create ---------------------------------------------------------------------------------------
@@ -135,8 +135,7 @@ def test_once_is_never_reused_and_nobody_reuses_another_agents_grant(server: Ser
     assert request_grant(server, agent)["id"] != once["id"]
     always = request_grant(server, agent, grant_type="always")
     approve(server, always["id"])
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     assert request_grant(server, other, grant_type="always")["id"] != always["id"]
 
 
@@ -160,8 +159,7 @@ def test_get_has_a_strong_etag_and_answers_304(server: Server, agent: Agent) -> 
 
 def test_get_needs_a_credential_that_may_see_the_grant(server: Server, agent: Agent, tmp_path: Path) -> None:
     grant = request_grant(server, agent)
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     with server.client(other.token) as http:
         r = http.get(f"/api/grants/{grant['id']}")
     assert r.status_code == 404 and problem(r)["detail"] == "grant not found"
@@ -174,8 +172,7 @@ def test_get_needs_a_credential_that_may_see_the_grant(server: Server, agent: Ag
 
 
 def test_list_pages_with_a_cursor_and_filters(server: Server, tmp_path: Path) -> None:
-    mine = enroll(server, tmp_path / "lister")
-    sign_in(server, mine)
+    mine = signed_in(server, tmp_path / "lister")
     ids = [request_grant(server, mine, reason=f"n{i}")["id"] for i in range(5)]
     approve(server, ids[0])
     seen: list[str] = []
@@ -206,8 +203,7 @@ def test_list_pages_with_a_cursor_and_filters(server: Server, tmp_path: Path) ->
 
 def test_an_agent_lists_only_its_own_grants(server: Server, agent: Agent, tmp_path: Path) -> None:
     request_grant(server, agent)
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     with server.client(other.token) as http:
         assert http.get("/api/grants").json()["data"] == []
     with server.client() as http:
@@ -249,8 +245,7 @@ def test_approve_returns_the_grant_and_an_authz_jwt_with_every_claim(server: Ser
 
 def test_no_agent_may_decide_and_a_decided_grant_stays_decided(server: Server, agent: Agent, tmp_path: Path) -> None:
     grant = request_grant(server, agent)
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     for who in (agent, other):
         with server.client(who.token) as http:
             r = http.post(f"/api/grants/{grant['id']}/approve")
@@ -320,8 +315,7 @@ def test_revoke_ends_an_approved_grant(server: Server, agent: Agent) -> None:
 
 def test_the_requester_may_withdraw_but_others_may_not_revoke(server: Server, agent: Agent, tmp_path: Path) -> None:
     grant = request_grant(server, agent)
-    other = enroll(server, tmp_path / "other")
-    sign_in(server, other)
+    other = signed_in(server, tmp_path / "other")
     with server.client(other.token) as http:
         assert http.post(f"/api/grants/{grant['id']}/revoke").status_code == 404
     with server.client(agent.token) as http:
@@ -416,8 +410,7 @@ def test_verify_has_no_side_effects(server: Server, agent: Agent) -> None:
 
 def test_expired_grants_are_expired_everywhere(server_factory: Any, tmp_path: Path) -> None:
     srv = server_factory("expiry", extra="[grants]\npending_ttl = 2\nexpiry_sweep_interval = 3600\n").start()
-    agent = enroll(srv, tmp_path / "keys")
-    sign_in(srv, agent)
+    agent = signed_in(srv, tmp_path / "keys")
     timed = request_grant(srv, agent, grant_type="timed", duration=2)
     token = approve(srv, timed["id"])["authz_jwt"]
     waiting = request_grant(srv, agent, command=["true"])

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from conftest import Agent, Server, enroll, make_server, sign_in
+from conftest import Agent, Server, make_server, signed_in
 
 PENDING_TTL = 3
 MARGIN_MS = 400
@@ -243,7 +243,6 @@ def run_machine(server: Server, agents: list[Agent]) -> None:
 def test_random_operation_sequences_follow_the_state_table(sm_server: Server, tmp_path: Path) -> None:
     agents = []
     for i in range(2):
-        agent = enroll(sm_server, tmp_path / f"a{i}")
-        sign_in(sm_server, agent)
+        agent = signed_in(sm_server, tmp_path / f"a{i}")
         agents.append(agent)
     run_machine(sm_server, agents)

@@ -22,7 +22,7 @@ from tui.widgets.connection_status import ConnectionStatus
 from tui.widgets.grant_detail import GrantDetail
 from tui.widgets.grant_table import GrantTable
 
-from conftest import Agent, Server, enroll, sign_in
+from conftest import Agent, Server, signed_in
 
 pytestmark = pytest.mark.anyio
 
@@ -171,8 +171,7 @@ async def test_grant_decided_elsewhere_updates_the_row_and_a_late_decision_says_
 
 
 async def test_history_filter_and_detail_pane(server: Server, tmp_path: Path) -> None:
-    requester = enroll(server, tmp_path / "keys", owner="owner@example.com", approver="approver@example.com")
-    sign_in(server, requester)
+    requester = signed_in(server, tmp_path / "keys", owner="owner@example.com", approver="approver@example.com")
     hostile = ["sh", "-c", "echo ok\n\x1b[2Krm -rf /", "\u202eevil"]
     app = console_for(server)
     async with app.run_test(size=SIZE) as pilot:
@@ -207,8 +206,7 @@ async def test_history_filter_and_detail_pane(server: Server, tmp_path: Path) ->
 
 async def test_server_restart_reconnects_and_nothing_is_lost(server_factory: Any, tmp_path: Path) -> None:
     srv = server_factory("restart").start()
-    requester = enroll(srv, tmp_path / "keys")
-    sign_in(srv, requester)
+    requester = signed_in(srv, tmp_path / "keys")
     app = console_for(srv)
     async with app.run_test(size=SIZE) as pilot:
         await live(pilot)
