@@ -11,6 +11,11 @@ from appliance.errors import Problem, bad_request
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 
 
+def field_error(name: str, message: str) -> Problem:
+    """A 400 that names the offending field (D6: violations name the field)."""
+    return Problem(400, message, extra={"field": name})
+
+
 def json_body(raw: bytes | None, *, required: bool = True) -> dict[str, Any]:
     """Parse a JSON object body. A missing optional body is {}; anything else malformed is a 400."""
     if not raw or not raw.strip():
@@ -30,12 +35,12 @@ def string_field(body: dict[str, Any], name: str, *, required: bool = True, max_
     value = body.get(name)
     if value is None:
         if required:
-            raise Problem(400, f"{name} is required", extra={"field": name})
+            raise field_error(name, f"{name} is required")
         return None
     if not isinstance(value, str) or not value.strip():
-        raise Problem(400, f"{name} must be a non-empty string", extra={"field": name})
+        raise field_error(name, f"{name} must be a non-empty string")
     if len(value) > max_len:
-        raise Problem(400, f"{name} is longer than {max_len} characters", extra={"field": name})
+        raise field_error(name, f"{name} is longer than {max_len} characters")
     return value
 
 
@@ -45,7 +50,7 @@ def email_field(body: dict[str, Any], name: str, *, required: bool = True) -> st
         return None
     value = value.strip().lower()
     if not EMAIL_RE.match(value):
-        raise Problem(400, f"{name} must be an e-mail address", extra={"field": name})
+        raise field_error(name, f"{name} must be an e-mail address")
     return value
 
 

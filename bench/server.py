@@ -83,14 +83,13 @@ def process_tree(root: int) -> list[int]:
 
 
 def rss_kib(pid: int) -> int:
+    """Resident memory of one process; 0 once it has ended (it may end between listing and reading)."""
     try:
         with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+            lines = status.readlines()
     except OSError:
-        pass  # the process ended between listing and reading
-    return 0
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), 0)
 
 
 def cpu_seconds(pids: list[int]) -> float:

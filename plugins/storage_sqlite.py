@@ -187,17 +187,25 @@ class SQLiteStore:
         return conn
 
     # -- plumbing ---------------------------------------------------------------------------------
+    @staticmethod
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlocks)."""
-        self.conn.execute("BEGIN IMMEDIATE")
+    def _commit_or_roll_back(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """The end of a transaction begun on ``conn``: COMMIT if the body succeeded, else ROLLBACK."""
         try:
-            yield self.conn
+            yield conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
         else:
-            self.conn.execute("COMMIT")
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlocks).
+        For startup work (migrations): it may wait in SQLite's busy handler, blocking the thread."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        with self._commit_or_roll_back(self.conn) as conn:
+            yield conn
 
     @asynccontextmanager
     async def awrite(self) -> AsyncIterator[sqlite3.Connection]:
@@ -205,13 +213,8 @@ class SQLiteStore:
         event loop. The body must not await, so nothing else in this process interleaves."""
         if self._write_queue.locked() or not self._try_begin():
             await self._begin_queued()
-        try:
-            yield self.wconn
-        except BaseException:
-            self.wconn.execute("ROLLBACK")
-            raise
-        else:
-            self.wconn.execute("COMMIT")
+        with self._commit_or_roll_back(self.wconn) as conn:
+            yield conn
 
     def _try_begin(self) -> bool:
         try:

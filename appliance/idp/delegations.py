@@ -23,15 +23,13 @@ from appliance.errors import forbidden, not_found
 from appliance.idp.grants import (
     GRANT_TYPES,
     MAX_TEXT,
-    _cursor_of,
-    _field_error,
-    _text,
-    is_admin_email,
+    cursor_of,
     now_ms,
     parse_cursor,
     parse_limit,
+    person_may_decide,
 )
-from appliance.validation import email_field
+from appliance.validation import email_field, field_error, string_field
 
 RANK = {"once": 0, "timed": 1, "always": 2}
 MAX_SCOPES = 100
@@ -60,26 +58,19 @@ def view(delegation: dict[str, Any], now: int) -> dict[str, Any]:
     }
 
 
-async def delegator_may_decide(services: Services, delegator: str, delegate: str) -> bool:
-    if is_admin_email(services, delegator):
-        return True
-    agent = await services.store.get_agent(delegate)
-    return agent is not None and delegator in (agent["owner"], agent["approver"])
-
-
 def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
     duration = body.get("duration")
     if duration is not None:
         if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
-            raise _field_error("duration", "duration must be a positive whole number of seconds")
+            raise field_error("duration", "duration must be a positive whole number of seconds")
         if duration > max_seconds:
-            raise _field_error("duration", f"duration must be at most {max_seconds} seconds")
+            raise field_error("duration", f"duration must be at most {max_seconds} seconds")
         return now + duration * 1000
     value = body.get("expires_at")
     if value is None:
         return None
     if isinstance(value, bool):
-        raise _field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
+        raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
     if isinstance(value, int):
         at = value
     elif isinstance(value, str):
@@ -87,14 +78,14 @@ def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise _field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time") from None
+            raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time") from None
         if parsed.tzinfo is None:
-            raise _field_error("expires_at", "expires_at needs a time zone")
+            raise field_error("expires_at", "expires_at needs a time zone")
         at = int(parsed.timestamp() * 1000)
     else:
-        raise _field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
+        raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
     if at <= now:
-        raise _field_error("expires_at", "expires_at is in the past")
+        raise field_error("expires_at", "expires_at is in the past")
     return at
 
 
@@ -107,22 +98,22 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
         delegator = principal.email
     delegate = email_field(body, "delegate")
     assert delegate is not None
-    audience = _text(body, "audience", required=True)
+    audience = string_field(body, "audience", required=True)
     scopes = body.get("scopes", [])
     if not isinstance(scopes, list) or not all(isinstance(s, str) and s.strip() and len(s) <= MAX_TEXT for s in scopes):
-        raise _field_error("scopes", "scopes must be an array of non-empty strings")
+        raise field_error("scopes", "scopes must be an array of non-empty strings")
     if len(scopes) > MAX_SCOPES:
-        raise _field_error("scopes", f"at most {MAX_SCOPES} scopes")
+        raise field_error("scopes", f"at most {MAX_SCOPES} scopes")
     approval = body.get("approval")
     if approval is None:
         approval = body.get("grant_type", "once")  # the peer CLI sends grant_type
     if approval not in GRANT_TYPES:
-        raise _field_error("approval", "approval must be one of once, timed, always")
+        raise field_error("approval", "approval must be one of once, timed, always")
     now = now_ms()
     expires_at = _expires_at(body, now, services.config.grants.max_duration * 12)
     if delegate == delegator:
-        raise _field_error("delegate", "a delegation to oneself means nothing")
-    if not await delegator_may_decide(services, delegator, delegate):
+        raise field_error("delegate", "a delegation to oneself means nothing")
+    if not await person_may_decide(services, delegator, delegate):
         raise forbidden("the delegator may not decide this delegate's grants")
     delegation = {
         "id": str(uuid.uuid4()),
@@ -149,7 +140,7 @@ async def list_delegations(services: Services, principal: Principal, args: Any) 
     now = now_ms()
     return {
         "data": [view(r, now) for r in rows],
-        "pagination": {"cursor": _cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
+        "pagination": {"cursor": cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
     }
 
 
@@ -182,7 +173,7 @@ def covers(delegation: dict[str, Any], request: dict[str, Any]) -> bool:
 
 async def covering_delegation(services: Services, request: dict[str, Any], now: int) -> dict[str, Any] | None:
     for delegation in await services.store.live_delegations(request["requester"], now):
-        if covers(delegation, request) and await delegator_may_decide(
+        if covers(delegation, request) and await person_may_decide(
             services, delegation["delegator"], request["requester"]
         ):
             return delegation
@@ -207,7 +198,7 @@ async def validate(services: Services, delegation_id: str, body: dict[str, Any])
         answer["error"] = "audience does not match"
     elif isinstance(scope, str) and delegation["scopes"] and "*" not in delegation["scopes"] and scope not in delegation["scopes"]:
         answer["error"] = "scope not covered"
-    elif not await delegator_may_decide(services, delegation["delegator"], delegation["delegate"]):
+    elif not await person_may_decide(services, delegation["delegator"], delegation["delegate"]):
         answer["error"] = "the delegator may no longer decide this delegate's grants"
     else:
         answer = {"valid": True, "delegation": view(delegation, now)}

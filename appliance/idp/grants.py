@@ -20,7 +20,7 @@ from appliance.commands import cmd_hash
 from appliance.context import Services
 from appliance.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from appliance.tokens import TokenError, mint, new_jti, verify
-from appliance.validation import email_field
+from appliance.validation import email_field, field_error, string_field
 
 GRANT_TYPES = ("once", "timed", "always")
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
@@ -98,7 +98,6 @@ class Reader:
     """Reads grants with expiry applied at one instant (one per request)."""
 
     def __init__(self, services: Services):
-        self.services = services
         self.now = now_ms()
         self.cutoff = pending_cutoff(services, self.now)
 
@@ -117,14 +116,19 @@ def is_admin_email(services: Services, email: str) -> bool:
     return email == admin.management_identity or email in admin.emails
 
 
+async def person_may_decide(services: Services, email: str, requester: str) -> bool:
+    """An administrator (by e-mail), or the requesting agent's owner or approver."""
+    if is_admin_email(services, email):
+        return True
+    agent = await services.store.get_agent(requester)
+    return agent is not None and email in (agent["owner"], agent["approver"])
+
+
 async def may_decide(services: Services, principal: Principal, requester: str) -> bool:
     """Management token, admins, and the requesting agent's owner or approver. Never an agent."""
     if principal.kind == "agent":
         return False
-    if principal.is_admin or is_admin_email(services, principal.email):
-        return True
-    agent = await services.store.get_agent(requester)
-    return agent is not None and principal.email in (agent["owner"], agent["approver"])
+    return principal.is_admin or await person_may_decide(services, principal.email, requester)
 
 
 async def may_see(services: Services, principal: Principal, grant: dict[str, Any]) -> bool:
@@ -146,33 +150,16 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
 # -- validation of a request --------------------------------------------------------------------
 
 
-def _field_error(field: str, message: str) -> Problem:
-    return Problem(400, message, extra={"field": field})
-
-
-def _text(body: dict[str, Any], name: str, *, required: bool, max_len: int = MAX_TEXT) -> str | None:
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise _field_error(name, f"{name} is required")
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise _field_error(name, f"{name} must be a non-empty string")
-    if len(value) > max_len:
-        raise _field_error(name, f"{name} is longer than {max_len} characters")
-    return value
-
-
 def _seconds(body: dict[str, Any], name: str, maximum: int) -> int | None:
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _field_error(name, f"{name} must be a whole number of seconds")
+        raise field_error(name, f"{name} must be a whole number of seconds")
     if value <= 0:
-        raise _field_error(name, f"{name} must be positive")
+        raise field_error(name, f"{name} must be positive")
     if value > maximum:
-        raise _field_error(name, f"{name} must be at most {maximum} seconds")
+        raise field_error(name, f"{name} must be at most {maximum} seconds")
     return value
 
 
@@ -181,7 +168,7 @@ def _grant_type(body: dict[str, Any], default: str | None) -> str | None:
     if value is None:
         return None
     if value not in GRANT_TYPES:
-        raise _field_error("grant_type", "grant_type must be one of once, timed, always")
+        raise field_error("grant_type", "grant_type must be one of once, timed, always")
     return str(value)
 
 
@@ -190,14 +177,14 @@ def _string_list(body: dict[str, Any], name: str, *, max_items: int, max_len: in
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _field_error(name, f"{name} must be an array of strings")
+        raise field_error(name, f"{name} must be an array of strings")
     if len(value) > max_items:
-        raise _field_error(name, f"{name} has more than {max_items} items")
+        raise field_error(name, f"{name} has more than {max_items} items")
     for item in value:
         if len(item) > max_len:
-            raise _field_error(name, f"an item of {name} is longer than {max_len} characters")
+            raise field_error(name, f"an item of {name} is longer than {max_len} characters")
         if "\x00" in item:
-            raise _field_error(name, f"{name} must not contain NUL characters")
+            raise field_error(name, f"{name} must not contain NUL characters")
     return list(value)
 
 
@@ -213,34 +200,34 @@ def parse_request(services: Services, principal: Principal | None, body: dict[st
     else:
         requester = principal.email
     assert requester is not None
-    target_host = _text(body, "target_host", required=True)
-    audience = _text(body, "audience", required=True)
+    target_host = string_field(body, "target_host", required=True)
+    audience = string_field(body, "audience", required=True)
     assert target_host is not None and audience is not None
     if not _HOST.match(target_host):
-        raise _field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
+        raise field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
     if _CONTROL.search(audience):
-        raise _field_error("audience", "audience must not contain control characters")
+        raise field_error("audience", "audience must not contain control characters")
     grant_type = _grant_type(body, "once")
     duration = _seconds(body, "duration", services.config.grants.max_duration)
     if grant_type == "timed" and duration is None:
-        raise _field_error("duration", "duration is required for timed grants")
+        raise field_error("duration", "duration is required for timed grants")
     command = _string_list(body, "command", max_items=MAX_ARGS, max_len=MAX_ARG)
     if command is not None:
         if not command:
-            raise _field_error("command", "command must name a program")
+            raise field_error("command", "command must name a program")
         if not command[0]:
-            raise _field_error("command", "command[0] must not be empty")
+            raise field_error("command", "command[0] must not be empty")
         if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in command) > MAX_COMMAND_BYTES:
-            raise _field_error("command", f"command is longer than {MAX_COMMAND_BYTES} bytes")
+            raise field_error("command", f"command is longer than {MAX_COMMAND_BYTES} bytes")
     permissions = _string_list(body, "permissions", max_items=MAX_PERMISSIONS, max_len=MAX_TEXT)
     if permissions is not None and any(not p.strip() or _CONTROL.search(p) for p in permissions):
-        raise _field_error("permissions", "permissions must be non-empty strings without control characters")
+        raise field_error("permissions", "permissions must be non-empty strings without control characters")
     if not command and not permissions:
-        raise _field_error("command", "a grant needs a command or permissions")
-    reason = _text(body, "reason", required=False, max_len=MAX_REASON)
-    run_as = _text(body, "run_as", required=False, max_len=64)
+        raise field_error("command", "a grant needs a command or permissions")
+    reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
+    run_as = string_field(body, "run_as", required=False, max_len=64)
     if run_as is not None and not _RUN_AS.match(run_as):
-        raise _field_error("run_as", "run_as must be a user name")
+        raise field_error("run_as", "run_as must be a user name")
     request: dict[str, Any] = {
         "requester": requester,
         "target_host": target_host,
@@ -329,7 +316,7 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     return view(grant, status), etag(grant, status)
 
 
-def _cursor_of(grant: dict[str, Any]) -> str:
+def cursor_of(grant: dict[str, Any]) -> str:
     return f"{grant['created_at']}_{grant['id']}"
 
 
@@ -338,7 +325,7 @@ def parse_cursor(value: str | None) -> tuple[int, str] | None:
         return None
     at, sep, ident = value.partition("_")
     if not sep or not at.isdigit() or not ident or len(value) > 128:
-        raise _field_error("cursor", "cursor is not valid")
+        raise field_error("cursor", "cursor is not valid")
     return int(at), ident
 
 
@@ -348,14 +335,14 @@ def parse_limit(value: str | None) -> int:
     try:
         limit = int(value)
     except ValueError:
-        raise _field_error("limit", "limit must be a whole number") from None
+        raise field_error("limit", "limit must be a whole number") from None
     return max(1, min(limit, MAX_LIMIT))  # larger values are clamped (D6; the peer CLI sends 200)
 
 
 async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
     status = args.get("status") or None
     if status is not None and status not in STATUSES:
-        raise _field_error("status", f"status must be one of {', '.join(STATUSES)}")
+        raise field_error("status", f"status must be one of {', '.join(STATUSES)}")
     requester = args.get("requester") or None
     if requester is not None:
         requester = requester.strip().lower()
@@ -375,7 +362,7 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
     )
     return {
         "data": [reader.view(r) for r in rows],
-        "pagination": {"cursor": _cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
+        "pagination": {"cursor": cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
     }
 
 
@@ -402,19 +389,24 @@ async def _transition(
     return updated
 
 
-async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def _grant_to_decide(services: Services, principal: Principal, grant_id: str, verb: str) -> dict[str, Any]:
     grant = await services.store.get_grant(grant_id)
     if grant is None:
         raise not_found("grant not found")
     if not await may_decide(services, principal, grant["requester"]):
-        raise forbidden("not authorized to approve")
+        raise forbidden(f"not authorized to {verb}")
+    return grant
+
+
+async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    grant = await _grant_to_decide(services, principal, grant_id, "approve")
     request = dict(grant["request"])
     grant_type = _grant_type(body, None) or request["grant_type"]
     duration = _seconds(body, "duration", services.config.grants.max_duration)
     if grant_type == "timed":
         duration = duration or request.get("duration")
         if duration is None:
-            raise _field_error("duration", "duration is required for timed grants")
+            raise field_error("duration", "duration is required for timed grants")
         request["duration"] = duration
     request["grant_type"] = grant_type
     reader = Reader(services)
@@ -434,12 +426,8 @@ async def approve(services: Services, principal: Principal, grant_id: str, body:
 
 
 async def deny(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    grant = await services.store.get_grant(grant_id)
-    if grant is None:
-        raise not_found("grant not found")
-    if not await may_decide(services, principal, grant["requester"]):
-        raise forbidden("not authorized to deny")
-    reason = _text(body, "reason", required=False, max_len=MAX_REASON)
+    grant = await _grant_to_decide(services, principal, grant_id, "deny")
+    reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     reader = Reader(services)
     changes = {"status": "denied", "decided_by": principal.email, "decided_at": reader.now, "decision_reason": reason}
     updated = await _transition(
@@ -457,7 +445,7 @@ async def revoke(services: Services, principal: Principal, grant_id: str, body: 
     # The requester may withdraw its own request or give up its grant; deciders may take it back.
     if principal.email != grant["requester"] and not await may_decide(services, principal, grant["requester"]):
         raise forbidden("not authorized to revoke")
-    reason = _text(body, "reason", required=False, max_len=MAX_REASON)
+    reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     reader = Reader(services)
     changes: dict[str, Any] = {"status": "revoked", "revoked_by": principal.email, "revoked_at": reader.now}
     if reason is not None:
@@ -576,9 +564,9 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
     """Each operation is authorised and applied on its own (D6)."""
     operations = body.get("operations")
     if not isinstance(operations, list) or not operations:
-        raise _field_error("operations", "operations must be a non-empty array")
+        raise field_error("operations", "operations must be a non-empty array")
     if len(operations) > MAX_BATCH:
-        raise _field_error("operations", f"at most {MAX_BATCH} operations per batch")
+        raise field_error("operations", f"at most {MAX_BATCH} operations per batch")
     actions = {"approve": approve, "deny": deny, "revoke": revoke}
     results = []
     for op in operations:
@@ -587,9 +575,9 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
         result: dict[str, Any] = {"id": ident, "action": action}
         try:
             if not isinstance(ident, str) or not ident:
-                raise _field_error("id", "each operation needs an id")
+                raise field_error("id", "each operation needs an id")
             if action not in actions:
-                raise _field_error("action", "action must be approve, deny or revoke")
+                raise field_error("action", "action must be approve, deny or revoke")
             extra = {k: v for k, v in op.items() if k not in ("id", "action")}
             answer = await actions[action](services, principal, ident, extra)
             result.update(status=answer["grant"]["status"], success=True)
