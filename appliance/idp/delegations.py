@@ -28,6 +28,7 @@ from appliance.idp.grants import (
     parse_cursor,
     parse_limit,
     person_may_decide,
+    seconds_field,
 )
 from appliance.validation import email_field, field_error, string_field
 
@@ -59,12 +60,8 @@ def view(delegation: dict[str, Any], now: int) -> dict[str, Any]:
 
 
 def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
-    duration = body.get("duration")
+    duration = seconds_field(body, "duration", max_seconds)
     if duration is not None:
-        if isinstance(duration, bool) or not isinstance(duration, int) or duration <= 0:
-            raise field_error("duration", "duration must be a positive whole number of seconds")
-        if duration > max_seconds:
-            raise field_error("duration", f"duration must be at most {max_seconds} seconds")
         return now + duration * 1000
     value = body.get("expires_at")
     if value is None:

@@ -150,7 +150,7 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
 # -- validation of a request --------------------------------------------------------------------
 
 
-def _seconds(body: dict[str, Any], name: str, maximum: int) -> int | None:
+def seconds_field(body: dict[str, Any], name: str, maximum: int) -> int | None:
     value = body.get(name)
     if value is None:
         return None
@@ -208,7 +208,7 @@ def parse_request(services: Services, principal: Principal | None, body: dict[st
     if _CONTROL.search(audience):
         raise field_error("audience", "audience must not contain control characters")
     grant_type = _grant_type(body, "once")
-    duration = _seconds(body, "duration", services.config.grants.max_duration)
+    duration = seconds_field(body, "duration", services.config.grants.max_duration)
     if grant_type == "timed" and duration is None:
         raise field_error("duration", "duration is required for timed grants")
     command = _string_list(body, "command", max_items=MAX_ARGS, max_len=MAX_ARG)
@@ -402,7 +402,7 @@ async def approve(services: Services, principal: Principal, grant_id: str, body:
     grant = await _grant_to_decide(services, principal, grant_id, "approve")
     request = dict(grant["request"])
     grant_type = _grant_type(body, None) or request["grant_type"]
-    duration = _seconds(body, "duration", services.config.grants.max_duration)
+    duration = seconds_field(body, "duration", services.config.grants.max_duration)
     if grant_type == "timed":
         duration = duration or request.get("duration")
         if duration is None:
