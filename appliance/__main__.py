@@ -1,9 +1,9 @@
-"""`python -m appliance` is the same program as the `grantd` command."""
+"""`python -m grantd` is the same program as the `grantd` command."""
 
 import multiprocessing
 
 if __name__ == "__main__":
     multiprocessing.freeze_support()  # first, so a frozen bundle's worker processes start correctly
-    from appliance.cli import main
+    from grantd.cli import main
 
     raise SystemExit(main())

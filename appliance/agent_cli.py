@@ -486,7 +486,7 @@ def self_command() -> list[str]:
     """This grantd program, started so that the current directory and PYTHON* cannot change it."""
     if getattr(sys, "frozen", False):
         return [sys.executable]
-    return [sys.executable, "-I", "-m", "appliance"]
+    return [sys.executable, "-I", "-m", "grantd"]
 
 
 def elevate_prefix(settings: dict[str, Any]) -> tuple[list[str], bool]:

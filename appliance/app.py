@@ -17,13 +17,13 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse, json
 from sanic.worker.loader import AppLoader
 
-from appliance.config import Config, load
-from appliance.context import Services, open_services
-from appliance.errors import Problem
-from appliance.idp.events import GrantEventHub
-from appliance.idp.grants import sweep_expired
-from appliance.logs import ACCESS_LOGGER, LOGGER, log_config
-from appliance.plugins import build_plugin_manager, call_async_hook
+from grantd.config import Config, load
+from grantd.context import Services, open_services
+from grantd.errors import Problem
+from grantd.idp.events import GrantEventHub
+from grantd.idp.grants import sweep_expired
+from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
+from grantd.plugin_manager import build_plugin_manager, call_async_hook
 
 log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -81,7 +81,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     app.ctx.config = config
     app.ctx.pm = pm
 
-    from appliance.api import admin, agents, delegations, grants, health, wellknown
+    from grantd.api import admin, agents, delegations, grants, health, wellknown
 
     for module in (health, wellknown, agents, admin, grants, delegations):
         app.blueprint(module.bp)

@@ -16,9 +16,9 @@ import hmac
 from dataclasses import dataclass
 from typing import Literal
 
-from appliance.context import Services
-from appliance.errors import Problem, forbidden, unauthorized
-from appliance.tokens import TokenError, verify
+from grantd.context import Services
+from grantd.errors import Problem, forbidden, unauthorized
+from grantd.tokens import TokenError, verify
 
 PrincipalKind = Literal["management", "admin", "user", "agent"]
 

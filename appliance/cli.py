@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from appliance import __version__
-from appliance.config import (
+from grantd import __version__
+from grantd.config import (
     CONFIG_ENV,
     DEFAULT_CONFIG_NAME,
     Config,
@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raw_server = dict(config.raw.get("server", {}))
         raw_server.update({k: v for k, v in (("host", args.host), ("port", args.port)) if v})
         config = _revalidate(config, {"server": raw_server})
-    from appliance.app import serve
+    from grantd.app import serve
 
     issuer = config.server.issuer
     print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
@@ -82,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
-    from appliance.config import validate
+    from grantd.config import validate
 
     raw = {**config.raw}
     for section, values in changes.items():
@@ -119,8 +119,8 @@ def cmd_config_example(args: argparse.Namespace) -> int:
 
 # -- keys / db ---------------------------------------------------------------------------------
 async def _with_services(config: Config, work: Callable[[Any], Any]) -> Any:
-    from appliance.context import open_services
-    from appliance.plugins import build_plugin_manager
+    from grantd.context import open_services
+    from grantd.plugin_manager import build_plugin_manager
 
     services = await open_services(config, build_plugin_manager(config))
     try:
@@ -185,7 +185,7 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
 
 # -- plugins -----------------------------------------------------------------------------------
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from appliance.plugins import build_plugin_manager, describe_plugins
+    from grantd.plugin_manager import build_plugin_manager, describe_plugins
 
     path = config_path_from(args)
     config = load(path) if path else None
@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_commands() -> list[Callable[[Any], None]]:
     """Subcommand groups that live in their own modules (agent, grant, run, elevate, tui)."""
     registrars: list[Callable[[Any], None]] = []
-    for module_name in ("appliance.agent_cli", "appliance.elevate", "tui.cli"):
+    for module_name in ("grantd.agent_cli", "grantd.elevate", "grantd.tui.cli"):
         try:
             module = __import__(module_name, fromlist=["register"])
         except ModuleNotFoundError as exc:

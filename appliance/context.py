@@ -7,10 +7,10 @@ from typing import Any
 
 import pluggy
 
-from appliance.config import Config
-from appliance.keys import KeyRing
-from appliance.store import Store
-from appliance.tokens import VerifiedTokenCache
+from grantd.config import Config
+from grantd.keys import KeyRing
+from grantd.store import Store
+from grantd.tokens import VerifiedTokenCache
 
 
 def longest_token_lifetime(config: Config) -> int:
@@ -33,7 +33,7 @@ class Services:
 
 
 async def open_services(config: Config, pm: pluggy.PluginManager) -> Services:
-    from appliance.plugins import storage_factory
+    from grantd.plugin_manager import storage_factory
 
     store = storage_factory(pm, config)(config)
     await store.migrate()

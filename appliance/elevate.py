@@ -560,11 +560,11 @@ def plugin_manager(cfg: ElevateConfig) -> Any:
 
     import pluggy
 
-    from appliance import hookspecs
+    from grantd import hookspecs
 
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.register(importlib.import_module("plugins.elevate_default"), name="plugins.elevate_default")
+    pm.register(importlib.import_module("grantd.plugins.elevate_default"), name="grantd.plugins.elevate_default")
     for directory in cfg.plugin_dirs:
         try:
             check_root_owned(directory, "plugin directory")
@@ -735,7 +735,7 @@ def cmd_elevate(args: argparse.Namespace) -> int:
 
 
 def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit) -> int:
-    from plugins.elevate_default import cmd_hash
+    from grantd.plugins.elevate_default import cmd_hash
 
     if os.geteuid() != 0:
         raise Stop(EXIT_ERROR, "config", "grantd elevate must run as root: use sudo -n grantd elevate ...")

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     from sanic import Sanic
 
-    from appliance.config import Config
-    from appliance.store import Store
+    from grantd.config import Config
+    from grantd.store import Store
 
 PROJECT = "grantd"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -32,7 +32,7 @@ def storage_backends() -> dict[str, Callable[[Config], Store]]:
     """Storage backends this plugin provides: ``{name: factory(config) -> Store}``.
 
     The backend named by ``[storage] plugin`` in the config is used. A factory must return an
-    object implementing :class:`appliance.store.Store`; it is called once per server process.
+    object implementing :class:`grantd.store.Store`; it is called once per server process.
     """
 
 

@@ -55,7 +55,7 @@ class DropUnreadEmptyBodies(logging.Filter):
 
 def log_config(level: str, fmt: str) -> dict[str, Any]:
     """A logging.config dict for grantd and Sanic's own loggers (Sanic applies it per process)."""
-    formatter = {"()": f"appliance.logs.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
+    formatter = {"()": f"grantd.logs.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
     handler = {"class": "logging.StreamHandler", "formatter": "grantd", "stream": "ext://sys.stderr",
                "filters": ["unread_bodies"]}
     lvl = level.upper()
@@ -68,7 +68,7 @@ def log_config(level: str, fmt: str) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"grantd": formatter},
-        "filters": {"unread_bodies": {"()": "appliance.logs.DropUnreadEmptyBodies"}},
+        "filters": {"unread_bodies": {"()": "grantd.logs.DropUnreadEmptyBodies"}},
         "handlers": {"console": handler},
         "loggers": loggers,
     }

@@ -9,7 +9,7 @@ from typing import Any
 
 import jwt
 
-from appliance.keys import KeyRing
+from grantd.keys import KeyRing
 
 
 class TokenError(Exception):

@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from appliance.errors import Problem, bad_request
+from grantd.errors import Problem, bad_request
 
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 

@@ -46,7 +46,7 @@ def restart_profiled(server: Any, profile_to: Path) -> Any:
     tokens) under cProfile, so the profile holds the measured load and not the set-up before it.
     Only with workers = 1: then Sanic serves in the very process cProfile watches."""
     server.stop()
-    command = [sys.executable, "-m", "cProfile", "-o", str(profile_to), "-m", "appliance"]
+    command = [sys.executable, "-m", "cProfile", "-o", str(profile_to), "-m", "grantd"]
     return dataclasses.replace(server, command=command, proc=None).start(timeout=60)
 
 

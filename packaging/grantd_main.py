@@ -4,6 +4,6 @@ import multiprocessing
 
 if __name__ == "__main__":
     multiprocessing.freeze_support()  # first: a frozen program must never run main() in a helper process
-    from appliance.cli import main
+    from grantd.cli import main
 
     raise SystemExit(main())

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.hookspecs import hookimpl
+from grantd.hookspecs import hookimpl
 
 
 @dataclass(frozen=True)

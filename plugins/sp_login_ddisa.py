@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from appliance.hookspecs import hookimpl
+from grantd.hookspecs import hookimpl
 
 MODES = ("open", "allowlist-admin", "allowlist-user", "deny")
 _PAIR_SPLIT = re.compile(r"[;\s]+")

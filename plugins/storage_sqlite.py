@@ -21,8 +21,8 @@ from typing import Any
 
 import sqlite_utils
 
-from appliance.hookspecs import hookimpl
-from appliance.store import Conflict
+from grantd.hookspecs import hookimpl
+from grantd.store import Conflict
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
@@ -135,7 +135,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (2, "grants, grant events, delegations", _m2_grants),
 ]
 
-# A grant's status as read at `now` (appliance.idp.grants.effective_status): lapsed ones are
+# A grant's status as read at `now` (grantd.idp.grants.effective_status): lapsed ones are
 # expired even before the sweeper has stored that (D6: expiry is applied before anything reads a
 # grant, list filters included).
 NOT_LAPSED = """NOT ((status = 'approved' AND expires_at IS NOT NULL AND expires_at <= :now)
@@ -160,7 +160,7 @@ DELEGATION_COLUMNS = (
 
 
 class SQLiteStore:
-    """Store on one SQLite file; see appliance.store.Store for the contract of each method."""
+    """Store on one SQLite file; see grantd.store.Store for the contract of each method."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)

@@ -131,7 +131,7 @@ class Server:
         return result
 
 
-GRANTD = [sys.executable, "-m", "appliance"]
+GRANTD = [sys.executable, "-m", "grantd"]
 
 
 def make_server(

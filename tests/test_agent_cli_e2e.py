@@ -42,7 +42,7 @@ JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 @dataclass
 class Cli:
-    """One agent's HOME with its grantd config dir, driving `python -m appliance` subprocesses."""
+    """One agent's HOME with its grantd config dir, driving `python -m grantd` subprocesses."""
 
     server: Server
     home: Path
@@ -298,7 +298,7 @@ def fifo_elevate(tmp_path: Path) -> str:
     """An elevation command as a sudo setup would name it (GRANTD_ELEVATE_COMMAND): run through it,
     `grantd run` starts it as a child and writes the token into a FIFO (`--grant-file`)."""
     wrapper = tmp_path / "grantd-elevate-wrapper"
-    wrapper.write_text(f"#!/bin/sh\nexec {GRANTD[0]} -I -m appliance \"$@\"\n")
+    wrapper.write_text(f"#!/bin/sh\nexec {GRANTD[0]} -I -m grantd \"$@\"\n")
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -494,7 +494,7 @@ def test_a_pkcs8_pem_ed25519_key_logs_in(server, tmp_path):
 
 
 def test_the_token_is_renewed_silently_when_near_expiry(server_factory, tmp_path):
-    from appliance.agent_cli import RELOGIN_MARGIN
+    from grantd.agent_cli import RELOGIN_MARGIN
 
     short = server_factory("short", extra="[tokens]\nagent_token_ttl = 60\n").start()
     assert RELOGIN_MARGIN >= 60  # a 60 s token counts as about to expire from the start

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.config import validate
-from appliance.plugins import build_plugin_manager
-from plugins.sp_login_ddisa import parse_record
+from grantd.config import validate
+from grantd.plugin_manager import build_plugin_manager
+from grantd.plugins.sp_login_ddisa import parse_record
 
 from dns_server import TxtDnsServer
 

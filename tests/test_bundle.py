@@ -39,8 +39,8 @@ import pytest
 from test_agent_cli_e2e import decide, finish, pending_grant, server_grant
 from test_elevate_support import APPROVER, HOST, make_target
 
-from appliance import __version__
-from appliance.plugins import BUILTIN_PLUGINS
+from grantd import __version__
+from grantd.plugin_manager import BUILTIN_PLUGINS
 
 from conftest import ROOT, TESTS, Server, enroll, free_port, make_server, problem, sign_in
 from grants_support import request_grant
@@ -167,10 +167,10 @@ def test_the_built_in_plugins_load_inside_the_bundle(bundle):
     listed = {p["name"]: p for p in json.loads(result.stdout)}
     assert set(BUILTIN_PLUGINS) <= set(listed)
     assert all(listed[name]["source"] == "builtin" and listed[name]["version"] == __version__ for name in BUILTIN_PLUGINS)
-    assert listed["plugins.storage_sqlite"]["hooks"] == ["storage_backends"]
-    assert listed["plugins.elevate_default"]["hooks"] == ["elevate_verify"]
+    assert listed["grantd.plugins.storage_sqlite"]["hooks"] == ["storage_backends"]
+    assert listed["grantd.plugins.elevate_default"]["hooks"] == ["elevate_verify"]
     text = run(bundle, "plugins").stdout
-    assert f"plugins.storage_sqlite {__version__} (builtin)" in text
+    assert f"grantd.plugins.storage_sqlite {__version__} (builtin)" in text
 
 
 def test_pythonpath_cannot_add_plugins_or_code_to_the_bundle(bundle, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import ConfigError, load, render, validate
+from grantd.config import ConfigError, load, render, validate
 
 from conftest import GRANTD, ROOT, free_port
 
@@ -155,7 +155,7 @@ def test_config_init_writes_a_commented_config_with_a_fresh_secret(tmp_path):
 def test_config_example_lists_every_key_and_matches_the_schema():
     example = (ROOT / "config.example.toml").read_text()
     assert example == render(example=True), "regenerate with: grantd config example > config.example.toml"
-    from appliance.config import SCHEMA
+    from grantd.config import SCHEMA
 
     for section, keys in SCHEMA.items():
         for name in keys:
@@ -165,7 +165,7 @@ def test_config_example_lists_every_key_and_matches_the_schema():
 
 def test_required_key_names_exist():
     """Other tools rely on these names."""
-    from appliance.config import SCHEMA
+    from grantd.config import SCHEMA
 
     for section, name in [("", "version"), ("server", "host"), ("server", "port"), ("server", "issuer"),
                           ("admin", "management_token"), ("admin", "emails"), ("admin", "management_identity"),

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from appliance.auth import Principal
-from appliance.config import load
-from appliance.context import open_services
-from appliance.idp import grants
-from appliance.plugins import build_plugin_manager
+from grantd.auth import Principal
+from grantd.config import load
+from grantd.context import open_services
+from grantd.idp import grants
+from grantd.plugin_manager import build_plugin_manager
 
 from conftest import Agent, Server, enroll, problem, sign_in, signed_in, toml_config
 from grants_support import admin_post, request_grant

@@ -1,7 +1,7 @@
 """Helpers for the elevate and agent CLI tests (no tests here).
 
 Tokens are minted with the real server's signing key (read from its SQLite file through
-appliance.keys/appliance.tokens), so `grantd elevate` checks them against the real JWKS the
+grantd.keys/grantd.tokens), so `grantd elevate` checks them against the real JWKS the
 server publishes.
 """
 
@@ -19,20 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plugins.elevate_default import cmd_hash
+from grantd.plugins.elevate_default import cmd_hash
 
 from conftest import ROOT, TESTS, Server
 
 HOST = socket.gethostname()
 APPROVER = "admin@example.com"
-GRANTD = [sys.executable, "-m", "appliance"]
+GRANTD = [sys.executable, "-m", "grantd"]
 
 
 async def _mint(config_path: Path, claims: dict[str, Any]) -> str:
-    from appliance.config import load
-    from appliance.context import open_services
-    from appliance.plugins import build_plugin_manager
-    from appliance.tokens import mint
+    from grantd.config import load
+    from grantd.context import open_services
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.tokens import mint
 
     config = load(config_path)
     services = await open_services(config, build_plugin_manager(config))

@@ -99,8 +99,8 @@ def test_one_challenge_is_single_use_across_two_server_processes(server_factory,
     assert len(pids) == 2, srv.log()
 
 
-def test_python_m_appliance_is_the_grantd_command():
-    out = subprocess.run([sys.executable, "-m", "appliance", "--version"], capture_output=True, text=True, cwd=ROOT)
+def test_python_m_grantd_is_the_grantd_command():
+    out = subprocess.run([sys.executable, "-m", "grantd", "--version"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.startswith("grantd ")
 
 

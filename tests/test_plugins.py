@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from appliance import hookspecs
-from appliance.config import ConfigError, validate
-from appliance.plugins import BUILTIN_PLUGINS, build_plugin_manager, describe_plugins
+from grantd import hookspecs
+from grantd.config import ConfigError, validate
+from grantd.plugin_manager import BUILTIN_PLUGINS, build_plugin_manager, describe_plugins
 
 from conftest import ROOT
 
@@ -32,7 +32,7 @@ def test_grantd_plugins_lists_builtins_and_the_external_plugin_with_hooks(server
     assert by_name["sample_plugin"]["source"] == "config"
     assert by_name["sample_plugin"]["version"] == "1.2.3"
     assert by_name["sample_plugin"]["hooks"] == ["register_routes", "startup"]
-    assert by_name["plugins.storage_sqlite"]["hooks"] == ["storage_backends"]
+    assert by_name["grantd.plugins.storage_sqlite"]["hooks"] == ["storage_backends"]
     text = srv.grantd("plugins", "--config", str(srv.config_path)).stdout
     assert "sample_plugin 1.2.3 (config)" in text
 
@@ -45,7 +45,7 @@ def test_a_plugin_module_that_does_not_import_is_a_config_error():
 
 def test_a_misspelled_hook_fails_fast(tmp_path, monkeypatch):
     (tmp_path / "typo_plugin.py").write_text(
-        "from appliance.hookspecs import hookimpl\n@hookimpl\ndef storage_backend():\n    return {}\n"
+        "from grantd.hookspecs import hookimpl\n@hookimpl\ndef storage_backend():\n    return {}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     config = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"modules": ["typo_plugin"]}})
@@ -64,7 +64,7 @@ def test_unknown_storage_plugin_is_a_config_error_with_a_suggestion(server_facto
 def test_entry_point_plugins_are_loaded(tmp_path, monkeypatch):
     """An installed distribution that registers in the `grantd` entry-point group is loaded."""
     (tmp_path / "ep_sample_plugin.py").write_text(
-        "from appliance.hookspecs import hookimpl\n@hookimpl\ndef startup(app, config):\n    pass\n"
+        "from grantd.hookspecs import hookimpl\n@hookimpl\ndef startup(app, config):\n    pass\n"
     )
     dist_info = tmp_path / "ep_sample-4.5.6.dist-info"
     dist_info.mkdir()

@@ -12,15 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tui.app import GrantConsole
-from tui.cli import resolve_connection
-from tui.client import BearerCredential, GrantdClient, ManagementTokenCredential
-from tui.models import Grant
-from tui.screens.deny import DenyScreen
-from tui.screens.override import OverrideScreen
-from tui.widgets.connection_status import ConnectionStatus
-from tui.widgets.grant_detail import GrantDetail
-from tui.widgets.grant_table import GrantTable
+from grantd.tui.app import GrantConsole
+from grantd.tui.cli import resolve_connection
+from grantd.tui.client import BearerCredential, GrantdClient, ManagementTokenCredential
+from grantd.tui.models import Grant
+from grantd.tui.screens.deny import DenyScreen
+from grantd.tui.screens.override import OverrideScreen
+from grantd.tui.widgets.connection_status import ConnectionStatus
+from grantd.tui.widgets.grant_detail import GrantDetail
+from grantd.tui.widgets.grant_table import GrantTable
 
 from conftest import Agent, Server, signed_in
 

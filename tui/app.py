@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from textual.app import App
 
-from tui.client import GrantSource
-from tui.feed import BACKOFF
-from tui.screens.main import MainScreen
+from grantd.tui.client import GrantSource
+from grantd.tui.feed import BACKOFF
+from grantd.tui.screens.main import MainScreen
 
 
 def wall_clock_ms() -> int:

@@ -36,7 +36,7 @@ class UsageError(Exception):
 
 def resolve_connection(args: argparse.Namespace) -> tuple[str, str]:
     """The server URL and the management token, from the flags and/or the config file."""
-    from appliance.config import load
+    from grantd.config import load
 
     config_path = args.config or os.environ.get(CONFIG_ENV)
     config = None
@@ -68,8 +68,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
         print(f"grantd: {exc}", file=sys.stderr)
         return 2
     # Textual is imported only here so `grantd --help` and the other commands stay fast.
-    from tui.app import GrantConsole
-    from tui.client import GrantdClient, ManagementTokenCredential
+    from grantd.tui.app import GrantConsole
+    from grantd.tui.client import GrantdClient, ManagementTokenCredential
 
     if args.theme and args.theme not in GrantConsole.theme_names():
         print(f"grantd: unknown theme {args.theme!r}; choose one of {', '.join(GrantConsole.theme_names())}", file=sys.stderr)

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import httpx
 
-from tui.models import AgentInfo, Grant
-from tui.sse import SseDecoder, SseEvent
+from grantd.tui.models import AgentInfo, Grant
+from grantd.tui.sse import SseDecoder, SseEvent
 
 EVENT_STREAM = "text/event-stream"
 LIST_PAGE_LIMIT = 100  # the server clamps larger values to 100 (D6)

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 
-from tui.client import ApiError, EventsUnavailable, GrantSource, grant_of_event
-from tui.messages import ConnectionState
-from tui.models import Grant
+from grantd.tui.client import ApiError, EventsUnavailable, GrantSource, grant_of_event
+from grantd.tui.messages import ConnectionState
+from grantd.tui.models import Grant
 
 BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from tui.escape import escape_text, summarize_argv
-from tui.models import Grant
+from grantd.tui.escape import escape_text, summarize_argv
+from grantd.tui.models import Grant
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from tui.models import AgentInfo, Grant
+from grantd.tui.models import AgentInfo, Grant
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,9 @@
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from appliance.api.common import body_of, principal_of, services_of
-from appliance.auth import require_admin
-from appliance.idp import agents
+from grantd.api.common import body_of, principal_of, services_of
+from grantd.auth import require_admin
+from grantd.idp import agents
 
 bp = Blueprint("admin")
 

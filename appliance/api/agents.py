@@ -1,11 +1,11 @@
-"""Agent enrolment and sign-in routes (thin: parse, authorise, call appliance.idp.agents)."""
+"""Agent enrolment and sign-in routes (thin: parse, authorise, call grantd.idp.agents)."""
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from appliance.api.common import body_of, principal_of, services_of
-from appliance.auth import require_admin
-from appliance.idp import agents
+from grantd.api.common import body_of, principal_of, services_of
+from grantd.auth import require_admin
+from grantd.idp import agents
 
 bp = Blueprint("agents")
 
@@ -33,7 +33,7 @@ async def authenticate(request: Request) -> HTTPResponse:
 @bp.get("/api/me")
 async def me(request: Request) -> HTTPResponse:
     """Who the presented credential is (agents and the management token; human sessions later)."""
-    from appliance.auth import require_principal
+    from grantd.auth import require_principal
 
     principal = require_principal(await principal_of(request))
     return json({"sub": principal.email, "email": principal.email, "act": principal.kind, "agent_id": principal.agent_id})

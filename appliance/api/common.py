@@ -6,9 +6,9 @@ from typing import Any
 
 from sanic import Request
 
-from appliance.auth import Principal, principal_from_authorization
-from appliance.context import Services
-from appliance.validation import json_body
+from grantd.auth import Principal, principal_from_authorization
+from grantd.context import Services
+from grantd.validation import json_body
 
 
 def services_of(request: Request) -> Services:

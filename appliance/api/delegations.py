@@ -5,9 +5,9 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from appliance.api.common import body_of, principal_of, services_of
-from appliance.auth import require_principal
-from appliance.idp import delegations
+from grantd.api.common import body_of, principal_of, services_of
+from grantd.auth import require_principal
+from grantd.idp import delegations
 
 bp = Blueprint("delegations")
 

@@ -1,4 +1,4 @@
-"""Grant routes (thin: parse, authorise, call appliance.idp.grants) and the grant event stream."""
+"""Grant routes (thin: parse, authorise, call grantd.idp.grants) and the grant event stream."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, empty, json
 
-from appliance.api.common import body_of, principal_of, services_of
-from appliance.auth import Principal, principal_from_authorization, require_principal
-from appliance.context import Services
-from appliance.errors import Problem
-from appliance.idp import grants
-from appliance.idp.events import GrantEventHub
+from grantd.api.common import body_of, principal_of, services_of
+from grantd.auth import Principal, principal_from_authorization, require_principal
+from grantd.context import Services
+from grantd.errors import Problem
+from grantd.idp import grants
+from grantd.idp.events import GrantEventHub
 
 bp = Blueprint("grants")
 EVENT_STREAM = "text/event-stream; charset=utf-8"

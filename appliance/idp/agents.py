@@ -6,13 +6,13 @@ import secrets
 import time
 from typing import Any
 
-from appliance.auth import Principal
-from appliance.context import Services
-from appliance.errors import Problem, bad_request, conflict, forbidden, not_found
-from appliance.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
-from appliance.store import Conflict
-from appliance.tokens import mint, new_jti
-from appliance.validation import email_field, first_of, string_field
+from grantd.auth import Principal
+from grantd.context import Services
+from grantd.errors import Problem, bad_request, conflict, forbidden, not_found
+from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
+from grantd.store import Conflict
+from grantd.tokens import mint, new_jti
+from grantd.validation import email_field, first_of, string_field
 
 AGENT_STATUSES = ("active", "disabled")
 

@@ -17,10 +17,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from appliance.auth import Principal
-from appliance.context import Services
-from appliance.errors import forbidden, not_found
-from appliance.idp.grants import (
+from grantd.auth import Principal
+from grantd.context import Services
+from grantd.errors import forbidden, not_found
+from grantd.idp.grants import (
     GRANT_TYPES,
     MAX_TEXT,
     cursor_of,
@@ -30,7 +30,7 @@ from appliance.idp.grants import (
     person_may_decide,
     seconds_field,
 )
-from appliance.validation import email_field, field_error, string_field
+from grantd.validation import email_field, field_error, string_field
 
 RANK = {"once": 0, "timed": 1, "always": 2}
 MAX_SCOPES = 100

@@ -15,8 +15,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from appliance.logs import LOGGER
-from appliance.store import Store
+from grantd.logs import LOGGER
+from grantd.store import Store
 
 log = logging.getLogger(LOGGER)
 

@@ -15,12 +15,12 @@ import time
 import uuid
 from typing import Any
 
-from appliance.auth import Principal, bearer_token
-from appliance.commands import cmd_hash
-from appliance.context import Services
-from appliance.errors import Problem, bad_request, forbidden, not_found, unauthorized
-from appliance.tokens import TokenError, mint, new_jti, verify
-from appliance.validation import email_field, field_error, string_field
+from grantd.auth import Principal, bearer_token
+from grantd.commands import cmd_hash
+from grantd.context import Services
+from grantd.errors import Problem, bad_request, forbidden, not_found, unauthorized
+from grantd.tokens import TokenError, mint, new_jti, verify
+from grantd.validation import email_field, field_error, string_field
 
 GRANT_TYPES = ("once", "timed", "always")
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
@@ -266,7 +266,7 @@ def reuse_key(request: dict[str, Any]) -> str:
 
 async def create(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one."""
-    from appliance.idp.delegations import covering_delegation
+    from grantd.idp.delegations import covering_delegation
 
     request = parse_request(services, principal, body)
     reader = Reader(services)

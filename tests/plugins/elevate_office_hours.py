@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 
-from appliance.hookspecs import hookimpl
+from grantd.hookspecs import hookimpl
 
 
 def _minutes(text: str) -> int:

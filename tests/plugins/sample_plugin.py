@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sanic.response import json
 
-from appliance.hookspecs import hookimpl
+from grantd.hookspecs import hookimpl
 
 __version__ = "1.2.3"
 

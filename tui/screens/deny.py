@@ -9,8 +9,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from tui.format import action_summary, one_line
-from tui.models import Grant
+from grantd.tui.format import action_summary, one_line
+from grantd.tui.models import Grant
 
 MAX_REASON = 500
 

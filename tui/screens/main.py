@@ -13,19 +13,19 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from tui.client import ApiError, GrantSource
-from tui.feed import BACKOFF, GrantFeed
-from tui.format import action_summary, one_line
-from tui.messages import ConnectionChanged, ConnectionState, DetailLoaded, GrantChanged, GrantsLoaded
-from tui.models import DECIDED_STATUSES, STATUSES, AgentInfo, Grant
-from tui.screens.confirm import ConfirmScreen
-from tui.screens.deny import DenyScreen
-from tui.screens.help import HelpScreen
-from tui.screens.override import Override, OverrideScreen
-from tui.widgets.connection_status import ConnectionStatus
-from tui.widgets.filter_bar import FilterBar
-from tui.widgets.grant_detail import GrantDetail
-from tui.widgets.grant_table import SORTABLE, GrantTable
+from grantd.tui.client import ApiError, GrantSource
+from grantd.tui.feed import BACKOFF, GrantFeed
+from grantd.tui.format import action_summary, one_line
+from grantd.tui.messages import ConnectionChanged, ConnectionState, DetailLoaded, GrantChanged, GrantsLoaded
+from grantd.tui.models import DECIDED_STATUSES, STATUSES, AgentInfo, Grant
+from grantd.tui.screens.confirm import ConfirmScreen
+from grantd.tui.screens.deny import DenyScreen
+from grantd.tui.screens.help import HelpScreen
+from grantd.tui.screens.override import Override, OverrideScreen
+from grantd.tui.widgets.connection_status import ConnectionStatus
+from grantd.tui.widgets.filter_bar import FilterBar
+from grantd.tui.widgets.grant_detail import GrantDetail
+from grantd.tui.widgets.grant_table import SORTABLE, GrantTable
 
 STATUS_FILTERS = ("pending", "decided", "all", *DECIDED_STATUSES)
 NEW_MARK_MS = 60_000  # how long a newly arrived grant keeps its "●"

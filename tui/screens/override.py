@@ -12,8 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.format import action_summary, duration, one_line, parse_duration
-from tui.models import GRANT_TYPES, Grant
+from grantd.tui.format import action_summary, duration, one_line, parse_duration
+from grantd.tui.models import GRANT_TYPES, Grant
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from tui.messages import ConnectionState
+from grantd.tui.messages import ConnectionState
 
 _SYMBOL = {
     "connecting": "◌",

@@ -6,9 +6,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from tui.escape import describe_argv, escape_text, quote_arg
-from tui.format import age, duration, one_line, timestamp
-from tui.models import AgentInfo, Grant
+from grantd.tui.escape import describe_argv, escape_text, quote_arg
+from grantd.tui.format import age, duration, one_line, timestamp
+from grantd.tui.models import AgentInfo, Grant
 
 LABEL_WIDTH = 12
 

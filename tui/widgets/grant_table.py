@@ -10,8 +10,8 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from tui.format import action_summary, age, one_line
-from tui.models import Grant
+from grantd.tui.format import action_summary, age, one_line
+from grantd.tui.models import Grant
 
 
 @dataclass(frozen=True)

@@ -12,19 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from appliance import hookspecs
-from appliance.config import ConfigError
+from grantd import hookspecs
+from grantd.config import ConfigError
 
 if TYPE_CHECKING:
-    from appliance.config import Config
+    from grantd.config import Config
 
 # Built-ins are imported and registered by name: a frozen bundle does not see entry points,
 # and packaging/grantd.spec collects every module of the plugins package.
 BUILTIN_PLUGINS = (
-    "plugins.storage_sqlite",
-    "plugins.federation_oidc",
-    "plugins.sp_login_ddisa",
-    "plugins.elevate_default",
+    "grantd.plugins.storage_sqlite",
+    "grantd.plugins.federation_oidc",
+    "grantd.plugins.sp_login_ddisa",
+    "grantd.plugins.elevate_default",
 )
 ENTRY_POINT_GROUP = "grantd"
 
@@ -39,8 +39,8 @@ class PluginInfo:
 
 def _dist_version(module: Any) -> str:
     top = getattr(module, "__name__", "").split(".")[0]
-    if top in ("plugins", "appliance"):
-        from appliance import __version__
+    if top == "grantd":
+        from grantd import __version__
 
         return __version__
     version = getattr(module, "__version__", None)
