@@ -1,0 +1,223 @@
+"""The storage contract. Storage plugins implement it; only their code touches SQL.
+
+A ``Store`` is split by record kind: ``store.keys``, ``store.agents``, ``store.challenges``,
+``store.grants`` (with their events) and ``store.delegations`` — people, credentials, sessions,
+OAuth clients and codes, and rate counters join as further parts with their issues. Records are
+the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
+
+What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
+
+- **One call, one transaction.** Each method is atomic: it happens completely or not at all, and a
+  concurrent reader never sees half of it.
+- **Exactly one winner.** Where a method is a conditional change (``challenges.take``,
+  ``grants.update_if``, ``delegations.revoke``, ``keys.add_first``), any number of concurrent
+  callers in any number of processes or nodes may call it for the same record: exactly one gets the
+  record back, the others get ``None``. Decide this inside the database (a conditional UPDATE or
+  DELETE and its row count), never in process memory.
+- **Events with their change.** Every grant change records its events in the same transaction
+  (``grant_events``), numbered by a sequence that only grows in commit order, so stream readers of
+  every process see every change once, in order.
+- **Rules are handed in, not re-derived.** Lapse (when a grant or delegation reads as expired) comes
+  as a :class:`grantd.core.lifecycle.Lapse`: ``{stored_status: (column, cutoff)}``. A backend
+  translates it mechanically (``status = S AND column IS NOT NULL AND column <= cutoff``); the
+  column names are those of the records. Who may see what comes as principal facts (requester ids).
+- **Paging** is newest first by ``(created_at, id)``; ``after`` is the last item of the previous
+  page (``grantd.core.paging.Cursor``). A list call returns ``(rows, has_more)``.
+- **Uniqueness** violations raise :class:`Conflict` naming the field.
+- All methods are coroutines, so a network database does not block the event loop.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from grantd.core.lifecycle import Lapse
+from grantd.core.paging import PageRequest
+from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
+
+
+class StoreError(Exception):
+    """Base of storage errors the services translate into HTTP answers."""
+
+
+class Conflict(StoreError):
+    """A uniqueness rule was violated; ``field`` names what collided (``email``, ``publicKey``,
+    ``owner``, ``approver``, ``id``)."""
+
+    def __init__(self, field: str):
+        self.field = field
+        super().__init__(f"duplicate {field}")
+
+
+@runtime_checkable
+class KeyStore(Protocol):
+    """Signing keys: ``SigningKey`` records; the active key is the newest unretired one."""
+
+    async def all(self) -> list[SigningKey]:
+        """Every key, newest first."""
+
+    async def active_kid(self) -> str | None:
+        """Kid of the key that signs now, or None."""
+
+    async def add_first(self, key: SigningKey) -> bool:
+        """Insert ``key`` only if no unretired key exists (several processes start at once: exactly
+        one inserts). True if this call inserted it."""
+
+    async def rotate(self, key: SigningKey, now: int) -> list[str]:
+        """Retire every active key at ``now`` **and delete its private key** (``private_pem`` becomes
+        ""), insert ``key`` as the active one; return the retired kids. One transaction."""
+
+    async def drop_retired_before(self, cutoff: int) -> int:
+        """Delete keys retired before ``cutoff`` (ms); return how many."""
+
+    async def revoke(self, kid: str, now: int) -> bool:
+        """Stop publishing a key at once: delete it (active or retired). True if it existed."""
+
+
+@runtime_checkable
+class AgentStore(Protocol):
+    """Agents: ``Agent`` records. E-mails are unique across agents and persons (D11)."""
+
+    async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
+        """Insert. Raise ``Conflict("email")`` if the e-mail is another agent's, is in
+        ``reserved_emails`` (administrators, the management identity) or is used as a person's
+        (any agent's owner or approver, any delegation's delegator); ``Conflict("publicKey")`` for a
+        key already enrolled; ``Conflict("owner")``/``Conflict("approver")`` if that e-mail is an
+        agent's. All checked in the transaction of the insert."""
+
+    async def get(self, ident: str) -> Agent | None:
+        """By ``agent_id`` or (lowercased) e-mail."""
+
+    async def get_by_id(self, agent_id: str) -> Agent | None: ...
+
+    async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
+        """Newest first by (created_at, agent_id)."""
+
+    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+        """Apply ``changes`` (name, owner, approver, public_key, key_id, updated_at, and ``status:
+        "active"`` to re-enable a disabled agent — disabling is ``retire``). A new
+        ``public_key`` increments ``key_generation`` in the same write (tokens issued under the old
+        key stop working). Raise ``Conflict`` as ``create`` does for owner/approver/publicKey.
+        None if the agent is gone."""
+
+    async def retire(
+        self, agent_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
+    ) -> tuple[Agent, builtins.list[Grant]] | None:
+        """Disable (``status = 'disabled'``, ``key_generation`` incremented so that no token issued
+        before comes back if it is re-enabled) or delete the agent and, in the same transaction:
+        revoke its pending and approved grants that have not lapsed (``status = 'revoked'``,
+        ``revoked_by = by``, ``revoked_at = now``, ``decision_reason = reason``, one
+        ``grant.revoked`` event each), revoke active delegations whose delegate is its e-mail
+        (``revoked_by = by``), and delete its challenges. A deleted agent's grants stay, under its
+        old ``requester_id``. Returns the agent as it was before and the revoked grants; None if
+        the agent does not exist (or is already disabled and ``delete`` is false: nothing to do)."""
+
+    async def decidable_by(self, email: str) -> builtins.list[str]:
+        """Ids of the agents whose owner or approver is ``email``."""
+
+
+@runtime_checkable
+class ChallengeStore(Protocol):
+    async def create(self, challenge: str, agent_id: str, expires_at: int, now: int) -> None:
+        """Store a challenge (and drop challenges that expired before ``now``)."""
+
+    async def take(self, challenge: str, agent_id: str) -> int | None:
+        """Delete the challenge and return its expiry (ms); None if unknown, bound to another agent
+        or already taken. Exactly one of any number of concurrent takers gets it."""
+
+
+@runtime_checkable
+class GrantStore(Protocol):
+    """Grants (``Grant``; ``status`` is the stored one — readers apply ``Lapse``) and their events."""
+
+    async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
+        """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
+        in the same transaction."""
+
+    async def get(self, grant_id: str) -> Grant | None: ...
+
+    async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
+        """Newest approved grant of ``requester_id`` with this reuse key that has not lapsed."""
+
+    async def list(
+        self,
+        *,
+        lapse: Lapse,
+        page: PageRequest,
+        status: str | None = None,
+        requester: str | None = None,
+        requester_ids: Sequence[str] | None = None,
+    ) -> tuple[list[Grant], bool]:
+        """Newest first. ``status`` filters on the status as read under ``lapse`` (``expired``
+        includes lapsed ones; ``approved``/``pending`` exclude them); ``requester`` on the requester
+        e-mail; ``requester_ids`` (None = everyone) limits to those requesters (a caller's scope)."""
+
+    async def update_if(
+        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+    ) -> Grant | None:
+        """Apply ``changes`` only if the stored status is in ``expect`` and the grant has not lapsed;
+        bump ``version``; record ``event`` (at ``now``). Exactly one of any number of concurrent
+        callers wins; the others get None."""
+
+    async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
+        """Store ``expired`` for every lapsed grant (one ``grant.expired`` event each) and drop events
+        older than ``events_before``. Cheap when nothing lapsed."""
+
+    async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
+        """Events with ``seq`` greater than ``seq``, in order, at most ``limit``."""
+
+    async def last_event_seq(self) -> int: ...
+
+
+@runtime_checkable
+class DelegationStore(Protocol):
+    """Delegations (``Delegation``)."""
+
+    async def create(self, delegation: Delegation) -> Delegation:
+        """Insert. Raise ``Conflict("delegator")`` if the delegator's e-mail is an agent's."""
+
+    async def get(self, delegation_id: str) -> Delegation | None: ...
+
+    async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
+        """Newest first; ``party`` (None = all) limits to delegations it is delegator or delegate of."""
+
+    async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
+        """Active -> revoked (``revoked_by``, ``revoked_at``). Exactly one concurrent caller wins."""
+
+    async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:
+        """Active delegations of ``delegate`` that have not lapsed, oldest first."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """One database, reached through its parts."""
+
+    keys: KeyStore
+    agents: AgentStore
+    challenges: ChallengeStore
+    grants: GrantStore
+    delegations: DelegationStore
+
+    async def migrate(self) -> list[int]:
+        """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
+
+    async def ping(self) -> bool:
+        """True when the database answers."""
+
+    def schema_version(self) -> int: ...
+
+    def serving(self) -> None:
+        """This process starts serving requests: a backend may start background work (the SQLite
+        one checkpoints its WAL off the event loop). ``close`` stops it."""
+
+    def close(self) -> None: ...
+
+    async def backup(self, target: str) -> None:
+        """Write a consistent copy of the database to ``target`` (created mode 0600)."""
+
+
+__all__ = [
+    "AgentStore", "ChallengeStore", "Conflict", "DelegationStore", "GrantStore", "KeyStore", "Store", "StoreError",
+]

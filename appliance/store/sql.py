@@ -1,0 +1,59 @@
+"""Helpers for SQL backends: a :class:`~grantd.core.lifecycle.Lapse` as a WHERE clause.
+
+The lapse rule is data (``{stored_status: (column, cutoff)}``); these functions translate that
+mapping mechanically, so no backend writes the rule down a second time. Column names are checked
+against the allow-list the caller passes (the record's columns) and never come from a request;
+statuses and cutoffs are bound as parameters.
+
+Each function returns ``(sql, params)`` with named parameters (``:lapse_status_0``...); combine
+them with other named parameters in one statement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from grantd.core.lifecycle import EXPIRED, Lapse
+
+Clause = tuple[str, dict[str, Any]]
+
+
+def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = None) -> Clause:
+    """True for a row that has lapsed (``status = S AND column IS NOT NULL AND column <= cutoff``
+    for each rule, OR-ed; each term is an index range on ``(status, column)``). ``only`` limits it
+    to the rule of one stored status. Never NULL, so ``NOT (...)`` is safe. ``0`` if no rule applies."""
+    terms: list[str] = []
+    params: dict[str, Any] = {}
+    for i, (status, (column, cutoff)) in enumerate(sorted(lapse.cutoffs.items())):
+        if only is not None and status != only:
+            continue
+        if column not in columns or not column.isidentifier():
+            raise ValueError(f"lapse column {column!r} is not a column of this record")
+        terms.append(f"(status = :lapse_status_{i} AND {column} IS NOT NULL AND {column} <= :lapse_cutoff_{i})")
+        params[f"lapse_status_{i}"] = status
+        params[f"lapse_cutoff_{i}"] = int(cutoff)
+    return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
+
+
+def not_lapsed_sql(lapse: Lapse, columns: Collection[str]) -> Clause:
+    """True for a row that has not lapsed."""
+    sql, params = lapsed_sql(lapse, columns)
+    return f"NOT {sql}", params
+
+
+def status_sql(lapse: Lapse, status: str, columns: Collection[str]) -> Clause:
+    """The rows whose status *as read under* ``lapse`` is ``status``: ``expired`` is the stored
+    ``expired`` or any lapsed row; a status with a lapse rule is that stored status minus its
+    lapsed rows; any other status is the stored one."""
+    params: dict[str, Any] = {"read_status": status}
+    if status == EXPIRED:
+        lapsed, extra = lapsed_sql(lapse, columns)
+        return f"(status = :read_status OR {lapsed})", {**params, **extra}
+    if status in lapse.cutoffs:
+        lapsed, extra = lapsed_sql(lapse, columns, only=status)
+        return f"(status = :read_status AND NOT {lapsed})", {**params, **extra}
+    return "status = :read_status", params
+
+
+__all__ = ["Clause", "lapsed_sql", "not_lapsed_sql", "status_sql"]

@@ -1,0 +1,52 @@
+"""Work for the multi-process tests: each runs in a process of its own that opens its own store on
+the shared file (imports nothing of pytest, so a spawned process starts fast)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from grantd.core.lifecycle import grant_lapse
+from grantd.plugins.storage_sqlite import SQLiteStore
+
+TAKERS = 10
+
+
+def _run(path: str, start_at: float, work: Any) -> Any:
+    store = SQLiteStore(path)
+    try:
+        time.sleep(max(0.0, start_at - time.time()))  # start together, to make the race real
+        return asyncio.run(work(store))
+    finally:
+        store.close()
+
+
+def take(path: str, start_at: float) -> list[int | None]:
+    async def work(store: SQLiteStore) -> list[int | None]:
+        return list(await asyncio.gather(*(store.challenges.take("c1", "agt_a") for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def consume(path: str, start_at: float, now: int) -> list[int]:
+    async def work(store: SQLiteStore) -> list[int]:
+        results = await asyncio.gather(*(
+            store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": now},
+                                   event="grant.consumed", lapse=grant_lapse(now, 3600), now=now)
+            for _ in range(TAKERS)))
+        return [r["version"] for r in results if r is not None]
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def add_first_key(path: str, start_at: float, kid: str, now: int) -> bool:
+    async def work(store: SQLiteStore) -> bool:
+        return await store.keys.add_first({"kid": kid, "alg": "EdDSA", "private_pem": "p", "public_jwk": {},
+                                           "created_at": now, "retired_at": None})
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def migrate(path: str, start_at: float) -> list[int]:
+    return _run(path, start_at, lambda store: store.migrate())  # type: ignore[no-any-return]

@@ -1,0 +1,80 @@
+"""Records for the contract suite, at a fixed clock (ms): no sleeps, no wall clock."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
+from grantd.core.paging import Cursor, PageRequest
+from grantd.store.records import Agent, Delegation, Grant, SigningKey
+
+NOW = 1_700_000_000_000
+PENDING_TTL_S = 3600
+HOUR = 3_600_000
+
+
+def lapse(now: int = NOW) -> Lapse:
+    return grant_lapse(now, PENDING_TTL_S)
+
+
+def dlapse(now: int = NOW) -> Lapse:
+    return delegation_lapse(now)
+
+
+def first_page(limit: int = 20) -> PageRequest:
+    return PageRequest(limit, None)
+
+
+def next_page(rows: list[Any], limit: int, id_key: str = "id") -> PageRequest:
+    return PageRequest(limit, Cursor(rows[-1]["created_at"], rows[-1][id_key]))
+
+
+async def walk(list_page: Any, limit: int, id_key: str = "id") -> list[list[Any]]:
+    """Every page of a list call, following cursors; checks has_more on the way."""
+    pages: list[list[Any]] = []
+    page = first_page(limit)
+    while True:
+        rows, more = await list_page(page)
+        pages.append(rows)
+        if not more:
+            return pages
+        assert len(rows) == limit
+        page = next_page(rows, limit, id_key)
+
+
+def key(kid: str, created_at: int = NOW) -> SigningKey:
+    return {"kid": kid, "alg": "EdDSA", "private_pem": f"-----PRIVATE {kid}-----", "public_jwk": {"kid": kid, "x": kid},
+            "created_at": created_at, "retired_at": None}
+
+
+def agent(name: str, *, created_at: int = NOW, owner: str = "owner@example.com", approver: str | None = None,
+          **changes: Any) -> Agent:
+    record: Agent = {
+        "agent_id": f"agt_{name}", "email": f"{name}@agents.example.com", "name": name,
+        "public_key": f"ssh-ed25519 KEY{name}", "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
+        "key_generation": 1, "owner": owner, "approver": approver or owner, "status": "active",
+        "created_at": created_at, "updated_at": created_at,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def grant(gid: str, *, requester: str = "bot@agents.example.com", requester_id: str | None = None,
+          status: str = "pending", created_at: int = NOW, **changes: Any) -> Grant:
+    record: Grant = {
+        "id": gid, "type": "command", "requester": requester, "requester_id": requester_id or requester,
+        "request": {"command": ["ls", gid], "audience": "host"}, "grant_type": "once", "status": status,
+        "created_at": created_at, "decided_by": None, "decided_at": None, "expires_at": None, "used_at": None,
+        "decision_reason": None, "delegation_id": None, "revoked_by": None, "revoked_at": None, "reuse_key": None,
+        "version": 1,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def delegation(did: str, *, delegator: str = "alice@example.com", delegate: str = "bot@agents.example.com",
+               created_at: int = NOW, expires_at: int | None = None, status: str = "active") -> Delegation:
+    return {"id": did, "delegator": delegator, "delegate": delegate, "audience": "host", "scopes": ["read", "write"],
+            "approval": "once", "duration": None, "created_at": created_at, "expires_at": expires_at,
+            "status": status, "revoked_at": None, "revoked_by": None}

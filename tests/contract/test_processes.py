@@ -1,0 +1,81 @@
+"""SQLite only: several OS processes, each with its own store on one file, race for the same
+record; the database decides, so exactly one wins (D5, D6, D11)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from multiprocessing.pool import Pool
+
+import pytest
+
+from grantd.plugins.storage_sqlite import SQLiteStore
+
+from . import _workers
+from .factories import HOUR, NOW, grant
+
+PROCESSES = 3
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Pool]:
+    # spawn: a forked child would inherit the parent's open SQLite connections
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as workers:
+        workers.map(abs, range(PROCESSES))  # warm: every process has imported its modules
+        yield workers
+
+
+def start_soon() -> float:
+    return time.time() + 0.2
+
+
+async def test_challenge_taken_once_across_processes(tmp_path, pool):
+    path = str(tmp_path / "grantd.db")
+    store = SQLiteStore(path)
+    await store.migrate()
+    await store.challenges.create("c1", "agt_a", NOW + 60_000, NOW)
+    store.close()
+    results = pool.starmap(_workers.take, [(path, start_soon())] * PROCESSES)
+    assert [r for rs in results for r in rs if r is not None] == [NOW + 60_000]
+
+
+async def test_update_if_has_one_winner_across_processes(tmp_path, pool):
+    path = str(tmp_path / "grantd.db")
+    store = SQLiteStore(path)
+    await store.migrate()
+    await store.grants.create(grant("g1", status="approved", expires_at=NOW + HOUR), [])
+    try:
+        results = pool.starmap(_workers.consume, [(path, start_soon(), NOW)] * PROCESSES)
+        assert [v for vs in results for v in vs] == [2]
+        assert (await store.grants.get("g1"))["status"] == "consumed"
+        assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.consumed"]
+    finally:
+        store.close()
+
+
+async def test_first_key_inserted_once_across_processes(tmp_path, pool):
+    path = str(tmp_path / "grantd.db")
+    store = SQLiteStore(path)
+    await store.migrate()
+    try:
+        at = start_soon()
+        results = pool.starmap(_workers.add_first_key, [(path, at, f"k{i}", NOW) for i in range(PROCESSES)])
+        assert results.count(True) == 1
+        assert [k["kid"] for k in await store.keys.all()] == [f"k{results.index(True)}"]
+    finally:
+        store.close()
+
+
+async def test_concurrent_migrations(tmp_path, pool):
+    path = str(tmp_path / "grantd.db")
+    at = start_soon()
+    results = pool.starmap(_workers.migrate, [(path, at)] * 2)
+    applied = sorted(v for vs in results for v in vs)
+    store = SQLiteStore(path)
+    try:
+        assert applied == list(range(1, store.schema_version() + 1))  # each once, by one process or the other
+        assert await store.migrate() == []
+    finally:
+        store.close()
