@@ -314,16 +314,18 @@ def test_admin_lists_gets_updates_and_deletes_agents(server, tmp_path):
 def test_admin_list_paginates(server, tmp_path):
     for i in range(3):
         enroll(server, tmp_path / str(i))
-    seen: list[str] = []
+    seen: list[dict] = []
     cursor = None
     with server.admin() as http:
         while True:
             page = http.get("/api/admin/agents", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
-            seen += [a["email"] for a in page["data"]]
+            seen += page["data"]
             if not page["pagination"]["has_more"]:
                 break
             cursor = page["pagination"]["cursor"]
-    assert seen == sorted(set(seen)) and len(seen) >= 3
+    # newest first, like every list (grantd.core.paging), each agent once
+    order = [(a["created_at"], a["agent_id"]) for a in seen]
+    assert order == sorted(order, reverse=True) and len(set(order)) == len(order) >= 3
 
 
 def test_disabled_agent_gets_no_challenge_and_its_token_stops_working(server, tmp_path):

@@ -1,22 +1,18 @@
-"""Delegations (D7) over HTTP, and who may decide what (including people, checked on a real store)."""
+"""Delegations (D7) over HTTP, and who may decide what (grantd.core.policy)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from inproc import InProcessServer
 
-from grantd.auth import Principal
-from grantd.config import load
-from grantd.context import open_services
-from grantd.idp import grants
-from grantd.plugin_manager import build_plugin_manager
+from grantd.core import policy, principals
 
-from conftest import Agent, Server, enroll, problem, sign_in, signed_in, toml_config
+from conftest import Agent, Server, enroll, problem, sign_in, signed_in
 from grants_support import admin_post, request_grant
 
 
@@ -60,13 +56,19 @@ def test_scopes_audience_and_approval_limit_what_is_covered(server: Server, agen
     assert timed["status"] == "approved" and timed["expires_at"] - timed["decided_at"] == 60_000
 
 
-def test_an_expired_delegation_covers_nothing(server: Server, agent: Agent) -> None:
-    d = delegate(server, agent, duration=1)
-    time.sleep(1.2)
-    assert request_grant(server, agent)["status"] == "pending"
-    with server.admin() as http:
-        listed = {x["id"]: x for x in http.get("/api/delegations", params={"limit": 100}).json()["data"]}
-    assert listed[d["id"]]["status"] == "expired"
+def test_an_expired_delegation_covers_nothing(tmp_path: Path) -> None:
+    srv = InProcessServer(tmp_path / "srv").start()  # its clock moves when told to
+    try:
+        agent = signed_in(srv, tmp_path / "keys")
+        d = delegate(srv, agent, duration=60)
+        assert request_grant(srv, agent)["status"] == "approved"
+        srv.clock.advance(60)
+        assert request_grant(srv, agent)["status"] == "pending"
+        with srv.admin() as http:
+            listed = {x["id"]: x for x in http.get("/api/delegations", params={"limit": 100}).json()["data"]}
+        assert listed[d["id"]]["status"] == "expired"
+    finally:
+        srv.stop()
 
 
 def test_iso_expiry_from_the_peer_cli_and_the_grant_type_alias(server: Server, agent: Agent) -> None:
@@ -117,7 +119,11 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
     with server.client(other.token) as http:
         assert http.get("/api/delegations").json()["data"] == []
         assert http.delete(f"/api/delegations/{d['id']}").status_code == 404
-    with server.client() as http:
+    with server.client() as http:  # validate tells only a party to the delegation (or an admin) about it
+        assert http.post(f"/api/delegations/{d['id']}/validate", json={}).status_code == 401
+    with server.client(other.token) as http:
+        assert http.post(f"/api/delegations/{d['id']}/validate", json={}).status_code == 404
+    with server.client(agent.token) as http:
         ok = http.post(f"/api/delegations/{d['id']}/validate", json={"delegate": agent.email, "audience": "escapes",
                                                                      "scope": "db:read"}).json()
         assert ok["valid"] is True and ok["delegation"]["id"] == d["id"]
@@ -126,34 +132,25 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
             answer = http.post(f"/api/delegations/{d['id']}/validate", json=body).json()
             assert answer["valid"] is False and error in answer["error"]
         assert http.post("/api/delegations/missing/validate", json={}).status_code == 404
+    with server.client() as http:
         assert http.get("/api/delegations").status_code == 401
 
 
 # -- people as deciders, on a real store (human sign-in is a later capability) -----------------------
 
 
-def test_owner_and_approver_may_decide_others_may_not(tmp_path: Path) -> None:
-    (tmp_path / "management-token").write_text("x" * 32)
-    (tmp_path / "grantd.toml").write_text(toml_config(8000))
-    config = load(str(tmp_path / "grantd.toml"))
-
-    async def check() -> None:
-        services = await open_services(config, build_plugin_manager(config))
-        now = int(time.time() * 1000)
-        await services.store.create_agent({
-            "agent_id": "agt_1", "email": "agent+x@example.com", "name": "x", "public_key": "k", "key_id": "k",
-            "owner": "owner@example.com", "approver": "approver@example.com", "status": "active",
-            "created_at": now, "updated_at": now})
-        cases = {
-            Principal("user", "owner@example.com"): True,
-            Principal("user", "approver@example.com"): True,
-            Principal("user", "root@example.com"): True,  # listed in admin.emails
-            Principal("user", "stranger@example.com"): False,
-            Principal("agent", "agent+x@example.com", "agt_1"): False,  # never its own approver
-            Principal("management", "admin@example.com"): True,
-        }
-        for principal, allowed in cases.items():
-            assert await grants.may_decide(services, principal, "agent+x@example.com") is allowed, principal
-        services.store.close()
-
-    asyncio.run(check())
+def test_owner_and_approver_may_decide_others_may_not() -> None:
+    agent = {"agent_id": "agt_1", "email": "agent+x@example.com", "owner": "owner@example.com",
+             "approver": "approver@example.com"}
+    admins = frozenset({"root@example.com", "admin@example.com"})
+    cases = {
+        principals.person("owner@example.com", admins): True,
+        principals.person("approver@example.com", admins): True,
+        principals.person("root@example.com", admins): True,  # listed in admin.emails
+        principals.person("stranger@example.com", admins): False,
+        principals.agent("agt_1", "agent+x@example.com"): False,  # never its own approver
+        principals.agent("agt_2", "owner@example.com"): False,  # an agent never decides, whatever its e-mail
+        principals.management("admin@example.com"): True,
+    }
+    for principal, allowed in cases.items():
+        assert policy.may_decide(principal, agent, admins) is allowed, principal

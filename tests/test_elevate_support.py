@@ -1,7 +1,7 @@
 """Helpers for the elevate and agent CLI tests (no tests here).
 
 Tokens are minted with the real server's signing key (read from its SQLite file through
-grantd.keys/grantd.tokens), so `grantd elevate` checks them against the real JWKS the
+grantd.services.keys/grantd.services.tokens), so `grantd elevate` checks them against the real JWKS the
 server publishes.
 """
 
@@ -30,14 +30,13 @@ GRANTD = [sys.executable, "-m", "grantd"]
 
 async def _mint(config_path: Path, claims: dict[str, Any]) -> str:
     from grantd.config import load
-    from grantd.context import open_services
     from grantd.plugin_manager import build_plugin_manager
-    from grantd.tokens import mint
+    from grantd.services.context import open_services
 
     config = load(config_path)
     services = await open_services(config, build_plugin_manager(config))
     try:
-        return await mint(services.keyring, claims)
+        return await services.tokens._sign(claims)  # any claims: the tests forge what they need
     finally:
         services.store.close()
 

@@ -1,4 +1,4 @@
-"""Request-body parsing and field checks shared by every route. Violations name the field (400)."""
+"""Request-body parsing and field checks shared by every route and service. Violations name the field (400)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 import re
 from typing import Any
 
-from grantd.errors import Problem, bad_request
+from grantd.core.errors import Problem, bad_request
+
+MAX_TEXT = 255  # identifiers and short texts
 
 EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+$")
 
@@ -60,3 +62,17 @@ def first_of(body: dict[str, Any], *names: str) -> tuple[str, Any]:
         if body.get(name) is not None:
             return name, body[name]
     return names[0], None
+
+
+def seconds_field(body: dict[str, Any], name: str, maximum: int) -> int | None:
+    """A positive whole number of seconds, at most ``maximum``; None if absent."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise field_error(name, f"{name} must be a whole number of seconds")
+    if value <= 0:
+        raise field_error(name, f"{name} must be positive")
+    if value > maximum:
+        raise field_error(name, f"{name} must be at most {maximum} seconds")
+    return value

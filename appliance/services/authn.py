@@ -1,12 +1,10 @@
-"""Who is calling: turns a request's credentials into a Principal, and answers "may they?".
+"""Authentication: one chain of authenticators turns a request's credentials into a Principal.
 
-Every route asks this module; nothing else interprets credentials.
- - the management token (compared in constant time, never logged) -> kind "management"
- - an agent identity token (EdDSA JWT of ours, aud = tokens.agent_audience, act = "agent",
-   not an AuthZ-JWT) whose agent exists and is active -> kind "agent"
- - (human sessions plug in here as kind "admin"/"user" once human sign-in exists)
-No credentials -> 401; a credential that does not verify -> 401 invalid_token; a valid
-credential without the right -> 403.
+The web layer extracts ``Credentials`` from the request (services never see the request) and asks
+the chain; the first authenticator that recognises the credential answers. Built in, in order:
+the management token, then agent identity tokens. Person sessions and OAuth access tokens join the
+chain (``AuthnChain.add``) with their issues. A bearer nobody recognises is a 401 invalid_token;
+no credential at all is ``None`` (routes decide whether that is allowed).
 """
 
 from __future__ import annotations
@@ -14,41 +12,34 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Protocol
 
-from grantd.context import Services
-from grantd.errors import Problem, forbidden, unauthorized
-from grantd.tokens import TokenError, verify
+from grantd.core import principals
+from grantd.core.errors import unauthorized
+from grantd.core.principals import Principal
+from grantd.services.tokens import TokenError
 
-PrincipalKind = Literal["management", "admin", "user", "agent"]
+if TYPE_CHECKING:
+    from grantd.services.context import Services
 
 
 @dataclass(frozen=True)
-class Principal:
-    kind: PrincipalKind
-    email: str
-    agent_id: str | None = None
+class Credentials:
+    """What a request presented. ``bearer`` is the token of an ``Authorization: Bearer`` header."""
 
-    @property
-    def is_admin(self) -> bool:
-        return self.kind in ("management", "admin")
-
-    @property
-    def is_human(self) -> bool:
-        return self.kind in ("admin", "user")
+    bearer: str | None = None
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+class Authenticator(Protocol):
+    name: str
 
-
-def is_management_token(services: Services, presented: str) -> bool:
-    expected = services.config.admin.management_token
-    # Compare fixed-length digests so neither content nor length leaks through timing.
-    return bool(expected) and hmac.compare_digest(_digest(presented), _digest(expected))
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        """The principal these credentials prove, None if they are not of this authenticator's kind;
+        raise a 401 Problem if they are of its kind but do not verify."""
 
 
 def bearer_token(authorization: str | None) -> str | None:
+    """The token of an Authorization header; a header of another scheme is a 401."""
     if not authorization:
         return None
     scheme, _, value = authorization.partition(" ")
@@ -57,42 +48,57 @@ def bearer_token(authorization: str | None) -> str | None:
     return value.strip()
 
 
-async def principal_from_authorization(services: Services, authorization: str | None) -> Principal | None:
-    token = bearer_token(authorization)
-    if token is None:
-        return None
-    if is_management_token(services, token):
-        return Principal("management", services.config.admin.management_identity)
-    claims = services.token_cache.get(token)
-    if claims is None:
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+
+
+class ManagementToken:
+    name = "management-token"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        expected = services.config.admin.management_token
+        presented = credentials.bearer
+        # Compare fixed-length digests so neither content nor length leaks through timing.
+        if presented is None or not expected or not hmac.compare_digest(_digest(presented), _digest(expected)):
+            return None
+        return principals.management(services.config.admin.management_identity)
+
+
+class AgentIdentityToken:
+    name = "agent-identity-token"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        if credentials.bearer is None or credentials.bearer.count(".") != 2:
+            return None
         try:
-            claims = await verify(
-                services.keyring, token, issuer=services.issuer, audience=services.config.tokens.agent_audience
-            )
+            claims = await services.tokens.verify_identity(credentials.bearer)
         except TokenError as exc:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
-        # Only identity tokens are bearers: an AuthZ-JWT or any other token we sign is refused
-        # even if its audience happens to match (peer bug 27).
-        if claims.get("act") != "agent" or "grant_id" in claims or not isinstance(claims.get("sub"), str):
-            raise unauthorized("invalid token: not an identity token", invalid_token=True)
-        services.token_cache.put(token, claims)
-    agent = await services.store.get_agent(claims["sub"])
-    if agent is None or agent["status"] != "active":
-        raise unauthorized("invalid token: agent unknown or disabled", invalid_token=True)
-    return Principal("agent", agent["email"], agent["agent_id"])
+        agent = await services.store.agents.get_by_id(claims["agent_id"])
+        # D11: the token dies with its agent: disabled, deleted, re-enrolled (another agent_id
+        # behind the same e-mail) or re-keyed (another key generation).
+        if (agent is None or agent["status"] != "active" or agent["email"] != claims["sub"]
+                or agent["key_generation"] != claims["key_generation"]):
+            raise unauthorized("invalid token: agent unknown, disabled or re-keyed", invalid_token=True)
+        return principals.agent(agent["agent_id"], agent["email"])
 
 
-def require_principal(principal: Principal | None) -> Principal:
-    if principal is None:
-        raise unauthorized()
-    return principal
+class AuthnChain:
+    def __init__(self, authenticators: list[Authenticator]):
+        self.authenticators = list(authenticators)
+
+    def add(self, authenticator: Authenticator) -> None:
+        self.authenticators.append(authenticator)
+
+    async def principal(self, services: Services, credentials: Credentials) -> Principal | None:
+        for authenticator in self.authenticators:
+            found = await authenticator.authenticate(services, credentials)
+            if found is not None:
+                return found
+        if credentials.bearer is not None:
+            raise unauthorized("invalid token", invalid_token=True)
+        return None
 
 
-def require_admin(principal: Principal | None) -> Principal:
-    principal = require_principal(principal)
-    if not principal.is_admin:
-        raise forbidden("administrator rights required")
-    return principal
-
-
-__all__ = ["Principal", "Problem", "principal_from_authorization", "require_admin", "require_principal"]
+def default_chain() -> AuthnChain:
+    return AuthnChain([ManagementToken(), AgentIdentityToken()])

@@ -1,42 +1,71 @@
-"""What a server process holds: config, storage, keys, plugins. Built once per process."""
+"""What a server process holds, typed: config, clock, storage, keys, tokens, events, the
+authentication chain and the plugins. Built once per process by ``open_services``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import pluggy
 
 from grantd.config import Config
-from grantd.keys import KeyRing
+from grantd.core.clock import SYSTEM_CLOCK, Clock
+from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
+from grantd.services.authn import AuthnChain, default_chain
+from grantd.services.events import GrantEventHub
+from grantd.services.keys import KeyRing
+from grantd.services.tokens import ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, Tokens
 from grantd.store import Store
-from grantd.tokens import VerifiedTokenCache
 
 
 def longest_token_lifetime(config: Config) -> int:
     """Seconds the longest-lived token we sign can live: how long a retired key stays published."""
-    return max(config.tokens.agent_token_ttl, 3600, 300, config.grants.max_duration)
+    return max(config.tokens.agent_token_ttl, ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, config.grants.max_duration)
 
 
 @dataclass
 class Services:
     config: Config
+    clock: Clock
     store: Store
     keyring: KeyRing
+    tokens: Tokens
+    events: GrantEventHub
+    authn: AuthnChain
     pm: pluggy.PluginManager
-    token_cache: VerifiedTokenCache = field(default_factory=VerifiedTokenCache)
-    extras: dict[str, Any] = field(default_factory=dict)
+    admin_emails: frozenset[str]
 
     @property
     def issuer(self) -> str:
         return str(self.config.server.issuer)
 
+    def grant_lapse(self) -> Lapse:
+        """When grants lapse, as of now (D6)."""
+        return grant_lapse(self.clock.now_ms(), self.config.grants.pending_ttl)
 
-async def open_services(config: Config, pm: pluggy.PluginManager) -> Services:
+    def delegation_lapse(self) -> Lapse:
+        return delegation_lapse(self.clock.now_ms())
+
+
+def admin_emails_of(config: Config) -> frozenset[str]:
+    """The administrators' e-mails: ``admin.emails`` and the management identity."""
+    return frozenset([*(e.lower() for e in config.admin.emails), config.admin.management_identity.lower()])
+
+
+async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock = SYSTEM_CLOCK) -> Services:
     from grantd.plugin_manager import storage_factory
 
     store = storage_factory(pm, config)(config)
     await store.migrate()
-    keyring = KeyRing(store, longest_token_lifetime(config))
+    keyring = KeyRing(store, longest_token_lifetime(config), clock)
     await keyring.ensure()
-    return Services(config=config, store=store, keyring=keyring, pm=pm)
+    return Services(
+        config=config,
+        clock=clock,
+        store=store,
+        keyring=keyring,
+        tokens=Tokens(keyring, clock, config),
+        events=GrantEventHub(store, config.grants.events_poll_ms),
+        authn=default_chain(),
+        pm=pm,
+        admin_emails=admin_emails_of(config),
+    )

@@ -1,11 +1,11 @@
 """Delegations (D7): a person lets a delegate's grant requests through without asking each time.
 
 Rules we chose where D7 is silent (docs/grants.md):
- - Only people create delegations. Until human sign-in lands, the management token creates
-   them on behalf of a person named in ``delegator`` (default: admin.management_identity).
- - A delegator must be allowed to decide the delegate's grants (admin, or the agent's owner or
-   approver) when the delegation is created **and** when it is used, so a delegation cannot
-   lend rights its creator does not have, or keeps after losing them.
+ - Only people create delegations (grantd.core.policy). Until human sign-in lands, the management
+   token creates them on behalf of a person named in ``delegator`` (default: the management identity).
+ - A delegator is a person, never an agent (D11), and must be allowed to decide the delegate's
+   grants (admin, or the agent's owner or approver) when the delegation is created **and** when it
+   is used, so a delegation cannot lend rights its creator does not have, or keeps after losing them.
  - ``approval`` caps the grant types it approves: once < timed < always.
  - ``scopes`` empty or containing ``*`` cover every request at the audience; otherwise each
    permission must be listed, and a command needs ``command:*`` or ``command:<argv[0]>``.
@@ -17,32 +17,22 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from grantd.auth import Principal
-from grantd.context import Services
-from grantd.errors import forbidden, not_found
-from grantd.idp.grants import (
-    GRANT_TYPES,
-    MAX_TEXT,
-    cursor_of,
-    now_ms,
-    parse_cursor,
-    parse_limit,
-    person_may_decide,
-    seconds_field,
-)
-from grantd.validation import email_field, field_error, string_field
+from grantd.core import policy
+from grantd.core.errors import conflict, forbidden, not_found
+from grantd.core.fields import MAX_TEXT, email_field, field_error, seconds_field, string_field
+from grantd.core.lifecycle import GRANT_TYPES
+from grantd.core.paging import page, page_request
+from grantd.core.principals import Principal
+from grantd.services.context import Services
+from grantd.store import Conflict
+from grantd.store.records import Delegation
 
 RANK = {"once": 0, "timed": 1, "always": 2}
 MAX_SCOPES = 100
+MAX_EXPIRES_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z in ms
 
 
-def status_of(delegation: dict[str, Any], now: int) -> str:
-    if delegation["status"] == "active" and delegation.get("expires_at") is not None and delegation["expires_at"] <= now:
-        return "expired"
-    return str(delegation["status"])
-
-
-def view(delegation: dict[str, Any], now: int) -> dict[str, Any]:
+def view(delegation: Delegation, status: str) -> dict[str, Any]:
     return {
         "id": delegation["id"],
         "delegator": delegation["delegator"],
@@ -53,7 +43,7 @@ def view(delegation: dict[str, Any], now: int) -> dict[str, Any]:
         "grant_type": delegation["approval"],
         "created_at": delegation["created_at"],
         "expires_at": delegation.get("expires_at"),
-        "status": status_of(delegation, now),
+        "status": status,
         "revoked_at": delegation.get("revoked_at"),
         "revoked_by": delegation.get("revoked_by"),
     }
@@ -66,8 +56,9 @@ def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
     value = body.get("expires_at")
     if value is None:
         return None
+    message = "expires_at must be milliseconds since the epoch or an ISO-8601 time"
     if isinstance(value, bool):
-        raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
+        raise field_error("expires_at", message)
     if isinstance(value, int):
         at = value
     elif isinstance(value, str):
@@ -75,21 +66,27 @@ def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
         try:
             parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
-            raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time") from None
+            raise field_error("expires_at", message) from None
         if parsed.tzinfo is None:
             raise field_error("expires_at", "expires_at needs a time zone")
         at = int(parsed.timestamp() * 1000)
     else:
-        raise field_error("expires_at", "expires_at must be milliseconds since the epoch or an ISO-8601 time")
+        raise field_error("expires_at", message)
     if at <= now:
         raise field_error("expires_at", "expires_at is in the past")
+    if at > MAX_EXPIRES_AT:
+        raise field_error("expires_at", "expires_at is too far in the future")
     return at
 
 
+async def _delegator_may_decide(services: Services, delegator: str, delegate: str) -> bool:
+    return policy.person_may_decide(delegator, await services.store.agents.get(delegate), services.admin_emails)
+
+
 async def create(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
-    if principal.kind == "agent":
+    if not policy.may_create_delegation(principal):
         raise forbidden("only people can create delegations")
-    if principal.kind == "management":
+    if policy.may_request_for_someone_else(principal):
         delegator = email_field(body, "delegator", required=False) or principal.email
     else:
         delegator = principal.email
@@ -104,57 +101,60 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
     approval = body.get("approval")
     if approval is None:
         approval = body.get("grant_type", "once")  # the peer CLI sends grant_type
-    if approval not in GRANT_TYPES:
+    if not isinstance(approval, str) or approval not in GRANT_TYPES:
         raise field_error("approval", "approval must be one of once, timed, always")
-    now = now_ms()
+    now = services.clock.now_ms()
     expires_at = _expires_at(body, now, services.config.grants.max_duration * 12)
     if delegate == delegator:
         raise field_error("delegate", "a delegation to oneself means nothing")
-    if not await person_may_decide(services, delegator, delegate):
+    if not await _delegator_may_decide(services, delegator, delegate):
         raise forbidden("the delegator may not decide this delegate's grants")
-    delegation = {
+    delegation: Delegation = {
         "id": str(uuid.uuid4()),
         "delegator": delegator,
         "delegate": delegate,
-        "audience": audience,
+        "audience": str(audience),
         "scopes": sorted(set(scopes)),
         "approval": approval,
         "duration": body.get("duration"),
         "created_at": now,
         "expires_at": expires_at,
         "status": "active",
+        "revoked_at": None,
+        "revoked_by": None,
     }
-    return view(await services.store.create_delegation(delegation), now)
+    try:
+        stored = await services.store.delegations.create(delegation)
+    except Conflict:
+        raise conflict("the delegator must be a person, not an agent") from None
+    return view(stored, services.delegation_lapse().status_of(stored))
 
 
 async def list_delegations(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
-    everyone = principal.is_admin
-    rows, has_more = await services.store.list_delegations(
-        party=None if everyone else principal.email,
-        limit=parse_limit(args.get("limit")),
-        cursor=parse_cursor(args.get("cursor")),
+    rows, has_more = await services.store.delegations.list(
+        party=None if principal.admin else principal.email, page=page_request(args)
     )
-    now = now_ms()
-    return {
-        "data": [view(r, now) for r in rows],
-        "pagination": {"cursor": cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
-    }
+    lapse = services.delegation_lapse()
+    return page(rows, has_more, lambda d: view(d, lapse.status_of(d)))
+
+
+async def _visible(services: Services, principal: Principal, delegation_id: str) -> Delegation:
+    delegation = await services.store.delegations.get(delegation_id)
+    if delegation is None or not policy.may_see_delegation(principal, delegation):
+        raise not_found("delegation not found")
+    return delegation
 
 
 async def delete(services: Services, principal: Principal, delegation_id: str) -> dict[str, Any]:
-    delegation = await services.store.get_delegation(delegation_id)
-    now = now_ms()
-    if delegation is None or not (
-        principal.is_admin or principal.email in (delegation["delegator"], delegation["delegate"])
-    ):
-        raise not_found("delegation not found")
-    if not (principal.is_admin or principal.email == delegation["delegator"]):
+    delegation = await _visible(services, principal, delegation_id)
+    if not policy.may_delete_delegation(principal, delegation):
         raise forbidden("only the delegator or an administrator may delete a delegation")
-    revoked = await services.store.revoke_delegation(delegation_id, principal.email, now)
-    return view(revoked or delegation, now)  # deleting twice answers with the revoked delegation
+    revoked = await services.store.delegations.revoke(delegation_id, principal.email, services.clock.now_ms())
+    current = revoked or delegation  # deleting twice answers with the revoked delegation
+    return view(current, services.delegation_lapse().status_of(current))
 
 
-def covers(delegation: dict[str, Any], request: dict[str, Any]) -> bool:
+def covers(delegation: Delegation, request: dict[str, Any]) -> bool:
     if delegation["audience"] not in ("*", request["audience"]):
         return False
     if RANK[request["grant_type"]] > RANK[delegation["approval"]]:
@@ -168,25 +168,23 @@ def covers(delegation: dict[str, Any], request: dict[str, Any]) -> bool:
     return not command or "command:*" in scopes or f"command:{command[0]}" in scopes
 
 
-async def covering_delegation(services: Services, request: dict[str, Any], now: int) -> dict[str, Any] | None:
-    for delegation in await services.store.live_delegations(request["requester"], now):
-        if covers(delegation, request) and await person_may_decide(
-            services, delegation["delegator"], request["requester"]
+async def covering_delegation(services: Services, request: dict[str, Any], requester_id: str) -> Delegation | None:
+    lapse = services.delegation_lapse()
+    for delegation in await services.store.delegations.live_for(request["requester"], lapse):
+        if covers(delegation, request) and await _delegator_may_decide(
+            services, delegation["delegator"], requester_id
         ):
             return delegation
     return None
 
 
-async def validate(services: Services, delegation_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    delegation = await services.store.get_delegation(delegation_id)
-    if delegation is None:
-        raise not_found("delegation not found")
-    now = now_ms()
-    answer: dict[str, Any] = {"valid": False, "delegation": view(delegation, now)}
+async def validate(services: Services, principal: Principal, delegation_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    delegation = await _visible(services, principal, delegation_id)
+    status = services.delegation_lapse().status_of(delegation)
+    answer: dict[str, Any] = {"valid": False, "delegation": view(delegation, status)}
     delegate = body.get("delegate")
     audience = body.get("audience")
     scope = body.get("scope")
-    status = status_of(delegation, now)
     if status != "active":
         answer["error"] = f"delegation {status}"
     elif isinstance(delegate, str) and delegate.strip().lower() != delegation["delegate"]:
@@ -195,9 +193,8 @@ async def validate(services: Services, delegation_id: str, body: dict[str, Any])
         answer["error"] = "audience does not match"
     elif isinstance(scope, str) and delegation["scopes"] and "*" not in delegation["scopes"] and scope not in delegation["scopes"]:
         answer["error"] = "scope not covered"
-    elif not await person_may_decide(services, delegation["delegator"], delegation["delegate"]):
+    elif not await _delegator_may_decide(services, delegation["delegator"], delegation["delegate"]):
         answer["error"] = "the delegator may no longer decide this delegate's grants"
     else:
-        answer = {"valid": True, "delegation": view(delegation, now)}
+        answer = {"valid": True, "delegation": view(delegation, status)}
     return answer
-

@@ -13,10 +13,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
 
 from grantd.logs import LOGGER
 from grantd.store import Store
+from grantd.store.records import GrantEvent
 
 log = logging.getLogger(LOGGER)
 
@@ -25,11 +25,13 @@ BATCH = 500
 
 
 class Subscription:
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(QUEUE_SIZE)
+    def __init__(self, principal_id: str) -> None:
+        self.principal_id = principal_id
+        self.queue: asyncio.Queue[GrantEvent | None] = asyncio.Queue(QUEUE_SIZE)
         self.overflowed = False
+        self.ended = False
 
-    def offer(self, event: dict[str, Any] | None) -> None:
+    def offer(self, event: GrantEvent | None) -> None:
         try:
             self.queue.put_nowait(event)
         except asyncio.QueueFull:
@@ -46,6 +48,10 @@ class GrantEventHub:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="grant-event-hub")
 
@@ -59,16 +65,25 @@ class GrantEventHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    def poke(self) -> None:
-        """A grant changed in this process: deliver without waiting for the next poll."""
+    def changed(self) -> None:
+        """A grant changed in this process (the services call this after every write): deliver
+        without waiting for the next poll."""
         self._wake.set()
 
+    def end_streams_of(self, principal_id: str) -> None:
+        """End this process's open streams of a principal (an agent was disabled or deleted).
+        Streams in other processes end at their next credential check (appliance/web/api/grants.py)."""
+        for sub in list(self.subscribers):
+            if sub.principal_id == principal_id:
+                sub.ended = True
+                sub.offer(None)
+
     @contextlib.asynccontextmanager
-    async def subscription(self) -> AsyncIterator[Subscription]:
+    async def subscription(self, principal_id: str) -> AsyncIterator[Subscription]:
         if not self.subscribers:
             # Idle hubs do not poll; start from what exists now (streams replay older events themselves).
-            self.last_seq = await self.store.last_grant_event_seq()
-        sub = Subscription()
+            self.last_seq = await self.store.grants.last_event_seq()
+        sub = Subscription(principal_id)
         self.subscribers.add(sub)
         try:
             yield sub
@@ -90,7 +105,7 @@ class GrantEventHub:
 
     async def _deliver(self) -> None:
         while True:
-            rows = await self.store.grant_events_after(self.last_seq, BATCH)
+            rows = await self.store.grants.events_after(self.last_seq, BATCH)
             for row in rows:
                 self.last_seq = row["seq"]
                 for sub in list(self.subscribers):

@@ -1,9 +1,10 @@
 """Grants: request, decide, hand out AuthZ-JWTs, consume, verify (specification + D3, D4, D6).
 
-Rules live here; the routes in appliance/api/grants.py only parse and answer. Every state
-change is one conditional write in storage (``update_grant_if``), so of any number of
-concurrent approvers, deniers or consumers in any process exactly one wins; the others get
-the answer that matches what actually happened.
+The rules of grants live here; routes (appliance/web/api/grants.py) only parse and answer, who may
+do what is asked of grantd.core.policy, and when a grant lapses of grantd.core.lifecycle. Every
+state change is one conditional write in storage (``grants.update_if``), so of any number of
+concurrent approvers, deniers or consumers in any process exactly one wins; the others get the
+answer that matches what actually happened. Every change tells the event hub (``events.changed``).
 """
 
 from __future__ import annotations
@@ -11,31 +12,32 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from grantd.auth import Principal, bearer_token
 from grantd.commands import cmd_hash
-from grantd.context import Services
-from grantd.errors import Problem, bad_request, forbidden, not_found, unauthorized
-from grantd.tokens import TokenError, mint, new_jti, verify
-from grantd.validation import email_field, field_error, string_field
+from grantd.core import policy
+from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
+from grantd.core.fields import MAX_TEXT, email_field, field_error, seconds_field, string_field
+from grantd.core.lifecycle import GRANT_TYPES, Lapse
+from grantd.core.paging import page, page_request
+from grantd.core.principals import Principal
+from grantd.services.context import Services
+from grantd.services.delegations import covering_delegation
+from grantd.services.tokens import TokenError
+from grantd.store.records import Agent, Grant
 
-GRANT_TYPES = ("once", "timed", "always")
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
-ONCE_TOKEN_TTL = 300
-ALWAYS_TOKEN_TTL = 3600
+STATUS_ALIASES = {"used": "consumed"}  # the peer CLI's name for a consumed grant (D6)
 
-MAX_TEXT = 255
 MAX_REASON = 1000
 MAX_ARGS = 256
 MAX_ARG = 4096
 MAX_COMMAND_BYTES = 32_768
 MAX_PERMISSIONS = 100
 MAX_BATCH = 100
-DEFAULT_LIMIT = 20
-MAX_LIMIT = 100
+MAX_EXTENSION_BYTES = 16_384  # authorization_details + execution_context together (D6)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _RUN_AS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?$")
 _HOST = re.compile(r"^[^\s\x00-\x1f\x7f/]{1,255}$")
@@ -50,25 +52,7 @@ UNUSABLE = {
 }
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def pending_cutoff(services: Services, now: int) -> int:
-    return now - services.config.grants.pending_ttl * 1000
-
-
-def effective_status(grant: dict[str, Any], now: int, cutoff: int) -> str:
-    """The status as anyone reading the grant at ``now`` must see it (D6: expiry first)."""
-    status = str(grant["status"])
-    if status == "approved" and grant.get("expires_at") is not None and grant["expires_at"] <= now:
-        return "expired"
-    if status == "pending" and grant["created_at"] <= cutoff:
-        return "expired"
-    return status
-
-
-def view(grant: dict[str, Any], status: str) -> dict[str, Any]:
+def view(grant: Grant, status: str) -> dict[str, Any]:
     """The Grant JSON every endpoint and event returns."""
     return {
         "id": grant["id"],
@@ -88,59 +72,39 @@ def view(grant: dict[str, Any], status: str) -> dict[str, Any]:
     }
 
 
-def etag(grant: dict[str, Any], status: str) -> str:
+def etag(grant: Grant, status: str) -> str:
     """Strong validator: changes with every stored change and with expiry at read time."""
     digest = hashlib.sha256(f"{grant['id']}\0{grant['version']}\0{status}".encode()).hexdigest()[:32]
     return f'"{digest}"'
 
 
 class Reader:
-    """Reads grants with expiry applied at one instant (one per request)."""
+    """Reads grants with lapse applied at one instant (one per request)."""
 
     def __init__(self, services: Services):
-        self.now = now_ms()
-        self.cutoff = pending_cutoff(services, self.now)
+        self.now = services.clock.now_ms()
+        self.lapse: Lapse = services.grant_lapse()
 
-    def status(self, grant: dict[str, Any]) -> str:
-        return effective_status(grant, self.now, self.cutoff)
+    def status(self, grant: Grant) -> str:
+        return self.lapse.status_of(grant)
 
-    def view(self, grant: dict[str, Any]) -> dict[str, Any]:
+    def view(self, grant: Grant) -> dict[str, Any]:
         return view(grant, self.status(grant))
 
 
-# -- who may do what ----------------------------------------------------------------------------
+async def requesting_agent(services: Services, grant: Grant) -> Agent | None:
+    """The agent that asked for the grant (None for a person's request or a deleted agent)."""
+    return await services.store.agents.get_by_id(grant["requester_id"])
 
 
-def is_admin_email(services: Services, email: str) -> bool:
-    admin = services.config.admin
-    return email == admin.management_identity or email in admin.emails
-
-
-async def person_may_decide(services: Services, email: str, requester: str) -> bool:
-    """An administrator (by e-mail), or the requesting agent's owner or approver."""
-    if is_admin_email(services, email):
+async def may_see(services: Services, principal: Principal, grant: Grant) -> bool:
+    if principal.admin or grant["requester_id"] == principal.id:
         return True
-    agent = await services.store.get_agent(requester)
-    return agent is not None and email in (agent["owner"], agent["approver"])
+    return policy.may_see_grant(principal, grant, await requesting_agent(services, grant), services.admin_emails)
 
 
-async def may_decide(services: Services, principal: Principal, requester: str) -> bool:
-    """Management token, admins, and the requesting agent's owner or approver. Never an agent."""
-    if principal.kind == "agent":
-        return False
-    return principal.is_admin or await person_may_decide(services, principal.email, requester)
-
-
-async def may_see(services: Services, principal: Principal, grant: dict[str, Any]) -> bool:
-    if principal.is_admin:
-        return True
-    if principal.email == grant["requester"]:
-        return True
-    return principal.kind != "agent" and await may_decide(services, principal, grant["requester"])
-
-
-async def _visible_grant(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    grant = await services.store.get_grant(grant_id)
+async def _visible_grant(services: Services, principal: Principal, grant_id: str) -> Grant:
+    grant = await services.store.grants.get(grant_id)
     if grant is None or not await may_see(services, principal, grant):
         # Someone who may not see a grant learns nothing about it, not even that it exists.
         raise not_found("grant not found")
@@ -150,26 +114,13 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
 # -- validation of a request --------------------------------------------------------------------
 
 
-def seconds_field(body: dict[str, Any], name: str, maximum: int) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise field_error(name, f"{name} must be a whole number of seconds")
-    if value <= 0:
-        raise field_error(name, f"{name} must be positive")
-    if value > maximum:
-        raise field_error(name, f"{name} must be at most {maximum} seconds")
-    return value
-
-
 def _grant_type(body: dict[str, Any], default: str | None) -> str | None:
     value = body.get("grant_type", default)
     if value is None:
         return None
-    if value not in GRANT_TYPES:
+    if not isinstance(value, str) or value not in GRANT_TYPES:
         raise field_error("grant_type", "grant_type must be one of once, timed, always")
-    return str(value)
+    return value
 
 
 def _string_list(body: dict[str, Any], name: str, *, max_items: int, max_len: int) -> list[str] | None:
@@ -185,21 +136,55 @@ def _string_list(body: dict[str, Any], name: str, *, max_items: int, max_len: in
             raise field_error(name, f"an item of {name} is longer than {max_len} characters")
         if "\x00" in item:
             raise field_error(name, f"{name} must not contain NUL characters")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise field_error(name, f"{name} must be valid Unicode text") from None
     return list(value)
 
 
-def parse_request(services: Services, principal: Principal | None, body: dict[str, Any]) -> dict[str, Any]:
-    """The stored grant request: validated, requester from the credential, cmd_hash computed (D4, D6)."""
-    if principal is None:
-        if not services.config.grants.allow_unauthenticated:
-            raise unauthorized("a grant request needs an agent token or a session")
-        requester = email_field(body, "requester")
-    elif principal.kind == "management":
-        # Deployment tools may file a request on someone's behalf; they must say for whom.
-        requester = email_field(body, "requester")
-    else:
-        requester = principal.email
-    assert requester is not None
+def _extensions(body: dict[str, Any]) -> dict[str, Any]:
+    """The peer CLI's ``authorization_details`` (RFC 9396 array of objects) and ``execution_context``
+    (an object): stored verbatim, bounded, never part of cmd_hash or reuse (D6)."""
+    found: dict[str, Any] = {}
+    details = body.get("authorization_details")
+    if details is not None:
+        if not isinstance(details, list) or not all(isinstance(d, dict) for d in details):
+            raise field_error("authorization_details", "authorization_details must be an array of objects")
+        found["authorization_details"] = details
+    context = body.get("execution_context")
+    if context is not None:
+        if not isinstance(context, dict):
+            raise field_error("execution_context", "execution_context must be an object")
+        found["execution_context"] = context
+    if found:
+        try:
+            size = len(json.dumps(found, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        except (UnicodeEncodeError, ValueError):
+            raise field_error("authorization_details", "authorization_details must be valid Unicode JSON") from None
+        if size > MAX_EXTENSION_BYTES:
+            raise field_error("authorization_details",
+                              f"authorization_details and execution_context exceed {MAX_EXTENSION_BYTES} bytes")
+    return found
+
+
+async def _requester(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[str, str]:
+    """(e-mail, id) of whoever the grant is for: the credential's principal; the management token
+    (or an unauthenticated request, when allowed) names it in ``requester``."""
+    if principal is not None and not policy.may_request_for_someone_else(principal):
+        return principal.email, principal.id
+    if principal is None and not services.config.grants.allow_unauthenticated:
+        raise unauthorized("a grant request needs an agent token or a session")
+    email = email_field(body, "requester")
+    assert email is not None
+    agent = await services.store.agents.get(email)
+    return email, agent["agent_id"] if agent is not None else email
+
+
+async def parse_request(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The stored grant request and its requester id: validated, requester from the credential,
+    cmd_hash computed (D4, D6)."""
+    requester, requester_id = await _requester(services, principal, body)
     target_host = string_field(body, "target_host", required=True)
     audience = string_field(body, "audience", required=True)
     assert target_host is not None and audience is not None
@@ -217,7 +202,7 @@ def parse_request(services: Services, principal: Principal | None, body: dict[st
             raise field_error("command", "command must name a program")
         if not command[0]:
             raise field_error("command", "command[0] must not be empty")
-        if sum(len(a.encode("utf-8", "surrogatepass")) + 1 for a in command) > MAX_COMMAND_BYTES:
+        if sum(len(a.encode("utf-8")) + 1 for a in command) > MAX_COMMAND_BYTES:
             raise field_error("command", f"command is longer than {MAX_COMMAND_BYTES} bytes")
     permissions = _string_list(body, "permissions", max_items=MAX_PERMISSIONS, max_len=MAX_TEXT)
     if permissions is not None and any(not p.strip() or _CONTROL.search(p) for p in permissions):
@@ -245,7 +230,8 @@ def parse_request(services: Services, principal: Principal | None, body: dict[st
         request["reason"] = reason
     if run_as is not None:
         request["run_as"] = run_as
-    return request
+    request.update(_extensions(body))
+    return request, requester_id
 
 
 def reuse_key(request: dict[str, Any]) -> str:
@@ -261,48 +247,65 @@ def reuse_key(request: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
 
 
+def approval_expiry(services: Services, grant_type: str, decided_at: int, duration: int | None) -> int | None:
+    """``expires_at`` of an approval (D6): timed -> its duration; once -> ``grants.once_ttl`` (an
+    approval nobody uses must not stay good for ever); always -> no end."""
+    if grant_type == "timed":
+        assert duration is not None
+        return decided_at + duration * 1000
+    if grant_type == "once":
+        return decided_at + services.config.grants.once_ttl * 1000
+    return None
+
+
 # -- operations ---------------------------------------------------------------------------------
 
 
 async def create(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one."""
-    from grantd.idp.delegations import covering_delegation
-
-    request = parse_request(services, principal, body)
+    request, requester_id = await parse_request(services, principal, body)
     reader = Reader(services)
     key = reuse_key(request)
     if request["grant_type"] in ("timed", "always"):
-        existing = await services.store.find_reusable_grant(request["requester"], key, reader.now)
+        existing = await services.store.grants.find_reusable(requester_id, key, reader.lapse)
         if existing is not None:
             return {**reader.view(existing), "reused": True}, 200
-    grant: dict[str, Any] = {
+    grant: Grant = {
         "id": str(uuid.uuid4()),
         "type": "command" if "command" in request else "permissions",
         "requester": request["requester"],
+        "requester_id": requester_id,
         "request": request,
         "grant_type": request["grant_type"],
         "status": "pending",
         "created_at": reader.now,
+        "decided_by": None,
+        "decided_at": None,
+        "expires_at": None,
+        "used_at": None,
+        "decision_reason": None,
+        "delegation_id": None,
+        "revoked_by": None,
+        "revoked_at": None,
         "reuse_key": key,
+        "version": 1,
     }
     events = ["grant.created"]
-    delegation = await covering_delegation(services, request, reader.now)
+    delegation = await covering_delegation(services, request, requester_id)
     if delegation is not None:
-        expires_at = None
-        if request["grant_type"] == "timed":
-            expires_at = reader.now + request["duration"] * 1000
-            if delegation.get("expires_at") is not None:
-                expires_at = min(expires_at, delegation["expires_at"])
-        grant.update(
-            status="approved",
-            decided_by=delegation["delegator"],
-            decided_at=reader.now,
-            expires_at=expires_at,
-            delegation_id=delegation["id"],
-            decision_reason=f"delegation {delegation['id']}",
-        )
+        expires_at = approval_expiry(services, request["grant_type"], reader.now, request.get("duration"))
+        delegation_ends = delegation["expires_at"]
+        if expires_at is not None and delegation_ends is not None:
+            expires_at = min(expires_at, delegation_ends)
+        grant["status"] = "approved"
+        grant["decided_by"] = delegation["delegator"]
+        grant["decided_at"] = reader.now
+        grant["expires_at"] = expires_at
+        grant["delegation_id"] = delegation["id"]
+        grant["decision_reason"] = f"delegation {delegation['id']}"
         events.append("grant.approved")
-    stored = await services.store.create_grant(grant, events)
+    stored = await services.store.grants.create(grant, events)
+    services.events.changed()
     answer = reader.view(stored)
     if delegation is not None:
         answer.update(approved_automatically=True, auto_approval_kind="delegation")
@@ -316,54 +319,25 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     return view(grant, status), etag(grant, status)
 
 
-def cursor_of(grant: dict[str, Any]) -> str:
-    return f"{grant['created_at']}_{grant['id']}"
-
-
-def parse_cursor(value: str | None) -> tuple[int, str] | None:
-    if not value:
-        return None
-    at, sep, ident = value.partition("_")
-    if not sep or not at.isdigit() or not ident or len(value) > 128:
-        raise field_error("cursor", "cursor is not valid")
-    return int(at), ident
-
-
-def parse_limit(value: str | None) -> int:
-    if value is None or value == "":
-        return DEFAULT_LIMIT
-    try:
-        limit = int(value)
-    except ValueError:
-        raise field_error("limit", "limit must be a whole number") from None
-    return max(1, min(limit, MAX_LIMIT))  # larger values are clamped (D6; the peer CLI sends 200)
-
-
 async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
     status = args.get("status") or None
-    if status is not None and status not in STATUSES:
-        raise field_error("status", f"status must be one of {', '.join(STATUSES)}")
+    if status is not None:
+        status = STATUS_ALIASES.get(status, status)
+        if status not in STATUSES:
+            raise field_error("status", f"status must be one of {', '.join(STATUSES)} (or used)")
     requester = args.get("requester") or None
     if requester is not None:
         requester = requester.strip().lower()
-    limit = parse_limit(args.get("limit"))
-    cursor = parse_cursor(args.get("cursor"))
-    scope: dict[str, str] = {}
-    if principal.kind == "agent":
-        if requester is not None and requester != principal.email:
+        if principal.is_agent and requester != principal.email:
             raise forbidden("an agent may list only its own grants")
-        scope["only_requester"] = principal.email
-    elif not principal.is_admin and not is_admin_email(services, principal.email):
-        scope["decider"] = principal.email
+    request = page_request(args)
+    decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.email))
+    scope = policy.grant_list_scope(principal, decidable)
     reader = Reader(services)
-    rows, has_more = await services.store.list_grants(
-        now=reader.now, pending_cutoff=reader.cutoff, limit=limit, status=status, requester=requester,
-        cursor=cursor, **scope,
+    rows, has_more = await services.store.grants.list(
+        lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
     )
-    return {
-        "data": [reader.view(r) for r in rows],
-        "pagination": {"cursor": cursor_of(rows[-1]) if has_more and rows else None, "has_more": has_more},
-    }
+    return page(rows, has_more, reader.view)
 
 
 def _not_pending(status: str) -> Problem:
@@ -373,27 +347,28 @@ def _not_pending(status: str) -> Problem:
 
 
 async def _transition(
-    services: Services, grant: dict[str, Any], *, expect: tuple[str, ...], changes: dict[str, Any], event: str,
-    reader: Reader, refuse: Any,
-) -> dict[str, Any]:
+    services: Services, grant: Grant, *, expect: tuple[str, ...], changes: dict[str, Any], event: str,
+    reader: Reader, refuse: Callable[[str], Problem],
+) -> Grant:
     """Apply a conditional transition; if another caller got there first, refuse with the state they left."""
     status = reader.status(grant)
     if status not in expect:
         raise refuse(status)
-    updated = await services.store.update_grant_if(
-        grant["id"], expect=expect, changes=changes, event=event, now=reader.now, pending_cutoff=reader.cutoff
+    updated = await services.store.grants.update_if(
+        grant["id"], expect=expect, changes=changes, event=event, lapse=reader.lapse, now=reader.now
     )
     if updated is None:
-        latest = await services.store.get_grant(grant["id"])
+        latest = await services.store.grants.get(grant["id"])
         raise refuse(reader.status(latest) if latest else "revoked")
+    services.events.changed()
     return updated
 
 
-async def _grant_to_decide(services: Services, principal: Principal, grant_id: str, verb: str) -> dict[str, Any]:
-    grant = await services.store.get_grant(grant_id)
+async def _grant_to_decide(services: Services, principal: Principal, grant_id: str, verb: str) -> Grant:
+    grant = await services.store.grants.get(grant_id)
     if grant is None:
         raise not_found("grant not found")
-    if not await may_decide(services, principal, grant["requester"]):
+    if not policy.may_decide(principal, await requesting_agent(services, grant), services.admin_emails):
         raise forbidden(f"not authorized to {verb}")
     return grant
 
@@ -414,7 +389,7 @@ async def approve(services: Services, principal: Principal, grant_id: str, body:
         "status": "approved",
         "decided_by": principal.email,
         "decided_at": reader.now,
-        "expires_at": reader.now + duration * 1000 if grant_type == "timed" and duration else None,
+        "expires_at": approval_expiry(services, grant_type, reader.now, duration),
         "grant_type": grant_type,
         "request": request,
         "reuse_key": reuse_key(request),  # an approver's override changes what the grant is reusable for
@@ -422,7 +397,7 @@ async def approve(services: Services, principal: Principal, grant_id: str, body:
     updated = await _transition(
         services, grant, expect=("pending",), changes=changes, event="grant.approved", reader=reader, refuse=_not_pending
     )
-    return {"grant": reader.view(updated), "authz_jwt": await mint_authz(services, updated)}
+    return {"grant": reader.view(updated), "authz_jwt": await services.tokens.mint_authz(updated)}
 
 
 async def deny(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -442,86 +417,50 @@ def _not_revocable(status: str) -> Problem:
 
 async def revoke(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
     grant = await _visible_grant(services, principal, grant_id)
-    # The requester may withdraw its own request or give up its grant; deciders may take it back.
-    if principal.email != grant["requester"] and not await may_decide(services, principal, grant["requester"]):
+    if not policy.may_revoke_grant(principal, grant, await requesting_agent(services, grant), services.admin_emails):
         raise forbidden("not authorized to revoke")
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     reader = Reader(services)
+    if reader.status(grant) == "revoked":
+        return {"grant": reader.view(grant)}  # revoking twice answers with the revoked grant (D6)
     changes: dict[str, Any] = {"status": "revoked", "revoked_by": principal.email, "revoked_at": reader.now}
     if reason is not None:
         changes["decision_reason"] = reason
-    updated = await _transition(
-        services, grant, expect=("approved", "pending"), changes=changes, event="grant.revoked", reader=reader,
-        refuse=_not_revocable,
-    )
+    try:
+        updated = await _transition(
+            services, grant, expect=("approved", "pending"), changes=changes, event="grant.revoked", reader=reader,
+            refuse=_not_revocable,
+        )
+    except Problem as problem:
+        if problem.extra.get("grant_status") == "revoked":  # a concurrent revoke won
+            latest = await services.store.grants.get(grant_id)
+            if latest is not None:
+                return {"grant": reader.view(latest)}
+        raise
     return {"grant": reader.view(updated)}
 
 
 async def token(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
     grant = await _visible_grant(services, principal, grant_id)
-    if principal.email != grant["requester"]:
+    if not policy.may_fetch_grant_token(principal, grant):
         raise forbidden("only the requester may fetch the grant's token")
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
         raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
-    return {"authz_jwt": await mint_authz(services, grant), "grant": {"id": grant["id"], "status": status}}
+    return {"authz_jwt": await services.tokens.mint_authz(grant), "grant": {"id": grant["id"], "status": status}}
 
 
-async def mint_authz(services: Services, grant: dict[str, Any]) -> str:
-    """The AuthZ-JWT of an approved grant (specification claims + D3)."""
-    request = grant["request"]
-    now = int(time.time())
-    grant_type = grant["grant_type"]
-    if grant_type == "once":
-        exp = now + ONCE_TOKEN_TTL
-    elif grant_type == "timed":
-        exp = int(grant["expires_at"] // 1000)
-    else:
-        exp = now + ALWAYS_TOKEN_TTL
-    claims: dict[str, Any] = {
-        "iss": services.issuer,
-        "sub": grant["requester"],
-        "aud": request["audience"],
-        "target_host": request["target_host"],
-        "grant_id": grant["id"],
-        "grant_type": grant_type,
-        "approval": grant_type,
-        "permissions": list(request.get("permissions") or []),
-        "decided_by": grant["decided_by"],
-        "iat": now,
-        "exp": exp,
-        "jti": new_jti(),
-    }
-    if "command" in request:
-        claims["command"] = list(request["command"])
-        claims["cmd_hash"] = request["cmd_hash"]
-    if request.get("run_as"):
-        claims["run_as"] = request["run_as"]
-    if grant.get("delegation_id"):
-        claims["delegation_id"] = grant["delegation_id"]
-    return await mint(services.keyring, claims)
-
-
-async def _authz_claims(services: Services, token_value: str) -> dict[str, Any]:
-    """Signature, issuer and expiry of an AuthZ-JWT of ours (the audience is the grant's own)."""
-    claims = await verify(services.keyring, token_value, issuer=services.issuer, audience=None)
-    if not isinstance(claims.get("grant_id"), str):
-        raise TokenError("not a grant token")
-    return claims
-
-
-async def consume(services: Services, authorization: str | None, grant_id: str) -> dict[str, Any]:
-    presented = bearer_token(authorization)
+async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
     if presented is None:
         raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
     try:
-        claims = await _authz_claims(services, presented)
+        claims = await services.tokens.verify_authz(presented)
     except TokenError as exc:
         raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
     if claims["grant_id"] != grant_id:
         raise bad_request("the token belongs to another grant")
-    grant = await services.store.get_grant(grant_id)
+    grant = await services.store.grants.get(grant_id)
     if grant is None:
         raise not_found("grant not found")
     reader = Reader(services)
@@ -530,14 +469,15 @@ async def consume(services: Services, authorization: str | None, grant_id: str) 
         return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
     if grant["grant_type"] != "once":
         return {"status": "valid", "grant": reader.view(grant)}
-    updated = await services.store.update_grant_if(
+    updated = await services.store.grants.update_if(
         grant_id, expect=("approved",), changes={"status": "consumed", "used_at": reader.now},
-        event="grant.consumed", now=reader.now, pending_cutoff=reader.cutoff,
+        event="grant.consumed", lapse=reader.lapse, now=reader.now,
     )
     if updated is None:  # someone else consumed (or revoked) it between our read and our write
-        latest = await services.store.get_grant(grant_id)
+        latest = await services.store.grants.get(grant_id)
         status = reader.status(latest) if latest else "revoked"
         return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
+    services.events.changed()
     return {"status": "consumed", "grant": reader.view(updated)}
 
 
@@ -547,10 +487,10 @@ async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, An
     if not isinstance(presented, str) or not presented.strip():
         return {"valid": False, "error": "token is required"}
     try:
-        claims = await _authz_claims(services, presented.strip())
+        claims = await services.tokens.verify_authz(presented.strip())
     except TokenError as exc:
         return {"valid": False, "error": str(exc)}
-    grant = await services.store.get_grant(claims["grant_id"])
+    grant = await services.store.grants.get(claims["grant_id"])
     if grant is None:
         return {"valid": False, "error": "grant not found"}
     reader = Reader(services)
@@ -560,6 +500,9 @@ async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, An
     return {"valid": True, "claims": claims, "grant": reader.view(grant)}
 
 
+Operation = Callable[[Services, Principal, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
 async def batch(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
     """Each operation is authorised and applied on its own (D6)."""
     operations = body.get("operations")
@@ -567,17 +510,19 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
         raise field_error("operations", "operations must be a non-empty array")
     if len(operations) > MAX_BATCH:
         raise field_error("operations", f"at most {MAX_BATCH} operations per batch")
-    actions = {"approve": approve, "deny": deny, "revoke": revoke}
+    actions: dict[str, Operation] = {"approve": approve, "deny": deny, "revoke": revoke}
     results = []
     for op in operations:
         ident = op.get("id") if isinstance(op, dict) else None
         action = op.get("action") if isinstance(op, dict) else None
-        result: dict[str, Any] = {"id": ident, "action": action}
+        result: dict[str, Any] = {"id": ident if isinstance(ident, str) else None,
+                                  "action": action if isinstance(action, str) else None}
         try:
             if not isinstance(ident, str) or not ident:
                 raise field_error("id", "each operation needs an id")
-            if action not in actions:
+            if not isinstance(action, str) or action not in actions:
                 raise field_error("action", "action must be approve, deny or revoke")
+            assert isinstance(op, dict)
             extra = {k: v for k, v in op.items() if k not in ("id", "action")}
             answer = await actions[action](services, principal, ident, extra)
             result.update(status=answer["grant"]["status"], success=True)
@@ -589,9 +534,12 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
     return {"results": results}
 
 
-async def sweep_expired(services: Services) -> list[dict[str, Any]]:
+async def sweep_expired(services: Services) -> list[Grant]:
     """Persist expiries (each with a grant.expired event) and trim old events."""
-    now = now_ms()
-    return await services.store.expire_grants(
-        now, pending_cutoff(services, now), now - services.config.grants.events_retention * 1000
+    now = services.clock.now_ms()
+    expired = await services.store.grants.expire(
+        services.grant_lapse(), now, now - services.config.grants.events_retention * 1000
     )
+    if expired:
+        services.events.changed()
+    return expired

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import base64
 import secrets
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from grantd.core.clock import Clock
 from grantd.store import Store
+from grantd.store.records import SigningKey
 
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def generate_signing_key(now_ms: int | None = None) -> dict[str, Any]:
-    now_ms = now_ms or int(time.time() * 1000)
+def generate_signing_key(now_ms: int) -> SigningKey:
     private = Ed25519PrivateKey.generate()
     kid = f"key-{now_ms}-{secrets.token_hex(3)}"
     raw_public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
@@ -45,49 +45,66 @@ def generate_signing_key(now_ms: int | None = None) -> dict[str, Any]:
 class LoadedKey:
     kid: str
     alg: str
-    private: Ed25519PrivateKey
+    private: Ed25519PrivateKey | None  # None once retired: its private half was deleted (D12)
     public: Ed25519PublicKey
     jwk: dict[str, Any]
     created_at: int
     retired_at: int | None
 
 
+def _public_from_jwk(jwk: dict[str, Any]) -> Ed25519PublicKey | None:
+    try:
+        x = jwk["x"]
+        return Ed25519PublicKey.from_public_bytes(base64.urlsafe_b64decode(x + "=" * (-len(x) % 4)))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class KeyRing:
-    def __init__(self, store: Store, retention_seconds: int):
+    def __init__(self, store: Store, retention_seconds: int, clock: Clock):
         self.store = store
+        self.clock = clock
         self.retention_ms = retention_seconds * 1000
         self._keys: dict[str, LoadedKey] = {}
         self._active: str | None = None
 
     async def ensure(self) -> None:
         """Create the first key if storage has none (safe when several processes start at once)."""
-        if await self.store.active_kid() is None:
-            await self.store.add_first_signing_key(generate_signing_key())
+        if await self.store.keys.active_kid() is None:
+            await self.store.keys.add_first(generate_signing_key(self.clock.now_ms()))
         await self.reload()
 
     async def reload(self) -> None:
         keys: dict[str, LoadedKey] = {}
-        for row in await self.store.signing_keys():
+        for row in await self.store.keys.all():
             if row["alg"] != "EdDSA":
                 continue  # tolerate keys of other algorithms (peer bug 22): never let them break issuance
-            private = serialization.load_pem_private_key(row["private_pem"].encode(), password=None)
-            if not isinstance(private, Ed25519PrivateKey):
+            private: Ed25519PrivateKey | None = None
+            if row["private_pem"]:
+                loaded = serialization.load_pem_private_key(row["private_pem"].encode(), password=None)
+                if not isinstance(loaded, Ed25519PrivateKey):
+                    continue
+                private = loaded
+            public = _public_from_jwk(row["public_jwk"])
+            if public is None:
                 continue
             keys[row["kid"]] = LoadedKey(
-                row["kid"], row["alg"], private, private.public_key(), row["public_jwk"], row["created_at"], row["retired_at"]
+                row["kid"], row["alg"], private, public, row["public_jwk"], row["created_at"], row["retired_at"]
             )
         self._keys = keys
-        self._active = await self.store.active_kid()
+        self._active = await self.store.keys.active_kid()
 
     async def signing_key(self) -> LoadedKey:
-        kid = await self.store.active_kid()
+        kid = await self.store.keys.active_kid()
         if kid is None:
             await self.ensure()
             kid = self._active
         if kid != self._active or kid not in self._keys:
             await self.reload()
         assert kid is not None
-        return self._keys[kid]
+        key = self._keys[kid]
+        assert key.private is not None, "the active key always has its private half"
+        return key
 
     def _published(self, key: LoadedKey, now_ms: int) -> bool:
         return key.retired_at is None or key.retired_at + self.retention_ms > now_ms
@@ -97,24 +114,25 @@ class KeyRing:
         if key is None:
             await self.reload()  # a key made by another process since we last looked
             key = self._keys.get(kid)
-        if key is None or not self._published(key, int(time.time() * 1000)):
+        if key is None or not self._published(key, self.clock.now_ms()):
             return None
         return key.public
 
     async def jwks(self) -> dict[str, Any]:
         await self.signing_key()  # picks up rotations made elsewhere
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         return {"keys": [k.jwk for k in self._keys.values() if self._published(k, now)]}
 
     async def rotate(self) -> tuple[str, list[str]]:
-        new = generate_signing_key()
-        retired = await self.store.rotate_signing_key(new, int(time.time() * 1000))
-        await self.store.drop_signing_keys_retired_before(int(time.time() * 1000) - self.retention_ms)
+        now = self.clock.now_ms()
+        new = generate_signing_key(now)
+        retired = await self.store.keys.rotate(new, now)
+        await self.store.keys.drop_retired_before(now - self.retention_ms)
         await self.reload()
         return new["kid"], retired
 
     def describe(self) -> list[dict[str, Any]]:
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         return [
             {
                 "kid": k.kid,

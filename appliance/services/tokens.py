@@ -1,96 +1,211 @@
-"""JWT minting and verification (PyJWT, EdDSA). Token kinds are told apart by their claims."""
+"""Every token grantd signs is minted and told apart here (PyJWT, EdDSA; D3, D11).
+
+Kinds, by their claims:
+- ``identity``: an agent's identity token: ``act: "agent"``, ``aud`` = ``tokens.agent_audience``,
+  ``sub`` = the agent's e-mail, ``agent_id`` and ``key_generation`` (D11: the token dies with the
+  agent, its re-enrolment and its key), no ``grant_id``.
+- ``authz``: an AuthZ-JWT of an approved grant: ``grant_id``, ``aud`` = the grant's audience.
+OIDC id, access and refresh tokens join as further kinds with the OAuth issue.
+
+Time comes from the injected clock (PyJWT checks signature, issuer and audience; expiry is checked
+here against the clock, with PyJWT's semantics).
+"""
 
 from __future__ import annotations
 
-import time
+import hashlib
 import uuid
 from collections import OrderedDict
+from enum import StrEnum
 from typing import Any
 
 import jwt
 
-from grantd.keys import KeyRing
+from grantd.config import Config
+from grantd.core.clock import Clock
+from grantd.services.keys import KeyRing
+from grantd.store.records import Agent, Grant
+
+ONCE_TOKEN_TTL = 300
+ALWAYS_TOKEN_TTL = 3600
 
 
 class TokenError(Exception):
     """A token that does not verify; the message is safe to show."""
 
 
-async def mint(keyring: KeyRing, claims: dict[str, Any]) -> str:
-    key = await keyring.signing_key()
-    return jwt.encode(claims, key.private, algorithm="EdDSA", headers={"kid": key.kid, "typ": "JWT"})
+class TokenKind(StrEnum):
+    IDENTITY = "identity"
+    AUTHZ = "authz"
 
 
-async def verify(
-    keyring: KeyRing, token: str, *, issuer: str, audience: str | None, leeway: int = 0
-) -> dict[str, Any]:
-    header = _known_headers.get(token.partition(".")[0])
-    if header is None:
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
-            raise TokenError("malformed token") from None
-    if header.get("alg") != "EdDSA" or not isinstance(header.get("kid"), str):
-        raise TokenError("unsupported token algorithm or missing kid")
-    public = await keyring.verification_key(header["kid"])
-    if public is None:
-        raise TokenError("unknown signing key")
-    options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None}
-    try:
-        claims = jwt.decode(
-            token, public, algorithms=["EdDSA"], issuer=issuer, audience=audience, options=options, leeway=leeway
-        )
-    except jwt.ExpiredSignatureError:
-        raise TokenError("token expired") from None
-    except jwt.InvalidAudienceError:
-        raise TokenError("audience mismatch") from None
-    except jwt.InvalidIssuerError:
-        raise TokenError("issuer mismatch") from None
-    except jwt.InvalidSignatureError:
-        raise TokenError("bad signature") from None
-    except jwt.PyJWTError as exc:
-        raise TokenError(f"invalid token: {exc}") from None
-    _remember_header(token.partition(".")[0], header)
-    return claims
-
-
-# Every token we sign with one key has the same header segment; parsing it separately costs a
-# full pass over the token in PyJWT. Only headers of tokens that verified are remembered, so the
-# table holds one entry per signing key and cannot be filled by strangers.
-_known_headers: dict[str, dict[str, Any]] = {}
-_MAX_KNOWN_HEADERS = 64
-
-
-def _remember_header(segment: str, header: dict[str, Any]) -> None:
-    if segment not in _known_headers and len(_known_headers) < _MAX_KNOWN_HEADERS:
-        _known_headers[segment] = header
+def kind_of(claims: dict[str, Any]) -> TokenKind | None:
+    if isinstance(claims.get("grant_id"), str):
+        return TokenKind.AUTHZ
+    if claims.get("act") == "agent" and isinstance(claims.get("agent_id"), str) and isinstance(claims.get("sub"), str):
+        return TokenKind.IDENTITY
+    return None
 
 
 def new_jti() -> str:
     return str(uuid.uuid4())
 
 
-class VerifiedTokenCache:
-    """Bounded cache of successfully verified bearer tokens: an agent reuses its token for its
-    whole lifetime, and the Ed25519 verify is the largest per-request cost. Entries end with the
-    token's exp; agent status is still checked on every request by the caller."""
+class Tokens:
+    def __init__(self, keyring: KeyRing, clock: Clock, config: Config):
+        self.keyring = keyring
+        self.clock = clock
+        self.issuer = str(config.server.issuer)
+        self.agent_audience = str(config.tokens.agent_audience)
+        self.agent_ttl = int(config.tokens.agent_token_ttl)
+        self._verified = _VerifiedCache()
+        # Every token one key signs has the same header segment; remembering the headers of tokens
+        # that verified saves PyJWT a parse per request (one entry per key; strangers cannot fill it).
+        self._headers: dict[str, dict[str, Any]] = {}
+
+    # -- minting ----------------------------------------------------------------------------------
+    async def _sign(self, claims: dict[str, Any]) -> str:
+        key = await self.keyring.signing_key()
+        assert key.private is not None  # the active key always has its private half
+        return jwt.encode(claims, key.private, algorithm="EdDSA", headers={"kid": key.kid, "typ": "JWT"})
+
+    async def mint_identity(self, agent: Agent) -> tuple[str, int]:
+        now = self.clock.now_s()
+        token = await self._sign({
+            "iss": self.issuer,
+            "sub": agent["email"],
+            "act": "agent",
+            "aud": self.agent_audience,
+            "agent_id": agent["agent_id"],
+            "key_generation": agent["key_generation"],
+            "iat": now,
+            "exp": now + self.agent_ttl,
+            "jti": new_jti(),
+        })
+        return token, self.agent_ttl
+
+    async def mint_authz(self, grant: Grant) -> str:
+        """The AuthZ-JWT of an approved grant (specification claims + D3, D6)."""
+        request = grant["request"]
+        now = self.clock.now_s()
+        grant_type = grant["grant_type"]
+        expires_at = grant.get("expires_at")
+        if grant_type == "once":
+            exp = now + ONCE_TOKEN_TTL
+            if expires_at is not None:
+                exp = min(exp, int(expires_at // 1000))
+        elif grant_type == "timed":
+            exp = int((expires_at or 0) // 1000)
+        else:
+            exp = now + ALWAYS_TOKEN_TTL
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": grant["requester"],
+            "aud": request["audience"],
+            "target_host": request["target_host"],
+            "grant_id": grant["id"],
+            "grant_type": grant_type,
+            "approval": grant_type,
+            "permissions": list(request.get("permissions") or []),
+            "decided_by": grant["decided_by"],
+            "iat": now,
+            "exp": exp,
+            "jti": new_jti(),
+        }
+        if "command" in request:
+            claims["command"] = list(request["command"])
+            claims["cmd_hash"] = request["cmd_hash"]
+        if request.get("run_as"):
+            claims["run_as"] = request["run_as"]
+        for extension in ("authorization_details", "execution_context"):
+            if extension in request:
+                claims[extension] = request[extension]
+        if grant.get("delegation_id"):
+            claims["delegation_id"] = grant["delegation_id"]
+        return await self._sign(claims)
+
+    # -- verifying --------------------------------------------------------------------------------
+    async def verify(self, token: str, *, audience: str | None) -> dict[str, Any]:
+        """Signature (a published key of ours), issuer, audience (if given), expiry by the clock."""
+        segment = token.partition(".")[0]
+        header = self._headers.get(segment)
+        if header is None:
+            try:
+                header = jwt.get_unverified_header(token)
+            except jwt.PyJWTError:
+                raise TokenError("malformed token") from None
+        if header.get("alg") != "EdDSA" or not isinstance(header.get("kid"), str):
+            raise TokenError("unsupported token algorithm or missing kid")
+        public = await self.keyring.verification_key(header["kid"])
+        if public is None:
+            raise TokenError("unknown signing key")
+        options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None, "verify_exp": False,
+                        "verify_iat": False, "verify_nbf": False}
+        try:
+            claims = jwt.decode(token, public, algorithms=["EdDSA"], issuer=self.issuer, audience=audience, options=options)
+        except jwt.InvalidAudienceError:
+            raise TokenError("audience mismatch") from None
+        except jwt.InvalidIssuerError:
+            raise TokenError("issuer mismatch") from None
+        except jwt.InvalidSignatureError:
+            raise TokenError("bad signature") from None
+        except jwt.PyJWTError as exc:
+            raise TokenError(f"invalid token: {exc}") from None
+        exp = claims.get("exp")
+        if not isinstance(exp, int) or isinstance(exp, bool) or exp <= self.clock.now_s():
+            raise TokenError("token expired")
+        if segment not in self._headers and len(self._headers) < 64:
+            self._headers[segment] = header
+        return claims
+
+    async def verify_identity(self, token: str) -> dict[str, Any]:
+        """An agent identity token's claims. Verified tokens are remembered for their lifetime (an
+        agent reuses one token for an hour); the caller still checks the agent on every request."""
+        cached = self._verified.get(token, self.clock.now_s())
+        if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
+            return cached[0]
+        claims = await self.verify(token, audience=self.agent_audience)
+        # Only identity tokens are bearers: an AuthZ-JWT or any other token we sign is refused even
+        # if its audience happens to match (peer bug 27).
+        if kind_of(claims) is not TokenKind.IDENTITY or not isinstance(claims.get("key_generation"), int):
+            raise TokenError("not an identity token")
+        self._verified.put(token, claims, jwt.get_unverified_header(token)["kid"])
+        return claims
+
+    async def verify_authz(self, token: str) -> dict[str, Any]:
+        """An AuthZ-JWT of ours (its audience is the grant's own, checked against the grant)."""
+        claims = await self.verify(token, audience=None)
+        if kind_of(claims) is not TokenKind.AUTHZ:
+            raise TokenError("not a grant token")
+        return claims
+
+
+class _VerifiedCache:
+    """Bounded LRU of verified identity tokens, keyed by a digest of the token."""
 
     def __init__(self, max_entries: int = 10_000):
         self.max_entries = max_entries
-        self._entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[dict[str, Any], str]] = OrderedDict()
 
-    def get(self, token: str) -> dict[str, Any] | None:
-        claims = self._entries.get(token)
-        if claims is None:
-            return None
-        if claims["exp"] <= time.time():
-            self._entries.pop(token, None)
-            return None
-        self._entries.move_to_end(token)
-        return claims
+    @staticmethod
+    def _key(token: str) -> bytes:
+        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
-    def put(self, token: str, claims: dict[str, Any]) -> None:
-        self._entries[token] = claims
-        self._entries.move_to_end(token)
+    def get(self, token: str, now_s: int) -> tuple[dict[str, Any], str] | None:
+        """(claims, kid) of a remembered token that has not expired."""
+        key = self._key(token)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0]["exp"] <= now_s:
+            self._entries.pop(key, None)
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def put(self, token: str, claims: dict[str, Any], kid: str) -> None:
+        key = self._key(token)
+        self._entries[key] = (claims, kid)
+        self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)

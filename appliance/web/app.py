@@ -17,13 +17,14 @@ from sanic.exceptions import SanicException
 from sanic.response import HTTPResponse, json
 from sanic.worker.loader import AppLoader
 
+from grantd.client_address import client_address
 from grantd.config import Config, load
-from grantd.context import Services, open_services
-from grantd.errors import Problem
-from grantd.idp.events import GrantEventHub
-from grantd.idp.grants import sweep_expired
+from grantd.core.clock import SYSTEM_CLOCK, Clock
+from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
-from grantd.plugin_manager import build_plugin_manager, call_async_hook
+from grantd.plugin_manager import build_federation_providers, build_plugin_manager, call_async_hook
+from grantd.services.context import Services, open_services
+from grantd.services.grants import sweep_expired
 
 log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -62,7 +63,9 @@ def _problem_from_exception(request: Request, exc: Exception) -> Problem:
     return Problem(500, "internal server error")
 
 
-def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
+def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Clock = SYSTEM_CLOCK) -> Sanic:
+    """The server app. ``clock`` is the source of time for everything it decides (tests pass a
+    ManualClock to an in-process server)."""
     pm = pm or build_plugin_manager(config)
     app = Sanic(APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None)
     app.config.update(
@@ -80,26 +83,25 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     )
     app.ctx.config = config
     app.ctx.pm = pm
+    app.ctx.federation = build_federation_providers(pm, config)  # a bad provider table stops the start here
 
-    from grantd.api import admin, agents, delegations, grants, health, wellknown
+    from grantd.web.api import admin, agents, delegations, federation, grants, health, wellknown
 
-    for module in (health, wellknown, agents, admin, grants, delegations):
+    for module in (health, wellknown, agents, admin, grants, delegations, federation):
         app.blueprint(module.bp)
     pm.hook.register_routes(app=app, config=config)
 
     @app.before_server_start
     async def open_storage(app: Sanic) -> None:
-        app.ctx.services = await open_services(config, pm)
+        app.ctx.services = await open_services(config, pm, clock)
         await call_async_hook(pm.hook.startup, app=app, config=config)
 
     @app.after_server_start
     async def start_background_work(app: Sanic) -> None:
         services = app.ctx.services
         services.store.serving()
-        hub = GrantEventHub(services.store, config.grants.events_poll_ms)
-        hub.start()
-        services.extras["events"] = hub
-        app.ctx.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services, hub), name="expiry-sweeper")
+        services.events.start()
+        app.ctx.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -109,9 +111,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
         sweeper = getattr(app.ctx, "sweeper", None)
         if sweeper is not None:
             sweeper.cancel()
-        hub = services.extras.get("events")
-        if hub is not None:
-            await hub.close()  # open event streams end now instead of holding up the shutdown
+        await services.events.close()  # open event streams end now instead of holding up the shutdown
 
     @app.after_server_stop
     async def close_storage(app: Sanic) -> None:
@@ -124,6 +124,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
         incoming = request.headers.get("x-request-id", "")
         request.ctx.request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
         request.ctx.started = time.perf_counter()
+        request.ctx.client_ip = client_address(request.ip, request.headers.get("x-forwarded-for"), config.server.trusted_proxies)
 
     @app.on_response(priority=100)  # type: ignore[call-arg]
     async def finish_request(request: Request, response: HTTPResponse) -> None:
@@ -151,7 +152,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
                     "path": request.path,
                     "status": response.status,
                     "duration_ms": duration,
-                    "remote": request.ip,
+                    "remote": getattr(request.ctx, "client_ip", request.ip),
                 },
             )
 
@@ -166,15 +167,14 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None) -> Sanic:
     return app
 
 
-async def _sweep_forever(services: Services, hub: GrantEventHub) -> None:
+async def _sweep_forever(services: Services) -> None:
     """Persist expiries so that clients following events learn of them (every process sweeps;
     the conditional update makes each expiry happen once)."""
     interval = services.config.grants.expiry_sweep_interval
     while True:
         await asyncio.sleep(interval)
         try:
-            if await sweep_expired(services):
-                hub.poke()
+            await sweep_expired(services)
         except Exception:
             log.exception("expiry sweep failed; retrying")
 

@@ -3,40 +3,40 @@
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.api.common import body_of, principal_of, services_of
-from grantd.auth import require_admin
-from grantd.idp import agents
+from grantd.core import policy
+from grantd.services import agents
+from grantd.web.api.common import body_of, principal_of, services_of
 
 bp = Blueprint("admin")
 
 
 @bp.get("/api/admin/agents")
 async def list_agents(request: Request) -> HTTPResponse:
-    require_admin(await principal_of(request))
-    return json(await agents.list_agents(services_of(request), request.args.get("limit"), request.args.get("cursor")))
+    policy.may_manage_agents(await principal_of(request))
+    return json(await agents.list_agents(services_of(request), request.args))
 
 
 @bp.post("/api/admin/agents")
 async def create_agent(request: Request) -> HTTPResponse:
-    principal = require_admin(await principal_of(request))
+    principal = policy.may_manage_agents(await principal_of(request))
     agent = await agents.enroll(services_of(request), principal, body_of(request))
     return json(agents.admin_view(agent), status=201)
 
 
 @bp.get("/api/admin/agents/<ident:str>", unquote=True)
 async def get_agent(request: Request, ident: str) -> HTTPResponse:
-    require_admin(await principal_of(request))
+    policy.may_manage_agents(await principal_of(request))
     return json(agents.admin_view(await agents.find_agent(services_of(request), ident)))
 
 
 @bp.put("/api/admin/agents/<ident:str>", unquote=True)
 async def update_agent(request: Request, ident: str) -> HTTPResponse:
-    require_admin(await principal_of(request))
-    return json(agents.admin_view(await agents.update(services_of(request), ident, body_of(request))))
+    principal = policy.may_manage_agents(await principal_of(request))
+    return json(agents.admin_view(await agents.update(services_of(request), principal, ident, body_of(request))))
 
 
 @bp.delete("/api/admin/agents/<ident:str>", unquote=True)
 async def delete_agent(request: Request, ident: str) -> HTTPResponse:
-    require_admin(await principal_of(request))
-    agent = await agents.delete(services_of(request), ident)
+    principal = policy.may_manage_agents(await principal_of(request))
+    agent = await agents.delete(services_of(request), principal, ident)
     return json({"deleted": True, "agent": agents.public_view(agent)})

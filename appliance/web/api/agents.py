@@ -1,11 +1,11 @@
-"""Agent enrolment and sign-in routes (thin: parse, authorise, call grantd.idp.agents)."""
+"""Agent enrolment and sign-in routes (thin: parse, authorise, call grantd.services.agents)."""
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.api.common import body_of, principal_of, services_of
-from grantd.auth import require_admin
-from grantd.idp import agents
+from grantd.core import policy
+from grantd.services import agents
+from grantd.web.api.common import body_of, principal_of, services_of
 
 bp = Blueprint("agents")
 
@@ -13,7 +13,7 @@ bp = Blueprint("agents")
 @bp.post("/api/agent/enroll")
 @bp.post("/api/auth/enroll", name="enroll_alias")
 async def enroll(request: Request) -> HTTPResponse:
-    principal = require_admin(await principal_of(request))
+    principal = policy.may_manage_agents(await principal_of(request))
     agent = await agents.enroll(services_of(request), principal, body_of(request))
     return json(agents.public_view(agent), status=201)
 
@@ -33,7 +33,8 @@ async def authenticate(request: Request) -> HTTPResponse:
 @bp.get("/api/me")
 async def me(request: Request) -> HTTPResponse:
     """Who the presented credential is (agents and the management token; human sessions later)."""
-    from grantd.auth import require_principal
-
-    principal = require_principal(await principal_of(request))
-    return json({"sub": principal.email, "email": principal.email, "act": principal.kind, "agent_id": principal.agent_id})
+    principal = policy.require(await principal_of(request))
+    return json({
+        "sub": principal.email, "email": principal.email, "act": principal.kind.value, "kind": principal.kind.value,
+        "id": principal.id, "agent_id": principal.agent_id, "admin": principal.admin,
+    })

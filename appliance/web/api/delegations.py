@@ -5,31 +5,32 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.api.common import body_of, principal_of, services_of
-from grantd.auth import require_principal
-from grantd.idp import delegations
+from grantd.core import policy
+from grantd.services import delegations
+from grantd.web.api.common import body_of, principal_of, services_of
 
 bp = Blueprint("delegations")
 
 
 @bp.post("/api/delegations")
 async def create(request: Request) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     return json(await delegations.create(services_of(request), principal, body_of(request)), status=201)
 
 
 @bp.get("/api/delegations")
 async def list_delegations(request: Request) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     return json(await delegations.list_delegations(services_of(request), principal, request.args))
 
 
 @bp.delete("/api/delegations/<delegation_id:str>", unquote=True)
 async def delete(request: Request, delegation_id: str) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     return json(await delegations.delete(services_of(request), principal, delegation_id))
 
 
 @bp.post("/api/delegations/<delegation_id:str>/validate", unquote=True)
 async def validate(request: Request, delegation_id: str) -> HTTPResponse:
-    return json(await delegations.validate(services_of(request), delegation_id, body_of(request, required=False)))
+    principal = policy.require(await principal_of(request))
+    return json(await delegations.validate(services_of(request), principal, delegation_id, body_of(request, required=False)))

@@ -1,47 +1,36 @@
-"""Grant routes (thin: parse, authorise, call grantd.idp.grants) and the grant event stream."""
+"""Grant routes (thin: parse, authorise, call grantd.services.grants) and the grant event stream."""
 
 from __future__ import annotations
 
 import asyncio
 import json as jsonlib
-from typing import Any
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, empty, json
 
-from grantd.api.common import body_of, principal_of, services_of
-from grantd.auth import Principal, principal_from_authorization, require_principal
-from grantd.context import Services
-from grantd.errors import Problem
-from grantd.idp import grants
-from grantd.idp.events import GrantEventHub
+from grantd.core import policy
+from grantd.core.errors import Problem
+from grantd.core.fields import field_error
+from grantd.core.principals import Principal
+from grantd.services import grants
+from grantd.services.context import Services
+from grantd.services.grants import Operation
+from grantd.store.records import GrantEvent
+from grantd.web.api.common import body_of, credentials_of, principal_of, services_of
 
 bp = Blueprint("grants")
 EVENT_STREAM = "text/event-stream; charset=utf-8"
 
 
-def _hub(services: Services) -> GrantEventHub | None:
-    return services.extras.get("events")
-
-
-def _changed(services: Services) -> None:
-    hub = _hub(services)
-    if hub is not None:
-        hub.poke()
-
-
 @bp.post("/api/grants")
 async def create(request: Request) -> HTTPResponse:
-    services = services_of(request)
-    answer, status = await grants.create(services, await principal_of(request), body_of(request))
-    if status == 201:
-        _changed(services)
+    answer, status = await grants.create(services_of(request), await principal_of(request), body_of(request))
     return json(answer, status=status)
 
 
 @bp.get("/api/grants")
 async def list_grants(request: Request) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     return json(await grants.list_grants(services_of(request), principal, request.args))
 
 
@@ -53,7 +42,7 @@ def _matches(if_none_match: str, tag: str) -> bool:
 
 @bp.get("/api/grants/<grant_id:str>", unquote=True)
 async def get_grant(request: Request, grant_id: str) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     grant, tag = await grants.get(services_of(request), principal, grant_id)
     headers = {"ETag": tag, "Cache-Control": "no-cache"}
     if_none_match = request.headers.get("if-none-match")
@@ -62,12 +51,9 @@ async def get_grant(request: Request, grant_id: str) -> HTTPResponse:
     return json(grant, headers=headers)
 
 
-async def _decide(request: Request, grant_id: str, operation: Any) -> HTTPResponse:
-    services = services_of(request)
-    principal = require_principal(await principal_of(request))
-    answer = await operation(services, principal, grant_id, body_of(request, required=False))
-    _changed(services)
-    return json(answer)
+async def _decide(request: Request, grant_id: str, operation: Operation) -> HTTPResponse:
+    principal = policy.require(await principal_of(request))
+    return json(await operation(services_of(request), principal, grant_id, body_of(request, required=False)))
 
 
 @bp.post("/api/grants/<grant_id:str>/approve", unquote=True)
@@ -87,19 +73,15 @@ async def revoke(request: Request, grant_id: str) -> HTTPResponse:
 
 @bp.post("/api/grants/<grant_id:str>/token", unquote=True)
 async def token(request: Request, grant_id: str) -> HTTPResponse:
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     body_of(request, required=False)  # malformed JSON is still a 400
     return json(await grants.token(services_of(request), principal, grant_id))
 
 
 @bp.post("/api/grants/<grant_id:str>/consume", unquote=True)
 async def consume(request: Request, grant_id: str) -> HTTPResponse:
-    services = services_of(request)
     body_of(request, required=False)
-    answer = await grants.consume(services, request.headers.get("authorization"), grant_id)
-    if answer.get("status") == "consumed":
-        _changed(services)
-    return json(answer)
+    return json(await grants.consume(services_of(request), credentials_of(request).bearer, grant_id))
 
 
 @bp.post("/api/grants/verify")
@@ -109,11 +91,8 @@ async def verify(request: Request) -> HTTPResponse:
 
 @bp.post("/api/grants/batch")
 async def batch(request: Request) -> HTTPResponse:
-    services = services_of(request)
-    principal = require_principal(await principal_of(request))
-    answer = await grants.batch(services, principal, body_of(request))
-    _changed(services)
-    return json(answer)
+    principal = policy.require(await principal_of(request))
+    return json(await grants.batch(services_of(request), principal, body_of(request)))
 
 
 # -- Server-Sent Events ---------------------------------------------------------------------------
@@ -123,12 +102,12 @@ def _resume_point(request: Request) -> int | None:
     raw = request.headers.get("last-event-id") or request.args.get("last_event_id")
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise Problem(400, "Last-Event-ID must be an event id from this stream", extra={"field": "Last-Event-ID"})
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise field_error("Last-Event-ID", "Last-Event-ID must be an event id from this stream")
     return int(raw)
 
 
-def _frame(row: dict[str, Any]) -> str:
+def _frame(row: GrantEvent) -> str:
     grant = row["grant"]
     data = jsonlib.dumps({"grant": grants.view(grant, grant["status"])}, separators=(",", ":"))
     return f"id: {row['seq']}\nevent: {row['event']}\ndata: {data}\n\n"
@@ -142,39 +121,56 @@ class _Visibility:
         self.principal = principal
         self.known: dict[str, bool] = {}
 
-    async def allows(self, row: dict[str, Any]) -> bool:
-        requester = row["requester"]
-        if requester not in self.known:
-            self.known[requester] = await grants.may_see(self.services, self.principal, row["grant"])
-        return self.known[requester]
+    async def allows(self, row: GrantEvent) -> bool:
+        requester_id = row["grant"]["requester_id"]
+        if requester_id not in self.known:
+            self.known[requester_id] = await grants.may_see(self.services, self.principal, row["grant"])
+        return self.known[requester_id]
 
 
-async def _still_allowed(services: Services, request: Request) -> bool:
-    try:
-        return await principal_from_authorization(services, request.headers.get("authorization")) is not None
-    except Problem:
-        return False
+class _CredentialCheck:
+    """Whether the stream's credential still holds: checked on every heartbeat and, while events
+    flow, at most once per ``INTERVAL`` before sending (D11: a disabled agent's stream ends)."""
+
+    INTERVAL_MS = 1000
+
+    def __init__(self, services: Services, request: Request):
+        self.services = services
+        self.request = request
+        self.checked_at = services.clock.now_ms()
+
+    async def holds(self, *, force: bool = False) -> bool:
+        now = self.services.clock.now_ms()
+        if not force and now - self.checked_at < self.INTERVAL_MS:
+            return True
+        self.checked_at = now
+        try:
+            return await self.services.authn.principal(self.services, credentials_of(self.request)) is not None
+        except Problem:
+            return False
+
 
 
 @bp.get("/api/grants/events")
 async def events(request: Request) -> HTTPResponse | None:
     services = services_of(request)
-    principal = require_principal(await principal_of(request))
+    principal = policy.require(await principal_of(request))
     resume = _resume_point(request)
-    hub = _hub(services)
-    if hub is None or hub.closing:
+    hub = services.events
+    if not hub.running or hub.closing:
         raise Problem(503, "the event stream is not available; poll GET /api/grants/:id", headers={"Retry-After": "5"})
     visibility = _Visibility(services, principal)
+    credential = _CredentialCheck(services, request)
     heartbeat = services.config.grants.events_heartbeat
-    async with hub.subscription() as sub:
-        sent = resume if resume is not None else await services.store.last_grant_event_seq()
+    async with hub.subscription(principal.id) as sub:
+        sent = resume if resume is not None else await services.store.grants.last_event_seq()
         response = await request.respond(
             content_type=EVENT_STREAM, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         )
         # Sends the headers now: clients learn at once that the stream is open.
         await response.send("retry: 2000\n: stream open\n\n")
         while resume is not None:  # replay what the client missed
-            rows = await services.store.grant_events_after(sent, 500)
+            rows = await services.store.grants.events_after(sent, 500)
             for row in rows:
                 sent = row["seq"]
                 if await visibility.allows(row):
@@ -183,18 +179,20 @@ async def events(request: Request) -> HTTPResponse | None:
                 break
         while not hub.closing:
             try:
-                item: dict[str, Any] | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                item: GrantEvent | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
             except TimeoutError:
-                if not await _still_allowed(services, request):
+                if not await credential.holds(force=True):
                     break  # the token expired or the agent was disabled: no more events for it
                 await response.send(": heartbeat\n\n")
                 continue
-            if item is None or sub.overflowed:
-                break  # shutting down, or too far behind: the client resumes from its last id
+            if item is None or sub.overflowed or sub.ended:
+                break  # shutting down, too far behind (the client resumes from its last id), or ended
             if item["seq"] <= sent:
                 continue
             sent = item["seq"]
             if await visibility.allows(item):
+                if not await credential.holds():
+                    break
                 await response.send(_frame(item))
         await response.eof()
     return None

@@ -3,7 +3,7 @@
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.errors import Problem
+from grantd.core.errors import Problem
 
 bp = Blueprint("health")
 

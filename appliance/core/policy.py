@@ -1,0 +1,121 @@
+"""May this principal do that? Every authorisation question of the routes and services is answered
+here, from principal facts and records handed in; nothing else re-implements a rule. Pure: no I/O.
+
+The facts a rule may need beyond the principal are passed explicitly: ``agent`` is the record of the
+agent a grant or delegation concerns (its owner and approver), ``admin_emails`` the administrators'
+addresses (``admin.emails`` and ``admin.management_identity``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from grantd.core.errors import forbidden, unauthorized
+from grantd.core.principals import Kind, Principal
+
+
+def require(principal: Principal | None) -> Principal:
+    """Any credential: none is a 401."""
+    if principal is None:
+        raise unauthorized()
+    return principal
+
+
+def require_admin(principal: Principal | None) -> Principal:
+    principal = require(principal)
+    if not principal.admin:
+        raise forbidden("administrator rights required")
+    return principal
+
+
+# -- deciding -----------------------------------------------------------------------------------
+
+
+def person_may_decide(email: str, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]) -> bool:
+    """A person (by e-mail) may decide an agent's grants: an administrator, or the agent's owner or
+    approver. Used for a person acting now and for a delegator whose delegation is used."""
+    if email in admin_emails:
+        return True
+    return agent is not None and email in (agent["owner"], agent["approver"])
+
+
+def may_decide(principal: Principal, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]) -> bool:
+    """Approve or deny a grant the agent requested. Never an agent (D11)."""
+    if not principal.is_person:
+        return False
+    return principal.admin or person_may_decide(principal.email, agent, admin_emails)
+
+
+def may_see_grant(
+    principal: Principal, grant: Mapping[str, Any], agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
+) -> bool:
+    """Its requester, and whoever may decide it."""
+    if principal.admin or grant["requester_id"] == principal.id:
+        return True
+    return may_decide(principal, agent, admin_emails)
+
+
+def may_revoke_grant(
+    principal: Principal, grant: Mapping[str, Any], agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
+) -> bool:
+    """The requester withdraws its request or gives up its grant; deciders take it back."""
+    return grant["requester_id"] == principal.id or may_decide(principal, agent, admin_emails)
+
+
+def may_fetch_grant_token(principal: Principal, grant: Mapping[str, Any]) -> bool:
+    """Only the requester holds the AuthZ-JWT of its grant."""
+    return grant["requester_id"] == principal.id
+
+
+@dataclass(frozen=True)
+class GrantScope:
+    """Which grants a principal's list shows: all (None), or those of the given requester ids."""
+
+    requester_ids: tuple[str, ...] | None
+
+
+def grant_list_scope(principal: Principal, decidable_agent_ids: tuple[str, ...] = ()) -> GrantScope:
+    """Agents see their own grants; a person what they asked for and may decide; admins all.
+    ``decidable_agent_ids`` are the agents the person owns or approves (a storage fact)."""
+    if principal.admin:
+        return GrantScope(None)
+    if principal.is_agent:
+        return GrantScope((principal.id,))
+    return GrantScope((principal.id, *decidable_agent_ids))
+
+
+def may_request_for_someone_else(principal: Principal) -> bool:
+    """Deployment tools with the management token may file a request naming its requester."""
+    return principal.kind is Kind.MANAGEMENT
+
+
+# -- agents -------------------------------------------------------------------------------------
+
+
+def may_manage_agents(principal: Principal | None) -> Principal:
+    """Enrol, list, change, delete agents: administrators (management token or admin person)."""
+    return require_admin(principal)
+
+
+# -- delegations --------------------------------------------------------------------------------
+
+
+def may_create_delegation(principal: Principal) -> bool:
+    """Only people delegate (D7)."""
+    return principal.is_person
+
+
+def may_see_delegation(principal: Principal, delegation: Mapping[str, Any]) -> bool:
+    """Its delegator and its delegate (e-mails are unique across agents and persons, D11)."""
+    return principal.admin or principal.email in (delegation["delegator"], delegation["delegate"])
+
+
+def may_delete_delegation(principal: Principal, delegation: Mapping[str, Any]) -> bool:
+    return principal.admin or (principal.is_person and principal.email == delegation["delegator"])
+
+
+def may_validate_delegation(principal: Principal, delegation: Mapping[str, Any]) -> bool:
+    """A party to the delegation (or an administrator) may check it; nobody else learns of it."""
+    return may_see_delegation(principal, delegation)

@@ -1,0 +1,55 @@
+"""Who acts: every caller is a Principal with a kind and a stable id (D11).
+
+- ``agent``: an enrolled agent; ``id`` is its ``agent_id`` (never reused), ``email`` its address.
+- ``person``: a human; until person records exist (issue "People"), a person is known by e-mail:
+  the configured administrators, and the owners and approvers an administrator names.
+- ``management``: the management token, acting as ``admin.management_identity``.
+- ``client``: an OAuth client (with the OAuth issue).
+Owners, approvers and delegators are persons or the management identity, never agents, so an agent
+can never decide a grant, directly or through a delegation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    AGENT = "agent"
+    PERSON = "person"
+    MANAGEMENT = "management"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: Kind
+    id: str
+    email: str
+    admin: bool = False
+
+    @property
+    def is_agent(self) -> bool:
+        return self.kind is Kind.AGENT
+
+    @property
+    def is_person(self) -> bool:
+        """A human, or the management token acting for the management identity."""
+        return self.kind in (Kind.PERSON, Kind.MANAGEMENT)
+
+    @property
+    def agent_id(self) -> str | None:
+        return self.id if self.kind is Kind.AGENT else None
+
+
+def management(identity: str) -> Principal:
+    return Principal(Kind.MANAGEMENT, "management", identity, admin=True)
+
+
+def agent(agent_id: str, email: str) -> Principal:
+    return Principal(Kind.AGENT, agent_id, email)
+
+
+def person(email: str, admin_emails: frozenset[str]) -> Principal:
+    return Principal(Kind.PERSON, email, email, admin=email in admin_emails)
