@@ -3,7 +3,8 @@
 Validation reports every problem at once (each with the key's dotted path and, for a typo, a
 "did you mean"), so an operator fixes the file in one pass instead of one restart per mistake.
 
-Secrets (`admin.management_token`, `storage.dsn`) may be written as
+Secrets (`admin.management_token`, and the secret keys of `[[federation.providers]]` tables,
+which the provider type's factory reads through `read_secret`) may be written as
   "file:PATH"  - read from a file (relative paths are relative to the config file), or
   "env:NAME"   - read from an environment variable, or
   a literal    - accepted, but `grantd config validate` warns: keep secrets out of the file.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import secrets
 import tomllib
 from collections.abc import Callable
@@ -22,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tomli_w
+
+from grantd.client_address import parse_networks
 
 CONFIG_ENV = "GRANTD_CONFIG"
 DEFAULT_CONFIG_NAME = "grantd.toml"
@@ -51,6 +55,7 @@ class Key:
     minimum: int | None = None
     maximum: int | None = None
     check: Callable[[Any], str | None] | None = None
+    example: str | None = None  # written, commented out, below the key in generated configs
 
 
 def _no_trailing_slash_url(value: Any) -> str | None:
@@ -64,11 +69,9 @@ def _no_trailing_slash_url(value: Any) -> str | None:
     return None
 
 
-def _origin(value: Any) -> str | None:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("",):
-        return "must be a bare origin such as https://idp.example.com (no path, no trailing slash)"
-    return None
+def _networks(value: Any) -> str | None:
+    problems = parse_networks(value)[1]
+    return "; ".join(problems) if problems else None
 
 
 def _email(value: Any) -> str | None:
@@ -104,7 +107,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "request_timeout": Key(int, 60, "Seconds a client may take to send a request.", minimum=1),
         "graceful_shutdown_timeout": Key(int, 10, "Seconds in-flight requests get after SIGTERM.", minimum=0),
         "trusted_proxies": Key(
-            list, [], "Peer addresses allowed to set X-Forwarded-For (empty: trust none).", item_kind=str
+            list, [], "Reverse proxies (IP addresses or CIDR networks) whose X-Forwarded-For names the client "
+            "(empty: the client is always the TCP peer).", item_kind=str, check=_networks,
         ),
     },
     "log": {
@@ -130,12 +134,6 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "storage": {
         "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),
         "path": Key(str, "grantd.db", "SQLite database file (relative to the config file)."),
-        "dsn": Key(str, None, "Connection string for server databases (e.g. PostgreSQL). Use file:/env:.", secret=True),
-    },
-    "webauthn": {
-        "rp_id": Key(str, None, "Passkey relying-party id: the bare domain. Default: the issuer's host name."),
-        "origin": Key(str, None, "Exact browser origin for passkeys. Default: the issuer's origin.", check=_origin),
-        "rp_name": Key(str, "grantd", "Relying-party display name."),
     },
     "tokens": {
         "agent_token_ttl": Key(int, 3600, "Lifetime in seconds of an agent identity token.", minimum=60, maximum=86400),
@@ -146,6 +144,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "allow_unauthenticated": Key(bool, False, "Allow grant requests without a credential (not recommended)."),
         "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=1),
         "max_duration": Key(int, 2_592_000, "Longest `timed` grant in seconds.", minimum=60),
+        "once_ttl": Key(
+            int, 3600, "Seconds an approved `once` grant stays usable; unused, it then expires (D6).",
+            minimum=60, maximum=2_592_000,
+        ),
         "events_heartbeat": Key(int, 15, "Seconds between heartbeat comments on GET /api/grants/events.", minimum=1, maximum=300),
         "events_poll_ms": Key(
             int, 200, "How often (ms) each server process looks for grant events written by other processes.",
@@ -156,12 +158,24 @@ SCHEMA: dict[str, dict[str, Key]] = {
             int, 5, "Seconds between sweeps that persist expiries (and send grant.expired events).", minimum=1, maximum=3600,
         ),
     },
-    "sp": {
-        "enabled": Key(bool, False, "Serve the service-provider login endpoints (/api/login, /api/callback)."),
-        "client_id": Key(str, None, "OAuth client id of this SP: its public host. Default: the issuer's host."),
-        "fallback_idp": Key(str, None, "IdP URL used when DNS discovery finds none for an e-mail domain.", check=_no_trailing_slash_url),
-        "nameservers": Key(list, [], "DNS servers for DDISA discovery, host or host:port (empty: system resolver).", item_kind=str),
-        "allow_http_idp": Key(bool, False, "Accept http:// IdPs from DNS (tests only; never in production)."),
+    "federation": {
+        "providers": Key(
+            list, [], "Upstream identity providers, one [[federation.providers]] table each: id (unique, "
+            "letters, digits, . _ -), type (a provider type from a plugin; built in: oidc), name (shown on the "
+            "login page; default: the id) and the type's own keys. Secrets as file:PATH or env:NAME. "
+            "Listed publicly, without secrets, at GET /api/federation/providers.", item_kind=dict,
+            example="""[[federation.providers]]
+id = "corp"
+type = "oidc"
+name = "Corp SSO"
+issuer = "https://sso.example.com"
+client_id = "grantd"
+client_secret = "file:corp-sso-secret"
+# scopes = ["openid", "email", "profile"]
+# email_claim = "email"
+# allowed_domains = ["example.com"]
+# create_unknown = false""",
+        ),
     },
     "plugins": {
         "modules": Key(list, [], "Extra plugin modules to import and register (importable names).", item_kind=str),
@@ -177,10 +191,9 @@ SECTION_HELP = {
     "log": "Logging",
     "admin": "Administration",
     "storage": "Storage",
-    "webauthn": "Passkeys (WebAuthn)",
     "tokens": "Agent identity tokens",
     "grants": "Grants",
-    "sp": "Service provider (log users in through their IdP, discovered by DNS)",
+    "federation": "Federation: people sign in through upstream identity providers",
     "plugins": "Plugins",
 }
 
@@ -237,7 +250,7 @@ class Config:
 
 
 def _type_name(kind: type) -> str:
-    return {str: "a string", int: "an integer", bool: "true or false", list: "a list"}[kind]
+    return {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a table"}[kind]
 
 
 def _check_value(path: str, key: Key, value: Any, problems: list[str]) -> None:
@@ -355,17 +368,50 @@ def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
     values["admin"]["emails"] = [e.lower() for e in values["admin"]["emails"] if isinstance(e, str)]
     if isinstance(values["admin"]["management_identity"], str):
         values["admin"]["management_identity"] = values["admin"]["management_identity"].lower()
-    issuer = server.get("issuer")
-    if isinstance(issuer, str) and not _no_trailing_slash_url(issuer):
-        parts = urlsplit(issuer)
-        values["webauthn"]["rp_id"] = values["webauthn"]["rp_id"] or parts.hostname
-        values["webauthn"]["origin"] = values["webauthn"]["origin"] or f"{parts.scheme}://{parts.netloc}"
+    if isinstance(server["trusted_proxies"], list):
+        server["trusted_proxies"] = parse_networks(p for p in server["trusted_proxies"] if isinstance(p, str))[0]
+    if isinstance(values["federation"]["providers"], list):
+        values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
 
     if problems:
         raise ConfigError(problems, path)
     secret_keys = {name for keys in SCHEMA.values() for name, k in keys.items() if k.secret}
     sections = {name: Section(name or "root", vals, secret_keys) for name, vals in values.items()}
     return Config(path=path, raw=raw, sections=sections, warnings=warnings)
+
+
+PROVIDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _federation_providers(tables: list[Any], problems: list[str]) -> tuple[dict[str, Any], ...]:
+    """Check the keys every `[[federation.providers]]` table has (id, type, name).
+
+    The rest of a table depends on its type, so the type's factory checks it when the plugin
+    manager builds the providers (`grantd.plugin_manager.build_federation_providers`).
+    """
+    checked: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    for index, table in enumerate(tables):
+        where = f"federation.providers[{index}]"
+        if not isinstance(table, dict):
+            continue  # already reported: every item must be a table
+        provider_id, kind, name = table.get("id"), table.get("type"), table.get("name")
+        if provider_id is None:
+            problems.append(f"{where}.id: missing")
+        elif not isinstance(provider_id, str) or not PROVIDER_ID.match(provider_id):
+            problems.append(f"{where}.id: must be 1-64 letters, digits, '.', '_' or '-' (it is used in URLs), got {provider_id!r}")
+        elif provider_id in seen:
+            problems.append(f"{where}.id: {provider_id!r} is already the id of federation.providers[{seen[provider_id]}]")
+        else:
+            seen[provider_id] = index
+        if kind is None:
+            problems.append(f"{where}.type: missing (a provider type such as \"oidc\"; `grantd plugins` lists who provides which)")
+        elif not isinstance(kind, str) or not kind:
+            problems.append(f"{where}.type: must be a non-empty string, got {kind!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            problems.append(f"{where}.name: must be a non-empty string, got {name!r}")
+        checked.append({**table, "name": name if isinstance(name, str) and name.strip() else provider_id})
+    return tuple(checked)
 
 
 def load(path: str | os.PathLike[str]) -> Config:
@@ -413,6 +459,9 @@ def render(overrides: dict[str, dict[str, Any]] | None = None, *, example: bool 
                 lines.append(f"# {name} =")
             else:
                 lines.append(f"# {name} = {_toml_value(key.default)}")
+            if key.example:
+                lines.append("# For example:")
+                lines += [line if line.startswith("#") else f"# {line}" for line in key.example.splitlines()]
     text = "\n".join(lines) + "\n"
     if not example:
         tomllib.loads(text)  # what we write must parse

@@ -1,18 +1,14 @@
-"""The built-in plugins' hooks, called through the plugin manager as the server calls them."""
+"""The built-in plugins' hooks, called through the plugin manager as the server calls them, and the
+DDISA discovery library (grantd.sp.ddisa) that SP login will use."""
 
 from __future__ import annotations
 
 import pytest
 
-from grantd.config import validate
 from grantd.plugin_manager import build_plugin_manager
-from grantd.plugins.sp_login_ddisa import parse_record
+from grantd.sp.ddisa import discover_idp, parse_record
 
 from dns_server import TxtDnsServer
-
-
-def _config(**sp):
-    return validate({"version": 1, "admin": {"management_token": "x" * 20}, "sp": sp})
 
 
 def test_federation_provider_types_offers_oidc_without_leaking_secrets():
@@ -20,9 +16,12 @@ def test_federation_provider_types_offers_oidc_without_leaking_secrets():
     types: dict = {}
     for provided in pm.hook.federation_provider_types():
         types.update(provided)
-    provider = types["oidc"]({"id": "corp", "name": "Corp SSO", "issuer": "https://sso.example.com/", "client_id": "grantd", "client_secret": "s3cret"})
-    assert provider.public_info() == {"id": "corp", "name": "Corp SSO", "type": "oidc"}
-    assert provider.issuer == "https://sso.example.com"
+    table = {"id": "corp", "type": "oidc", "name": "Corp SSO", "issuer": "https://sso.example.com/", "client_id": "grantd",
+             "client_secret": "env:X"}
+    provider = types["oidc"](table, lambda key: "s3cret")
+    assert provider.public_info() == {"id": "corp", "name": "Corp SSO", "type": "oidc", "issuer": "https://sso.example.com"}
+    assert provider.issuer == "https://sso.example.com" and provider.client_secret == "s3cret"
+    assert provider.scopes == ("openid", "email", "profile") and provider.create_unknown is False
     assert "s3cret" not in repr(provider)
 
 
@@ -54,24 +53,24 @@ def test_unsafe_or_foreign_ddisa_records_are_ignored(record):
     assert parse_record(record) is None
 
 
-def test_sp_login_discover_idp_asks_a_real_dns_server_and_takes_the_lowest_priority():
+def test_ddisa_discovery_asks_a_real_dns_server_and_takes_the_lowest_priority():
     records = {
         "_ddisa.example.org": ["v=ddisa1 idp=https://backup.example.org; priority=20", "v=ddisa1 idp=https://idp.example.org; priority=1"],
         "_ddisa.http.test": ["v=ddisa1 idp=http://127.0.0.1:9999"],
+        "_ddisa.denied.test": ["v=ddisa1 idp=https://idp.denied.test; mode=deny"],
     }
-    pm = build_plugin_manager(None)
     with TxtDnsServer(records) as dns:
-        config = _config(nameservers=[dns.address])
-        assert pm.hook.sp_login_discover_idp(email="Alice@Example.org", config=config) == "https://idp.example.org"
+        ns = [dns.address]
+        assert discover_idp("Alice@Example.org", nameservers=ns) == "https://idp.example.org"
         assert "_ddisa.example.org" in dns.queries
         # No record and no fallback: nothing; with a fallback: the fallback.
-        assert pm.hook.sp_login_discover_idp(email="bob@nowhere.test", config=config) is None
-        with_fallback = _config(nameservers=[dns.address], fallback_idp="https://fallback.example.com")
-        assert pm.hook.sp_login_discover_idp(email="bob@nowhere.test", config=with_fallback) == "https://fallback.example.com"
+        assert discover_idp("bob@nowhere.test", nameservers=ns) is None
+        assert discover_idp("bob@nowhere.test", nameservers=ns, fallback_idp="https://fallback.example.com") == "https://fallback.example.com"
+        # A domain that denies: never its IdP.
+        assert discover_idp("eve@denied.test", nameservers=ns) is None
         # http IdPs only when the operator allows them (tests).
-        assert pm.hook.sp_login_discover_idp(email="x@http.test", config=config) is None
-        allow = _config(nameservers=[dns.address], allow_http_idp=True)
-        assert pm.hook.sp_login_discover_idp(email="x@http.test", config=allow) == "http://127.0.0.1:9999"
+        assert discover_idp("x@http.test", nameservers=ns) is None
+        assert discover_idp("x@http.test", nameservers=ns, allow_http=True) == "http://127.0.0.1:9999"
 
 
 def test_elevate_verify_default_checks_pass_a_matching_grant_and_refuse_another_host():

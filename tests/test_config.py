@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import ipaddress
 import os
 import subprocess
 import tomllib
@@ -36,7 +38,7 @@ def test_a_minimal_config_gets_defaults(tmp_path):
     config = load(write(tmp_path, GOOD))
     assert config.server.issuer == "http://127.0.0.1:8123"
     assert config.storage.plugin == "sqlite" and config.storage.path == "grantd.db"
-    assert config.webauthn.rp_id == "127.0.0.1" and config.webauthn.origin == "http://127.0.0.1:8123"
+    assert config.server.trusted_proxies == () and config.federation.providers == ()
     assert config.admin.management_token == "t" * 32
     assert config.tokens.agent_audience == "apes-cli"
     assert "t" * 32 not in repr(config.admin)
@@ -169,10 +171,106 @@ def test_required_key_names_exist():
 
     for section, name in [("", "version"), ("server", "host"), ("server", "port"), ("server", "issuer"),
                           ("admin", "management_token"), ("admin", "emails"), ("admin", "management_identity"),
-                          ("storage", "plugin"), ("storage", "path"), ("webauthn", "rp_id"), ("webauthn", "origin")]:
+                          ("storage", "plugin"), ("storage", "path"), ("server", "trusted_proxies"),
+                          ("federation", "providers")]:
         assert name in SCHEMA[section]
 
 
 def test_validate_accepts_a_parsed_dict():
     config = validate({"version": 1, "admin": {"management_token": "x" * 20}})
     assert config.server.port == 8000
+
+
+def _attribute_reads() -> set[tuple[str, str]]:
+    """Every `<section>.<key>` attribute read in grantd's code (appliance/, plugins/, tui/), outside
+    config.py: `config.server.port`, `services.config.grants.pending_ttl`, or `admin.emails` after
+    `admin = config.admin` all count as reading that key (an AST scan: strings and comments do not)."""
+    reads: set[tuple[str, str]] = set()
+    for folder in ("appliance", "plugins", "tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == ROOT / "appliance" / "config.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Attribute):
+                    owner = node.value
+                    section = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else None
+                    if section:
+                        reads.add((section, node.attr))
+    return reads
+
+
+def test_every_config_key_is_read_by_the_code():
+    """Nothing speculative: a key in the schema that no code reads is a promise to operators that
+    grantd does not keep. The rule: each `section.key` of SCHEMA appears as an attribute read
+    `<section>.<key>` (see _attribute_reads) somewhere in grantd's code outside config.py. The
+    top-level `version` is the format version, read by config.validate itself."""
+    from grantd.config import SCHEMA
+
+    reads = _attribute_reads()
+    unread = [f"{section}.{name}" for section, keys in SCHEMA.items() if section for name in keys if (section, name) not in reads]
+    assert not unread, f"config keys no code reads (make them work or remove them): {unread}"
+    assert list(SCHEMA[""]) == ["version"]
+
+
+def test_the_key_scan_would_notice_an_unread_key():
+    reads = _attribute_reads()
+    assert ("server", "port") in reads and ("admin", "emails") in reads
+    assert ("server", "no_such_key") not in reads
+
+
+def test_removed_keys_are_unknown_keys_now(tmp_path):
+    """Passkeys, SP login and server databases bring their keys back when they arrive."""
+    text = GOOD + '[storage]\ndsn = "env:X"\n[webauthn]\nrp_id = "x"\n[sp]\nenabled = true\n'
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, text))
+    problems = "\n".join(caught.value.problems)
+    assert "storage.dsn: unknown key" in problems and "webauthn: unknown key" in problems and "sp: unknown key" in problems
+
+
+def _with_proxies(line: str) -> str:
+    return GOOD.replace("[admin]", f"trusted_proxies = {line}\n[admin]")
+
+
+def test_trusted_proxies_are_addresses_or_networks(tmp_path):
+    config = load(write(tmp_path, _with_proxies('["10.0.0.1", "192.168.0.0/16", "::1", "fd00::/8"]')))
+    assert config.server.trusted_proxies == (
+        ipaddress.ip_network("10.0.0.1/32"), ipaddress.ip_network("192.168.0.0/16"),
+        ipaddress.ip_network("::1/128"), ipaddress.ip_network("fd00::/8"),
+    )
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, _with_proxies('["proxy.example.com", "10.0.0.1/8"]')))
+    problems = "\n".join(caught.value.problems)
+    assert "server.trusted_proxies: 'proxy.example.com' is not an IP address or CIDR network" in problems
+    assert "'10.0.0.1/8' is not an IP address or CIDR network (10.0.0.1/8 has host bits set)" in problems
+    with pytest.raises(ConfigError, match="server.trusted_proxies: every item must be a string"):
+        load(write(tmp_path, _with_proxies("[10]")))
+
+
+def test_federation_provider_tables_have_a_unique_url_safe_id_and_a_type(tmp_path):
+    text = GOOD + """
+[[federation.providers]]
+id = "corp"
+type = "oidc"
+[[federation.providers]]
+id = "corp"
+type = "oidc"
+[[federation.providers]]
+id = "a b/c"
+type = 3
+[[federation.providers]]
+name = ""
+"""
+    with pytest.raises(ConfigError) as caught:
+        load(write(tmp_path, text))
+    assert caught.value.problems == [
+        "federation.providers[1].id: 'corp' is already the id of federation.providers[0]",
+        "federation.providers[2].id: must be 1-64 letters, digits, '.', '_' or '-' (it is used in URLs), got 'a b/c'",
+        "federation.providers[2].type: must be a non-empty string, got 3",
+        "federation.providers[3].id: missing",
+        'federation.providers[3].type: missing (a provider type such as "oidc"; `grantd plugins` lists who provides which)',
+        "federation.providers[3].name: must be a non-empty string, got ''",
+    ]
+    with pytest.raises(ConfigError, match="federation.providers: every item must be a table"):
+        load(write(tmp_path, GOOD + "[federation]\nproviders = ['corp']\n"))
+    config = load(write(tmp_path, GOOD + '[[federation.providers]]\nid = "corp"\ntype = "oidc"\nissuer = "x"\n'))
+    assert config.federation.providers == ({"id": "corp", "type": "oidc", "issuer": "x", "name": "corp"},)

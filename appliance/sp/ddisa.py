@@ -1,5 +1,8 @@
 """DDISA discovery for service-provider login: which IdP logs in users of an e-mail domain.
 
+A plain library for the SP login that arrives later (it will call `discover_idp` with its
+`[sp]` settings); no hook, no config of its own yet.
+
 TXT record at ``_ddisa.<domain>``: ``v=ddisa1`` then ``key=value`` pairs separated by ``;``
 and/or whitespace (both the peer's ``v=ddisa1 idp=...; mode=...`` and the spec repo's
 ``v=ddisa1; idp=...`` forms). The lowest ``priority`` wins; ``idp`` must be an https URL
@@ -10,10 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
-
-from grantd.hookspecs import hookimpl
 
 MODES = ("open", "allowlist-admin", "allowlist-user", "deny")
 _PAIR_SPLIT = re.compile(r"[;\s]+")
@@ -87,18 +87,20 @@ def lookup(domain: str, *, nameservers: list[str] | None = None, allow_http: boo
     return choose(records)
 
 
-@hookimpl
-def sp_login_discover_idp(email: str, config: Any) -> str | None:
-    sp = getattr(config, "sp", None)
+def discover_idp(
+    email: str,
+    *,
+    nameservers: list[str] | None = None,
+    allow_http: bool = False,
+    fallback_idp: str | None = None,
+    timeout: float = 3.0,
+) -> str | None:
+    """The IdP base URL that logs in users with this e-mail: the domain's DDISA record (unless its
+    mode is "deny"), else the fallback IdP, else None."""
     domain = email.rpartition("@")[2].lower()
     if not domain:
         return None
-    record = lookup(
-        domain,
-        nameservers=list(getattr(sp, "nameservers", []) or []) if sp else None,
-        allow_http=bool(getattr(sp, "allow_http_idp", False)) if sp else False,
-    )
+    record = lookup(domain, nameservers=nameservers, allow_http=allow_http, timeout=timeout)
     if record and record.mode != "deny":
         return record.idp
-    fallback = getattr(sp, "fallback_idp", None) if sp else None
-    return str(fallback) if fallback else None
+    return fallback_idp or None
