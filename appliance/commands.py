@@ -1,4 +1,8 @@
-"""The command digest every part of grantd agrees on (D4)."""
+"""The command digest every part of grantd agrees on (D4).
+
+Imported by the server and by `grantd elevate` (through plugins/elevate_default.py), which runs as
+root: keep it to the standard library, with no grantd imports.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """pluggy hook specifications: the contract between grantd and its plugins.
 
-One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``sp_login_*``, ``elevate_*``,
-plus ``startup`` and ``register_routes``. Hook implementations take only the parameters they
-need and never give them defaults (pluggy does not pass defaults). Keep imports here light: this
-module is imported by every plugin.
+One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``elevate_*`` (defined in
+grantd.elevate.hookspecs and named here), plus ``startup`` and ``register_routes``. Hook
+implementations take only the parameters they need and never give them defaults (pluggy does
+not pass defaults). Keep imports here light: this module is imported by every plugin.
 
 Every hook below is described for plugin authors in docs/plugins.md.
 """
@@ -14,6 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+# The elevation tool's spec lives with the tool (it runs as root and imports nothing of the server);
+# named here too, so that the server's plugin manager, which adds this module, knows every hook.
+from grantd.elevate.hookspecs import PROJECT
+from grantd.elevate.hookspecs import elevate_verify as elevate_verify
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -22,7 +27,6 @@ if TYPE_CHECKING:
     from grantd.config import Config
     from grantd.store import Store
 
-PROJECT = "grantd"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
@@ -37,31 +41,16 @@ def storage_backends() -> dict[str, Callable[[Config], Store]]:
 
 
 @hookspec
-def federation_provider_types() -> dict[str, Callable[[dict[str, Any]], Any]]:
+def federation_provider_types() -> dict[str, Callable[[dict[str, Any], Callable[[str], str]], Any]]:
     """Kinds of upstream identity providers this plugin can federate to: ``{type: factory}``.
 
-    A factory receives one provider's configuration table and returns a provider object with
-    ``id``, ``name`` and ``public_info() -> dict`` (no secrets in it).
-    """
-
-
-@hookspec(firstresult=True)
-def sp_login_discover_idp(email: str, config: Config) -> str | None:
-    """Return the IdP base URL that logs in users with this e-mail, or None to let others try.
-
-    The default plugin implements DDISA DNS discovery (TXT ``_ddisa.<domain>``) and the
-    configured fallback IdP.
-    """
-
-
-@hookspec
-def elevate_verify(claims: dict[str, Any], argv: list[str], context: dict[str, Any]) -> list[str] | None:
-    """Check an AuthZ-JWT (already signature-verified) before ``grantd elevate`` runs a command.
-
-    ``claims`` are the token's claims, ``argv`` the command to run, ``context`` holds the
-    elevation config (``allowed_issuers``, ``allowed_approvers``, ``allowed_audiences``,
-    ``host``), the real uid and the current time. Return a list of refusal reasons (empty or
-    None means "no objection"); any reason refuses the elevation with exit code 5.
+    ``factory(table, read_secret)`` receives one ``[[federation.providers]]`` table whose
+    ``type`` names it (``id``, ``type`` and ``name`` already checked by grantd) and a function
+    ``read_secret(key)`` that resolves a ``file:PATH`` / ``env:NAME`` value of that table. It
+    returns a provider object with ``id``, ``name`` and ``public_info() -> dict`` (JSON, no
+    secrets), or raises ``ValueError("key: what is wrong")`` (several problems: one per line),
+    which grantd reports as a config error at ``federation.providers[N].key``. Called when the
+    server starts and by ``grantd config validate``.
     """
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import inspect
+import re
 import stat
 import sys
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from grantd import hookspecs
-from grantd.config import ConfigError
+from grantd.config import ConfigError, resolve_secret
 
 if TYPE_CHECKING:
     from grantd.config import Config
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 BUILTIN_PLUGINS = (
     "grantd.plugins.storage_sqlite",
     "grantd.plugins.federation_oidc",
-    "grantd.plugins.sp_login_ddisa",
     "grantd.plugins.elevate_default",
 )
 ENTRY_POINT_GROUP = "grantd"
@@ -75,7 +76,7 @@ def _add_plugin_paths(config: Config) -> list[str]:
 
 def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[str, ...] = ()) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm.add_hookspecs(hookspecs)  # every spec: grantd.hookspecs names the elevation tool's (grantd.elevate.hookspecs) too
     pm._grantd_sources = {}  # type: ignore[attr-defined]
     for name in BUILTIN_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
@@ -138,3 +139,73 @@ def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
             config.path,
         )
     return backends[name]
+
+
+@dataclass(frozen=True)
+class FederationProvider:
+    """One `[[federation.providers]]` table, built by its type's factory (`federation_provider_types`)."""
+
+    id: str
+    type: str
+    name: str
+    provider: Any  # what the factory returned
+
+    def public_info(self) -> dict[str, Any]:
+        """What anyone may see (GET /api/federation/providers): the provider's own public_info(),
+        with id, type and name always those of the config."""
+        return {**dict(self.provider.public_info()), "id": self.id, "type": self.type, "name": self.name}
+
+
+_PROBLEM_KEY = re.compile(r"^[A-Za-z0-9_.\[\]-]+$")
+
+
+def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tuple[FederationProvider, ...]:
+    """Build every configured upstream provider through its type's factory.
+
+    config.py has checked the keys every table has (id, type, name); the factory checks the rest.
+    Every problem becomes a ConfigError line at ``federation.providers[N].key``: an unknown type
+    (with a "did you mean"), a factory's ``ValueError("key: what is wrong")`` (one problem per
+    line), a ``KeyError(key)`` (a missing key) and a secret that cannot be read.
+    """
+    types: dict[str, Any] = {}
+    for provided in pm.hook.federation_provider_types():
+        types.update(provided or {})
+    problems: list[str] = []
+    built: list[FederationProvider] = []
+    for index, table in enumerate(config.federation.providers):
+        where = f"federation.providers[{index}]"
+        kind = table["type"]
+        factory = types.get(kind)
+        if factory is None:
+            hint = difflib.get_close_matches(kind, list(types), n=1)
+            extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+            available = ", ".join(sorted(types)) or "none"
+            problems.append(f"{where}.type: no provider type named {kind!r}{extra}; available: {available}")
+            continue
+
+        def read_secret(key: str, table: dict[str, Any] = table, where: str = where) -> str:
+            value = table.get(key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"{key}: missing or not a string (a secret: file:PATH or env:NAME)")
+            found: list[str] = []
+            warned: list[str] = []
+            secret = resolve_secret(key, value, config.base_dir, found, warned)
+            config.warnings.extend(f"{where}.{warning}" for warning in warned)
+            if secret is None:
+                raise ValueError(found[0])
+            return secret
+
+        try:
+            provider = factory(dict(table), read_secret)
+        except ValueError as exc:
+            for line in str(exc).splitlines() or ["refused by its provider type"]:
+                key, sep, message = line.partition(": ")
+                problems.append(f"{where}.{key}: {message}" if sep and _PROBLEM_KEY.match(key) else f"{where}: {line}")
+            continue
+        except KeyError as exc:
+            problems.append(f"{where}.{exc.args[0] if exc.args else '?'}: missing")
+            continue
+        built.append(FederationProvider(table["id"], kind, table["name"], provider))
+    if problems:
+        raise ConfigError(problems, config.path)
+    return tuple(built)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# Only the tiny digest module and the elevation tool's own spec: `grantd elevate` runs this as root.
 from grantd.commands import cmd_hash
-from grantd.hookspecs import hookimpl
+from grantd.elevate.hookspecs import hookimpl
 
 __all__ = ["cmd_hash"]
 
 # The reasons, worded as the specification's Errors section names them. `grantd elevate` maps
-# each to a stable error code for its JSON line (grantd.elevate.REASON_CODES).
+# each to a stable error code for its JSON line (grantd.elevate.cli.REASON_CODES).
 ISSUER_NOT_ALLOWED = "issuer not in allowed issuers"
 AUDIENCE_MISMATCH = "audience mismatch"
 HOST_MISMATCH = "target_host differs from the system host name"

@@ -1,7 +1,7 @@
 """The PyInstaller bundle (issue 2, "The bundle"; issue 5, the TUI in the bundle) and its installer.
 
-`packaging/build` is run once per session (and only when a source is newer than the bundle in
-dist/grantd); then the frozen program itself is driven: version and help of every command group, the
+`packaging/build` is run once per session (it rebuilds dist/grantd only when the content hash of
+its inputs differs from the one stored beside it, dist/grantd.inputs); then the frozen program itself is driven: version and help of every command group, the
 built-in plugins, `config init`, a real server with the enroll -> challenge -> authenticate flow
 (real `ssh-keygen -Y sign`), the token checked against the JWKS with PyJWT, the TUI in a real
 pseudo-terminal, and `grantd run` handing a grant to the bundle's own `grantd elevate`.
@@ -26,7 +26,7 @@ import signal
 import stat
 import struct
 import subprocess
-import sysconfig
+import sys
 import termios
 import time
 from collections.abc import Iterator
@@ -40,6 +40,7 @@ from test_agent_cli_e2e import decide, finish, pending_grant, server_grant
 from test_elevate_support import APPROVER, HOST, make_target
 
 from grantd import __version__
+from grantd.cli import COMMANDS
 from grantd.plugin_manager import BUILTIN_PLUGINS
 
 from conftest import ROOT, TESTS, Server, enroll, free_port, make_server, problem, sign_in
@@ -52,7 +53,9 @@ PROGRAM = DIST / "grantd"
 BUILD = ROOT / "packaging" / "build"
 INSTALL = ROOT / "packaging" / "install"
 SUDOERS = ROOT / "packaging" / "sudoers.grantd"
-SOURCES = ("appliance", "plugins", "tui", "packaging")
+INPUTS = ROOT / "packaging" / "bundle_inputs.py"
+STAMP = ROOT / "dist" / "grantd.inputs"
+FOLDERS = {"appliance": "grantd", "plugins": "grantd.plugins", "tui": "grantd.tui"}  # pyproject's package-dir
 PLUGIN_CONFIG = '[plugins]\nmodules = ["sample_plugin"]\n'
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
 
@@ -60,33 +63,46 @@ ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b
 # -- the build -------------------------------------------------------------------------------------
 
 
-def newest_source() -> float:
-    """When the newest input of the bundle changed: our code, the packaging, the installed dependencies."""
-    paths = [ROOT / "pyproject.toml", Path(sysconfig.get_paths()["purelib"]), *ROOT.glob(".venv/.grantd-installed*")]
-    for top in SOURCES:
-        paths += [p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
-    return max(p.stat().st_mtime for p in paths if p.exists())
-
-
-def bundle_is_fresh() -> bool:
-    return PROGRAM.is_file() and (DIST / "_internal").is_dir() and PROGRAM.stat().st_mtime >= newest_source()
+def inputs_digest() -> str:
+    """packaging/bundle_inputs.py: the hash of our sources, the packaging and the installed dependencies."""
+    return subprocess.run([sys.executable, str(INPUTS)], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.fixture(scope="session")
 def bundle() -> Path:
-    """dist/grantd/grantd, built by `packaging/build` unless the one there is newer than every source.
+    """dist/grantd/grantd, from `packaging/build`, which skips the build when its inputs did not change.
 
     A lock file makes parallel workers (pytest -n) wait for one build instead of building twice."""
     (ROOT / "build").mkdir(exist_ok=True)
     with open(ROOT / "build" / ".bundle-test.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not bundle_is_fresh():
-            started = time.monotonic()
-            result = subprocess.run([str(BUILD)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
-            took = time.monotonic() - started
-            assert result.returncode == 0, f"packaging/build failed after {took:.0f} s:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
-            assert bundle_is_fresh(), "packaging/build succeeded but dist/grantd/grantd is missing or older than the sources"
+        started = time.monotonic()
+        result = subprocess.run([str(BUILD)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        took = time.monotonic() - started
+        assert result.returncode == 0, f"packaging/build failed after {took:.0f} s:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+        assert PROGRAM.is_file() and (DIST / "_internal").is_dir(), result.stdout
+        assert f"(inputs {STAMP.read_text().strip()[:12]})" in result.stdout  # the digest of what it was built from
     return PROGRAM
+
+
+def test_the_build_is_skipped_while_the_inputs_are_unchanged(bundle, tmp_path):
+    """Same inputs: nothing is built. The digest covers the sources, pyproject.toml and the dependencies."""
+    digest = STAMP.read_text().strip()
+    assert len(digest) == 64
+    if digest != inputs_digest():
+        pytest.skip("a source changed since the bundle was built (an editor at work): nothing to compare")
+    built = PROGRAM.stat().st_mtime_ns
+    result = subprocess.run([str(BUILD)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if "up to date" not in result.stdout and inputs_digest() != digest:
+        pytest.skip("a source changed during the check (an editor at work)")
+    assert "up to date" in result.stdout, result.stdout
+    assert PROGRAM.stat().st_mtime_ns == built
+    listed = subprocess.run([sys.executable, str(INPUTS), "--list"], capture_output=True, text=True, check=True).stdout
+    names = {line.split("  ", 1)[1] for line in listed.splitlines()}
+    assert {"file pyproject.toml", "file appliance/cli/__init__.py", "file plugins/elevate_default.py",
+            "file tui/console.tcss", "file packaging/grantd.spec", "python"} <= names
+    assert {"distribution sanic", "distribution textual", "distribution pyinstaller"} <= names
 
 
 def run(bundle: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -108,7 +124,7 @@ def test_the_bundle_is_a_onedir_program_built_from_this_tree(bundle):
     assert bundle == ROOT / "dist" / "grantd" / "grantd"
     assert bundle.stat().st_mode & stat.S_IXUSR
     internal = DIST / "_internal"
-    assert (internal / "tui" / "console.tcss").is_file()  # the console's stylesheet is next to tui/app.py
+    assert (internal / "grantd" / "tui" / "console.tcss").is_file()  # the console's stylesheet is next to grantd/tui/app.py
     assert any((internal / "textual").rglob("*.scm"))  # Textual's own data files
     assert (internal / "tracerite" / "style.css").is_file() and (internal / "sanic" / "pages" / "styles").is_dir()
     # What the spec keeps out, to keep the bundle small.
@@ -118,17 +134,19 @@ def test_the_bundle_is_a_onedir_program_built_from_this_tree(bundle):
 
 
 def test_every_module_of_appliance_plugins_and_tui_is_in_the_bundle(bundle):
-    """Built-ins are imported by name (BUILTIN_PLUGINS, cli.py's command groups): the spec names them all."""
+    """Built-ins (BUILTIN_PLUGINS) and subcommand modules (grantd.cli.COMMANDS) are imported by name: all are in."""
     from PyInstaller.archive.readers import CArchiveReader
 
     archive = CArchiveReader(str(bundle)).open_embedded_archive("PYZ.pyz")
     frozen = set(archive.toc)
     ours = set()
-    for top in ("appliance", "plugins", "tui"):
+    for top, name in FOLDERS.items():
         for path in (ROOT / top).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            ours.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+            parts = path.relative_to(ROOT / top).with_suffix("").parts
+            ours.add(".".join([name, *(parts[:-1] if parts[-1] == "__init__" else parts)]))
     assert set(BUILTIN_PLUGINS) <= ours
+    assert {entry.module for entry in COMMANDS.values()} <= ours
+    assert not {name for name in frozen if name.split(".")[0] in FOLDERS}  # only the grantd names
     assert ours - frozen == set()
     for dependency in ("sanic", "sanic_routing", "tracerite", "html5tagger", "textual", "webauthn", "jwt",
                        "cryptography", "sqlite_utils", "pluggy", "tomli_w", "httpx", "dns", "uvloop"):

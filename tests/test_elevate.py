@@ -251,7 +251,7 @@ def test_grant_file_is_opened_with_the_callers_permissions(server, tmp_path):
     readable.chmod(0o644)
     probe = (
         "import argparse, json, sys\n"
-        "from grantd.elevate import read_grant, Stop\n"
+        "from grantd.elevate.cli import read_grant, Stop\n"
         "args = argparse.Namespace(grant=None, grant_fd=None, grant_stdin=False, grant_file=sys.argv[1])\n"
         "try:\n    print(json.dumps({'token': read_grant(args, 5)}))\n"
         "except Stop as e:\n    print(json.dumps({'error': e.reason}))\n"

@@ -1,4 +1,8 @@
-"""The `grantd` command: argparse subcommands for the server, its operators and its agents."""
+"""The server's and its operators' commands: serve, config, keys, db, plugins, version.
+
+Imported by the dispatcher (grantd.cli) only when one of them runs. Errors: a ConfigError
+escapes to the dispatcher, which prints every problem and exits 1.
+"""
 
 from __future__ import annotations
 
@@ -24,18 +28,10 @@ from grantd.config import (
 
 EXIT_OK = 0
 EXIT_CONFIG = 1
-EXIT_USAGE = 2
 
 
 def _err(message: str) -> None:
     print(f"grantd: {message}", file=sys.stderr)
-
-
-def _print_config_error(exc: ConfigError) -> None:
-    where = f" in {exc.path}" if exc.path else ""
-    print(f"grantd: configuration invalid{where} ({len(exc.problems)} problem{'s' if len(exc.problems) != 1 else ''}):", file=sys.stderr)
-    for problem in exc.problems:
-        print(f"  - {problem}", file=sys.stderr)
 
 
 def config_path_from(args: argparse.Namespace) -> Path | None:
@@ -70,7 +66,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raw_server = dict(config.raw.get("server", {}))
         raw_server.update({k: v for k, v in (("host", args.host), ("port", args.port)) if v})
         config = _revalidate(config, {"server": raw_server})
-    from grantd.app import serve
+    from grantd.web.app import serve
 
     issuer = config.server.issuer
     print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
@@ -93,6 +89,9 @@ def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
 # -- config ------------------------------------------------------------------------------------
 def cmd_config_validate(args: argparse.Namespace) -> int:
     config = load(args.file)
+    from grantd.plugin_manager import build_federation_providers, build_plugin_manager
+
+    build_federation_providers(build_plugin_manager(config), config)  # each type's own keys and secrets
     for warning in config.warnings:
         print(f"warning: {warning}")
     print(f"{args.file}: valid (issuer {config.server.issuer}, storage {config.storage.plugin})")
@@ -119,8 +118,8 @@ def cmd_config_example(args: argparse.Namespace) -> int:
 
 # -- keys / db ---------------------------------------------------------------------------------
 async def _with_services(config: Config, work: Callable[[Any], Any]) -> Any:
-    from grantd.context import open_services
     from grantd.plugin_manager import build_plugin_manager
+    from grantd.services.context import open_services
 
     services = await open_services(config, build_plugin_manager(config))
     try:
@@ -204,21 +203,20 @@ def cmd_version(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grantd", description="Identity provider and human-in-the-loop grants for agents.")
-    parser.add_argument("--version", action="version", version=f"grantd {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def register(sub: Any) -> None:
+    """The server's and its operators' commands; the one-line helps are the dispatcher's (grantd.cli.COMMANDS)."""
+    from grantd.cli import COMMANDS
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
         return p
 
-    p = with_config(sub.add_parser("serve", help="run the server (writes a dev config if none exists)"))
+    p = with_config(sub.add_parser("serve", help=COMMANDS["serve"].help))
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.set_defaults(func=cmd_serve)
 
-    config = sub.add_parser("config", help="validate or create configuration files")
+    config = sub.add_parser("config", help=COMMANDS["config"].help)
     csub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     p = csub.add_parser("validate", help="check a config file and list every problem")
     p.add_argument("file")
@@ -232,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = csub.add_parser("example", help="print every key with its default and meaning")
     p.set_defaults(func=cmd_config_example)
 
-    keys = sub.add_parser("keys", help="signing keys")
+    keys = sub.add_parser("keys", help=COMMANDS["keys"].help)
     ksub = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     p = with_config(ksub.add_parser("list", help="list signing keys"))
     p.add_argument("--json", action="store_true")
@@ -241,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_keys_rotate)
 
-    db = sub.add_parser("db", help="database maintenance")
+    db = sub.add_parser("db", help=COMMANDS["db"].help)
     dsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     p = with_config(dsub.add_parser("migrate", help="apply pending schema migrations"))
     p.set_defaults(func=cmd_db_migrate)
@@ -249,42 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target")
     p.set_defaults(func=cmd_db_backup)
 
-    p = with_config(sub.add_parser("plugins", help="list loaded plugins and their hooks"))
+    p = with_config(sub.add_parser("plugins", help=COMMANDS["plugins"].help))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("version", help="print the version")
+    p = sub.add_parser("version", help=COMMANDS["version"].help)
     p.set_defaults(func=cmd_version)
-
-    for register in _extra_commands():
-        register(sub)
-    return parser
-
-
-def _extra_commands() -> list[Callable[[Any], None]]:
-    """Subcommand groups that live in their own modules (agent, grant, run, elevate, tui)."""
-    registrars: list[Callable[[Any], None]] = []
-    for module_name in ("grantd.agent_cli", "grantd.elevate", "grantd.tui.cli"):
-        try:
-            module = __import__(module_name, fromlist=["register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-                continue  # that part of grantd is not installed; anything else missing is a real error
-            raise
-        registrars.append(module.register)
-    return registrars
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    try:
-        return int(args.func(args) or 0)
-    except ConfigError as exc:
-        _print_config_error(exc)
-        return EXIT_CONFIG
-    except KeyboardInterrupt:
-        return 130

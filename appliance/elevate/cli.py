@@ -560,7 +560,7 @@ def plugin_manager(cfg: ElevateConfig) -> Any:
 
     import pluggy
 
-    from grantd import hookspecs
+    from grantd.elevate import hookspecs
 
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
@@ -735,7 +735,7 @@ def cmd_elevate(args: argparse.Namespace) -> int:
 
 
 def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit) -> int:
-    from grantd.plugins.elevate_default import cmd_hash
+    from grantd.commands import cmd_hash
 
     if os.geteuid() != 0:
         raise Stop(EXIT_ERROR, "config", "grantd elevate must run as root: use sudo -n grantd elevate ...")

@@ -1,0 +1,337 @@
+"""The parts of grantd depend on each other one way only, and the `grantd` command imports lazily.
+
+Every module under appliance/, plugins/ and tui/ is parsed with `ast` (nothing is imported) into
+a graph of its grantd imports, at module level and inside functions; imports under
+``if TYPE_CHECKING:`` are left out (they never run). Then:
+
+- no cycle among module-level imports (a cycle makes the import order decide what works);
+- each client part (CLIENT_PARTS) reaches, through every import it can make at run time, only
+  itself and the grantd modules it is allowed: every other grantd module is a server module by
+  definition, so a new server package (services/, web/, core/, store/, ...) is covered without
+  touching this file. To let a client part use a module, add it to that part's ``may_import``
+  (and keep the module light: it runs in that part's process too);
+- nor does it import the server's third-party packages.
+
+And at run time: `grantd --help` imports no subcommand module; `grantd elevate` (root) loads only
+its own modules, pluggy and the standard library; the dispatcher's one-line helps are the modules'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from grantd.cli import COMMANDS
+
+from conftest import ROOT
+
+# The folders and their import names (pyproject.toml's package-dir).
+FOLDERS = {"appliance": "grantd", "plugins": "grantd.plugins", "tui": "grantd.tui"}
+
+# Third-party packages only the server needs; no client part imports them.
+SERVER_THIRD_PARTY = ("sanic", "sanic_routing", "sqlite_utils", "webauthn", "tracerite", "html5tagger")
+
+
+@dataclass(frozen=True)
+class Part:
+    """Modules (fnmatch patterns over import names) that run without the server."""
+
+    name: str
+    modules: tuple[str, ...]
+    may_import: tuple[str, ...]  # grantd modules beyond the part itself (patterns)
+    forbidden_third_party: tuple[str, ...] = SERVER_THIRD_PARTY
+
+
+CLIENT_PARTS = (
+    # The dispatcher itself: it names its subcommands' modules as strings, imports only the one it runs.
+    Part("the grantd dispatcher", ("grantd.cli",), ("grantd",),
+         (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
+    # The agent CLI: a client of the HTTP interface (httpx, cryptography for its key).
+    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"), ("grantd",), (*SERVER_THIRD_PARTY, "textual")),
+    # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin.
+    Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
+         ("grantd", "grantd.commands", "grantd.plugins"), (*SERVER_THIRD_PARTY, "textual")),
+    # The approver console reads the URL and token from the server's config file.
+    Part("the approver console", ("grantd.tui", "grantd.tui.*"), ("grantd", "grantd.config", "grantd.client_address")),
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str
+    target: str  # a grantd module, or a third-party/stdlib top-level name
+    line: int
+    module_level: bool
+
+
+def _module_name(path: Path) -> str:
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    if rest[-1] == "__init__":
+        rest = rest[:-1]
+    return ".".join([FOLDERS[folder], *rest])
+
+
+@cache
+def sources() -> dict[str, Path]:
+    found = {}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                found[_module_name(path)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _targets(node: ast.Import | ast.ImportFrom, source: str, is_package: bool) -> list[str]:
+    known = sources()
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.level:  # relative: resolved against the importing module's package
+        package = source if is_package else source.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{node.module}" if node.module else package
+    else:
+        base = node.module or ""
+    # `from package import submodule` imports the submodule; `from module import name` the module.
+    targets = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
+    return targets if len(targets) == len(node.names) else [base, *targets]
+
+
+@cache
+def imports() -> tuple[Import, ...]:
+    """Every import statement of our modules that can run (module level, functions, classes)."""
+    found: list[Import] = []
+    for source, path in sources().items():
+        is_package = path.name == "__init__.py"
+
+        def visit(node: ast.AST, module_level: bool, source: str = source, is_package: bool = is_package) -> None:
+            if isinstance(node, ast.If) and _is_type_checking(node.test):
+                for child in node.orelse:
+                    visit(child, module_level)
+                return
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _targets(node, source, is_package):
+                    found.append(Import(source, target, node.lineno, module_level))
+                return
+            inside = module_level and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            for child in ast.iter_child_nodes(node):
+                visit(child, inside)
+
+        visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), True)
+    return tuple(found)
+
+
+def _grantd(name: str) -> bool:
+    return name == "grantd" or name.startswith("grantd.")
+
+
+def _with_parents(module: str) -> list[str]:
+    """Importing a.b.c runs a/__init__, a.b/__init__ and a.b.c."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _matches(module: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(module, pattern) for pattern in patterns)
+
+
+def _reach(start: str, graph: tuple[Import, ...]) -> dict[str, list[str]]:
+    """Every module importing `start` can load, with one chain of imports that leads there."""
+    by_source: dict[str, list[Import]] = {}
+    for imp in graph:
+        by_source.setdefault(imp.source, []).append(imp)
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        following = [t for imp in by_source.get(current, []) for t in (
+            _with_parents(imp.target) if _grantd(imp.target) else [imp.target.split(".")[0]])]
+        for target in following:
+            if target not in chains:
+                chains[target] = [*chains[current], target]
+                if _grantd(target):
+                    todo.append(target)
+    return chains
+
+
+def violations(part: Part, modules: list[str], graph: tuple[Import, ...]) -> list[str]:
+    """The import chains by which the part's modules reach what they must not."""
+    problems = []
+    for module in modules:
+        if not _matches(module, part.modules):
+            continue
+        for reached, chain in _reach(module, graph).items():
+            if _grantd(reached):
+                allowed = _matches(reached, part.modules) or _matches(reached, part.may_import)
+            else:
+                allowed = reached not in part.forbidden_third_party
+            if not allowed:
+                problems.append(" -> ".join(chain))
+    return sorted(problems)
+
+
+# -- the tests ------------------------------------------------------------------------------------
+
+
+def test_the_scan_sees_every_part():
+    names = set(sources())
+    assert {"grantd", "grantd.cli", "grantd.cli.server", "grantd.agent.cli", "grantd.elevate.cli",
+            "grantd.elevate.hookspecs", "grantd.plugins.elevate_default", "grantd.tui.cli", "grantd.hookspecs"} <= names
+    unresolved = {imp.target for imp in imports() if _grantd(imp.target) and imp.target not in names}
+    assert not unresolved, f"imports of grantd modules that do not exist: {sorted(unresolved)}"
+    for part in CLIENT_PARTS:
+        assert any(_matches(name, part.modules) for name in names), part.name
+
+
+def test_no_import_cycle_among_module_level_imports():
+    graph: dict[str, set[str]] = {}
+    for imp in imports():
+        if imp.module_level and _grantd(imp.target) and imp.target != imp.source:
+            graph.setdefault(imp.source, set()).add(imp.target)
+    # Tarjan's strongly connected components: any component with more than one module is a cycle.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    assert not cycles, "module-level import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+@pytest.mark.parametrize("part", CLIENT_PARTS, ids=lambda part: part.name.replace(" ", "-"))
+def test_client_parts_never_reach_server_modules(part):
+    problems = violations(part, list(sources()), imports())
+    assert not problems, f"{part.name} imports server code (or a server dependency):\n" + "\n".join(problems)
+
+
+def test_the_rules_catch_a_server_import_even_through_an_allowed_module():
+    """The checker itself, on a made-up graph: a function-level import counts, and so does a chain."""
+    console = CLIENT_PARTS[-1]
+    graph = (Import("grantd.tui.cli", "grantd.config", 39, False),
+             Import("grantd.config", "grantd.services.context", 1, True),
+             Import("grantd.tui.app", "sanic", 3, True))
+    assert violations(console, ["grantd.tui.cli", "grantd.tui.app"], graph) == [
+        "grantd.tui.app -> sanic",
+        "grantd.tui.cli -> grantd.config -> grantd.services",
+        "grantd.tui.cli -> grantd.config -> grantd.services.context",
+    ]
+    assert violations(console, ["grantd.tui.cli"], graph[:1]) == []
+
+
+# -- at run time ----------------------------------------------------------------------------------
+
+PROBE = """
+import atexit, json, runpy, sys
+atexit.register(lambda: print("MODULES " + json.dumps(sorted(sys.modules)), file=sys.stderr))
+sys.argv = ["grantd", *sys.argv[1:]]
+runpy.run_module("grantd", run_name="__main__", alter_sys=True)
+"""
+
+
+@cache
+def _baseline() -> frozenset[str]:
+    """What the interpreter loads before any of our code (site, .pth hooks such as the editable finder)."""
+    out = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps(sorted(sys.modules)))"],
+                         capture_output=True, text=True, check=True)
+    return frozenset(json.loads(out.stdout))
+
+
+def loaded_by(*args: str) -> tuple[set[str], str]:
+    """The modules `python -m grantd ARGS` has loaded when it exits (beyond the baseline), and stderr."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-c", PROBE, *args], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT)
+    line = next(line for line in result.stderr.splitlines() if line.startswith("MODULES "))
+    modules = set(json.loads(line.removeprefix("MODULES "))) - _baseline()
+    return modules, result.stderr
+
+
+def _foreign(modules: set[str], allowed: tuple[str, ...]) -> list[str]:
+    """Modules that are neither the standard library nor allowed (``__mp_main__`` & co. are aliases)."""
+    return sorted(m for m in modules if m.split(".")[0] not in sys.stdlib_module_names and not m.startswith("__")
+                  and not _matches(m, allowed))
+
+
+def _slowest(stderr: str, n: int = 8) -> str:
+    rows = [line.split("|") for line in stderr.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    rows.sort(key=lambda row: -int(row[1]))
+    return "; ".join(f"{row[2].strip()} {int(row[1]) / 1000:.1f} ms" for row in rows[:n])
+
+
+ELEVATE_MODULES = ("grantd", "grantd.cli", "grantd.elevate", "grantd.elevate.*")
+
+
+def test_grantd_help_imports_no_subcommand_module():
+    modules, stderr = loaded_by("--help")
+    assert _foreign(modules, ("grantd", "grantd.cli")) == [], _slowest(stderr)
+
+
+def test_grantd_elevate_help_loads_only_the_elevation_tool():
+    modules, stderr = loaded_by("elevate", "--help")
+    assert "grantd.elevate.cli" in modules
+    assert _foreign(modules, ELEVATE_MODULES) == [], _slowest(stderr)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="grantd elevate reads only a root-owned config")
+def test_grantd_elevate_check_config_loads_only_the_tool_its_plugin_and_pluggy(tmp_path):
+    tmp_path.chmod(0o755)
+    config = tmp_path / "elevate.toml"
+    config.write_text(f'allowed_issuers = ["https://idp.example.com"]\nallowed_approvers = ["*"]\n'
+                      f'audit_log = "{tmp_path / "audit.log"}"\njwks_cache_dir = ""\n')
+    config.chmod(0o644)
+    modules, stderr = loaded_by("elevate", "--config", str(config), "--check-config")
+    assert "grantd.plugins.elevate_default" in modules, stderr[-2000:]
+    allowed = (*ELEVATE_MODULES, "grantd.commands", "grantd.plugins", "grantd.plugins.elevate_default", "pluggy", "pluggy.*")
+    assert _foreign(modules, allowed) == [], _slowest(stderr)
+    for server_side in ("grantd.hookspecs", "grantd.config", "grantd.plugin_manager", "sanic", "httpx", "textual", "jwt"):
+        assert server_side not in modules
+
+
+def test_the_dispatchers_one_line_helps_are_the_modules_own():
+    """The static table (grantd --help without imports) and the real subparsers say the same."""
+    for command, entry in COMMANDS.items():
+        parser = argparse.ArgumentParser(prog="grantd")
+        sub = parser.add_subparsers()
+        __import__(entry.module, fromlist=["register"]).register(sub)
+        helps = {action.dest: action.help for action in sub._choices_actions}
+        assert helps.get(command) == entry.help, (command, entry.module)
+    for module in {entry.module for entry in COMMANDS.values()}:
+        parser = argparse.ArgumentParser(prog="grantd")
+        sub = parser.add_subparsers()
+        __import__(module, fromlist=["register"]).register(sub)
+        assert set(sub.choices) == {c for c, e in COMMANDS.items() if e.module == module}, module
