@@ -67,3 +67,52 @@ def test_db_backup_writes_a_usable_copy(server_factory, tmp_path):
     with sqlite3.connect(target) as db:
         assert db.execute("SELECT count(*) FROM agents").fetchone()[0] == 1
         assert db.execute("SELECT count(*) FROM signing_keys").fetchone()[0] == 1
+
+
+def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
+    """D12: a revoked key leaves the JWKS and nothing it signed verifies any more, in every server
+    process; tokens freshly forged with it (a stolen key) are refused too."""
+    import asyncio
+    import time
+
+    from grantd.config import load
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services.context import open_services
+
+    srv = server_factory(workers=2).start()
+    agent = enroll(srv, tmp_path)
+    old_token = sign_in(srv, agent)
+    old_kid = jwt.get_unverified_header(old_token)["kid"]
+
+    async def forge() -> str:  # what a thief holding the old private key could mint
+        config = load(srv.config_path)
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            claims = jwt.decode(old_token, options={"verify_signature": False})
+            claims.update(iat=int(time.time()), exp=int(time.time()) + 600, jti="forged")
+            return await services.tokens._sign(claims)
+        finally:
+            services.store.close()
+
+    forged = asyncio.run(forge())
+    revoked = json.loads(srv.grantd("keys", "revoke", old_kid, "--json", "--config", str(srv.config_path)).stdout)
+    assert revoked["revoked"] == old_kid and revoked["new_active_kid"] not in (None, old_kid)
+    # Every process re-reads its key list at least once a second (KeyRing.REFRESH_MS): within that,
+    # requests on fresh connections (spread over both workers) must all be refused.
+    deadline = time.monotonic() + 1.5
+    while True:
+        answers = []
+        for _ in range(6):
+            for token in (old_token, forged):
+                with srv.client(token) as http:
+                    answers.append(http.get("/api/me").status_code)
+        if set(answers) == {401} or time.monotonic() > deadline:
+            break
+    assert set(answers) == {401}
+    assert old_kid not in {k["kid"] for k in _jwks(srv)["keys"]}
+    new_token = sign_in(srv, agent)
+    assert jwt.get_unverified_header(new_token)["kid"] == revoked["new_active_kid"]
+    with srv.client(new_token) as http:
+        assert http.get("/api/me").status_code == 200
+    missing = srv.grantd("keys", "revoke", "key-nope", "--config", str(srv.config_path), check=False)
+    assert missing.returncode == 1 and "no signing key" in missing.stderr

@@ -157,6 +157,26 @@ def cmd_keys_rotate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    """Emergency revocation (D12): the key leaves the JWKS and every token it signed stops verifying,
+    in every server process within a second. Revoking the active key rotates to a new one first."""
+    config = load_config_or_exit(args)
+
+    async def work(services: Any) -> tuple[bool, str | None]:
+        return await services.keyring.revoke(args.kid)
+
+    existed, new_kid = asyncio.run(_with_services(config, work))
+    if not existed:
+        _err(f"no signing key {args.kid!r} (see grantd keys list)")
+        return EXIT_CONFIG
+    if args.json:
+        print(json.dumps({"revoked": args.kid, "new_active_kid": new_kid}))
+    else:
+        rotated = f"; new signing key {new_kid}" if new_kid else ""
+        print(f"revoked {args.kid}: tokens it signed no longer verify{rotated}")
+    return EXIT_OK
+
+
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args)
 
@@ -238,6 +258,10 @@ def register(sub: Any) -> None:
     p = with_config(ksub.add_parser("rotate", help="make a new signing key; old keys stay published until their tokens expire"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_keys_rotate)
+    p = with_config(ksub.add_parser("revoke", help="stop trusting a key at once: every token it signed stops verifying"))
+    p.add_argument("kid", help="the key id (grantd keys list)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_keys_revoke)
 
     db = sub.add_parser("db", help=COMMANDS["db"].help)
     dsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)

@@ -61,12 +61,20 @@ def _public_from_jwk(jwk: dict[str, Any]) -> Ed25519PublicKey | None:
 
 
 class KeyRing:
+    """The signing keys as this process sees them. Storage is the truth: the active kid is read
+    before every signature, and the key list is re-read at least every ``REFRESH_MS`` when verifying,
+    so a ``grantd keys revoke`` run anywhere stops every process trusting that key within a second."""
+
+    REFRESH_MS = 1000
+    UNKNOWN_KID_REFRESH_MS = 100  # a kid made elsewhere just now; strangers' kids cost at most 10 reads/s
+
     def __init__(self, store: Store, retention_seconds: int, clock: Clock):
         self.store = store
         self.clock = clock
         self.retention_ms = retention_seconds * 1000
         self._keys: dict[str, LoadedKey] = {}
         self._active: str | None = None
+        self._loaded_at = -(10**15)
 
     async def ensure(self) -> None:
         """Create the first key if storage has none (safe when several processes start at once)."""
@@ -93,6 +101,7 @@ class KeyRing:
             )
         self._keys = keys
         self._active = await self.store.keys.active_kid()
+        self._loaded_at = self.clock.now_ms()
 
     async def signing_key(self) -> LoadedKey:
         kid = await self.store.keys.active_kid()
@@ -110,11 +119,12 @@ class KeyRing:
         return key.retired_at is None or key.retired_at + self.retention_ms > now_ms
 
     async def verification_key(self, kid: str) -> Ed25519PublicKey | None:
+        now = self.clock.now_ms()
+        age = now - self._loaded_at
+        if age >= self.REFRESH_MS or (kid not in self._keys and age >= self.UNKNOWN_KID_REFRESH_MS):
+            await self.reload()
         key = self._keys.get(kid)
-        if key is None:
-            await self.reload()  # a key made by another process since we last looked
-            key = self._keys.get(kid)
-        if key is None or not self._published(key, self.clock.now_ms()):
+        if key is None or not self._published(key, now):
             return None
         return key.public
 
@@ -130,6 +140,20 @@ class KeyRing:
         await self.store.keys.drop_retired_before(now - self.retention_ms)
         await self.reload()
         return new["kid"], retired
+
+    async def revoke(self, kid: str) -> tuple[bool, str | None]:
+        """Stop trusting a key at once (D12): it leaves the JWKS and every token it signed stops
+        verifying. Revoking the active key first rotates to a new one, so signing goes on.
+        Returns (whether the key existed, the new active kid if a rotation happened)."""
+        await self.reload()
+        if kid not in self._keys:
+            return False, None
+        new_kid = None
+        if kid == self._active:
+            new_kid, _ = await self.rotate()
+        existed = await self.store.keys.revoke(kid, self.clock.now_ms())
+        await self.reload()
+        return existed, new_kid
 
     def describe(self) -> list[dict[str, Any]]:
         now = self.clock.now_ms()
