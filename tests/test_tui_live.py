@@ -11,11 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from textual.widgets import Static
 
 from grantd.tui.app import GrantConsole
 from grantd.tui.cli import resolve_connection
 from grantd.tui.client import BearerCredential, GrantdClient, ManagementTokenCredential
 from grantd.tui.models import Grant
+from grantd.tui.screens.confirm import ConfirmScreen
 from grantd.tui.screens.deny import DenyScreen
 from grantd.tui.screens.override import OverrideScreen
 from grantd.tui.widgets.connection_status import ConnectionStatus
@@ -259,3 +261,107 @@ def test_cli_reads_url_and_token_from_the_config(server: Server, tmp_path: Path)
     env = {k: v for k, v in server.env.items() if k != "GRANTD_CONFIG"}
     result = subprocess.run([*server.command, "tui", "--url", server.url], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "no credential" in result.stderr
+
+
+# -- what a newcomer tripped over (issue 13) -------------------------------------------------------
+
+
+def summary(app: GrantConsole) -> str:
+    return str(app.main.query_one("#view-summary", Static).render())
+
+
+async def test_the_counters_say_what_they_count(server_factory: Any, tmp_path: Path) -> None:
+    """Both pending grants decided: the header must not still say "Pending 2/2"."""
+    server = server_factory("counters").start()
+    requester = signed_in(server, tmp_path / "keys")
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        first = await request_grant(server, requester, command=["true", "1"])
+        second = await request_grant(server, requester, command=["true", "2"])
+        await wait_for(pilot, lambda: row(app, second["id"]) is not None and row(app, first["id"]) is not None, "both rows")
+        await wait_for(pilot, lambda: "Pending: 2 waiting " in summary(app), "two waiting")
+        for grant in (first, second):
+            await select(pilot, grant["id"])  # the approver's own cursor move: `a` acts at once
+            await pilot.press("a")
+            await wait_for(pilot, lambda g=grant: row(app, g["id"]).status == "approved", "the approved row")  # type: ignore[union-attr]
+        # the decided rows stay in view until R, and the header says so instead of "2/2"
+        await wait_for(pilot, lambda: "Pending: 0 waiting · 2 just decided" in summary(app), "the counters after deciding")
+        assert "2/2" not in summary(app)
+        await pilot.press("h")
+        await wait_for(pilot, lambda: "Decided: 2 grants " in summary(app), "the history count")
+
+
+async def test_escape_clears_the_text_filter_so_it_does_not_follow_into_history(server: Server, agent: Agent) -> None:
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        decided = await request_grant(server, agent, command=["true", "filtered"])
+        assert (await admin_post(server, f"/api/grants/{decided['id']}/deny")).status_code == 200
+        pending = await request_grant(server, agent)
+        await wait_for(pilot, lambda: row(app, pending["id"]) is not None, "the pending row")
+        table = app.main.query_one(GrantTable)
+
+        # "/" + text + escape: the filter is gone (not just the focus), in this view and the next
+        await pilot.press("slash", *"no-such-thing")
+        assert table.row_count == 0 and "0 match" in summary(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.main.text_filter == "" and app.main.query_one("#filter").value == ""  # type: ignore[attr-defined]
+        assert app.focused is table and row(app, pending["id"]) is not None
+        await pilot.press("h")
+        await wait_for(pilot, lambda: row(app, decided["id"]) is not None, "the history, unfiltered")
+        assert "match" not in summary(app)
+
+        # enter keeps a filter (shown in the header as "… match"); escape on the list clears it
+        await pilot.press("slash", *"no-such-thing", "enter")
+        assert app.focused is table and table.row_count == 0 and "· 0 match" in summary(app)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.main.text_filter == "" and row(app, decided["id"]) is not None
+
+
+async def test_a_grant_arriving_above_the_cursor_cannot_be_approved_by_mistake(server_factory: Any, tmp_path: Path) -> None:
+    """The cursor stays on the grant the approver chose when a newer one lands on the top row; `a`
+    then names that grant and asks, so a key pressed while looking at the new top row approves nothing."""
+    server = server_factory("above").start()
+    agent = signed_in(server, tmp_path / "keys")
+    app = console_for(server)
+    async with app.run_test(size=SIZE) as pilot:
+        await live(pilot)
+        older = await request_grant(server, agent, command=["systemctl", "restart", "older"])
+        await wait_for(pilot, lambda: row(app, older["id"]) is not None, "the older grant's row")
+        table = app.main.query_one(GrantTable)
+        await pilot.press("up")  # the approver's own key on the top row: the older grant, the only one so far
+        await pilot.pause()
+        assert table.selected_id == older["id"] and table.cursor_row == 0 and not table.shifted
+
+        newer = await request_grant(server, agent, command=["rm", "-rf", "/srv/newer"])
+        await wait_for(pilot, lambda: row(app, newer["id"]) is not None, "the new grant's row")
+        await pilot.pause()
+        assert table.grant_ids_in_order()[0] == newer["id"]  # newest first: it took the top row
+        assert table.selected_id == older["id"]  # the selection stayed on the same grant id ...
+        assert app.main.query_one(GrantDetail).grant.id == older["id"]  # type: ignore[union-attr]  # ... shown in the detail pane
+        assert table.shifted
+
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen), "the confirmation")
+        question = str(app.screen.query_one(Static).render())
+        assert "restart older" in question and older["id"] in question and "newer" not in question
+        await pilot.press("n")
+        await pilot.pause()
+        assert (await server_grant(server, older["id"]))["status"] == "pending"
+        assert (await server_grant(server, newer["id"]))["status"] == "pending"
+
+        # asked and answered: now `a` acts at once, on the grant in the detail pane, and only on it
+        await pilot.press("a")
+        await wait_for(pilot, lambda: row(app, older["id"]).status == "approved", "the approved row")  # type: ignore[union-attr]
+        assert (await server_grant(server, newer["id"]))["status"] == "pending"
+
+        # moving the cursor yourself means you chose: no question
+        await pilot.press("up")  # the older grant is the second row: up goes to the newer one
+        await pilot.pause()
+        assert table.selected_id == newer["id"] and not table.shifted
+        await pilot.press("a")
+        await wait_for(pilot, lambda: row(app, newer["id"]).status == "approved", "the second approval")
+        assert not isinstance(app.screen, ConfirmScreen)

@@ -211,3 +211,57 @@ def test_override_form(snap_compare: Any, size: tuple[int, int]) -> None:
 def test_main_screen_light_theme(snap_compare: Any) -> None:
     """The same screen in a light theme (only theme variables are used, so it stays readable)."""
     assert snap_compare(make_app(theme="textual-light"), terminal_size=(80, 24), run_before=settled)
+
+
+NEWER = {
+    **GRANTS[0],
+    "id": "g-0004-arrived-later",
+    "requester": "agent+intruder@example.com",
+    "request": {**GRANTS[0]["request"], "requester": "agent+intruder@example.com", "command": ["rm", "-rf", "/srv"], "reason": "tidy"},
+    "created_at": NOW - 1_000,
+}
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_list_moved_under_the_cursor_asks_first(snap_compare: Any, size: tuple[int, int]) -> None:
+    """A newer grant lands on the top row while the approver's cursor is on another one: `a` names
+    the grant it would approve (the highlighted one, in the detail pane) and asks."""
+    from grantd.tui.messages import GrantChanged
+
+    async def run_before(pilot: Any) -> None:
+        await settled(pilot)
+        pilot.app.main.post_message(GrantChanged(Grant.from_json(NEWER), "event"))
+        await pilot.pause(0.1)
+        await pilot.press("a")
+        await pilot.pause(0.1)
+
+    assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+def screen_text(app: GrantConsole) -> str:
+    import io
+
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(
+        width=width, height=height, file=io.StringIO(), force_terminal=True, color_system="truecolor", record=True, legacy_windows=False
+    )
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_footer_keeps_help_and_quit_and_the_header_counts_in_words(size: tuple[int, int]) -> None:
+    async def check() -> list[str]:
+        app = make_app()
+        async with app.run_test(size=size) as pilot:
+            await settled(pilot)
+            await pilot.pause(0.2)  # the footer lays its keys out after the first refresh
+            return screen_text(app).splitlines()
+
+    lines = asyncio.run(check())
+    footer = next(line for line in reversed(lines) if line.strip())
+    for key in ("a Approve", "d Deny", "/ Filter", "? Help", "q Quit"):
+        assert key in footer, footer
+    assert "Pending: 3 waiting" in lines[1]

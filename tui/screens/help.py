@@ -19,11 +19,12 @@ KEYS = (
     ("↑ ↓ PgUp PgDn", "move in the list"),
     ("enter", "details full screen (escape: back)"),
     ("tab", "move focus (list, details, filter)"),
-    ("/", "filter by text"),
+    ("/", "filter by text (enter keeps it, escape clears it)"),
     ("f", "next status filter (pending, decided, all, one status)"),
     ("h", "history (decided grants) / back to pending"),
     ("s  S", "next sort column / reverse the order"),
     ("R  F5", "reload from the server"),
+    ("escape", "back to the list; on the list: clear the text filter"),
     ("?", "this help"),
     ("q", "quit"),
 )

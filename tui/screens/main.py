@@ -34,19 +34,21 @@ HISTORY_LIMIT = 500
 
 class MainScreen(Screen[None]):
     ESCAPE_TO_MINIMIZE = False  # escape is action_restore: minimize *and* give the list its focus back
+    # The footer shows what fits in 80 columns, `? Help` and `q Quit` included; refresh, status
+    # filter and sort keys are in the help screen (`?`) and docs/tui.md.
     BINDINGS = [
         Binding("a", "approve", "Approve"),
         Binding("o,A", "override", "Approve…"),
         Binding("d", "deny", "Deny"),
         Binding("r", "revoke", "Revoke"),
-        Binding("R,f5", "reload", "Refresh"),
         Binding("slash", "focus_filter", "Filter"),
-        Binding("f", "cycle_status", "Status"),
         Binding("h", "toggle_history", "History"),
-        Binding("s", "next_sort", "Sort"),
-        Binding("S", "reverse_sort", "Reverse sort", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "app.quit", "Quit"),
+        Binding("R,f5", "reload", "Refresh", show=False),
+        Binding("f", "cycle_status", "Status", show=False),
+        Binding("s", "next_sort", "Sort", show=False),
+        Binding("S", "reverse_sort", "Reverse sort", show=False),
         Binding("escape", "restore", "Back", show=False),
     ]
 
@@ -96,7 +98,7 @@ class MainScreen(Screen[None]):
         with Vertical(id="panes"):
             yield GrantTable(id="grants")
             yield GrantDetail(id="detail")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         styles = self._status_styles()
@@ -189,17 +191,19 @@ class MainScreen(Screen[None]):
 
     # -- the view ----------------------------------------------------------------------------------
     def matches(self, grant: Grant) -> bool:
+        return self.in_status_view(grant) and self.matches_text(grant)
+
+    def in_status_view(self, grant: Grant) -> bool:
         wanted = self.status_filter
         if wanted == "pending":
-            ok = grant.is_pending or grant.id in self.settled
-        elif wanted == "decided":
-            ok = not grant.is_pending
-        elif wanted == "all":
-            ok = True
-        else:
-            ok = grant.status == wanted
-        if not ok:
-            return False
+            return grant.is_pending or grant.id in self.settled
+        if wanted == "decided":
+            return not grant.is_pending
+        if wanted == "all":
+            return True
+        return grant.status == wanted
+
+    def matches_text(self, grant: Grant) -> bool:
         needle = self.text_filter.strip().lower()
         if not needle:
             return True
@@ -232,7 +236,23 @@ class MainScreen(Screen[None]):
         table = self.query_one(GrantTable)
         sort_label = next(c.label for c in SORTABLE if c.key == table.sort_column)
         arrow = "↑" if table.sort_reverse else "↓"
-        self.query_one(FilterBar).show_summary(self.status_filter, table.row_count, len(self.grants), f"{sort_label}{arrow}")
+        self.query_one(FilterBar).show_summary(self.status_filter, self.counts(), f"{sort_label}{arrow}")
+
+    def counts(self) -> str:
+        """What the rows are, in words: the pending view counts grants still waiting and, apart,
+        those decided while shown; a text filter says how many of them match."""
+        in_view = [g for g in self.grants.values() if self.in_status_view(g)]
+        if self.status_filter == "pending":
+            waiting = sum(1 for g in in_view if g.is_pending)
+            words = f"{waiting} waiting"
+            if len(in_view) > waiting:
+                words += f" · {len(in_view) - waiting} just decided"
+        else:
+            words = f"{len(in_view)} grant{'' if len(in_view) == 1 else 's'}"
+        if self.text_filter.strip():
+            shown = sum(1 for g in in_view if self.matches_text(g))
+            words += f" · {shown} match"
+        return words
 
     def _tick(self) -> None:
         now = self.clock()
@@ -296,10 +316,44 @@ class MainScreen(Screen[None]):
         )
 
     # -- decisions ---------------------------------------------------------------------------------
+    def shown_grant(self) -> Grant | None:
+        """The grant the approver is looking at: the one in the detail pane, which is also the
+        highlighted row. Decisions act on it and only on it (never on whatever row is now under the cursor)."""
+        detail = self.query_one(GrantDetail).grant
+        if detail is None or detail.id != self.query_one(GrantTable).selected_id:
+            self._show_selected()  # they disagree only between a list change and its redraw: show, do not act
+            return None
+        return self.grants.get(detail.id, detail)
+
+    def _guarded(self, grant: Grant, verb: str, act: Callable[[], None]) -> None:
+        """Act at once, unless the list moved under the cursor since the approver last moved it (a
+        new grant arrived above, the highlighted one was decided elsewhere, …): then ask first,
+        naming the grant, so a key pressed while looking at another row cannot decide this one."""
+        table = self.query_one(GrantTable)
+        if not table.shifted:
+            act()
+            return
+        question = Text(end="")
+        question.append("The list changed under the cursor.\n", style="bold")
+        question.append(f"{verb.capitalize()} the grant of ")
+        question.append(one_line(grant.requester), style="bold")
+        question.append(f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}")
+        question.append(f" · id {one_line(grant.id)}", style="dim")
+
+        def chosen(yes: bool | None) -> None:
+            table.shifted = False
+            if yes and self.grants.get(grant.id, grant).is_pending:
+                act()
+
+        self.app.push_screen(ConfirmScreen(f"{verb.capitalize()} this grant?", question), chosen)
+
     def _pending_selection(self, verb: str) -> Grant | None:
-        grant = self.selected()
-        if grant is None:
+        if self.query_one(GrantTable).selected_id is None:
             self.notify(f"Nothing selected to {verb}.", severity="warning")
+            return None
+        grant = self.shown_grant()
+        if grant is None:
+            self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return None
         if not grant.is_pending:
             self.notify(f"Only pending grants can be {verb}d; this one is {grant.status}.", severity="warning")
@@ -309,7 +363,7 @@ class MainScreen(Screen[None]):
     def action_approve(self) -> None:
         grant = self._pending_selection("approve")
         if grant is not None:
-            self.decide(grant, "approve")
+            self._guarded(grant, "approve", lambda: self.decide(grant, "approve"))
 
     def action_override(self) -> None:
         grant = self._pending_selection("approve")
@@ -320,6 +374,7 @@ class MainScreen(Screen[None]):
             if override is not None:
                 self.decide(grant, "approve", override=override)
 
+        # The form names the grant (requester, command, host) before anything is approved.
         self.app.push_screen(OverrideScreen(grant), chosen)
 
     def action_deny(self) -> None:
@@ -331,12 +386,16 @@ class MainScreen(Screen[None]):
             if reason is not None:
                 self.decide(grant, "deny", reason=reason or None)
 
+        # The reason form names the grant before anything is denied.
         self.app.push_screen(DenyScreen(grant), chosen)
 
     def action_revoke(self) -> None:
-        grant = self.selected()
-        if grant is None:
+        if self.query_one(GrantTable).selected_id is None:
             self.notify("Nothing selected to revoke.", severity="warning")
+            return
+        grant = self.shown_grant()
+        if grant is None:
+            self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return
         if grant.status != "approved":
             self.notify(f"Only approved grants can be revoked; this one is {grant.status}.", severity="warning")
@@ -440,6 +499,8 @@ class MainScreen(Screen[None]):
             self.query_one(GrantTable).focus()
         elif self.focused is not self.query_one(GrantTable):
             self.query_one(GrantTable).focus()
+        elif self.text_filter:
+            self.query_one(FilterBar).clear()  # escape on the list also drops a filter kept with enter
 
 
 def _describe(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ class FilterBar(Horizontal):
 
     @dataclass
     class Done(Message):
-        """Enter or Escape in the filter input: the table takes the focus back."""
+        """Enter (filter kept) or Escape (filter cleared) in the filter input: the table takes the focus back."""
 
     DEFAULT_CSS = """
     FilterBar { height: 1; }
@@ -29,11 +29,24 @@ class FilterBar(Horizontal):
         yield Static(id="view-summary")
         yield Input(placeholder="/ filter", id="filter", compact=True)
 
-    def show_summary(self, status_filter: str, shown: int, total: int, sort_label: str) -> None:
+    def show_summary(self, view: str, counts: str, sort_label: str) -> None:
+        """`view` is the status filter's name, `counts` says in words what the rows are
+        ("3 waiting", "0 waiting · 2 just decided", "11 grants · 0 match"), never a bare ratio."""
         summary = Text(no_wrap=True, overflow="ellipsis", end="")
-        summary.append(status_filter.capitalize(), style="bold")
-        summary.append(f" {shown}/{total}  sort {sort_label} ")
+        summary.append(view.capitalize(), style="bold")
+        summary.append(f": {counts}  sort {sort_label} ")
         self.query_one("#view-summary", Static).update(summary)
+
+    @property
+    def text(self) -> str:
+        return self.query_one("#filter", Input).value
+
+    def clear(self) -> None:
+        """Empty the text filter (Escape): nothing stays applied out of sight."""
+        field = self.query_one("#filter", Input)
+        if field.value:
+            field.value = ""
+        self.post_message(self.Changed(""))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
@@ -46,4 +59,5 @@ class FilterBar(Horizontal):
     def on_key(self, event: events.Key) -> None:
         if event.key == "escape":
             event.stop()
+            self.clear()
             self.post_message(self.Done())

@@ -70,6 +70,11 @@ class GrantTable(DataTable[Text]):
         self.status_styles: dict[str, str] = {}
         self._grants: dict[str, Grant] = {}
         self._new: set[str] = set()
+        # True when rows were added/removed/re-sorted under the cursor since the approver last moved
+        # it: the highlighted grant kept its id but not its place on the screen (or another grant took
+        # the cursor). A decision key then asks first, naming the grant (MainScreen._guarded).
+        self.shifted = False
+        self._syncing = False
 
     def on_mount(self) -> None:
         for column in COLUMNS:
@@ -116,6 +121,16 @@ class GrantTable(DataTable[Text]):
         """Show exactly `grants`: update rows in place, add and remove by key, re-sort, keep the cursor."""
         wanted = {g.id: g for g in grants}
         selected = self.selected_id
+        before = self.cursor_row if selected is not None else None
+        self._syncing = True
+        try:
+            self._sync(wanted, now_ms, new_ids, selected)
+        finally:
+            self._syncing = False
+        if selected is not None and (self.selected_id != selected or self.cursor_row != before):
+            self.shifted = True  # the same grant moved to another row, or another grant is now under the cursor
+
+    def _sync(self, wanted: dict[str, Grant], now_ms: int, new_ids: set[str], selected: str | None) -> None:
         self._new = set(new_ids)
         for grant_id in [key for key in self._grants if key not in wanted]:
             self.remove_row(grant_id)
@@ -153,7 +168,16 @@ class GrantTable(DataTable[Text]):
     def sort_by(self, column_key: str, reverse: bool) -> None:
         self.sort_column = column_key
         self.sort_reverse = reverse
-        self._resort(self.selected_id)
+        self._syncing = True
+        try:
+            self._resort(self.selected_id)
+        finally:
+            self._syncing = False
+
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        super().watch_cursor_coordinate(old, new)
+        if not self._syncing:
+            self.shifted = False  # the approver moved the cursor: what is highlighted is what they chose
 
     # -- selection -------------------------------------------------------------------------------
     @property
