@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from test_elevate_support import APPROVER, HOST, Target, elevate, error_line, make_target
+from test_elevate_support import APPROVER, HOST, Target, attempts, elevate, error_line, exits, make_target
 
 from conftest import GRANTD, ROOT, Server, free_port, unique_email
 
@@ -70,7 +70,7 @@ class Cli:
 
 
 def cli_env(home: Path, target: Target | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST", "XDG_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST", "XDG_", "SUDO_"))}
     env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "PYTHONPATH": str(ROOT)})
     if target is not None:
         env["GRANTD_ELEVATE_CONFIG"] = str(target.config)
@@ -195,9 +195,11 @@ def test_keygen_login_and_run_as_root_after_approval_prints_0(server, target, cl
     # Elevate consumed the once grant at the issuer and wrote its audit line.
     after = server_grant(server, grant["id"])
     assert after["status"] == "consumed" and after["used_at"]
-    line = [a for a in target.audit_lines() if a["grant_id"] == grant["id"]]
+    line = [a for a in attempts(target) if a["grant_id"] == grant["id"]]
     assert len(line) == 1 and line[0]["result"] == "allowed" and line[0]["uid"] == 0
     assert line[0]["agent"] == cli.email and line[0]["decided_by"] == APPROVER and line[0]["command"] == argv
+    ended = [a for a in exits(target) if a["grant_id"] == grant["id"]]
+    assert len(ended) == 1 and ended[0]["status"] == 0  # and how it ended
 
 
 # -- 2. a once grant runs one time ------------------------------------------------------------------
@@ -221,11 +223,12 @@ def test_a_once_grant_used_again_is_refused_with_exit_5_already_consumed(server,
     line = error_line(again)
     assert line == {"error": "already_consumed", "reason": "grant already consumed"}
     assert again.stdout == ""
-    results = [a["result"] for a in target.audit_lines() if a["grant_id"] == grant_id]
+    results = [a["result"] for a in attempts(target) if a["grant_id"] == grant_id]
     assert results == ["allowed", "refused"]
     # The CLI says so too, instead of handing out a token for a used grant.
     late = cli.run("grant", "token", grant_id)
-    assert late.returncode == 1 and "consumed" in late.stderr
+    assert late.returncode == 1
+    assert late.stderr == f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one\n"
 
 
 # -- 3. --as another user ---------------------------------------------------------------------------
@@ -595,3 +598,65 @@ def test_grant_wait_survives_a_server_restart(server_factory, tmp_path):
         out = waiting.stdout.read()
         reader.join(10)
     assert f"grant {grant_id}: approved" in out
+
+
+# -- a used or absent token gives one message, not two ------------------------------------------------
+
+
+def _approved_once_grant(server: Server, cli: Cli, argv: list[str]) -> str:
+    asked = cli.run("grant", "request", "--audience", "grantd", "--host", HOST, "--json", "--", *argv)
+    assert asked.returncode == 75, asked.stderr
+    grant_id = str(json.loads(asked.stdout)["id"])
+    decide(server, grant_id)
+    return grant_id
+
+
+def _pipeline(cli: Cli, grant_id: str, argv: list[str], *options: str) -> subprocess.CompletedProcess[str]:
+    """`grantd grant token ID | grantd elevate --grant-stdin -- CMD`, as README shows it."""
+    import shlex
+
+    grantd = " ".join(shlex.quote(part) for part in GRANTD)
+    line = (f"{grantd} grant token {shlex.quote(grant_id)} {' '.join(options)} | "
+            f"{grantd} elevate --grant-stdin -- {' '.join(shlex.quote(a) for a in argv)}")
+    return subprocess.run(["sh", "-c", line], env=cli.env, capture_output=True, text=True, timeout=60, cwd="/")
+
+
+def test_a_used_once_grant_piped_into_elevate_gives_one_clear_line(server, target, cli):
+    argv = ["echo", "piped", uuid.uuid4().hex[:8]]
+    grant_id = _approved_once_grant(server, cli, argv)
+    first = _pipeline(cli, grant_id, argv)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == " ".join(argv[1:]) + "\n"
+
+    again = _pipeline(cli, grant_id, argv)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.splitlines() == [
+        f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one"]
+    # elevate said nothing but audited the attempt: no grant reached it.
+    last = attempts(target)[-1]
+    assert last["result"] == "error" and last["reason"].startswith("no grant: the sender closed the pipe")
+
+    as_json = _pipeline(cli, grant_id, argv, "--json")
+    assert as_json.returncode == 1 and as_json.stdout == ""
+    lines = as_json.stderr.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["error"] == "consumed"
+
+
+def test_a_revoked_grant_piped_into_elevate_gives_one_clear_line(server, target, cli):
+    argv = ["echo", "revoked", uuid.uuid4().hex[:8]]
+    grant_id = _approved_once_grant(server, cli, argv)
+    decide(server, grant_id, "revoke")
+    result = _pipeline(cli, grant_id, argv)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"grantd: grant {grant_id} was revoked (approved by {APPROVER})"]
+
+
+def test_an_empty_regular_file_is_still_named_by_elevate(target, tmp_path):
+    # Only a pipe that closed without a byte is left to its writer to explain; an empty file is ours.
+    empty = tmp_path / "empty.jwt"
+    empty.write_text("")
+    empty.chmod(0o600)
+    result = elevate(target, ["id", "-u"], extra_args=["--grant-file", str(empty)])
+    assert result.returncode == 1 and error_line(result)["reason"] == "the grant is empty"
+    blank = elevate(target, ["id", "-u"], token="   ")  # a line with no token in it
+    assert blank.returncode == 1 and error_line(blank)["reason"] == "the grant is empty"

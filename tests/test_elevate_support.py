@@ -128,7 +128,8 @@ def elevate(target: Target | Path, argv: list[str], *, token: str | None = None,
             args += ["--grant-file", str(path)]
         else:
             args += ["--grant", token]
-    run_env = env if env is not None else {**os.environ}
+    # Without SUDO_* from however the suite was started: the tests that mean sudo say so.
+    run_env = env if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
     run_env.setdefault("PYTHONPATH", str(ROOT))
     try:
         return subprocess.run([*args, "--", *argv], input=stdin, capture_output=True, text=True, timeout=timeout,
@@ -146,3 +147,96 @@ def error_line(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 
 PLUGIN_DIR = str(TESTS / "plugins")
+
+
+def attempts(target: Target) -> list[dict[str, Any]]:
+    """The audit log's decision lines (one per attempt: allowed, refused or error)."""
+    return [line for line in target.audit_lines() if line.get("event") == "attempt"]
+
+
+def exits(target: Target) -> list[dict[str, Any]]:
+    """The audit log's lines that say how an allowed command ended."""
+    return [line for line in target.audit_lines() if line.get("event") == "exit"]
+
+
+# -- a hand-made issuer: its keys in the target's JWKS cache, its consume answer chosen by the test --
+
+
+class FakeIssuer:
+    """An issuer whose signing key the test holds. Its JWKS is put into a target's cache (so no
+    JWKS fetch happens), and its consume endpoint, when `serve()` runs it, answers what the test
+    sets in `answer`: (status, content type, body, extra headers)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        self.key = Ed25519PrivateKey.generate()
+        self.kid = "fake-" + uuid.uuid4().hex[:8]
+        self.url = url or ""
+        self.answer: tuple[int, str, bytes, dict[str, str]] = (200, "application/json", b'{"status":"valid"}', {})
+        self.consumed: list[str] = []
+        self._server: Any = None
+
+    def jwks(self) -> dict[str, Any]:
+        import base64
+
+        from cryptography.hazmat.primitives import serialization
+
+        raw = self.key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+        return {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": self.kid, "alg": "EdDSA", "use": "sig"}]}
+
+    def token(self, argv: list[str], **overrides: Any) -> str:
+        import jwt
+
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": self.url, "sub": "agent+fake@example.com", "aud": "grantd", "target_host": HOST,
+            "grant_id": str(uuid.uuid4()), "grant_type": "timed", "command": argv, "cmd_hash": cmd_hash(argv),
+            "decided_by": APPROVER, "iat": now, "exp": now + 300, "jti": str(uuid.uuid4()),
+        }
+        claims.update(overrides)
+        return jwt.encode(claims, self.key, algorithm="EdDSA", headers={"kid": self.kid})
+
+    def target(self, directory: Path, **keys: Any) -> Target:
+        """A target trusting this issuer, with its keys already cached (fresh for an hour)."""
+        import hashlib
+
+        target = make_target(directory, [self.url], jwks_refresh=3600, **keys)
+        target.cache.mkdir(mode=0o700, exist_ok=True)
+        name = "jwks-" + hashlib.sha256(self.url.encode()).hexdigest()[:32] + ".json"
+        entry = target.cache / name
+        entry.write_text(json.dumps({"issuer": self.url, "fetched_at": time.time(), "jwks": self.jwks()}))
+        entry.chmod(0o600)
+        return target
+
+    def serve(self) -> FakeIssuer:
+        import http.server
+        import threading
+
+        issuer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                issuer.consumed.append(self.path)
+                status, content_type, body, headers = issuer.answer
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()

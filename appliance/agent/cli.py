@@ -338,7 +338,7 @@ def not_usable(grant: dict[str, Any]) -> CliError:
     elif status == "expired":
         message = f"grant {gid} expired" + (" before anyone decided" if not by else "")
     elif status == "consumed":
-        message = f"grant {gid} was already used (a once grant runs one time)"
+        message = f"grant {gid} was already consumed (a once grant runs one time): request a new one"
     else:
         message = f"grant {gid} is {status}"
     return CliError(message, kind=str(status), grant=grant)
@@ -551,8 +551,8 @@ def _feed_fifo(fifo: str, token: str, child: subprocess.Popen[bytes]) -> None:
         try:
             os.set_blocking(fd, True)
             os.write(fd, token.encode())
-        except OSError:
-            pass
+        except OSError as exc:  # elevate then reads an empty FIFO and stays quiet: this is the one message
+            print(f"grantd: could not hand the token to grantd elevate: {exc.strerror}", file=sys.stderr)
         finally:
             os.close(fd)
         return
@@ -778,7 +778,21 @@ def cmd_grant_wait(args: argparse.Namespace) -> int:
 
 
 def fetch_token(api: Api, grant_id: str) -> str:
-    answer = api.json("POST", f"/api/grants/{quote(grant_id, safe='')}/token")
+    try:
+        answer = api.json("POST", f"/api/grants/{quote(grant_id, safe='')}/token")
+    except CliError as exc:
+        if exc.extra.get("status") != 400:
+            raise
+        # The grant is no longer usable (consumed, revoked, ...): say so in the words `grantd run`
+        # uses, once. Piped into `grantd elevate --grant-stdin`, this line is the only one: elevate
+        # stays quiet about a pipe that closed without a token.
+        try:
+            grant = api.json("GET", f"/api/grants/{quote(grant_id, safe='')}")
+        except CliError:
+            raise exc from None
+        if isinstance(grant, dict) and grant.get("status") != "approved":
+            raise not_usable(grant) from None
+        raise
     token = answer.get("authz_jwt") if isinstance(answer, dict) else None
     if not isinstance(token, str) or not token:
         raise CliError(f"the IdP returned no token for grant {grant_id}", kind="http")

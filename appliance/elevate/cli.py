@@ -7,24 +7,32 @@ Order of work, every step fail-closed:
 
   1. must be root; config (/etc/grantd/elevate.toml) root-owned, not group/world-writable;
      the audit log is opened before anything else can happen (no audit -> no elevation)
-  2. the grant is read (as the calling user, so a file the caller cannot read cannot be used)
+  2. the grant is read: never from argv under sudo (/proc/PID/cmdline is readable by every local
+     user); a --grant-file is opened as the calling user and must be theirs and private (0600)
   3. issuer allowed -> signature (JWKS of the issuer, cached on disk with a bound) -> exp
      -> the `elevate_verify` hook: audience -> target_host -> approver -> exact command, then
      any site plugin's checks
   4. the run_as user exists and the command is found (before consuming a `once` grant)
-  5. consume at the issuer: `once` must be consumed (fail closed); `timed`/`always` ask too,
-     but may proceed on cached keys while the issuer is unreachable (config `offline_grant_types`)
-  6. sanitised environment, fixed PATH, initgroups + setgid + setuid, one audit line, execve
+  5. consume at the issuer: only a 200 answer with a JSON object counts. A 5xx, a timeout, a
+     redirect or a body that is not JSON fails (exit 1). A `timed`/`always` grant runs without the
+     issuer only when the config's `offline_grant_types` (default empty) names its type and the
+     issuer cannot be connected to at all (refused, unresolvable, no route); `once` never does
+  6. one audit line (event "attempt", result "allowed"), then the command as a child: fork, then
+     in the child a sanitised environment, fixed PATH, initgroups + setgid + setuid and execve;
+     the parent (still root, holding nothing the child can reach) forwards signals to it, waits,
+     writes a second audit line (event "exit": the status or the signal) and exits with the
+     command's status (128+N when a signal N ended it)
 
 Exit codes: 5 refused (one JSON line on stderr: {"error": code, "reason": text}); 1 config,
-usage or network errors; 126 not executable; 127 not found. Every attempt is one JSON line in
-the audit log.
+usage or network errors; 126 not executable; 127 not found; otherwise the command's own. Every
+attempt is one JSON line in the audit log, and an allowed one gets a second when the command ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import grp
 import hashlib
 import json
@@ -40,7 +48,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 EXIT_REFUSED = 5
@@ -83,6 +91,7 @@ class Stop(Exception):
         self.error = error
         self.reason = reason
         self.reasons: list[str] = [reason]
+        self.quiet = False  # audited, but nothing on stderr: someone else already said why
 
 
 def refused(error: str, reason: str) -> Stop:
@@ -94,7 +103,33 @@ def config_error(reason: str) -> Stop:
 
 
 class NetworkError(Exception):
-    pass
+    """A failed exchange. ``unreachable``: no connection could be made at all (refused, unresolvable,
+    no route) -- the only failure that may count as "the issuer is away" (offline_grant_types)."""
+
+    def __init__(self, message: str, *, unreachable: bool = False):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+# errno values of a connection that could not be made at all. A timeout (a silent or overloaded
+# issuer, a dropped packet) and a TLS failure are not among them: those fail closed.
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH}
+
+
+def _could_not_connect(exc: BaseException) -> bool:
+    """True when the httpx error was caused by a refused connection, an unresolvable name or no route."""
+    import ssl
+
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLError):
+            return False
+        if isinstance(cause, socket.gaierror) or (isinstance(cause, OSError) and cause.errno in _UNREACHABLE_ERRNOS):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 # -- configuration -----------------------------------------------------------------------------------
@@ -112,7 +147,7 @@ class ElevateConfig:
     jwks_cache_dir: str = DEFAULT_CACHE_DIR
     jwks_refresh: int = 300
     jwks_max_stale: int = 86400
-    offline_grant_types: list[str] = field(default_factory=lambda: ["timed", "always"])
+    offline_grant_types: list[str] = field(default_factory=list)  # opt-in only (D10)
     leeway: int = 30
     plugins: list[str] = field(default_factory=list)
     plugin_dirs: list[str] = field(default_factory=list)
@@ -133,7 +168,8 @@ _KEYS: dict[str, tuple[str, str]] = {
     "jwks_cache_dir": ("str", "directory for cached JWKS (\"\" disables the cache)"),
     "jwks_refresh": ("int", "seconds a cached JWKS is used without asking the issuer"),
     "jwks_max_stale": ("int", "seconds a cached JWKS may still be used while the issuer is unreachable"),
-    "offline_grant_types": ("types", "grant types that may run on cached keys when consume is unreachable"),
+    "offline_grant_types": ("types", "grant types (timed, always) that may run on cached keys when the issuer "
+                                     "cannot be connected to at all (default none; never once)"),
     "leeway": ("int", "seconds of clock skew allowed on exp/nbf"),
     "plugins": ("strs", "site plugin modules implementing elevate_verify"),
     "plugin_dirs": ("strs", "root-owned directories searched for those modules"),
@@ -224,7 +260,9 @@ def _describe_kind(kind: str) -> str:
 
 
 class Audit:
-    """One JSON line per attempt, appended with O_APPEND (one write(2) per line)."""
+    """One JSON line per attempt (event "attempt": result allowed, refused or error), and for an
+    allowed one a second when the command has ended (event "exit"). Appended with O_APPEND, one
+    write(2) per line, so lines of concurrent runs never mix."""
 
     def __init__(self, path: str):
         self.path = path
@@ -246,11 +284,24 @@ class Audit:
     def write(self, result: str, reason: str | None, **extra: Any) -> None:
         if self.fd is None or self.written:
             return
-        line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **self.record, **extra,
-                "result": result, "reason": reason}
-        data = (json.dumps(line, separators=(",", ":"), default=str) + "\n").encode()
-        os.write(self.fd, data)
+        self._line({"event": "attempt", **extra, "result": result, "reason": reason})
         self.written = True
+
+    def exit(self, result: str, reason: str | None, **extra: Any) -> None:
+        """How an allowed command ended: its exit status or the signal that ended it."""
+        if self.fd is not None:
+            self._line({"event": "exit", **extra, "result": result, "reason": reason})
+
+    def _line(self, fields: dict[str, Any]) -> None:
+        assert self.fd is not None
+        line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **self.record, **fields}
+        os.write(self.fd, (json.dumps(line, separators=(",", ":"), default=str) + "\n").encode())
+
+
+def through_sudo() -> bool:
+    """Started by sudo (or any set-uid path): the caller is not root itself. The SUDO_* variables
+    can be forged only by making this answer stricter, never laxer."""
+    return bool(os.environ.get("SUDO_UID") or os.environ.get("SUDO_USER")) or os.getuid() != os.geteuid()
 
 
 def caller_ids() -> tuple[int, int | None, str | None]:
@@ -323,7 +374,34 @@ def _read_fd(fd: int, *, one_line: bool) -> bytes:
     return bytes(data)
 
 
+GRANT_IN_ARGV = ("--grant puts the token into the process list (/proc/PID/cmdline), where every local user can "
+                 "read and reuse it: under sudo use --grant-stdin, --grant-fd N or --grant-file FILE (0600, yours)")
+
+
+def _is_stream(fd: int) -> bool:
+    with contextlib.suppress(OSError):
+        mode = os.fstat(fd).st_mode
+        return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+    return False
+
+
+def _check_grant_file(fd: int, path: str) -> None:
+    """A grant file must belong to the caller and be private: a token others can read is a token
+    others can use (grantd run's FIFO is 0600 in a 0700 directory)."""
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise Stop(EXIT_ERROR, "usage", "--grant-file names a directory")
+    uid, sudo_uid, _ = caller_ids()
+    caller = sudo_uid if sudo_uid is not None else uid
+    if st.st_uid != caller:
+        raise Stop(EXIT_ERROR, "usage", f"--grant-file {path} is not owned by you (uid {caller}) but by uid {st.st_uid}")
+    if st.st_mode & 0o077:
+        raise Stop(EXIT_ERROR, "usage", f"--grant-file {path} is readable or writable by others "
+                                        f"(mode {stat.S_IMODE(st.st_mode):04o}): make it 0600")
+
+
 def read_grant(args: argparse.Namespace, timeout: float) -> str:
+    stream = False
     try:
         with deadline(timeout):
             if args.grant is not None:
@@ -332,19 +410,21 @@ def read_grant(args: argparse.Namespace, timeout: float) -> str:
                 if args.grant_fd < 3:
                     raise Stop(EXIT_ERROR, "usage", "--grant-fd must be 3 or higher (use --grant-stdin for stdin)")
                 try:
+                    stream = _is_stream(args.grant_fd)
                     raw = _read_fd(args.grant_fd, one_line=False)
                 finally:
                     with contextlib.suppress(OSError):
                         os.close(args.grant_fd)
             elif args.grant_stdin:
                 # Byte by byte up to the first newline: whatever follows stays for the command.
+                stream = _is_stream(0)
                 raw = _read_fd(0, one_line=True)
             elif args.grant_file is not None:
                 with as_caller():
                     fd = os.open(args.grant_file, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    if stat.S_ISDIR(os.fstat(fd).st_mode):
-                        raise Stop(EXIT_ERROR, "usage", "--grant-file names a directory")
+                    _check_grant_file(fd, args.grant_file)
+                    stream = _is_stream(fd)
                     raw = _read_fd(fd, one_line=False)
                 finally:
                     os.close(fd)
@@ -354,6 +434,13 @@ def read_grant(args: argparse.Namespace, timeout: float) -> str:
         raise Stop(EXIT_ERROR, "usage", f"no grant arrived within {timeout:g} s") from None
     except OSError as exc:
         raise Stop(EXIT_ERROR, "usage", f"cannot read the grant: {exc.strerror}") from None
+    if not raw and stream:
+        # The writer closed the pipe without writing a byte: it failed, and said why itself (as in
+        # `grantd grant token ID | sudo -n grantd elevate --grant-stdin -- CMD` for a used once grant).
+        # A second message from us would only confuse, so this one goes to the audit log alone.
+        stop = Stop(EXIT_ERROR, "no_grant", "no grant: the sender closed the pipe without writing one")
+        stop.quiet = True
+        raise stop
     token = raw.decode("utf-8", "replace").strip()
     if not token:
         raise Stop(EXIT_ERROR, "usage", "the grant is empty")
@@ -384,6 +471,8 @@ def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str
         raise NetworkError(f"{url}: no answer within {cfg.timeout:g} s") from None
     except httpx.TimeoutException:
         raise NetworkError(f"{url}: timed out after {cfg.timeout:g} s") from None
+    except httpx.ConnectError as exc:
+        raise NetworkError(f"{url}: cannot connect: {exc}", unreachable=_could_not_connect(exc)) from None
     except httpx.HTTPError as exc:
         raise NetworkError(f"{url}: {exc.__class__.__name__}: {exc}") from None
 
@@ -601,33 +690,55 @@ def run_checks(pm: Any, claims: dict[str, Any], argv: list[str], context: dict[s
         raise stop
 
 
+CONSUME_ANSWERS = {"once": "consumed", "timed": "valid", "always": "valid"}
+
+
 def consume(cfg: ElevateConfig, claims: dict[str, Any], token: str) -> str:
-    """Ask the issuer; returns a note for the audit line. `once` fails closed on any doubt."""
+    """Ask the issuer; returns a note for the audit line.
+
+    Only a 200 answer with a JSON object counts: ``{"status": "consumed"}`` for once grants,
+    ``{"status": "valid"}`` for timed/always, ``{"error": ...}`` refuses (exit 5), and so does any
+    4xx. A 5xx, a redirect, a body that is not JSON or a timeout is a failure (exit 1), never "the
+    issuer is away": only a connection that cannot be made at all lets a grant whose type
+    ``offline_grant_types`` names run on its signature; a once grant never does."""
     url = f"{claims['iss']}/api/grants/{quote(claims['grant_id'], safe='')}/consume"
+    grant_type = claims["grant_type"]
     try:
         status, body = http_request(cfg, "POST", url, headers={"Authorization": f"Bearer {token}",
-                                                                "Content-Type": "application/json"},
+                                                                "Content-Type": "application/json",
+                                                                "Accept": "application/json"},
                                     max_bytes=MAX_CONSUME_BYTES)
-        if status >= 500:
-            raise NetworkError(f"{url} answered HTTP {status}")
-        try:
-            answer = json.loads(body) if body else None
-        except ValueError:
-            answer = None
-        if status != 200:
-            detail = answer.get("detail") if isinstance(answer, dict) else None
-            raise refused("rejected_by_issuer", f"the issuer refused the grant (HTTP {status}{': ' + str(detail) if detail else ''})")
-        if not isinstance(answer, dict):
-            raise NetworkError(f"{url} did not answer JSON")
     except NetworkError as exc:
-        if claims["grant_type"] in cfg.offline_grant_types:
-            return f"consume unreachable, {claims['grant_type']} grant accepted on its signature: {exc}"
-        raise Stop(EXIT_ERROR, "network", f"cannot consume the grant at the issuer: {exc}") from None
+        if exc.unreachable and grant_type in cfg.offline_grant_types:
+            return f"issuer unreachable, {grant_type} grant accepted on its signature (offline_grant_types): {exc}"
+        why = ""
+        if exc.unreachable and grant_type != "once":
+            why = f" ({grant_type} grants run without the issuer only when offline_grant_types names them)"
+        elif exc.unreachable:
+            why = " (once grants always need the issuer)"
+        raise Stop(EXIT_ERROR, "network", f"cannot consume the grant at the issuer: {exc}{why}") from None
+    try:
+        answer = json.loads(body) if body else None
+    except ValueError:
+        answer = None
+    if status != 200 and not 400 <= status < 500:  # a redirect, a 5xx, a 204...: no answer to count on
+        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered HTTP {status} "
+                                                 "(consume must answer 200 with JSON)")
+    if status != 200:
+        detail = answer.get("detail") if isinstance(answer, dict) else None
+        raise refused("rejected_by_issuer", f"the issuer refused the grant (HTTP {status}{': ' + str(detail) if detail else ''})")
+    if not isinstance(answer, dict):
+        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered 200 without "
+                                                 "a JSON object (consume must answer 200 with JSON)")
     error = answer.get("error")
     if isinstance(error, str):
         raise refused(error if error in CONSUME_ERRORS else "consume_refused",
                       CONSUME_ERRORS.get(error, f"the issuer refused the grant: {error}"))
-    return f"consume: {answer.get('status')}"
+    if answer.get("status") != CONSUME_ANSWERS[grant_type]:
+        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered status "
+                                                 f"{str(answer.get('status'))[:40]!r} for a {grant_type} grant "
+                                                 f"(expected {CONSUME_ANSWERS[grant_type]!r})")
+    return f"consume: {answer['status']}"
 
 
 # -- running the command -----------------------------------------------------------------------------
@@ -703,6 +814,8 @@ def switch_user(user: pwd.struct_passwd) -> None:
 
 
 def _emit(stop: Stop) -> None:
+    if stop.quiet:
+        return
     line: dict[str, Any] = {"error": stop.error, "reason": stop.reason}
     if len(stop.reasons) > 1:
         line["reasons"] = stop.reasons
@@ -727,6 +840,9 @@ def cmd_elevate(args: argparse.Namespace) -> int:
         return _elevate(args, argv, config_path, audit)
     except Stop as stop:
         _emit(stop)
+        if audit.fd is None and config_path == DEFAULT_CONFIG:
+            with contextlib.suppress(OSError, Stop):
+                audit.open()  # the default log, so that a broken installation or call is still audited
         try:
             audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code)
         except OSError as exc:
@@ -739,17 +855,17 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
 
     if os.geteuid() != 0:
         raise Stop(EXIT_ERROR, "config", "grantd elevate must run as root: use sudo -n grantd elevate ...")
+    if args.grant is not None:
+        if through_sudo():
+            raise Stop(EXIT_ERROR, "grant_in_argv", GRANT_IN_ARGV)
+        print(json.dumps({"warning": "--grant shows the token to every local user in the process list while the "
+                                     "command runs; prefer --grant-stdin, --grant-fd N or --grant-file FILE"}),
+              file=sys.stderr, flush=True)
     _, sudo_uid, _ = caller_ids()
     if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(DEFAULT_CONFIG):
         # A sudo caller may pick another config only among the ones root put into /etc/grantd.
         raise config_error(f"--config outside {os.path.dirname(DEFAULT_CONFIG)}/ is for root only")
-    try:
-        cfg = load_config(config_path)
-    except Stop:
-        if config_path == DEFAULT_CONFIG:
-            with contextlib.suppress(OSError, Stop):
-                audit.open()  # the default log, so that a broken installation is still audited
-        raise
+    cfg = load_config(config_path)
     audit.path = cfg.audit_log
     try:
         audit.open()
@@ -760,6 +876,11 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         plugin_manager(cfg)
         print(json.dumps({"config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
                           "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "audit_log": cfg.audit_log,
+                          "timeout": cfg.timeout, "offline_grant_types": cfg.offline_grant_types,
+                          "offline": (f"{' and '.join(cfg.offline_grant_types)} grants run on cached keys when the issuer "
+                                      "cannot be connected to at all; once grants always need the issuer"
+                                      if cfg.offline_grant_types else "every grant needs the issuer (consume)"),
+                          "jwks_refresh": cfg.jwks_refresh, "jwks_max_stale": cfg.jwks_max_stale,
                           "plugins": cfg.plugins}))
         audit.written = True  # not an attempt
         return 0
@@ -799,25 +920,119 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     # 8. consume
     note = consume(cfg, claims, token)
     env = sanitized_env(dict(os.environ), user, cfg)
-    switch_user(user)
-    if not os.access(program, os.X_OK):
-        raise Stop(EXIT_NOT_EXECUTABLE, "not_executable", f"not executable by {user.pw_name}: {program}")
-    audit.write("allowed", None, uid=user.pw_uid, gid=user.pw_gid,
-                groups=sorted(_group_name(g) for g in os.getgroups()),
-                program=program, jwks=cache.note, consume=note)
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    os.umask(os.umask(0o022) | 0o022)
+    groups = sorted({_group_name(g) for g in os.getgrouplist(user.pw_name, user.pw_gid)})
+    try:
+        audit.write("allowed", None, uid=user.pw_uid, gid=user.pw_gid, groups=groups, program=program,
+                    jwks=cache.note, consume=note)
+    except OSError as exc:  # no audit, no elevation
+        raise Stop(EXIT_ERROR, "audit", f"cannot write the audit log {audit.path}: {exc.strerror}") from None
+    return run_command(program, argv, env, user, audit)
+
+
+# -- running the command as a child ------------------------------------------------------------------
+
+# Signals passed on to the command when someone sends them to us (kill, sudo relaying its own).
+# Job control (TSTP, CONT, TTIN, TTOU) and WINCH are left alone: they reach the whole foreground
+# process group, the command included, directly from the terminal.
+FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+_SI_KERNEL = 0x80  # si_code of a signal the kernel (a terminal) generated for the whole process group
+
+
+def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, audit: Audit) -> int:
+    """fork; the child drops to `user` and execs; we wait, forwarding signals, then audit how it ended.
+
+    The forwarded signals stay blocked here from before the fork (the child unblocks them), so
+    none is lost and each is taken with sigtimedwait together with who sent it: a signal the
+    terminal sent to the whole group already reached the command and is not sent twice."""
+    err_read, err_write = os.pipe()  # close-on-exec: EOF without a byte means execve succeeded
     sys.stdout.flush()
     sys.stderr.flush()
+    waited = {*FORWARDED, signal.SIGCHLD}
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, waited)
+    started = time.monotonic()
     try:
-        os.execve(program, argv, env)  # noqa: S606 - the verified argv, no shell
+        pid = os.fork()
     except OSError as exc:
-        stop = Stop(EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE, "exec",
-                    f"cannot execute {program}: {exc.strerror}")
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        os.close(err_read)
+        os.close(err_write)
+        reason = f"cannot start the command: {exc.strerror}"
+        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0)
+        raise Stop(EXIT_ERROR, "exec", reason) from None
+    if pid == 0:  # the child: never returns
+        _child(program, argv, env, user, err_write, previous_mask)
+    os.close(err_write)
+    report = bytearray()
+    with os.fdopen(err_read, "rb") as fh:
+        report += fh.read(4096)
+    if report:  # the child could not exec: it said why and exits with 126/127/1
+        os.waitpid(pid, 0)
+        code_text, _, reason = bytes(report).decode("utf-8", "replace").partition(":")
+        code = int(code_text) if code_text.isdigit() else EXIT_ERROR
+        stop = Stop(code, {EXIT_NOT_FOUND: "not_found", EXIT_NOT_EXECUTABLE: "not_executable"}.get(code, "exec"), reason)
         _emit(stop)
-        return stop.exit_code
-    return EXIT_ERROR  # not reached
+        audit.exit("error", reason, child_pid=pid, status=code, exit_code=code,
+                   duration_ms=int((time.monotonic() - started) * 1000))
+        return code
+    status = _wait_forwarding(pid, waited)
+    duration_ms = int((time.monotonic() - started) * 1000)
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        code = 128 + number
+        audit.exit("signalled", None, child_pid=pid, signal=number, signal_name=_signal_name(number), exit_code=code,
+                   duration_ms=duration_ms)
+    else:
+        code = os.waitstatus_to_exitcode(status)
+        audit.exit("exited", None, child_pid=pid, status=code, exit_code=code, duration_ms=duration_ms)
+    return code
+
+
+def _wait_forwarding(pid: int, waited: set[signal.Signals]) -> int:
+    while True:
+        info = signal.sigtimedwait(waited, 1.0)  # the timeout also covers a SIGCHLD merged with another
+        if info is not None and info.si_signo != signal.SIGCHLD:
+            if info.si_code != _SI_KERNEL and info.si_pid != pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, info.si_signo)  # not reaped yet, so the pid is still the command's
+            continue
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return status
+
+
+def _child(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, err_write: int,
+           mask: set[int | signal.Signals]) -> NoReturn:
+    """Between fork and exec: default signal dispositions, the caller's signal mask, the user's
+    ids and groups, a sane umask; then execve. Any failure is reported through err_write."""
+    code, reason = EXIT_ERROR, "internal error before exec"
+    try:
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ, *FORWARDED, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        switch_user(user)
+        os.umask(os.umask(0o022) | 0o022)
+        if not os.access(program, os.X_OK):
+            code, reason = EXIT_NOT_EXECUTABLE, f"not executable by {user.pw_name}: {program}"
+        else:
+            os.execve(program, argv, env)  # noqa: S606 - the verified argv, no shell
+    except Stop as stop:
+        code, reason = stop.exit_code, stop.reason
+    except OSError as exc:
+        code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        reason = f"cannot execute {program}: {exc.strerror}"
+    except BaseException as exc:  # noqa: BLE001 - nothing may escape a forked child
+        reason = f"internal error before exec: {exc.__class__.__name__}"
+    finally:
+        with contextlib.suppress(BaseException):
+            os.write(err_write, f"{code}:{reason}".encode()[:4000])
+        os._exit(code)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _group_name(gid: int) -> str:
@@ -832,16 +1047,19 @@ def register(subparsers: Any) -> None:
         "elevate",
         help="run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo",
         description="Verify an AuthZ-JWT (issuer, signature, expiry, audience, host, approver, exact command), "
-                    "consume it at the issuer, then run the command. Exit 5 = refused (JSON line on stderr), "
-                    "1 = config/network error, 126 = not executable, 127 = not found. "
+                    "consume it at the issuer, then run the command and wait for it. Exit status: the command's "
+                    "(128+N when signal N ended it); 5 = refused (JSON line on stderr), 1 = config/network error, "
+                    "126 = not executable, 127 = not found. "
                     "Usage: sudo -n grantd elevate --grant-stdin -- CMD ARGS...",
     )
     p.add_argument("--config", help=f"elevation config (default {DEFAULT_CONFIG})")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--grant-stdin", action="store_true", help="read the token from the first line of stdin")
     source.add_argument("--grant-fd", type=int, metavar="N", help="read the token from file descriptor N (until EOF)")
-    source.add_argument("--grant-file", metavar="FILE", help="read the token from a file or FIFO (opened as the caller)")
-    source.add_argument("--grant", metavar="JWT", help="the token itself (visible in the process list: avoid)")
+    source.add_argument("--grant-file", metavar="FILE", help="read the token from a file or FIFO: opened as the caller, "
+                                                             "must be the caller's and 0600")
+    source.add_argument("--grant", metavar="JWT", help="the token itself: refused under sudo, since every local user "
+                                                        "can read it in the process list")
     p.add_argument("--check-config", action="store_true", help="validate the config and plugins, print them, run nothing")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_elevate)
