@@ -2,6 +2,11 @@
 
 Secrets never reach a log: the access line carries method, path (never the query string, which
 may hold codes or tokens), status, duration, peer address and request id - no headers, no bodies.
+
+Nothing a client sends reaches the log unescaped (D12): the text format writes every character
+that is not printable (ESC, NUL, CR, LF, RTL overrides, lone surrogates, ...) as a Python-style
+escape (``\x1b``, ``\u202e``), so a request cannot forge log lines or drive the terminal that
+reads them; the JSON format escapes them with json.dumps (``ensure_ascii``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,16 @@ ACCESS_LOGGER = "grantd.access"
 LOGGER = "grantd"
 
 _EXTRA_FIELDS = ("request_id", "method", "path", "status", "duration_ms", "remote")
+
+
+def escape(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` with every non-printable character written as a backslash escape (repr-style).
+    ``keep_newlines`` keeps the line breaks of a traceback, escaping everything else."""
+    if text.isprintable():
+        return text
+    if keep_newlines:
+        return "\n".join(escape(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,8 +55,18 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         if hasattr(record, "request_id"):
-            line += f" rid={record.request_id}"
+            line += f" rid={escape(str(record.request_id))}"
         return line
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = escape(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return escape(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return escape(super().formatStack(stack_info), keep_newlines=True)
 
 
 class DropUnreadEmptyBodies(logging.Filter):
