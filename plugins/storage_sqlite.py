@@ -165,10 +165,26 @@ def _m3_principals(db: sqlite_utils.Database) -> None:
     db.execute("UPDATE signing_keys SET private_pem = '' WHERE retired_at IS NOT NULL")
 
 
+def _m4_rate_counters(db: sqlite_utils.Database) -> None:
+    # D12: abuse-limit counters shared by every process; one row per (key, fixed window). The
+    # index on the window's end lets each hit drop ended windows with an index range.
+    db.execute(
+        """CREATE TABLE rate_counters (
+            key TEXT NOT NULL,
+            window_start INTEGER NOT NULL,
+            count INTEGER NOT NULL,
+            ends_at INTEGER NOT NULL,
+            PRIMARY KEY (key, window_start)
+        ) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX rate_counters_ends ON rate_counters (ends_at)")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
     (3, "key generation, requester ids, agent paging, retired keys without private keys", _m3_principals),
+    (4, "rate counters", _m4_rate_counters),
 ]
 
 # Column allow-lists: the only names that ever reach SQL text (lapse columns are checked against them).
@@ -681,6 +697,28 @@ class SQLiteGrants:
         return int(row["seq"] or 0) if row else 0
 
 
+class SQLiteRates:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
+        # The upsert and its RETURNING decide the count inside the write lock: concurrent hits in
+        # any process each get a different count. Ended windows go in the same transaction (an
+        # index range on ends_at: nothing to do costs nothing).
+        async with self._db.awrite() as conn:
+            conn.execute("DELETE FROM rate_counters WHERE ends_at <= ?", (now,))
+            row = conn.execute(
+                """INSERT INTO rate_counters (key, window_start, count, ends_at) VALUES (?, ?, 1, ?)
+                   ON CONFLICT (key, window_start) DO UPDATE SET count = count + 1 RETURNING count""",
+                (key, window_start, window_start + window_ms),
+            ).fetchone()
+        return int(row[0])
+
+    async def count(self, key: str, window_start: int) -> int:
+        row = self._db.one("SELECT count FROM rate_counters WHERE key = ? AND window_start = ?", (key, window_start))
+        return int(row["count"]) if row else 0
+
+
 def _delegation(row: dict[str, Any]) -> Delegation:
     row["scopes"] = json.loads(row["scopes"])
     return cast(Delegation, row)
@@ -760,6 +798,7 @@ class SQLiteStore:
         self.challenges = SQLiteChallenges(self._db)
         self.grants = SQLiteGrants(self._db)
         self.delegations = SQLiteDelegations(self._db)
+        self.rates = SQLiteRates(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 

@@ -5,6 +5,11 @@ One ``GrantEventHub`` per server process reads new rows (at once after a local w
 ``grants.events_poll_ms`` for writes by other processes/nodes) and hands them to the open
 streams of that process. A stream that falls behind is closed; its client resumes with
 ``Last-Event-ID`` and the backlog is replayed from the table.
+
+Bounds (D12): each subscription queues at most ``QUEUE_SIZE`` live events (more, and the reader
+is cut off); a principal may hold ``limits.streams_per_principal`` open streams and the process
+``limits.streams_per_process`` in all — counted per process, so a principal may hold that many in
+each process it reaches.
 """
 
 from __future__ import annotations
@@ -12,15 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from grantd.logs import LOGGER
 from grantd.store import Store
 from grantd.store.records import GrantEvent
 
+if TYPE_CHECKING:
+    from grantd.services.limits import Limits
+
 log = logging.getLogger(LOGGER)
 
-QUEUE_SIZE = 1000
+QUEUE_SIZE = 256  # live events one stream may have waiting; a reader further behind is cut off
 BATCH = 500
 
 
@@ -43,6 +53,7 @@ class GrantEventHub:
         self.store = store
         self.poll_seconds = poll_ms / 1000
         self.subscribers: set[Subscription] = set()
+        self.open_per_principal: Counter[str] = Counter()
         self.last_seq = 0
         self.closing = False
         self._wake = asyncio.Event()
@@ -79,16 +90,24 @@ class GrantEventHub:
                 sub.offer(None)
 
     @contextlib.asynccontextmanager
-    async def subscription(self, principal_id: str) -> AsyncIterator[Subscription]:
+    async def subscription(self, principal_id: str, limits: Limits | None = None) -> AsyncIterator[Subscription]:
+        """A live subscription; with ``limits``, a 429/503 Problem (before anything is sent) when the
+        principal or this process already holds as many open streams as allowed."""
         if not self.subscribers:
             # Idle hubs do not poll; start from what exists now (streams replay older events themselves).
             self.last_seq = await self.store.grants.last_event_seq()
+        if limits is not None:  # checked and taken with no await in between: concurrent opens cannot both pass
+            limits.stream_slots(self.open_per_principal[principal_id], len(self.subscribers))
         sub = Subscription(principal_id)
         self.subscribers.add(sub)
+        self.open_per_principal[principal_id] += 1
         try:
             yield sub
         finally:
             self.subscribers.discard(sub)
+            self.open_per_principal[principal_id] -= 1
+            if self.open_per_principal[principal_id] <= 0:
+                del self.open_per_principal[principal_id]
 
     async def _run(self) -> None:
         while not self.closing:

@@ -1,8 +1,9 @@
 """The storage contract. Storage plugins implement it; only their code touches SQL.
 
 A ``Store`` is split by record kind: ``store.keys``, ``store.agents``, ``store.challenges``,
-``store.grants`` (with their events) and ``store.delegations`` — people, credentials, sessions,
-OAuth clients and codes, and rate counters join as further parts with their issues. Records are
+``store.grants`` (with their events), ``store.delegations`` and ``store.rates`` (abuse-limit
+counters) — people, credentials, sessions, OAuth clients and codes join as further parts with
+their issues. Records are
 the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
 
 What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
@@ -21,6 +22,9 @@ What every backend must guarantee (``tests/contract/`` checks it; run it against
   as a :class:`grantd.core.lifecycle.Lapse`: ``{stored_status: (column, cutoff)}``. A backend
   translates it mechanically (``status = S AND column IS NOT NULL AND column <= cutoff``); the
   column names are those of the records. Who may see what comes as principal facts (requester ids).
+- **Exactly one increment.** ``rates.hit`` adds exactly one to a counter per call, however many
+  callers in however many processes or nodes hit the same counter at once: N concurrent hits
+  return the counts 1..N, each once (an upsert that returns the new value, decided in the database).
 - **Paging** is newest first by ``(created_at, id)``; ``after`` is the last item of the previous
   page (``grantd.core.paging.Cursor``). A list call returns ``(rows, has_more)``.
 - **Uniqueness** violations raise :class:`Conflict` naming the field.
@@ -191,6 +195,26 @@ class DelegationStore(Protocol):
 
 
 @runtime_checkable
+class RateStore(Protocol):
+    """Counters for abuse limits (D12), shared by every process and node: one counter per
+    ``(key, window_start)``. ``key`` is opaque to the store (``grantd.services.limits`` builds it,
+    e.g. ``"authenticate.address:203.0.113.5"``); windows are fixed, ``window_start`` and
+    ``window_ms`` in ms. A counter is worthless once its window has ended."""
+
+    async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
+        """Add one to the counter of ``(key, window_start)`` (creating it at 1) and return the new
+        count. Exactly one increment per call: N concurrent calls in any number of processes or
+        nodes return 1..N, each once — decide it inside the database (one
+        ``INSERT ... ON CONFLICT DO UPDATE SET count = count + 1 RETURNING count``), never by
+        reading then writing. The counter may be dropped once ``window_start + window_ms <= now``;
+        drop ended windows cheaply as you go (an index on the end time), so counters of addresses
+        seen once do not pile up."""
+
+    async def count(self, key: str, window_start: int) -> int:
+        """The counter of ``(key, window_start)`` without changing it; 0 if there is none."""
+
+
+@runtime_checkable
 class Store(Protocol):
     """One database, reached through its parts."""
 
@@ -199,6 +223,7 @@ class Store(Protocol):
     challenges: ChallengeStore
     grants: GrantStore
     delegations: DelegationStore
+    rates: RateStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -219,5 +244,6 @@ class Store(Protocol):
 
 
 __all__ = [
-    "AgentStore", "ChallengeStore", "Conflict", "DelegationStore", "GrantStore", "KeyStore", "Store", "StoreError",
+    "AgentStore", "ChallengeStore", "Conflict", "DelegationStore", "GrantStore", "KeyStore", "RateStore", "Store",
+    "StoreError",
 ]

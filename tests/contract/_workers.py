@@ -50,3 +50,11 @@ def add_first_key(path: str, start_at: float, kid: str, now: int) -> bool:
 
 def migrate(path: str, start_at: float) -> list[int]:
     return _run(path, start_at, lambda store: store.migrate())  # type: ignore[no-any-return]
+
+
+def hit(path: str, start_at: float, now: int) -> list[int]:
+    async def work(store: SQLiteStore) -> list[int]:
+        window = now - now % 60_000
+        return list(await asyncio.gather(*(store.rates.hit("auth:10.0.0.1", window, 60_000, now) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]

@@ -79,3 +79,16 @@ async def test_concurrent_migrations(tmp_path, pool):
         assert await store.migrate() == []
     finally:
         store.close()
+
+
+async def test_rate_counter_counts_every_hit_once_across_processes(tmp_path, pool):
+    path = str(tmp_path / "grantd.db")
+    store = SQLiteStore(path)
+    await store.migrate()
+    try:
+        results = pool.starmap(_workers.hit, [(path, start_soon(), NOW)] * PROCESSES)
+        counts = sorted(c for cs in results for c in cs)
+        assert counts == list(range(1, PROCESSES * _workers.TAKERS + 1))
+        assert await store.rates.count("auth:10.0.0.1", NOW - NOW % 60_000) == PROCESSES * _workers.TAKERS
+    finally:
+        store.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
+import heapq
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -61,6 +62,8 @@ class _Data:
         self.events: list[GrantEvent] = []
         self.seq = 0
         self.delegations: dict[str, Delegation] = {}
+        self.rates: dict[tuple[str, int], int] = {}  # (key, window_start) -> count
+        self.rate_ends: list[tuple[int, str, int]] = []  # heap of (ends_at, key, window_start)
 
     def record(self, event: str, grant: Grant, now: int) -> None:
         self.seq += 1
@@ -324,6 +327,26 @@ class MemoryDelegations:
         return copy.deepcopy(sorted(rows, key=lambda d: (d["created_at"], d["id"])))
 
 
+class MemoryRates:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
+        async with self._d.tx:  # read and increment in one critical section: each caller its own count
+            ends = self._d.rate_ends
+            while ends and ends[0][0] <= now:  # drop ended windows, soonest first (a heap: cheap)
+                _, old_key, old_start = heapq.heappop(ends)
+                self._d.rates.pop((old_key, old_start), None)
+            if (key, window_start) not in self._d.rates:
+                heapq.heappush(ends, (window_start + window_ms, key, window_start))
+            count = self._d.rates.get((key, window_start), 0) + 1
+            self._d.rates[(key, window_start)] = count
+            return count
+
+    async def count(self, key: str, window_start: int) -> int:
+        return self._d.rates.get((key, window_start), 0)
+
+
 class MemoryStore:
     """``grantd.store.Store`` in memory (one process; lost on exit)."""
 
@@ -334,6 +357,7 @@ class MemoryStore:
         self.challenges = MemoryChallenges(data)
         self.grants = MemoryGrants(data)
         self.delegations = MemoryDelegations(data)
+        self.rates = MemoryRates(data)
         self._migrated = False
 
     async def migrate(self) -> list[int]:

@@ -1,0 +1,165 @@
+"""Abuse limits (D12): how many attempts a client address or an identity may make, in one place.
+
+Every limit is a fixed window of one minute counted in the store (``store.rates``), so all server
+processes and nodes count the same attempts. An attempt over a limit is answered 429 problem+json
+with ``Retry-After`` (seconds until the window ends) and a detail naming the limit. A limit set to
+0 in ``[limits]`` is off. Services never see the request: the web layer passes the client address
+(``request.ctx.client_ip``, which honours ``server.trusted_proxies``).
+
+What is counted where:
+
+- challenge and authenticate: per client address, then per agent (each route its own counter);
+- agent enrolment: per client address;
+- grant requests: per agent, plus a bound on the agent's pending grants (counted, not rated);
+- grant verification: per client address;
+- refused bearer tokens (the authentication chain, ``grantd.services.authn``): per client
+  address; once the limit is reached, every request that presents a bearer from that address is
+  429 until the window ends, whether or not its bearer is good (so a guess that would succeed is
+  not told apart from one that would not). Accepted bearers are never counted.
+
+Open event streams are bounded by the hub (``grantd.services.events``), per process.
+
+A fixed window lets a client spend up to twice a limit around a window boundary; that is the
+price of one counter per key and window, and still bounds every client to a small multiple of
+the limit over any longer time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from grantd.config import Config
+from grantd.core.clock import Clock
+from grantd.core.errors import Problem
+from grantd.core.paging import PageRequest
+from grantd.core.principals import Principal
+from grantd.store import RateStore
+
+if TYPE_CHECKING:
+    from grantd.services.context import Services
+
+WINDOW_MS = 60_000
+PENDING_RETRY_AFTER = 60  # seconds: pending grants clear only when decided, withdrawn or expired
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One counted limit: ``limit`` attempts per window per subject (0 = off)."""
+
+    name: str  # the counter's key prefix, e.g. "authenticate.address"
+    limit: int
+    what: str  # "too many authentication attempts"
+
+
+def too_many(detail: str, retry_after: int) -> Problem:
+    return Problem(429, f"{detail}; retry in {retry_after} s", headers={"Retry-After": str(retry_after)})
+
+
+class Limits:
+    """The limits of one server process, read from ``[limits]``."""
+
+    def __init__(self, config: Config, rates: RateStore, clock: Clock):
+        limits = config.limits
+        self.rates = rates
+        self.clock = clock
+        auth = "too many authentication attempts"
+        self.challenge_address = Rule("challenge.address", limits.authenticate_per_address, auth)
+        self.challenge_agent = Rule("challenge.agent", limits.authenticate_per_agent, auth)
+        self.authenticate_address = Rule("authenticate.address", limits.authenticate_per_address, auth)
+        self.authenticate_agent = Rule("authenticate.agent", limits.authenticate_per_agent, auth)
+        self.enroll_address = Rule("enroll.address", limits.enroll_per_address, "too many enrolments")
+        self.grants_agent = Rule("grants.agent", limits.grants_per_agent, "too many grant requests")
+        self.verify_address = Rule("verify.address", limits.verify_per_address, "too many verification requests")
+        self.failed_bearer_address = Rule(
+            "bearer-failed.address", limits.failed_bearer_per_address, "too many failed authentication attempts"
+        )
+        self.pending_per_agent: int = limits.pending_per_agent
+        self.streams_per_principal: int = limits.streams_per_principal
+        self.streams_per_process: int = limits.streams_per_process
+
+    # -- the counting rule ------------------------------------------------------------------------
+    def _window(self) -> tuple[int, int, int]:
+        """(now, start of the current window, whole seconds until it ends — at least 1)."""
+        now = self.clock.now_ms()
+        start = now - now % WINDOW_MS
+        return now, start, max(1, -(-(start + WINDOW_MS - now) // 1000))
+
+    async def hit(self, rule: Rule, subject: str | None) -> None:
+        """Count one attempt of ``subject``; 429 if it is over the limit (the attempt is counted
+        either way, so hammering a closed door keeps it closed until the window ends)."""
+        if rule.limit <= 0 or not subject:
+            return
+        now, start, retry_after = self._window()
+        if await self.rates.hit(f"{rule.name}:{subject}", start, WINDOW_MS, now) > rule.limit:
+            raise too_many(rule.what, retry_after)
+
+    async def check(self, rule: Rule, subject: str | None) -> None:
+        """429 if ``subject`` has used up ``rule`` in this window, without counting."""
+        if rule.limit <= 0 or not subject:
+            return
+        _, start, retry_after = self._window()
+        if await self.rates.count(f"{rule.name}:{subject}", start) >= rule.limit:
+            raise too_many(rule.what, retry_after)
+
+    # -- where the limits apply -------------------------------------------------------------------
+    async def sign_in(self, services: Services, address: str | None, body: dict[str, Any], *, step: str) -> None:
+        """A challenge (``step="challenge"``) or authenticate request: per address, then per agent.
+        The agent is resolved from ``agent_id``/``id`` (its id or e-mail, so both names share one
+        counter); an unknown or malformed one is only counted per address (it gets 404/400)."""
+        by_address, by_agent = (
+            (self.challenge_address, self.challenge_agent) if step == "challenge"
+            else (self.authenticate_address, self.authenticate_agent)
+        )
+        await self.hit(by_address, address)
+        if by_agent.limit <= 0:
+            return
+        ident = body.get("agent_id") if body.get("agent_id") is not None else body.get("id")
+        if isinstance(ident, str) and ident.strip() and len(ident) <= 254:
+            agent = await services.store.agents.get(ident.strip())
+            if agent is not None:
+                await self.hit(by_agent, agent["agent_id"])
+
+    async def enrol(self, address: str | None) -> None:
+        await self.hit(self.enroll_address, address)
+
+    async def verify(self, address: str | None) -> None:
+        await self.hit(self.verify_address, address)
+
+    async def grant_request(self, services: Services, principal: Principal | None) -> None:
+        """An agent asks for a grant: its rate, then the bound on its pending grants (pending and
+        not lapsed; a decision, withdrawal or expiry frees a place). Other principals (the
+        management token, people) are not limited here."""
+        agent_id = principal.agent_id if principal is not None else None
+        if agent_id is None:
+            return
+        await self.hit(self.grants_agent, agent_id)
+        bound = self.pending_per_agent
+        if bound <= 0:
+            return
+        pending, _ = await services.store.grants.list(
+            lapse=services.grant_lapse(), page=PageRequest(bound, None), status="pending", requester_ids=[agent_id]
+        )
+        if len(pending) >= bound:
+            raise too_many(f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
+                           PENDING_RETRY_AFTER)
+
+    async def bearer_allowed(self, address: str | None) -> None:
+        """Before a presented bearer is checked: 429 while the address is shut out."""
+        await self.check(self.failed_bearer_address, address)
+
+    async def bearer_refused(self, address: str | None) -> None:
+        """A presented bearer was refused (401): count it against the address."""
+        if self.failed_bearer_address.limit <= 0 or not address:
+            return
+        now, start, _ = self._window()
+        await self.rates.hit(f"{self.failed_bearer_address.name}:{address}", start, WINDOW_MS, now)
+
+    def stream_slots(self, open_of_principal: int, open_in_process: int) -> None:
+        """Another event stream for a principal that has ``open_of_principal`` open in this process
+        (of ``open_in_process`` in all): 429 beyond ``streams_per_principal``, 503 beyond
+        ``streams_per_process``. Counted per process: a principal may hold that many in each."""
+        if 0 < self.streams_per_principal <= open_of_principal:
+            raise too_many(f"too many open event streams (at most {self.streams_per_principal} per identity)", 10)
+        if 0 < self.streams_per_process <= open_in_process:
+            raise Problem(503, "too many open event streams on this server; retry in 10 s", headers={"Retry-After": "10"})
