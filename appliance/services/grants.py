@@ -19,7 +19,15 @@ from typing import Any
 from grantd.commands import cmd_hash
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
-from grantd.core.fields import MAX_TEXT, email_field, field_error, seconds_field, string_field
+from grantd.core.fields import (
+    MAX_TEXT,
+    check_identifier,
+    email_field,
+    field_error,
+    identifier_field,
+    seconds_field,
+    string_field,
+)
 from grantd.core.lifecycle import GRANT_TYPES, Lapse
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Principal
@@ -38,9 +46,8 @@ MAX_COMMAND_BYTES = 32_768
 MAX_PERMISSIONS = 100
 MAX_BATCH = 100
 MAX_EXTENSION_BYTES = 16_384  # authorization_details + execution_context together (D6)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_RUN_AS = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?$")
-_HOST = re.compile(r"^[^\s\x00-\x1f\x7f/]{1,255}$")
+_RUN_AS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?")  # fullmatch: "root\n" is not a user name
+_HOST = re.compile(r"[^\s/]{1,255}")  # fullmatch, after check_identifier refused control characters
 
 # What a consume/verify of a grant in each state answers (D2).
 UNUSABLE = {
@@ -115,9 +122,9 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
 
 
 def _grant_type(body: dict[str, Any], default: str | None) -> str | None:
-    value = body.get("grant_type", default)
-    if value is None:
-        return None
+    value = body.get("grant_type")
+    if value is None:  # null means absent
+        return default
     if not isinstance(value, str) or value not in GRANT_TYPES:
         raise field_error("grant_type", "grant_type must be one of once, timed, always")
     return value
@@ -185,13 +192,11 @@ async def parse_request(services: Services, principal: Principal | None, body: d
     """The stored grant request and its requester id: validated, requester from the credential,
     cmd_hash computed (D4, D6)."""
     requester, requester_id = await _requester(services, principal, body)
-    target_host = string_field(body, "target_host", required=True)
-    audience = string_field(body, "audience", required=True)
+    target_host = identifier_field(body, "target_host", required=True)
+    audience = identifier_field(body, "audience", required=True)
     assert target_host is not None and audience is not None
-    if not _HOST.match(target_host):
+    if not _HOST.fullmatch(target_host):
         raise field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
-    if _CONTROL.search(audience):
-        raise field_error("audience", "audience must not contain control characters")
     grant_type = _grant_type(body, "once")
     duration = seconds_field(body, "duration", services.config.grants.max_duration)
     if grant_type == "timed" and duration is None:
@@ -205,13 +210,16 @@ async def parse_request(services: Services, principal: Principal | None, body: d
         if sum(len(a.encode("utf-8")) + 1 for a in command) > MAX_COMMAND_BYTES:
             raise field_error("command", f"command is longer than {MAX_COMMAND_BYTES} bytes")
     permissions = _string_list(body, "permissions", max_items=MAX_PERMISSIONS, max_len=MAX_TEXT)
-    if permissions is not None and any(not p.strip() or _CONTROL.search(p) for p in permissions):
-        raise field_error("permissions", "permissions must be non-empty strings without control characters")
+    if permissions is not None:
+        if any(not p.strip() for p in permissions):
+            raise field_error("permissions", "permissions must be non-empty strings")
+        for permission in permissions:
+            check_identifier("permissions", permission)
     if not command and not permissions:
         raise field_error("command", "a grant needs a command or permissions")
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
-    run_as = string_field(body, "run_as", required=False, max_len=64)
-    if run_as is not None and not _RUN_AS.match(run_as):
+    run_as = identifier_field(body, "run_as", required=False, max_len=64)
+    if run_as is not None and not _RUN_AS.fullmatch(run_as):
         raise field_error("run_as", "run_as must be a user name")
     request: dict[str, Any] = {
         "requester": requester,
@@ -365,9 +373,7 @@ async def _transition(
 
 
 async def _grant_to_decide(services: Services, principal: Principal, grant_id: str, verb: str) -> Grant:
-    grant = await services.store.grants.get(grant_id)
-    if grant is None:
-        raise not_found("grant not found")
+    grant = await _visible_grant(services, principal, grant_id)  # 404 to whoever may not even see it
     if not policy.may_decide(principal, await requesting_agent(services, grant), services.admin_emails):
         raise forbidden(f"not authorized to {verb}")
     return grant
@@ -451,6 +457,13 @@ async def token(services: Services, principal: Principal, grant_id: str) -> dict
     return {"authz_jwt": await services.tokens.mint_authz(grant), "grant": {"id": grant["id"], "status": status}}
 
 
+def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
+    """An AuthZ-JWT speaks for its grant only with the grant's own audience, host and requester."""
+    request = grant["request"]
+    return (claims.get("aud") == request["audience"] and claims.get("target_host") == request["target_host"]
+            and claims.get("sub") == grant["requester"])
+
+
 async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
     if presented is None:
         raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
@@ -463,6 +476,8 @@ async def consume(services: Services, presented: str | None, grant_id: str) -> d
     grant = await services.store.grants.get(grant_id)
     if grant is None:
         raise not_found("grant not found")
+    if not token_matches_grant(claims, grant):
+        raise unauthorized("invalid token: it does not match the grant", invalid_token=True)
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
@@ -493,6 +508,8 @@ async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, An
     grant = await services.store.grants.get(claims["grant_id"])
     if grant is None:
         return {"valid": False, "error": "grant not found"}
+    if not token_matches_grant(claims, grant):
+        return {"valid": False, "error": "token does not match the grant"}
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":

@@ -13,7 +13,10 @@ here against the clock, with PyJWT's semantics).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
+import re
 import uuid
 from collections import OrderedDict
 from enum import StrEnum
@@ -126,7 +129,14 @@ class Tokens:
 
     # -- verifying --------------------------------------------------------------------------------
     async def verify(self, token: str, *, audience: str | None) -> dict[str, Any]:
-        """Signature (a published key of ours), issuer, audience (if given), expiry by the clock."""
+        """Signature (a published key of ours), issuer, audience (if given), expiry by the clock.
+
+        Only the one spelling we mint is accepted: compact form, unpadded base64url, bounded length,
+        a payload without duplicate members, a single-string ``aud``, integer times with ``iat`` not
+        ahead of the clock and ``nbf`` (if any) reached — so nobody can make a second valid string
+        of a token or smuggle a claim past a parser that keeps the other duplicate."""
+        if len(token) > MAX_TOKEN_LENGTH or not _COMPACT_JWS.fullmatch(token):
+            raise TokenError("malformed token")
         segment = token.partition(".")[0]
         header = self._headers.get(segment)
         if header is None:
@@ -151,9 +161,7 @@ class Tokens:
             raise TokenError("bad signature") from None
         except jwt.PyJWTError as exc:
             raise TokenError(f"invalid token: {exc}") from None
-        exp = claims.get("exp")
-        if not isinstance(exp, int) or isinstance(exp, bool) or exp <= self.clock.now_s():
-            raise TokenError("token expired")
+        _check_claim_shapes(token, claims, self.clock.now_s())
         if segment not in self._headers and len(self._headers) < 64:
             self._headers[segment] = header
         return claims
@@ -178,6 +186,43 @@ class Tokens:
         if kind_of(claims) is not TokenKind.AUTHZ:
             raise TokenError("not a grant token")
         return claims
+
+
+MAX_TOKEN_LENGTH = 8192
+_COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+CLOCK_SKEW_S = 60  # how far ahead of our clock an iat may be (a verifier's clock is not ours)
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise TokenError("invalid token: duplicate claim")
+        found[key] = value
+    return found
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_claim_shapes(token: str, claims: dict[str, Any], now_s: int) -> None:
+    """What PyJWT leaves to us, after the signature verified."""
+    payload = token.split(".")[1]
+    try:
+        json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), object_pairs_hook=_refuse_duplicates)
+    except (ValueError, UnicodeDecodeError):
+        raise TokenError("malformed token") from None
+    if not isinstance(claims.get("aud", ""), str):
+        raise TokenError("audience must be a single string")
+    exp, iat, nbf = claims.get("exp"), claims.get("iat"), claims.get("nbf")
+    if not isinstance(exp, int) or not isinstance(iat, int) or not all(map(_is_time, (exp, iat))) or (
+            nbf is not None and not _is_time(nbf)):
+        raise TokenError("invalid token: times must be whole seconds")
+    if exp <= now_s:
+        raise TokenError("token expired")
+    if iat > now_s + CLOCK_SKEW_S or (isinstance(nbf, int) and nbf > now_s + CLOCK_SKEW_S):
+        raise TokenError("token not valid yet")
 
 
 class _VerifiedCache:

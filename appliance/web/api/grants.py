@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json as jsonlib
+from typing import Any
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, empty, json
@@ -20,11 +21,16 @@ from grantd.web.api.common import body_of, credentials_of, principal_of, service
 
 bp = Blueprint("grants")
 EVENT_STREAM = "text/event-stream; charset=utf-8"
+REPLAY_PAGE = 50  # events read per step of a replay: all an unread stream holds in memory
+REPLAY_MAX = 1000  # a Last-Event-ID further behind than this is not replayed: the stream sends `reset`
+SEND_TIMEOUT = 30  # seconds one frame may wait for a reader that does not read; then it is cut off
 
 
 @bp.post("/api/grants")
 async def create(request: Request) -> HTTPResponse:
-    answer, status = await grants.create(services_of(request), await principal_of(request), body_of(request))
+    services, principal = services_of(request), await principal_of(request)
+    await services.limits.grant_request(services, principal)
+    answer, status = await grants.create(services, principal, body_of(request))
     return json(answer, status=status)
 
 
@@ -86,7 +92,9 @@ async def consume(request: Request, grant_id: str) -> HTTPResponse:
 
 @bp.post("/api/grants/verify")
 async def verify(request: Request) -> HTTPResponse:
-    return json(await grants.verify_token(services_of(request), body_of(request, required=False)))
+    services = services_of(request)
+    await services.limits.verify(request.ctx.client_ip)
+    return json(await grants.verify_token(services, body_of(request, required=False)))
 
 
 @bp.post("/api/grants/batch")
@@ -162,37 +170,76 @@ async def events(request: Request) -> HTTPResponse | None:
     visibility = _Visibility(services, principal)
     credential = _CredentialCheck(services, request)
     heartbeat = services.config.grants.events_heartbeat
-    async with hub.subscription(principal.id) as sub:
-        sent = resume if resume is not None else await services.store.grants.last_event_seq()
+    async with hub.subscription(principal.id, services.limits) as sub:  # 429 beyond the open-stream bounds
+        last = await services.store.grants.last_event_seq()
+        sent = resume if resume is not None else last
+        reset = await _replay_refused(services, resume, last) if resume is not None else None
         response = await request.respond(
             content_type=EVENT_STREAM, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         )
-        # Sends the headers now: clients learn at once that the stream is open.
-        await response.send("retry: 2000\n: stream open\n\n")
-        while resume is not None:  # replay what the client missed
-            rows = await services.store.grants.events_after(sent, 500)
-            for row in rows:
-                sent = row["seq"]
-                if await visibility.allows(row):
-                    await response.send(_frame(row))
-            if len(rows) < 500:
-                break
-        while not hub.closing:
-            try:
-                item: GrantEvent | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
-            except TimeoutError:
-                if not await credential.holds(force=True):
-                    break  # the token expired or the agent was disabled: no more events for it
-                await response.send(": heartbeat\n\n")
-                continue
-            if item is None or sub.overflowed or sub.ended:
-                break  # shutting down, too far behind (the client resumes from its last id), or ended
-            if item["seq"] <= sent:
-                continue
-            sent = item["seq"]
-            if await visibility.allows(item):
+        try:
+            # Sends the headers now: clients learn at once that the stream is open.
+            await _send(response, "retry: 2000\n: stream open\n\n")
+            if reset is not None:
+                sent = last
+                await _send(response, _reset_frame(last, reset))
+            while resume is not None and reset is None:  # replay what the client missed, a page at a time
+                rows = await services.store.grants.events_after(sent, REPLAY_PAGE)
+                for row in rows:
+                    sent = row["seq"]
+                    if await visibility.allows(row):
+                        await _send(response, _frame(row))  # waits while the client is not reading
+                if len(rows) < REPLAY_PAGE or sub.overflowed:
+                    break
+            while not hub.closing:
+                try:
+                    item: GrantEvent | None = await asyncio.wait_for(sub.queue.get(), heartbeat)
+                except TimeoutError:
+                    if not await credential.holds(force=True):
+                        break  # the token expired or the agent was disabled: no more events for it
+                    await _send(response, ": heartbeat\n\n")
+                    continue
+                if item is None or sub.overflowed or sub.ended:
+                    break  # shutting down, too far behind (the client resumes from its last id), or ended
+                if item["seq"] <= sent:
+                    continue
+                sent = item["seq"]
+                # Every event, seen or not, is a moment to re-check the credential (at most once a
+                # second): other principals' events must not keep a dead agent's stream alive.
                 if not await credential.holds():
                     break
-                await response.send(_frame(item))
-        await response.eof()
+                if await visibility.allows(item):
+                    await _send(response, _frame(item))
+            await _send(response, None)
+        except TimeoutError:
+            # The client stopped reading: cut it off (it resumes with Last-Event-ID) without waiting
+            # for a buffer it will not drain.
+            request.transport.abort()  # type: ignore[attr-defined]
     return None
+
+
+async def _send(response: Any, data: str | None) -> None:
+    """One frame (None: the end of the stream), waiting at most SEND_TIMEOUT for the client to read."""
+    async with asyncio.timeout(SEND_TIMEOUT):
+        if data is None:
+            await response.eof()
+        else:
+            await response.send(data)
+
+
+async def _replay_refused(services: Services, resume: int, last: int) -> str | None:
+    """Why the events after ``resume`` are not replayed, or None to replay them: more than
+    REPLAY_MAX behind, or some of them are no longer kept (older than ``grants.events_retention``)."""
+    if last - resume > REPLAY_MAX:
+        return f"more than {REPLAY_MAX} events behind"
+    oldest = await services.store.grants.events_after(0, 1)
+    if oldest and resume + 1 < oldest[0]["seq"]:
+        return "older than the events kept"
+    return None
+
+
+def _reset_frame(last: int, reason: str) -> str:
+    """Tells the client that events were skipped: list what it needs again (GET /api/grants), then
+    follow the stream, which goes on live from ``last`` (its id becomes the client's Last-Event-ID)."""
+    data = jsonlib.dumps({"reason": reason, "last_event_id": last, "relist": "/api/grants"}, separators=(",", ":"))
+    return f"id: {last}\nevent: reset\ndata: {data}\n\n"

@@ -1,0 +1,586 @@
+"""The authorisation matrix: every route of the app x every kind of caller -> the expected answer.
+
+One table (``TABLE`` below) is the rule, the test and the documentation: each cell is checked
+against an in-process server, and docs/authorization.md is that table rendered (a test checks the
+file matches). After changing the table, regenerate the page with either of
+
+    .venv/bin/python tests/test_authz_matrix.py            # writes docs/authorization.md
+    GRANTD_WRITE_AUTHZ_DOC=1 .venv/bin/python -m pytest -q tests/test_authz_matrix.py
+
+A route the table does not list fails ``test_every_route_is_in_the_table``: new routes cannot skip
+the matrix. A new kind of caller (a person, an OAuth client) is one column: an entry in ``CALLERS``
+(with its legend) plus its credential in ``World.bearer``/``World.authz``, and one value per row.
+
+Cells: an HTTP status, optionally followed by what the body must say:
+``200 valid`` / ``200 invalid`` (verify's ``valid``), ``200 consumed`` / ``200 valid`` /
+``200 revoked`` (consume's ``status`` or ``error``), ``200 op:ok`` / ``200 op:403`` (the batch
+operation's outcome). Every 401 must carry ``WWW-Authenticate: Bearer``; every 4xx is problem+json.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:  # `python tests/test_authz_matrix.py` regenerates the page
+    sys.path.insert(0, str(TESTS))
+
+import httpx  # noqa: E402
+import jwt  # noqa: E402
+import pytest  # noqa: E402
+from cryptography.hazmat.primitives import serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+DOC = TESTS.parent / "docs" / "authorization.md"
+
+# The matrix is about who may do what, not about how often (D12 limits have their own tests): the
+# servers of these files count nothing, or the many refused bearers from 127.0.0.1 would be 429s.
+NO_LIMITS = """
+[limits]
+authenticate_per_agent = 0
+authenticate_per_address = 0
+enroll_per_address = 0
+failed_bearer_per_address = 0
+grants_per_agent = 0
+pending_per_agent = 0
+verify_per_address = 0
+streams_per_principal = 0
+"""
+
+# -- the callers (columns) --------------------------------------------------------------------------
+
+CALLERS: dict[str, str] = {
+    "none": "no `Authorization` header",
+    "garbage": "`Bearer not-a-token`",
+    "expired": "an identity token of the requesting agent, signed with the server's key, `exp` in the past",
+    "forged": "the requesting agent's identity claims signed by a foreign Ed25519 key under our `kid`",
+    "disabled": "the token of an agent that was disabled afterwards",
+    "deleted": "the token of an agent that was deleted afterwards",
+    "reenrolled": "the old token of an agent deleted and enrolled again under the same e-mail",
+    "rekeyed": "the old token of an agent whose key was replaced (`PUT /api/admin/agents/:id` `publicKey`)",
+    "self": "the requesting agent: the grants, delegation and agent record the request names are its own",
+    "other": "another agent (same owner as the requesting agent)",
+    "foreign": "an agent whose owner and approver are someone else (`carol@example.com`)",
+    "mgmt": "the management token (acts as `admin.management_identity`, an administrator)",
+}
+
+# -- the table (rows: routes) -----------------------------------------------------------------------
+# consume and verify take AuthZ-JWTs: there the column names the token presented (see AUTHZ_LEGEND).
+
+TABLE = """
+route                                          | none | garbage | expired | forged | disabled | deleted | reenrolled | rekeyed | self | other | foreign | mgmt
+GET /healthz                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /readyz                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/jwks.json                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/openid-configuration          | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/federation/providers                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/challenge                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/challenge                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/authenticate                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/authenticate                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/enroll                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
+POST /api/auth/enroll                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
+GET /api/me                                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
+GET /api/admin/agents                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
+POST /api/admin/agents                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
+GET /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
+PUT /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
+DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
+POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201
+GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
+GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
+POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
+POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
+POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
+POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403
+POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401
+POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid
+POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok
+GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
+POST /api/delegations                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
+GET /api/delegations                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
+DELETE /api/delegations/:delegation_id         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
+POST /api/delegations/:delegation_id/validate  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
+"""
+
+ROUTE_NOTES: dict[str, str] = {
+    "POST /api/agent/challenge": "public; the body names the requesting agent",
+    "POST /api/agent/authenticate": "public; a fresh challenge of the requesting agent, signed with its key",
+    "POST /api/agent/enroll": "a new agent with a new key",
+    "PUT /api/admin/agents/:ident": "rename a throwaway agent",
+    "DELETE /api/admin/agents/:ident": "a throwaway agent",
+    "GET /api/admin/agents/:ident": "the requesting agent's record",
+    "POST /api/grants": "a `once` grant for the caller (the management token names `requester`)",
+    "GET /api/grants/:grant_id": "a pending grant of the requesting agent",
+    "POST /api/grants/:grant_id/approve": "a pending grant of the requesting agent",
+    "POST /api/grants/:grant_id/deny": "a pending grant of the requesting agent",
+    "POST /api/grants/:grant_id/revoke": "a pending grant of the requesting agent",
+    "POST /api/grants/:grant_id/token": "an approved grant of the requesting agent",
+    "POST /api/grants/:grant_id/consume": "bearer = the AuthZ-JWT of the column (see below)",
+    "POST /api/grants/verify": "`{token}` = the AuthZ-JWT of the column (see below)",
+    "POST /api/grants/batch": "one `approve` of a pending grant of the requesting agent",
+    "GET /api/grants/events": "opens the stream (status and headers only)",
+    "POST /api/delegations": "delegate = the requesting agent, a private audience",
+    "DELETE /api/delegations/:delegation_id": "a delegation to the requesting agent by the management identity",
+    "POST /api/delegations/:delegation_id/validate": "a delegation to the requesting agent by the management identity",
+}
+
+AUTHZ_LEGEND: dict[str, str] = {
+    "none": "no bearer (consume) / no `token` (verify)",
+    "garbage": "`not-a-token`",
+    "expired": "an approved grant's claims re-signed by the server's key with `exp` in the past",
+    "forged": "an approved grant's claims signed by a foreign key under our `kid`",
+    "disabled": "the AuthZ-JWT of the disabled agent's approved `timed` grant, fetched before it was disabled",
+    "deleted": "the same for the deleted agent",
+    "reenrolled": "the same for the agent deleted and re-enrolled",
+    "rekeyed": "the same for the re-keyed agent: a new key ends identity tokens, not grants",
+    "self": "the AuthZ-JWT of an approved `once` grant, at that grant",
+    "other": "another agent's AuthZ-JWT, presented at the requesting agent's grant (verify: on its own)",
+    "foreign": "the same with the foreign-owned agent's AuthZ-JWT",
+    "mgmt": "the management token",
+}
+
+
+def parse_table(text: str = TABLE) -> tuple[list[str], dict[str, dict[str, str]]]:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    header = [c.strip() for c in lines[0].split("|")]
+    columns = header[1:]
+    rows: dict[str, dict[str, str]] = {}
+    for line in lines[1:]:
+        cells = [c.strip() for c in line.split("|")]
+        assert len(cells) == len(header), f"row has {len(cells)} cells, the header {len(header)}: {line}"
+        assert cells[0] not in rows, f"route listed twice: {cells[0]}"
+        rows[cells[0]] = dict(zip(columns, cells[1:], strict=True))
+    return columns, rows
+
+
+COLUMNS, ROWS = parse_table()
+
+
+def render_doc() -> str:
+    """docs/authorization.md, from the table."""
+    out = [
+        "# Who may call what",
+        "",
+        "<!-- Generated from tests/test_authz_matrix.py (TABLE); do not edit by hand. Regenerate with",
+        "     `.venv/bin/python tests/test_authz_matrix.py` after changing the table. -->",
+        "",
+        "Every route of the server against every kind of caller, with the HTTP status a representative",
+        "valid request answers. The test suite sends each of these requests to a real server",
+        "(tests/test_authz_matrix.py) and fails when an answer differs, or when the server has a route",
+        "this table does not list.",
+        "",
+        "Rules (spec/decisions.md D2, D6, D7, D11): no credential -> 401 with `WWW-Authenticate: Bearer`;",
+        "an invalid, expired or forged token, or the token of a disabled, deleted, re-enrolled or",
+        "re-keyed agent -> 401; a valid credential without the right -> 403; a grant or delegation the",
+        "caller may not see -> 404 (it learns nothing, not even that it exists). Public routes ignore",
+        "whatever credential is sent.",
+        "",
+        "## Callers",
+        "",
+        "| column | caller |",
+        "|---|---|",
+    ]
+    out += [f"| `{key}` | {legend} |" for key, legend in CALLERS.items()]
+    out += [
+        "",
+        "`POST /api/grants/:grant_id/consume` and `POST /api/grants/verify` take AuthZ-JWTs, not callers;",
+        "in their rows the column names the token presented:",
+        "",
+        "| column | token presented |",
+        "|---|---|",
+    ]
+    out += [f"| `{key}` | {legend} |" for key, legend in AUTHZ_LEGEND.items()]
+    out += [
+        "",
+        "Cells: the status; `valid`/`invalid` is verify's `valid`; `consumed`/`valid`/`revoked` is",
+        "consume's `status` or `error` (D2: a known grant that cannot be used answers 200 with `error`);",
+        "`op:ok`/`op:4xx` is the outcome of the batch's one operation (the batch itself answers 200).",
+        "",
+        "## The matrix",
+        "",
+        "| route | " + " | ".join(f"`{c}`" for c in COLUMNS) + " | request |",
+        "|---|" + "---|" * len(COLUMNS) + "---|",
+    ]
+    for route, cells in ROWS.items():
+        note = ROUTE_NOTES.get(route) or ROUTE_NOTES.get(route.replace("/api/auth/", "/api/agent/"), "")
+        out.append(f"| `{route}` | " + " | ".join(cells[c] for c in COLUMNS) + f" | {note} |")
+    out.append("")
+    return "\n".join(out)
+
+
+# -- the world the requests run in ------------------------------------------------------------------
+
+
+def new_public_key() -> tuple[Ed25519PrivateKey, str]:
+    private = Ed25519PrivateKey.generate()
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return private, public.decode() + " matrix"
+
+
+_serial = itertools.count()
+
+
+def fresh_email(prefix: str) -> str:
+    return f"{prefix}+{os.getpid()}-{next(_serial)}-{time.monotonic_ns() % 1_000_000}@example.com"
+
+
+@dataclass
+class Enrolled:
+    email: str
+    agent_id: str
+    key: Ed25519PrivateKey
+    token: str = ""
+
+
+def b64url_json(value: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value, separators=(",", ":")).encode()).rstrip(b"=").decode()
+
+
+def unverified(token: str) -> dict[str, Any]:
+    return jwt.decode(token, options={"verify_signature": False})
+
+
+@dataclass
+class World:
+    """A running in-process server with one agent of every kind the columns name."""
+
+    srv: Any
+    kid: str = ""
+    agents: dict[str, Enrolled] = field(default_factory=dict)
+    authz_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> (AuthZ-JWT, grant id)
+    bearers: dict[str, str | None] = field(default_factory=dict)
+
+    # -- plumbing
+    def http(self, bearer: str | None = None) -> httpx.Client:
+        return self.srv.client(bearer)
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        with self.srv.admin() as http:
+            return http.request(method, path, **kwargs)
+
+    def sign(self, claims: dict[str, Any]) -> str:
+        """Any claims, signed with the server's own key (to forge what a test needs)."""
+        return self.srv.call(self.srv.services.tokens._sign(claims))  # type: ignore[no-any-return]
+
+    def foreign_sign(self, claims: dict[str, Any]) -> str:
+        return jwt.encode(claims, Ed25519PrivateKey.generate(), algorithm="EdDSA", headers={"kid": self.kid, "typ": "JWT"})
+
+    def enroll(self, prefix: str, **fields: Any) -> Enrolled:
+        key, public = new_public_key()
+        email = fields.pop("email", None) or fresh_email(prefix)
+        r = self.admin("POST", "/api/agent/enroll", json={"email": email, "name": prefix, "publicKey": public, **fields})
+        assert r.status_code == 201, r.text
+        return Enrolled(email, r.json()["agent_id"], key)
+
+    def sign_in(self, agent: Enrolled) -> str:
+        with self.http() as http:
+            challenge = http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}).json()["challenge"]
+            signature = base64.b64encode(agent.key.sign(challenge.encode())).decode()
+            r = http.post("/api/agent/authenticate", json={"agent_id": agent.agent_id, "challenge": challenge,
+                                                           "signature": signature})
+        assert r.status_code == 200, r.text
+        agent.token = r.json()["token"]
+        return agent.token
+
+    def signed_in(self, prefix: str, **fields: Any) -> Enrolled:
+        agent = self.enroll(prefix, **fields)
+        self.sign_in(agent)
+        return agent
+
+    def grant(self, agent: Enrolled, **fields: Any) -> dict[str, Any]:
+        body = {"target_host": "web-1", "audience": "escapes", "command": ["systemctl", "restart", "nginx"],
+                "grant_type": "once", **fields}
+        with self.http(agent.token) as http:
+            r = http.post("/api/grants", json=body)
+        assert r.status_code in (200, 201), r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    def approved(self, agent: Enrolled, **fields: Any) -> tuple[str, str]:
+        """(AuthZ-JWT, grant id) of a freshly approved grant of the agent."""
+        grant = self.grant(agent, **fields)
+        r = self.admin("POST", f"/api/grants/{grant['id']}/approve")
+        assert r.status_code == 200, r.text
+        return r.json()["authz_jwt"], grant["id"]
+
+    def delegation(self, delegate: Enrolled) -> dict[str, Any]:
+        r = self.admin("POST", "/api/delegations", json={"delegate": delegate.email, "audience": "matrix-only",
+                                                         "approval": "once", "duration": 3600})
+        assert r.status_code == 201, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    # -- the columns
+    def bearer(self, column: str) -> str | None:
+        return self.bearers[column]
+
+    def authz(self, column: str) -> tuple[str | None, str]:
+        """(token presented, grant id of the path) for consume and verify."""
+        self_token, self_grant = self.approved(self.agents["self"])
+        if column == "self":
+            return self_token, self_grant
+        if column in self.authz_tokens:
+            token, grant_id = self.authz_tokens[column]
+            return token, (self_grant if column in ("other", "foreign") else grant_id)
+        if column == "expired":
+            claims = unverified(self_token)
+            return self.sign({**claims, "iat": claims["iat"] - 7200, "exp": claims["iat"] - 3600}), self_grant
+        if column == "forged":
+            return self.foreign_sign(unverified(self_token)), self_grant
+        return self.bearers[column], self_grant  # none, garbage, mgmt: what they would send anyway
+
+
+def build_world(srv: Any) -> World:
+    w = World(srv)
+    with w.http() as http:
+        w.kid = http.get("/.well-known/jwks.json").json()["keys"][0]["kid"]
+    requester = w.signed_in("self")
+    w.agents["self"] = requester
+    w.agents["other"] = w.signed_in("other")
+    w.agents["foreign"] = w.signed_in("foreign", owner="carol@example.com", approver="carol@example.com")
+    for column in ("other", "foreign"):
+        w.authz_tokens[column] = w.approved(w.agents[column], grant_type="timed", duration=3600)
+
+    def doomed(column: str) -> Enrolled:
+        agent = w.signed_in(column)
+        w.agents[column] = agent
+        w.authz_tokens[column] = w.approved(agent, grant_type="timed", duration=3600)
+        return agent
+
+    agent = doomed("disabled")
+    assert w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).status_code == 200
+    agent = doomed("deleted")
+    assert w.admin("DELETE", f"/api/admin/agents/{agent.agent_id}").status_code == 200
+    agent = doomed("reenrolled")
+    assert w.admin("DELETE", f"/api/admin/agents/{agent.agent_id}").status_code == 200
+    w.signed_in("reenrolled", email=agent.email)
+    agent = doomed("rekeyed")
+    _, public = new_public_key()
+    assert w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"publicKey": public}).status_code == 200
+
+    now = srv.clock.now_s()
+    identity = unverified(requester.token)
+    w.bearers = {
+        "none": None,
+        "garbage": "not-a-token",
+        "expired": w.sign({**identity, "iat": now - 7200, "exp": now - 3600}),
+        "forged": w.foreign_sign(identity),
+        "mgmt": srv.token,
+        **{c: w.agents[c].token for c in ("disabled", "deleted", "reenrolled", "rekeyed", "self", "other", "foreign")},
+    }
+    assert set(w.bearers) == set(CALLERS), "every column needs a credential"
+    return w
+
+
+# -- one representative request per route -----------------------------------------------------------
+
+Request = Callable[[World, str], httpx.Response]
+
+
+def _call(w: World, column: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    with w.http(w.bearer(column)) as http:
+        return http.request(method, path, **kwargs)
+
+
+def _get(path: str) -> Request:
+    return lambda w, c: _call(w, c, "GET", path)
+
+
+def _challenge(path: str) -> Request:
+    return lambda w, c: _call(w, c, "POST", path, json={"agent_id": w.agents["self"].email})
+
+
+def _authenticate(path: str) -> Request:
+    def run(w: World, c: str) -> httpx.Response:
+        agent = w.agents["self"]
+        with w.http() as http:
+            challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
+        signature = base64.b64encode(agent.key.sign(challenge.encode())).decode()
+        return _call(w, c, "POST", path, json={"agent_id": agent.email, "challenge": challenge, "signature": signature})
+
+    return run
+
+
+def _enroll(path: str) -> Request:
+    def run(w: World, c: str) -> httpx.Response:
+        _, public = new_public_key()
+        return _call(w, c, "POST", path, json={"email": fresh_email("new"), "name": "new", "publicKey": public})
+
+    return run
+
+
+def _pending(w: World) -> str:
+    return str(w.grant(w.agents["self"])["id"])
+
+
+def _on_pending(verb: str) -> Request:
+    return lambda w, c: _call(w, c, "POST", f"/api/grants/{_pending(w)}/{verb}", json={})
+
+
+def _consume(w: World, c: str) -> httpx.Response:
+    token, grant_id = w.authz(c)
+    with w.http(token) as http:
+        return http.post(f"/api/grants/{grant_id}/consume")
+
+
+def _verify(w: World, c: str) -> httpx.Response:
+    token, _ = w.authz(c)
+    with w.http() as http:
+        return http.post("/api/grants/verify", json={"token": token} if token is not None else {})
+
+
+def _events(w: World, c: str) -> httpx.Response:
+    bearer = w.bearer(c)
+    headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    with httpx.Client(base_url=w.srv.url, timeout=10) as http, http.stream("GET", "/api/grants/events", headers=headers) as r:
+        if r.status_code != 200:
+            r.read()
+        return r
+
+
+def _new_grant(w: World, c: str) -> httpx.Response:
+    body = {"target_host": "web-1", "audience": "escapes", "command": ["true"], "grant_type": "once",
+            "requester": w.agents["self"].email}
+    return _call(w, c, "POST", "/api/grants", json=body)
+
+
+REQUESTS: dict[str, Request] = {
+    "GET /healthz": _get("/healthz"),
+    "GET /readyz": _get("/readyz"),
+    "GET /.well-known/jwks.json": _get("/.well-known/jwks.json"),
+    "GET /.well-known/openid-configuration": _get("/.well-known/openid-configuration"),
+    "GET /api/federation/providers": _get("/api/federation/providers"),
+    "POST /api/agent/challenge": _challenge("/api/agent/challenge"),
+    "POST /api/auth/challenge": _challenge("/api/auth/challenge"),
+    "POST /api/agent/authenticate": _authenticate("/api/agent/authenticate"),
+    "POST /api/auth/authenticate": _authenticate("/api/auth/authenticate"),
+    "POST /api/agent/enroll": _enroll("/api/agent/enroll"),
+    "POST /api/auth/enroll": _enroll("/api/auth/enroll"),
+    "GET /api/me": _get("/api/me"),
+    "GET /api/admin/agents": _get("/api/admin/agents"),
+    "POST /api/admin/agents": _enroll("/api/admin/agents"),
+    "GET /api/admin/agents/:ident": lambda w, c: _call(w, c, "GET", f"/api/admin/agents/{w.agents['self'].agent_id}"),
+    "PUT /api/admin/agents/:ident": lambda w, c: _call(
+        w, c, "PUT", f"/api/admin/agents/{w.enroll('throwaway').agent_id}", json={"name": "renamed"}),
+    "DELETE /api/admin/agents/:ident": lambda w, c: _call(
+        w, c, "DELETE", f"/api/admin/agents/{w.enroll('throwaway').agent_id}"),
+    "POST /api/grants": _new_grant,
+    "GET /api/grants": _get("/api/grants"),
+    "GET /api/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}"),
+    "POST /api/grants/:grant_id/approve": _on_pending("approve"),
+    "POST /api/grants/:grant_id/deny": _on_pending("deny"),
+    "POST /api/grants/:grant_id/revoke": _on_pending("revoke"),
+    "POST /api/grants/:grant_id/token": lambda w, c: _call(
+        w, c, "POST", f"/api/grants/{w.approved(w.agents['self'])[1]}/token"),
+    "POST /api/grants/:grant_id/consume": _consume,
+    "POST /api/grants/verify": _verify,
+    "POST /api/grants/batch": lambda w, c: _call(
+        w, c, "POST", "/api/grants/batch", json={"operations": [{"id": _pending(w), "action": "approve"}]}),
+    "GET /api/grants/events": _events,
+    "POST /api/delegations": lambda w, c: _call(
+        w, c, "POST", "/api/delegations",
+        json={"delegate": w.agents["self"].email, "audience": "matrix-only", "approval": "once", "duration": 600}),
+    "GET /api/delegations": _get("/api/delegations"),
+    "DELETE /api/delegations/:delegation_id": lambda w, c: _call(
+        w, c, "DELETE", f"/api/delegations/{w.delegation(w.agents['self'])['id']}"),
+    "POST /api/delegations/:delegation_id/validate": lambda w, c: _call(
+        w, c, "POST", f"/api/delegations/{w.delegation(w.agents['self'])['id']}/validate",
+        json={"delegate": w.agents["self"].email, "audience": "matrix-only"}),
+}
+
+
+def check(response: httpx.Response, expected: str) -> None:
+    status_text, _, marker = expected.partition(" ")
+    status = int(status_text)
+    body = response.text if response.is_stream_consumed or response.status_code != 200 else ""
+    assert response.status_code == status, f"expected {expected}, got {response.status_code}: {body[:300]}"
+    if status == 401:
+        assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
+    if status >= 400:
+        assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+        assert json.loads(body)["status"] == status
+    if not marker:
+        return
+    answer = response.json()
+    if marker in ("valid", "invalid") and "valid" in answer:
+        assert answer["valid"] is (marker == "valid"), answer
+    elif marker in ("consumed", "valid"):
+        assert answer.get("status") == marker and "error" not in answer, answer
+    elif marker == "revoked":
+        assert answer.get("error") == "revoked", answer
+    elif marker.startswith("op:"):
+        [result] = answer["results"]
+        if marker == "op:ok":
+            assert result["success"] is True, result
+        else:
+            assert result["success"] is False and result["error"]["status"] == int(marker[3:]), result
+    else:
+        raise AssertionError(f"unknown marker {marker!r} in the table")
+
+
+def route_keys(app: Any) -> set[str]:
+    """Every (method, path) the app's router serves, in the table's spelling (`:name` parameters)."""
+    import re
+
+    keys = set()
+    for route in app.router.routes:
+        path = "/" + re.sub(r"<([A-Za-z_][A-Za-z0-9_]*)(?::[^>]*)?>", r":\1", route.path)
+        for method in route.methods:
+            if method not in ("HEAD", "OPTIONS"):
+                keys.add(f"{method} {path}")
+    return keys
+
+
+# -- the tests ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from inproc import InProcessServer
+
+    srv = InProcessServer(tmp_path_factory.mktemp("authz"), extra=NO_LIMITS).start()
+    try:
+        yield build_world(srv)
+    finally:
+        srv.stop()
+
+
+CELLS = [(route, column) for route in ROWS for column in COLUMNS]
+
+
+@pytest.mark.parametrize(("route", "column"), CELLS, ids=[f"{r} | {c}" for r, c in CELLS])
+def test_cell(world: World, route: str, column: str) -> None:
+    check(REQUESTS[route](world, column), ROWS[route][column])
+
+
+def test_every_route_is_in_the_table(world: World) -> None:
+    served = route_keys(world.srv.app)
+    assert served - set(ROWS) == set(), "routes missing from the authorisation matrix (add a row to TABLE)"
+    assert set(ROWS) - served == set(), "rows for routes the server does not have"
+    assert set(REQUESTS) == set(ROWS), "every row needs a representative request in REQUESTS"
+
+
+def test_every_column_has_a_legend() -> None:
+    assert COLUMNS == list(CALLERS) == list(AUTHZ_LEGEND)
+
+
+def test_docs_match_the_table() -> None:
+    expected = render_doc()
+    if os.environ.get("GRANTD_WRITE_AUTHZ_DOC"):
+        DOC.write_text(expected)
+    assert DOC.exists() and DOC.read_text() == expected, (
+        "docs/authorization.md is out of date: run `.venv/bin/python tests/test_authz_matrix.py`"
+    )
+
+
+if __name__ == "__main__":
+    DOC.write_text(render_doc())
+    print(f"wrote {DOC}")
