@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -32,7 +34,18 @@ from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
 from grantd.store import Conflict, StoreError
-from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
+from grantd.store.records import (
+    Agent,
+    Delegation,
+    Grant,
+    GrantEvent,
+    PasskeyCredential,
+    Person,
+    RegistrationUrl,
+    Session,
+    SigningKey,
+    WebAuthnChallenge,
+)
 from grantd.store.sql import lapsed_sql, not_lapsed_sql, status_sql
 
 log = logging.getLogger("grantd")
@@ -180,11 +193,89 @@ def _m4_rate_counters(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX rate_counters_ends ON rate_counters (ends_at)")
 
 
+def _m5_people(db: sqlite_utils.Database) -> None:
+    # Issue "People": persons (e-mails unique across persons and agents, D11, checked by both
+    # inserts), their passkeys, server-side sessions, registration URLs and WebAuthn challenges.
+    db.execute(
+        """CREATE TABLE people (
+            person_id TEXT PRIMARY KEY,
+            email TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            admin INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX people_created ON people (created_at DESC, person_id DESC)")
+    db.execute(
+        """CREATE TABLE passkey_credentials (
+            credential_id TEXT PRIMARY KEY,
+            person_id TEXT NOT NULL,
+            rp_id TEXT NOT NULL,
+            public_key TEXT NOT NULL,
+            sign_count INTEGER NOT NULL,
+            transports TEXT NOT NULL,
+            aaguid TEXT NOT NULL,
+            name TEXT NOT NULL,
+            backed_up INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            last_used_at INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX passkey_credentials_person ON passkey_credentials (person_id, created_at)")
+    db.execute(
+        """CREATE TABLE sessions (
+            session_id TEXT PRIMARY KEY,
+            family_id TEXT NOT NULL,
+            person_id TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            last_seen_at INTEGER NOT NULL,
+            user_agent TEXT NOT NULL,
+            revoked_at INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX sessions_family ON sessions (family_id)")
+    db.execute("CREATE INDEX sessions_person ON sessions (person_id, created_at DESC)")
+    db.execute("CREATE INDEX sessions_created ON sessions (created_at DESC, session_id DESC)")
+    db.execute("CREATE INDEX sessions_expires ON sessions (expires_at)")
+    db.execute(
+        """CREATE TABLE registration_urls (
+            id TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            email TEXT NOT NULL,
+            admin INTEGER NOT NULL,
+            purpose TEXT NOT NULL,
+            rp_id TEXT NOT NULL,
+            created_by TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            used_at INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX registration_urls_email ON registration_urls (email)")
+    db.execute("CREATE INDEX registration_urls_created ON registration_urls (created_at DESC, id DESC)")
+    db.execute(
+        """CREATE TABLE webauthn_challenges (
+            challenge TEXT PRIMARY KEY,
+            purpose TEXT NOT NULL,
+            rp_id TEXT NOT NULL,
+            person_id TEXT,
+            registration_id TEXT,
+            expires_at INTEGER NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX webauthn_challenges_expires ON webauthn_challenges (expires_at)")
+    db.execute("CREATE INDEX webauthn_challenges_person ON webauthn_challenges (person_id)")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
     (3, "key generation, requester ids, agent paging, retired keys without private keys", _m3_principals),
     (4, "rate counters", _m4_rate_counters),
+    (5, "people, passkeys, sessions, registration URLs, WebAuthn challenges", _m5_people),
 ]
 
 # Column allow-lists: the only names that ever reach SQL text (lapse columns are checked against them).
@@ -206,6 +297,19 @@ DELEGATION_COLUMNS = (
     "id", "delegator", "delegate", "audience", "scopes", "approval", "duration", "created_at", "expires_at",
     "status", "revoked_at", "revoked_by",
 )
+PERSON_COLUMNS = ("person_id", "email", "name", "admin", "status", "created_at", "updated_at")
+PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")
+CREDENTIAL_COLUMNS = (
+    "credential_id", "person_id", "rp_id", "public_key", "sign_count", "transports", "aaguid", "name", "backed_up",
+    "created_at", "last_used_at",
+)
+SESSION_COLUMNS = (
+    "session_id", "family_id", "person_id", "created_at", "expires_at", "last_seen_at", "user_agent", "revoked_at",
+)
+REGISTRATION_COLUMNS = (
+    "id", "token_hash", "email", "admin", "purpose", "rp_id", "created_by", "created_at", "expires_at", "used_at",
+)
+WEBAUTHN_CHALLENGE_COLUMNS = ("challenge", "purpose", "rp_id", "person_id", "registration_id", "expires_at")
 # Lists newest first by (created_at, id); the cursor is the last row of the previous page.
 AFTER = "(created_at < :after_at OR (created_at = :after_at AND {id} < :after_id))"
 
@@ -289,6 +393,7 @@ class _Database:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.create_function("grantd_fold", 1, _fold, deterministic=True)
         return conn
 
     @staticmethod
@@ -455,8 +560,9 @@ class SQLiteAgents:
         async with self._db.awrite() as conn:
             if conn.execute(
                 """SELECT 1 FROM agents WHERE email = :email OR owner = :email OR approver = :email
-                   UNION ALL SELECT 1 FROM delegations WHERE delegator = :email LIMIT 1""",
-                {"email": email},
+                   UNION ALL SELECT 1 FROM delegations WHERE delegator = :email
+                   UNION ALL SELECT 1 FROM people WHERE email = :lower LIMIT 1""",
+                {"email": email, "lower": email.lower()},
             ).fetchone():
                 raise Conflict("email")
             self._check_key(conn, row["key_id"], row["agent_id"])
@@ -696,6 +802,27 @@ class SQLiteGrants:
         row = self._db.one("SELECT max(seq) AS seq FROM grant_events")
         return int(row["seq"] or 0) if row else 0
 
+    async def wait_for_events(self, seconds: float) -> None:
+        """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""
+        await asyncio.sleep(seconds)
+
+    async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
+        # Index-only: the stored counts come from grants_status, each lapse term is an index range
+        # (grants_status / grants_lapse), the oldest pending one a range scan's first entry.
+        counts = {r["status"]: int(r["n"]) for r in self._db.all("SELECT status, count(*) AS n FROM grants GROUP BY status")}
+        for stored in lapse.cutoffs:
+            if not counts.get(stored):
+                continue
+            clause, params = lapsed_sql(lapse, GRANT_COLUMNS, only=stored)
+            row = self._db.one(f"SELECT count(*) AS n FROM grants WHERE {clause}", params)  # noqa: S608 - generated from the Lapse
+            moved = int(row["n"]) if row else 0
+            counts[stored] -= moved
+            counts[EXPIRED] = counts.get(EXPIRED, 0) + moved
+        clause, params = status_sql(lapse, "pending", GRANT_COLUMNS)
+        row = self._db.one(f"SELECT min(created_at) AS oldest FROM grants WHERE {clause}", params)  # noqa: S608 - generated from the Lapse
+        oldest = row["oldest"] if row else None
+        return {k: v for k, v in counts.items() if v}, (int(oldest) if oldest is not None else None)
+
 
 class SQLiteRates:
     def __init__(self, db: _Database):
@@ -779,19 +906,319 @@ class SQLiteDelegations:
         return [_delegation(r) for r in rows]
 
 
+# -- people (grantd.store.people) ----------------------------------------------------------------------
+def _fold(value: Any) -> Any:
+    """Case folding for search, the same in SQL as in Python (SQLite's lower() is ASCII-only)."""
+    return value.casefold() if isinstance(value, str) else value
+
+
+def _insert(conn: sqlite3.Connection, table: str, columns: Sequence[str], row: dict[str, Any]) -> None:
+    conn.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})",  # noqa: S608 - fixed table and column lists
+        row,
+    )
+
+
+def _person(row: Any) -> Person:
+    person = dict(row)
+    person["admin"] = bool(person["admin"])
+    return cast(Person, person)
+
+
+def _credential(row: Any) -> PasskeyCredential:
+    credential = dict(row)
+    credential["transports"] = json.loads(credential["transports"])
+    credential["backed_up"] = bool(credential["backed_up"])
+    return cast(PasskeyCredential, credential)
+
+
+def _registration(row: Any) -> RegistrationUrl:
+    registration = dict(row)
+    registration["admin"] = bool(registration["admin"])
+    return cast(RegistrationUrl, registration)
+
+
+def _insert_person(conn: sqlite3.Connection, person: Person) -> Person:
+    """In the caller's transaction: an e-mail is unique across persons and agents (D11)."""
+    row: dict[str, Any] = {c: person.get(c) for c in PERSON_COLUMNS}
+    row["email"] = str(row["email"]).lower()
+    row["admin"] = bool(row["admin"])
+    if conn.execute("SELECT 1 FROM agents WHERE email = ?", (row["email"],)).fetchone():
+        raise Conflict("email")
+    try:
+        _insert(conn, "people", PERSON_COLUMNS, row)
+    except sqlite3.IntegrityError as exc:
+        raise Conflict("email" if "people.email" in str(exc) else "id") from None
+    return cast(Person, row)
+
+
+def _insert_credential(conn: sqlite3.Connection, credential: PasskeyCredential) -> PasskeyCredential:
+    row: dict[str, Any] = {c: credential.get(c) for c in CREDENTIAL_COLUMNS}
+    row["transports"] = list(row["transports"] or [])
+    row["backed_up"] = bool(row["backed_up"])
+    try:
+        _insert(conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": _json(row["transports"])})
+    except sqlite3.IntegrityError:
+        raise Conflict("credential_id") from None
+    return cast(PasskeyCredential, row)
+
+
+class SQLitePeople:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, person: Person) -> Person:
+        async with self._db.awrite() as conn:
+            return _insert_person(conn, person)
+
+    async def get(self, ident: str) -> Person | None:
+        row = self._db.one("SELECT * FROM people WHERE person_id = ? OR email = ?", (ident, ident.lower()))
+        return _person(row) if row else None
+
+    async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
+        where = ["1 = 1"]
+        params: dict[str, Any] = {}
+        if search:
+            # instr(), not LIKE: the search is a literal substring (% and _ are not wildcards)
+            where.append("(instr(grantd_fold(email), :needle) > 0 OR instr(grantd_fold(name), :needle) > 0)")
+            params["needle"] = _fold(search)
+        _after(page, "person_id", where, params)
+        rows = self._db.all(
+            f"SELECT * FROM people WHERE {' AND '.join(where)} ORDER BY created_at DESC, person_id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
+            params,
+        )
+        found, more = _page(rows, page.limit)
+        return [_person(r) for r in found], more
+
+    async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
+        cols = [c for c in PERSON_CHANGEABLE if c in changes]
+        values = {f"set_{c}": (bool(changes[c]) if c == "admin" else changes[c]) for c in cols}
+        async with self._db.awrite() as conn:
+            if not cols:
+                row = conn.execute("SELECT * FROM people WHERE person_id = ?", (person_id,)).fetchone()
+            else:
+                row = conn.execute(
+                    f"UPDATE people SET {', '.join(f'{c} = :set_{c}' for c in cols)} WHERE person_id = :person_id RETURNING *",  # noqa: S608 - column names from a fixed set
+                    {**values, "person_id": person_id},
+                ).fetchone()
+        return _person(row) if row else None
+
+    async def delete(self, person_id: str, now: int) -> Person | None:
+        async with self._db.awrite() as conn:
+            row = conn.execute("DELETE FROM people WHERE person_id = ? RETURNING *", (person_id,)).fetchone()
+            if row is None:
+                return None
+            conn.execute("DELETE FROM passkey_credentials WHERE person_id = ?", (person_id,))
+            conn.execute("DELETE FROM sessions WHERE person_id = ?", (person_id,))
+            conn.execute("DELETE FROM webauthn_challenges WHERE person_id = ?", (person_id,))
+            conn.execute("DELETE FROM registration_urls WHERE email = ? AND used_at IS NULL", (row["email"],))
+        return _person(row)
+
+
+class SQLiteCredentials:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def get(self, credential_id: str) -> PasskeyCredential | None:
+        row = self._db.one("SELECT * FROM passkey_credentials WHERE credential_id = ?", (credential_id,))
+        return _credential(row) if row else None
+
+    async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
+        rows = self._db.all(
+            "SELECT * FROM passkey_credentials WHERE person_id = ? ORDER BY created_at, credential_id", (person_id,)
+        )
+        return [_credential(r) for r in rows]
+
+    async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
+        async with self._db.awrite() as conn:
+            return _insert_credential(conn, credential)
+
+    async def use(self, credential_id: str, sign_count: int, now: int) -> PasskeyCredential | None:
+        # The conditional UPDATE decides: of concurrent users of one count, exactly one moves it.
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                """UPDATE passkey_credentials SET sign_count = :count, last_used_at = :now
+                   WHERE credential_id = :id AND (sign_count < :count OR (sign_count = 0 AND :count = 0))
+                   RETURNING *""",
+                {"count": int(sign_count), "now": now, "id": credential_id},
+            ).fetchone()
+        return _credential(row) if row else None
+
+    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+        # Counted and deleted under the write lock: two deletes of the last two cannot both win.
+        async with self._db.awrite() as conn:
+            if not conn.execute(
+                "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND credential_id = ?", (person_id, credential_id)
+            ).fetchone():
+                return None
+            deleted = conn.execute(
+                """DELETE FROM passkey_credentials WHERE person_id = :person AND credential_id = :id
+                   AND (SELECT count(*) FROM passkey_credentials WHERE person_id = :person) > 1""",
+                {"person": person_id, "id": credential_id},
+            ).rowcount
+        return deleted == 1
+
+
+class SQLiteSessions:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, session: Session) -> Session:
+        row: dict[str, Any] = {c: session.get(c) for c in SESSION_COLUMNS}
+        async with self._db.awrite() as conn:
+            # sessions that ended before this one began go (an index range: cheap)
+            conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (row["created_at"],))
+            try:
+                _insert(conn, "sessions", SESSION_COLUMNS, row)
+            except sqlite3.IntegrityError:
+                raise Conflict("session_id") from None
+        return cast(Session, row)
+
+    async def get(self, session_id: str, now: int) -> Session | None:
+        row = self._db.one(
+            "SELECT * FROM sessions WHERE session_id = ? AND revoked_at IS NULL AND expires_at > ?", (session_id, now)
+        )
+        return cast(Session, row) if row else None
+
+    async def touch(self, session_id: str, now: int) -> None:
+        async with self._db.awrite() as conn:
+            conn.execute(
+                "UPDATE sessions SET last_seen_at = ? WHERE session_id = ? AND last_seen_at < ?", (now, session_id, now)
+            )
+
+    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
+        where = ["revoked_at IS NULL", "expires_at > :now"]
+        params: dict[str, Any] = {"now": now}
+        if person_id is not None:
+            where.append("person_id = :person_id")
+            params["person_id"] = person_id
+        _after(page, "session_id", where, params)
+        rows = self._db.all(
+            f"SELECT * FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at DESC, session_id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
+            params,
+        )
+        found, more = _page(rows, page.limit)
+        return cast(list[Session], found), more
+
+    async def _revoke(self, column: str, value: str, now: int) -> int:
+        async with self._db.awrite() as conn:
+            return int(conn.execute(
+                f"UPDATE sessions SET revoked_at = ? WHERE {column} = ? AND revoked_at IS NULL AND expires_at > ?",  # noqa: S608 - column from this class
+                (now, value, now),
+            ).rowcount)
+
+    async def revoke_family(self, family_id: str, now: int) -> int:
+        return await self._revoke("family_id", family_id, now)
+
+    async def revoke_person(self, person_id: str, now: int) -> int:
+        return await self._revoke("person_id", person_id, now)
+
+
+class SQLiteRegistrations:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, registration: RegistrationUrl) -> RegistrationUrl:
+        row: dict[str, Any] = {c: registration.get(c) for c in REGISTRATION_COLUMNS}
+        row["email"] = str(row["email"]).lower()
+        row["admin"] = bool(row["admin"])
+        async with self._db.awrite() as conn:
+            try:
+                _insert(conn, "registration_urls", REGISTRATION_COLUMNS, row)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict("token_hash" if "token_hash" in str(exc) else "id") from None
+        return cast(RegistrationUrl, row)
+
+    async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
+        row = self._db.one("SELECT * FROM registration_urls WHERE token_hash = ?", (token_hash,))
+        return _registration(row) if row else None
+
+    async def list(self, page: PageRequest) -> tuple[builtins.list[RegistrationUrl], bool]:
+        where = ["1 = 1"]
+        params: dict[str, Any] = {}
+        _after(page, "id", where, params)
+        rows = self._db.all(
+            f"SELECT * FROM registration_urls WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
+            params,
+        )
+        found, more = _page(rows, page.limit)
+        return [_registration(r) for r in found], more
+
+    async def delete(self, registration_id: str) -> bool:
+        async with self._db.awrite() as conn:
+            return int(conn.execute("DELETE FROM registration_urls WHERE id = ?", (registration_id,)).rowcount) == 1
+
+    async def complete(
+        self, token_hash: str, person: Person, credential: PasskeyCredential, now: int
+    ) -> tuple[Person, PasskeyCredential]:
+        # One transaction: a Conflict anywhere rolls everything back (the URL stays unused).
+        async with self._db.awrite() as conn:
+            used = conn.execute(
+                """UPDATE registration_urls SET used_at = ?
+                   WHERE token_hash = ? AND used_at IS NULL AND expires_at > ? RETURNING *""",
+                (now, token_hash, now),
+            ).fetchone()
+            if used is None:
+                raise Conflict("token")  # unknown, used (by a concurrent redeemer too) or expired
+            email = str(used["email"]).lower()
+            if str(person["email"]).lower() != email:
+                raise Conflict("email")  # the record must be for the URL's e-mail
+            found = conn.execute("SELECT * FROM people WHERE email = ?", (email,)).fetchone()
+            owner = _person(found) if found else _insert_person(conn, person)
+            if used["purpose"] == "register" and conn.execute(
+                "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND rp_id = ?", (owner["person_id"], used["rp_id"])
+            ).fetchone():
+                raise Conflict("credential")  # a register URL never grafts onto an account with a passkey
+            added = _insert_credential(conn, {**credential, "person_id": owner["person_id"]})
+        return owner, added
+
+
+class SQLiteWebAuthnChallenges:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, challenge: WebAuthnChallenge, now: int) -> None:
+        row: dict[str, Any] = {c: challenge.get(c) for c in WEBAUTHN_CHALLENGE_COLUMNS}
+        async with self._db.awrite() as conn:
+            conn.execute("DELETE FROM webauthn_challenges WHERE expires_at <= ?", (now,))  # index range
+            try:
+                _insert(conn, "webauthn_challenges", WEBAUTHN_CHALLENGE_COLUMNS, row)
+            except sqlite3.IntegrityError:
+                raise Conflict("challenge") from None
+
+    async def take(self, challenge: str, purpose: str, now: int) -> WebAuthnChallenge | None:
+        # The DELETE decides: of any number of concurrent takers in any process, one sees the row.
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                "DELETE FROM webauthn_challenges WHERE challenge = ? AND purpose = ? RETURNING *", (challenge, purpose)
+            ).fetchone()
+        if row is None or row["expires_at"] <= now:
+            return None
+        return cast(WebAuthnChallenge, dict(row))
+
+
 class SQLiteStore:
     """``grantd.store.Store`` on one SQLite file; see grantd.store for the contract of each method."""
 
     def __init__(self, path: str | Path):
         self.path = str(path)
-        if self.path != ":memory:":
-            file = Path(self.path)
-            _make_private_dirs(file.parent)
-            if not _create_private_file(file):
-                _check_private(file)
-            for suffix in COMPANIONS:
-                _check_private(Path(self.path + suffix))
-        self._db = _Database(self.path)
+        self._use_lock: int | None = None
+        try:
+            if self.path != ":memory:":
+                file = Path(self.path)
+                _make_private_dirs(file.parent)
+                if not _create_private_file(file):
+                    _check_private(file)
+                for suffix in COMPANIONS:
+                    _check_private(Path(self.path + suffix))
+                if not os.access(file, os.R_OK | os.W_OK):  # SQLite would open it read-only, silently
+                    raise PermissionError(13, "not writable by this user", str(file))
+                self._use_lock = _take_use_lock(file)
+            self._db = _Database(self.path)
+        except (OSError, sqlite3.Error) as exc:
+            if self._use_lock is not None:
+                os.close(self._use_lock)
+            raise StoreError(_cannot_open(Path(self.path), exc)) from None
         self.db = sqlite_utils.Database(self._db.conn, execute_plugins=False)
         self.keys = SQLiteKeys(self._db)
         self.agents = SQLiteAgents(self._db)
@@ -799,6 +1226,11 @@ class SQLiteStore:
         self.grants = SQLiteGrants(self._db)
         self.delegations = SQLiteDelegations(self._db)
         self.rates = SQLiteRates(self._db)
+        self.people = SQLitePeople(self._db)
+        self.credentials = SQLiteCredentials(self._db)
+        self.sessions = SQLiteSessions(self._db)
+        self.registrations = SQLiteRegistrations(self._db)
+        self.webauthn_challenges = SQLiteWebAuthnChallenges(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 
@@ -867,6 +1299,9 @@ class SQLiteStore:
         if self._db.wconn is not self._db.conn:
             self._db.wconn.close()
         self._db.conn.close()
+        if self._use_lock is not None:
+            os.close(self._use_lock)  # releases the shared lock
+            self._use_lock = None
 
     async def backup(self, target: str) -> None:
         """``VACUUM INTO`` a new file created 0600 beforehand (SQLite would create it 0644), from a
@@ -885,6 +1320,97 @@ class SQLiteStore:
         finally:
             conn.close()
         os.chmod(file, FILE_MODE)
+
+    async def restore(self, source: str) -> str:
+        """Check ``source`` is a grantd database this version knows, keep the current contents as
+        ``<database>.before-restore`` (0600), copy ``source`` over the live file with SQLite's
+        backup API (through SQLite, so the -wal and -shm files stay consistent) and migrate it
+        forward. Refused while any other process has the database open: every ``SQLiteStore``
+        holds a shared ``flock`` on the file for its life, and this one must turn its own into an
+        exclusive one without waiting."""
+        if self.path == ":memory:":
+            raise StoreError("an in-memory database has nothing to restore into")
+        return await asyncio.to_thread(self._restore, Path(source))
+
+    def _restore(self, source: Path) -> str:
+        version = _backup_schema_version(source)
+        known = max(v for v, _, _ in MIGRATIONS)
+        if version > known:
+            raise StoreError(f"{source} has schema version {version}, newer than this grantd knows ({known}): "
+                             "restore it with the grantd version that wrote it")
+        keep = Path(self.path + ".before-restore")
+        if keep.exists():
+            raise StoreError(f"{keep} exists (the copy an earlier restore kept): move it away first")
+        assert self._use_lock is not None
+        try:
+            fcntl.flock(self._use_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StoreError(f"{self.path} is in use by another process (a running grantd server or command): "
+                             "stop it first (systemctl stop grantd)") from None
+        try:
+            self._backup(keep)
+            with contextlib.closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as src:
+                src.backup(self._db.conn)
+            self._db.conn.execute("PRAGMA journal_mode = WAL")
+            self.migrate_sync()
+            self._db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            fcntl.flock(self._use_lock, fcntl.LOCK_SH)
+        os.chmod(self.path, FILE_MODE)
+        return str(keep)
+
+
+def _take_use_lock(file: Path) -> int:
+    """A shared ``flock`` on the database file for the life of the store (SQLite's own locks are
+    POSIX record locks, which flock does not touch): ``restore`` needs it exclusively, so a
+    restore refuses while a server runs, and a server does not open a file being restored."""
+    fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreError(f"{file} is being restored (grantd db restore); try again when it is done") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _cannot_open(file: Path, exc: BaseException) -> str:
+    """One line that says which file or directory is wrong and why."""
+    directory = file.parent
+    if isinstance(exc, OSError):
+        where = exc.filename or file
+        reason = exc.strerror or str(exc)
+    else:
+        where, reason = file, str(exc)
+    hint = ""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        hint = f"; the directory {directory} must be writable by this user (SQLite creates -wal and -shm files there)"
+    elif file.exists() and not os.access(file, os.R_OK | os.W_OK):
+        hint = f"; {file} must be readable and writable by this user"
+    elif "readonly" in reason or "read-only" in reason.lower():
+        hint = f"; the file system of {directory} is read-only, or {file} is not writable"
+    return f"cannot open the SQLite database {where}: {reason}{hint}"
+
+
+def _backup_schema_version(source: Path) -> int:
+    """The schema version of a grantd SQLite database (a backup), or a StoreError saying why it is not one."""
+    if not source.is_file():
+        raise StoreError(f"{source}: no such file")
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as conn:
+            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise StoreError(f"{source} is a damaged SQLite database (PRAGMA quick_check failed)")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"schema_migrations", "signing_keys", "grants"} <= tables:
+                raise StoreError(f"{source} is an SQLite database but not a grantd one (no grantd tables)")
+            row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{source} is not a grantd database ({exc})") from None
+    if not row or not row[0]:
+        raise StoreError(f"{source} is not a grantd database (no schema version)")
+    return int(row[0])
 
 
 @hookimpl

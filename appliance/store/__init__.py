@@ -1,17 +1,19 @@
 """The storage contract. Storage plugins implement it; only their code touches SQL.
 
 A ``Store`` is split by record kind: ``store.keys``, ``store.agents``, ``store.challenges``,
-``store.grants`` (with their events), ``store.delegations`` and ``store.rates`` (abuse-limit
-counters) — people, credentials, sessions, OAuth clients and codes join as further parts with
-their issues. Records are
-the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
+``store.grants`` (with their events), ``store.delegations``, ``store.rates`` (abuse-limit
+counters), and for people (``grantd.store.people``) ``store.people``, ``store.credentials``
+(passkeys), ``store.sessions``, ``store.registrations`` (registration URLs) and
+``store.webauthn_challenges`` — OAuth clients and codes join as further parts with their issue.
+Records are the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
 
 What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
 
 - **One call, one transaction.** Each method is atomic: it happens completely or not at all, and a
   concurrent reader never sees half of it.
 - **Exactly one winner.** Where a method is a conditional change (``challenges.take``,
-  ``grants.update_if``, ``delegations.revoke``, ``keys.add_first``), any number of concurrent
+  ``grants.update_if``, ``delegations.revoke``, ``keys.add_first``, ``registrations.complete``,
+  ``credentials.use``, ``credentials.delete``, ``webauthn_challenges.take``), any number of concurrent
   callers in any number of processes or nodes may call it for the same record: exactly one gets the
   record back, the others get ``None``. Decide this inside the database (a conditional UPDATE or
   DELETE and its row count), never in process memory.
@@ -39,6 +41,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
+from grantd.store.people import (
+    CredentialStore,
+    PersonStore,
+    RegistrationStore,
+    SessionStore,
+    WebAuthnChallengeStore,
+)
 from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
 
 
@@ -86,8 +95,9 @@ class AgentStore(Protocol):
 
     async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
         """Insert. Raise ``Conflict("email")`` if the e-mail is another agent's, is in
-        ``reserved_emails`` (administrators, the management identity) or is used as a person's
-        (any agent's owner or approver, any delegation's delegator); ``Conflict("publicKey")`` for a
+        ``reserved_emails`` (administrators, the management identity), is a person's
+        (``store.people``) or is used as a person's (any agent's owner or approver, any
+        delegation's delegator); ``Conflict("publicKey")`` for a
         key already enrolled; ``Conflict("owner")``/``Conflict("approver")`` if that e-mail is an
         agent's. All checked in the transaction of the insert."""
 
@@ -174,6 +184,21 @@ class GrantStore(Protocol):
 
     async def last_event_seq(self) -> int: ...
 
+    # Optional (not part of the protocol, so a backend without it still is a GrantStore):
+    #     async def wait_for_events(self, seconds: float) -> None
+    # Return when grant events may have been committed by another process or node since the last
+    # call returned, or after ``seconds`` at the latest; spurious returns are fine, missed ones are
+    # not. The event hub (grantd.services.events) waits on it besides its own poll interval, so
+    # streams on every node see a change as soon as it commits. PostgreSQL LISTENs for the NOTIFY
+    # its event inserts send; SQLite has no such signal and just sleeps (the hub polls).
+
+    async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
+        """For monitoring (``GET /metrics``, scraped every few seconds): ``(counts, oldest_pending)``.
+        ``counts`` maps each status *as read under* ``lapse`` to its number of grants (lapsed ones
+        count as ``expired``; a status with none may be missing); ``oldest_pending`` is the
+        ``created_at`` of the oldest pending grant that has not lapsed, None if there is none.
+        Must stay cheap however many grants exist: counts from indexes, never rows loaded."""
+
 
 @runtime_checkable
 class DelegationStore(Protocol):
@@ -224,6 +249,11 @@ class Store(Protocol):
     grants: GrantStore
     delegations: DelegationStore
     rates: RateStore
+    people: PersonStore
+    credentials: CredentialStore
+    sessions: SessionStore
+    registrations: RegistrationStore
+    webauthn_challenges: WebAuthnChallengeStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -242,8 +272,17 @@ class Store(Protocol):
     async def backup(self, target: str) -> None:
         """Write a consistent copy of the database to ``target`` (created mode 0600)."""
 
+    async def restore(self, source: str) -> str:
+        """Replace the whole database with the backup ``source`` (what ``backup`` wrote), for
+        ``grantd db restore``. In order: refuse (``StoreError``, nothing changed) if ``source`` is not
+        a backup of this backend with a schema version this grantd knows (newer: refuse; older: it
+        is migrated forward afterwards), or if a server or another grantd process uses the database
+        (a restore under a live server would mix two histories); keep the current contents where an
+        operator finds them (created mode 0600; never overwrite an earlier one); replace the
+        contents; apply pending migrations. Returns where the previous contents were kept."""
+
 
 __all__ = [
-    "AgentStore", "ChallengeStore", "Conflict", "DelegationStore", "GrantStore", "KeyStore", "RateStore", "Store",
-    "StoreError",
+    "AgentStore", "ChallengeStore", "Conflict", "CredentialStore", "DelegationStore", "GrantStore", "KeyStore",
+    "PersonStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
 ]

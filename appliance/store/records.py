@@ -71,3 +71,60 @@ class Delegation(TypedDict):
     status: str  # active | revoked (expired is read through Lapse)
     revoked_at: int | None
     revoked_by: str | None
+
+
+class Person(TypedDict):
+    person_id: str  # "usr_" + 22 url-safe characters; never reused
+    email: str  # lowercased; unique across persons and agents (D11)
+    name: str
+    admin: bool  # an administrator (besides the e-mails of admin.emails)
+    status: str  # active | disabled
+    created_at: int
+    updated_at: int
+
+
+class PasskeyCredential(TypedDict):
+    credential_id: str  # base64url of the authenticator's credential id
+    person_id: str
+    rp_id: str  # the relying party it was registered for (the graft rule counts per RP)
+    public_key: str  # base64url of the COSE public key
+    sign_count: int
+    transports: list[str]
+    aaguid: str
+    name: str  # shown on /account ("Passkey 1", or what the person called it)
+    backed_up: bool
+    created_at: int
+    last_used_at: int | None
+
+
+class Session(TypedDict):
+    session_id: str  # SHA-256 hex of the cookie's secret; the secret itself is never stored
+    family_id: str  # every session of one sign-in; revoked together
+    person_id: str
+    created_at: int
+    expires_at: int
+    last_seen_at: int
+    user_agent: str
+    revoked_at: int | None
+
+
+class RegistrationUrl(TypedDict):
+    id: str  # public handle (lists, delete); the token is the secret in the URL
+    token_hash: str  # SHA-256 hex of the URL's token; the token itself is never stored
+    email: str
+    admin: bool  # the person becomes an administrator on registration
+    purpose: str  # register (a new account's first passkey) | add-device (one more passkey)
+    rp_id: str
+    created_by: str
+    created_at: int
+    expires_at: int
+    used_at: int | None
+
+
+class WebAuthnChallenge(TypedDict):
+    challenge: str  # base64url of the random challenge bytes
+    purpose: str  # register | login | add
+    rp_id: str
+    person_id: str | None  # login by e-mail, add: whose ceremony it is
+    registration_id: str | None  # register: the registration URL it belongs to
+    expires_at: int

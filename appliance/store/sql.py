@@ -6,7 +6,8 @@ against the allow-list the caller passes (the record's columns) and never come f
 statuses and cutoffs are bound as parameters.
 
 Each function returns ``(sql, params)`` with named parameters (``:lapse_status_0``...); combine
-them with other named parameters in one statement.
+them with other named parameters in one statement. ``paramstyle="pyformat"`` writes them as
+``%(lapse_status_0)s`` instead (psycopg, PostgreSQL) and a rule-less clause as ``FALSE``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from grantd.core.lifecycle import EXPIRED, Lapse
 Clause = tuple[str, dict[str, Any]]
 
 
-def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = None) -> Clause:
+def _mark(name: str, paramstyle: str) -> str:
+    """The placeholder of parameter ``name`` in ``paramstyle`` (``named`` or ``pyformat``)."""
+    if paramstyle == "named":
+        return f":{name}"
+    if paramstyle == "pyformat":
+        return f"%({name})s"
+    raise ValueError(f"unknown paramstyle {paramstyle!r}")
+
+
+def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = None, paramstyle: str = "named") -> Clause:
     """True for a row that has lapsed (``status = S AND column IS NOT NULL AND column <= cutoff``
     for each rule, OR-ed; each term is an index range on ``(status, column)``). ``only`` limits it
     to the rule of one stored status. Never NULL, so ``NOT (...)`` is safe. ``0`` if no rule applies."""
@@ -30,30 +40,33 @@ def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = Non
             continue
         if column not in columns or not column.isidentifier():
             raise ValueError(f"lapse column {column!r} is not a column of this record")
-        terms.append(f"(status = :lapse_status_{i} AND {column} IS NOT NULL AND {column} <= :lapse_cutoff_{i})")
+        status_mark, cutoff_mark = _mark(f"lapse_status_{i}", paramstyle), _mark(f"lapse_cutoff_{i}", paramstyle)
+        terms.append(f"(status = {status_mark} AND {column} IS NOT NULL AND {column} <= {cutoff_mark})")
         params[f"lapse_status_{i}"] = status
         params[f"lapse_cutoff_{i}"] = int(cutoff)
-    return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
+    nothing = "0" if paramstyle == "named" else "FALSE"
+    return ("(" + " OR ".join(terms) + ")" if terms else nothing), params
 
 
-def not_lapsed_sql(lapse: Lapse, columns: Collection[str]) -> Clause:
+def not_lapsed_sql(lapse: Lapse, columns: Collection[str], *, paramstyle: str = "named") -> Clause:
     """True for a row that has not lapsed."""
-    sql, params = lapsed_sql(lapse, columns)
+    sql, params = lapsed_sql(lapse, columns, paramstyle=paramstyle)
     return f"NOT {sql}", params
 
 
-def status_sql(lapse: Lapse, status: str, columns: Collection[str]) -> Clause:
+def status_sql(lapse: Lapse, status: str, columns: Collection[str], *, paramstyle: str = "named") -> Clause:
     """The rows whose status *as read under* ``lapse`` is ``status``: ``expired`` is the stored
     ``expired`` or any lapsed row; a status with a lapse rule is that stored status minus its
     lapsed rows; any other status is the stored one."""
     params: dict[str, Any] = {"read_status": status}
+    mark = _mark("read_status", paramstyle)
     if status == EXPIRED:
-        lapsed, extra = lapsed_sql(lapse, columns)
-        return f"(status = :read_status OR {lapsed})", {**params, **extra}
+        lapsed, extra = lapsed_sql(lapse, columns, paramstyle=paramstyle)
+        return f"(status = {mark} OR {lapsed})", {**params, **extra}
     if status in lapse.cutoffs:
-        lapsed, extra = lapsed_sql(lapse, columns, only=status)
-        return f"(status = :read_status AND NOT {lapsed})", {**params, **extra}
-    return "status = :read_status", params
+        lapsed, extra = lapsed_sql(lapse, columns, only=status, paramstyle=paramstyle)
+        return f"(status = {mark} AND NOT {lapsed})", {**params, **extra}
+    return f"status = {mark}", params
 
 
 __all__ = ["Clause", "lapsed_sql", "not_lapsed_sql", "status_sql"]

@@ -7,7 +7,17 @@ from typing import Any
 
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
 from grantd.core.paging import Cursor, PageRequest
-from grantd.store.records import Agent, Delegation, Grant, SigningKey
+from grantd.store.records import (
+    Agent,
+    Delegation,
+    Grant,
+    PasskeyCredential,
+    Person,
+    RegistrationUrl,
+    Session,
+    SigningKey,
+    WebAuthnChallenge,
+)
 
 NOW = 1_700_000_000_000
 PENDING_TTL_S = 3600
@@ -78,3 +88,53 @@ def delegation(did: str, *, delegator: str = "alice@example.com", delegate: str 
     return {"id": did, "delegator": delegator, "delegate": delegate, "audience": "host", "scopes": ["read", "write"],
             "approval": "once", "duration": None, "created_at": created_at, "expires_at": expires_at,
             "status": status, "revoked_at": None, "revoked_by": None}
+
+
+def person(slug: str, *, created_at: int = NOW, **changes: Any) -> Person:
+    record: Person = {"person_id": f"usr_{slug}", "email": f"{slug}@example.com", "name": slug.title(), "admin": False,
+                      "status": "active", "created_at": created_at, "updated_at": created_at}
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def credential(cid: str, person_id: str = "usr_alice", *, created_at: int = NOW, **changes: Any) -> PasskeyCredential:
+    record: PasskeyCredential = {
+        "credential_id": cid, "person_id": person_id, "rp_id": "grantd.example.com", "public_key": f"pk-{cid}",
+        "sign_count": 0, "transports": ["internal", "hybrid"], "aaguid": "00000000-0000-0000-0000-000000000000",
+        "name": f"Passkey {cid}", "backed_up": True, "created_at": created_at, "last_used_at": None,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def session(sid: str, person_id: str = "usr_alice", *, family_id: str | None = None, created_at: int = NOW,
+            expires_at: int = NOW + HOUR, **changes: Any) -> Session:
+    record: Session = {"session_id": sid, "family_id": family_id or f"fam_{sid}", "person_id": person_id,
+                       "created_at": created_at, "expires_at": expires_at, "last_seen_at": created_at,
+                       "user_agent": "Firefox", "revoked_at": None}
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def registration(rid: str, email: str = "alice@example.com", *, purpose: str = "register", created_at: int = NOW,
+                 expires_at: int = NOW + HOUR, **changes: Any) -> RegistrationUrl:
+    record: RegistrationUrl = {
+        "id": rid, "token_hash": hashlib.sha256(rid.encode()).hexdigest(), "email": email, "admin": False,
+        "purpose": purpose, "rp_id": "grantd.example.com", "created_by": "root@example.com", "created_at": created_at,
+        "expires_at": expires_at, "used_at": None,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def token_hash(rid: str) -> str:
+    """The token hash of ``registration(rid)``."""
+    return hashlib.sha256(rid.encode()).hexdigest()
+
+
+def webauthn_challenge(value: str, purpose: str = "login", *, expires_at: int = NOW + 300_000,
+                       **changes: Any) -> WebAuthnChallenge:
+    record: WebAuthnChallenge = {"challenge": value, "purpose": purpose, "rp_id": "grantd.example.com",
+                                 "person_id": None, "registration_id": None, "expires_at": expires_at}
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record

@@ -31,8 +31,19 @@ from typing import Any
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
-from grantd.store import Conflict
-from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
+from grantd.store import Conflict, StoreError
+from grantd.store.records import (
+    Agent,
+    Delegation,
+    Grant,
+    GrantEvent,
+    PasskeyCredential,
+    Person,
+    RegistrationUrl,
+    Session,
+    SigningKey,
+    WebAuthnChallenge,
+)
 
 GRANT_CHANGEABLE = frozenset({
     "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
@@ -64,6 +75,11 @@ class _Data:
         self.delegations: dict[str, Delegation] = {}
         self.rates: dict[tuple[str, int], int] = {}  # (key, window_start) -> count
         self.rate_ends: list[tuple[int, str, int]] = []  # heap of (ends_at, key, window_start)
+        self.people: dict[str, Person] = {}
+        self.credentials: dict[str, PasskeyCredential] = {}
+        self.sessions: dict[str, Session] = {}
+        self.registrations: dict[str, RegistrationUrl] = {}
+        self.webauthn: dict[str, WebAuthnChallenge] = {}
 
     def record(self, event: str, grant: Grant, now: int) -> None:
         self.seq += 1
@@ -72,6 +88,34 @@ class _Data:
 
     def agent_by_email(self, email: str) -> Agent | None:
         return next((a for a in self.agents.values() if a["email"] == email.lower()), None)
+
+    def person_by_email(self, email: str) -> Person | None:
+        return next((p for p in self.people.values() if p["email"] == email.lower()), None)
+
+    def check_person(self, person: Person) -> None:
+        """An e-mail is unique across persons and agents (D11); call it inside ``tx``."""
+        if self.agent_by_email(person["email"]) or self.person_by_email(person["email"]):
+            raise Conflict("email")
+        if person["person_id"] in self.people:
+            raise Conflict("id")
+
+    def insert_person(self, person: Person) -> Person:
+        row: Person = {**copy.deepcopy(person), "email": person["email"].lower(), "admin": bool(person["admin"])}
+        self.check_person(row)
+        self.people[row["person_id"]] = row
+        return copy.deepcopy(row)
+
+    def credentials_of(self, person_id: str) -> list[PasskeyCredential]:
+        found = [c for c in self.credentials.values() if c["person_id"] == person_id]
+        return sorted(found, key=lambda c: (c["created_at"], c["credential_id"]))
+
+    def insert_credential(self, credential: PasskeyCredential) -> PasskeyCredential:
+        row: PasskeyCredential = {**copy.deepcopy(credential), "transports": list(credential["transports"] or []),
+                                  "backed_up": bool(credential["backed_up"])}
+        if row["credential_id"] in self.credentials:
+            raise Conflict("credential_id")
+        self.credentials[row["credential_id"]] = row
+        return copy.deepcopy(row)
 
 
 class MemoryKeys:
@@ -139,6 +183,8 @@ class MemoryAgents:
             if any(email in (a["email"], a["owner"], a["approver"]) for a in self._d.agents.values()):
                 raise Conflict("email")
             if any(d["delegator"] == email for d in self._d.delegations.values()):
+                raise Conflict("email")
+            if self._d.person_by_email(email):
                 raise Conflict("email")
             self._check_key(row["key_id"], row["agent_id"])
             self._check_people(row["owner"], row["approver"])
@@ -291,6 +337,16 @@ class MemoryGrants:
     async def last_event_seq(self) -> int:
         return self._d.events[-1]["seq"] if self._d.events else 0
 
+    async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
+        counts: dict[str, int] = {}
+        oldest: int | None = None
+        for grant in self._d.grants.values():
+            status = lapse.status_of(grant)  # as read, not as stored
+            counts[status] = counts.get(status, 0) + 1
+            if status == "pending" and (oldest is None or grant["created_at"] < oldest):
+                oldest = grant["created_at"]
+        return counts, oldest
+
 
 class MemoryDelegations:
     def __init__(self, data: _Data):
@@ -347,6 +403,200 @@ class MemoryRates:
         return self._d.rates.get((key, window_start), 0)
 
 
+# -- people (grantd.store.people) ----------------------------------------------------------------------
+PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")
+
+
+class MemoryPeople:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def create(self, person: Person) -> Person:
+        async with self._d.tx:
+            return self._d.insert_person(person)
+
+    async def get(self, ident: str) -> Person | None:
+        return copy.deepcopy(self._d.people.get(ident) or self._d.person_by_email(ident))
+
+    async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
+        needle = search.casefold() if search else None  # a literal substring: no wildcards
+        rows = [p for p in self._d.people.values()
+                if needle is None or needle in p["email"].casefold() or needle in p["name"].casefold()]
+        return _newest_first(rows, "person_id", page)
+
+    async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
+        async with self._d.tx:
+            person = self._d.people.get(person_id)
+            if person is None:
+                return None
+            for column in PERSON_CHANGEABLE:
+                if column in changes:
+                    value = bool(changes[column]) if column == "admin" else changes[column]
+                    person[column] = value  # type: ignore[literal-required]
+            return copy.deepcopy(person)
+
+    async def delete(self, person_id: str, now: int) -> Person | None:
+        async with self._d.tx:  # the person and everything of theirs in one critical section
+            person = self._d.people.pop(person_id, None)
+            if person is None:
+                return None
+            d = self._d
+            d.credentials = {k: c for k, c in d.credentials.items() if c["person_id"] != person_id}
+            d.sessions = {k: s for k, s in d.sessions.items() if s["person_id"] != person_id}
+            d.webauthn = {k: c for k, c in d.webauthn.items() if c["person_id"] != person_id}
+            d.registrations = {k: r for k, r in d.registrations.items()
+                               if not (r["email"] == person["email"] and r["used_at"] is None)}
+            return person
+
+
+class MemoryCredentials:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def get(self, credential_id: str) -> PasskeyCredential | None:
+        return copy.deepcopy(self._d.credentials.get(credential_id))
+
+    async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
+        return copy.deepcopy(self._d.credentials_of(person_id))
+
+    async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
+        async with self._d.tx:
+            return self._d.insert_credential(credential)
+
+    async def use(self, credential_id: str, sign_count: int, now: int) -> PasskeyCredential | None:
+        async with self._d.tx:  # compare and set in one critical section: one winner per count
+            found = self._d.credentials.get(credential_id)
+            if found is None or not (found["sign_count"] < sign_count or found["sign_count"] == sign_count == 0):
+                return None
+            found["sign_count"], found["last_used_at"] = int(sign_count), now
+            return copy.deepcopy(found)
+
+    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+        async with self._d.tx:  # counted and deleted together: the last passkey always stays
+            found = self._d.credentials.get(credential_id)
+            if found is None or found["person_id"] != person_id:
+                return None
+            if len(self._d.credentials_of(person_id)) <= 1:
+                return False
+            del self._d.credentials[credential_id]
+            return True
+
+
+class MemorySessions:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    @staticmethod
+    def _live(session: Session, now: int) -> bool:
+        return session["revoked_at"] is None and session["expires_at"] > now
+
+    async def create(self, session: Session) -> Session:
+        row: Session = copy.deepcopy(session)
+        async with self._d.tx:
+            self._d.sessions = {k: s for k, s in self._d.sessions.items() if s["expires_at"] > row["created_at"]}
+            if row["session_id"] in self._d.sessions:
+                raise Conflict("session_id")
+            self._d.sessions[row["session_id"]] = row
+        return copy.deepcopy(row)
+
+    async def get(self, session_id: str, now: int) -> Session | None:
+        found = self._d.sessions.get(session_id)
+        return copy.deepcopy(found) if found is not None and self._live(found, now) else None
+
+    async def touch(self, session_id: str, now: int) -> None:
+        async with self._d.tx:
+            found = self._d.sessions.get(session_id)
+            if found is not None and found["last_seen_at"] < now:
+                found["last_seen_at"] = now
+
+    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
+        rows = [s for s in self._d.sessions.values()
+                if self._live(s, now) and (person_id is None or s["person_id"] == person_id)]
+        return _newest_first(rows, "session_id", page)
+
+    async def _revoke(self, column: str, value: str, now: int) -> int:
+        async with self._d.tx:
+            hits = [s for s in self._d.sessions.values() if s[column] == value and self._live(s, now)]  # type: ignore[literal-required]
+            for session in hits:
+                session["revoked_at"] = now
+            return len(hits)
+
+    async def revoke_family(self, family_id: str, now: int) -> int:
+        return await self._revoke("family_id", family_id, now)
+
+    async def revoke_person(self, person_id: str, now: int) -> int:
+        return await self._revoke("person_id", person_id, now)
+
+
+class MemoryRegistrations:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def create(self, registration: RegistrationUrl) -> RegistrationUrl:
+        row: RegistrationUrl = {**copy.deepcopy(registration), "email": registration["email"].lower(),
+                                "admin": bool(registration["admin"])}
+        async with self._d.tx:
+            if any(r["token_hash"] == row["token_hash"] for r in self._d.registrations.values()):
+                raise Conflict("token_hash")
+            if row["id"] in self._d.registrations:
+                raise Conflict("id")
+            self._d.registrations[row["id"]] = row
+        return copy.deepcopy(row)
+
+    async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
+        return copy.deepcopy(next((r for r in self._d.registrations.values() if r["token_hash"] == token_hash), None))
+
+    async def list(self, page: PageRequest) -> tuple[builtins.list[RegistrationUrl], bool]:
+        return _newest_first(list(self._d.registrations.values()), "id", page)
+
+    async def delete(self, registration_id: str) -> bool:
+        async with self._d.tx:
+            return self._d.registrations.pop(registration_id, None) is not None
+
+    async def complete(
+        self, token_hash: str, person: Person, credential: PasskeyCredential, now: int
+    ) -> tuple[Person, PasskeyCredential]:
+        d = self._d
+        async with d.tx:  # every check before any change: a Conflict leaves everything as it was
+            url = next((r for r in d.registrations.values() if r["token_hash"] == token_hash), None)
+            if url is None or url["used_at"] is not None or url["expires_at"] <= now:
+                raise Conflict("token")
+            if person["email"].lower() != url["email"]:
+                raise Conflict("email")
+            found = d.person_by_email(url["email"])
+            if found is None:
+                d.check_person(person)
+            owner_id = found["person_id"] if found is not None else person["person_id"]
+            if url["purpose"] == "register" and any(c["rp_id"] == url["rp_id"] for c in d.credentials_of(owner_id)):
+                raise Conflict("credential")
+            if credential["credential_id"] in d.credentials:
+                raise Conflict("credential_id")
+            owner = copy.deepcopy(found) if found is not None else d.insert_person(person)
+            added = d.insert_credential({**credential, "person_id": owner_id})
+            url["used_at"] = now
+            return owner, added
+
+
+class MemoryWebAuthnChallenges:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def create(self, challenge: WebAuthnChallenge, now: int) -> None:
+        async with self._d.tx:
+            self._d.webauthn = {k: c for k, c in self._d.webauthn.items() if c["expires_at"] > now}
+            if challenge["challenge"] in self._d.webauthn:
+                raise Conflict("challenge")
+            self._d.webauthn[challenge["challenge"]] = copy.deepcopy(challenge)
+
+    async def take(self, challenge: str, purpose: str, now: int) -> WebAuthnChallenge | None:
+        async with self._d.tx:  # check and delete in one critical section: exactly one taker wins
+            found = self._d.webauthn.get(challenge)
+            if found is None or found["purpose"] != purpose:
+                return None
+            del self._d.webauthn[challenge]
+            return found if found["expires_at"] > now else None
+
+
 class MemoryStore:
     """``grantd.store.Store`` in memory (one process; lost on exit)."""
 
@@ -358,6 +608,11 @@ class MemoryStore:
         self.grants = MemoryGrants(data)
         self.delegations = MemoryDelegations(data)
         self.rates = MemoryRates(data)
+        self.people = MemoryPeople(data)
+        self.credentials = MemoryCredentials(data)
+        self.sessions = MemorySessions(data)
+        self.registrations = MemoryRegistrations(data)
+        self.webauthn_challenges = MemoryWebAuthnChallenges(data)
         self._migrated = False
 
     async def migrate(self) -> list[int]:
@@ -382,10 +637,31 @@ class MemoryStore:
         """A JSON dump, created mode 0600 like every file that holds keys (D12)."""
         data = self.keys._d
         dump = {"keys": data.keys, "agents": data.agents, "grants": data.grants, "events": data.events,
-                "delegations": data.delegations}
+                "delegations": data.delegations, "people": data.people, "credentials": data.credentials,
+                "sessions": data.sessions, "registrations": data.registrations}
         fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
+
+    async def restore(self, source: str) -> str:
+        """Load a dump written by ``backup``; the current contents are first dumped beside it."""
+        try:
+            with open(source) as f:
+                dump = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{source} is not a backup of the memory store ({exc})") from None
+        if not isinstance(dump, dict) or not {"keys", "agents", "grants", "events"} <= set(dump):
+            raise StoreError(f"{source} is not a backup of the memory store")
+        keep = f"{source}.before-restore"
+        if os.path.exists(keep):
+            raise StoreError(f"{keep} exists (the copy an earlier restore kept): move it away first")
+        await self.backup(keep)
+        data = self.keys._d
+        async with data.tx:
+            for name, value in dump.items():
+                if hasattr(data, name):
+                    setattr(data, name, value)
+        return keep
 
 
 @hookimpl
