@@ -99,6 +99,60 @@ def may_manage_agents(principal: Principal | None) -> Principal:
     return require_admin(principal)
 
 
+AGENT_EMAIL_PREFIX = "agent+"
+
+
+def may_enrol_agents(principal: Principal | None) -> Principal:
+    """``POST /api/agent/enroll``: administrators enrol any agent; a signed-in person enrols their own
+    (D8, the /enroll page). Never an agent."""
+    principal = require(principal)
+    if principal.admin or principal.kind is Kind.PERSON:
+        return principal
+    raise forbidden("administrator rights required")
+
+
+def enrolment_owner(principal: Principal, owner: str | None) -> str:
+    """Whose agent it becomes: an administrator names anyone (default: themselves); a person's agent
+    is always their own (D8), and naming someone else is a 403."""
+    if principal.admin:
+        return owner or principal.email
+    if owner is not None and owner != principal.email:
+        raise forbidden("a person enrols agents for themselves only: owner must be your e-mail")
+    return principal.email
+
+
+def may_name_approver(principal: Principal, approver: str, approver_is_person: bool) -> bool:
+    """A person may make another registered person the approver of their agent (never an agent, an
+    unknown address or the management identity); administrators name anyone."""
+    return principal.admin or approver == principal.email or approver_is_person
+
+
+def may_enrol_as(principal: Principal, agent_email: str) -> bool:
+    """The e-mail a new agent gets: administrators choose any; a person's agents are
+    ``agent+NAME@<the person's own domain>``, so nobody can take a colleague's address (D11: e-mails
+    are unique across agents and persons) or one outside their domain."""
+    if principal.admin:
+        return True
+    local, _, domain = agent_email.rpartition("@")
+    own_domain = principal.email.rpartition("@")[2]
+    return domain == own_domain and local.startswith(AGENT_EMAIL_PREFIX) and len(local) > len(AGENT_EMAIL_PREFIX)
+
+
+# -- people -------------------------------------------------------------------------------------
+
+
+def may_manage_people(principal: Principal | None) -> Principal:
+    """Persons, their passkeys and sessions, registration URLs (the admin API and its pages):
+    administrators (management token or admin person)."""
+    return require_admin(principal)
+
+
+def may_delete_person(principal: Principal, person_id: str) -> bool:
+    """An administrator may delete anyone but themselves (so the last admin cannot lock everybody
+    out by a slip; another administrator or `grantd users delete` can)."""
+    return principal.admin and principal.id != person_id
+
+
 # -- delegations --------------------------------------------------------------------------------
 
 

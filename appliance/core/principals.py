@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grantd.store.records import Person
 
 
 class Kind(StrEnum):
@@ -53,3 +57,10 @@ def agent(agent_id: str, email: str) -> Principal:
 
 def person(email: str, admin_emails: frozenset[str]) -> Principal:
     return Principal(Kind.PERSON, email, email, admin=email in admin_emails)
+
+
+def for_person(person: Person, admin_emails: frozenset[str]) -> Principal:
+    """A signed-in person (a ``Person`` record): id = ``person_id``; an administrator when the
+    record says so or their e-mail is one of ``admin_emails`` (config ``admin.emails``)."""
+    email = person["email"].lower()
+    return Principal(Kind.PERSON, person["person_id"], email, admin=bool(person["admin"]) or email in admin_emails)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from typing import Any
 
+from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, conflict, forbidden, not_found
-from grantd.core.fields import email_field, field_error, first_of, string_field
+from grantd.core.fields import (
+    check_identifier,
+    email_field,
+    field_error,
+    first_of,
+    identifier_field,
+    string_field,
+)
 from grantd.core.paging import page, page_request
-from grantd.core.principals import Principal
+from grantd.core.principals import Kind, Principal
 from grantd.services.context import Services
 from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
 from grantd.store import Conflict
@@ -46,7 +55,9 @@ def admin_view(agent: Agent) -> dict[str, Any]:
 
 
 def _parse_key(body: dict[str, Any]) -> tuple[str, str]:
-    raw = body.get("publicKey", body.get("public_key"))
+    raw = body.get("publicKey")
+    if raw is None:  # null means absent
+        raw = body.get("public_key")
     if raw is None:
         raise field_error("publicKey", "publicKey is required")
     if not isinstance(raw, str) or len(raw) > 1000:
@@ -68,13 +79,40 @@ def _conflict(exc: Conflict) -> Problem:
     return conflict(messages.get(exc.field, f"duplicate {exc.field}"))
 
 
-async def enroll(services: Services, principal: Principal, body: dict[str, Any]) -> Agent:
-    email = email_field(body, "email")
-    name = string_field(body, "name")
-    normalized, key_id = _parse_key(body)
-    owner = email_field(body, "owner", required=False) or principal.email
+def default_agent_email(person_email: str, name: str) -> str:
+    """``agent+<name as a slug>@<the person's domain>``: the e-mail a person's agent gets when the
+    enrolment names none (the peer CLI's ``/enroll?name=&key=`` page has only a name)."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.strip().lower()).strip("-.")[:64].strip("-.")
+    if not slug:
+        raise field_error("name", "name needs a letter or digit to make the agent's e-mail (or send email)")
+    return f"{policy.AGENT_EMAIL_PREFIX}{slug}@{person_email.rpartition('@')[2]}"
+
+
+async def _enrolment_parties(services: Services, principal: Principal, body: dict[str, Any]) -> tuple[str, str]:
+    """(owner, approver) of a new agent, by grantd.core.policy: administrators name anyone; a person's
+    agent is their own, approved by them or by another registered person."""
+    owner = policy.enrolment_owner(principal, email_field(body, "owner", required=False))
     approver = email_field(body, "approver", required=False) or principal.email
-    assert email is not None and name is not None
+    if not principal.admin and approver != principal.email:
+        is_person = approver in services.admin_emails or await services.store.people.get(approver) is not None
+        if not policy.may_name_approver(principal, approver, is_person):
+            raise field_error("approver", "the approver must be a registered person (or you)")
+    return owner, approver
+
+
+async def enroll(services: Services, principal: Principal, body: dict[str, Any]) -> Agent:
+    """Enrol an agent. Administrators (and the management token) name every field; a signed-in
+    person (D8) enrols their own agent: owner = the person, e-mail ``agent+NAME@<their domain>``
+    (default from ``name`` when ``email`` is absent), approver themselves or another person."""
+    email = email_field(body, "email", required=principal.kind is not Kind.PERSON)
+    name = identifier_field(body, "name")
+    assert name is not None
+    if email is None:
+        email = default_agent_email(principal.email, name)
+    if not policy.may_enrol_as(principal, email):
+        raise forbidden(f"a person's agents have e-mails {policy.AGENT_EMAIL_PREFIX}NAME@{principal.email.rpartition('@')[2]}")
+    normalized, key_id = _parse_key(body)
+    owner, approver = await _enrolment_parties(services, principal, body)
     now = services.clock.now_ms()
     agent: Agent = {
         "agent_id": new_agent_id(),
@@ -108,7 +146,7 @@ def _agent_ident(body: dict[str, Any]) -> str:
         raise field_error("agent_id", "agent_id is required")
     if not isinstance(value, str) or not value.strip() or len(value) > 254:
         raise field_error(field, f"{field} must be a non-empty string")
-    return value.strip()
+    return check_identifier(field, value).strip()
 
 
 async def issue_challenge(services: Services, body: dict[str, Any]) -> str:
@@ -146,9 +184,10 @@ async def update(services: Services, principal: Principal, ident: str, body: dic
     unknown = set(body) - UPDATABLE
     if unknown:
         raise bad_request(f"unknown field: {sorted(unknown)[0]}", field=sorted(unknown)[0])
+    body = {name: value for name, value in body.items() if value is not None}  # null means "leave as it is"
     changes: dict[str, Any] = {}
     if "name" in body:
-        changes["name"] = string_field(body, "name")
+        changes["name"] = identifier_field(body, "name")
     for field in ("owner", "approver"):
         if field in body:
             changes[field] = email_field(body, field)

@@ -2,8 +2,9 @@
 
 The web layer extracts ``Credentials`` from the request (services never see the request) and asks
 the chain; the first authenticator that recognises the credential answers. Built in, in order:
-the management token, then agent identity tokens. Person sessions and OAuth access tokens join the
-chain (``AuthnChain.add``) with their issues. A bearer nobody recognises is a 401 invalid_token;
+the management token, then agent identity tokens, then the session cookie of a person
+(``grantd.services.sessions.SessionCookie``; never consulted when a bearer is presented). OAuth
+access tokens join the chain (``AuthnChain.add``) with their issue. A bearer nobody recognises is a 401 invalid_token;
 no credential at all is ``None`` (routes decide whether that is allowed).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from grantd.core import principals
-from grantd.core.errors import unauthorized
+from grantd.core.errors import Problem, unauthorized
 from grantd.core.principals import Principal
 from grantd.services.tokens import TokenError
 
@@ -25,9 +26,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Credentials:
-    """What a request presented. ``bearer`` is the token of an ``Authorization: Bearer`` header."""
+    """What a request presented. ``bearer`` is the token of an ``Authorization: Bearer`` header;
+    ``client`` the client address (``request.ctx.client_ip``), which refused bearers count against
+    (D12, ``grantd.services.limits``); ``session`` the value of the ``grantd_session`` cookie (None
+    when the request has an Authorization header: a bearer request never uses the cookie)."""
 
     bearer: str | None = None
+    client: str | None = None
+    session: str | None = None
 
 
 class Authenticator(Protocol):
@@ -91,14 +97,26 @@ class AuthnChain:
         self.authenticators.append(authenticator)
 
     async def principal(self, services: Services, credentials: Credentials) -> Principal | None:
-        for authenticator in self.authenticators:
-            found = await authenticator.authenticate(services, credentials)
-            if found is not None:
-                return found
-        if credentials.bearer is not None:
-            raise unauthorized("invalid token", invalid_token=True)
-        return None
+        presented = credentials.bearer is not None
+        if presented:
+            # D12: an address that had too many bearers refused is shut out before its bearer is
+            # even looked at, so guessing on learns nothing; each refusal below counts against it.
+            await services.limits.bearer_allowed(credentials.client)
+        try:
+            for authenticator in self.authenticators:
+                found = await authenticator.authenticate(services, credentials)
+                if found is not None:
+                    return found
+            if presented:
+                raise unauthorized("invalid token", invalid_token=True)
+            return None
+        except Problem as exc:
+            if presented and exc.status == 401:
+                await services.limits.bearer_refused(credentials.client)
+            raise
 
 
 def default_chain() -> AuthnChain:
-    return AuthnChain([ManagementToken(), AgentIdentityToken()])
+    from grantd.services.sessions import SessionCookie
+
+    return AuthnChain([ManagementToken(), AgentIdentityToken(), SessionCookie()])

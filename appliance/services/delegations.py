@@ -19,9 +19,16 @@ from typing import Any
 
 from grantd.core import policy
 from grantd.core.errors import conflict, forbidden, not_found
-from grantd.core.fields import MAX_TEXT, email_field, field_error, seconds_field, string_field
+from grantd.core.fields import (
+    MAX_TEXT,
+    check_identifier,
+    email_field,
+    field_error,
+    identifier_field,
+    seconds_field,
+)
 from grantd.core.lifecycle import GRANT_TYPES
-from grantd.core.paging import page, page_request
+from grantd.core.paging import MAX_LIMIT, Cursor, PageRequest, page, page_request
 from grantd.core.principals import Principal
 from grantd.services.context import Services
 from grantd.store import Conflict
@@ -80,7 +87,32 @@ def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
 
 
 async def _delegator_may_decide(services: Services, delegator: str, delegate: str) -> bool:
-    return policy.person_may_decide(delegator, await services.store.agents.get(delegate), services.admin_emails)
+    """Whether the delegator may decide the delegate's grants now: a registered person must be active
+    (their admin flag counts like admin.emails); an owner known only by e-mail follows the e-mail rules."""
+    admins = services.admin_emails
+    person = await services.store.people.get(delegator)
+    if person is not None:
+        if person["status"] != "active":
+            return False
+        if person["admin"]:
+            admins = admins | {person["email"]}
+    return policy.person_may_decide(delegator, await services.store.agents.get(delegate), admins)
+
+
+async def end_delegations_of(services: Services, delegator: str, by: str) -> int:
+    """Revoke every active delegation a person made (the person was deleted)."""
+    ended = 0
+    now = services.clock.now_ms()
+    after: Cursor | None = None
+    while True:
+        rows, has_more = await services.store.delegations.list(party=delegator, page=PageRequest(MAX_LIMIT, after))
+        for delegation in rows:
+            if delegation["delegator"] == delegator and delegation["status"] == "active":
+                if await services.store.delegations.revoke(delegation["id"], by, now) is not None:
+                    ended += 1
+        if not has_more or not rows:
+            return ended
+        after = Cursor(rows[-1]["created_at"], rows[-1]["id"])
 
 
 async def create(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
@@ -92,15 +124,21 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
         delegator = principal.email
     delegate = email_field(body, "delegate")
     assert delegate is not None
-    audience = string_field(body, "audience", required=True)
-    scopes = body.get("scopes", [])
+    audience = identifier_field(body, "audience", required=True)
+    scopes = body.get("scopes")
+    if scopes is None:  # null means absent
+        scopes = []
     if not isinstance(scopes, list) or not all(isinstance(s, str) and s.strip() and len(s) <= MAX_TEXT for s in scopes):
         raise field_error("scopes", "scopes must be an array of non-empty strings")
     if len(scopes) > MAX_SCOPES:
         raise field_error("scopes", f"at most {MAX_SCOPES} scopes")
+    for scope in scopes:
+        check_identifier("scopes", scope)
     approval = body.get("approval")
     if approval is None:
-        approval = body.get("grant_type", "once")  # the peer CLI sends grant_type
+        approval = body.get("grant_type")  # the peer CLI sends grant_type
+    if approval is None:
+        approval = "once"
     if not isinstance(approval, str) or approval not in GRANT_TYPES:
         raise field_error("approval", "approval must be one of once, timed, always")
     now = services.clock.now_ms()

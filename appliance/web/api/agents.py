@@ -4,6 +4,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
+from grantd.core.principals import Kind
 from grantd.services import agents
 from grantd.web.api.common import body_of, principal_of, services_of
 
@@ -13,27 +14,40 @@ bp = Blueprint("agents")
 @bp.post("/api/agent/enroll")
 @bp.post("/api/auth/enroll", name="enroll_alias")
 async def enroll(request: Request) -> HTTPResponse:
-    principal = policy.may_manage_agents(await principal_of(request))
-    agent = await agents.enroll(services_of(request), principal, body_of(request))
+    services = services_of(request)
+    principal = policy.may_enrol_agents(await principal_of(request))  # admins, or a person for themselves (D8)
+    await services.limits.enrol(request.ctx.client_ip)
+    agent = await agents.enroll(services, principal, body_of(request))
     return json(agents.public_view(agent), status=201)
 
 
 @bp.post("/api/agent/challenge")
 @bp.post("/api/auth/challenge", name="challenge_alias")
 async def challenge(request: Request) -> HTTPResponse:
-    return json({"challenge": await agents.issue_challenge(services_of(request), body_of(request))})
+    services, body = services_of(request), body_of(request)
+    await services.limits.sign_in(services, request.ctx.client_ip, body, step="challenge")
+    return json({"challenge": await agents.issue_challenge(services, body)})
 
 
 @bp.post("/api/agent/authenticate")
 @bp.post("/api/auth/authenticate", name="authenticate_alias")
 async def authenticate(request: Request) -> HTTPResponse:
-    return json(await agents.authenticate(services_of(request), body_of(request)))
+    services, body = services_of(request), body_of(request)
+    await services.limits.sign_in(services, request.ctx.client_ip, body, step="authenticate")
+    return json(await agents.authenticate(services, body))
 
 
 @bp.get("/api/me")
 async def me(request: Request) -> HTTPResponse:
-    """Who the presented credential is (agents and the management token; human sessions later)."""
+    """Who the presented credential is: an agent, the management token, or a signed-in person
+    (``act: "human"``, the peer's word for people; ``name`` from the person record)."""
     principal = policy.require(await principal_of(request))
+    if principal.kind is Kind.PERSON:
+        person = await services_of(request).store.people.get(principal.id)
+        return json({
+            "sub": principal.email, "email": principal.email, "name": person["name"] if person else principal.email,
+            "act": "human", "kind": principal.kind.value, "id": principal.id, "admin": principal.admin,
+        })
     return json({
         "sub": principal.email, "email": principal.email, "act": principal.kind.value, "kind": principal.kind.value,
         "id": principal.id, "agent_id": principal.agent_id, "admin": principal.admin,

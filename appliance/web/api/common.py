@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from sanic import Request
+from sanic.response import BaseHTTPResponse
 
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
 from grantd.services.authn import Credentials, bearer_token
 from grantd.services.context import Services
+from grantd.services.sessions import SESSION_COOKIE, secure_cookie, ttl_seconds
 
 
 def services_of(request: Request) -> Services:
@@ -17,16 +19,44 @@ def services_of(request: Request) -> Services:
 
 
 def credentials_of(request: Request) -> Credentials:
-    """What the request presented; the authentication chain decides what it proves."""
-    return Credentials(bearer=bearer_token(request.headers.get("authorization")))
+    """What the request presented; the authentication chain decides what it proves. The session
+    cookie is left out when an Authorization header is present (a bearer request never uses it)."""
+    bearer = bearer_token(request.headers.get("authorization"))
+    session = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
+    return Credentials(bearer=bearer, client=getattr(request.ctx, "client_ip", None), session=session)
 
 
 async def principal_of(request: Request) -> Principal | None:
     """The caller, resolved once per request through the authentication chain."""
     if not hasattr(request.ctx, "principal"):
         services = services_of(request)
-        request.ctx.principal = await services.authn.principal(services, credentials_of(request))
+        credentials = credentials_of(request)
+        request.ctx.principal = await services.authn.principal(services, credentials)
+        if credentials.session is not None and request.ctx.principal is None:
+            request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
     return request.ctx.principal  # type: ignore[no-any-return]
+
+
+def set_session_cookie(response: BaseHTTPResponse, services: Services, value: str) -> None:
+    """The session cookie (D8): HttpOnly, SameSite=Lax, Path=/, Secure on an https issuer,
+    Max-Age = ``sessions.ttl``."""
+    response.add_cookie(
+        SESSION_COOKIE, value, path="/", secure=secure_cookie(services), max_age=ttl_seconds(services),
+        httponly=True, samesite="Lax",
+    )
+
+
+def clear_session_cookie(response: BaseHTTPResponse, services: Services) -> None:
+    response.add_cookie(
+        SESSION_COOKIE, "", path="/", secure=secure_cookie(services), max_age=0, httponly=True, samesite="Lax"
+    )
+
+
+def clear_stale_session_cookie(request: Request, response: BaseHTTPResponse) -> None:
+    """Response hook: a cookie that named no live session is cleared (unless the route set one)."""
+    services = getattr(request.app.ctx, "services", None)
+    if getattr(request.ctx, "stale_session", False) and services is not None and not response.cookies.has_cookie(SESSION_COOKIE):
+        clear_session_cookie(response, services)
 
 
 def body_of(request: Request, *, required: bool = True) -> dict[str, Any]:

@@ -1,0 +1,113 @@
+"""Browser sessions of people (D8): a cookie that names a server-side session record.
+
+- The cookie ``grantd_session`` holds 32 random bytes (base64url); the store keeps only their
+  SHA-256 (hex) as the ``session_id``, so a copy of the database signs nobody in.
+- Each sign-in (a passkey login or registration) starts a new session in a new family; logging out
+  or an administrator's revocation revokes the whole family, and the next request carrying the
+  cookie finds no live session: it is answered as unauthenticated and told to drop the cookie.
+- Lifetime: ``sessions.ttl`` seconds from sign-in, **absolute** (activity does not extend it; the
+  cookie's Max-Age is the same). An absolute lifetime bounds what a stolen cookie is worth, and a
+  sign-in with a passkey takes a second. ``last_seen_at`` is recorded (at most once a minute) for
+  the session lists on /account and /admin.
+- A session authenticates its person only while the person exists and is active: disabling or
+  deleting a person ends their sessions at once, even before the records are revoked.
+- The cookie is HttpOnly, SameSite=Lax, Path=/, and Secure when the issuer is https. Requests
+  that carry it and change state must pass the cross-site check of ``grantd.web.csrf``.
+- A request with an ``Authorization`` header never uses the cookie (the bearer alone decides).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from typing import TYPE_CHECKING
+
+from grantd.core import principals
+from grantd.core.principals import Principal
+from grantd.store.records import Person, Session
+
+if TYPE_CHECKING:
+    from grantd.services.authn import Credentials
+    from grantd.services.context import Services
+
+SESSION_COOKIE = "grantd_session"
+TOUCH_EVERY_MS = 60_000
+_COOKIE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def session_id_of(cookie_value: str) -> str:
+    """The stored id of a cookie value: SHA-256, hex."""
+    return hashlib.sha256(cookie_value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def plausible(cookie_value: str | None) -> bool:
+    """A value we could have minted (43 base64url characters): others are not looked up."""
+    return cookie_value is not None and len(cookie_value) == 43 and set(cookie_value) <= _COOKIE_CHARS
+
+
+def ttl_seconds(services: Services) -> int:
+    return int(services.config.sessions.ttl)
+
+
+def secure_cookie(services: Services) -> bool:
+    return services.issuer.startswith("https://")
+
+
+async def start(services: Services, person: Person, user_agent: str) -> tuple[str, Session]:
+    """Sign ``person`` in: a new session in a new family. Returns the cookie value and the record."""
+    value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+    now = services.clock.now_ms()
+    session: Session = {
+        "session_id": session_id_of(value),
+        "family_id": "fam_" + secrets.token_urlsafe(16),
+        "person_id": person["person_id"],
+        "created_at": now,
+        "expires_at": now + ttl_seconds(services) * 1000,
+        "last_seen_at": now,
+        "user_agent": (user_agent or "")[:256],
+        "revoked_at": None,
+    }
+    return value, await services.store.sessions.create(session)
+
+
+async def end(services: Services, cookie_value: str) -> None:
+    """Log out: revoke the family of the cookie's session (nothing if it is unknown or over)."""
+    if not plausible(cookie_value):
+        return
+    now = services.clock.now_ms()
+    session = await services.store.sessions.get(session_id_of(cookie_value), now)
+    if session is not None:
+        await services.store.sessions.revoke_family(session["family_id"], now)
+
+
+async def live(services: Services, cookie_value: str | None) -> tuple[Person, Session] | None:
+    """The active person and live session a cookie names, or None."""
+    if cookie_value is None or not plausible(cookie_value):
+        return None
+    now = services.clock.now_ms()
+    session = await services.store.sessions.get(session_id_of(cookie_value), now)
+    if session is None:
+        return None
+    person = await services.store.people.get(session["person_id"])
+    if person is None or person["status"] != "active" or person["person_id"] != session["person_id"]:
+        return None
+    if now - session["last_seen_at"] >= TOUCH_EVERY_MS:
+        await services.store.sessions.touch(session["session_id"], now)
+    return person, session
+
+
+class SessionCookie:
+    """The authenticator of the session cookie (after the bearer ones in the chain). A request
+    that presents a bearer is never authenticated by its cookie. An unknown, expired or revoked
+    cookie proves nothing (None): the request is anonymous, and the web layer clears the cookie."""
+
+    name = "session-cookie"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        if credentials.bearer is not None or credentials.session is None:
+            return None
+        found = await live(services, credentials.session)
+        if found is None:
+            return None
+        return principals.for_person(found[0], services.admin_emails)

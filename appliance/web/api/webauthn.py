@@ -1,0 +1,120 @@
+"""Passkey and session routes: /api/webauthn/* (the ceremonies of grantd.services.passkeys) and
+/api/logout. Thin: parse, rate-limit, call the service, set or clear the session cookie.
+
+Bodies (JSON; a passkey ``response`` is the PublicKeyCredential JSON the browser produced, with
+base64url fields, as ``{response: ...}`` or as the body itself):
+
+- ``POST register/options {token}`` → creation options; ``POST register/verify {token, response,
+  name?, person_name?}`` → 200 ``{person, credential}`` and the session cookie.
+- ``POST login/options {email?}`` → request options (by e-mail, or discoverable without one);
+  ``POST login/verify {response}`` → 200 ``{person, credential}`` and the session cookie.
+- ``GET credentials`` → ``{data: [credential, ...]}`` (own, oldest first);
+  ``POST credentials/add/options`` → creation options; ``POST credentials/add/verify {response,
+  name?}`` → 201 ``{credential}``; ``DELETE credentials/:id`` → 200 ``{deleted: credential}``.
+- ``POST /api/logout`` → 200 ``{ok: true}``, revokes the session's family and clears the cookie.
+"""
+
+from __future__ import annotations
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+from grantd.core.fields import email_field
+from grantd.services import passkeys, sessions
+from grantd.web.api.common import (
+    body_of,
+    clear_session_cookie,
+    principal_of,
+    services_of,
+    set_session_cookie,
+)
+
+bp = Blueprint("webauthn")
+
+
+def _user_agent(request: Request) -> str:
+    return request.headers.get("user-agent", "")
+
+
+async def _end_current_session(request: Request) -> None:
+    """A new sign-in replaces the session the browser had (if any)."""
+    if request.headers.get("authorization") is None:
+        current = request.cookies.get(sessions.SESSION_COOKIE)
+        if current:
+            await sessions.end(services_of(request), current)
+
+
+@bp.post("/api/webauthn/register/options")
+async def register_options(request: Request) -> HTTPResponse:
+    services, body = services_of(request), body_of(request)
+    return json(await passkeys.register_options(services, body.get("token")))
+
+
+@bp.post("/api/webauthn/register/verify")
+async def register_verify(request: Request) -> HTTPResponse:
+    services, body = services_of(request), body_of(request)
+    await passkeys.limit(services, request.ctx.client_ip, "register-verify")
+    person, credential, value, _ = await passkeys.register_verify(services, body, _user_agent(request))
+    await _end_current_session(request)
+    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
+    set_session_cookie(response, services, value)
+    return response
+
+
+@bp.post("/api/webauthn/login/options")
+async def login_options(request: Request) -> HTTPResponse:
+    services, body = services_of(request), body_of(request, required=False)
+    await passkeys.limit(services, request.ctx.client_ip, "login-options")
+    return json(await passkeys.login_options(services, email_field(body, "email", required=False)))
+
+
+@bp.post("/api/webauthn/login/verify")
+async def login_verify(request: Request) -> HTTPResponse:
+    services, body = services_of(request), body_of(request)
+    await passkeys.limit(services, request.ctx.client_ip, "login-verify")
+    person, credential, value, _ = await passkeys.login_verify(services, body, _user_agent(request))
+    await _end_current_session(request)
+    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
+    set_session_cookie(response, services, value)
+    return response
+
+
+@bp.get("/api/webauthn/credentials")
+async def list_credentials(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    found = await passkeys.list_own(services, await principal_of(request))
+    return json({"data": [passkeys.credential_view(c) for c in found]})
+
+
+@bp.post("/api/webauthn/credentials/add/options")
+async def add_options(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    body_of(request, required=False)  # an optional body must still be JSON
+    return json(await passkeys.add_options(services, await principal_of(request)))
+
+
+@bp.post("/api/webauthn/credentials/add/verify")
+async def add_verify(request: Request) -> HTTPResponse:
+    services, body = services_of(request), body_of(request)
+    credential = await passkeys.add_verify(services, await principal_of(request), body)
+    return json({"credential": passkeys.credential_view(credential)}, status=201)
+
+
+@bp.delete("/api/webauthn/credentials/<credential_id:str>")
+async def delete_credential(request: Request, credential_id: str) -> HTTPResponse:
+    services = services_of(request)
+    deleted = await passkeys.delete_own(services, await principal_of(request), credential_id)
+    return json({"deleted": passkeys.credential_view(deleted)})
+
+
+@bp.post("/api/logout")
+async def logout(request: Request) -> HTTPResponse:
+    """End the browser session (its whole family) and clear the cookie; 200 without one too."""
+    services = services_of(request)
+    current = None if request.headers.get("authorization") else request.cookies.get(sessions.SESSION_COOKIE)
+    if current:
+        await sessions.end(services, current)
+    response = json({"ok": True})
+    if current is not None:
+        clear_session_cookie(response, services)
+    return response

@@ -1,0 +1,435 @@
+"""The browser pages (D8): server-rendered HTML for people, with one small script for what needs it.
+
+Pages only read: they render what the signed-in person may see, from the same services and policy
+the API uses. Every change is made by the page's script calling the JSON API with ``fetch``
+(same origin, ``Content-Type: application/json``), which the web layer's D8 check makes CSRF-safe;
+no page posts an HTML form. A page that needs a session sends a visitor without one to
+``/login?next=...``; ``next`` is only ever a local path (``safe_next``). Pages carry a strict
+Content-Security-Policy: scripts, styles and images come from this origin only, and nothing
+inline runs. Untrusted text (an agent's argv, names, reasons) is escaped twice over: Jinja2
+autoescapes HTML, and control/format characters are shown as visible escapes
+(``grantd.tui.escape``, the same rule as the TUI's), so an approver reads exactly what would run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import wraps
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, html, raw, redirect
+
+from grantd.core import policy
+from grantd.core.errors import Problem
+from grantd.core.paging import PageRequest
+from grantd.core.principals import Kind, Principal
+from grantd.services import agents, grants, people
+from grantd.services.context import Services
+from grantd.services.sessions import SESSION_COOKIE, session_id_of
+from grantd.tui.escape import escape_text, quote_arg, summarize_argv
+from grantd.web.api.common import principal_of, services_of
+
+bp = Blueprint("pages")
+
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+PAGE_HEADERS = {
+    "Content-Security-Policy": PAGE_CSP,
+    "Cache-Control": "no-store",  # pages show a person's data and their session's state
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",  # /register?token=... must not leak through a Referer
+}
+DEFAULT_NEXT = "/grants"
+MAX_NEXT = 2000
+EARLIER_LIMIT = 100  # the requester's grants read to find earlier ones for the same command
+LIST_LIMIT = 100  # rows an admin or inbox list shows (with a note when there are more)
+
+
+# -- static files ---------------------------------------------------------------------------------
+
+_CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
+                  ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon"}
+
+
+@dataclass(frozen=True)
+class StaticFile:
+    body: bytes
+    content_type: str
+    etag: str
+
+
+def _load_static() -> dict[str, StaticFile]:
+    """Every file of static/, read once: served from memory, so no request path ever reaches the
+    file system (nothing to traverse) and a bundle needs only the files themselves."""
+    files = {}
+    for path in sorted(STATIC.iterdir()) if STATIC.is_dir() else []:
+        if path.is_file() and path.suffix in _CONTENT_TYPES:
+            body = path.read_bytes()
+            files[path.name] = StaticFile(body, _CONTENT_TYPES[path.suffix], '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+    return files
+
+
+STATIC_FILES = _load_static()
+
+
+def static_url(name: str) -> str:
+    """The file's URL with its content hash, so a new version is never taken from a cache."""
+    found = STATIC_FILES.get(name)
+    return f"/static/{name}?v={found.etag.strip(chr(34))[:12]}" if found else f"/static/{name}"
+
+
+@bp.get("/static/<name:str>")
+async def static(request: Request, name: str) -> HTTPResponse:
+    found = STATIC_FILES.get(name)
+    if found is None:
+        raise Problem(404, "no such file")
+    headers = {"ETag": found.etag, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    if request.headers.get("if-none-match") == found.etag:
+        return HTTPResponse(status=304, headers=headers)
+    return raw(found.body, content_type=found.content_type, headers=headers)
+
+
+# -- templates ------------------------------------------------------------------------------------
+
+
+def format_ms(value: int | None) -> str:
+    if value is None:
+        return "—"
+    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso_ms(value: int | None) -> str:
+    return "" if value is None else datetime.fromtimestamp(value / 1000, UTC).isoformat()
+
+
+def format_seconds(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if value >= size and value % size == 0:
+            return f"{value // size} {unit}"
+    return f"{value} s"
+
+
+def _text(value: Any) -> str:
+    """Any value as one escaped line: control and invisible characters become visible escapes."""
+    return escape_text("" if value is None else str(value))
+
+
+_BROWSERS = (("Edg/", "Edge"), ("OPR/", "Opera"), ("Firefox/", "Firefox"), ("HeadlessChrome/", "Headless Chrome"),
+             ("Chrome/", "Chrome"), ("Chromium/", "Chromium"), ("Safari/", "Safari"))
+_SYSTEMS = (("Android", "Android"), ("iPhone", "iOS"), ("iPad", "iPadOS"), ("Windows", "Windows"),
+            ("Mac OS X", "macOS"), ("CrOS", "ChromeOS"), ("Linux", "Linux"))
+
+
+def browser_name(user_agent: str | None) -> str:
+    """"Chrome on Linux" from a User-Agent line (the whole line stays in the title attribute)."""
+    ua = user_agent or ""
+    browser = next((name for token, name in _BROWSERS if token in ua), "")
+    system = next((name for token, name in _SYSTEMS if token in ua), "")
+    if browser and system:
+        return f"{browser} on {system}"
+    return browser or system or (_text(ua)[:60] if ua else "unknown browser")
+
+
+def _pretty_json(value: Any) -> str:
+    return escape_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)).replace("\\n", "\n")
+
+
+ENV = Environment(
+    loader=FileSystemLoader(str(TEMPLATES)),
+    autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+ENV.filters.update(
+    text=_text, arg=quote_arg, argv_line=summarize_argv, when=format_ms, iso=iso_ms, seconds=format_seconds,
+    pretty_json=_pretty_json, browser=browser_name,
+)
+ENV.globals.update(static_url=static_url)
+
+
+def render(template: str, status: int = 200, **context: Any) -> HTTPResponse:
+    body = ENV.get_template(template).render(**context)
+    return html(body, status=status, headers=PAGE_HEADERS)
+
+
+# -- who is asking ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """The signed-in person a page is rendered for."""
+
+    principal: Principal
+    person: Mapping[str, Any]
+
+    @property
+    def email(self) -> str:
+        return self.principal.email
+
+    @property
+    def admin(self) -> bool:
+        return self.principal.admin
+
+    @property
+    def name(self) -> str:
+        return str(self.person.get("name") or self.principal.email)
+
+
+async def viewer_of(request: Request) -> Viewer | None:
+    """The person whose session cookie the request carries, or None (no session, an ended or
+    revoked one, or a credential that is not a person's: pages are for people)."""
+    try:
+        principal = await principal_of(request)
+    except Problem:
+        return None
+    if principal is None or principal.kind is not Kind.PERSON:
+        return None
+    person = await services_of(request).store.people.get(principal.id)
+    if person is None or person.get("status", "active") != "active":
+        return None
+    return Viewer(principal, person)
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: a local absolute path on this origin only (``/x?y``), never
+    ``//host``, ``/\\host``, a scheme, or anything with control characters or backslashes."""
+    if not value or len(value) > MAX_NEXT or not value.startswith("/") or value.startswith("//"):
+        return DEFAULT_NEXT
+    if "\\" in value or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value) or not value.isprintable():
+        return DEFAULT_NEXT
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc:
+        return DEFAULT_NEXT
+    return value
+
+
+def current_session_id(request: Request) -> str | None:
+    """The id of the session the request's cookie names, to mark "this browser" in lists."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return session_id_of(cookie) if cookie else None
+
+
+def _here(request: Request) -> str:
+    return request.path + (f"?{request.query_string}" if request.query_string else "")
+
+
+def login_redirect(request: Request) -> HTTPResponse:
+    response = redirect("/login?next=" + quote(_here(request), safe="/"), status=303)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+Handler = Callable[..., Awaitable[HTTPResponse]]
+
+
+def page(*, admin: bool = False) -> Callable[[Handler], Handler]:
+    """A page for a signed-in person (``admin``: administrators only, others get a 403 page).
+    Problems the page's reads raise become HTML error pages, not problem+json."""
+
+    def wrap(handler: Handler) -> Handler:
+        @wraps(handler)
+        async def run(request: Request, *args: Any, **kwargs: Any) -> HTTPResponse:
+            viewer = await viewer_of(request)
+            if viewer is None:
+                return login_redirect(request)
+            if admin and not viewer.admin:
+                return error_page(viewer, 403, "Administrators only", "This page is for administrators.")
+            try:
+                return await handler(request, viewer, *args, **kwargs)
+            except Problem as exc:
+                if exc.status >= 500:
+                    raise
+                return error_page(viewer, exc.status, exc.title, exc.detail)
+
+        return run
+
+    return wrap
+
+
+def error_page(viewer: Viewer | None, status: int, title: str, detail: str) -> HTTPResponse:
+    return render("error.html", status=status, viewer=viewer, title=title, detail=detail, status_code=status)
+
+
+# -- sign-in, registration, account ---------------------------------------------------------------
+
+
+@bp.get("/")
+async def home(request: Request) -> HTTPResponse:
+    return redirect(DEFAULT_NEXT if await viewer_of(request) else "/login", status=303, headers={"Cache-Control": "no-store"})
+
+
+@bp.get("/login")
+async def login(request: Request) -> HTTPResponse:
+    target = safe_next(request.args.get("next"))
+    if await viewer_of(request) is not None:
+        return redirect(target, status=303, headers={"Cache-Control": "no-store"})
+    return render("login.html", viewer=None, title="Sign in", next=target)
+
+
+@bp.get("/register")
+async def register(request: Request) -> HTTPResponse:
+    """The registration URL's page. The token is checked by the ceremony itself
+    (POST /api/webauthn/register/options); this page only carries it to the script."""
+    token = request.args.get("token") or ""
+    valid = 0 < len(token) <= 200 and token.isascii() and token.isprintable()
+    viewer = await viewer_of(request)
+    return render("register.html", status=200 if valid else 400, viewer=viewer, title="Register a passkey",
+                  token=token if valid else "")
+
+
+@bp.get("/account")
+@page()
+async def account(request: Request, viewer: Viewer) -> HTTPResponse:
+    services = services_of(request)
+    now = services.clock.now_ms()
+    credentials = await services.store.credentials.list_for(viewer.principal.id)
+    sessions, more_sessions = await services.store.sessions.list(PageRequest(LIST_LIMIT, None), viewer.principal.id, now)
+    current = current_session_id(request)
+    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=sessions,
+                  more_sessions=more_sessions, current_session=current, person=viewer.person)
+
+
+# -- grants ---------------------------------------------------------------------------------------
+
+
+async def inbox(services: Services, viewer: Viewer) -> dict[str, Any]:
+    """The grants waiting for this person's decision (those of the agents they own or approve;
+    all of them for an administrator), and the latest decided ones they could see."""
+    principal = viewer.principal
+    scope: tuple[str, ...] | None = None
+    if not principal.admin:
+        scope = tuple(await services.store.agents.decidable_by(principal.email))
+    reader = grants.Reader(services)
+    pending: list[Any] = []
+    more = False
+    recent: list[Any] = []
+    if scope is None or scope:
+        pending, more = await services.store.grants.list(
+            lapse=reader.lapse, page=PageRequest(LIST_LIMIT, None), status="pending", requester_ids=scope
+        )
+        latest, _ = await services.store.grants.list(
+            lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope
+        )
+        recent = [g for g in latest if reader.status(g) != "pending"][:10]
+    return {
+        "pending": [reader.view(g) for g in pending],
+        "more_pending": more,
+        "recent": [reader.view(g) for g in recent],
+    }
+
+
+@bp.get("/grants")
+@page()
+async def grants_page(request: Request, viewer: Viewer) -> HTTPResponse:
+    data = await inbox(services_of(request), viewer)
+    if request.args.get("part") == "list":  # the live list's refresh: just the lists, same rendering
+        return render("_grant_lists.html", viewer=viewer, **data)
+    return render("grants.html", viewer=viewer, title="Grants", **data)
+
+
+@bp.get("/grant-approval")
+@page()
+async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
+    services = services_of(request)
+    grant_id = request.args.get("grant_id") or ""
+    if not grant_id or len(grant_id) > 200 or not grant_id.isprintable():
+        raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
+    record = await services.store.grants.get(grant_id)
+    if record is None or not await grants.may_see(services, viewer.principal, record):
+        raise Problem(404, "There is no such grant, or it is not yours to see.", title="Grant not found")
+    reader = grants.Reader(services)
+    grant = reader.view(record)
+    agent = await grants.requesting_agent(services, record)
+    may_decide = policy.may_decide(viewer.principal, agent, services.admin_emails)
+    earlier = await _earlier_grants(services, record, reader)
+    request_body = grant["request"]
+    return render(
+        "grant_approval.html", viewer=viewer, title="Grant request", grant=grant, request_body=request_body,
+        agent=agent, may_decide=may_decide, earlier=earlier, grant_types=("once", "timed", "always"),
+        max_duration=services.config.grants.max_duration,
+    )
+
+
+async def _earlier_grants(services: Services, record: Any, reader: grants.Reader) -> list[dict[str, Any]]:
+    """The requester's earlier grants for the same command (same cmd_hash) or the same
+    permissions, newest first."""
+    request = record["request"]
+    key = request.get("cmd_hash") or json.dumps(sorted(request.get("permissions") or []))
+    rows, _ = await services.store.grants.list(
+        lapse=reader.lapse, page=PageRequest(EARLIER_LIMIT, None), requester_ids=(record["requester_id"],)
+    )
+    same = []
+    for row in rows:
+        other = row["request"]
+        other_key = other.get("cmd_hash") or json.dumps(sorted(other.get("permissions") or []))
+        if row["id"] != record["id"] and other_key == key and row["created_at"] <= record["created_at"]:
+            same.append(reader.view(row))
+    return same
+
+
+# -- agents ---------------------------------------------------------------------------------------
+
+
+@bp.get("/enroll")
+@page()
+async def enroll(request: Request, viewer: Viewer) -> HTTPResponse:
+    """An owner enrols an agent; the peer CLI opens ``/enroll?name=...&key=...`` (D8). Without an
+    e-mail (``?email=`` or typed), a person's agent gets ``agent+NAME@<their domain>``
+    (grantd.services.agents.default_agent_email, shown as the field's placeholder)."""
+    name = (request.args.get("name") or "")[:255]
+    key = (request.args.get("key") or "")[:1000]
+    email = (request.args.get("email") or "")[:254]
+    domain = viewer.email.rpartition("@")[2]
+    try:
+        suggestion = agents.default_agent_email(viewer.email, name) if name else f"{policy.AGENT_EMAIL_PREFIX}NAME@{domain}"
+    except Problem:
+        suggestion = f"{policy.AGENT_EMAIL_PREFIX}NAME@{domain}"
+    return render("enroll.html", viewer=viewer, title="Enrol an agent", name=name, key=key, email=email,
+                  suggestion=suggestion, domain=domain)
+
+
+# -- administration -------------------------------------------------------------------------------
+
+
+@bp.get("/admin")
+@page(admin=True)
+async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
+    services = services_of(request)
+    store = services.store
+    now = services.clock.now_ms()
+    first = PageRequest(LIST_LIMIT, None)
+    search = (request.args.get("q") or "").strip()[:200] or None
+    persons, more_people = await store.people.list(first, search)
+    agents, more_agents = await store.agents.list(first)
+    registrations, more_registrations = await store.registrations.list(first)
+    sessions, more_sessions = await store.sessions.list(first, None, now)
+    emails: dict[str, str | None] = {p["person_id"]: p["email"] for p in persons}
+    for session in sessions:
+        if session["person_id"] not in emails:
+            found = await store.people.get(session["person_id"])
+            emails[session["person_id"]] = found["email"] if found else None
+    current = current_session_id(request)
+    return render(
+        "admin.html", viewer=viewer, title="Administration", search=search or "",
+        people=[people.person_view(p, services.admin_emails) for p in persons], more_people=more_people,
+        agents=agents, more_agents=more_agents,
+        registrations=[people.registration_view(r, now) for r in registrations], more_registrations=more_registrations,
+        sessions=[{**people.session_view(s, emails[s["person_id"]]), "current": s["session_id"] == current} for s in sessions],
+        more_sessions=more_sessions, registration_ttl=services.config.people.registration_ttl,
+    )

@@ -1,0 +1,212 @@
+"""`grantd users` (add, list, delete, link) against a real server's database, and the first admin in
+a minute: `grantd serve` in a fresh directory writes a development config naming a first admin,
+creates them and prints a registration link on its terminal while they have no passkey."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import GRANTD, ROOT, Server, free_port
+
+LINK = re.compile(r"(http://(?:localhost|127\.0\.0\.1):\d+)/register\?token=([A-Za-z0-9_-]{43})")
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from conftest import make_server
+
+    server = make_server(tmp_path_factory.mktemp("users-cli"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def users(srv: Server, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return srv.grantd("users", *args, "--config", str(srv.config_path), check=check)
+
+
+def test_users_add_creates_an_admin_and_prints_a_one_time_link(srv: Server) -> None:
+    out = users(srv, "add", "Boss@Example.com", "--admin", "--name", "The Boss").stdout
+    assert "created administrator boss@example.com" in out
+    match = LINK.search(out)
+    assert match and match[1] == srv.url, out
+    with srv.admin() as http:
+        user = http.get("/api/admin/users/boss@example.com").json()
+        assert user["admin"] is True and user["name"] == "The Boss"
+        pending = [r for r in http.get("/api/admin/registration-urls", params={"limit": "100"}).json()["data"]
+                   if r["email"] == "boss@example.com"]
+    assert len(pending) == 1 and pending[0]["created_by"] == "grantd users" and pending[0]["admin"] is True
+    assert match[2] not in json.dumps(pending)
+
+
+def test_users_json_output_list_link_and_delete(srv: Server) -> None:
+    added = json.loads(users(srv, "add", "json-user@example.com", "--json", "--ttl", "600").stdout)
+    assert added["created"] is True and added["user"]["email"] == "json-user@example.com"
+    reg = added["registration"]
+    assert reg["purpose"] == "register" and reg["expires_at"] - reg["created_at"] == 600_000 and LINK.fullmatch(reg["url"])
+    again = json.loads(users(srv, "add", "json-user@example.com", "--json").stdout)
+    assert again["created"] is False and again["registration"]["url"] != reg["url"]
+    listed = json.loads(users(srv, "list", "--json", "--search", "json-user").stdout)
+    assert [u["email"] for u in listed] == ["json-user@example.com"] and listed[0]["passkeys"] == 0
+    text = users(srv, "list").stdout
+    assert "json-user@example.com" in text
+    link = json.loads(users(srv, "link", "json-user@example.com", "--add-device", "--json").stdout)
+    assert link["purpose"] == "add-device" and LINK.fullmatch(link["url"])
+    assert "add-device link" in users(srv, "link", "json-user@example.com", "--add-device").stdout
+    deleted = json.loads(users(srv, "delete", "json-user@example.com", "--json").stdout)
+    assert deleted["deleted"] is True
+    assert json.loads(users(srv, "list", "--json", "--search", "json-user").stdout) == []
+    with srv.admin() as http:
+        assert http.get("/api/admin/users/json-user@example.com").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("delete", "nobody@example.com"), "user not found"),
+        (("link", "nobody@example.com"), "user not found"),
+        (("add", "not-an-email"), "email must be an e-mail address"),
+        (("add", "admin@example.com"), "management identity"),
+        (("add", "x@example.com", "--ttl", "0"), "expires_in"),
+    ],
+)
+def test_refusals_are_one_line_and_exit_1(srv: Server, args: tuple[str, ...], message: str) -> None:
+    result = users(srv, *args, check=False)
+    assert result.returncode == 1, result
+    assert message in result.stderr and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_users_add_refuses_an_agents_email(srv: Server, tmp_path: Path) -> None:
+    from conftest import enroll
+
+    agent = enroll(srv, tmp_path)
+    result = users(srv, "add", agent.email, check=False)
+    assert result.returncode == 1 and "already belongs" in result.stderr
+
+
+def test_users_help_is_the_dispatchers(srv: Server) -> None:
+    from grantd.cli import COMMANDS
+
+    top = srv.grantd("--help").stdout
+    assert "users" in top and COMMANDS["users"].help in " ".join(top.split())
+    for action in ("add", "list", "delete", "link"):
+        assert action in srv.grantd("users", "--help").stdout
+
+
+# -- the first admin in a minute ------------------------------------------------------------------------
+
+
+def _serve(directory: Path, port: int) -> tuple[subprocess.Popen[str], list[str]]:
+    """`grantd serve --port P` in ``directory`` (no config given); returns once it is ready, with a
+    list that a reader thread fills with its stderr lines (the banner first)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("GRANTD_CONFIG", None)
+    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=directory, env=env,
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    lines: list[str] = []
+    assert proc.stderr is not None
+
+    def read(stream: Any = proc.stderr) -> None:
+        for line in stream:
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        raise AssertionError("".join(lines))
+    while time.monotonic() < deadline and not any("listening" in line for line in lines):
+        time.sleep(0.05)  # the banner (printed before the server starts) has been read
+    return proc, lines
+
+
+def _stop(proc: subprocess.Popen[str], lines: list[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(20)
+    time.sleep(0.2)  # the reader thread reaches the end of the pipe
+    return "".join(lines)
+
+
+def _add_passkey(directory: Path, email: str) -> None:
+    """A passkey for the first admin, written to the database as a registration would (server stopped)."""
+    from grantd.config import load
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services.context import open_services
+
+    async def run() -> None:
+        config = load(directory / "grantd.toml")
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            person = await services.store.people.get(email)
+            assert person is not None
+            await services.store.credentials.add({
+                "credential_id": "Y3JlZA", "person_id": person["person_id"], "rp_id": "localhost", "public_key": "cGs",
+                "sign_count": 0, "transports": [], "aaguid": "", "name": "Passkey 1", "backed_up": False,
+                "created_at": 1, "last_used_at": None,
+            })
+        finally:
+            services.store.close()
+
+    asyncio.run(run())
+
+
+def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tmp_path: Path) -> None:
+    port = free_port()
+    proc, lines = _serve(tmp_path, port)
+    try:
+        token = (tmp_path / "management-token").read_text().strip()
+        banner = "".join(lines)
+        match = LINK.search(banner)
+        assert match and match[1] == f"http://localhost:{port}", banner
+        assert f"open http://localhost:{port}/register?token={match[2]} to register your passkey" in banner
+        assert "first administrator admin@localhost" in banner
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as http:
+            user = http.get("/api/admin/users/admin@localhost").json()
+            assert user["admin"] is True and user["status"] == "active"
+            regs = http.get("/api/admin/registration-urls").json()["data"]
+            assert [(r["email"], r["purpose"], r["status"]) for r in regs] == [("admin@localhost", "register", "pending")]
+        assert 'first_admin = "admin@localhost"' in (tmp_path / "grantd.toml").read_text()
+    finally:
+        output = _stop(proc, lines)
+    first_token = match[2]
+    assert output.count(first_token) == 1, "the link is printed once, on the terminal, never in a log line"
+    for path in tmp_path.iterdir():  # nor in any file: config, database, WAL
+        assert first_token.encode() not in path.read_bytes(), path
+
+    # the next start, still without a passkey: a fresh link, the old one gone
+    proc, lines = _serve(tmp_path, port)
+    try:
+        second = LINK.search("".join(lines))
+        assert second and second[2] != first_token
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as http:
+            regs = http.get("/api/admin/registration-urls").json()["data"]
+            assert [r["status"] for r in regs] == ["pending"]
+            assert http.delete(f"/api/admin/registration-urls/{first_token}").status_code == 404
+    finally:
+        _stop(proc, lines)
+
+    # once the admin has a passkey, no more links
+    _add_passkey(tmp_path, "admin@localhost")
+    proc, lines = _serve(tmp_path, port)
+    output = _stop(proc, lines)
+    assert "register your passkey" not in output and not LINK.search(output)
