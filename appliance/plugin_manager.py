@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # and packaging/grantd.spec collects every module of the plugins package.
 BUILTIN_PLUGINS = (
     "grantd.plugins.storage_sqlite",
+    "grantd.plugins.storage_postgres",
     "grantd.plugins.federation_oidc",
     "grantd.plugins.elevate_default",
 )

@@ -31,7 +31,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def toml_config(port: int, *, db: str = "grantd.db", extra: str = "", workers: int = 1, log_format: str = "text") -> str:
+def toml_config(
+    port: int, *, db: str = "grantd.db", extra: str = "", workers: int = 1, log_format: str = "text",
+    storage: str | None = None,
+) -> str:
+    """``storage``: the lines of the ``[storage]`` table instead of SQLite at ``db``."""
+    storage = storage if storage is not None else f'plugin = "sqlite"\npath = "{db}"'
     return f"""version = 1
 
 [server]
@@ -49,8 +54,7 @@ management_identity = "admin@example.com"
 emails = ["root@example.com"]
 
 [storage]
-plugin = "sqlite"
-path = "{db}"
+{storage}
 {extra}
 """
 
@@ -142,6 +146,7 @@ def make_server(
     command: list[str] | None = None,
     env: dict[str, str] | None = None,
     log_format: str = "text",
+    storage: str | None = None,
 ) -> Server:
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -149,7 +154,7 @@ def make_server(
     token_file = directory / "management-token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    (directory / "grantd.toml").write_text(toml_config(port, workers=workers, extra=extra, log_format=log_format))
+    (directory / "grantd.toml").write_text(toml_config(port, workers=workers, extra=extra, log_format=log_format, storage=storage))
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "plugins")])}
     full_env.update(env or {})
     return Server(directory, port, token, command or GRANTD, full_env)

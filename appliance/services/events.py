@@ -1,9 +1,10 @@
 """Grant events for live clients (D6 Events): the database is the bus, so every process sees all.
 
 Each write that changes a grant records a row in ``grant_events`` in the same transaction.
-One ``GrantEventHub`` per server process reads new rows (at once after a local write, and every
-``grants.events_poll_ms`` for writes by other processes/nodes) and hands them to the open
-streams of that process. A stream that falls behind is closed; its client resumes with
+One ``GrantEventHub`` per server process reads new rows (at once after a local write; for writes
+by other processes/nodes when the store says some may have been committed — PostgreSQL's
+LISTEN/NOTIFY through ``grants.wait_for_events`` — and at the latest every
+``grants.events_poll_ms``) and hands them to the open streams of that process. A stream that falls behind is closed; its client resumes with
 ``Last-Event-ID`` and the backlog is replayed from the table.
 
 Bounds (D12): each subscription queues at most ``QUEUE_SIZE`` live events (more, and the reader
@@ -109,10 +110,29 @@ class GrantEventHub:
             if self.open_per_principal[principal_id] <= 0:
                 del self.open_per_principal[principal_id]
 
-    async def _run(self) -> None:
-        while not self.closing:
+    async def _wait(self) -> None:
+        """Until a local write (``changed``), a store's word that another process or node wrote
+        events (``grants.wait_for_events``, optional in the contract), or the poll interval."""
+        store_wait = getattr(self.store.grants, "wait_for_events", None)
+        if store_wait is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
+            return
+        waits = {asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(store_wait(self.poll_seconds))}
+        try:
+            await asyncio.wait(waits, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while not self.closing:
+            try:
+                await self._wait()
+            except Exception:  # the store's wake-up failed: fall back to the poll interval
+                log.exception("waiting for grant events failed")
+                await asyncio.sleep(self.poll_seconds)
             self._wake.clear()
             if not self.subscribers:
                 continue

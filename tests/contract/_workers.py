@@ -1,5 +1,6 @@
 """Work for the multi-process tests: each runs in a process of its own that opens its own store on
-the shared file (imports nothing of pytest, so a spawned process starts fast)."""
+the shared database — a SQLite file, or a PostgreSQL DSN written ``postgres:DSN`` (imports nothing
+of pytest, so a spawned process starts fast)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,22 @@ from typing import Any
 
 from grantd.core.lifecycle import grant_lapse
 from grantd.plugins.storage_sqlite import SQLiteStore
+from grantd.store import Conflict
 
 TAKERS = 10
 
 
+def open_store(target: str) -> Any:
+    """A store on ``target``: ``postgres:DSN`` or a SQLite file's path."""
+    if target.startswith("postgres:"):
+        from grantd.plugins.storage_postgres import PostgresStore
+
+        return PostgresStore(target.removeprefix("postgres:"))
+    return SQLiteStore(target)
+
+
 def _run(path: str, start_at: float, work: Any) -> Any:
-    store = SQLiteStore(path)
+    store = open_store(path)
     try:
         time.sleep(max(0.0, start_at - time.time()))  # start together, to make the race real
         return asyncio.run(work(store))
@@ -56,5 +67,30 @@ def hit(path: str, start_at: float, now: int) -> list[int]:
     async def work(store: SQLiteStore) -> list[int]:
         window = now - now % 60_000
         return list(await asyncio.gather(*(store.rates.hit("auth:10.0.0.1", window, 60_000, now) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def complete_registration(path: str, start_at: float, token_hash: str, tag: str, now: int) -> list[str]:
+    """Redeem one registration URL TAKERS times at once; each result is the winner's credential id
+    or the field of the Conflict."""
+    async def redeem(store: SQLiteStore, i: int) -> str:
+        person_id, credential_id = f"usr_{tag}{i}", f"cred-{tag}{i}"
+        try:
+            _, added = await store.registrations.complete(
+                token_hash,
+                {"person_id": person_id, "email": "alice@example.com", "name": "Alice", "admin": False,
+                 "status": "active", "created_at": now, "updated_at": now},
+                {"credential_id": credential_id, "person_id": person_id, "rp_id": "grantd.example.com",
+                 "public_key": "pk", "sign_count": 0, "transports": [], "aaguid": "", "name": "Passkey 1",
+                 "backed_up": False, "created_at": now, "last_used_at": None},
+                now,
+            )
+        except Conflict as exc:
+            return f"conflict:{exc.field}"
+        return added["credential_id"]
+
+    async def work(store: SQLiteStore) -> list[str]:
+        return list(await asyncio.gather(*(redeem(store, i) for i in range(TAKERS))))
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]

@@ -1,5 +1,6 @@
-"""SQLite only: several OS processes, each with its own store on one file, race for the same
-record; the database decides, so exactly one wins (D5, D6, D11)."""
+"""Several OS processes, each with its own store on one database (a SQLite file, or one PostgreSQL
+database: as several nodes would), race for the same record; the database decides, so exactly one
+wins (D5, D6, D11)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import multiprocessing
 import time
 from collections.abc import Iterator
 from multiprocessing.pool import Pool
+from pathlib import Path
 
 import pytest
 
-from grantd.plugins.storage_sqlite import SQLiteStore
+from grantd.core.paging import PageRequest
 
 from . import _workers
-from .factories import HOUR, NOW, grant
+from .conftest import postgres_server
+from .factories import HOUR, NOW, grant, registration, token_hash
 
 PROCESSES = 3
 pytestmark = pytest.mark.anyio
@@ -27,13 +30,27 @@ def pool() -> Iterator[Pool]:
         yield workers
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """Where the processes meet: a SQLite file, or ``postgres:DSN`` of an empty PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "grantd.db")
+        return
+    server = postgres_server()
+    dsn = server.create_schema()
+    try:
+        yield "postgres:" + dsn
+    finally:
+        server.drop_schema(dsn)
+
+
 def start_soon() -> float:
     return time.time() + 0.2
 
 
-async def test_challenge_taken_once_across_processes(tmp_path, pool):
-    path = str(tmp_path / "grantd.db")
-    store = SQLiteStore(path)
+async def test_challenge_taken_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
     await store.migrate()
     await store.challenges.create("c1", "agt_a", NOW + 60_000, NOW)
     store.close()
@@ -41,9 +58,9 @@ async def test_challenge_taken_once_across_processes(tmp_path, pool):
     assert [r for rs in results for r in rs if r is not None] == [NOW + 60_000]
 
 
-async def test_update_if_has_one_winner_across_processes(tmp_path, pool):
-    path = str(tmp_path / "grantd.db")
-    store = SQLiteStore(path)
+async def test_update_if_has_one_winner_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
     await store.migrate()
     await store.grants.create(grant("g1", status="approved", expires_at=NOW + HOUR), [])
     try:
@@ -55,9 +72,9 @@ async def test_update_if_has_one_winner_across_processes(tmp_path, pool):
         store.close()
 
 
-async def test_first_key_inserted_once_across_processes(tmp_path, pool):
-    path = str(tmp_path / "grantd.db")
-    store = SQLiteStore(path)
+async def test_first_key_inserted_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
     await store.migrate()
     try:
         at = start_soon()
@@ -68,12 +85,12 @@ async def test_first_key_inserted_once_across_processes(tmp_path, pool):
         store.close()
 
 
-async def test_concurrent_migrations(tmp_path, pool):
-    path = str(tmp_path / "grantd.db")
+async def test_concurrent_migrations(target, pool):
+    path = target
     at = start_soon()
     results = pool.starmap(_workers.migrate, [(path, at)] * 2)
     applied = sorted(v for vs in results for v in vs)
-    store = SQLiteStore(path)
+    store = _workers.open_store(path)
     try:
         assert applied == list(range(1, store.schema_version() + 1))  # each once, by one process or the other
         assert await store.migrate() == []
@@ -81,14 +98,36 @@ async def test_concurrent_migrations(tmp_path, pool):
         store.close()
 
 
-async def test_rate_counter_counts_every_hit_once_across_processes(tmp_path, pool):
-    path = str(tmp_path / "grantd.db")
-    store = SQLiteStore(path)
+async def test_rate_counter_counts_every_hit_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
     await store.migrate()
     try:
         results = pool.starmap(_workers.hit, [(path, start_soon(), NOW)] * PROCESSES)
         counts = sorted(c for cs in results for c in cs)
         assert counts == list(range(1, PROCESSES * _workers.TAKERS + 1))
         assert await store.rates.count("auth:10.0.0.1", NOW - NOW % 60_000) == PROCESSES * _workers.TAKERS
+    finally:
+        store.close()
+
+
+async def test_registration_url_redeemed_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
+    await store.migrate()
+    await store.registrations.create(registration("r1"))
+    try:
+        at = start_soon()
+        results = pool.starmap(
+            _workers.complete_registration, [(path, at, token_hash("r1"), f"p{i}_", NOW) for i in range(PROCESSES)]
+        )
+        flat = [r for rs in results for r in rs]
+        winners = [r for r in flat if not r.startswith("conflict:")]
+        assert len(winners) == 1
+        assert sorted(r for r in flat if r.startswith("conflict:")) == ["conflict:token"] * (len(flat) - 1)
+        alice = await store.people.get("alice@example.com")
+        assert [c["credential_id"] for c in await store.credentials.list_for(alice["person_id"])] == winners
+        assert (await store.people.list(PageRequest(100, None)))[0] == [alice]
+        assert (await store.registrations.get_by_token_hash(token_hash("r1")))["used_at"] == NOW
     finally:
         store.close()

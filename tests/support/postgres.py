@@ -1,0 +1,163 @@
+"""A real, private PostgreSQL server for the tests: Debian's `postgresql` package (``scripts/bootstrap``
+installs it), a fresh cluster made with ``initdb`` in a temporary directory, started with
+``pg_ctl`` on a free port that listens on no TCP address at all: its only door is a unix socket in
+that directory (mode 0700), so no other local user reaches it. Running as root, the cluster belongs
+to the ``postgres`` system user (PostgreSQL refuses to run as root); the tests connect over the
+socket as the superuser ``grantd`` (trust authentication: only the socket's directory guards it).
+
+``Postgres.create_database()`` gives a test an empty database of its own (about 0.7 s: CREATE
+DATABASE copies a template and checkpoints); ``create_schema()`` an empty schema of the shared
+``contract`` database, reached through the DSN's ``search_path`` (a few milliseconds: what the
+contract suite uses for each of its hundreds of tests). ``stop()`` ends the server and removes
+the directory.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+SUPERUSER = "grantd"
+
+
+def find_bin(name: str) -> str | None:
+    """A PostgreSQL server program: on PATH, else the newest of Debian's /usr/lib/postgresql/N/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), key=lambda p: int(p.split("/")[4]))
+    return candidates[-1] if candidates else None
+
+
+def available() -> str | None:
+    """None when a server can be started here, else why not."""
+    for name in ("initdb", "pg_ctl", "postgres"):
+        if find_bin(name) is None:
+            return f"PostgreSQL's {name} is not installed (scripts/bootstrap test installs the postgresql package)"
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root needs the postgres system user (created by the postgresql package)"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Postgres:
+    """One private PostgreSQL server (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="grantd-pg-"))
+        self.data = self.directory / "data"
+        self.socket_dir = str(self.directory)
+        self.port = _free_port()
+        self._owner: pwd.struct_passwd | None = pwd.getpwnam("postgres") if os.geteuid() == 0 else None
+        self.started = False
+        self._contract_db = False
+
+    def _run(self, argv: Sequence[str], timeout: float = 120) -> None:
+        """Run a server program as the cluster's owner (the postgres user when we are root)."""
+        owner = self._owner
+        result = subprocess.run(  # noqa: S603 - fixed programs, our own arguments
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.directory,
+            user=owner.pw_uid if owner else None,
+            group=owner.pw_gid if owner else None,
+            extra_groups=[] if owner else None,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "TZ": "UTC"},
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+
+    def start(self) -> Postgres:
+        if self._owner is not None:
+            os.chown(self.directory, self._owner.pw_uid, self._owner.pw_gid)
+        os.chmod(self.directory, 0o700)
+        initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
+        assert initdb and pg_ctl
+        self._run([initdb, "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8",
+                   "--no-sync"])
+        options = " ".join([
+            "-c listen_addresses=''",  # no TCP at all: the socket in our 0700 directory is the only way in
+            f"-c port={self.port}",
+            f"-c unix_socket_directories='{self.socket_dir}'",
+            "-c unix_socket_permissions=0777",  # the directory (0700) is what guards it
+            "-c max_connections=400",
+            "-c shared_buffers=16MB",
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",  # a test database: speed over durability
+            "-c log_min_messages=warning",
+        ])
+        self._run([pg_ctl, "-D", str(self.data), "-l", str(self.directory / "server.log"), "-o", options, "-w",
+                   "-t", "60", "start"])
+        self.started = True
+        return self
+
+    def stop(self) -> None:
+        try:
+            if self.started:
+                pg_ctl = find_bin("pg_ctl")
+                assert pg_ctl
+                self._run([pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"], timeout=60)
+                self.started = False
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host={self.socket_dir} port={self.port} user={SUPERUSER} dbname={dbname}"
+
+    def log(self) -> str:
+        path = self.directory / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def admin_sql(self, sql: str) -> None:
+        """One statement as the superuser on the maintenance database (CREATE/DROP DATABASE)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.encode())
+
+    def create_database(self) -> str:
+        """A new empty database; returns its DSN."""
+        name = "t_" + uuid.uuid4().hex[:16]
+        self.admin_sql(f"CREATE DATABASE {name} TEMPLATE template0")
+        return self.dsn(name)
+
+    def drop_database(self, dsn: str) -> None:
+        name = dsn.rsplit("dbname=", 1)[1]
+        self.admin_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    def create_schema(self) -> str:
+        """A new empty schema in the ``contract`` database (made on first use); returns a DSN whose
+        ``search_path`` is that schema alone, so every unqualified table name lands in it."""
+        import psycopg
+
+        if not self._contract_db:
+            self.admin_sql("CREATE DATABASE contract TEMPLATE template0")
+            self._contract_db = True
+        name = "s_" + uuid.uuid4().hex[:16]
+        with psycopg.connect(self.dsn("contract"), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}".encode())
+        return f"{self.dsn('contract')} options='-csearch_path={name}'"
+
+    def drop_schema(self, dsn: str) -> None:
+        import psycopg
+
+        name = dsn.rsplit("search_path=", 1)[1].rstrip("'")
+        with psycopg.connect(self.dsn("contract"), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
