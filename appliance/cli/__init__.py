@@ -32,6 +32,7 @@ COMMANDS: dict[str, Command] = {
     "config": Command("grantd.cli.server", "validate or create configuration files"),
     "keys": Command("grantd.cli.server", "signing keys"),
     "db": Command("grantd.cli.server", "database maintenance"),
+    "users": Command("grantd.cli.server", "people: add (prints a one-time passkey registration link), list, delete, link"),
     "plugins": Command("grantd.cli.server", "list loaded plugins and their hooks"),
     "version": Command("grantd.cli.server", "print the version"),
     "agent": Command("grantd.agent.cli", "agent identity: key, sign-in"),

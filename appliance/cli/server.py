@@ -1,4 +1,4 @@
-"""The server's and its operators' commands: serve, config, keys, db, plugins, version.
+"""The server's and its operators' commands: serve, config, keys, db, users, plugins, version.
 
 Imported by the dispatcher (grantd.cli) only when one of them runs. Errors: a ConfigError
 escapes to the dispatcher, which prints every problem and exits 1.
@@ -21,6 +21,7 @@ from grantd.config import (
     DEFAULT_CONFIG_NAME,
     Config,
     ConfigError,
+    development_issuer,
     load,
     render,
     write_new_config,
@@ -28,6 +29,7 @@ from grantd.config import (
 
 EXIT_OK = 0
 EXIT_CONFIG = 1
+EXIT_STARTUP = 1  # storage, port or plugin failure at start: one line, before any banner
 
 
 def _err(message: str) -> None:
@@ -49,32 +51,124 @@ def load_config_or_exit(args: argparse.Namespace) -> Config:
 
 
 # -- serve -------------------------------------------------------------------------------------
+def grantd_program() -> tuple[str, bool]:
+    """How to run this very grantd from another terminal (for the serve banner): ``("grantd", True)``
+    when that name on PATH is this program, else its full path (``.venv/bin/grantd`` after
+    scripts/serve) and False."""
+    import shutil
+
+    here = Path(sys.executable) if getattr(sys, "frozen", False) else Path(sys.executable).parent / "grantd"
+    if not here.exists():
+        return f"{sys.executable} -m grantd", True
+    found = shutil.which("grantd")
+    if found and Path(found).resolve() == here.resolve():
+        return "grantd", True
+    return str(here.absolute()), False
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     path = config_path_from(args)
     if path is None:
         path = Path(DEFAULT_CONFIG_NAME).resolve()
         if not path.exists():
-            token, token_path = write_new_config(path, host=args.host or "127.0.0.1", port=args.port or 8000)
+            token, token_path = write_new_config(
+                path, host=args.host or "127.0.0.1", port=args.port or 8000, first_admin=DEV_FIRST_ADMIN
+            )
             print(f"grantd: no config given; wrote a development config to {path}", file=sys.stderr)
             print(f"grantd: management token (shown once, kept in {token_path}):", file=sys.stderr)
             print(f"\n    {token}\n", file=sys.stderr)
-    config = load(path)
+    try:
+        config = load(path)
+    except ConfigError as exc:
+        if _log_format_of(path) != "json":
+            raise  # the dispatcher lists every problem
+        _startup_failed("json", f"configuration invalid in {exc.path or path}: {'; '.join(exc.problems)}",
+                        problems=exc.problems)
+        return EXIT_CONFIG
     for warning in config.warnings:
         print(f"grantd: warning: {warning}", file=sys.stderr)
     if args.host or args.port:
         # Command-line overrides for a quick run; the issuer follows unless the config sets one.
         raw_server = dict(config.raw.get("server", {}))
+        generated = raw_server.get("issuer") == development_issuer(config.server.host, config.server.port)
+        if raw_server.get("issuer") == f"http://{config.server.host}:{config.server.port}":
+            del raw_server["issuer"]  # an issuer that is just host:port follows them
         raw_server.update({k: v for k, v in (("host", args.host), ("port", args.port)) if v})
+        if generated:  # the generated development issuer follows too, keeping its form
+            raw_server["issuer"] = development_issuer(str(raw_server["host"]), int(raw_server["port"]))
         config = _revalidate(config, {"server": raw_server})
-    from grantd.web.app import serve
+    from grantd.web.app import describe_startup_error, preflight, serve
 
+    try:
+        preflight(config)  # storage and port: a failure is one line, before any banner
+    except Exception as exc:
+        _startup_failed(config.log.format, describe_startup_error(exc))
+        return EXIT_STARTUP
     issuer = config.server.issuer
     print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
     print("grantd: enroll an agent: see README.md, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
-    print(f"grantd: decide grants live: grantd tui --config {config.path}  (events: {issuer}/api/grants/events)",
+    program, on_path = grantd_program()
+    print(f"grantd: decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
           file=sys.stderr)
-    serve(config)
+    if not on_path:
+        print(f"grantd: ('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
+              file=sys.stderr)
+    try:
+        _print_first_admin_link(config)
+        serve(config, checked=True)
+    except Exception as exc:  # e.g. the port was taken between the check and the bind
+        _startup_failed(config.log.format, describe_startup_error(exc))
+        return EXIT_STARTUP
     return EXIT_OK
+
+
+def _log_format_of(path: Path) -> str:
+    """``[log] format`` of a config file that does not validate (so its failure is written the
+    way its logs are); "text" when even that cannot be read."""
+    import tomllib
+
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        fmt = raw.get("log", {}).get("format")
+    except (OSError, ValueError, AttributeError):
+        return "text"
+    return "json" if fmt == "json" else "text"
+
+
+def _startup_failed(fmt: str, message: str, **fields: Any) -> None:
+    """The one line of a start that failed, on stderr: text, or a JSON object like every log line."""
+    if fmt != "json":
+        print(f"grantd: cannot start: {message}", file=sys.stderr)
+        return
+    import logging
+
+    from grantd.logs import LOGGER, JsonFormatter
+
+    record = logging.LogRecord(LOGGER, logging.ERROR, __file__, 0, "cannot start: %s", (message,), None)
+    line = json.loads(JsonFormatter().format(record))
+    print(json.dumps({**line, "event": "startup_failed", **fields}, separators=(",", ":")), file=sys.stderr)
+
+
+DEV_FIRST_ADMIN = "admin@localhost"
+
+
+def _print_first_admin_link(config: Config) -> None:
+    """D8, first admin in a minute: ``people.first_admin`` (set by the development config) exists as
+    an administrator; while they have no passkey, a fresh single-use registration link is printed
+    here, on the terminal only (print, never the logger: the token must not reach a log file)."""
+    email = config.people.first_admin
+    if not email:
+        return
+    from grantd.services import people
+
+    async def work(services: Any) -> str | None:
+        return await people.first_admin_link(services, email)
+
+    link = asyncio.run(_with_services(config, work))
+    if link:
+        hours = config.people.registration_ttl / 3600
+        print(f"grantd: first administrator {email}: open {link} to register your passkey "
+              f"(single use, valid {hours:g} h; a new link at each start until then)", file=sys.stderr)
 
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
@@ -202,6 +296,144 @@ def cmd_db_backup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_db_restore(args: argparse.Namespace) -> int:
+    """Replace the database with a backup (docs/operations.md, "Restore drill"). The storage
+    backend refuses while a server uses the database and checks the file first; the previous
+    contents are kept (SQLite: ``<database>.before-restore``, 0600)."""
+    from grantd.store import StoreError
+
+    config = load_config_or_exit(args)
+    source = Path(args.source).resolve()
+    if not source.is_file():
+        _err(f"{source}: no such file")
+        return EXIT_CONFIG
+
+    async def work(services: Any) -> tuple[str, int]:
+        kept = await services.store.restore(str(source))
+        return kept, int(services.store.schema_version())
+
+    try:
+        kept, version = asyncio.run(_with_services(config, work))
+    except StoreError as exc:
+        _err(f"restore refused: {exc}")
+        return EXIT_CONFIG
+    print(f"restored {source} (schema version {version}); the previous contents are kept in {kept}")
+    return EXIT_OK
+
+
+# -- users -------------------------------------------------------------------------------------
+USERS_CREATOR = "grantd users"
+
+
+def _users(args: argparse.Namespace, work: Callable[[Any], Any]) -> int:
+    """Run a `grantd users` action; a refused one (a Problem: unknown user, taken e-mail, ...) is
+    one line on stderr and exit status 1."""
+    from grantd.core.errors import Problem
+
+    config = load_config_or_exit(args)
+    try:
+        answer = asyncio.run(_with_services(config, work))
+    except Problem as exc:
+        _err(exc.detail)
+        return EXIT_CONFIG
+    if args.json:
+        print(json.dumps(answer["json"]))
+    else:
+        print(answer["text"])
+    return EXIT_OK
+
+
+def _cli_email(value: str) -> str:
+    from grantd.core.fields import email_field
+
+    email = email_field({"email": value}, "email")
+    assert email is not None
+    return email
+
+
+def _link_text(answer: dict[str, Any]) -> str:
+    kind = "add-device link (one more passkey)" if answer["purpose"] == "add-device" else "registration link"
+    return f"{kind} for {answer['email']}, single use, valid {answer['expiresInHours']:g} h:\n    {answer['url']}"
+
+
+def cmd_users_add(args: argparse.Namespace) -> int:
+    from grantd.core.errors import Problem
+    from grantd.services import people
+
+    async def work(services: Any) -> dict[str, Any]:
+        email = _cli_email(args.email)
+        person = await services.store.people.get(email)
+        created = person is None
+        if person is None:
+            person = await people.create_person(services, email, name=args.name, admin=args.admin)
+        else:
+            changes = {k: v for k, v in (("admin", True if args.admin else None), ("name", args.name)) if v is not None}
+            if changes:
+                changes["updated_at"] = services.clock.now_ms()
+                person = await services.store.people.update(person["person_id"], changes) or person
+            if await people.has_passkey(services, person):
+                raise Problem(409, f"{email} already has a passkey; for another device: grantd users link {email} --add-device")
+        url, record = await people.create_registration_url(
+            services, email, admin=person["admin"], purpose="register", created_by=USERS_CREATOR, ttl=args.ttl
+        )
+        link = people.registration_answer(services, url, record)
+        view = people.person_view(person, services.admin_emails)
+        role = "administrator" if view["admin"] else "user"
+        verb = "created" if created else "exists:"
+        return {"json": {"user": view, "created": created, "registration": link},
+                "text": f"{verb} {role} {email}\n{_link_text(link)}"}
+
+    return _users(args, work)
+
+
+def cmd_users_list(args: argparse.Namespace) -> int:
+    from grantd.core.paging import MAX_LIMIT
+    from grantd.services import people
+
+    async def work(services: Any) -> dict[str, Any]:
+        query: dict[str, Any] = {"limit": str(MAX_LIMIT), "search": args.search}
+        users: list[dict[str, Any]] = []
+        while True:
+            answer = await people.list_people(services, query)
+            users += answer["data"]
+            if not answer["pagination"]["has_more"]:
+                break
+            query["cursor"] = answer["pagination"]["cursor"]
+        for user in users:
+            user["passkeys"] = len(await services.store.credentials.list_for(user["person_id"]))
+        lines = [f"{u['email']}  {u['name']}  {'admin' if u['admin'] else '-'}  {u['status']}  passkeys: {u['passkeys']}"
+                 for u in users]
+        return {"json": users, "text": "\n".join(lines) or "no users"}
+
+    return _users(args, work)
+
+
+def cmd_users_delete(args: argparse.Namespace) -> int:
+    from grantd.services import people
+
+    async def work(services: Any) -> dict[str, Any]:
+        person = await people.delete_person(services, None, args.email)
+        return {"json": {"deleted": True, "user": people.person_view(person, services.admin_emails)},
+                "text": f"deleted {person['email']} (their passkeys and sessions too)"}
+
+    return _users(args, work)
+
+
+def cmd_users_link(args: argparse.Namespace) -> int:
+    from grantd.services import people
+
+    async def work(services: Any) -> dict[str, Any]:
+        person = await people.get_person(services, args.email)
+        url, record = await people.create_registration_url(
+            services, person["email"], admin=person["admin"], purpose="add-device" if args.add_device else "register",
+            created_by=USERS_CREATOR, ttl=args.ttl,
+        )
+        link = people.registration_answer(services, url, record)
+        return {"json": link, "text": _link_text(link)}
+
+    return _users(args, work)
+
+
 # -- plugins -----------------------------------------------------------------------------------
 def cmd_plugins(args: argparse.Namespace) -> int:
     from grantd.plugin_manager import build_plugin_manager, describe_plugins
@@ -270,6 +502,35 @@ def register(sub: Any) -> None:
     p = with_config(dsub.add_parser("backup", help="write a consistent copy of the database"))
     p.add_argument("target")
     p.set_defaults(func=cmd_db_backup)
+    p = with_config(dsub.add_parser(
+        "restore", help="replace the database with a backup (stop the server first; the old contents are kept)"
+    ))
+    p.add_argument("source", help="a file written by grantd db backup")
+    p.set_defaults(func=cmd_db_restore)
+
+    users = sub.add_parser("users", help=COMMANDS["users"].help)
+    usub = users.add_subparsers(dest="users_command", metavar="ACTION", required=True)
+    p = with_config(usub.add_parser("add", help="create a person (if needed) and print a one-time registration link"))
+    p.add_argument("email")
+    p.add_argument("--admin", action="store_true", help="make them an administrator")
+    p.add_argument("--name", help="display name (default: the e-mail's local part)")
+    p.add_argument("--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_users_add)
+    p = with_config(usub.add_parser("list", help="list people"))
+    p.add_argument("--search", help="part of an e-mail or a name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_users_list)
+    p = with_config(usub.add_parser("delete", help="delete a person with their passkeys and sessions"))
+    p.add_argument("email", help="e-mail or person id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_users_delete)
+    p = with_config(usub.add_parser("link", help="a new one-time registration link for a person"))
+    p.add_argument("email", help="e-mail or person id")
+    p.add_argument("--add-device", action="store_true", help="for one more passkey (the person already has one)")
+    p.add_argument("--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_users_link)
 
     p = with_config(sub.add_parser("plugins", help=COMMANDS["plugins"].help))
     p.add_argument("--json", action="store_true")

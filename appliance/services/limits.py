@@ -26,6 +26,7 @@ the limit over any longer time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,10 @@ class Rule:
     name: str  # the counter's key prefix, e.g. "authenticate.address"
     limit: int
     what: str  # "too many authentication attempts"
+
+
+def _ignore(limit: str) -> None:
+    pass
 
 
 def too_many(detail: str, retry_after: int) -> Problem:
@@ -77,6 +82,8 @@ class Limits:
         self.pending_per_agent: int = limits.pending_per_agent
         self.streams_per_principal: int = limits.streams_per_principal
         self.streams_per_process: int = limits.streams_per_process
+        # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise).
+        self.on_refused: Callable[[str], None] = _ignore
 
     # -- the counting rule ------------------------------------------------------------------------
     def _window(self) -> tuple[int, int, int]:
@@ -92,6 +99,7 @@ class Limits:
             return
         now, start, retry_after = self._window()
         if await self.rates.hit(f"{rule.name}:{subject}", start, WINDOW_MS, now) > rule.limit:
+            self.on_refused(rule.name)
             raise too_many(rule.what, retry_after)
 
     async def check(self, rule: Rule, subject: str | None) -> None:
@@ -100,6 +108,7 @@ class Limits:
             return
         _, start, retry_after = self._window()
         if await self.rates.count(f"{rule.name}:{subject}", start) >= rule.limit:
+            self.on_refused(rule.name)
             raise too_many(rule.what, retry_after)
 
     # -- where the limits apply -------------------------------------------------------------------
@@ -141,6 +150,7 @@ class Limits:
             lapse=services.grant_lapse(), page=PageRequest(bound, None), status="pending", requester_ids=[agent_id]
         )
         if len(pending) >= bound:
+            self.on_refused("pending.agent")
             raise too_many(f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
                            PENDING_RETRY_AFTER)
 
@@ -160,6 +170,8 @@ class Limits:
         (of ``open_in_process`` in all): 429 beyond ``streams_per_principal``, 503 beyond
         ``streams_per_process``. Counted per process: a principal may hold that many in each."""
         if 0 < self.streams_per_principal <= open_of_principal:
+            self.on_refused("streams.principal")
             raise too_many(f"too many open event streams (at most {self.streams_per_principal} per identity)", 10)
         if 0 < self.streams_per_process <= open_in_process:
+            self.on_refused("streams.process")
             raise Problem(503, "too many open event streams on this server; retry in 10 s", headers={"Retry-After": "10"})

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import re
+import signal
 import sys
 import time
 import uuid
@@ -13,7 +16,8 @@ from typing import Any
 
 import pluggy
 from sanic import Request, Sanic
-from sanic.exceptions import SanicException
+from sanic.exceptions import BadRequest, SanicException
+from sanic.models.server_types import ConnInfo
 from sanic.response import HTTPResponse, json
 from sanic.worker.loader import AppLoader
 
@@ -25,6 +29,9 @@ from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
 from grantd.plugin_manager import build_federation_providers, build_plugin_manager, call_async_hook
 from grantd.services.context import Services, open_services
 from grantd.services.grants import sweep_expired
+from grantd.web import csrf
+from grantd.web.api import metrics as metrics_api
+from grantd.web.api.common import clear_stale_session_cookie
 
 log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -43,6 +50,45 @@ def problem_response(problem: Problem, request_id: str | None = None) -> HTTPRes
     if request_id:
         headers["X-Request-ID"] = request_id
     return json(problem.body(), status=problem.status, headers=headers, content_type=PROBLEM_JSON)
+
+
+_UNPARSABLE_URL_BYTES = re.compile(rb"[\x00-\x20\x7f-\xff]")
+_REPEATED_SLASHES = re.compile(rb"//+")
+
+
+def collapse_slashes(url_bytes: bytes) -> bytes:
+    """``//api//grants?x=a//b`` -> ``/api/grants?x=a//b``: repeated slashes in the path become one
+    (clients that join a base URL ending in ``/`` send ``//api/...``, D6); the query string and
+    anything that is not an origin-form path are left exactly as sent."""
+    if not url_bytes.startswith(b"/") or b"//" not in url_bytes:
+        return url_bytes
+    cut = min((i for i in (url_bytes.find(b"?"), url_bytes.find(b"#")) if i >= 0), default=len(url_bytes))
+    return _REPEATED_SLASHES.sub(b"/", url_bytes[:cut]) + url_bytes[cut:]
+
+
+class MalformedURL(BadRequest):
+    """A request line whose URL does not parse (its text is not echoed: it may hold anything)."""
+
+
+class GrantdRequest(Request):
+    """Sanic's request, made safe for a malformed request line.
+
+    When a request line's URL does not parse (a raw ESC, NUL or space in the path), Sanic builds a
+    stand-in request (method ``NONE``) for its error response from the same URL, fails again and
+    drops the connection with a traceback in the log. The stand-in gets the URL with those bytes
+    percent-encoded instead, so the client gets a 400 problem and the log one access line."""
+
+    def __init__(self, url_bytes: bytes, *args: Any, **kwargs: Any) -> None:
+        url_bytes = collapse_slashes(url_bytes)  # before routing: the router only sees the clean path
+        try:
+            super().__init__(url_bytes, *args, **kwargs)
+        except BadRequest:
+            if kwargs.get("method") != "NONE":
+                raise MalformedURL("malformed request URL") from None
+            escaped = _UNPARSABLE_URL_BYTES.sub(lambda m: b"%%%02X" % m[0][0], url_bytes)
+            super().__init__(escaped, *args, **kwargs)
+        if kwargs.get("method") == "NONE" and kwargs.get("transport") is not None:
+            self.conn_info = ConnInfo(kwargs["transport"])  # so the error's access line names the client
 
 
 def _problem_from_exception(request: Request, exc: Exception) -> Problem:
@@ -67,7 +113,9 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     """The server app. ``clock`` is the source of time for everything it decides (tests pass a
     ManualClock to an in-process server)."""
     pm = pm or build_plugin_manager(config)
-    app = Sanic(APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None)
+    app = Sanic(
+        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest
+    )
     app.config.update(
         {
             "REQUEST_MAX_SIZE": config.server.max_body_bytes,
@@ -85,10 +133,22 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     app.ctx.pm = pm
     app.ctx.federation = build_federation_providers(pm, config)  # a bad provider table stops the start here
 
-    from grantd.web.api import admin, agents, delegations, federation, grants, health, wellknown
+    from grantd.web import openapi, pages
+    from grantd.web.api import (
+        admin,
+        agents,
+        delegations,
+        federation,
+        grants,
+        health,
+        people_admin,
+        webauthn,
+        wellknown,
+    )
 
-    for module in (health, wellknown, agents, admin, grants, delegations, federation):
+    for module in (health, wellknown, agents, admin, people_admin, grants, delegations, federation, webauthn, pages, openapi, metrics_api):
         app.blueprint(module.bp)
+    metrics_api.install(app, config)  # counts every answer when [metrics] enabled
     pm.hook.register_routes(app=app, config=config)
 
     @app.before_server_start
@@ -125,6 +185,16 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         request.ctx.request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
         request.ctx.started = time.perf_counter()
         request.ctx.client_ip = client_address(request.ip, request.headers.get("x-forwarded-for"), config.server.trusted_proxies)
+
+    origins = csrf.own_origins(config.server.issuer, config.webauthn.origin)
+
+    @app.on_request(priority=90)  # type: ignore[call-arg]
+    async def refuse_cross_site(request: Request) -> None:
+        csrf.check(request, origins)  # D8: cookie-authenticated state changes from our origin, as JSON
+
+    @app.on_response(priority=90)  # type: ignore[call-arg]
+    async def drop_stale_session(request: Request, response: HTTPResponse) -> None:
+        clear_stale_session_cookie(request, response)
 
     @app.on_response(priority=100)  # type: ignore[call-arg]
     async def finish_request(request: Request, response: HTTPResponse) -> None:
@@ -193,33 +263,253 @@ async def prepare_storage(config: Config, pm: pluggy.PluginManager) -> dict[str,
         services.store.close()
 
 
-def serve(config: Config) -> None:
+class StartupError(Exception):
+    """grantd cannot start; the message is the one line `grantd serve` prints."""
+
+
+def describe_startup_error(exc: BaseException) -> str:
+    """One line for an operator from whatever stopped the start: a StartupError or StoreError as it
+    is, an OSError with its file, anything else (a storage plugin's driver error, e.g. a database
+    server that cannot be reached) as ``Type: first line``. Never a traceback."""
+    from grantd.config import ConfigError
+    from grantd.store import StoreError
+
+    if isinstance(exc, ConfigError):
+        text = f"configuration invalid in {exc.path}: {'; '.join(exc.problems)}"
+    elif isinstance(exc, StartupError | StoreError):
+        text = str(exc)
+    elif isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        text = f"{exc.strerror or exc}{where}"
+        if isinstance(exc, PermissionError):
+            text += " (check the owner and mode of the database directory and files, and [storage] path)"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return " ".join(lines) or type(exc).__name__
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """Bind the address once, as Sanic will, so that a port in use (or one below 1024 without the
+    privilege) is a StartupError before the banner, not a traceback from the worker manager."""
+    import errno
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {host}:{port}: {exc.strerror or exc} ([server] host)") from None
+    family, kind, proto, _, address = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            why = "the address is already in use (another grantd, or another program, listens there)"
+        elif exc.errno == errno.EACCES:
+            why = "permission denied (ports below 1024 need privileges: use a port above 1024 behind a proxy)"
+        else:
+            why = exc.strerror or str(exc)
+        raise StartupError(f"cannot listen on {host}:{port}: {why}") from None
+
+
+def preflight(config: Config) -> dict[str, Any]:
+    """Everything that can stop a start, checked in this process before any banner: the storage
+    opens (migrations, a signing key) and the listening address is free. Raises; the caller prints
+    ``describe_startup_error``."""
     pm = build_plugin_manager(config)
-    asyncio.run(prepare_storage(config, pm))
+    prepared = asyncio.run(prepare_storage(config, pm))
+    check_listen_address(config.server.host, config.server.port)
+    return prepared
+
+
+class StopSignals:
+    """SIGTERM/SIGINT in the worker manager's process, so that a stop never hangs (issue 12).
+
+    Sanic's manager, stopped while a worker is still starting (spawned processes take seconds to
+    import), sends ``None`` to its own monitor pipe and then, in ``wait_for_ack``, reads that
+    ``None`` back and re-sends it for ever: SIGTERM just after a start hung until the 30 s ack
+    threshold or for good, with workers defunct. It also stops workers with SIGINT, which a worker
+    still importing turns into a KeyboardInterrupt traceback.
+
+    So once the manager exists (``main_process_ready``) this takes its signals: a worker that has
+    acknowledged its start gets Sanic's graceful stop (SIGINT: in-flight requests get
+    ``graceful_shutdown_timeout``; open event streams are ended by ``before_server_stop``), a
+    worker still starting gets SIGTERM (its default action ends it quietly; past Sanic's set-up it
+    is a graceful stop too), ``wait_for_ack`` gives up waiting, and a watchdog kills by pid any
+    worker still alive ``graceful_shutdown_timeout + 1`` s later. A second signal kills at once.
+    """
+
+    KILL_MARGIN = 1.0
+
+    def __init__(self, manager: Any, grace: float, *, requested: bool = False):
+        import threading
+
+        self.manager = manager
+        self.grace = grace
+        self.stopping = threading.Event()
+        self.signalled: set[int] = set()  # pids: a second stop signal would break a worker's clean-up
+        manager.wait_for_ack = self.wait_for_ack
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+        # A signal that came before (held by EarlyStop, or taken by Sanic's handler) stops now.
+        if requested or getattr(manager, "_shutting_down", False):
+            self.on_signal(signal.SIGTERM, None)
+
+    def _processes(self) -> list[Any]:
+        return [p for p in self.manager.processes if p.pid]
+
+    def _acked(self, process: Any) -> bool:
+        try:
+            state = self.manager.worker_state.get(process.name)
+        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+            return False
+        return isinstance(state, dict) and state.get("state") in ("ACKED", "SERVING")
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        try:
+            self._on_signal(signum)
+        except Exception:  # a signal handler must not raise into the worker manager
+            log.exception("stopping failed; killing the workers")
+            self.kill_workers()
+
+    def _on_signal(self, signum: int) -> None:
+        if self.stopping.is_set():
+            log.warning("second stop signal: killing the workers now")
+            self.kill_workers()
+            return
+        self.stopping.set()
+        self.manager._shutting_down = True  # noqa: SLF001 - Sanic's own flag: it then skips its terminate()
+        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace)
+        self.stop_workers()
+        with contextlib.suppress(OSError):
+            self.manager.monitor_publisher.send(None)  # ends the monitor loop
+        import threading
+
+        threading.Thread(target=self._watchdog, name="grantd-stop-watchdog", daemon=True).start()
+
+    def stop_workers(self) -> None:
+        from sanic.worker.process import ProcessState
+
+        for process in self._processes():
+            if not process.is_alive() or process.pid in self.signalled:
+                continue
+            self.signalled.add(process.pid)
+            if self._acked(process):
+                process.terminate()  # Sanic's graceful stop: state TERMINATED, then SIGINT
+                continue
+            try:
+                process.set_state(ProcessState.TERMINATED, force=True)
+            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
+                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+
+    def _watchdog(self) -> None:
+        if not self._wait_for_workers(self.grace + self.KILL_MARGIN):
+            log.warning("workers still running %s s after the stop signal: killing them", self.grace + self.KILL_MARGIN)
+            self.kill_workers()
+
+    def _wait_for_workers(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not any(p.is_alive() for p in self._processes()):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def kill_workers(self) -> None:
+        for process in self._processes():
+            if process.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)  # by pid: never the process group (ours too)
+
+    def wait_for_ack(self) -> None:
+        """Sanic's wait, which also ends when a stop was asked for."""
+        from sanic.exceptions import ServerKilled
+
+        limit = time.monotonic() + self.manager.THRESHOLD / 10
+        while not self.stopping.is_set() and not self.manager._all_workers_ack():  # noqa: SLF001
+            if self.manager.monitor_subscriber.poll(0.1):
+                message = self.manager.monitor_subscriber.recv()
+                if message == "__TERMINATE_EARLY__":
+                    log.error("a worker process failed while starting; stopping")
+                    self.on_signal(signal.SIGTERM, None)
+                    raise ServerKilled
+                if message is None and self.stopping.is_set():
+                    break
+                self.manager.monitor_publisher.send(message)  # not ours: leave it for the monitor loop
+            if time.monotonic() > limit:
+                log.error("not every worker started within %s s; stopping", self.manager.THRESHOLD / 10)
+                self.on_signal(signal.SIGTERM, None)
+                raise ServerKilled
+        if self.stopping.is_set():
+            self.stop_workers()  # those the manager started after the signal, too
+            with contextlib.suppress(OSError):
+                self.manager.monitor_publisher.send(None)  # the monitor loop that follows ends at once
+
+
+class EarlyStop:
+    """Holds SIGTERM/SIGINT from the end of the checks until the worker manager exists: the default
+    action would kill this process while Sanic starts its helper processes (which then print
+    BrokenPipe tracebacks); a held signal stops the start instead."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = {s: signal.signal(s, self._hold) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def serve(config: Config, *, checked: bool = False) -> None:
+    """Run the server until SIGTERM/SIGINT. ``checked``: ``preflight`` already ran (grantd serve
+    runs it before its banner); otherwise it runs here."""
+    if not checked:
+        preflight(config)
     workers = config.server.workers
     single = is_frozen() or workers == 1
     if is_frozen() and workers > 1:
         log.warning("the bundle serves in one process; [server] workers = %d is ignored", workers)
     assert config.path is not None
-    loader = AppLoader(factory=partial(create_app_from_path, str(config.path)))
-    app = loader.load()
-    app.prepare(
-        host=config.server.host,
-        port=config.server.port,
-        workers=1 if single else workers,
-        single_process=single,
-        access_log=False,
-        motd=False,
-    )
-    log.info(
-        "grantd listening on http://%s:%s (issuer %s, %d process%s)",
-        config.server.host,
-        config.server.port,
-        config.server.issuer,
-        1 if single else workers,
-        "" if single else "es",
-    )
-    if single:
-        Sanic.serve_single(primary=app)
-    else:
-        Sanic.serve(primary=app, app_loader=loader)
+    metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
+    try:
+        loader = AppLoader(factory=partial(create_app_from_path, str(config.path)))
+        app = loader.load()
+        app.prepare(
+            host=config.server.host,
+            port=config.server.port,
+            workers=1 if single else workers,
+            single_process=single,
+            access_log=False,
+            motd=False,
+        )
+        early = None if single else EarlyStop()
+        if early is not None:
+            grace = float(config.server.graceful_shutdown_timeout)
+
+            @app.main_process_ready
+            async def take_over_stop_signals(app: Sanic) -> None:
+                app.ctx.stop_signals = StopSignals(app.manager, grace, requested=early.requested)
+
+        log.info(
+            "grantd listening on http://%s:%s (issuer %s, %d process%s)",
+            config.server.host,
+            config.server.port,
+            config.server.issuer,
+            1 if single else workers,
+            "" if single else "es",
+        )
+        if single:
+            Sanic.serve_single(primary=app)
+        elif early is not None and early.requested:
+            log.info("stopped before the workers started")
+        else:
+            Sanic.serve(primary=app, app_loader=loader)
+    finally:
+        metrics_api.remove_process_dir(metrics_dir)

@@ -1,0 +1,248 @@
+"""Issue 12: a start that cannot work fails with one clear line (text or JSON, as the logs are) and
+a non-zero exit before any banner; a stop never hangs, whenever SIGTERM arrives.
+
+Real `grantd serve` processes (tests/conftest.py `make_server`); the stop tests use two workers,
+where Sanic's worker manager used to hang for 20-30 s (or for good) when SIGTERM came while a
+worker was still starting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from grantd.web.app import describe_startup_error
+
+from conftest import Server, make_server
+
+BANNERS = ("grantd: serving", "listening on")
+
+
+def run_serve(srv: Server, *, wrap: list[str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*(wrap or []), *srv.command, "serve", "--config", str(srv.config_path)],
+        cwd=srv.directory, env=srv.env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def assert_one_line_failure(result: subprocess.CompletedProcess[str], *, contains: str, json_format: bool = False) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "Traceback" not in output, output
+    assert not any(b in output for b in BANNERS), output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    line = lines[0]
+    if json_format:
+        entry = json.loads(line)
+        assert entry["level"] == "error" and entry["logger"] == "grantd", entry
+        assert entry["message"].startswith("cannot start: "), entry
+        assert contains in entry["message"], entry
+    else:
+        assert line.startswith("grantd: cannot start: ") and contains in line, line
+    return line
+
+
+# -- start-up failures ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_port_in_use_is_one_line_before_any_banner(tmp_path: Path, log_format: str) -> None:
+    srv = make_server(tmp_path / "srv", log_format=log_format)
+    with socket.create_server(("127.0.0.1", srv.port)):
+        result = run_serve(srv)
+    assert_one_line_failure(result, contains=f"cannot listen on 127.0.0.1:{srv.port}: the address is already in use",
+                            json_format=log_format == "json")
+
+
+def _without_root_bypass() -> list[str]:
+    """Run as this user without the capabilities that let root ignore file modes (so modes bite)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("as root, an unwritable directory needs setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: str) -> None:
+    srv = make_server(tmp_path / "srv", log_format=log_format)
+    data = srv.directory / "data"
+    data.mkdir(mode=0o500)
+    srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"'))
+    try:
+        result = run_serve(srv, wrap=_without_root_bypass())
+    finally:
+        data.chmod(0o700)
+    line = assert_one_line_failure(result, contains="cannot open the SQLite database", json_format=log_format == "json")
+    assert f"the directory {data} must be writable" in line
+
+
+def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv")
+    data = srv.directory / "data"
+    data.mkdir(mode=0o000)
+    srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"'))
+    try:
+        result = run_serve(srv, wrap=_without_root_bypass())
+    finally:
+        data.chmod(0o700)
+    line = assert_one_line_failure(result, contains="cannot open the SQLite database")
+    assert "Permission denied" in line and str(data) in line
+
+
+def test_a_database_file_that_is_not_writable_is_one_line(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv").start()
+    srv.stop()
+    db = srv.directory / "grantd.db"
+    for companion in (db.with_name("grantd.db-wal"), db.with_name("grantd.db-shm")):
+        companion.unlink(missing_ok=True)
+    db.chmod(0o400)
+    try:
+        result = run_serve(srv, wrap=_without_root_bypass())
+    finally:
+        db.chmod(0o600)
+    line = assert_one_line_failure(result, contains="cannot open the SQLite database")
+    assert str(db) in line
+
+
+def test_a_bad_config_in_json_mode_is_one_json_line(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv", log_format="json")
+    srv.config_path.write_text(srv.config_path.read_text().replace("[server]\n", "[server]\nhots = 'x'\n"))
+    result = run_serve(srv)
+    line = assert_one_line_failure(result, contains="configuration invalid", json_format=True)
+    entry = json.loads(line)
+    assert entry["problems"] == ['server.hots: unknown key (did you mean "server.host"?)']
+
+
+UNREACHABLE_PLUGIN = '''
+from grantd.hookspecs import hookimpl
+
+@hookimpl
+def storage_backends():
+    def open_store(config):
+        raise ConnectionRefusedError(
+            "connection to server at \\"10.9.9.9\\", port 5432 failed: Connection refused\\n\\tIs the server running?")
+    return {"unreachable": open_store}
+'''
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_storage_plugin_that_cannot_connect_is_one_line(tmp_path: Path, log_format: str) -> None:
+    """The hook for network databases: whatever open_services raises prints as one line."""
+    srv = make_server(tmp_path / "srv", log_format=log_format,
+                      extra='[plugins]\nmodules = ["unreachable_store"]\npaths = ["site-plugins"]\n')
+    (srv.directory / "site-plugins").mkdir()
+    (srv.directory / "site-plugins" / "unreachable_store.py").write_text(UNREACHABLE_PLUGIN)
+    srv.config_path.write_text(srv.config_path.read_text().replace('plugin = "sqlite"', 'plugin = "unreachable"'))
+    result = run_serve(srv)
+    line = assert_one_line_failure(result, contains="port 5432 failed: Connection refused Is the server running?",
+                                   json_format=log_format == "json")
+    assert "10.9.9.9" in line
+
+
+def test_describe_startup_error_is_always_one_line() -> None:
+    class Weird(Exception):
+        pass
+
+    assert describe_startup_error(Weird("first\n  second\n")) == "Weird: first second"
+    assert describe_startup_error(Weird()) == "Weird"
+    assert describe_startup_error(PermissionError(13, "Permission denied", "/var/lib/grantd")).startswith(
+        "Permission denied: /var/lib/grantd")
+
+
+# -- stopping ------------------------------------------------------------------------------------------
+GRACE = 3  # tests/conftest.py writes graceful_shutdown_timeout = 3
+ALLOWED = GRACE + 2.5  # the grace, the watchdog's second, and Sanic's own clean-up
+
+
+def _group_gone(pgid: int, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _wait_for_log(srv: Server, text: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in srv.log():
+        assert time.monotonic() < deadline, srv.log()
+        time.sleep(0.01)
+
+
+def _wait_ready(srv: Server, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{srv.url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+    raise AssertionError(srv.log())
+
+
+def _open_stream(srv: Server, opened: threading.Event, ended: threading.Event) -> None:
+    try:
+        with httpx.stream("GET", f"{srv.url}/api/grants/events", headers={"Authorization": f"Bearer {srv.token}"},
+                          timeout=httpx.Timeout(30, read=30)) as response:
+            assert response.status_code == 200
+            opened.set()
+            for _ in response.iter_raw():
+                pass
+    except httpx.HTTPError:
+        pass
+    finally:
+        ended.set()
+
+
+@pytest.mark.parametrize("moment", ["0.05s", "0.3s", "manager-up", "manager-up+0.3s", "ready", "stream"])
+def test_sigterm_at_any_moment_with_two_workers_ends_in_time(tmp_path: Path, moment: str) -> None:
+    srv = make_server(tmp_path / "srv", workers=2)
+    log = open(srv.log_path, "ab")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
+                            stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+    stream_ended = threading.Event()
+    try:
+        if moment.endswith("s") and moment[0].isdigit():
+            time.sleep(float(moment[:-1]))
+        elif moment.startswith("manager-up"):
+            _wait_for_log(srv, "listening on")  # the worker manager starts right after this line
+            time.sleep(0.3 if moment.endswith("0.3s") else 0.0)
+        else:
+            _wait_ready(srv)
+            if moment == "stream":
+                opened = threading.Event()
+                threading.Thread(target=_open_stream, args=(srv, opened, stream_ended), daemon=True).start()
+                assert opened.wait(20), srv.log()
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(ALLOWED + 10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"grantd did not stop within {ALLOWED + 10} s of SIGTERM at {moment}:\n{srv.log()}")
+        took = time.monotonic() - sent
+        assert took < ALLOWED, f"stopping took {took:.1f} s (SIGTERM at {moment}):\n{srv.log()}"
+        assert code in (0, -signal.SIGTERM), srv.log()  # -15: the signal came before grantd set up its handlers
+        assert _group_gone(proc.pid), f"worker processes left behind:\n{srv.log()}"
+        assert "Traceback" not in srv.log(), srv.log()
+        if moment == "stream":
+            assert stream_ended.wait(5), "the event stream did not end"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        log.close()
