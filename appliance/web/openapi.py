@@ -1,0 +1,638 @@
+"""The OpenAPI 3.1 description of grantd's HTTP interface, served at ``GET /openapi.json``.
+
+The document is built from one table, ``OPERATIONS``: one ``Op`` per route (method + path), with
+its request (path, query and header parameters, JSON body schema), its success answers and the
+error statuses it may give beyond those every operation of its kind gives. Adding a route is one
+``Op(...)`` line (and, for a new shape, a schema in ``SCHEMAS``); tests/test_openapi.py fails while
+a route of the app is missing here (browser pages are exempt there, /api/ routes never are), and
+tests/test_schemathesis.py drives the document against a real server.
+
+Errors follow D2: ``application/problem+json`` ``{type, title, status, detail}`` plus extras
+(``field`` naming a bad field, ``grant_status`` for a grant in the wrong state). The statuses each
+operation documents are derived from its kind, so they stay consistent:
+
+- every /api/ operation: 400 (malformed JSON, a bad field, a path value with control characters);
+- an operation with a JSON body: 413 (body too large) and, for cookie sessions, 415 (not JSON);
+- an authenticated one: 401 (no or a bad credential, with ``WWW-Authenticate``), 403 (a
+  credential without the right; also a cross-site cookie request) and 429 (an address that had too
+  many bearers refused, D12);
+- an operation with a path identifier: 404.
+
+Request bodies are JSON Schema 2020-12 (OpenAPI 3.1); they describe what a client should send, not
+every spelling the server tolerates (aliases such as ``public_key`` are listed where documented).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json
+
+import grantd
+from grantd.services.sessions import SESSION_COOKIE
+
+bp = Blueprint("openapi")
+
+PROBLEM_JSON = "application/problem+json"
+JSON = "application/json"
+
+# -- schema helpers -------------------------------------------------------------------------------
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra: Any) -> Schema:
+    schema: Schema = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema.update(extra)
+    return schema
+
+
+def nullable(schema: Schema) -> Schema:
+    """``schema`` or null (JSON Schema 2020-12: a type list, or anyOf for a $ref)."""
+    if "$ref" in schema:
+        return {"anyOf": [schema, {"type": "null"}]}
+    kind = schema["type"]
+    return {**schema, "type": [*(kind if isinstance(kind, list) else [kind]), "null"]}
+
+
+def array(items: Schema, **extra: Any) -> Schema:
+    return {"type": "array", "items": items, **extra}
+
+
+def page_of(item: str) -> Schema:
+    return obj({"data": array(ref(item)), "pagination": ref("Pagination")}, ("data", "pagination"))
+
+
+STRING: Schema = {"type": "string"}
+TEXT: Schema = {"type": "string", "minLength": 1, "maxLength": 255}
+EMAIL: Schema = {"type": "string", "format": "email", "maxLength": 254}
+MS: Schema = {"type": "integer", "description": "milliseconds since the Unix epoch"}
+BOOL: Schema = {"type": "boolean"}
+INT: Schema = {"type": "integer"}
+GRANT_TYPE: Schema = {"type": "string", "enum": ["once", "timed", "always"]}
+GRANT_STATUS: Schema = {"type": "string", "enum": ["pending", "approved", "denied", "revoked", "consumed", "expired"]}
+JWT: Schema = {"type": "string", "pattern": r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$"}
+ANY_OBJECT: Schema = {"type": "object"}
+
+SCHEMAS: dict[str, Schema] = {
+    "Problem": obj(
+        {
+            "type": STRING,
+            "title": STRING,
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": STRING,
+            "field": {"type": "string", "description": "the request field (or header) at fault"},
+            "grant_status": {**GRANT_STATUS, "description": "the grant's state, when that is why"},
+        },
+        ("type", "title", "status", "detail"),
+        description="RFC 9457 problem details (D2); `detail` carries the specification's message",
+    ),
+    "Pagination": obj(
+        {"cursor": nullable({"type": "string", "description": "pass back as `cursor` for the next page"}),
+         "has_more": BOOL},
+        ("cursor", "has_more"),
+    ),
+    "Status": obj({"status": STRING}, ("status",)),
+    # agents (D5)
+    "Agent": obj(
+        {"agent_id": STRING, "email": STRING, "name": STRING, "owner": STRING, "approver": STRING,
+         "status": {"type": "string", "enum": ["active", "disabled"]}},
+        ("agent_id", "email", "name", "owner", "approver", "status"),
+    ),
+    "AgentAdmin": {
+        "allOf": [
+            ref("Agent"),
+            obj({"publicKey": STRING, "key_fingerprint": STRING, "key_generation": INT, "created_at": MS,
+                 "updated_at": MS}, ("publicKey", "key_fingerprint", "key_generation", "created_at", "updated_at")),
+        ]
+    },
+    "Enrolment": obj(
+        {"email": EMAIL, "name": TEXT,
+         "publicKey": {"type": "string", "description": "OpenSSH `ssh-ed25519 AAAA... comment`"},
+         "public_key": {"type": "string", "description": "alias of publicKey"},
+         "owner": EMAIL, "approver": EMAIL},
+        ("email", "name", "publicKey"),
+    ),
+    "AgentUpdate": obj(
+        {"name": TEXT, "owner": EMAIL, "approver": EMAIL, "status": {"type": "string", "enum": ["active", "disabled"]},
+         "isActive": BOOL, "publicKey": STRING, "public_key": STRING},
+        additionalProperties=False,
+        description="only these fields; null leaves a field as it is",
+    ),
+    "AgentDeleted": obj({"deleted": {"const": True}, "agent": ref("Agent")}, ("deleted", "agent")),
+    "AgentIdent": obj(
+        {"agent_id": {"type": "string", "description": "the agent_id or the agent's e-mail"},
+         "id": {"type": "string", "description": "alias of agent_id"}},
+    ),
+    "Challenge": obj({"challenge": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}, ("challenge",)),
+    "Authenticate": obj(
+        {"agent_id": STRING, "id": STRING, "challenge": STRING,
+         "signature": {"type": "string", "description": "raw Ed25519 signature in base64, or an `ssh-keygen -Y sign -n grantd` signature"}},
+        ("challenge", "signature"),
+    ),
+    "IdentityToken": obj(
+        {"token": JWT, "agent_id": STRING, "email": STRING, "name": STRING,
+         "expires_in": {"type": "integer", "description": "seconds"}},
+        ("token", "agent_id", "email", "name", "expires_in"),
+    ),
+    "Me": obj(
+        {"sub": STRING, "email": STRING, "name": STRING,
+         "act": {"type": "string", "enum": ["agent", "management", "human", "person", "client"]},
+         "kind": {"type": "string", "enum": ["agent", "person", "management", "client"]},
+         "id": STRING, "agent_id": nullable(STRING), "admin": BOOL},
+        ("sub", "email", "act", "kind", "id", "admin"),
+    ),
+    # grants (D6)
+    "GrantRequest": obj(
+        {"requester": STRING, "target_host": STRING, "audience": STRING, "grant_type": GRANT_TYPE,
+         "command": array(STRING), "cmd_hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"},
+         "permissions": array(STRING), "duration": {"type": "integer", "description": "seconds"},
+         "reason": STRING, "run_as": STRING, "authorization_details": array(ANY_OBJECT),
+         "execution_context": ANY_OBJECT},
+        ("requester", "target_host", "audience", "grant_type"),
+    ),
+    "Grant": obj(
+        {"id": STRING, "type": {"type": "string", "enum": ["command", "permissions"]}, "requester": STRING,
+         "request": ref("GrantRequest"), "status": GRANT_STATUS, "created_at": MS,
+         "decided_by": nullable(STRING), "decided_at": nullable(MS), "expires_at": nullable(MS),
+         "used_at": nullable(MS), "decision_reason": nullable(STRING), "delegation_id": nullable(STRING),
+         "revoked_by": nullable(STRING), "revoked_at": nullable(MS)},
+        ("id", "type", "requester", "request", "status", "created_at", "decided_by", "decided_at", "expires_at"),
+    ),
+    "GrantCreated": {
+        "allOf": [
+            ref("Grant"),
+            obj({"reused": {"const": True, "description": "an approved timed/always grant returned again (200)"},
+                 "approved_automatically": {"const": True}, "auto_approval_kind": {"const": "delegation"}}),
+        ]
+    },
+    "GrantRequestBody": obj(
+        {"target_host": {"type": "string", "pattern": r"^[^\s/]{1,255}$"}, "audience": TEXT, "grant_type": GRANT_TYPE,
+         "command": array({"type": "string", "maxLength": 4096}, minItems=1, maxItems=256),
+         "permissions": array(TEXT, minItems=1, maxItems=100),
+         "duration": {"type": "integer", "minimum": 1, "description": "seconds; required for timed"},
+         "reason": {"type": "string", "maxLength": 1000},
+         "run_as": {"type": "string", "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?$"},
+         "requester": {**EMAIL, "description": "management token only: whom the request is for"},
+         "authorization_details": array(ANY_OBJECT), "execution_context": ANY_OBJECT},
+        ("target_host", "audience"),
+        description="needs `command` or `permissions`",
+    ),
+    "DecisionBody": obj(
+        {"grant_type": GRANT_TYPE, "duration": {"type": "integer", "minimum": 1}, "reason": {"type": "string", "maxLength": 1000}},
+        description="approve may override grant_type and duration; deny and revoke take a reason",
+    ),
+    "Decision": obj({"grant": ref("Grant"), "authz_jwt": JWT}, ("grant",)),
+    "GrantToken": obj(
+        {"authz_jwt": JWT, "grant": obj({"id": STRING, "status": GRANT_STATUS}, ("id", "status"))},
+        ("authz_jwt", "grant"),
+    ),
+    "Consumed": obj(
+        {"status": {"type": "string", "description": "consumed or valid; else the grant's state with `error`"},
+         "error": {"type": "string", "enum": ["already_consumed", "revoked", "denied", "expired", "not_approved"]},
+         "grant": ref("Grant")},
+        ("status",),
+        description="200 `{status: consumed|valid, grant}`, or 200 `{error, status}` for a grant that cannot be used (D2)",
+    ),
+    "VerifyBody": obj({"token": JWT}),
+    "Verified": obj(
+        {"valid": BOOL, "claims": ANY_OBJECT, "grant": ref("Grant"), "error": STRING, "status": STRING},
+        ("valid",),
+    ),
+    "BatchBody": obj(
+        {"operations": array(
+            obj({"id": {"type": "string", "minLength": 1}, "action": {"type": "string", "enum": ["approve", "deny", "revoke"]},
+                 "grant_type": GRANT_TYPE, "duration": {"type": "integer", "minimum": 1}, "reason": STRING},
+                ("id", "action")),
+            minItems=1, maxItems=100)},
+        ("operations",),
+    ),
+    "BatchResult": obj(
+        {"results": array(obj(
+            {"id": nullable(STRING), "action": nullable(STRING), "status": nullable(STRING), "success": BOOL,
+             "error": ref("Problem"), "authz_jwt": JWT},
+            ("id", "action", "status", "success")))},
+        ("results",),
+    ),
+    # delegations (D7)
+    "Delegation": obj(
+        {"id": STRING, "delegator": STRING, "delegate": STRING, "audience": STRING, "scopes": array(STRING),
+         "approval": GRANT_TYPE, "grant_type": GRANT_TYPE, "created_at": MS, "expires_at": nullable(MS),
+         "status": STRING, "revoked_at": nullable(MS), "revoked_by": nullable(STRING)},
+        ("id", "delegator", "delegate", "audience", "scopes", "approval", "created_at", "expires_at", "status"),
+    ),
+    "DelegationBody": obj(
+        {"delegate": EMAIL, "audience": TEXT, "scopes": array(TEXT, maxItems=100), "approval": GRANT_TYPE,
+         "grant_type": {**GRANT_TYPE, "description": "alias of approval"},
+         "duration": {"type": "integer", "minimum": 1, "description": "seconds"},
+         "expires_at": {"type": ["integer", "string"], "description": "ms since the epoch or an ISO-8601 time"},
+         "delegator": {**EMAIL, "description": "management token only"}},
+        ("delegate", "audience"),
+    ),
+    "DelegationCheck": obj({"delegate": STRING, "audience": STRING, "scope": STRING}),
+    "DelegationValidity": obj({"valid": BOOL, "delegation": ref("Delegation"), "error": STRING}, ("valid",)),
+    # people (D8)
+    "Person": obj(
+        {"person_id": STRING, "email": STRING, "name": STRING, "admin": BOOL, "admin_by_config": BOOL,
+         "status": {"type": "string", "enum": ["active", "disabled"]}, "isActive": BOOL, "created_at": MS,
+         "createdAt": MS, "updated_at": MS},
+        ("person_id", "email", "name", "admin", "status", "isActive", "created_at"),
+    ),
+    "PersonCreated": {
+        "allOf": [ref("Person"), obj({"registration": ref("RegistrationCreated")})]
+    },
+    "PersonBody": obj(
+        {"email": EMAIL, "name": TEXT, "admin": BOOL,
+         "registration": {"type": "boolean", "description": "also create a registration URL"}},
+        ("email",),
+    ),
+    "PersonUpdate": obj(
+        {"name": TEXT, "admin": BOOL, "status": {"type": "string", "enum": ["active", "disabled"]}, "isActive": BOOL},
+        additionalProperties=False,
+    ),
+    "PersonDeleted": obj({"ok": BOOL, "deleted": BOOL, "user": ref("Person")}, ("deleted", "user")),
+    "AdminCredential": obj(
+        {"credential_id": STRING, "credentialId": STRING, "name": STRING, "rp_id": STRING, "transports": array(STRING),
+         "aaguid": nullable(STRING), "backed_up": BOOL, "backedUp": BOOL, "sign_count": INT, "created_at": MS,
+         "createdAt": MS, "last_used_at": nullable(MS)},
+        ("credential_id", "name", "created_at"),
+    ),
+    "Session": obj(
+        {"family_id": STRING, "familyId": STRING, "person_id": STRING, "email": nullable(STRING), "created_at": MS,
+         "expires_at": MS, "last_seen_at": nullable(MS), "user_agent": nullable(STRING)},
+        ("family_id", "person_id", "created_at", "expires_at"),
+    ),
+    "SessionsRevoked": obj(
+        {"status": {"const": "revoked"}, "familyId": STRING, "email": STRING, "person_id": STRING, "revoked": INT},
+        ("status", "revoked"),
+    ),
+    "RegistrationUrl": obj(
+        {"id": STRING, "email": STRING, "admin": BOOL, "purpose": {"type": "string", "enum": ["register", "add-device"]},
+         "rp_id": nullable(STRING), "created_by": nullable(STRING), "created_at": MS, "expires_at": MS,
+         "used_at": nullable(MS), "status": {"type": "string", "enum": ["pending", "used", "expired"]}},
+        ("id", "email", "purpose", "created_at", "expires_at", "status"),
+    ),
+    "RegistrationCreated": {
+        "allOf": [
+            ref("RegistrationUrl"),
+            obj({"url": STRING, "registrationUrl": STRING, "token": STRING, "expiresInHours": {"type": "number"}},
+                ("url", "token")),
+        ]
+    },
+    "RegistrationBody": obj(
+        {"email": EMAIL, "name": TEXT, "admin": BOOL, "purpose": {"type": "string", "enum": ["register", "add-device"]},
+         "expires_in": {"type": "integer", "minimum": 1, "description": "seconds"},
+         "expiresInHours": {"type": "integer", "minimum": 1}},
+        ("email",),
+    ),
+    "Deleted": obj({"deleted": {"const": True}, "id": STRING}, ("deleted", "id")),
+    # passkeys (D8)
+    "PasskeyPerson": obj(
+        {"id": STRING, "email": STRING, "name": STRING, "admin": BOOL, "status": STRING, "created_at": MS},
+        ("id", "email", "name", "admin", "status"),
+    ),
+    "PasskeyCredential": obj(
+        {"id": STRING, "name": STRING, "rp_id": STRING, "created_at": MS, "last_used_at": nullable(MS),
+         "transports": array(STRING), "backed_up": BOOL, "aaguid": nullable(STRING)},
+        ("id", "name", "created_at"),
+        description="never the public key",
+    ),
+    "SignedIn": obj({"person": ref("PasskeyPerson"), "credential": ref("PasskeyCredential")}, ("person", "credential")),
+    "WebAuthnOptions": {"type": "object", "description": "PublicKeyCredentialCreationOptions / RequestOptions as JSON (base64url fields)"},
+    "PasskeyResponse": obj(
+        {"response": {"type": "object", "description": "the PublicKeyCredential JSON the browser produced"},
+         "token": STRING, "email": EMAIL, "name": STRING, "person_name": STRING},
+    ),
+    "Ok": obj({"ok": {"const": True}}, ("ok",)),
+    # discovery
+    "Jwks": obj(
+        {"keys": array(obj({"kty": STRING, "crv": STRING, "x": STRING, "kid": STRING, "alg": STRING, "use": STRING},
+                           ("kty", "kid")))},
+        ("keys",),
+    ),
+    "OpenIdConfiguration": obj({"issuer": STRING, "jwks_uri": STRING}, ("issuer", "jwks_uri")),
+    "FederationProviders": obj(
+        {"providers": array(obj({"id": STRING, "type": STRING, "name": STRING}, ("id", "type", "name")))},
+        ("providers",),
+    ),
+}
+
+# -- the operations -------------------------------------------------------------------------------
+
+NONE, OPTIONAL, BEARER, AUTHZ, PERSON, METRICS = "none", "optional", "bearer", "authz", "person", "metrics"
+SECURITY: dict[str, list[dict[str, list[str]]]] = {
+    NONE: [],
+    METRICS: [{}, {"metricsToken": []}],  # the [metrics] token, when one is set
+    OPTIONAL: [{}, {"managementToken": []}, {"agentToken": []}, {"session": []}],
+    BEARER: [{"managementToken": []}, {"agentToken": []}, {"session": []}],
+    AUTHZ: [{"authzJwt": []}],
+    PERSON: [{"session": []}],
+}
+
+
+@dataclass(frozen=True)
+class Ok:
+    """A success answer: its schema (None: no body) and media type."""
+
+    schema: Schema | None
+    description: str = "OK"
+    media: str = JSON
+    headers: tuple[str, ...] = ()  # names in HEADERS
+
+
+@dataclass(frozen=True)
+class Op:
+    method: str
+    path: str  # OpenAPI form: /api/grants/{grant_id}
+    name: str  # the Sanic route name without the app prefix, e.g. "grants.create" (the operationId)
+    summary: str
+    auth: str = NONE
+    body: str | None = None  # a schema name in SCHEMAS
+    body_required: bool = True
+    query: tuple[str, ...] = ()  # names in PARAMETERS
+    headers: tuple[str, ...] = ()  # names in PARAMETERS
+    ok: dict[int, Ok] = field(default_factory=dict)
+    errors: tuple[int, ...] = ()  # beyond those derived from the operation's kind (module docstring)
+    tag: str = ""
+
+    @property
+    def path_params(self) -> list[str]:
+        return re.findall(r"{(\w+)}", self.path)
+
+
+PARAMETERS: dict[str, Schema] = {
+    "limit": {"name": "limit", "in": "query", "description": "page size (default 20, larger values are clamped to 100)",
+              "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+    "cursor": {"name": "cursor", "in": "query", "description": "from `pagination.cursor` of the previous page",
+               "schema": {"type": "string", "maxLength": 160}},
+    "status": {"name": "status", "in": "query", "description": "grant state (`used` = consumed)",
+               "schema": {"type": "string", "enum": [*GRANT_STATUS["enum"], "used"]}},
+    "requester": {"name": "requester", "in": "query", "description": "requester's e-mail", "schema": EMAIL},
+    "last_event_id": {"name": "last_event_id", "in": "query", "description": "as the Last-Event-ID header",
+                      "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}},
+    "If-None-Match": {"name": "If-None-Match", "in": "header", "description": "an ETag from an earlier answer: 304 if unchanged",
+                      "schema": STRING},
+    "Last-Event-ID": {"name": "Last-Event-ID", "in": "header", "description": "resume after this event id (0: from the start)",
+                      "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}},
+}
+HEADERS: dict[str, Schema] = {
+    "ETag": {"description": "strong validator of the grant; changes on every change", "required": True, "schema": STRING},
+    "Retry-After": {"description": "seconds", "required": True, "schema": {"type": "string", "pattern": "^[0-9]+$"}},
+    "WWW-Authenticate": {"description": "Bearer challenge", "required": True, "schema": STRING},
+    "Set-Cookie": {"description": "the `grantd_session` cookie (HttpOnly, SameSite=Lax)", "schema": STRING},
+    "Cache-Control": {"description": "caching", "schema": STRING},
+}
+
+PAGE = ("limit", "cursor")
+GRANT_ID = "/api/grants/{grant_id}"
+
+OPERATIONS: tuple[Op, ...] = (
+    # health and discovery
+    Op("GET", "/healthz", "health.healthz", "The process is alive", ok={200: Ok(ref("Status"))}, tag="health"),
+    Op("GET", "/readyz", "health.readyz", "The database answers", ok={200: Ok(ref("Status"))}, errors=(503,), tag="health"),
+    Op("GET", "/openapi.json", "openapi.document", "This document",
+       ok={200: Ok(ANY_OBJECT, headers=("Cache-Control",))}, tag="discovery"),
+    Op("GET", "/metrics", "metrics.metrics", "Prometheus metrics (404 unless [metrics] enabled)", METRICS,
+       ok={200: Ok({"type": "string"}, "Prometheus text exposition format", media="text/plain")}, errors=(404,),
+       tag="health"),
+    Op("GET", "/.well-known/jwks.json", "wellknown.jwks", "Public keys that verify grantd's JWTs",
+       ok={200: Ok(ref("Jwks"), headers=("Cache-Control",))}, tag="discovery"),
+    Op("GET", "/.well-known/openid-configuration", "wellknown.openid_configuration", "OpenID discovery (with DDISA members)",
+       ok={200: Ok(ref("OpenIdConfiguration"))}, tag="discovery"),
+    Op("GET", "/api/federation/providers", "federation.providers", "Upstream identity providers (no secrets)",
+       ok={200: Ok(ref("FederationProviders"))}, tag="discovery"),
+    # agents
+    Op("POST", "/api/agent/enroll", "agents.enroll", "Enrol an agent (admin, or a person for themselves)", BEARER,
+       "Enrolment", ok={201: Ok(ref("Agent"), "Created")}, errors=(409,), tag="agents"),
+    Op("POST", "/api/auth/enroll", "agents.enroll_alias", "Alias of /api/agent/enroll", BEARER,
+       "Enrolment", ok={201: Ok(ref("Agent"), "Created")}, errors=(409,), tag="agents"),
+    Op("POST", "/api/agent/challenge", "agents.challenge", "A 64-hex challenge (60 s, single use)", NONE,
+       "AgentIdent", ok={200: Ok(ref("Challenge"))}, errors=(403, 404, 429), tag="agents"),
+    Op("POST", "/api/auth/challenge", "agents.challenge_alias", "Alias of /api/agent/challenge", NONE,
+       "AgentIdent", ok={200: Ok(ref("Challenge"))}, errors=(403, 404, 429), tag="agents"),
+    Op("POST", "/api/agent/authenticate", "agents.authenticate", "Trade a signed challenge for an identity token", NONE,
+       "Authenticate", ok={200: Ok(ref("IdentityToken"))}, errors=(401, 403, 404, 429), tag="agents"),
+    Op("POST", "/api/auth/authenticate", "agents.authenticate_alias", "Alias of /api/agent/authenticate", NONE,
+       "Authenticate", ok={200: Ok(ref("IdentityToken"))}, errors=(401, 403, 404, 429), tag="agents"),
+    Op("GET", "/api/me", "agents.me", "Who the credential is", BEARER, ok={200: Ok(ref("Me"))}, tag="agents"),
+    Op("GET", "/api/admin/agents", "admin.list_agents", "List agents", BEARER, query=PAGE,
+       ok={200: Ok(page_of("AgentAdmin"))}, tag="admin"),
+    Op("POST", "/api/admin/agents", "admin.create_agent", "Create an agent", BEARER, "Enrolment",
+       ok={201: Ok(ref("AgentAdmin"), "Created")}, errors=(409,), tag="admin"),
+    Op("GET", "/api/admin/agents/{ident}", "admin.get_agent", "One agent (agent_id or e-mail)", BEARER,
+       ok={200: Ok(ref("AgentAdmin"))}, tag="admin"),
+    Op("PUT", "/api/admin/agents/{ident}", "admin.update_agent", "Change an agent", BEARER, "AgentUpdate",
+       ok={200: Ok(ref("AgentAdmin"))}, errors=(409,), tag="admin"),
+    Op("DELETE", "/api/admin/agents/{ident}", "admin.delete_agent", "Delete an agent (revokes its grants)", BEARER,
+       ok={200: Ok(ref("AgentDeleted"))}, tag="admin"),
+    # people (admin API)
+    Op("GET", "/api/admin/users", "people_admin.list_users", "List people", BEARER, query=PAGE,
+       ok={200: Ok(page_of("Person"))}, tag="people"),
+    Op("POST", "/api/admin/users", "people_admin.create_user", "Create a person", BEARER, "PersonBody",
+       ok={201: Ok(ref("PersonCreated"), "Created")}, errors=(409,), tag="people"),
+    Op("GET", "/api/admin/users/{ident}", "people_admin.get_user", "One person (person_id or e-mail)", BEARER,
+       ok={200: Ok(ref("Person"))}, tag="people"),
+    Op("PATCH", "/api/admin/users/{ident}", "people_admin.update_user", "Change a person", BEARER, "PersonUpdate",
+       ok={200: Ok(ref("Person"))}, errors=(409,), tag="people"),
+    Op("DELETE", "/api/admin/users/{ident}", "people_admin.delete_user", "Delete a person", BEARER,
+       ok={200: Ok(ref("PersonDeleted"))}, errors=(409,), tag="people"),
+    Op("GET", "/api/admin/users/{ident}/credentials", "people_admin.user_credentials", "A person's passkeys", BEARER,
+       ok={200: Ok(obj({"data": array(ref("AdminCredential"))}, ("data",)))}, tag="people"),
+    Op("GET", "/api/admin/sessions", "people_admin.list_sessions", "List sessions", BEARER, query=PAGE,
+       ok={200: Ok(page_of("Session"))}, tag="people"),
+    Op("DELETE", "/api/admin/sessions/{family_id}", "people_admin.revoke_family", "End a session family", BEARER,
+       ok={200: Ok(ref("SessionsRevoked"))}, tag="people"),
+    Op("DELETE", "/api/admin/sessions/user/{ident}", "people_admin.revoke_user_sessions", "End a person's sessions",
+       BEARER, ok={200: Ok(ref("SessionsRevoked"))}, tag="people"),
+    Op("GET", "/api/admin/registration-urls", "people_admin.list_registration_urls", "List registration URLs", BEARER,
+       query=PAGE, ok={200: Ok(page_of("RegistrationUrl"))}, tag="people"),
+    Op("POST", "/api/admin/registration-urls", "people_admin.create_registration_url", "Create a registration URL",
+       BEARER, "RegistrationBody", ok={201: Ok(ref("RegistrationCreated"), "Created")}, errors=(409,), tag="people"),
+    Op("DELETE", "/api/admin/registration-urls/{ident}", "people_admin.delete_registration_url",
+       "Delete a registration URL (id or token)", BEARER, ok={200: Ok(ref("Deleted"))}, tag="people"),
+    # grants
+    Op("POST", "/api/grants", "grants.create", "Ask for a grant", OPTIONAL, "GrantRequestBody",
+       ok={201: Ok(ref("GrantCreated"), "Created"), 200: Ok(ref("GrantCreated"), "An approved timed/always grant reused")},
+       errors=(404,), tag="grants"),
+    Op("GET", "/api/grants", "grants.list_grants", "List grants, newest first", BEARER,
+       query=("status", "requester", *PAGE), ok={200: Ok(page_of("Grant"))}, tag="grants"),
+    Op("GET", "/api/grants/events", "grants.events", "Server-Sent Events of grant changes", BEARER,
+       query=("last_event_id",), headers=("Last-Event-ID",),
+       ok={200: Ok({"type": "string", "description": "`id:`, `event:` (grant.created|approved|denied|revoked|consumed|"
+                    "expired, or reset) and `data:` lines"}, "An event stream", media="text/event-stream")},
+       errors=(503,), tag="grants"),
+    Op("GET", GRANT_ID, "grants.get_grant", "One grant (ETag; If-None-Match gives 304)", BEARER,
+       headers=("If-None-Match",), ok={200: Ok(ref("Grant"), headers=("ETag",)), 304: Ok(None, "Not Modified", headers=("ETag",))},
+       tag="grants"),
+    Op("POST", GRANT_ID + "/approve", "grants.approve", "Approve a pending grant", BEARER, "DecisionBody", False,
+       ok={200: Ok(ref("Decision"))}, tag="grants"),
+    Op("POST", GRANT_ID + "/deny", "grants.deny", "Deny a pending grant", BEARER, "DecisionBody", False,
+       ok={200: Ok(ref("Decision"))}, tag="grants"),
+    Op("POST", GRANT_ID + "/revoke", "grants.revoke", "Revoke an approved grant or withdraw a pending one", BEARER,
+       "DecisionBody", False, ok={200: Ok(ref("Decision"))}, tag="grants"),
+    Op("POST", GRANT_ID + "/token", "grants.token", "A fresh AuthZ-JWT for an approved grant (the requester)", BEARER,
+       "DecisionBody", False, ok={200: Ok(ref("GrantToken"))}, tag="grants"),
+    Op("POST", GRANT_ID + "/consume", "grants.consume", "Use the grant (the target host, with its AuthZ-JWT)", AUTHZ,
+       "DecisionBody", False, ok={200: Ok(ref("Consumed"))}, tag="grants"),
+    Op("POST", "/api/grants/verify", "grants.verify", "Check an AuthZ-JWT without side effects", NONE, "VerifyBody", False,
+       ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),
+    Op("POST", "/api/grants/batch", "grants.batch", "Approve, deny or revoke many grants", BEARER, "BatchBody",
+       ok={200: Ok(ref("BatchResult"))}, tag="grants"),
+    # delegations
+    Op("POST", "/api/delegations", "delegations.create", "Pre-approve a delegate's requests (people only)", BEARER,
+       "DelegationBody", ok={201: Ok(ref("Delegation"), "Created")}, errors=(409,), tag="delegations"),
+    Op("GET", "/api/delegations", "delegations.list_delegations", "The caller's delegations", BEARER, query=PAGE,
+       ok={200: Ok(page_of("Delegation"))}, tag="delegations"),
+    Op("DELETE", "/api/delegations/{delegation_id}", "delegations.delete", "Revoke a delegation", BEARER,
+       ok={200: Ok(ref("Delegation"))}, tag="delegations"),
+    Op("POST", "/api/delegations/{delegation_id}/validate", "delegations.validate", "Does a delegation cover this?",
+       BEARER, "DelegationCheck", False, ok={200: Ok(ref("DelegationValidity"))}, tag="delegations"),
+    # people: passkeys and sessions
+    Op("POST", "/api/webauthn/register/options", "webauthn.register_options", "Creation options for a registration URL",
+       NONE, "PasskeyResponse", ok={200: Ok(ref("WebAuthnOptions"))}, errors=(403, 404, 409), tag="passkeys"),
+    Op("POST", "/api/webauthn/register/verify", "webauthn.register_verify", "Register the first passkey; signs in",
+       NONE, "PasskeyResponse", ok={200: Ok(ref("SignedIn"), headers=("Set-Cookie",))}, errors=(403, 404, 409, 429),
+       tag="passkeys"),
+    Op("POST", "/api/webauthn/login/options", "webauthn.login_options", "Request options (by e-mail or discoverable)",
+       NONE, "PasskeyResponse", False, ok={200: Ok(ref("WebAuthnOptions"))}, errors=(403, 404, 429), tag="passkeys"),
+    Op("POST", "/api/webauthn/login/verify", "webauthn.login_verify", "Sign in with a passkey", NONE, "PasskeyResponse",
+       ok={200: Ok(ref("SignedIn"), headers=("Set-Cookie",))}, errors=(401, 403, 429), tag="passkeys"),
+    Op("GET", "/api/webauthn/credentials", "webauthn.list_credentials", "The signed-in person's passkeys", PERSON,
+       ok={200: Ok(obj({"data": array(ref("PasskeyCredential"))}, ("data",)))}, tag="passkeys"),
+    Op("POST", "/api/webauthn/credentials/add/options", "webauthn.add_options", "Creation options for another passkey",
+       PERSON, "PasskeyResponse", False, ok={200: Ok(ref("WebAuthnOptions"))}, tag="passkeys"),
+    Op("POST", "/api/webauthn/credentials/add/verify", "webauthn.add_verify", "Add another passkey", PERSON,
+       "PasskeyResponse", ok={201: Ok(obj({"credential": ref("PasskeyCredential")}, ("credential",)), "Created")},
+       errors=(409,), tag="passkeys"),
+    Op("DELETE", "/api/webauthn/credentials/{credential_id}", "webauthn.delete_credential", "Delete one of your passkeys",
+       PERSON, ok={200: Ok(obj({"deleted": ref("PasskeyCredential")}, ("deleted",)))}, tag="passkeys"),
+    Op("POST", "/api/logout", "webauthn.logout", "End the browser session", NONE,
+       ok={200: Ok(ref("Ok"), headers=("Set-Cookie",))}, tag="passkeys"),
+)
+
+# -- building the document ------------------------------------------------------------------------
+
+REASONS = {
+    304: "Not Modified",
+    400: "Bad request: malformed JSON, a bad field (`field` names it) or a grant in the wrong state (`grant_status`)",
+    401: "No credential, or an invalid or expired one",
+    403: "The credential does not allow this (or a cross-site cookie request)",
+    404: "No such record (or not visible to the caller)",
+    409: "Conflict with an existing record",
+    413: "Request body too large",
+    415: "A cookie-authenticated request whose body is not application/json",
+    429: "Too many attempts: retry after `Retry-After` seconds (D12)",
+    503: "Unavailable (database unreachable, or too many open streams): retry later",
+}
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def error_statuses(op: Op) -> set[int]:
+    """The problem statuses of ``op``: those of its kind (module docstring) and its own."""
+    statuses = set(op.errors)
+    if op.path.startswith("/api/"):
+        statuses.add(400)
+    if op.body is not None:
+        statuses.add(413)
+    if op.method in UNSAFE and op.path.startswith("/api/"):
+        statuses.update({403, 415})  # a cookie session's state change: cross-site, or not JSON (D8)
+    if op.auth == METRICS:
+        statuses.add(401)
+    elif op.auth != NONE:
+        statuses.update({401, 403, 429})
+    if op.path_params:
+        statuses.add(404)
+    return statuses
+
+
+def _problem_response(status: int) -> Schema:
+    answer: Schema = {"description": REASONS.get(status, "Error"), "content": {PROBLEM_JSON: {"schema": ref("Problem")}}}
+    headers = {401: ["WWW-Authenticate"], 429: ["Retry-After"]}.get(status, [])
+    if headers:
+        answer["headers"] = {name: HEADERS[name] for name in headers}
+    return answer
+
+
+def _operation(op: Op) -> Schema:
+    parameters: list[Schema] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1, "maxLength": 255}}
+        for name in op.path_params
+    ]
+    parameters += [PARAMETERS[name] for name in (*op.query, *op.headers)]
+    responses: dict[str, Schema] = {}
+    for status, ok in sorted(op.ok.items()):
+        answer: Schema = {"description": ok.description}
+        if ok.schema is not None:
+            answer["content"] = {ok.media: {"schema": ok.schema}}
+        if ok.headers:
+            answer["headers"] = {name: HEADERS[name] for name in ok.headers}
+        responses[str(status)] = answer
+    for status in sorted(error_statuses(op)):
+        responses[str(status)] = _problem_response(status)
+    operation: Schema = {
+        "operationId": op.name,
+        "summary": op.summary,
+        "tags": [op.tag] if op.tag else [],
+        "security": SECURITY[op.auth],
+        "responses": responses,
+    }
+    if parameters:
+        operation["parameters"] = parameters
+    if op.body is not None:
+        operation["requestBody"] = {"required": op.body_required, "content": {JSON: {"schema": ref(op.body)}}}
+    return operation
+
+
+def build_document(issuer: str, operations: tuple[Op, ...] = OPERATIONS) -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document for a server whose issuer is ``issuer``."""
+    paths: dict[str, dict[str, Schema]] = {}
+    for op in operations:
+        paths.setdefault(op.path, {})[op.method.lower()] = _operation(op)
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "info": {
+            "title": "grantd",
+            "version": grantd.__version__,
+            "summary": "Identity provider and human-in-the-loop grant service for AI agents",
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "servers": [{"url": issuer}],
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "managementToken": {"type": "http", "scheme": "bearer",
+                                    "description": "the management token (`[admin] management_token`)"},
+                "agentToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                               "description": "an agent identity token from /api/agent/authenticate (EdDSA JWT)"},
+                "authzJwt": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                             "description": "a grant's AuthZ-JWT (from approve or /api/grants/{id}/token)"},
+                "metricsToken": {"type": "http", "scheme": "bearer",
+                                 "description": "the `[metrics] token` a scrape sends, when one is set"},
+                "session": {"type": "apiKey", "in": "cookie", "name": SESSION_COOKIE,
+                            "description": "a person's browser session (signed in with a passkey)"},
+            },
+        },
+    }
+
+
+_DOCUMENTS: dict[str, dict[str, Any]] = {}
+
+
+@bp.get("/openapi.json", name="document")
+async def document(request: Request) -> HTTPResponse:
+    """No credential needed: the interface is public, the data behind it is not."""
+    issuer = request.app.ctx.services.issuer
+    if issuer not in _DOCUMENTS:
+        _DOCUMENTS[issuer] = build_document(issuer)
+    return json(_DOCUMENTS[issuer], headers={"Cache-Control": "public, max-age=300"})

@@ -1,0 +1,189 @@
+"""Crash safety: `kill -9` every server process in the middle of a write load, restart, and check
+that every acknowledged write is there exactly as acknowledged and that nothing is half-done.
+
+A real `grantd serve` with ``workers = 2`` on SQLite takes grant requests (agents) and decisions
+(the management token: approve or deny) from a few client threads. At some moment the whole
+process group gets SIGKILL (no graceful shutdown, no atexit, no WAL checkpoint). After a restart:
+
+- every grant whose creation was answered 2xx exists, with the request it was answered with;
+- its state is the last one a client saw acknowledged (or, when a decision was in flight at the
+  kill, that decision's outcome): status, decided_by, decided_at, expires_at equal the answer;
+- no grant is half-done: its stored events are exactly those its status implies (created, then
+  approved or denied), an approved grant has decided_by, decided_at and expires_at (D6), a denied
+  one decided_by and decided_at, a pending one none of them;
+- ``PRAGMA integrity_check`` is ok.
+
+The kill comes at three moments (early, mid-load, late) on the same database. Bounded: < 60 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import Server, make_server, signed_in
+from grants_support import grant_body
+
+pytestmark = pytest.mark.slow
+
+THREADS = 4
+KILL_AFTER = (0.6, 1.5, 2.7)  # seconds of load before each kill -9
+LIMITS_OFF = "\n[limits]\n" + "".join(
+    f"{k} = 0\n" for k in ("grants_per_agent", "pending_per_agent", "authenticate_per_agent", "authenticate_per_address",
+                           "enroll_per_address", "verify_per_address", "failed_bearer_per_address")
+)
+
+
+@dataclass
+class Seen:
+    """What clients saw of one grant: the last acknowledged answer and a decision still in flight."""
+
+    created: dict[str, Any]
+    acked: dict[str, Any]
+    in_flight: str | None = None  # "approved" / "denied" when the kill came before the answer
+
+
+@dataclass
+class Ledger:
+    grants: dict[str, Seen] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    acknowledged: int = 0
+    failed: int = 0
+
+
+def load(srv: Server, tokens: list[str], ledger: Ledger, stop: threading.Event, worker: int) -> None:
+    agent = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens[worker % len(tokens)]}"}, timeout=5)
+    admin = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=5)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            try:
+                r = agent.post("/api/grants", json=grant_body(reason=f"w{worker}-{n}"))
+            except httpx.HTTPError:
+                ledger.failed += 1
+                continue
+            if r.status_code != 201:
+                continue
+            created = r.json()
+            with ledger.lock:
+                ledger.grants[created["id"]] = Seen(created, created)
+                ledger.acknowledged += 1
+            if n % 3 == 0:
+                continue  # some stay pending
+            verb, target = ("approve", "approved") if n % 3 == 1 else ("deny", "denied")
+            seen = ledger.grants[created["id"]]
+            seen.in_flight = target
+            try:
+                d = admin.post(f"/api/grants/{created['id']}/{verb}", json={} if verb == "approve" else {"reason": "no"})
+            except httpx.HTTPError:
+                ledger.failed += 1
+                continue  # in flight at the kill: either outcome may be stored
+            if d.status_code == 200:
+                with ledger.lock:
+                    seen.acked = d.json()["grant"]
+                    seen.in_flight = None
+                    ledger.acknowledged += 1
+    finally:
+        agent.close()
+        admin.close()
+
+
+def kill_everything(srv: Server) -> None:
+    assert srv.proc is not None
+    os.killpg(srv.proc.pid, signal.SIGKILL)  # the main process and both workers: start_new_session
+    srv.proc.wait(10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the group is gone once no process answers signal 0
+        try:
+            os.killpg(srv.proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("server processes survived kill -9")
+
+
+EXPECTED_EVENTS = {
+    "pending": ["grant.created"],
+    "approved": ["grant.created", "grant.approved"],
+    "denied": ["grant.created", "grant.denied"],
+}
+
+
+def check_database(db_path: Path, ledger: Ledger) -> dict[str, dict[str, Any]]:
+    with sqlite3.connect(db_path) as db:
+        db.row_factory = sqlite3.Row
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = {r["id"]: dict(r) for r in db.execute("SELECT * FROM grants")}
+        events: dict[str, list[str]] = {}
+        for e in db.execute("SELECT grant_id, event FROM grant_events ORDER BY seq"):
+            events.setdefault(e["grant_id"], []).append(e["event"])
+    for gid, row in rows.items():
+        status = row["status"]
+        assert status in EXPECTED_EVENTS, (gid, status)
+        assert events.get(gid) == EXPECTED_EVENTS[status], f"half-done grant {gid}: {status} with events {events.get(gid)}"
+        if status == "approved":
+            assert row["decided_by"] and row["decided_at"] and row["expires_at"], row
+        elif status == "denied":
+            assert row["decided_by"] and row["decided_at"] and row["expires_at"] is None, row
+        else:
+            assert row["decided_by"] is None and row["decided_at"] is None and row["expires_at"] is None, row
+    assert not set(events) - set(rows), "events of grants that do not exist"
+    return rows
+
+
+def check_acknowledged(srv: Server, ledger: Ledger, rows: dict[str, dict[str, Any]]) -> None:
+    missing = [gid for gid in ledger.grants if gid not in rows]
+    assert not missing, f"{len(missing)} acknowledged grants lost, e.g. {missing[:3]}"
+    with srv.admin() as http:
+        for gid, seen in ledger.grants.items():
+            grant = http.get(f"/api/grants/{gid}").json()
+            assert grant["request"] == seen.created["request"], gid
+            if seen.in_flight is not None and grant["status"] == seen.in_flight:
+                assert grant["decided_by"] and grant["decided_at"], grant
+                seen.acked, seen.in_flight = grant, None  # the stored outcome is now what we know
+                continue
+            for key in ("status", "decided_by", "decided_at", "expires_at", "created_at"):
+                assert grant[key] == seen.acked[key], (gid, key, grant[key], seen.acked[key])
+            seen.in_flight = None
+
+
+def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    started = time.monotonic()
+    srv = make_server(tmp_path / "srv", workers=2, extra=LIMITS_OFF).start()
+    try:
+        tokens = [signed_in(srv, tmp_path / f"keys{i}").token for i in range(2)]
+        ledger = Ledger()
+        for moment in KILL_AFTER:
+            stop = threading.Event()
+            threads = [threading.Thread(target=load, args=(srv, tokens, ledger, stop, i), daemon=True)
+                       for i in range(THREADS)]
+            for t in threads:
+                t.start()
+            time.sleep(moment)
+            before = ledger.acknowledged
+            stop.set()  # no new request after this one; those on the wire now are cut by the kill
+            kill_everything(srv)
+            for t in threads:
+                t.join(10)
+            assert before > 0, "no write was acknowledged before the kill"
+            srv.start()
+            rows = check_database(srv.directory / "grantd.db", ledger)
+            check_acknowledged(srv, ledger, rows)
+        assert ledger.acknowledged >= 20, ledger.acknowledged
+        decided = sum(1 for seen in ledger.grants.values() if seen.acked["status"] != "pending")
+        print(f"crash: {len(ledger.grants)} grants acknowledged ({decided} decided), {ledger.acknowledged} writes "
+              f"acknowledged, {ledger.failed} requests cut off, {len(KILL_AFTER)} kills, {time.monotonic() - started:.1f} s")
+    finally:
+        srv.stop()
+    assert time.monotonic() - started < 60
+
