@@ -87,6 +87,19 @@ def _emails(value: Any) -> str | None:
     return None
 
 
+def _origin(value: Any) -> str | None:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or value != f"{parts.scheme}://{parts.netloc}":
+        return "must be an origin such as https://idp.example.com (scheme://host[:port], no path or slash)"
+    return None
+
+
+def _rp_id(value: Any) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value) or ".." in value:
+        return "must be a bare host name such as idp.example.com (no scheme, port or path)"
+    return None
+
+
 # Section -> key -> Key.  Top-level scalar keys live under "".
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
@@ -116,6 +129,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "format": Key(str, "text", "Log line format.", choices=("text", "json")),
         "access": Key(bool, True, "One log line per request (method, path, status, duration, request id)."),
     },
+    "metrics": {
+        "enabled": Key(bool, False, "Serve Prometheus metrics at GET /metrics (off: 404)."),
+        "token": Key(
+            str, None, "Bearer token a scrape must send (Authorization: Bearer ...). Use file:PATH or env:NAME. "
+            "Unset: /metrics is open to whoever reaches the port.", secret=True,
+        ),
+    },
     "admin": {
         "management_token": Key(
             str,
@@ -134,6 +154,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "storage": {
         "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),
         "path": Key(str, "grantd.db", "SQLite database file (relative to the config file)."),
+        "dsn": Key(
+            str, None, 'PostgreSQL connection (plugin = "postgres"): a libpq string or postgresql:// URI. '
+            "A secret: use file:PATH or env:NAME.", secret=True,
+        ),
+        "pool_size": Key(
+            int, 10, 'Database connections per server process at most (plugin = "postgres").', minimum=1, maximum=200,
+        ),
     },
     "tokens": {
         "agent_token_ttl": Key(int, 3600, "Lifetime in seconds of an agent identity token.", minimum=60, maximum=86400),
@@ -156,6 +183,64 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "events_retention": Key(int, 86_400, "Seconds grant events are kept for Last-Event-ID resume.", minimum=60),
         "expiry_sweep_interval": Key(
             int, 5, "Seconds between sweeps that persist expiries (and send grant.expired events).", minimum=1, maximum=3600,
+        ),
+    },
+    "limits": {
+        # D12. Fixed windows of one minute, counted in the store (shared by every process and node);
+        # a request over a limit gets 429 with Retry-After. 0 turns a limit off.
+        "authenticate_per_agent": Key(
+            int, 120, "Challenge requests, and authenticate requests, per agent per minute (each counted on its own).",
+            minimum=0,
+        ),
+        "authenticate_per_address": Key(
+            int, 300, "Challenge requests, and authenticate requests, per client address per minute.", minimum=0,
+        ),
+        "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
+        "failed_bearer_per_address": Key(
+            int, 50, "Refused bearer tokens (management token or identity token) per client address per minute; "
+            "then every request with a bearer from that address gets 429 until the minute ends.", minimum=0,
+        ),
+        "grants_per_agent": Key(int, 120, "Grant requests per agent per minute.", minimum=0),
+        "pending_per_agent": Key(
+            int, 100, "Pending (undecided, not expired) grants one agent may have at once.", minimum=0, maximum=1000,
+        ),
+        "verify_per_address": Key(int, 6000, "POST /api/grants/verify requests per client address per minute.", minimum=0),
+        "streams_per_principal": Key(
+            int, 8, "Open GET /api/grants/events streams per principal, per server process.", minimum=0,
+        ),
+        "streams_per_process": Key(int, 1000, "Open event streams per server process (all principals).", minimum=0),
+        "passkey_per_address": Key(
+            int, 60, "Passkey sign-in options, sign-in verifications and registration verifications per client "
+            "address per minute (each counted on its own, apart from the agents' counters).", minimum=0,
+        ),
+    },
+    "webauthn": {
+        "rp_id": Key(
+            str, None, "Relying party id of passkeys: a bare host name, no scheme or port, equal to the origin's "
+            "host or a parent domain of it. Default: the issuer's host name. Changing it orphans every passkey.",
+            check=_rp_id,
+        ),
+        "origin": Key(
+            str, None, "The exact origin browsers show for this server (scheme://host[:port], no path). "
+            "Default: the issuer's origin.", check=_origin,
+        ),
+        "rp_name": Key(str, "grantd", "Name browsers show when they create a passkey."),
+    },
+    "sessions": {
+        "ttl": Key(
+            int, 28_800, "Seconds a browser session lives after sign-in (absolute: activity does not extend it).",
+            minimum=300, maximum=2_592_000,
+        ),
+    },
+    "people": {
+        "registration_ttl": Key(
+            int, 86_400, "Seconds a registration URL (/register?token=...) stays usable when its creator names "
+            "no expiry; it is single use either way.", minimum=60, maximum=2_592_000,
+        ),
+        "first_admin": Key(
+            str, None, "E-mail of an administrator that `grantd serve` creates at start and, while they have no "
+            "passkey, prints a registration link for on its terminal (never in the log). The development config "
+            "sets admin@localhost; unset: none.", check=_email,
         ),
     },
     "federation": {
@@ -189,10 +274,15 @@ client_secret = "file:corp-sso-secret"
 SECTION_HELP = {
     "server": "HTTP server",
     "log": "Logging",
+    "metrics": "Prometheus metrics (docs/operations.md lists the series)",
     "admin": "Administration",
     "storage": "Storage",
     "tokens": "Agent identity tokens",
     "grants": "Grants",
+    "limits": "Abuse limits (D12): per client address and per identity; 0 turns one off",
+    "people": "People: persons, their registration URLs",
+    "webauthn": "Passkeys (WebAuthn): relying party id and origin, checked exactly",
+    "sessions": "Browser sessions of people (cookie grantd_session)",
     "federation": "Federation: people sign in through upstream identity providers",
     "plugins": "Plugins",
 }
@@ -360,6 +450,18 @@ def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
     if server.get("issuer") is None and isinstance(server.get("port"), int):
         host = server["host"] if server["host"] not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
         server["issuer"] = f"http://{host}:{server['port']}"
+    webauthn = values["webauthn"]
+    if isinstance(server.get("issuer"), str) and all(isinstance(webauthn.get(k) or "", str) for k in ("origin", "rp_id")):
+        issuer = urlsplit(server["issuer"])
+        if webauthn.get("origin") is None:
+            webauthn["origin"] = f"{issuer.scheme}://{issuer.netloc.lower()}"  # browsers send it lowercased
+        if webauthn.get("rp_id") is None:
+            webauthn["rp_id"] = urlsplit(webauthn["origin"]).hostname
+        host, rp_id = urlsplit(webauthn["origin"]).hostname or "", str(webauthn["rp_id"]).lower()
+        if not _origin(webauthn["origin"]) and not _rp_id(rp_id):  # (bad values are reported above)
+            webauthn["rp_id"] = rp_id
+            if host != rp_id and not host.endswith("." + rp_id):
+                problems.append(f"webauthn.rp_id: {rp_id!r} is neither the host of {webauthn['origin']} nor a parent domain of it")
     if not values["admin"].get("management_token"):
         if "management_token" not in raw.get("admin", {}):
             problems.append('admin.management_token: missing (e.g. management_token = "file:management-token")')
@@ -468,6 +570,14 @@ def render(overrides: dict[str, dict[str, Any]] | None = None, *, example: bool 
     return text
 
 
+def development_issuer(host: str, port: int) -> str:
+    """The issuer of a generated development config: ``localhost`` for a loopback address, because
+    browsers refuse an IP address as a passkey's relying-party id (http://localhost is a secure
+    context, so passkeys work there without TLS)."""
+    name = "localhost" if host in ("127.0.0.1", "localhost", "::1") else host
+    return f"http://{name}:{port}"
+
+
 def write_new_config(
     path: Path,
     *,
@@ -475,8 +585,11 @@ def write_new_config(
     port: int = 8000,
     data_dir: Path | None = None,
     force: bool = False,
+    first_admin: str | None = None,
 ) -> tuple[str, Path]:
     """Write a new config with a fresh management token kept in a 0600 file beside it.
+    ``first_admin`` (the development config of ``grantd serve``) becomes ``people.first_admin``:
+    ``grantd serve`` creates that administrator and prints their registration URL (D8).
 
     Returns (token, token_path). The token is returned so the caller can print it once.
     """
@@ -493,9 +606,10 @@ def write_new_config(
     db = (data_dir / "grantd.db") if data_dir else Path("grantd.db")
     text = render(
         {
-            "server": {"host": host, "port": port, "issuer": f"http://{host}:{port}"},
+            "server": {"host": host, "port": port, "issuer": development_issuer(host, port)},
             "admin": {"management_token": f"file:{token_path.name}"},
             "storage": {"plugin": "sqlite", "path": str(db)},
+            **({"people": {"first_admin": first_admin}} if first_admin else {}),
         }
     )
     path.write_text(text, encoding="utf-8")

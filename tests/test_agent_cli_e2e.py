@@ -34,6 +34,9 @@ from test_elevate_support import APPROVER, HOST, Target, attempts, elevate, erro
 
 from conftest import GRANTD, ROOT, Server, free_port, unique_email
 
+# End-to-end through real CLI subprocesses and sudo/elevate as root: the slow tier (CI runs it).
+pytestmark = pytest.mark.slow
+
 JWT = re.compile(r"eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 

@@ -14,7 +14,8 @@ the matrix. A new kind of caller (a person, an OAuth client) is one column: an e
 Cells: an HTTP status, optionally followed by what the body must say:
 ``200 valid`` / ``200 invalid`` (verify's ``valid``), ``200 consumed`` / ``200 valid`` /
 ``200 revoked`` (consume's ``status`` or ``error``), ``200 op:ok`` / ``200 op:403`` (the batch
-operation's outcome). Every 401 must carry ``WWW-Authenticate: Bearer``; every 4xx is problem+json.
+operation's outcome), ``303 login`` (a page sends the caller to /login), ``200 page`` / ``403 page``
+/ ``404 page`` (an HTML page, errors too). Every 401 must carry ``WWW-Authenticate: Bearer``; every 4xx is problem+json.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 DOC = TESTS.parent / "docs" / "authorization.md"
+SESSION_COOKIE = "grantd_session"
 
 # The matrix is about who may do what, not about how often (D12 limits have their own tests): the
 # servers of these files count nothing, or the many refused bearers from 127.0.0.1 would be 429s.
@@ -54,6 +56,7 @@ grants_per_agent = 0
 pending_per_agent = 0
 verify_per_address = 0
 streams_per_principal = 0
+passkey_per_address = 0
 """
 
 # -- the callers (columns) --------------------------------------------------------------------------
@@ -71,51 +74,90 @@ CALLERS: dict[str, str] = {
     "other": "another agent (same owner as the requesting agent)",
     "foreign": "an agent whose owner and approver are someone else (`carol@example.com`)",
     "mgmt": "the management token (acts as `admin.management_identity`, an administrator)",
+    "person": "a signed-in person (session cookie) with no relation to the requesting agent",
+    "owner": "a signed-in person who owns the requesting agent (and the `other` agent)",
+    "approver": "a signed-in person named the requesting agent's approver",
+    "admin": "a signed-in person with the administrator flag (not in `admin.emails`)",
+    "otherperson": "a signed-in person who owns and approves other agents (`carol@example.com`, of `foreign`)",
 }
+
+PERSON_COLUMNS = ("person", "owner", "approver", "admin", "otherperson")
 
 # -- the table (rows: routes) -----------------------------------------------------------------------
 # consume and verify take AuthZ-JWTs: there the column names the token presented (see AUTHZ_LEGEND).
 
 TABLE = """
-route                                          | none | garbage | expired | forged | disabled | deleted | reenrolled | rekeyed | self | other | foreign | mgmt
-GET /healthz                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /readyz                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /.well-known/jwks.json                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /.well-known/openid-configuration          | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/federation/providers                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/agent/challenge                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/auth/challenge                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/agent/authenticate                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/auth/authenticate                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/agent/enroll                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
-POST /api/auth/enroll                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
-GET /api/me                                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
-GET /api/admin/agents                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
-POST /api/admin/agents                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
-GET /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
-PUT /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
-DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200
-POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201
-GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
-GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
-POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
-POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
-POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
-POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403
-POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401
-POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid
-POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok
-GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
-POST /api/delegations                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201
-GET /api/delegations                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200
-DELETE /api/delegations/:delegation_id         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200
-POST /api/delegations/:delegation_id/validate  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200
+route                                          | none | garbage | expired | forged | disabled | deleted | reenrolled | rekeyed | self | other | foreign | mgmt | person | owner | approver | admin | otherperson
+GET /healthz                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /readyz                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/jwks.json                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/openid-configuration          | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/federation/providers                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /openapi.json                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /metrics                                   | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404
+POST /api/agent/challenge                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/challenge                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/authenticate                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/authenticate                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/enroll                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201
+POST /api/auth/enroll                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201
+GET /api/me                                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/admin/agents                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+POST /api/admin/agents                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
+GET /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+PUT /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201
+GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
+POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
+POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
+POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
+POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403 | 404 | 403 | 403 | 403 | 404
+POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401 | 401 | 401 | 401 | 401 | 401
+POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid
+POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok | 200 op:404 | 200 op:ok | 200 op:ok | 200 op:ok | 200 op:404
+GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/delegations                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 201 | 201 | 201 | 403
+GET /api/delegations                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+DELETE /api/delegations/:delegation_id         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404
+POST /api/delegations/:delegation_id/validate  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404
+POST /api/webauthn/register/options            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/register/verify             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/login/options               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/login/verify                | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/webauthn/credentials                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/credentials/add/options     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/credentials/add/verify      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201
+DELETE /api/webauthn/credentials/:credential_id| 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
+POST /api/logout                               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/admin/users                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+POST /api/admin/users                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
+GET /api/admin/users/:ident                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+PATCH /api/admin/users/:ident                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+DELETE /api/admin/users/:ident                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+GET /api/admin/users/:ident/credentials        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+GET /api/admin/sessions                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+DELETE /api/admin/sessions/:family_id          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+DELETE /api/admin/sessions/user/:ident         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+GET /api/admin/registration-urls               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+POST /api/admin/registration-urls              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
+DELETE /api/admin/registration-urls/:ident     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
+GET /                                          | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 | 303 | 303 | 303 | 303
+GET /login                                     | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 303 | 303 | 303 | 303 | 303
+GET /register                                  | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page
+GET /account                                   | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
+GET /grants                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
+GET /grant-approval                            | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 404 page | 200 page | 200 page | 200 page | 404 page
+GET /enroll                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
+GET /admin                                     | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 403 page | 403 page | 200 page | 403 page
+GET /static/:name                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 """
 
 ROUTE_NOTES: dict[str, str] = {
     "POST /api/agent/challenge": "public; the body names the requesting agent",
     "POST /api/agent/authenticate": "public; a fresh challenge of the requesting agent, signed with its key",
-    "POST /api/agent/enroll": "a new agent with a new key",
+    "POST /api/agent/enroll": "a new agent `agent+…@example.com` with a new key (a person enrols their own, D8)",
     "PUT /api/admin/agents/:ident": "rename a throwaway agent",
     "DELETE /api/admin/agents/:ident": "a throwaway agent",
     "GET /api/admin/agents/:ident": "the requesting agent's record",
@@ -129,9 +171,29 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/grants/verify": "`{token}` = the AuthZ-JWT of the column (see below)",
     "POST /api/grants/batch": "one `approve` of a pending grant of the requesting agent",
     "GET /api/grants/events": "opens the stream (status and headers only)",
+    "GET /grant-approval": "the page of a pending grant of the requesting agent",
+    "GET /login": "signed-in people are sent on to `?next=` (here /grants)",
+    "GET /register": "the page only carries the token to its script (the ceremony checks it)",
     "POST /api/delegations": "delegate = the requesting agent, a private audience",
     "DELETE /api/delegations/:delegation_id": "a delegation to the requesting agent by the management identity",
     "POST /api/delegations/:delegation_id/validate": "a delegation to the requesting agent by the management identity",
+    "GET /api/admin/users/:ident": "the `person` column's record",
+    "PATCH /api/admin/users/:ident": "rename a throwaway person",
+    "DELETE /api/admin/users/:ident": "a throwaway person",
+    "GET /api/admin/users/:ident/credentials": "the `person` column's passkeys",
+    "DELETE /api/admin/sessions/:family_id": "a throwaway person's session family",
+    "DELETE /api/admin/sessions/user/:ident": "a throwaway person's sessions",
+    "POST /api/admin/registration-urls": "a `register` URL for a new e-mail",
+    "DELETE /api/admin/registration-urls/:ident": "a throwaway registration URL, by id",
+    "POST /api/webauthn/register/options": "public; `{token}` of a fresh registration URL",
+    "POST /api/webauthn/register/verify": "public; a software authenticator's passkey for a fresh registration URL",
+    "POST /api/webauthn/login/options": "public; discoverable (no e-mail)",
+    "POST /api/webauthn/login/verify": "public; a registered person's software authenticator signs fresh options",
+    "GET /api/webauthn/credentials": "a signed-in person's own passkeys",
+    "POST /api/webauthn/credentials/add/options": "a signed-in person's own passkeys",
+    "POST /api/webauthn/credentials/add/verify": "a signed-in person's own passkeys",
+    "DELETE /api/webauthn/credentials/:credential_id": "a signed-in person's own passkeys",
+    "POST /api/logout": "ends the browser session if the request carries one; 200 either way",
 }
 
 AUTHZ_LEGEND: dict[str, str] = {
@@ -147,6 +209,7 @@ AUTHZ_LEGEND: dict[str, str] = {
     "other": "another agent's AuthZ-JWT, presented at the requesting agent's grant (verify: on its own)",
     "foreign": "the same with the foreign-owned agent's AuthZ-JWT",
     "mgmt": "the management token",
+    **{c: "no bearer; the column's session cookie (consume) / no `token` (verify)" for c in PERSON_COLUMNS},
 }
 
 
@@ -259,10 +322,42 @@ class World:
     agents: dict[str, Enrolled] = field(default_factory=dict)
     authz_tokens: dict[str, tuple[str, str]] = field(default_factory=dict)  # column -> (AuthZ-JWT, grant id)
     bearers: dict[str, str | None] = field(default_factory=dict)
+    cookies: dict[str, str] = field(default_factory=dict)  # column -> session cookie (the person columns)
+    persons: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- plumbing
     def http(self, bearer: str | None = None) -> httpx.Client:
         return self.srv.client(bearer)
+
+    def http_for(self, column: str) -> httpx.Client:
+        """A client presenting the column's credential: its bearer, or its session cookie."""
+        if column in self.cookies:
+            return httpx.Client(base_url=self.srv.url, cookies={SESSION_COOKIE: self.cookies[column]}, timeout=10)
+        return self.http(self.bearer(column))
+
+    def person(self, prefix: str, *, admin: bool = False, email: str | None = None) -> dict[str, Any]:
+        r = self.admin("POST", "/api/admin/users", json={"email": email or fresh_email(prefix), "admin": admin})
+        assert r.status_code == 201, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    def throwaway_session_family(self) -> str:
+        person = self.person("throwaway")
+        self.session(person)
+        r = self.admin("GET", "/api/admin/sessions", params={"user": person["email"]})
+        return str(r.json()["data"][0]["family_id"])
+
+    def throwaway_registration(self) -> str:
+        r = self.admin("POST", "/api/admin/registration-urls", json={"email": fresh_email("throwaway")})
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def session(self, person: dict[str, Any]) -> str:
+        """A signed-in session of the person (started on the server's loop: no WebAuthn needed)."""
+        from grantd.services import sessions
+
+        record = self.srv.call(self.srv.services.store.people.get(person["person_id"]))
+        value, _ = self.srv.call(sessions.start(self.srv.services, record, "authz-matrix"))
+        return str(value)
 
     def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         with self.srv.admin() as http:
@@ -342,9 +437,18 @@ def build_world(srv: Any) -> World:
     w = World(srv)
     with w.http() as http:
         w.kid = http.get("/.well-known/jwks.json").json()["keys"][0]["kid"]
-    requester = w.signed_in("self")
+    w.persons = {
+        "person": w.person("person"),
+        "owner": w.person("owner"),
+        "approver": w.person("approver"),
+        "admin": w.person("admin", admin=True),
+        "otherperson": w.person("carol", email="carol@example.com"),
+    }
+    w.cookies = {column: w.session(person) for column, person in w.persons.items()}
+    parties = {"owner": w.persons["owner"]["email"], "approver": w.persons["approver"]["email"]}
+    requester = w.signed_in("self", **parties)
     w.agents["self"] = requester
-    w.agents["other"] = w.signed_in("other")
+    w.agents["other"] = w.signed_in("other", **parties)
     w.agents["foreign"] = w.signed_in("foreign", owner="carol@example.com", approver="carol@example.com")
     for column in ("other", "foreign"):
         w.authz_tokens[column] = w.approved(w.agents[column], grant_type="timed", duration=3600)
@@ -375,6 +479,7 @@ def build_world(srv: Any) -> World:
         "forged": w.foreign_sign(identity),
         "mgmt": srv.token,
         **{c: w.agents[c].token for c in ("disabled", "deleted", "reenrolled", "rekeyed", "self", "other", "foreign")},
+        **dict.fromkeys(PERSON_COLUMNS),
     }
     assert set(w.bearers) == set(CALLERS), "every column needs a credential"
     return w
@@ -385,9 +490,15 @@ def build_world(srv: Any) -> World:
 Request = Callable[[World, str], httpx.Response]
 
 
+SESSION_ENDING = ("/api/logout", "/api/webauthn/register/verify", "/api/webauthn/login/verify")
+
+
 def _call(w: World, column: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    with w.http(w.bearer(column)) as http:
-        return http.request(method, path, **kwargs)
+    with w.http_for(column) as http:
+        response = http.request(method, path, **kwargs)
+    if column in w.cookies and path in SESSION_ENDING:  # logout or a new sign-in ended the column's
+        w.cookies[column] = w.session(w.persons[column])  # session: the next cell gets a fresh one
+    return response
 
 
 def _get(path: str) -> Request:
@@ -412,7 +523,7 @@ def _authenticate(path: str) -> Request:
 def _enroll(path: str) -> Request:
     def run(w: World, c: str) -> httpx.Response:
         _, public = new_public_key()
-        return _call(w, c, "POST", path, json={"email": fresh_email("new"), "name": "new", "publicKey": public})
+        return _call(w, c, "POST", path, json={"email": fresh_email("agent"), "name": "new", "publicKey": public})
 
     return run
 
@@ -427,19 +538,21 @@ def _on_pending(verb: str) -> Request:
 
 def _consume(w: World, c: str) -> httpx.Response:
     token, grant_id = w.authz(c)
-    with w.http(token) as http:
+    with w.http_for(c) if c in w.cookies else w.http(token) as http:
         return http.post(f"/api/grants/{grant_id}/consume")
 
 
 def _verify(w: World, c: str) -> httpx.Response:
     token, _ = w.authz(c)
-    with w.http() as http:
+    with w.http_for(c) if c in w.cookies else w.http() as http:
         return http.post("/api/grants/verify", json={"token": token} if token is not None else {})
 
 
 def _events(w: World, c: str) -> httpx.Response:
     bearer = w.bearer(c)
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+    if c in w.cookies:
+        headers["Cookie"] = f"{SESSION_COOKIE}={w.cookies[c]}"
     with httpx.Client(base_url=w.srv.url, timeout=10) as http, http.stream("GET", "/api/grants/events", headers=headers) as r:
         if r.status_code != 200:
             r.read()
@@ -458,6 +571,8 @@ REQUESTS: dict[str, Request] = {
     "GET /.well-known/jwks.json": _get("/.well-known/jwks.json"),
     "GET /.well-known/openid-configuration": _get("/.well-known/openid-configuration"),
     "GET /api/federation/providers": _get("/api/federation/providers"),
+    "GET /openapi.json": _get("/openapi.json"),
+    "GET /metrics": _get("/metrics"),  # [metrics] is off on the matrix server: off is 404 for everyone
     "POST /api/agent/challenge": _challenge("/api/agent/challenge"),
     "POST /api/auth/challenge": _challenge("/api/auth/challenge"),
     "POST /api/agent/authenticate": _authenticate("/api/agent/authenticate"),
@@ -494,7 +609,110 @@ REQUESTS: dict[str, Request] = {
     "POST /api/delegations/:delegation_id/validate": lambda w, c: _call(
         w, c, "POST", f"/api/delegations/{w.delegation(w.agents['self'])['id']}/validate",
         json={"delegate": w.agents["self"].email, "audience": "matrix-only"}),
+    # people (docs/api.md): the admin API
+    "GET /api/admin/users": _get("/api/admin/users"),
+    "POST /api/admin/users": lambda w, c: _call(w, c, "POST", "/api/admin/users", json={"email": fresh_email("user")}),
+    "GET /api/admin/users/:ident": lambda w, c: _call(w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}"),
+    "PATCH /api/admin/users/:ident": lambda w, c: _call(
+        w, c, "PATCH", f"/api/admin/users/{w.person('throwaway')['email']}", json={"name": "renamed"}),
+    "DELETE /api/admin/users/:ident": lambda w, c: _call(
+        w, c, "DELETE", f"/api/admin/users/{w.person('throwaway')['person_id']}"),
+    "GET /api/admin/users/:ident/credentials": lambda w, c: _call(
+        w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}/credentials"),
+    "GET /api/admin/sessions": _get("/api/admin/sessions"),
+    "DELETE /api/admin/sessions/:family_id": lambda w, c: _call(
+        w, c, "DELETE", f"/api/admin/sessions/{w.throwaway_session_family()}"),
+    "DELETE /api/admin/sessions/user/:ident": lambda w, c: _call(
+        w, c, "DELETE", f"/api/admin/sessions/user/{w.person('throwaway')['email']}"),
+    "GET /api/admin/registration-urls": _get("/api/admin/registration-urls"),
+    "POST /api/admin/registration-urls": lambda w, c: _call(
+        w, c, "POST", "/api/admin/registration-urls", json={"email": fresh_email("invitee")}),
+    "DELETE /api/admin/registration-urls/:ident": lambda w, c: _call(
+        w, c, "DELETE", f"/api/admin/registration-urls/{w.throwaway_registration()}"),
 }
+
+
+def _registration_token(w: World) -> str:
+    from support.soft_webauthn import make_registration
+
+    return make_registration(w.srv, fresh_email("person"))
+
+
+def _register_verify(w: World, c: str) -> httpx.Response:
+    from support.soft_webauthn import SoftAuthenticator
+
+    token = _registration_token(w)
+    with w.http() as http:
+        options = http.post("/api/webauthn/register/options", json={"token": token}).json()
+    response = SoftAuthenticator().create(options, w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response})
+
+
+def _login_verify(w: World, c: str) -> httpx.Response:
+    from support.soft_webauthn import SoftAuthenticator
+
+    if "passkey" not in w.__dict__:
+        authenticator, token = SoftAuthenticator(), _registration_token(w)
+        with w.http() as http:
+            options = http.post("/api/webauthn/register/options", json={"token": token}).json()
+            r = http.post("/api/webauthn/register/verify",
+                          json={"token": token, "response": authenticator.create(options, w.srv.url)})
+        assert r.status_code == 200, r.text
+        w.__dict__["passkey"] = authenticator
+    with w.http() as http:
+        options = http.post("/api/webauthn/login/options", json={}).json()
+    response = w.__dict__["passkey"].get(options, w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response})
+
+
+REQUESTS.update({
+    # The browser pages (grantd.web.pages): read-only GETs; redirects are not followed.
+    "GET /": _get("/"),
+    "GET /login": _get("/login"),
+    "GET /register": _get("/register?token=not-checked-by-the-page"),
+    "GET /account": _get("/account"),
+    "GET /grants": _get("/grants"),
+    "GET /grant-approval": lambda w, c: _call(w, c, "GET", f"/grant-approval?grant_id={_pending(w)}"),
+    "GET /enroll": _get("/enroll?name=bot&key=ssh-ed25519%20AAAA"),
+    "GET /admin": _get("/admin"),
+    "GET /static/:name": _get("/static/grantd.js"),
+})
+
+def _add_passkey(w: World, c: str) -> httpx.Response:
+    """add/options then add/verify with a new software authenticator, as the column's caller (a
+    caller refused the options posts an empty response: it is refused before the body is read)."""
+    from support.soft_webauthn import SoftAuthenticator
+
+    with w.http_for(c) as http:
+        options = http.post("/api/webauthn/credentials/add/options", json={})
+    response = SoftAuthenticator().create(options.json(), w.srv.url) if options.status_code == 200 else {}
+    return _call(w, c, "POST", "/api/webauthn/credentials/add/verify", json={"response": response})
+
+
+def _spare_passkey(w: World, c: str) -> str:
+    """A passkey of the column's person that is not their last one (two added if need be)."""
+    if c not in w.cookies:
+        return "some-credential"
+    for _ in range(2):
+        r = _add_passkey(w, c)
+        assert r.status_code == 201, r.text
+    return str(r.json()["credential"]["id"])
+
+
+REQUESTS.update({
+    "POST /api/webauthn/register/options": lambda w, c: _call(
+        w, c, "POST", "/api/webauthn/register/options", json={"token": _registration_token(w)}),
+    "POST /api/webauthn/register/verify": _register_verify,
+    "POST /api/webauthn/login/options": lambda w, c: _call(w, c, "POST", "/api/webauthn/login/options", json={}),
+    "POST /api/webauthn/login/verify": _login_verify,
+    "GET /api/webauthn/credentials": _get("/api/webauthn/credentials"),
+    "POST /api/webauthn/credentials/add/options": lambda w, c: _call(
+        w, c, "POST", "/api/webauthn/credentials/add/options", json={}),
+    "POST /api/webauthn/credentials/add/verify": lambda w, c: _add_passkey(w, c),
+    "DELETE /api/webauthn/credentials/:credential_id": lambda w, c: _call(
+        w, c, "DELETE", f"/api/webauthn/credentials/{_spare_passkey(w, c)}"),
+    "POST /api/logout": lambda w, c: _call(w, c, "POST", "/api/logout", json={}),
+})
 
 
 def check(response: httpx.Response, expected: str) -> None:
@@ -502,6 +720,12 @@ def check(response: httpx.Response, expected: str) -> None:
     status = int(status_text)
     body = response.text if response.is_stream_consumed or response.status_code != 200 else ""
     assert response.status_code == status, f"expected {expected}, got {response.status_code}: {body[:300]}"
+    if marker == "login":  # a page (or /) sends a visitor without a session to sign in
+        assert response.headers["location"].startswith("/login"), response.headers
+        return
+    if marker == "page":  # an HTML page (errors too: pages never answer problem+json)
+        assert response.headers["content-type"].startswith("text/html"), response.headers
+        return
     if status == 401:
         assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
     if status >= 400:

@@ -48,7 +48,7 @@ def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_onc
         _, stderr = proc.communicate(timeout=20)
     assert stderr.count(token) == 1, "the token is printed exactly once"
     assert str(tmp_path / "management-token") in stderr
-    assert f"http://127.0.0.1:{port}" in stderr
+    assert f"http://localhost:{port}" in stderr  # the dev issuer: passkeys need a name, not an IP address
 
 
 def test_sigterm_shuts_down_gracefully_with_exit_code_0(server_factory):

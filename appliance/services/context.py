@@ -13,6 +13,7 @@ from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
 from grantd.services.authn import AuthnChain, default_chain
 from grantd.services.events import GrantEventHub
 from grantd.services.keys import KeyRing
+from grantd.services.limits import Limits
 from grantd.services.tokens import ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, Tokens
 from grantd.store import Store
 
@@ -31,6 +32,7 @@ class Services:
     tokens: Tokens
     events: GrantEventHub
     authn: AuthnChain
+    limits: Limits
     pm: pluggy.PluginManager
     admin_emails: frozenset[str]
 
@@ -66,6 +68,7 @@ async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock =
         tokens=Tokens(keyring, clock, config),
         events=GrantEventHub(store, config.grants.events_poll_ms),
         authn=default_chain(),
+        limits=Limits(config, store.rates, clock),
         pm=pm,
         admin_emails=admin_emails_of(config),
     )

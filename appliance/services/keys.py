@@ -131,6 +131,8 @@ class KeyRing:
     async def jwks(self) -> dict[str, Any]:
         await self.signing_key()  # picks up rotations made elsewhere
         now = self.clock.now_ms()
+        if now - self._loaded_at >= self.REFRESH_MS:
+            await self.reload()  # and revocations: a revoked key leaves the JWKS within a second
         return {"keys": [k.jwk for k in self._keys.values() if self._published(k, now)]}
 
     async def rotate(self) -> tuple[str, list[str]]:
