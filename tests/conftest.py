@@ -20,6 +20,12 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import settings
+from support import postgres as pg
+
+# Property tests are deterministic: the same examples every run, no example database between runs.
+settings.register_profile("grantd", derandomize=True, database=None)
+settings.load_profile("grantd")
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -138,6 +144,11 @@ class Server:
 GRANTD = [sys.executable, "-m", "grantd"]
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop this process's PostgreSQL of GRANTD_TEST_STORAGE=postgres (started on first use)."""
+    pg.stop_suite_server()
+
+
 def make_server(
     directory: Path,
     *,
@@ -154,6 +165,8 @@ def make_server(
     token_file = directory / "management-token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
+    if storage is None:  # GRANTD_TEST_STORAGE=postgres: a fresh PostgreSQL database (tests/support/postgres.py)
+        storage = pg.storage_for(directory)
     (directory / "grantd.toml").write_text(toml_config(port, workers=workers, extra=extra, log_format=log_format, storage=storage))
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "plugins")])}
     full_env.update(env or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jwt
+from support import postgres as pg
 
 from conftest import enroll, sign_in
 
@@ -57,6 +58,8 @@ def test_keys_survive_a_restart(server_factory, tmp_path):
         assert http.get("/api/me").status_code == 200
 
 
+@pg.sqlite_only("grantd db backup through VACUUM INTO, read back with sqlite3 (PostgreSQL's pg_dump backup: "
+                "tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)")
 def test_db_backup_writes_a_usable_copy(server_factory, tmp_path):
     import sqlite3
 
@@ -74,6 +77,7 @@ def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
     process; tokens freshly forged with it (a stolen key) are refused too."""
     import asyncio
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from grantd.config import load
     from grantd.plugin_manager import build_plugin_manager
@@ -94,7 +98,9 @@ def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
         finally:
             services.store.close()
 
-    forged = asyncio.run(forge())
+    # its own thread and loop: another test in this worker may have left an event loop running here
+    with ThreadPoolExecutor(1) as pool:
+        forged = pool.submit(asyncio.run, forge()).result()
     revoked = json.loads(srv.grantd("keys", "revoke", old_kid, "--json", "--config", str(srv.config_path)).stdout)
     assert revoked["revoked"] == old_kid and revoked["new_active_kid"] not in (None, old_kid)
     # Every process re-reads its key list at least once a second (KeyRing.REFRESH_MS): within that,

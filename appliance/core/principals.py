@@ -59,8 +59,12 @@ def person(email: str, admin_emails: frozenset[str]) -> Principal:
     return Principal(Kind.PERSON, email, email, admin=email in admin_emails)
 
 
+def person_is_admin(person: Person, admin_emails: frozenset[str]) -> bool:
+    """The one rule for who among people is an administrator: the record says so, or their e-mail
+    is one of ``admin_emails`` (config ``admin.emails`` and the management identity)."""
+    return bool(person["admin"]) or person["email"].lower() in admin_emails
+
+
 def for_person(person: Person, admin_emails: frozenset[str]) -> Principal:
-    """A signed-in person (a ``Person`` record): id = ``person_id``; an administrator when the
-    record says so or their e-mail is one of ``admin_emails`` (config ``admin.emails``)."""
-    email = person["email"].lower()
-    return Principal(Kind.PERSON, person["person_id"], email, admin=bool(person["admin"]) or email in admin_emails)
+    """A signed-in person (a ``Person`` record): id = ``person_id``."""
+    return Principal(Kind.PERSON, person["person_id"], person["email"].lower(), admin=person_is_admin(person, admin_emails))

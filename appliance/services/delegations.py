@@ -29,7 +29,7 @@ from grantd.core.fields import (
 )
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import MAX_LIMIT, Cursor, PageRequest, page, page_request
-from grantd.core.principals import Principal
+from grantd.core.principals import Principal, person_is_admin
 from grantd.services.context import Services
 from grantd.store import Conflict
 from grantd.store.records import Delegation
@@ -94,7 +94,7 @@ async def _delegator_may_decide(services: Services, delegator: str, delegate: st
     if person is not None:
         if person["status"] != "active":
             return False
-        if person["admin"]:
+        if person_is_admin(person, admins):
             admins = admins | {person["email"]}
     return policy.person_may_decide(delegator, await services.store.agents.get(delegate), admins)
 

@@ -57,7 +57,7 @@ from webauthn.helpers.structs import (
 
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.fields import check_text
-from grantd.core.principals import Kind, Principal
+from grantd.core.principals import Kind, Principal, person_is_admin
 from grantd.services import sessions
 from grantd.services.limits import Rule
 from grantd.store import Conflict
@@ -101,7 +101,7 @@ def token_hash(token: str) -> str:
 
 # -- views ----------------------------------------------------------------------------------------
 def person_view(services: Services, person: Person) -> dict[str, Any]:
-    admin = bool(person["admin"]) or person["email"] in services.admin_emails
+    admin = person_is_admin(person, services.admin_emails)
     return {
         "id": person["person_id"], "email": person["email"], "name": person["name"], "admin": admin,
         "status": person["status"], "created_at": person["created_at"],

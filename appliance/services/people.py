@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from grantd.core.errors import Problem, bad_request, conflict, forbidden, not_found
 from grantd.core.fields import check_identifier, email_field, field_error, identifier_field
 from grantd.core.paging import page, page_request
-from grantd.core.principals import Principal
+from grantd.core.principals import Principal, person_is_admin
 from grantd.services.context import Services
 from grantd.services.delegations import end_delegations_of
 from grantd.store import Conflict
@@ -59,7 +59,7 @@ def person_view(person: Person, admin_emails: frozenset[str]) -> dict[str, Any]:
         "person_id": person["person_id"],
         "email": person["email"],
         "name": person["name"],
-        "admin": bool(person["admin"]) or by_config,
+        "admin": person_is_admin(person, admin_emails),
         "admin_by_config": by_config,
         "status": person["status"],
         "isActive": person["status"] == "active",
