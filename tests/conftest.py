@@ -307,3 +307,21 @@ def problem(response: httpx.Response) -> dict[str, Any]:
     assert {"type", "title", "status", "detail"} <= set(body), body
     assert body["status"] == response.status_code
     return body
+
+
+# -- tiers --------------------------------------------------------------------------------------------
+# The fast tier is `scripts/test -m "not slow"`: unit, contract (SQLite and the memory example) and
+# HTTP tests against in-process and subprocess servers. The slow tier adds what builds or drives
+# heavyweight things end to end: the bundle, real CLI/elevate runs as root, browsers, PostgreSQL,
+# several nodes, schemathesis, crash and shutdown timing. The full suite (scripts/test, CI) runs both.
+SLOW_FILES = {
+    "test_bundle.py", "test_agent_cli_e2e.py", "test_crash.py", "test_schemathesis.py", "test_nodes.py",
+    "test_startup_shutdown.py", "test_secrets.py", "test_elevate.py", "test_tui_live.py", "test_jwt_attacks.py",
+    "test_readme.py", "test_postgres_suite.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SLOW_FILES or "browser" in item.path.parts or "[postgres" in item.nodeid:
+            item.add_marker(pytest.mark.slow)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import pathlib
 import pwd
 import shutil
 import subprocess
@@ -809,8 +810,11 @@ def test_sigterm_sent_to_elevate_reaches_the_command(gone, tmp_path):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else None
         assert time.monotonic() < deadline, "the command did not start"
         time.sleep(0.05)
-    with open(f"/proc/{children[0]}/cmdline", "rb") as fh:
-        assert fh.read().split(b"\0")[:2] == [b"sleep", b"60"]  # the verified argv, no token
+    # the child execs the verified argv right after the fork: wait for the exec, then look (no token)
+    while (cmdline := pathlib.Path(f"/proc/{children[0]}/cmdline").read_bytes()).split(b"\0")[0] != b"sleep":
+        assert time.monotonic() < deadline, f"the command did not start: {cmdline!r}"
+        time.sleep(0.05)
+    assert cmdline.split(b"\0")[:2] == [b"sleep", b"60"]
     with open(f"/proc/{children[0]}/environ", "rb") as fh:
         assert b"eyJ" not in fh.read()
     started = time.monotonic()

@@ -153,6 +153,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
 
     @app.before_server_start
     async def open_storage(app: Sanic) -> None:
+        _quiet_interrupts(asyncio.get_running_loop())
         app.ctx.services = await open_services(config, pm, clock)
         await call_async_hook(pm.hook.startup, app=app, config=config)
 
@@ -235,6 +236,23 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         return problem_response(problem, request_id)
 
     return app
+
+
+def _quiet_interrupts(loop: asyncio.AbstractEventLoop) -> None:
+    """Sanic stops a worker with SIGINT; a request task that the interrupt lands in then ends with
+    KeyboardInterrupt, which asyncio would log as "Task exception was never retrieved" with a
+    traceback. That is the stop we asked for, not an error: say nothing of it, report the rest."""
+    previous = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if isinstance(context.get("exception"), KeyboardInterrupt):
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
 
 
 async def _sweep_forever(services: Services) -> None:
