@@ -358,6 +358,25 @@ def _on_store_loop(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) ->
     return call
 
 
+def _nul_finds_nothing(absent: Any) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """A lookup (or a change of one row found by key) whose string arguments hold a NUL character
+    answers ``absent`` without asking the database: PostgreSQL text cannot hold NUL, so no stored
+    row can match, and psycopg would refuse to send the value at all (an error, and a 500 for a
+    request that named, say, ``agent\x00``; SQLite just finds nothing). Writes never get here with
+    NUL: identifiers refuse control characters before they are stored (D12)."""
+
+    def wrap(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(fn)
+        async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            if any(isinstance(v, str) and "\x00" in v for v in (*args, *kwargs.values())):
+                return cast(R, absent() if callable(absent) else absent)
+            return await fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
 class _Database:
     """The pool, the LISTEN connection and the helpers the parts share (all on the store's loop)."""
 
@@ -567,6 +586,7 @@ class PostgresKeys(_Part):
             await cur.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < %s", (cutoff,))
             return int(cur.rowcount)
 
+    @_nul_finds_nothing(False)
     @_on_store_loop
     async def revoke(self, kid: str, now: int) -> bool:
         async with self._db.tx() as cur:
@@ -634,11 +654,13 @@ class PostgresAgents(_Part):
                 raise Conflict("email" if name == "agents_email_key" else "publicKey" if name == "agents_key_id_key" else "id") from None
         return cast(Agent, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, ident: str) -> Agent | None:
         row = await self._db.one("SELECT * FROM agents WHERE agent_id = %s OR email = %s", (ident, ident.lower()))
         return cast(Agent | None, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get_by_id(self, agent_id: str) -> Agent | None:
         return cast(Agent | None, await self._db.one("SELECT * FROM agents WHERE agent_id = %s", (agent_id,)))
@@ -655,6 +677,7 @@ class PostgresAgents(_Part):
         found, more = _page(rows, page.limit)
         return cast(list[Agent], found), more
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
         cols = [c for c in AGENT_CHANGEABLE if c in changes]
@@ -683,6 +706,7 @@ class PostgresAgents(_Part):
             row = await cur.fetchone()
         return cast(Agent, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def retire(
         self, agent_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
@@ -718,6 +742,7 @@ class PostgresAgents(_Part):
             await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
         return cast(Agent, agent), [_grant(g) for g in revoked]
 
+    @_nul_finds_nothing(list)
     @_on_store_loop
     async def decidable_by(self, email: str) -> builtins.list[str]:
         rows = await self._db.all(
@@ -735,6 +760,7 @@ class PostgresChallenges(_Part):
                 "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (%s, %s, %s)", (challenge, agent_id, expires_at)
             )
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def take(self, challenge: str, agent_id: str) -> int | None:
         # The DELETE decides: a concurrent taker on any node waits for the row lock, then finds no row.
@@ -759,11 +785,13 @@ class PostgresGrants(_Part):
             await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
         return cast(Grant, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, grant_id: str) -> Grant | None:
         row = await self._db.one("SELECT * FROM grants WHERE id = %s", (grant_id,))
         return _grant(row) if row else None
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
         live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
@@ -807,6 +835,7 @@ class PostgresGrants(_Part):
         found, more = _page(rows, page.limit)
         return [_grant(r) for r in found], more
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def update_if(
         self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
@@ -941,11 +970,13 @@ class PostgresDelegations(_Part):
                 raise Conflict("id") from None
         return cast(Delegation, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, delegation_id: str) -> Delegation | None:
         row = await self._db.one("SELECT * FROM delegations WHERE id = %s", (delegation_id,))
         return _delegation(row) if row else None
 
+    @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
     async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
         where = ["TRUE"]
@@ -961,6 +992,7 @@ class PostgresDelegations(_Part):
         found, more = _page(rows, page.limit)
         return [_delegation(r) for r in found], more
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
         async with self._db.tx() as cur:
@@ -972,6 +1004,7 @@ class PostgresDelegations(_Part):
             row = await cur.fetchone()
         return _delegation(dict(row)) if row else None
 
+    @_nul_finds_nothing(list)
     @_on_store_loop
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:
         live, params = not_lapsed_sql(lapse, DELEGATION_COLUMNS, paramstyle=PG)
@@ -1041,11 +1074,13 @@ class PostgresPeople(_Part):
         async with self._db.tx() as cur:
             return await _insert_person(cur, person)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, ident: str) -> Person | None:
         row = await self._db.one(f"{PERSON_SELECT} WHERE person_id = %s OR email = %s", (ident, ident.lower()))
         return _person(row) if row else None
 
+    @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         where = ["TRUE"]
@@ -1062,6 +1097,7 @@ class PostgresPeople(_Part):
         found, more = _page(rows, page.limit)
         return [_person(r) for r in found], more
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         cols = [c for c in PERSON_CHANGEABLE if c in changes]
@@ -1081,6 +1117,7 @@ class PostgresPeople(_Part):
             row = await cur.fetchone()
         return _person(row) if row else None
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def delete(self, person_id: str, now: int) -> Person | None:
         async with self._db.tx() as cur:
@@ -1096,11 +1133,13 @@ class PostgresPeople(_Part):
 
 
 class PostgresCredentials(_Part):
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, credential_id: str) -> PasskeyCredential | None:
         row = await self._db.one("SELECT * FROM passkey_credentials WHERE credential_id = %s", (credential_id,))
         return _credential(row) if row else None
 
+    @_nul_finds_nothing(list)
     @_on_store_loop
     async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
         rows = await self._db.all(
@@ -1113,6 +1152,7 @@ class PostgresCredentials(_Part):
         async with self._db.tx() as cur:
             return await _insert_credential(cur, credential)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def use(self, credential_id: str, sign_count: int, now: int) -> PasskeyCredential | None:
         # The conditional UPDATE decides: of concurrent users of one count, exactly one moves it.
@@ -1126,6 +1166,7 @@ class PostgresCredentials(_Part):
             row = await cur.fetchone()
         return _credential(row) if row else None
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def delete(self, person_id: str, credential_id: str) -> bool | None:
         async with self._db.tx() as cur:
@@ -1164,6 +1205,7 @@ class PostgresSessions(_Part):
                 raise Conflict("session_id") from None
         return cast(Session, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, session_id: str, now: int) -> Session | None:
         row = await self._db.one(
@@ -1171,6 +1213,7 @@ class PostgresSessions(_Part):
         )
         return cast(Session, row) if row else None
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def touch(self, session_id: str, now: int) -> None:
         async with self._db.tx() as cur:
@@ -1201,10 +1244,12 @@ class PostgresSessions(_Part):
             )
             return int(cur.rowcount)
 
+    @_nul_finds_nothing(0)
     @_on_store_loop
     async def revoke_family(self, family_id: str, now: int) -> int:
         return await self._revoke("family_id", family_id, now)
 
+    @_nul_finds_nothing(0)
     @_on_store_loop
     async def revoke_person(self, person_id: str, now: int) -> int:
         return await self._revoke("person_id", person_id, now)
@@ -1223,6 +1268,7 @@ class PostgresRegistrations(_Part):
                 raise Conflict("token_hash" if _constraint(exc) == "registration_urls_token_hash_key" else "id") from None
         return cast(RegistrationUrl, row)
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
         row = await self._db.one("SELECT * FROM registration_urls WHERE token_hash = %s", (token_hash,))
@@ -1240,6 +1286,7 @@ class PostgresRegistrations(_Part):
         found, more = _page(rows, page.limit)
         return [_registration(r) for r in found], more
 
+    @_nul_finds_nothing(False)
     @_on_store_loop
     async def delete(self, registration_id: str) -> bool:
         async with self._db.tx() as cur:
@@ -1289,6 +1336,7 @@ class PostgresWebAuthnChallenges(_Part):
             except _unique_violation():
                 raise Conflict("challenge") from None
 
+    @_nul_finds_nothing(None)
     @_on_store_loop
     async def take(self, challenge: str, purpose: str, now: int) -> WebAuthnChallenge | None:
         # The DELETE decides: of any number of concurrent takers on any node, one sees the row.

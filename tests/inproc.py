@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 from sanic import Sanic
+from support import postgres as pg
 
 from grantd.config import load
 from grantd.core.clock import ManualClock
@@ -29,7 +30,8 @@ Sanic.test_mode = True  # several apps named "grantd" may live in one test proce
 
 
 class InProcessServer:
-    def __init__(self, directory: Path, *, extra: str = "", clock: ManualClock | None = None):
+    def __init__(self, directory: Path, *, extra: str = "", clock: ManualClock | None = None,
+                 storage: str | None = None):
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.port = free_port()
@@ -37,7 +39,9 @@ class InProcessServer:
         token_file = directory / "management-token"
         token_file.write_text(self.token + "\n")
         token_file.chmod(0o600)
-        self.config_path.write_text(toml_config(self.port, extra=extra))
+        if storage is None:  # GRANTD_TEST_STORAGE=postgres: a fresh PostgreSQL database
+            storage = pg.storage_for(directory)
+        self.config_path.write_text(toml_config(self.port, extra=extra, storage=storage))
         self.clock = clock or ManualClock()
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None

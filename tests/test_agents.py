@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 import re
-import sqlite3
 import time
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from support.postgres import server_sql
 
 from conftest import Agent, enroll, problem, sign_in, ssh_keygen, unique_email
 
@@ -212,9 +212,8 @@ def test_used_challenge_is_expired(server, tmp_path):
 def test_challenge_older_than_60_seconds_is_expired(server, tmp_path):
     agent = enroll(server, tmp_path)
     challenge = _challenge(server, agent)
-    # Age the challenge in the real database file instead of sleeping a minute.
-    with sqlite3.connect(server.directory / "grantd.db") as db:
-        db.execute("UPDATE challenges SET expires_at = ? WHERE challenge = ?", (int(time.time() * 1000) - 1, challenge))
+    # Age the challenge in the server's real database (SQLite or PostgreSQL) instead of sleeping a minute.
+    server_sql(server.directory, "UPDATE challenges SET expires_at = ? WHERE challenge = ?", (int(time.time() * 1000) - 1, challenge))
     r = _authenticate(server, agent, challenge, agent.sign_raw(challenge))
     assert r.status_code == 401
     assert problem(r)["detail"] == "expired challenge"
@@ -224,8 +223,7 @@ def test_challenge_lifetime_is_60_seconds(server, tmp_path):
     agent = enroll(server, tmp_path)
     before = int(time.time() * 1000)
     challenge = _challenge(server, agent)
-    with sqlite3.connect(server.directory / "grantd.db") as db:
-        (expires_at,) = db.execute("SELECT expires_at FROM challenges WHERE challenge = ?", (challenge,)).fetchone()
+    ((expires_at,),) = server_sql(server.directory, "SELECT expires_at FROM challenges WHERE challenge = ?", (challenge,))
     assert 59_000 <= expires_at - before <= 61_000
 
 

@@ -11,7 +11,7 @@ process group gets SIGKILL (no graceful shutdown, no atexit, no WAL checkpoint).
 - no grant is half-done: its stored events are exactly those its status implies (created, then
   approved or denied), an approved grant has decided_by, decided_at and expires_at (D6), a denied
   one decided_by and decided_at, a pending one none of them;
-- ``PRAGMA integrity_check`` is ok.
+- ``PRAGMA integrity_check`` is ok (on SQLite; ``GRANTD_TEST_STORAGE=postgres`` runs the rest on PostgreSQL).
 
 The kill comes at three moments (early, mid-load, late) on the same database. Bounded: < 60 s.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import postgres as pg
 
 from conftest import Server, make_server, signed_in
 from grants_support import grant_body
@@ -119,14 +119,16 @@ EXPECTED_EVENTS = {
 }
 
 
-def check_database(db_path: Path, ledger: Ledger) -> dict[str, dict[str, Any]]:
-    with sqlite3.connect(db_path) as db:
-        db.row_factory = sqlite3.Row
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        rows = {r["id"]: dict(r) for r in db.execute("SELECT * FROM grants")}
-        events: dict[str, list[str]] = {}
-        for e in db.execute("SELECT grant_id, event FROM grant_events ORDER BY seq"):
-            events.setdefault(e["grant_id"], []).append(e["event"])
+def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]:
+    """The server's database, SQLite or (GRANTD_TEST_STORAGE=postgres) PostgreSQL."""
+    if pg.suite_storage() == "sqlite":
+        assert pg.server_sql(directory, "PRAGMA integrity_check")[0][0] == "ok"
+    columns = ("id", "status", "decided_by", "decided_at", "expires_at")
+    rows = {r[0]: dict(zip(columns, r, strict=True))
+            for r in pg.server_sql(directory, f"SELECT {', '.join(columns)} FROM grants")}  # noqa: S608 - fixed columns
+    events: dict[str, list[str]] = {}
+    for grant_id, event in pg.server_sql(directory, "SELECT grant_id, event FROM grant_events ORDER BY seq"):
+        events.setdefault(grant_id, []).append(event)
     for gid, row in rows.items():
         status = row["status"]
         assert status in EXPECTED_EVENTS, (gid, status)
@@ -177,7 +179,7 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
                 t.join(10)
             assert before > 0, "no write was acknowledged before the kill"
             srv.start()
-            rows = check_database(srv.directory / "grantd.db", ledger)
+            rows = check_database(srv.directory, ledger)
             check_acknowledged(srv, ledger, rows)
         assert ledger.acknowledged >= 20, ledger.acknowledged
         decided = sum(1 for seen in ledger.grants.values() if seen.acked["status"] != "pending")

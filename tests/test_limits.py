@@ -19,8 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from inproc import InProcessServer
-
-from grantd.plugins.storage_sqlite import SQLiteStore
+from support import postgres as pg
 
 from conftest import Server, make_server, problem, sign_in, signed_in, ssh_keygen
 from grants_support import grant_body, request_grant
@@ -224,14 +223,15 @@ def test_defaults_are_documented():
 
 
 def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
-    """Two `grantd serve` processes on one SQLite file: failures at either count for both."""
+    """Two `grantd serve` processes on one database (SQLite file or PostgreSQL): failures at either count for both."""
     shared = tmp_path / "shared" / "grantd.db"
     servers: list[Server] = []
     try:
         for name in ("a", "b"):
             srv = make_server(tmp_path / name, extra=limits_table(failed_bearer_per_address=4))
             trust_local_proxy(srv.config_path)
-            srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', f'path = "{shared}"'))
+            if not (servers and pg.share_database(servers[0].directory, srv.directory)):  # PostgreSQL: a's database
+                srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', f'path = "{shared}"'))
             servers.append(srv)
         a, b = (s.start() for s in servers)
         for attempt in range(3):  # the wall clock may cross a window's end mid-test: then try once more
@@ -267,10 +267,11 @@ def _grant_record(i: int, now: int) -> dict[str, Any]:
             "revoked_at": None, "reuse_key": None, "version": 1}
 
 
-def populate_events(db: Path, count: int) -> None:
-    """``count`` grant.created events (grants of about 1.5 KB each), written before the server starts."""
+def populate_events(directory: Path, count: int) -> None:
+    """``count`` grant.created events (grants of about 1.5 KB each), written into the database of the
+    server in ``directory`` (SQLite or PostgreSQL) before it starts."""
     async def write() -> None:
-        store = SQLiteStore(db)
+        store = pg.open_store(directory)
         try:
             await store.migrate()
             now = int(time.time() * 1000)
@@ -317,7 +318,7 @@ def event_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     opens 100 streams with the management token)."""
     directory = tmp_path_factory.mktemp("events")
     srv = make_server(directory, extra="[limits]\nstreams_per_principal = 0\n")
-    populate_events(directory / "grantd.db", 3000)
+    populate_events(directory, 3000)
     srv.start()
     yield srv
     srv.stop()

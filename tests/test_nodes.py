@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from people_support import SESSION_COOKIE
 from support import postgres as pg
 
 from conftest import Server, enroll, make_server, sign_in, signed_in
@@ -171,6 +173,35 @@ def test_rate_limits_count_across_nodes(nodes: list[Server], tmp_path: Path) -> 
         with nodes[i % NODES].client() as http:
             statuses.append(http.post("/api/agent/challenge", json={"agent_id": agent.email}).status_code)
     assert statuses == [200] * AUTH_LIMIT + [429] * 3  # each node alone saw at most 3
+
+
+def test_a_session_from_one_node_is_accepted_at_another_and_a_logout_there_ends_it(nodes: list[Server]) -> None:
+    """A person registers a passkey and is signed in at node A (a real WebAuthn ceremony over HTTP,
+    as a browser at the deployment's one origin); node B accepts the cookie; logging out at B ends
+    the session at A and C as well: sessions live in the shared database, not in a node."""
+    from support.soft_webauthn import PasskeyBrowser
+
+    a, b, c = nodes
+    email = f"person-{uuid.uuid4().hex[:8]}@people.example"
+    with a.admin() as http:
+        r = http.post("/api/admin/registration-urls", json={"email": email})
+    assert r.status_code == 201, r.text
+    browser = PasskeyBrowser(a.url, ISSUER)
+    registered = browser.register(r.json()["token"])
+    assert registered.status_code == 200, registered.text
+    cookie = browser.cookie
+    assert cookie
+
+    def me(node: Server) -> int:
+        with httpx.Client(base_url=node.url, cookies={SESSION_COOKIE: cookie}, timeout=10) as http:
+            answer = http.get("/api/me")
+        assert answer.status_code != 200 or answer.json()["email"] == email, answer.text
+        return answer.status_code
+
+    assert [me(n) for n in nodes] == [200, 200, 200]
+    browser.base_url = b.url
+    assert browser.request("POST", "/api/logout").status_code == 200
+    assert [me(n) for n in nodes] == [401, 401, 401]  # ended at B, over at A and C too
 
 
 def test_backup_is_a_private_pg_dump_that_restores(nodes: list[Server], database: tuple[pg.Postgres, str],

@@ -54,8 +54,7 @@ def test_a_misspelled_hook_fails_fast(tmp_path, monkeypatch):
 
 
 def test_unknown_storage_plugin_is_a_config_error_with_a_suggestion(server_factory):
-    srv = server_factory(extra="")
-    srv.config_path.write_text(srv.config_path.read_text().replace('plugin = "sqlite"', 'plugin = "sqlit"'))
+    srv = server_factory(storage='plugin = "sqlit"\npath = "grantd.db"')
     result = srv.grantd("serve", "--config", str(srv.config_path), check=False)
     assert result.returncode == 1
     assert 'storage.plugin: no storage plugin named \'sqlit\' (did you mean "sqlite"?)' in result.stderr

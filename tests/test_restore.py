@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import postgres as pg
 
 from conftest import ROOT, Server
 
@@ -48,6 +49,8 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+@pg.sqlite_only("docs/operations.md's restore drill backs up and restores a SQLite file and checks its modes "
+                "(PostgreSQL's pg_dump/restore: tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)")
 def test_the_documented_restore_drill_runs(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("drill")
     bin_dir = tmp_path / "bin"
@@ -87,12 +90,13 @@ def test_restore_is_refused_while_the_server_runs(server_factory, tmp_path: Path
     keys = srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout
     result = srv.grantd("db", "restore", "--config", str(srv.config_path), str(backup), check=False)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "restore refused" in result.stderr and "in use by another process" in result.stderr
+    assert "restore refused" in result.stderr and "in use by another" in result.stderr  # process (SQLite), session (PostgreSQL)
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert not Path(f"{srv.directory / 'grantd.db'}.before-restore").exists()
     assert srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout == keys  # nothing changed
 
 
+@pg.sqlite_only("forges SQLite files with sqlite3 (a newer schema, a foreign database) as restore sources")
 def test_restore_refuses_files_that_are_not_grantd_backups(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("files").start()
     backup = tmp_path / "backup.db"
@@ -115,6 +119,8 @@ def test_restore_refuses_files_that_are_not_grantd_backups(server_factory, tmp_p
     assert not Path(f"{srv.directory / 'grantd.db'}.before-restore").exists()
 
 
+@pg.sqlite_only("flock on the SQLite file is what a SQLite restore holds (PostgreSQL's restore refuses while any "
+                "session uses the database: tests/test_nodes.py::test_restore_refuses_while_a_node_uses_the_database)")
 @pytest.mark.parametrize("log_format", ["text"])
 def test_a_server_does_not_start_on_a_database_being_restored(server_factory, tmp_path: Path, log_format: str) -> None:
     """The restore's exclusive lock keeps a starting server out (one line, exit 1)."""

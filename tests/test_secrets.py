@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import re
-import sqlite3
 import stat
 import subprocess
 from pathlib import Path
@@ -26,6 +25,7 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from support import postgres as pg
 
 from conftest import GRANTD, Agent, Server, enroll, make_server
 from grants_support import grant_body
@@ -137,10 +137,9 @@ def flow(srv: Server, tmp: Path, secrets: Secrets) -> Path:
     return backup
 
 
-def server_keys(db_path: Path, secrets: Secrets) -> int:
+def server_keys(directory: Path, secrets: Secrets) -> int:
     """The server's signing keys: their PEM and raw private bytes are secrets too."""
-    with sqlite3.connect(db_path) as db:
-        pems = [row[0] for row in db.execute("SELECT private_pem FROM signing_keys")]
+    pems = [row[0] for row in pg.server_sql(directory, "SELECT private_pem FROM signing_keys")]
     for pem in pems:
         if not pem.strip():
             continue  # a retired key's private half is deleted when it retires (D12)
@@ -170,12 +169,14 @@ def test_no_secret_in_logs_or_cli_output_and_files_are_private(tmp_path: Path, l
     try:
         backup = flow(srv, tmp_path, secrets)
         db = srv.directory / "grantd.db"
-        for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm"), backup, srv.directory / "management-token"):
+        # the SQLite files, or (GRANTD_TEST_STORAGE=postgres) the file that holds the DSN
+        stored = [db, Path(f"{db}-wal"), Path(f"{db}-shm")] if pg.suite_storage() == "sqlite" else [srv.directory / "postgres-dsn"]
+        for path in (*stored, backup, srv.directory / "management-token"):
             assert path.exists(), path
             assert_private(path)
     finally:
         srv.stop()
-    assert server_keys(db, secrets) >= 2  # the rotation made a second one
+    assert server_keys(srv.directory, secrets) >= 2  # the rotation made a second one
     log = srv.log()
     assert "/api/grants/verify" in log and "/api/agent/authenticate" in log, "access lines are on"
     if log_format == "json":

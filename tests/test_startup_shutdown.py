@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import postgres as pg
 
 from grantd.web.app import describe_startup_error
 
@@ -73,6 +74,7 @@ def _without_root_bypass() -> list[str]:
     return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
 
 
+@pg.sqlite_only("SQLite's database directory without write permission (PostgreSQL has no file here)")
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: str) -> None:
     srv = make_server(tmp_path / "srv", log_format=log_format)
@@ -87,6 +89,7 @@ def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: 
     assert f"the directory {data} must be writable" in line
 
 
+@pg.sqlite_only("SQLite's database directory without read permission (PostgreSQL has no file here)")
 def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
     srv = make_server(tmp_path / "srv")
     data = srv.directory / "data"
@@ -100,6 +103,8 @@ def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
     assert "Permission denied" in line and str(data) in line
 
 
+@pg.sqlite_only("a read-only SQLite file and its -wal/-shm companions (PostgreSQL has no file here; an "
+                "unreachable network database: test_a_storage_plugin_that_cannot_connect_is_one_line)")
 def test_a_database_file_that_is_not_writable_is_one_line(tmp_path: Path) -> None:
     srv = make_server(tmp_path / "srv").start()
     srv.stop()
@@ -139,11 +144,10 @@ def storage_backends():
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_storage_plugin_that_cannot_connect_is_one_line(tmp_path: Path, log_format: str) -> None:
     """The hook for network databases: whatever open_services raises prints as one line."""
-    srv = make_server(tmp_path / "srv", log_format=log_format,
+    srv = make_server(tmp_path / "srv", log_format=log_format, storage='plugin = "unreachable"\npath = "grantd.db"',
                       extra='[plugins]\nmodules = ["unreachable_store"]\npaths = ["site-plugins"]\n')
     (srv.directory / "site-plugins").mkdir()
     (srv.directory / "site-plugins" / "unreachable_store.py").write_text(UNREACHABLE_PLUGIN)
-    srv.config_path.write_text(srv.config_path.read_text().replace('plugin = "sqlite"', 'plugin = "unreachable"'))
     result = run_serve(srv)
     line = assert_one_line_failure(result, contains="port 5432 failed: Connection refused Is the server running?",
                                    json_format=log_format == "json")

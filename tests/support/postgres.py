@@ -10,10 +10,14 @@ DATABASE copies a template and checkpoints); ``create_schema()`` an empty schema
 ``contract`` database, reached through the DSN's ``search_path`` (a few milliseconds: what the
 contract suite uses for each of its hundreds of tests). ``stop()`` ends the server and removes
 the directory.
+
+``GRANTD_TEST_STORAGE=postgres`` runs every test server of the suite on PostgreSQL (``storage_for``,
+at the end of this module).
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import pwd
@@ -24,6 +28,7 @@ import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 SUPERUSER = "grantd"
 
@@ -161,3 +166,119 @@ class Postgres:
         name = dsn.rsplit("search_path=", 1)[1].rstrip("'")
         with psycopg.connect(self.dsn("contract"), autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE".encode())
+
+
+# -- the suite-wide switch: GRANTD_TEST_STORAGE=postgres ---------------------------------------------
+#
+# With GRANTD_TEST_STORAGE=postgres every test server that does not name its storage
+# (conftest.make_server, inproc.InProcessServer) gets a fresh, empty database of its own on one
+# PostgreSQL server per test *process*: started on first use, stopped when that process's session
+# ends (conftest's pytest_sessionfinish, and atexit should a worker end otherwise). Why one per
+# process and not one for the whole xdist run: a server shared by the workers needs a lock file, a
+# leader that starts it and a last-one-out that stops it, and a crashed leader leaves the others
+# without one; one per worker costs one initdb (~2 s) per worker and nothing else, and each
+# worker's cluster lives and dies with that worker's session.
+
+STORAGE_ENV = "GRANTD_TEST_STORAGE"
+TEST_POOL_SIZE = 4  # connections per server process: hundreds of test servers share max_connections
+_suite_server: list[Postgres] = []
+
+
+def suite_storage() -> str:
+    """The backend the suite's servers use: ``sqlite`` (the default) or ``postgres``."""
+    value = os.environ.get(STORAGE_ENV, "sqlite").strip().lower() or "sqlite"
+    if value not in ("sqlite", "postgres"):
+        raise RuntimeError(f"{STORAGE_ENV}={value!r}: expected sqlite or postgres")
+    return value
+
+
+def suite_server() -> Postgres:
+    """This process's PostgreSQL server for the switch, started on first use."""
+    if not _suite_server:
+        why = available()
+        if why is not None:
+            raise RuntimeError(f"{STORAGE_ENV}=postgres: {why}")
+        server = Postgres().start()
+        _suite_server.append(server)
+        atexit.register(stop_suite_server)
+    return _suite_server[0]
+
+
+def stop_suite_server() -> None:
+    while _suite_server:
+        _suite_server.pop().stop()
+
+
+def storage_for(directory: Path) -> str | None:
+    """The ``[storage]`` lines for a test server in ``directory``: None (the caller's SQLite default)
+    unless the switch says postgres; then a fresh database, its DSN in ``directory/postgres-dsn``
+    (0600), referenced as ``file:`` the way an operator writes it."""
+    if suite_storage() != "postgres":
+        return None
+    dsn_file = directory / "postgres-dsn"
+    dsn_file.write_text(suite_server().create_database() + "\n")
+    dsn_file.chmod(0o600)
+    return f'plugin = "postgres"\ndsn = "file:postgres-dsn"\npool_size = {TEST_POOL_SIZE}'
+
+
+def server_sql(directory: Path, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement (``?`` placeholders) in the database of the test server in ``directory``,
+    whichever backend it has: its PostgreSQL database when ``storage_for`` gave it one, else its
+    SQLite file ``grantd.db``. For tests that age a row instead of sleeping; returns the rows."""
+    dsn_file = directory / "postgres-dsn"
+    if dsn_file.exists():
+        import psycopg
+
+        with psycopg.connect(dsn_file.read_text().strip(), autocommit=True) as conn:
+            cursor = conn.execute(query.replace("?", "%s").encode(), list(params))
+            return list(cursor.fetchall()) if cursor.description else []
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(directory / "grantd.db")) as db, db:
+        return list(db.execute(query, tuple(params)).fetchall())
+
+
+def database_bytes(directory: Path) -> bytes:
+    """Everything the database of the test server in ``directory`` holds, for tests that look for a
+    secret that must not be stored: the raw bytes of SQLite's files (``grantd.db``, ``-wal``,
+    ``-shm``), or every row of every table of its PostgreSQL database as text."""
+    if (directory / "postgres-dsn").exists():
+        tables = server_sql(directory, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        return b"\n".join(
+            str(row[0]).encode() for (table,) in tables for row in server_sql(directory, f'SELECT t::text FROM "{table}" t')
+        )
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("grantd.db*")))
+
+
+def open_store(directory: Path) -> Any:
+    """The store of the test server in ``directory``, opened directly (not migrated): its
+    PostgreSQL database when ``storage_for`` gave it one, else ``directory/grantd.db``. For tests
+    that fill a database before the server starts."""
+    if (directory / "postgres-dsn").exists():
+        from grantd.plugins.storage_postgres import PostgresStore
+
+        return PostgresStore((directory / "postgres-dsn").read_text().strip(), pool_size=2)
+    from grantd.plugins.storage_sqlite import SQLiteStore
+
+    return SQLiteStore(directory / "grantd.db")
+
+
+def share_database(source: Path, target: Path) -> bool:
+    """Point the test server in ``target`` at the PostgreSQL database of the one in ``source`` (both
+    made by ``make_server`` under GRANTD_TEST_STORAGE=postgres); False, changing nothing, when
+    ``source`` has no PostgreSQL database (the caller shares its SQLite file its own way)."""
+    if not (source / "postgres-dsn").exists():
+        return False
+    shutil.copyfile(source / "postgres-dsn", target / "postgres-dsn")
+    (target / "postgres-dsn").chmod(0o600)
+    return True
+
+
+def sqlite_only(why: str) -> Any:
+    """A skip marker for a test about SQLite itself (its files, ``VACUUM INTO``, its PRAGMAs), skipped
+    under GRANTD_TEST_STORAGE=postgres with ``why``: say what it tests and where PostgreSQL's
+    counterpart is tested, if anywhere."""
+    import pytest
+
+    return pytest.mark.skipif(suite_storage() == "postgres", reason=f"about SQLite itself: {why}")
