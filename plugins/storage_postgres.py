@@ -400,9 +400,18 @@ class _Database:
             raise
 
     async def _open(self) -> None:
+        import psycopg
         from psycopg.rows import dict_row
         from psycopg_pool import AsyncConnectionPool
 
+        # One plain connection first: an unreachable or refusing database is one clear error here,
+        # before a pool exists whose workers would retry (and log) in the background.
+        try:
+            probe = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=int(CONNECT_TIMEOUT))
+        except psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+            raise StoreError(f"cannot connect to PostgreSQL ({reason})") from None
+        await probe.close()
         self._notify = asyncio.Event()
         self.pool = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=self.pool_size, open=False, timeout=CONNECT_TIMEOUT,

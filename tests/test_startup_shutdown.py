@@ -154,6 +154,21 @@ def test_a_storage_plugin_that_cannot_connect_is_one_line(tmp_path: Path, log_fo
     assert "10.9.9.9" in line
 
 
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_an_unreachable_postgresql_is_one_line(tmp_path: Path, log_format: str) -> None:
+    """The real PostgreSQL backend against a port nobody listens on: one line, no pool noise."""
+    pytest.importorskip("psycopg")
+    with socket.socket() as probe:  # a free port, closed again: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    srv = make_server(tmp_path / "srv", log_format=log_format, storage='plugin = "postgres"\ndsn = "file:dsn"')
+    dsn = srv.directory / "dsn"
+    dsn.write_text(f"postgresql://grantd@127.0.0.1:{dead}/grantd?connect_timeout=3\n")
+    dsn.chmod(0o600)
+    result = run_serve(srv)
+    assert_one_line_failure(result, contains="cannot connect to PostgreSQL", json_format=log_format == "json")
+
+
 def test_describe_startup_error_is_always_one_line() -> None:
     class Weird(Exception):
         pass
