@@ -52,7 +52,7 @@ class AgentCred:
 @dataclass
 class Plan:
     op: str
-    url: str
+    urls: list[str]  # the nodes: client i of this plan connects to urls[i % len(urls)]
     clients: int
     start_at: float  # wall clock (time.time()), shared by every load process
     duration: float
@@ -290,7 +290,8 @@ async def run_plan_async(plan: Plan) -> Tally:
     tally = Tally()
     management = bearer(plan.management_token)
     async with AsyncExitStack() as stack:
-        https = [await stack.enter_async_context(connection(plan.url, plan.client_kind)) for _ in range(plan.clients)]
+        https = [await stack.enter_async_context(connection(plan.urls[i % len(plan.urls)], plan.client_kind))
+                 for i in range(plan.clients)]
         await asyncio.gather(*(_open(http) for http in https))
         clients = [Client(Timed(http, tally.request_latencies_ms), plan.agents[i % len(plan.agents)], management, pool)
                    for i, http in enumerate(https)]

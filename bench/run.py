@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Benchmark a real grantd server (issue 3): N concurrent HTTP/1.1 keep-alive clients repeat one
-operation for a fixed time; per operation it prints requests/s, p50/p99 latency, errors and the
-peak memory of the server's process tree, for 1 and 2 server workers (SQLite).
+"""Benchmark a real grantd server (issues 3 and 12): N concurrent HTTP/1.1 keep-alive clients repeat
+one operation for a fixed time; per operation it prints requests/s, p50/p99 latency, errors, the
+server CPU per answer and the peak memory of the server's process tree, for 1 and 2 server
+workers (SQLite by default; PostgreSQL and several nodes on one database on request).
 
     .venv/bin/python bench/run.py                      # everything, 64 clients, 10 s per operation
     .venv/bin/python bench/run.py --duration 5 --ops verify create --workers 2
+    .venv/bin/python bench/run.py --storage postgres --workers 1 --nodes 1 2   # a private PostgreSQL
     .venv/bin/python bench/run.py --client-procs 2     # the load from two processes
     .venv/bin/python bench/run.py --client httpx       # load through httpx (costly: see --help)
     .venv/bin/python bench/run.py --profile consume    # where one operation's time goes (cProfile)
@@ -14,6 +16,7 @@ peak memory of the server's process tree, for 1 and 2 server workers (SQLite).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -37,13 +40,15 @@ from bench.load import CLIENT_KINDS, USE_ONCE, AgentCred, Plan, Tally, run_async
 from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
 from bench.profile import print_profile  # noqa: E402
 from bench.server import (  # noqa: E402
+    STORAGES,
+    Deployment,
     MemorySampler,
-    cpu_seconds,
     machine_busy_seconds,
     management_token,
-    process_tree,
+    postgres_module,
     restart_profiled,
-    start_server,
+    start_deployment,
+    tree_cpu_seconds,
 )
 
 # The aims of issue 3, at 64 concurrent clients on a 2-core machine: operations/s and p99 in ms.
@@ -85,7 +90,9 @@ def log(message: str) -> None:
 @dataclass
 class OpResult:
     op: str
-    workers: int
+    storage: str
+    nodes: int  # grantd servers on separate ports sharing one database
+    workers: int  # processes per node
     clients: int
     client_procs: int
     operations: int
@@ -98,8 +105,12 @@ class OpResult:
     request_p50_ms: float | None  # of single HTTP requests (differs for authenticate and flow)
     request_p99_ms: float | None
     errors: int
-    peak_rss_mib: float
-    server_cpu_cores: float  # mean CPU cores the server tree kept busy
+    peak_rss_mib: float  # summed RSS of every node's process tree
+    server_cpu_ms: float | None  # CPU (user + system) of every grantd process per correct operation
+    postgres_cpu_ms: float | None  # the same for PostgreSQL's processes (None on SQLite)
+    postgres_peak_mib: float | None  # summed PSS of PostgreSQL's processes (shared buffers counted once)
+    server_cpu_cores: float  # mean CPU cores the grantd processes kept busy
+    postgres_cpu_cores: float  # mean CPU cores PostgreSQL's processes kept busy
     client_cpu_cores: float  # mean CPU cores the load generator kept busy
     other_cpu_cores: float  # mean CPU cores busy with anything else on the machine (noise)
     idle_cpu_cores: float  # mean CPU cores left idle: capacity nobody used
@@ -120,29 +131,46 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 @dataclass
 class CpuUse:
-    """CPU seconds spent during one measurement."""
+    """CPU seconds spent during one measurement (or used so far, for a reading)."""
 
     server: float
+    postgres: float
     machine: float
 
+    @classmethod
+    def read(cls, deployment: Deployment) -> CpuUse:
+        return cls(tree_cpu_seconds(deployment.server_roots()), tree_cpu_seconds(deployment.postgres_roots()),
+                   machine_busy_seconds())
 
-def summarize(op: str, workers: int, args: argparse.Namespace, tally: Tally, start_at: float,
-              peak_mib: float, cpu: CpuUse, pool: int | None) -> OpResult:
+    def __sub__(self, before: CpuUse) -> CpuUse:
+        return CpuUse(self.server - before.server, self.postgres - before.postgres, self.machine - before.machine)
+
+
+def per_operation_ms(cpu_s: float, operations: int) -> float | None:
+    return round(cpu_s * 1000 / operations, 3) if operations else None
+
+
+def summarize(op: str, setup: Setup, args: argparse.Namespace, tally: Tally, start_at: float,
+              peak_mib: float, postgres_mib: float | None, cpu: CpuUse, pool: int | None) -> OpResult:
     deadline = start_at + args.duration
     elapsed = max(tally.finished_at, tally.exhausted_at or deadline) - start_at
     latencies = sorted(tally.latencies_ms)
     request_latencies = sorted(tally.request_latencies_ms)
     aim = AIMS.get(op)
     result = OpResult(
-        op=op, workers=workers, clients=args.clients, client_procs=args.client_procs,
+        op=op, storage=setup.storage, nodes=setup.nodes, workers=setup.workers, clients=args.clients, client_procs=args.client_procs,
         operations=len(latencies), requests=len(request_latencies), elapsed_s=round(elapsed, 2),
         rate=round(len(latencies) / elapsed, 1), request_rate=round(len(request_latencies) / elapsed, 1),
         p50_ms=_round(percentile(latencies, 0.50)), p99_ms=_round(percentile(latencies, 0.99)),
         request_p50_ms=_round(percentile(request_latencies, 0.50)),
         request_p99_ms=_round(percentile(request_latencies, 0.99)),
         errors=sum(tally.errors.values()), peak_rss_mib=round(peak_mib, 1),
-        server_cpu_cores=round(cpu.server / elapsed, 2), client_cpu_cores=round(tally.client_cpu_s / elapsed, 2),
-        other_cpu_cores=round(max(0.0, cpu.machine - cpu.server - tally.client_cpu_s) / elapsed, 2),
+        server_cpu_ms=per_operation_ms(cpu.server, len(latencies)),
+        postgres_cpu_ms=per_operation_ms(cpu.postgres, len(latencies)) if setup.storage == "postgres" else None,
+        postgres_peak_mib=None if postgres_mib is None else round(postgres_mib, 1),
+        server_cpu_cores=round(cpu.server / elapsed, 2), postgres_cpu_cores=round(cpu.postgres / elapsed, 2),
+        client_cpu_cores=round(tally.client_cpu_s / elapsed, 2),
+        other_cpu_cores=round(max(0.0, cpu.machine - cpu.server - cpu.postgres - tally.client_cpu_s) / elapsed, 2),
         idle_cpu_cores=round(max(0.0, (os.cpu_count() or 1) - cpu.machine / elapsed), 2),
         pool_prepared=pool, error_examples=[f"{n} x {text}" for text, n in tally.errors.most_common(3)],
     )
@@ -168,18 +196,19 @@ def _split(count: int, parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def make_plans(op: str, url: str, token: str, agents: list[AgentCred], items: list[Any],
+def make_plans(op: str, urls: list[str], token: str, agents: list[AgentCred], items: list[Any],
                args: argparse.Namespace, start_at: float) -> list[Plan]:
-    """One plan per load process: its clients, their agents (client i keeps agent i mod K across
-    processes) and its share of the pool (use-once items are never shared between processes)."""
+    """One plan per load process: its clients, their agents and nodes (client i keeps agent i mod K
+    and node i mod N across processes) and its share of the pool (use-once items are never shared
+    between processes)."""
     plans = []
     item_ranges = _split(len(items), args.client_procs)
     for proc, clients in enumerate(_split(args.clients, args.client_procs)):
         if not clients:
             continue
-        offset = clients.start % len(agents)
+        offset, node = clients.start % len(agents), clients.start % len(urls)
         share = [items[i] for i in item_ranges[proc]] if op in USE_ONCE else items[proc::args.client_procs]
-        plans.append(Plan(op, url, len(clients), start_at, args.duration, token,
+        plans.append(Plan(op, urls[node:] + urls[:node], len(clients), start_at, args.duration, token,
                           agents[offset:] + agents[:offset], share, args.client))
     return plans
 
@@ -192,25 +221,38 @@ def run_load(plans: list[Plan], executor: Executor | None) -> Tally:
     return tally
 
 
-def measure(op: str, server: Any, workers: int, agents: list[AgentCred], items: list[Any],
+@dataclass(frozen=True)
+class Setup:
+    storage: str
+    nodes: int
+    workers: int
+
+    @property
+    def label(self) -> str:
+        name = "SQLite" if self.storage == "sqlite" else "PostgreSQL"
+        nodes = f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+        return f"{name}, {nodes} x {self.workers} worker{'s' if self.workers > 1 else ''}"
+
+
+def measure(op: str, deployment: Deployment, setup: Setup, agents: list[AgentCred], items: list[Any],
             args: argparse.Namespace, executor: Executor | None) -> OpResult:
     # The clock starts a moment ahead, so every load process has opened its connections by then.
     start_at = time.time() + (2.0 if executor else 0.5)
-    plans = make_plans(op, server.url, management_token(server), agents, items, args, start_at)
-    tree = process_tree(server.proc.pid)
+    plans = make_plans(op, deployment.urls, management_token(deployment.nodes[0]), agents, items, args, start_at)
     snapshots: list[CpuUse] = []
     # CPU is counted from the moment the clock starts, not while the clients connect; the timer
     # thread takes that reading while this thread may be running the load itself.
-    start_reading = threading.Timer(max(0.0, start_at - time.time()),
-                                    lambda: snapshots.append(CpuUse(cpu_seconds(tree), machine_busy_seconds())))
+    start_reading = threading.Timer(max(0.0, start_at - time.time()), lambda: snapshots.append(CpuUse.read(deployment)))
     start_reading.start()
-    with MemorySampler(server.proc.pid) as memory:
+    postgres_memory = MemorySampler(deployment.postgres_roots(), interval=0.5, relist_every=2, proportional=True)
+    with MemorySampler(deployment.server_roots()) as memory, postgres_memory:
         tally = run_load(plans, executor)
+    after = CpuUse.read(deployment)
     start_reading.join()
-    before = snapshots[0]
-    cpu = CpuUse(cpu_seconds(tree) - before.server, machine_busy_seconds() - before.machine)
+    cpu = after - snapshots[0]
     pool = len(items) if op in USE_ONCE else None
-    return summarize(op, workers, args, tally, start_at, memory.peak_mib, cpu, pool)
+    postgres_mib = postgres_memory.peak_mib if deployment.postgres is not None else None
+    return summarize(op, setup, args, tally, start_at, memory.peak_mib, postgres_mib, cpu, pool)
 
 
 # -- set-up --------------------------------------------------------------------------------------------------
@@ -229,6 +271,7 @@ def pool_size(op: str, args: argparse.Namespace, measured: dict[str, float]) -> 
 
 
 async def _enroll(server: Any, count: int) -> list[AgentCred]:
+    """Set-up goes to the first node: they share one database."""
     async with connections(server.url) as conns:
         return await enroll_agents(conns, management_token(server), count)
 
@@ -265,25 +308,51 @@ def client_processes(count: int) -> Iterator[Executor | None]:
         yield executor
 
 
-def bench_workers(workers: int, args: argparse.Namespace) -> list[OpResult]:
+def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: Any) -> Deployment:
+    return start_deployment(directory / f"{setup.storage}-{setup.nodes}n-{setup.workers}w", setup.storage,
+                            setup.nodes, setup.workers, postgres, args.pg_pool_size)
+
+
+def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[OpResult]:
     results: list[OpResult] = []
     measured: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp:
-        server = start_server(Path(tmp) / f"workers-{workers}", workers)
+        deployment = deploy(setup, Path(tmp), args, postgres)
         try:
-            log(f"server with {workers} worker(s) at {server.url}; enrolling {args.agents} agents")
+            log(f"{setup.label} at {' '.join(deployment.urls)}; enrolling {args.agents} agents")
+            server = deployment.nodes[0]
             agents = enroll(server, args.agents)
             with client_processes(args.client_procs) as executor:
                 for op in args.ops:
                     items = prepare_pool(server, op, agents, pool_size(op, args, measured))
                     log(f"  {op}: {args.duration:g} s with {args.clients} clients")
-                    result = measure(op, server, workers, agents, items, args, executor)
+                    result = measure(op, deployment, setup, agents, items, args, executor)
                     measured[op] = result.rate
                     results.append(result)
-                    log(f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors")
+                    log(f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors, "
+                        f"{_cell(result.server_cpu_ms, 2)} ms grantd CPU per answer")
         finally:
-            server.stop()
+            deployment.stop()
     return results
+
+
+@contextmanager
+def private_postgres(storage: str) -> Iterator[Any]:
+    """The PostgreSQL server of this run (tests/support/postgres.py: a fresh cluster on a unix socket
+    in a temporary directory), one database per setup; None on SQLite."""
+    if storage != "postgres":
+        yield None
+        return
+    pg = postgres_module()
+    why = pg.available()
+    if why is not None:
+        raise SystemExit(f"--storage postgres: {why}")
+    log("starting a private PostgreSQL server")
+    server = pg.Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 # -- report ------------------------------------------------------------------------------------------------------
@@ -324,10 +393,11 @@ def _notes(r: OpResult) -> str:
     return "; ".join(notes)
 
 
-def print_table(workers: int, results: list[OpResult]) -> None:
-    print(f"\n== {workers} server worker(s) ==")
+def print_table(setup: Setup, results: list[OpResult]) -> None:
+    print(f"\n== {setup.label} ==")
     header = (f"{'operation':<13}{'ops/s':>8}{'aim':>7}{'p50 ms':>8}{'p99 ms':>8}{'req p99':>8}{'aim':>5}{'met':>5}"
-              f"{'errors':>7}{'peak MiB':>9}{'CPU: srv':>9}{'load':>5}{'other':>6}{'idle':>5}  notes")
+              f"{'errors':>7}{'ms/op':>7}{'pg':>6}{'peak MiB':>9}{'pg':>5}"
+              f"{'CPU: srv':>9}{'pg':>5}{'load':>5}{'other':>6}{'idle':>5}  notes")
     print(header)
     print("-" * len(header))
     for r in results:
@@ -335,24 +405,40 @@ def print_table(workers: int, results: list[OpResult]) -> None:
         aim_rate = "-" if r.aim_rate is None else f"{r.aim_rate:,.0f}"
         aim_p99 = "-" if r.aim_p99_ms is None else f"<{r.aim_p99_ms:g}"
         print(f"{r.op:<13}{_cell(r.rate, 0):>8}{aim_rate:>7}{_cell(r.p50_ms):>8}{_cell(r.p99_ms):>8}"
-              f"{_cell(r.request_p99_ms):>8}{aim_p99:>5}{met:>5}{r.errors:>7}{_cell(r.peak_rss_mib):>9}"
-              f"{r.server_cpu_cores:>9.2f}{r.client_cpu_cores:>5.1f}{r.other_cpu_cores:>6.1f}{r.idle_cpu_cores:>5.1f}"
+              f"{_cell(r.request_p99_ms):>8}{aim_p99:>5}{met:>5}{r.errors:>7}{_cell(r.server_cpu_ms, 2):>7}"
+              f"{_cell(r.postgres_cpu_ms, 2):>6}{_cell(r.peak_rss_mib):>9}{_cell(r.postgres_peak_mib, 0):>5}"
+              f"{r.server_cpu_cores:>9.2f}{r.postgres_cpu_cores:>5.1f}{r.client_cpu_cores:>5.1f}"
+              f"{r.other_cpu_cores:>6.1f}{r.idle_cpu_cores:>5.1f}"
               f"  {_notes(r)}")
+
+
+def storage_note(args: argparse.Namespace) -> str:
+    if args.storage == "sqlite":
+        return "SQLite (one file shared by all nodes)"
+    pool = args.pg_pool_size or "default"
+    return (f"PostgreSQL (a private server from tests/support/postgres.py: unix socket, fsync off; "
+            f"pool_size {pool} per process)")
 
 
 def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[OpResult]) -> None:
     print(f"grantd benchmark - {facts['cpu_cores']} cores ({facts['cpu_model']}), {facts['implementation']} "
-          f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}")
+          f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}, "
+          f"at end {facts.get('load_average_at_end')}")
     print(f"{args.clients} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
-          f"{args.client_procs} load process(es)), {args.duration:g} s per operation, SQLite, access log off")
+          f"{args.client_procs} load process(es), spread evenly over the nodes), {args.duration:g} s per operation, "
+          f"{storage_note(args)}, access log off, [limits] off (every abuse limit 0)")
     for op in args.ops:
         print(f"  {op:<13}{DESCRIPTIONS[op]}")
-    for workers in args.workers:
-        print_table(workers, [r for r in results if r.workers == workers])
+    for setup in setups(args):
+        print_table(setup, [r for r in results if (r.storage, r.nodes, r.workers) == dataclasses.astuple(setup)])
     print(f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE}).")
     print("p50/p99 ms: whole operation; req p99: single HTTP requests (they differ for authenticate and flow).")
-    print("CPU: mean cores kept busy during the run by the server's process tree (srv), the load generator")
-    print("(load) and everything else on the machine (other), and the cores left idle. The load generator")
+    print("ms/op: CPU (user + system, from /proc/PID/stat, reaped children included) of all grantd processes")
+    print("over the measured window divided by the correct answers (operations); pg: the same for PostgreSQL's")
+    print("processes. It depends far less than ops/s on how busy the machine is. peak MiB: summed RSS of")
+    print("the grantd processes; pg: summed PSS of PostgreSQL's (shared buffers counted once).")
+    print("CPU: mean cores kept busy during the run by the grantd processes (srv), PostgreSQL (pg), the load")
+    print("generator (load) and everything else on the machine (other), and the cores left idle. The load generator")
     print("shares the cores with the server, and 'other' is work of other people on a shared machine: when")
     print("it is high the figures are low and noisy (compare runs, not single numbers). Idle cores while")
     print("the rate is short of the aim mean the server waits (on SQLite's lock, say) rather than computes.")
@@ -365,7 +451,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=64, help="concurrent clients (default 64)")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per operation (default 10)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="server worker counts (default 1 2)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="server worker counts, per node (default 1 2)")
+    parser.add_argument("--storage", choices=STORAGES, default="sqlite",
+                        help="sqlite (default; one file) or postgres (a private PostgreSQL server this run starts "
+                             "and stops, from Debian's postgresql package as the tests use it)")
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1],
+                        help="grantd servers on separate ports sharing one database; the clients are spread "
+                             "evenly over them (default 1; several counts: one run each)")
+    parser.add_argument("--pg-pool-size", type=int,
+                        help="[storage] pool_size of each grantd process on PostgreSQL (default: the config default)")
     parser.add_argument("--ops", nargs="+", choices=DEFAULT_OPS, default=DEFAULT_OPS, metavar="OP",
                         help=f"operations to measure, in order (default all: {' '.join(DEFAULT_OPS)})")
     parser.add_argument("--client", choices=CLIENT_KINDS, default="lean",
@@ -385,11 +480,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
     args = parser.parse_args(argv)
     args.agents = args.agents or args.clients
-    if min(args.clients, args.client_procs, args.agents, *args.workers) < 1 or args.duration <= 0:
+    if min(args.clients, args.client_procs, args.agents, *args.workers, *args.nodes) < 1 or args.duration <= 0:
         parser.error("counts and the duration must be positive")
     if args.client_procs > args.clients:
         parser.error("--client-procs may not exceed --clients")
     return args
+
+
+def setups(args: argparse.Namespace) -> list[Setup]:
+    return [Setup(args.storage, nodes, workers) for nodes in args.nodes for workers in args.workers]
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -397,17 +496,18 @@ def profile(args: argparse.Namespace) -> None:
     op = args.profile
     out = args.profile_out or Path(tempfile.gettempdir()) / f"grantd-bench-{op}.prof"
     out.unlink(missing_ok=True)  # so that the existence check below proves this run wrote it
-    with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp:
-        server = start_server(Path(tmp) / "profiled", 1)
+    setup = Setup(args.storage, 1, 1)
+    with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp, private_postgres(args.storage) as postgres:
+        deployment = deploy(setup, Path(tmp), args, postgres)
         try:
-            agents = enroll(server, args.agents)
-            items = prepare_pool(server, op, agents, pool_size(op, args, {}))
-            server = restart_profiled(server, out)
+            agents = enroll(deployment.nodes[0], args.agents)
+            items = prepare_pool(deployment.nodes[0], op, agents, pool_size(op, args, {}))
+            deployment.nodes[0] = restart_profiled(deployment.nodes[0], out)
             log(f"  {op} under cProfile: {args.duration:g} s with {args.clients} clients")
             with client_processes(args.client_procs) as executor:
-                result = measure(op, server, 1, agents, items, args, executor)
+                result = measure(op, deployment, setup, agents, items, args, executor)
         finally:
-            code = server.stop()  # SIGTERM: Sanic stops gracefully and cProfile writes its file on exit
+            code = deployment.nodes[0].stop()  # SIGTERM: Sanic stops gracefully and cProfile writes its file on exit
     if not out.exists():
         raise SystemExit(f"the profiled server (exit {code}) did not write {out}")
     print(f"{op} under cProfile (slower than without): {result.rate:,.0f}/s, p50 {result.p50_ms} ms, "
@@ -421,7 +521,9 @@ def main(argv: list[str] | None = None) -> int:
         profile(args)
         return 0
     facts = machine_facts()
-    results = [r for workers in args.workers for r in bench_workers(workers, args)]
+    with private_postgres(args.storage) as postgres:
+        results = [r for setup in setups(args) for r in bench_setup(setup, args, postgres)]
+    facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
         print(json.dumps({"machine": facts, "settings": {k: str(v) if isinstance(v, Path) else v
                                                          for k, v in vars(args).items()},

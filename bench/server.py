@@ -1,5 +1,6 @@
-"""The server under test: a real `grantd serve` process (tests/conftest.py's helpers) and the
-memory of its whole process tree."""
+"""The servers under test: real `grantd serve` processes (tests/conftest.py's helpers), one or more
+nodes on one database (a SQLite file, or a private PostgreSQL server started from
+tests/support/postgres.py), and the CPU and memory of their process trees."""
 
 from __future__ import annotations
 
@@ -8,19 +9,33 @@ import importlib
 import os
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
+STORAGES = ("sqlite", "postgres")
+# Several nodes stand for one deployment behind a load balancer: one public URL for all of them,
+# so a token minted at one node is accepted at the others.
+SHARED_ISSUER = "http://grantd-bench.invalid"
+
+
+def _tests_module(name: str) -> Any:
+    """tests/conftest.py starts servers exactly as the test-suite does (free port, TOML config,
+    management token file) and tests/support/postgres.py a private PostgreSQL server; the bench
+    reuses both rather than keeping second copies."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    return importlib.import_module(name)
 
 
 def _conftest() -> Any:
-    """tests/conftest.py starts servers exactly as the test-suite does (free port, TOML config with
-    SQLite, management token file); the bench reuses it rather than keeping a second copy."""
-    if str(TESTS) not in sys.path:
-        sys.path.insert(0, str(TESTS))
-    return importlib.import_module("conftest")
+    return _tests_module("conftest")
+
+
+def postgres_module() -> Any:
+    return _tests_module("support.postgres")
 
 
 def _disable_access_log(config_path: Path) -> None:
@@ -41,11 +56,74 @@ LIMITS_OFF = "[limits]\n" + "".join(f"{key} = 0\n" for key in (
     "grants_per_agent", "pending_per_agent", "verify_per_address", "streams_per_principal", "streams_per_process"))
 
 
-def start_server(directory: Path, workers: int) -> Any:
-    """A started `grantd serve` with `workers` processes, its SQLite file and token in `directory`."""
-    server = _conftest().make_server(directory, workers=workers, extra=LIMITS_OFF)
+def start_server(directory: Path, workers: int, storage: str | None = None, issuer: str | None = None,
+                 token: str | None = None) -> Any:
+    """A started `grantd serve` with `workers` processes, its token (and by default its SQLite file) in
+    `directory`; `storage` replaces the lines of the [storage] table, `token` the management token."""
+    server = _conftest().make_server(directory, workers=workers, extra=LIMITS_OFF, storage=storage)
     _disable_access_log(server.config_path)
+    if issuer:
+        text = server.config_path.read_text()
+        server.config_path.write_text(text.replace(f"port = {server.port}\n", f'port = {server.port}\nissuer = "{issuer}"\n', 1))
+    if token:
+        server.token = token
+        (directory / "management-token").write_text(token + "\n")
     return server.start(timeout=60)
+
+
+@dataclass
+class Deployment:
+    """`nodes` grantd servers on separate ports sharing one database; `postgres` is the private
+    PostgreSQL server when the storage is PostgreSQL (owned by the caller, not stopped here)."""
+
+    storage: str
+    nodes: list[Any] = field(default_factory=list)
+    postgres: Any = None
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes]
+
+    def server_roots(self) -> list[int]:
+        return [node.proc.pid for node in self.nodes]
+
+    def postgres_roots(self) -> list[int]:
+        """The postmaster: its children are the backends, checkpointer, WAL writer, autovacuum."""
+        if self.postgres is None:
+            return []
+        return [int((self.postgres.data / "postmaster.pid").read_text().split()[0])]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_deployment(directory: Path, storage: str, nodes: int, workers: int, postgres: Any = None,
+                     pool_size: int | None = None) -> Deployment:
+    """`nodes` servers of `workers` processes each on one database: a SQLite file in `directory`, or
+    a new database on `postgres` (a started tests/support/postgres.py server). Started one after the
+    other: the first migrates the schema and makes the signing key, the others find them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    deployment = Deployment(storage, postgres=postgres if storage == "postgres" else None)
+    if storage == "postgres":
+        dsn_file = directory / "postgres-dsn"
+        dsn_file.write_text(postgres.create_database() + "\n")
+        dsn_file.chmod(0o600)
+        lines = f'plugin = "postgres"\ndsn = "file:{dsn_file}"'
+        if pool_size:
+            lines += f"\npool_size = {pool_size}"
+    else:
+        lines = f'plugin = "sqlite"\npath = "{directory / "grantd.db"}"'
+    try:
+        for i in range(nodes):
+            first = deployment.nodes[0] if deployment.nodes else None
+            deployment.nodes.append(start_server(directory / f"node-{i}", workers, storage=lines,
+                                                 issuer=SHARED_ISSUER if nodes > 1 else None,
+                                                 token=first.token if first else None))
+    except BaseException:
+        deployment.stop()
+        raise
+    return deployment
 
 
 def restart_profiled(server: Any, profile_to: Path) -> Any:
@@ -99,16 +177,23 @@ def rss_kib(pid: int) -> int:
     return next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), 0)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time the processes have used so far."""
+def tree_cpu_seconds(roots: list[int]) -> float:
+    """CPU time (user + system) of the process trees under `roots` so far, including children that
+    have ended and been reaped (cutime, cstime: fields 16 and 17 of proc(5)). The trees are listed
+    afresh at each reading, so the difference of two readings counts processes that started or
+    ended in between (a PostgreSQL backend for a new pooled connection, say)."""
+    tree = _children_by_parent()
     ticks = 0
-    for pid in pids:
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        todo.extend(tree.get(pid, []))
         try:
             with open(f"/proc/{pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+        ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
@@ -121,16 +206,30 @@ def machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-class MemorySampler:
-    """Samples the summed RSS of a process tree every `interval` seconds in a thread and keeps the peak.
+def pss_kib(pid: int) -> int:
+    """Proportional memory of one process (shared pages divided among their users): PostgreSQL's
+    processes share its buffers, and summing their RSS would count those once per backend."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            lines = rollup.readlines()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in lines if line.startswith("Pss:")), 0)
 
-    The tree is re-listed once a second only: scanning all of /proc ten times a second would take
+
+class MemorySampler:
+    """Samples the summed RSS (or PSS) of process trees every `interval` seconds in a thread and keeps
+    the peak.
+
+    The trees are re-listed once a second only: scanning all of /proc ten times a second would take
     CPU away from the load generator on a small machine."""
 
-    def __init__(self, root_pid: int, interval: float = 0.1, relist_every: int = 10):
-        self.root_pid = root_pid
+    def __init__(self, roots: int | list[int], interval: float = 0.1, relist_every: int = 10,
+                 proportional: bool = False):
+        self.roots = [roots] if isinstance(roots, int) else list(roots)
         self.interval = interval
         self.relist_every = relist_every
+        self.measure = pss_kib if proportional else rss_kib
         self.peak_kib = 0
         self.samples = 0
         self._stop = threading.Event()
@@ -140,18 +239,20 @@ class MemorySampler:
         pids: list[int] = []
         while not self._stop.is_set():
             if self.samples % self.relist_every == 0:
-                pids = process_tree(self.root_pid)
-            self.peak_kib = max(self.peak_kib, sum(rss_kib(pid) for pid in pids))
+                pids = [pid for root in self.roots for pid in process_tree(root)]
+            self.peak_kib = max(self.peak_kib, sum(self.measure(pid) for pid in pids))
             self.samples += 1
             self._stop.wait(self.interval)
 
     def __enter__(self) -> MemorySampler:
-        self._thread.start()
+        if self.roots:
+            self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     @property
     def peak_mib(self) -> float:
