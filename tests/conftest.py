@@ -313,11 +313,14 @@ def problem(response: httpx.Response) -> dict[str, Any]:
 # The fast tier is `scripts/test -m "not slow"`: unit, contract (SQLite and the memory example) and
 # HTTP tests against in-process and subprocess servers. The slow tier adds what builds or drives
 # heavyweight things end to end: the bundle, real CLI/elevate runs as root, browsers, PostgreSQL,
-# several nodes, schemathesis, crash and shutdown timing. The full suite (scripts/test, CI) runs both.
+# several nodes, schemathesis, crash and shutdown timing, and the exhaustive sweeps. The full suite
+# (scripts/test, CI) runs both.
 SLOW_FILES = {
     "test_bundle.py", "test_agent_cli_e2e.py", "test_crash.py", "test_schemathesis.py", "test_nodes.py",
     "test_startup_shutdown.py", "test_secrets.py", "test_elevate.py", "test_tui_live.py", "test_jwt_attacks.py",
     "test_readme.py", "test_postgres_suite.py",
+    # exhaustive sweeps (every route x every caller; generated bodies on every route)
+    "test_authz_matrix.py", "test_no_5xx.py",
 }
 
 
