@@ -35,6 +35,17 @@ from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
 from grantd.store import Conflict, StoreError
 from grantd.store.records import (
+    AGENT_CHANGEABLE,
+    AGENT_COLUMNS,
+    CREDENTIAL_COLUMNS,
+    DELEGATION_COLUMNS,
+    GRANT_CHANGEABLE,
+    GRANT_COLUMNS,
+    PERSON_CHANGEABLE,
+    PERSON_COLUMNS,
+    REGISTRATION_COLUMNS,
+    SESSION_COLUMNS,
+    WEBAUTHN_CHALLENGE_COLUMNS,
     Agent,
     Delegation,
     Grant,
@@ -278,38 +289,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (5, "people, passkeys, sessions, registration URLs, WebAuthn challenges", _m5_people),
 ]
 
-# Column allow-lists: the only names that ever reach SQL text (lapse columns are checked against them).
-AGENT_COLUMNS = (
-    "agent_id", "email", "name", "public_key", "key_id", "key_generation", "owner", "approver", "status",
-    "created_at", "updated_at",
-)
-AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")
-GRANT_COLUMNS = (
-    "id", "type", "requester", "requester_id", "request", "grant_type", "status", "created_at", "decided_by",
-    "decided_at", "expires_at", "used_at", "decision_reason", "delegation_id", "revoked_by", "revoked_at",
-    "reuse_key", "version",
-)
-GRANT_CHANGEABLE = frozenset({
-    "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
-    "delegation_id", "revoked_by", "revoked_at", "reuse_key",
-})
-DELEGATION_COLUMNS = (
-    "id", "delegator", "delegate", "audience", "scopes", "approval", "duration", "created_at", "expires_at",
-    "status", "revoked_at", "revoked_by",
-)
-PERSON_COLUMNS = ("person_id", "email", "name", "admin", "status", "created_at", "updated_at")
-PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")
-CREDENTIAL_COLUMNS = (
-    "credential_id", "person_id", "rp_id", "public_key", "sign_count", "transports", "aaguid", "name", "backed_up",
-    "created_at", "last_used_at",
-)
-SESSION_COLUMNS = (
-    "session_id", "family_id", "person_id", "created_at", "expires_at", "last_seen_at", "user_agent", "revoked_at",
-)
-REGISTRATION_COLUMNS = (
-    "id", "token_hash", "email", "admin", "purpose", "rp_id", "created_by", "created_at", "expires_at", "used_at",
-)
-WEBAUTHN_CHALLENGE_COLUMNS = ("challenge", "purpose", "rp_id", "person_id", "registration_id", "expires_at")
+# Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
 # Lists newest first by (created_at, id); the cursor is the last row of the previous page.
 AFTER = "(created_at < :after_at OR (created_at = :after_at AND {id} < :after_id))"
 

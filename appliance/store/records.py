@@ -128,3 +128,26 @@ class WebAuthnChallenge(TypedDict):
     person_id: str | None  # login by e-mail, add: whose ceremony it is
     registration_id: str | None  # register: the registration URL it belongs to
     expires_at: int
+
+
+def columns(record: type) -> tuple[str, ...]:
+    """The fields of a record, in order: the column allow-list every backend builds SQL from."""
+    return tuple(record.__annotations__)
+
+
+KEY_COLUMNS = columns(SigningKey)
+AGENT_COLUMNS = columns(Agent)
+GRANT_COLUMNS = columns(Grant)
+DELEGATION_COLUMNS = columns(Delegation)
+PERSON_COLUMNS = columns(Person)
+CREDENTIAL_COLUMNS = columns(PasskeyCredential)
+SESSION_COLUMNS = columns(Session)
+REGISTRATION_COLUMNS = columns(RegistrationUrl)
+WEBAUTHN_CHALLENGE_COLUMNS = columns(WebAuthnChallenge)
+# What the contract's update methods may change (agents.update, grants.update_if, people.update).
+AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")
+GRANT_CHANGEABLE = frozenset({
+    "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
+    "delegation_id", "revoked_by", "revoked_at", "reuse_key",
+})
+PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")

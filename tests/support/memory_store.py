@@ -33,6 +33,9 @@ from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
 from grantd.store import Conflict, StoreError
 from grantd.store.records import (
+    AGENT_CHANGEABLE,
+    GRANT_CHANGEABLE,
+    PERSON_CHANGEABLE,
     Agent,
     Delegation,
     Grant,
@@ -44,12 +47,6 @@ from grantd.store.records import (
     SigningKey,
     WebAuthnChallenge,
 )
-
-GRANT_CHANGEABLE = frozenset({
-    "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
-    "delegation_id", "revoked_by", "revoked_at", "reuse_key",
-})
-AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")
 
 
 def _newest_first(rows: list[Any], id_key: str, page: PageRequest) -> tuple[list[Any], bool]:
@@ -404,9 +401,6 @@ class MemoryRates:
 
 
 # -- people (grantd.store.people) ----------------------------------------------------------------------
-PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")
-
-
 class MemoryPeople:
     def __init__(self, data: _Data):
         self._d = data
