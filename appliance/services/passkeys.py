@@ -275,6 +275,29 @@ def _signed_in_person(principal: Principal | None) -> Principal:
 
 
 # -- registration through a registration URL -----------------------------------------------------
+def _creation_options(
+    services: Services, email: str, person_id: str, display_name: str, challenge: bytes,
+    existing: list[PasskeyCredential],
+) -> dict[str, Any]:
+    """Options for a new passkey, for a first registration and for one more alike: our RP, user
+    verification and resident key preferred, no attestation, the person's passkeys excluded."""
+    options = generate_registration_options(
+        rp_id=rp_id(services),
+        rp_name=str(services.config.webauthn.rp_name),
+        user_name=email,
+        user_id=person_id.encode(),
+        user_display_name=display_name,
+        challenge=challenge,
+        timeout=CHALLENGE_TTL_MS,
+        attestation=AttestationConveyancePreference.NONE,
+        authenticator_selection=AuthenticatorSelectionCriteria(
+            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.PREFERRED
+        ),
+        exclude_credentials=_descriptors(existing),
+    )
+    return _options(options)
+
+
 async def register_options(services: Services, token: Any) -> dict[str, Any]:
     registration = await _registration(services, token)
     person = await services.store.people.get(registration["email"])
@@ -286,21 +309,8 @@ async def register_options(services: Services, token: Any) -> dict[str, Any]:
             raise Problem(409, "this account already has a passkey: sign in and add one on your account page")
     person_id = person["person_id"] if person is not None else "usr_" + secrets.token_urlsafe(16)
     challenge = await _new_challenge(services, "register", person_id=person_id, registration_id=registration["id"])
-    options = generate_registration_options(
-        rp_id=rp_id(services),
-        rp_name=str(services.config.webauthn.rp_name),
-        user_name=registration["email"],
-        user_id=person_id.encode(),
-        user_display_name=person["name"] if person is not None else registration["email"],
-        challenge=challenge,
-        timeout=CHALLENGE_TTL_MS,
-        attestation=AttestationConveyancePreference.NONE,
-        authenticator_selection=AuthenticatorSelectionCriteria(
-            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.PREFERRED
-        ),
-        exclude_credentials=_descriptors(existing),
-    )
-    return _options(options)
+    name = person["name"] if person is not None else registration["email"]
+    return _creation_options(services, registration["email"], person_id, name, challenge, existing)
 
 
 async def register_verify(
@@ -431,21 +441,7 @@ async def add_options(services: Services, principal: Principal | None) -> dict[s
     _active(person)
     existing = [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
     challenge = await _new_challenge(services, "add", person_id=me.id)
-    options = generate_registration_options(
-        rp_id=rp_id(services),
-        rp_name=str(services.config.webauthn.rp_name),
-        user_name=person["email"],
-        user_id=me.id.encode(),
-        user_display_name=person["name"],
-        challenge=challenge,
-        timeout=CHALLENGE_TTL_MS,
-        attestation=AttestationConveyancePreference.NONE,
-        authenticator_selection=AuthenticatorSelectionCriteria(
-            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.PREFERRED
-        ),
-        exclude_credentials=_descriptors(existing),
-    )
-    return _options(options)
+    return _creation_options(services, person["email"], me.id, person["name"], challenge, existing)
 
 
 async def add_verify(services: Services, principal: Principal | None, body: dict[str, Any]) -> PasskeyCredential:

@@ -16,6 +16,8 @@ base64url fields, as ``{response: ...}`` or as the body itself):
 
 from __future__ import annotations
 
+from typing import Any
+
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
@@ -44,6 +46,16 @@ async def _end_current_session(request: Request) -> None:
             await sessions.end(services_of(request), current)
 
 
+async def _signed_in(request: Request, person: Any, credential: Any, cookie_value: str) -> HTTPResponse:
+    """The answer of a passkey sign-in (registration or login): the new session replaces the
+    browser's old one, and its cookie is set."""
+    services = services_of(request)
+    await _end_current_session(request)
+    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
+    set_session_cookie(response, services, cookie_value)
+    return response
+
+
 @bp.post("/api/webauthn/register/options")
 async def register_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
@@ -55,10 +67,7 @@ async def register_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await passkeys.limit(services, request.ctx.client_ip, "register-verify")
     person, credential, value, _ = await passkeys.register_verify(services, body, _user_agent(request))
-    await _end_current_session(request)
-    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
-    set_session_cookie(response, services, value)
-    return response
+    return await _signed_in(request, person, credential, value)
 
 
 @bp.post("/api/webauthn/login/options")
@@ -73,10 +82,7 @@ async def login_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await passkeys.limit(services, request.ctx.client_ip, "login-verify")
     person, credential, value, _ = await passkeys.login_verify(services, body, _user_agent(request))
-    await _end_current_session(request)
-    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
-    set_session_cookie(response, services, value)
-    return response
+    return await _signed_in(request, person, credential, value)
 
 
 @bp.get("/api/webauthn/credentials")
