@@ -30,11 +30,7 @@ AUTH_LIMIT = 6
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[tuple[pg.Postgres, str]]:
-    why = pg.available()
-    if why is not None:
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+    pg.require()
     server = pg.Postgres().start()
     try:
         yield server, server.create_database()

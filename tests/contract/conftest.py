@@ -61,11 +61,7 @@ _DATABASES: dict[int, str] = {}
 def postgres_server() -> pg.Postgres:
     """This test process's PostgreSQL server, started on first use, stopped by ``postgres_session``."""
     if "server" not in _SERVER:
-        why = pg.available()
-        if why is not None:
-            if os.environ.get("CI"):
-                pytest.fail(why)
-            pytest.skip(why)
+        pg.require()
         _SERVER["server"] = pg.Postgres().start()
     return _SERVER["server"]
 

@@ -622,7 +622,7 @@ class MemoryStore:
         return 1 if self._migrated else 0
 
     def serving(self) -> None:
-        pass  # no background work
+        """Nothing to start: an in-memory store has no files to checkpoint (the contract allows none)."""
 
     def close(self) -> None:
         pass

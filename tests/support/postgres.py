@@ -55,6 +55,16 @@ def available() -> str | None:
     return None
 
 
+def require() -> None:
+    """Fail (never skip) when no PostgreSQL can be started: scripts/bootstrap test installs it, so
+    its absence is a broken set-up, not a reason to test less."""
+    import pytest
+
+    why = available()
+    if why is not None:
+        pytest.fail(why)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
