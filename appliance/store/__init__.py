@@ -4,7 +4,9 @@ A ``Store`` is split by record kind: ``store.keys``, ``store.agents``, ``store.c
 ``store.grants`` (with their events), ``store.delegations``, ``store.rates`` (abuse-limit
 counters), and for people (``grantd.store.people``) ``store.people``, ``store.credentials``
 (passkeys), ``store.sessions``, ``store.registrations`` (registration URLs) and
-``store.webauthn_challenges`` — OAuth clients and codes join as further parts with their issue.
+``store.webauthn_challenges``, and for OAuth (``grantd.store.oauth``) ``store.onetime``
+(codes, flow states, used assertion ids), ``store.refresh_tokens``, ``store.device_codes`` and
+``store.consents``.
 Records are the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
 
 What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
@@ -48,6 +50,7 @@ from grantd.store.people import (
     SessionStore,
     WebAuthnChallengeStore,
 )
+from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
 
 
@@ -254,6 +257,10 @@ class Store(Protocol):
     sessions: SessionStore
     registrations: RegistrationStore
     webauthn_challenges: WebAuthnChallengeStore
+    onetime: OneTimeStore
+    refresh_tokens: RefreshTokenStore
+    device_codes: DeviceCodeStore
+    consents: ConsentStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -283,6 +290,6 @@ class Store(Protocol):
 
 
 __all__ = [
-    "AgentStore", "ChallengeStore", "Conflict", "CredentialStore", "DelegationStore", "GrantStore", "KeyStore",
-    "PersonStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
+    "AgentStore", "ChallengeStore", "Conflict", "ConsentStore", "CredentialStore", "DelegationStore", "DeviceCodeStore",
+    "GrantStore", "KeyStore", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
 ]

@@ -100,12 +100,15 @@ class PasskeyCredential(TypedDict):
 class Session(TypedDict):
     session_id: str  # SHA-256 hex of the cookie's secret; the secret itself is never stored
     family_id: str  # every session of one sign-in; revoked together
-    person_id: str
+    person_id: str | None  # None for a guest: signed in through SP login at another IdP (``idp``)
     created_at: int
     expires_at: int
     last_seen_at: int
     user_agent: str
     revoked_at: int | None
+    idp: str | None  # None: signed in here (passkey, federation); else the issuer of the IdP that vouched (SP login)
+    email: str | None  # a guest's e-mail as that IdP asserted it (None for people of this grantd)
+    name: str | None  # a guest's name as that IdP asserted it
 
 
 class RegistrationUrl(TypedDict):
@@ -130,6 +133,41 @@ class WebAuthnChallenge(TypedDict):
     expires_at: int
 
 
+class RefreshToken(TypedDict):
+    token_hash: str  # SHA-256 hex of the refresh token; the token itself is never stored
+    family_id: str  # "rtf_" + 22 url-safe characters; every rotation of one grant of access
+    client_id: str
+    person_id: str
+    scope: str  # space-separated, as granted
+    auth_time: int  # seconds: when the person authenticated (the id_token's auth_time)
+    created_at: int
+    expires_at: int  # the family's absolute end (ms); rotations keep it
+    used_at: int | None  # rotated: presenting it again revokes the family
+    revoked_at: int | None
+
+
+class DeviceCode(TypedDict):
+    device_code_hash: str  # SHA-256 hex of the device_code
+    user_code: str  # what the person types on /device: 8 letters of BCDFGHJKLMNPQRSTVWXZ, stored without the dash
+    client_id: str
+    scope: str
+    created_at: int
+    expires_at: int
+    interval: int  # seconds the client must wait between polls (slow_down adds 5)
+    last_polled_at: int | None
+    status: str  # pending | approved | denied
+    person_id: str | None
+    decided_at: int | None
+
+
+class Consent(TypedDict):
+    person_id: str
+    client_id: str
+    scope: str  # space-separated union of what was allowed
+    created_at: int
+    updated_at: int
+
+
 def columns(record: type) -> tuple[str, ...]:
     """The fields of a record, in order: the column allow-list every backend builds SQL from."""
     return tuple(record.__annotations__)
@@ -144,6 +182,9 @@ CREDENTIAL_COLUMNS = columns(PasskeyCredential)
 SESSION_COLUMNS = columns(Session)
 REGISTRATION_COLUMNS = columns(RegistrationUrl)
 WEBAUTHN_CHALLENGE_COLUMNS = columns(WebAuthnChallenge)
+REFRESH_TOKEN_COLUMNS = columns(RefreshToken)
+DEVICE_CODE_COLUMNS = columns(DeviceCode)
+CONSENT_COLUMNS = columns(Consent)
 # What the contract's update methods may change (agents.update, grants.update_if, people.update).
 AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")
 GRANT_CHANGEABLE = frozenset({

@@ -138,15 +138,19 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         admin,
         agents,
         delegations,
+        device,
         federation,
         grants,
         health,
+        oauth,
         people_admin,
+        sp,
         webauthn,
         wellknown,
     )
 
-    for module in (health, wellknown, agents, admin, people_admin, grants, delegations, federation, webauthn, pages, openapi, metrics_api):
+    for module in (health, wellknown, agents, admin, people_admin, grants, delegations, federation, webauthn, oauth, device,
+                   sp, pages, openapi, metrics_api):
         app.blueprint(module.bp)
     metrics_api.install(app, config)  # counts every answer when [metrics] enabled
     pm.hook.register_routes(app=app, config=config)
