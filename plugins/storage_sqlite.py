@@ -37,21 +37,27 @@ from grantd.store import Conflict, StoreError
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     AGENT_COLUMNS,
+    CONSENT_COLUMNS,
     CREDENTIAL_COLUMNS,
     DELEGATION_COLUMNS,
+    DEVICE_CODE_COLUMNS,
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
     PERSON_CHANGEABLE,
     PERSON_COLUMNS,
+    REFRESH_TOKEN_COLUMNS,
     REGISTRATION_COLUMNS,
     SESSION_COLUMNS,
     WEBAUTHN_CHALLENGE_COLUMNS,
     Agent,
+    Consent,
     Delegation,
+    DeviceCode,
     Grant,
     GrantEvent,
     PasskeyCredential,
     Person,
+    RefreshToken,
     RegistrationUrl,
     Session,
     SigningKey,
@@ -281,12 +287,102 @@ def _m5_people(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX webauthn_challenges_person ON webauthn_challenges (person_id)")
 
 
+def _m6_oauth(db: sqlite_utils.Database) -> None:
+    # Issue "OAuth": one-time records (codes, flow states, used assertion ids), refresh-token
+    # families, device codes, remembered consent; guest sessions of SP login (person_id NULL, idp,
+    # email, name). SQLite cannot make a column nullable: sessions is rebuilt (the documented
+    # 12-step way, inside the migration's transaction), keeping its rows and indexes.
+    db.execute(
+        """CREATE TABLE oauth_onetime (
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            data TEXT NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (kind, key)
+        ) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX oauth_onetime_expires ON oauth_onetime (expires_at)")
+    db.execute(
+        """CREATE TABLE refresh_tokens (
+            token_hash TEXT PRIMARY KEY,
+            family_id TEXT NOT NULL,
+            client_id TEXT NOT NULL,
+            person_id TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            auth_time INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            used_at INTEGER,
+            revoked_at INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX refresh_tokens_family ON refresh_tokens (family_id)")
+    db.execute("CREATE INDEX refresh_tokens_person ON refresh_tokens (person_id, client_id)")
+    db.execute("CREATE INDEX refresh_tokens_expires ON refresh_tokens (expires_at)")
+    db.execute(
+        """CREATE TABLE device_codes (
+            device_code_hash TEXT PRIMARY KEY,
+            user_code TEXT NOT NULL UNIQUE,
+            client_id TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            interval INTEGER NOT NULL,
+            last_polled_at INTEGER,
+            status TEXT NOT NULL,
+            person_id TEXT,
+            decided_at INTEGER
+        )"""
+    )
+    db.execute("CREATE INDEX device_codes_expires ON device_codes (expires_at)")
+    db.execute(
+        """CREATE TABLE consents (
+            person_id TEXT NOT NULL,
+            client_id TEXT NOT NULL,
+            scope TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            PRIMARY KEY (person_id, client_id)
+        ) WITHOUT ROWID"""
+    )
+    db.execute(
+        """CREATE TABLE sessions_new (
+            session_id TEXT PRIMARY KEY,
+            family_id TEXT NOT NULL,
+            person_id TEXT,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            last_seen_at INTEGER NOT NULL,
+            user_agent TEXT NOT NULL,
+            revoked_at INTEGER,
+            idp TEXT,
+            email TEXT,
+            name TEXT
+        )"""
+    )
+    db.execute(
+        """INSERT INTO sessions_new (session_id, family_id, person_id, created_at, expires_at, last_seen_at,
+                                     user_agent, revoked_at)
+           SELECT session_id, family_id, person_id, created_at, expires_at, last_seen_at, user_agent, revoked_at
+           FROM sessions"""
+    )
+    db.execute("DROP TABLE sessions")
+    db.execute("ALTER TABLE sessions_new RENAME TO sessions")
+    db.execute("CREATE INDEX sessions_family ON sessions (family_id)")
+    db.execute("CREATE INDEX sessions_person ON sessions (person_id, created_at DESC)")
+    db.execute("CREATE INDEX sessions_created ON sessions (created_at DESC, session_id DESC)")
+    db.execute("CREATE INDEX sessions_expires ON sessions (expires_at)")
+    # D3: keys of several algorithms coexist; the active key is looked up per algorithm.
+    db.execute("CREATE INDEX signing_keys_alg ON signing_keys (alg, retired_at, created_at)")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
     (3, "key generation, requester ids, agent paging, retired keys without private keys", _m3_principals),
     (4, "rate counters", _m4_rate_counters),
     (5, "people, passkeys, sessions, registration URLs, WebAuthn challenges", _m5_people),
+    (6, "OAuth one-time records, refresh tokens, device codes, consents; guest sessions; keys per algorithm", _m6_oauth),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
@@ -459,9 +555,10 @@ class SQLiteKeys:
     async def all(self) -> list[SigningKey]:
         return [self._key(r) for r in self._db.all("SELECT * FROM signing_keys ORDER BY created_at DESC, rowid DESC")]
 
-    async def active_kid(self) -> str | None:
+    async def active_kid(self, alg: str = "EdDSA") -> str | None:
         row = self._db.one(
-            "SELECT kid FROM signing_keys WHERE retired_at IS NULL ORDER BY created_at DESC, rowid DESC LIMIT 1"
+            "SELECT kid FROM signing_keys WHERE alg = ? AND retired_at IS NULL ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            (alg,),
         )
         return str(row["kid"]) if row else None
 
@@ -474,7 +571,7 @@ class SQLiteKeys:
 
     async def add_first(self, key: SigningKey) -> bool:
         async with self._db.awrite() as conn:
-            if conn.execute("SELECT 1 FROM signing_keys WHERE retired_at IS NULL").fetchone():
+            if conn.execute("SELECT 1 FROM signing_keys WHERE alg = ? AND retired_at IS NULL", (key["alg"],)).fetchone():
                 return False
             self._insert(conn, key)
             return True
@@ -482,7 +579,8 @@ class SQLiteKeys:
     async def rotate(self, key: SigningKey, now: int) -> list[str]:
         async with self._db.awrite() as conn:
             retired = conn.execute(
-                "UPDATE signing_keys SET retired_at = ?, private_pem = '' WHERE retired_at IS NULL RETURNING kid", (now,)
+                "UPDATE signing_keys SET retired_at = ?, private_pem = '' WHERE alg = ? AND retired_at IS NULL RETURNING kid",
+                (now, key["alg"]),
             ).fetchall()
             self._insert(conn, key)
         return [str(r[0]) for r in retired]
@@ -992,6 +1090,8 @@ class SQLitePeople:
             conn.execute("DELETE FROM sessions WHERE person_id = ?", (person_id,))
             conn.execute("DELETE FROM webauthn_challenges WHERE person_id = ?", (person_id,))
             conn.execute("DELETE FROM registration_urls WHERE email = ? AND used_at IS NULL", (row["email"],))
+            conn.execute("DELETE FROM refresh_tokens WHERE person_id = ?", (person_id,))
+            conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
         return _person(row)
 
 
@@ -1177,6 +1277,226 @@ class SQLiteWebAuthnChallenges:
         return cast(WebAuthnChallenge, dict(row))
 
 
+# -- OAuth (grantd.store.oauth) --------------------------------------------------------------------------
+def _was_live(rows: builtins.list[Any], now: int) -> int:
+    """How many of the rows a revoking UPDATE returned (as they are now) were live before it."""
+    return sum(1 for r in rows if r["used_at"] is None and r["expires_at"] > now)
+
+
+def _union_scope(stored: str, new: str) -> str:
+    """The stored scopes, then the new ones not among them (order kept: the same in every backend)."""
+    scopes = stored.split()
+    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
+    return " ".join(scopes)
+
+
+class SQLiteOneTime:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def put(self, kind: str, key: str, data: dict[str, Any], expires_at: int, now: int) -> None:
+        async with self._db.awrite() as conn:
+            conn.execute("DELETE FROM oauth_onetime WHERE expires_at <= ?", (now,))  # index range; an expired twin too
+            try:
+                conn.execute(
+                    "INSERT INTO oauth_onetime (kind, key, data, expires_at) VALUES (?, ?, ?, ?)",
+                    (kind, key, _json(data), expires_at),
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("key") from None
+
+    async def take(self, kind: str, key: str, now: int) -> dict[str, Any] | None:
+        # The DELETE decides: of any number of concurrent takers in any process, one sees the row.
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                "DELETE FROM oauth_onetime WHERE kind = ? AND key = ? RETURNING data, expires_at", (kind, key)
+            ).fetchone()
+        if row is None or row["expires_at"] <= now:
+            return None
+        return cast(dict[str, Any], json.loads(row["data"]))
+
+
+class SQLiteRefreshTokens:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, token: RefreshToken) -> RefreshToken:
+        row: dict[str, Any] = {c: token.get(c) for c in REFRESH_TOKEN_COLUMNS}
+        async with self._db.awrite() as conn:
+            # families that ended before this one began go (an index range: cheap)
+            conn.execute("DELETE FROM refresh_tokens WHERE expires_at <= ?", (row["created_at"],))
+            try:
+                _insert(conn, "refresh_tokens", REFRESH_TOKEN_COLUMNS, row)
+            except sqlite3.IntegrityError:
+                raise Conflict("token_hash") from None
+        return cast(RefreshToken, row)
+
+    async def rotate(self, token_hash: str, new: RefreshToken, now: int) -> tuple[str, RefreshToken | None]:
+        row: dict[str, Any] = {c: new.get(c) for c in REFRESH_TOKEN_COLUMNS}
+        async with self._db.awrite() as conn:
+            # The conditional UPDATE decides: of concurrent redeemers of one token, one marks it used.
+            used = conn.execute(
+                """UPDATE refresh_tokens SET used_at = :now
+                   WHERE token_hash = :hash AND used_at IS NULL AND revoked_at IS NULL AND expires_at > :now
+                   RETURNING *""",
+                {"now": now, "hash": token_hash},
+            ).fetchone()
+            if used is not None:
+                try:
+                    _insert(conn, "refresh_tokens", REFRESH_TOKEN_COLUMNS, row)
+                except sqlite3.IntegrityError:
+                    raise Conflict("token_hash") from None  # rolls the redemption back too
+                return "rotated", cast(RefreshToken, {**dict(used), "used_at": None})
+            found = conn.execute("SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)).fetchone()
+            if found is None:
+                return "unknown", None
+            old = cast(RefreshToken, dict(found))
+            if old["expires_at"] <= now:
+                return "expired", old
+            if old["revoked_at"] is not None and old["used_at"] is None:
+                return "revoked", old
+            # used before: a replay (or a stolen copy) — the whole family goes (if it has not yet)
+            conn.execute(
+                "UPDATE refresh_tokens SET revoked_at = ? WHERE family_id = ? AND revoked_at IS NULL", (now, old["family_id"])
+            )
+            return "reused", old
+
+    async def get(self, token_hash: str) -> RefreshToken | None:
+        return cast(RefreshToken | None, self._db.one("SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)))
+
+    async def family_live(self, family_id: str, now: int) -> bool:
+        return self._db.one(
+            "SELECT 1 FROM refresh_tokens WHERE family_id = ? AND revoked_at IS NULL AND expires_at > ? LIMIT 1",
+            (family_id, now),
+        ) is not None
+
+    async def _revoke(self, where: str, params: dict[str, Any], now: int) -> int:
+        async with self._db.awrite() as conn:
+            return _was_live(conn.execute(
+                f"UPDATE refresh_tokens SET revoked_at = :now WHERE {where} AND revoked_at IS NULL RETURNING used_at, expires_at",  # noqa: S608 - fixed clauses
+                {**params, "now": now},
+            ).fetchall(), now)
+
+    async def revoke_family(self, family_id: str, now: int) -> int:
+        return await self._revoke("family_id = :family_id", {"family_id": family_id}, now)
+
+    async def revoke_person(self, person_id: str, now: int, client_id: str | None = None) -> int:
+        if client_id is None:
+            return await self._revoke("person_id = :person_id", {"person_id": person_id}, now)
+        return await self._revoke(
+            "person_id = :person_id AND client_id = :client_id", {"person_id": person_id, "client_id": client_id}, now
+        )
+
+    async def list_families(self, person_id: str, now: int) -> builtins.list[RefreshToken]:
+        # A live family has exactly one unused token: its newest (a rotation uses the old one and
+        # adds the next in one transaction; a reuse revokes the family).
+        rows = self._db.all(
+            """SELECT * FROM refresh_tokens WHERE person_id = ? AND used_at IS NULL AND revoked_at IS NULL
+               AND expires_at > ? ORDER BY created_at DESC, token_hash DESC""",
+            (person_id, now),
+        )
+        return cast(builtins.list[RefreshToken], rows)
+
+
+class SQLiteDeviceCodes:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, device: DeviceCode) -> DeviceCode:
+        row: dict[str, Any] = {c: device.get(c) for c in DEVICE_CODE_COLUMNS}
+        async with self._db.awrite() as conn:
+            # requests that expired before this one began go, so their user codes are free again
+            conn.execute("DELETE FROM device_codes WHERE expires_at <= ?", (row["created_at"],))
+            try:
+                _insert(conn, "device_codes", DEVICE_CODE_COLUMNS, row)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict("user_code" if "user_code" in str(exc) else "device_code_hash") from None
+        return cast(DeviceCode, row)
+
+    async def get_by_user_code(self, user_code: str, now: int) -> DeviceCode | None:
+        return cast(DeviceCode | None, self._db.one(
+            "SELECT * FROM device_codes WHERE user_code = ? AND expires_at > ?", (user_code, now)
+        ))
+
+    async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
+        # The conditional UPDATE decides: of concurrent deciders, exactly one finds it pending.
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                """UPDATE device_codes SET status = ?, person_id = ?, decided_at = ?
+                   WHERE user_code = ? AND status = 'pending' AND expires_at > ? RETURNING *""",
+                ("approved" if approved else "denied", person_id, now, user_code, now),
+            ).fetchone()
+        return cast(DeviceCode, dict(row)) if row else None
+
+    async def poll(self, device_code_hash: str, now: int) -> DeviceCode | None:
+        async with self._db.awrite() as conn:
+            row = conn.execute("SELECT * FROM device_codes WHERE device_code_hash = ?", (device_code_hash,)).fetchone()
+            if row is None:
+                return None
+            conn.execute("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?", (now, device_code_hash))
+        return cast(DeviceCode, dict(row))
+
+    async def take(self, device_code_hash: str, now: int) -> DeviceCode | None:
+        # The DELETE decides: of concurrent token exchanges, exactly one gets the approved request.
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                """DELETE FROM device_codes WHERE device_code_hash = ? AND status = 'approved' AND expires_at > ?
+                   RETURNING *""",
+                (device_code_hash, now),
+            ).fetchone()
+        return cast(DeviceCode, dict(row)) if row else None
+
+    async def slow_down(self, device_code_hash: str, interval: int, now: int) -> None:
+        async with self._db.awrite() as conn:
+            conn.execute(
+                "UPDATE device_codes SET interval = ? WHERE device_code_hash = ? AND interval < ?",
+                (int(interval), device_code_hash, int(interval)),
+            )
+
+
+class SQLiteConsents:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def remember(self, consent: Consent) -> Consent:
+        async with self._db.awrite() as conn:
+            found = conn.execute(
+                "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (consent["person_id"], consent["client_id"])
+            ).fetchone()
+            row: dict[str, Any] = {c: consent.get(c) for c in CONSENT_COLUMNS}
+            row["scope"] = _union_scope("", str(row["scope"]))
+            if found is not None:
+                row["scope"] = _union_scope(found["scope"], row["scope"])
+                row["created_at"] = found["created_at"]
+            conn.execute(
+                f"INSERT OR REPLACE INTO consents ({', '.join(CONSENT_COLUMNS)}) VALUES ({', '.join(':' + c for c in CONSENT_COLUMNS)})",  # noqa: S608 - fixed column list
+                row,
+            )
+        return cast(Consent, row)
+
+    async def get(self, person_id: str, client_id: str) -> Consent | None:
+        return cast(Consent | None, self._db.one(
+            "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (person_id, client_id)
+        ))
+
+    async def list_for(self, person_id: str) -> builtins.list[Consent]:
+        rows = self._db.all(
+            "SELECT * FROM consents WHERE person_id = ? ORDER BY updated_at DESC, client_id", (person_id,)
+        )
+        return cast(builtins.list[Consent], rows)
+
+    async def withdraw(self, person_id: str, client_id: str, now: int) -> bool:
+        async with self._db.awrite() as conn:
+            deleted = conn.execute(
+                "DELETE FROM consents WHERE person_id = ? AND client_id = ?", (person_id, client_id)
+            ).rowcount
+            conn.execute(
+                "UPDATE refresh_tokens SET revoked_at = ? WHERE person_id = ? AND client_id = ? AND revoked_at IS NULL",
+                (now, person_id, client_id),
+            )
+        return int(deleted) == 1
+
+
 class SQLiteStore:
     """``grantd.store.Store`` on one SQLite file; see grantd.store for the contract of each method."""
 
@@ -1211,6 +1531,10 @@ class SQLiteStore:
         self.sessions = SQLiteSessions(self._db)
         self.registrations = SQLiteRegistrations(self._db)
         self.webauthn_challenges = SQLiteWebAuthnChallenges(self._db)
+        self.onetime = SQLiteOneTime(self._db)
+        self.refresh_tokens = SQLiteRefreshTokens(self._db)
+        self.device_codes = SQLiteDeviceCodes(self._db)
+        self.consents = SQLiteConsents(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 

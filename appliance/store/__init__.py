@@ -43,6 +43,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
+from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.people import (
     CredentialStore,
     PersonStore,
@@ -50,7 +51,6 @@ from grantd.store.people import (
     SessionStore,
     WebAuthnChallengeStore,
 )
-from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
 
 
@@ -69,21 +69,24 @@ class Conflict(StoreError):
 
 @runtime_checkable
 class KeyStore(Protocol):
-    """Signing keys: ``SigningKey`` records; the active key is the newest unretired one."""
+    """Signing keys: ``SigningKey`` records. Keys of several algorithms coexist (D3: id tokens are
+    EdDSA by default, ES256 or RS256 when a client asks); each algorithm has its own active key,
+    the newest unretired key with that ``alg``."""
 
     async def all(self) -> list[SigningKey]:
-        """Every key, newest first."""
+        """Every key (every algorithm), newest first."""
 
-    async def active_kid(self) -> str | None:
-        """Kid of the key that signs now, or None."""
+    async def active_kid(self, alg: str = "EdDSA") -> str | None:
+        """Kid of the key of algorithm ``alg`` that signs now, or None."""
 
     async def add_first(self, key: SigningKey) -> bool:
-        """Insert ``key`` only if no unretired key exists (several processes start at once: exactly
-        one inserts). True if this call inserted it."""
+        """Insert ``key`` only if no unretired key of its algorithm (``key["alg"]``) exists (several
+        processes start at once: exactly one inserts). True if this call inserted it."""
 
     async def rotate(self, key: SigningKey, now: int) -> list[str]:
-        """Retire every active key at ``now`` **and delete its private key** (``private_pem`` becomes
-        ""), insert ``key`` as the active one; return the retired kids. One transaction."""
+        """Retire every active key of ``key["alg"]`` at ``now`` **and delete its private key**
+        (``private_pem`` becomes ""), insert ``key`` as the active one of that algorithm; return the
+        retired kids. Keys of other algorithms are untouched. One transaction."""
 
     async def drop_retired_before(self, cutoff: int) -> int:
         """Delete keys retired before ``cutoff`` (ms); return how many."""

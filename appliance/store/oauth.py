@@ -33,10 +33,14 @@ class OneTimeStore(Protocol):
 @runtime_checkable
 class RefreshTokenStore(Protocol):
     """Refresh tokens in families (D9): each redemption rotates the token inside its family; a
-    token that was already rotated (``used_at`` set) and is presented again revokes the family."""
+    token that was already rotated (``used_at`` set) and is presented again revokes the family.
+    A family is revoked when its tokens carry ``revoked_at`` (every revocation sets it on all of
+    them). ``people.delete`` deletes the person's tokens (and consents) in its transaction."""
 
     async def create(self, token: RefreshToken) -> RefreshToken:
-        """Insert (a new family's first token, from a code or device exchange). ``Conflict("token_hash")``."""
+        """Insert (a new family's first token, from a code or device exchange). ``Conflict("token_hash")``.
+        May drop the tokens of families that expired before ``created_at`` (``rotate`` then answers
+        ``unknown`` for them instead of ``expired``)."""
 
     async def rotate(self, token_hash: str, new: RefreshToken, now: int) -> tuple[str, RefreshToken | None]:
         """Redeem ``token_hash`` and, in the same transaction, insert ``new`` (same ``family_id``,
@@ -50,6 +54,11 @@ class RefreshTokenStore(Protocol):
           (``revoked_at = now`` on every token of it); ``new`` is not stored.
         - ``("revoked", old)`` / ``("expired", old)``: the family was revoked / has expired; nothing changes.
         - ``("unknown", None)``: no such token.
+
+        Checked in this order: unknown; live (rotated); the family expired (expired, whether or not
+        the token was used); the token was used (reused, also when the family is revoked already,
+        e.g. by an earlier replay: every concurrent loser of one token gets ``reused``); else
+        revoked. ``Conflict("token_hash")`` if ``new`` collides, and then nothing changes.
         """
 
     async def get(self, token_hash: str) -> RefreshToken | None: ...
@@ -66,7 +75,8 @@ class RefreshTokenStore(Protocol):
         tokens were live."""
 
     async def list_families(self, person_id: str, now: int) -> builtins.list[RefreshToken]:
-        """The person's live families, one record each (its newest token), newest first."""
+        """The person's live families, one record each (its newest token, the only unused one),
+        newest first by that token's ``created_at`` (the family's last use)."""
 
 
 @runtime_checkable
@@ -82,8 +92,8 @@ class DeviceCodeStore(Protocol):
         """The unexpired request with this user code (any status), or None."""
 
     async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
-        """Approve (``status = approved``, ``person_id``, ``decided_at``) or deny a pending, unexpired
-        request; the record after the change, or None if it is not pending or has expired. Exactly
+        """Approve (``status = approved``, ``person_id``, ``decided_at``) or deny (``status = denied``;
+        ``person_id`` and ``decided_at`` record who denied, when) a pending, unexpired request; the record after the change, or None if it is not pending or has expired. Exactly
         one concurrent decider wins."""
 
     async def poll(self, device_code_hash: str, now: int) -> DeviceCode | None:
@@ -94,6 +104,11 @@ class DeviceCodeStore(Protocol):
         """Delete and return an approved, unexpired request (the token exchange). Exactly one
         concurrent taker gets it; None otherwise (nothing changes)."""
 
+    async def slow_down(self, device_code_hash: str, interval: int, now: int) -> None:
+        """The client polled too fast (RFC 8628 ``slow_down``): raise the request's ``interval`` to
+        ``interval`` seconds; never lowers it (concurrent callers: the largest stays). Nothing if
+        the request is unknown."""
+
 
 @runtime_checkable
 class ConsentStore(Protocol):
@@ -101,7 +116,8 @@ class ConsentStore(Protocol):
 
     async def remember(self, consent: Consent) -> Consent:
         """Insert or replace the consent of (person_id, client_id): the scopes are the union of the
-        stored and the new ones; ``created_at`` is kept, ``updated_at`` set."""
+        stored and the new ones (the stored ones in their order, then the new ones not among them,
+        each once); ``created_at`` is kept, ``updated_at`` set. Returns the consent as stored."""
 
     async def get(self, person_id: str, client_id: str) -> Consent | None: ...
 

@@ -5,6 +5,7 @@ of pytest, so a spawned process starts fast)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from typing import Any
 
@@ -92,5 +93,46 @@ def complete_registration(path: str, start_at: float, token_hash: str, tag: str,
 
     async def work(store: SQLiteStore) -> list[str]:
         return list(await asyncio.gather(*(redeem(store, i) for i in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def take_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> list[dict[str, Any] | None]:
+    async def work(store: SQLiteStore) -> list[dict[str, Any] | None]:
+        return list(await asyncio.gather(*(store.onetime.take(kind, key, now) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def rotate_refresh(path: str, start_at: float, old: dict[str, Any], tag: str, now: int) -> list[tuple[str, str]]:
+    """Redeem one refresh token TAKERS times at once, each with a new token of its own; each result
+    is (outcome, the new token's hash)."""
+    async def rotate(store: SQLiteStore, i: int) -> tuple[str, str]:
+        new_hash = hashlib.sha256(f"{tag}{i}".encode()).hexdigest()
+        new = {**old, "token_hash": new_hash, "created_at": now, "used_at": None, "revoked_at": None}
+        outcome, _ = await store.refresh_tokens.rotate(old["token_hash"], new, now)  # type: ignore[arg-type]
+        return outcome, new_hash
+
+    async def work(store: SQLiteStore) -> list[tuple[str, str]]:
+        return list(await asyncio.gather(*(rotate(store, i) for i in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def take_device(path: str, start_at: float, device_code_hash: str, now: int) -> list[str | None]:
+    async def work(store: SQLiteStore) -> list[str | None]:
+        taken = await asyncio.gather(*(store.device_codes.take(device_code_hash, now) for _ in range(TAKERS)))
+        return [t["person_id"] if t is not None else None for t in taken]
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def decide_device(path: str, start_at: float, user_code: str, tag: str, now: int) -> list[str | None]:
+    """Decide one device request TAKERS times at once, each as another person; each result is the
+    deciding person's id as the winner's record names it, None for the losers."""
+    async def work(store: SQLiteStore) -> list[str | None]:
+        decided = await asyncio.gather(*(
+            store.device_codes.decide(user_code, f"usr_{tag}{i}", i % 2 == 0, now) for i in range(TAKERS)))
+        return [d["person_id"] if d is not None else None for d in decided]
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]

@@ -9,10 +9,13 @@ from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
 from grantd.core.paging import Cursor, PageRequest
 from grantd.store.records import (
     Agent,
+    Consent,
     Delegation,
+    DeviceCode,
     Grant,
     PasskeyCredential,
     Person,
+    RefreshToken,
     RegistrationUrl,
     Session,
     SigningKey,
@@ -53,8 +56,8 @@ async def walk(list_page: Any, limit: int, id_key: str = "id") -> list[list[Any]
         page = next_page(rows, limit, id_key)
 
 
-def key(kid: str, created_at: int = NOW) -> SigningKey:
-    return {"kid": kid, "alg": "EdDSA", "private_pem": f"-----PRIVATE {kid}-----", "public_jwk": {"kid": kid, "x": kid},
+def key(kid: str, created_at: int = NOW, alg: str = "EdDSA") -> SigningKey:
+    return {"kid": kid, "alg": alg, "private_pem": f"-----PRIVATE {kid}-----", "public_jwk": {"kid": kid, "x": kid},
             "created_at": created_at, "retired_at": None}
 
 
@@ -111,7 +114,7 @@ def session(sid: str, person_id: str = "usr_alice", *, family_id: str | None = N
             expires_at: int = NOW + HOUR, **changes: Any) -> Session:
     record: Session = {"session_id": sid, "family_id": family_id or f"fam_{sid}", "person_id": person_id,
                        "created_at": created_at, "expires_at": expires_at, "last_seen_at": created_at,
-                       "user_agent": "Firefox", "revoked_at": None}
+                       "user_agent": "Firefox", "revoked_at": None, "idp": None, "email": None, "name": None}
     record.update(changes)  # type: ignore[typeddict-item]
     return record
 
@@ -138,3 +141,50 @@ def webauthn_challenge(value: str, purpose: str = "login", *, expires_at: int = 
                                  "person_id": None, "registration_id": None, "expires_at": expires_at}
     record.update(changes)  # type: ignore[typeddict-item]
     return record
+
+
+# -- OAuth (grantd.store.oauth) --------------------------------------------------------------------------
+DAY = 24 * HOUR
+
+
+def sha(secret: str) -> str:
+    """How callers key secrets: SHA-256 hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def refresh_token(secret: str, *, family_id: str = "rtf_one", person_id: str = "usr_alice", client_id: str = "apes-cli",
+                  created_at: int = NOW, expires_at: int = NOW + 30 * DAY, **changes: Any) -> RefreshToken:
+    record: RefreshToken = {
+        "token_hash": sha(secret), "family_id": family_id, "client_id": client_id, "person_id": person_id,
+        "scope": "openid email offline_access", "auth_time": created_at // 1000, "created_at": created_at,
+        "expires_at": expires_at, "used_at": None, "revoked_at": None,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def next_token(old: RefreshToken, secret: str, created_at: int) -> RefreshToken:
+    """The token a rotation of ``old`` stores: same family, client, person and family end."""
+    return {**old, "token_hash": sha(secret), "created_at": created_at, "used_at": None, "revoked_at": None}
+
+
+def device_code(secret: str, user_code: str = "BCDFGHJK", *, created_at: int = NOW, expires_at: int = NOW + 600_000,
+                **changes: Any) -> DeviceCode:
+    record: DeviceCode = {
+        "device_code_hash": sha(secret), "user_code": user_code, "client_id": "grantd-cli", "scope": "openid",
+        "created_at": created_at, "expires_at": expires_at, "interval": 5, "last_polled_at": None,
+        "status": "pending", "person_id": None, "decided_at": None,
+    }
+    record.update(changes)  # type: ignore[typeddict-item]
+    return record
+
+
+def consent(client_id: str = "sp.example.com", person_id: str = "usr_alice", *, scope: str = "openid email",
+            at: int = NOW) -> Consent:
+    return {"person_id": person_id, "client_id": client_id, "scope": scope, "created_at": at, "updated_at": at}
+
+
+def guest_session(sid: str, *, created_at: int = NOW, **changes: Any) -> Session:
+    """A guest: signed in through SP login at another IdP, no person here."""
+    return session(sid, None, created_at=created_at, **{  # type: ignore[arg-type]
+        "idp": "https://idp.example.org", "email": "guest@example.org", "name": "Guest", **changes})

@@ -16,7 +16,7 @@ from grantd.core.paging import PageRequest
 
 from . import _workers
 from .conftest import postgres_server
-from .factories import HOUR, NOW, grant, registration, token_hash
+from .factories import HOUR, NOW, device_code, grant, refresh_token, registration, sha, token_hash
 
 PROCESSES = 3
 pytestmark = pytest.mark.anyio
@@ -129,5 +129,69 @@ async def test_registration_url_redeemed_once_across_processes(target, pool):
         assert [c["credential_id"] for c in await store.credentials.list_for(alice["person_id"])] == winners
         assert (await store.people.list(PageRequest(100, None)))[0] == [alice]
         assert (await store.registrations.get_by_token_hash(token_hash("r1")))["used_at"] == NOW
+    finally:
+        store.close()
+
+
+# -- OAuth (grantd.store.oauth): single use across processes and nodes ----------------------------------
+async def test_onetime_record_taken_once_across_processes(target, pool):
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.onetime.put("code", sha("code1"), {"client_id": "apes-cli"}, NOW + 60_000, NOW)
+        results = pool.starmap(_workers.take_onetime, [(target, start_soon(), "code", sha("code1"), NOW)] * PROCESSES)
+        assert [r for rs in results for r in rs if r is not None] == [{"client_id": "apes-cli"}]
+    finally:
+        store.close()
+
+
+async def test_refresh_token_rotated_once_across_processes(target, pool):
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        first = await store.refresh_tokens.create(refresh_token("r1"))
+        at = start_soon()
+        results = pool.starmap(_workers.rotate_refresh, [(target, at, dict(first), f"p{i}_", NOW + 10)
+                                                         for i in range(PROCESSES)])
+        flat = [r for rs in results for r in rs]
+        rotated = [h for outcome, h in flat if outcome == "rotated"]
+        assert len(rotated) == 1
+        assert sorted(outcome for outcome, _ in flat if outcome != "rotated") == ["reused"] * (len(flat) - 1)
+        stored = [h for _, h in flat if await store.refresh_tokens.get(h) is not None]
+        assert stored == rotated  # only the winner's new token exists
+        # the replays revoked the family: the winner's new token is dead too
+        assert not await store.refresh_tokens.family_live(first["family_id"], NOW + 10)
+        assert (await store.refresh_tokens.get(rotated[0]))["revoked_at"] == NOW + 10
+    finally:
+        store.close()
+
+
+async def test_device_code_taken_once_across_processes(target, pool):
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.device_codes.create(device_code("d1"))
+        assert await store.device_codes.decide("BCDFGHJK", "usr_alice", True, NOW + 1)
+        results = pool.starmap(_workers.take_device, [(target, start_soon(), sha("d1"), NOW + 2)] * PROCESSES)
+        assert [r for rs in results for r in rs if r is not None] == ["usr_alice"]
+        assert await store.device_codes.poll(sha("d1"), NOW + 3) is None
+    finally:
+        store.close()
+
+
+async def test_device_code_decided_once_across_processes(target, pool):
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.device_codes.create(device_code("d1"))
+        at = start_soon()
+        results = pool.starmap(_workers.decide_device, [(target, at, "BCDFGHJK", f"p{i}_", NOW + 1)
+                                                        for i in range(PROCESSES)])
+        winners = [r for rs in results for r in rs if r is not None]
+        assert len(winners) == 1
+        stored = await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 2)
+        assert stored["person_id"] == winners[0] and stored["decided_at"] == NOW + 1
+        # the winner's choice is what is stored: even indexes approve, odd ones deny
+        assert stored["status"] == ("approved" if int(winners[0].rsplit("_", 1)[1]) % 2 == 0 else "denied")
     finally:
         store.close()

@@ -42,3 +42,27 @@ async def test_a_file_that_is_not_a_backup_changes_nothing(store, tmp_path):
     with pytest.raises(StoreError):
         await store.restore(str(junk))
     assert await store.agents.get("agt_stays") is not None
+
+
+async def test_backup_carries_oauth_records_and_guest_sessions(store, tmp_path):
+    from .factories import NOW, consent, device_code, guest_session, refresh_token, sha
+
+    await store.onetime.put("code", sha("c1"), {"client_id": "apes-cli"}, NOW + 60_000, NOW)
+    token = await store.refresh_tokens.create(refresh_token("r1"))
+    device = await store.device_codes.create(device_code("d1"))
+    remembered = await store.consents.remember(consent())
+    guest = await store.sessions.create(guest_session("g1"))
+    backup = tmp_path / "backup.db"
+    await store.backup(str(backup))
+    await store.onetime.take("code", sha("c1"), NOW)
+    await store.refresh_tokens.revoke_family(token["family_id"], NOW + 1)
+    await store.consents.withdraw("usr_alice", "sp.example.com", NOW + 1)
+    await store.sessions.revoke_family(guest["family_id"], NOW + 1)
+
+    await store.restore(str(backup))
+
+    assert await store.onetime.take("code", sha("c1"), NOW + 2) == {"client_id": "apes-cli"}
+    assert await store.refresh_tokens.get(sha("r1")) == token
+    assert await store.device_codes.get_by_user_code(device["user_code"], NOW + 2) == device
+    assert await store.consents.get("usr_alice", "sp.example.com") == remembered
+    assert await store.sessions.get("g1", NOW + 2) == guest

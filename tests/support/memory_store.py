@@ -37,11 +37,14 @@ from grantd.store.records import (
     GRANT_CHANGEABLE,
     PERSON_CHANGEABLE,
     Agent,
+    Consent,
     Delegation,
+    DeviceCode,
     Grant,
     GrantEvent,
     PasskeyCredential,
     Person,
+    RefreshToken,
     RegistrationUrl,
     Session,
     SigningKey,
@@ -77,6 +80,10 @@ class _Data:
         self.sessions: dict[str, Session] = {}
         self.registrations: dict[str, RegistrationUrl] = {}
         self.webauthn: dict[str, WebAuthnChallenge] = {}
+        self.onetime: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}  # (kind, key) -> (data, expires_at)
+        self.refresh_tokens: dict[str, RefreshToken] = {}
+        self.device_codes: dict[str, DeviceCode] = {}
+        self.consents: dict[tuple[str, str], Consent] = {}  # (person_id, client_id) -> consent
 
     def record(self, event: str, grant: Grant, now: int) -> None:
         self.seq += 1
@@ -122,12 +129,12 @@ class MemoryKeys:
     async def all(self) -> list[SigningKey]:
         return copy.deepcopy(self._d.keys[::-1])
 
-    async def active_kid(self) -> str | None:
-        return next((k["kid"] for k in reversed(self._d.keys) if k["retired_at"] is None), None)
+    async def active_kid(self, alg: str = "EdDSA") -> str | None:
+        return next((k["kid"] for k in reversed(self._d.keys) if k["alg"] == alg and k["retired_at"] is None), None)
 
     async def add_first(self, key: SigningKey) -> bool:
-        async with self._d.tx:
-            if any(k["retired_at"] is None for k in self._d.keys):
+        async with self._d.tx:  # one algorithm's first key: checked and inserted in one critical section
+            if any(k["alg"] == key["alg"] and k["retired_at"] is None for k in self._d.keys):
                 return False
             self._d.keys.append({**copy.deepcopy(key), "retired_at": None})
             return True
@@ -136,7 +143,7 @@ class MemoryKeys:
         async with self._d.tx:
             retired = []
             for k in self._d.keys:
-                if k["retired_at"] is None:
+                if k["alg"] == key["alg"] and k["retired_at"] is None:  # other algorithms keep their keys
                     k["retired_at"], k["private_pem"] = now, ""  # a retired key never signs again
                     retired.append(k["kid"])
             self._d.keys.append({**copy.deepcopy(key), "retired_at": None})
@@ -440,6 +447,8 @@ class MemoryPeople:
             d.webauthn = {k: c for k, c in d.webauthn.items() if c["person_id"] != person_id}
             d.registrations = {k: r for k, r in d.registrations.items()
                                if not (r["email"] == person["email"] and r["used_at"] is None)}
+            d.refresh_tokens = {k: t for k, t in d.refresh_tokens.items() if t["person_id"] != person_id}
+            d.consents = {k: c for k, c in d.consents.items() if c["person_id"] != person_id}
             return person
 
 
@@ -591,6 +600,186 @@ class MemoryWebAuthnChallenges:
             return found if found["expires_at"] > now else None
 
 
+# -- OAuth (grantd.store.oauth) --------------------------------------------------------------------------
+class MemoryOneTime:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def put(self, kind: str, key: str, data: dict[str, Any], expires_at: int, now: int) -> None:
+        async with self._d.tx:
+            self._d.onetime = {k: v for k, v in self._d.onetime.items() if v[1] > now}  # an expired twin goes too
+            if (kind, key) in self._d.onetime:
+                raise Conflict("key")
+            self._d.onetime[(kind, key)] = (copy.deepcopy(data), expires_at)
+
+    async def take(self, kind: str, key: str, now: int) -> dict[str, Any] | None:
+        async with self._d.tx:  # check and delete in one critical section: exactly one taker wins
+            found = self._d.onetime.pop((kind, key), None)
+        if found is None or found[1] <= now:
+            return None
+        return found[0]
+
+
+def _union_scope(stored: str, new: str) -> str:
+    """The stored scopes, then the new ones not among them (the order every backend keeps)."""
+    scopes = stored.split()
+    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
+    return " ".join(scopes)
+
+
+class MemoryRefreshTokens:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    @staticmethod
+    def _live(token: RefreshToken, now: int) -> bool:
+        return token["used_at"] is None and token["revoked_at"] is None and token["expires_at"] > now
+
+    async def create(self, token: RefreshToken) -> RefreshToken:
+        row: RefreshToken = copy.deepcopy(token)
+        async with self._d.tx:
+            self._d.refresh_tokens = {k: t for k, t in self._d.refresh_tokens.items()
+                                      if t["expires_at"] > row["created_at"]}  # families that ended before
+            if row["token_hash"] in self._d.refresh_tokens:
+                raise Conflict("token_hash")
+            self._d.refresh_tokens[row["token_hash"]] = row
+        return copy.deepcopy(row)
+
+    async def rotate(self, token_hash: str, new: RefreshToken, now: int) -> tuple[str, RefreshToken | None]:
+        async with self._d.tx:  # the check, the use and the insert in one critical section
+            tokens = self._d.refresh_tokens
+            old = tokens.get(token_hash)
+            if old is None:
+                return "unknown", None
+            before = copy.deepcopy(old)
+            if old["expires_at"] <= now:
+                return "expired", before
+            if old["revoked_at"] is not None and old["used_at"] is None:
+                return "revoked", before
+            if old["used_at"] is not None:  # a replay: the whole family goes (if it has not yet)
+                for t in tokens.values():
+                    if t["family_id"] == old["family_id"] and t["revoked_at"] is None:
+                        t["revoked_at"] = now
+                return "reused", before
+            if new["token_hash"] in tokens:
+                raise Conflict("token_hash")  # nothing changed
+            old["used_at"] = now
+            tokens[new["token_hash"]] = copy.deepcopy(new)
+            return "rotated", before
+
+    async def get(self, token_hash: str) -> RefreshToken | None:
+        return copy.deepcopy(self._d.refresh_tokens.get(token_hash))
+
+    async def family_live(self, family_id: str, now: int) -> bool:
+        return any(t["family_id"] == family_id and t["revoked_at"] is None and t["expires_at"] > now
+                   for t in self._d.refresh_tokens.values())
+
+    async def _revoke(self, match: Callable[[RefreshToken], bool], now: int) -> int:
+        async with self._d.tx:
+            live = 0
+            for t in self._d.refresh_tokens.values():
+                if match(t) and t["revoked_at"] is None:
+                    live += self._live(t, now)
+                    t["revoked_at"] = now
+            return live
+
+    async def revoke_family(self, family_id: str, now: int) -> int:
+        return await self._revoke(lambda t: t["family_id"] == family_id, now)
+
+    async def revoke_person(self, person_id: str, now: int, client_id: str | None = None) -> int:
+        return await self._revoke(
+            lambda t: t["person_id"] == person_id and (client_id is None or t["client_id"] == client_id), now
+        )
+
+    async def list_families(self, person_id: str, now: int) -> builtins.list[RefreshToken]:
+        # a live family has exactly one unused token, its newest
+        rows = [t for t in self._d.refresh_tokens.values() if t["person_id"] == person_id and self._live(t, now)]
+        return copy.deepcopy(sorted(rows, key=lambda t: (t["created_at"], t["token_hash"]), reverse=True))
+
+
+class MemoryDeviceCodes:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def create(self, device: DeviceCode) -> DeviceCode:
+        row: DeviceCode = copy.deepcopy(device)
+        async with self._d.tx:
+            self._d.device_codes = {k: c for k, c in self._d.device_codes.items() if c["expires_at"] > row["created_at"]}
+            if any(c["user_code"] == row["user_code"] for c in self._d.device_codes.values()):
+                raise Conflict("user_code")
+            if row["device_code_hash"] in self._d.device_codes:
+                raise Conflict("device_code_hash")
+            self._d.device_codes[row["device_code_hash"]] = row
+        return copy.deepcopy(row)
+
+    async def get_by_user_code(self, user_code: str, now: int) -> DeviceCode | None:
+        found = next((c for c in self._d.device_codes.values()
+                      if c["user_code"] == user_code and c["expires_at"] > now), None)
+        return copy.deepcopy(found)
+
+    async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
+        async with self._d.tx:  # compare and set in one critical section: one decider wins
+            found = next((c for c in self._d.device_codes.values() if c["user_code"] == user_code), None)
+            if found is None or found["status"] != "pending" or found["expires_at"] <= now:
+                return None
+            found.update({"status": "approved" if approved else "denied", "person_id": person_id, "decided_at": now})
+            return copy.deepcopy(found)
+
+    async def poll(self, device_code_hash: str, now: int) -> DeviceCode | None:
+        async with self._d.tx:
+            found = self._d.device_codes.get(device_code_hash)
+            if found is None:
+                return None
+            before = copy.deepcopy(found)
+            found["last_polled_at"] = now
+            return before
+
+    async def take(self, device_code_hash: str, now: int) -> DeviceCode | None:
+        async with self._d.tx:  # check and delete in one critical section: exactly one taker wins
+            found = self._d.device_codes.get(device_code_hash)
+            if found is None or found["status"] != "approved" or found["expires_at"] <= now:
+                return None
+            return self._d.device_codes.pop(device_code_hash)
+
+    async def slow_down(self, device_code_hash: str, interval: int, now: int) -> None:
+        async with self._d.tx:
+            found = self._d.device_codes.get(device_code_hash)
+            if found is not None and found["interval"] < interval:
+                found["interval"] = int(interval)
+
+
+class MemoryConsents:
+    def __init__(self, data: _Data):
+        self._d = data
+
+    async def remember(self, consent: Consent) -> Consent:
+        async with self._d.tx:
+            key = (consent["person_id"], consent["client_id"])
+            found = self._d.consents.get(key)
+            row: Consent = {**copy.deepcopy(consent), "scope": _union_scope("", consent["scope"])}
+            if found is not None:
+                row["scope"] = _union_scope(found["scope"], row["scope"])
+                row["created_at"] = found["created_at"]
+            self._d.consents[key] = row
+            return copy.deepcopy(row)
+
+    async def get(self, person_id: str, client_id: str) -> Consent | None:
+        return copy.deepcopy(self._d.consents.get((person_id, client_id)))
+
+    async def list_for(self, person_id: str) -> builtins.list[Consent]:
+        rows = sorted((c for c in self._d.consents.values() if c["person_id"] == person_id),
+                      key=lambda c: c["client_id"])
+        return copy.deepcopy(sorted(rows, key=lambda c: c["updated_at"], reverse=True))
+
+    async def withdraw(self, person_id: str, client_id: str, now: int) -> bool:
+        async with self._d.tx:  # the consent and the client's refresh families together
+            found = self._d.consents.pop((person_id, client_id), None)
+            for t in self._d.refresh_tokens.values():
+                if t["person_id"] == person_id and t["client_id"] == client_id and t["revoked_at"] is None:
+                    t["revoked_at"] = now
+            return found is not None
+
+
 class MemoryStore:
     """``grantd.store.Store`` in memory (one process; lost on exit)."""
 
@@ -607,6 +796,10 @@ class MemoryStore:
         self.sessions = MemorySessions(data)
         self.registrations = MemoryRegistrations(data)
         self.webauthn_challenges = MemoryWebAuthnChallenges(data)
+        self.onetime = MemoryOneTime(data)
+        self.refresh_tokens = MemoryRefreshTokens(data)
+        self.device_codes = MemoryDeviceCodes(data)
+        self.consents = MemoryConsents(data)
         self._migrated = False
 
     async def migrate(self) -> list[int]:
@@ -632,7 +825,10 @@ class MemoryStore:
         data = self.keys._d
         dump = {"keys": data.keys, "agents": data.agents, "grants": data.grants, "events": data.events,
                 "delegations": data.delegations, "people": data.people, "credentials": data.credentials,
-                "sessions": data.sessions, "registrations": data.registrations}
+                "sessions": data.sessions, "registrations": data.registrations,
+                "refresh_tokens": data.refresh_tokens, "device_codes": data.device_codes,
+                # JSON objects have string keys: the pairs keyed ones are stored as lists
+                "onetime": [[k, v] for k, v in data.onetime.items()], "consents": list(data.consents.values())}
         fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(dump, f)
@@ -651,6 +847,8 @@ class MemoryStore:
             raise StoreError(f"{keep} exists (the copy an earlier restore kept): move it away first")
         await self.backup(keep)
         data = self.keys._d
+        dump["onetime"] = {tuple(k): tuple(v) for k, v in dump.get("onetime", [])}
+        dump["consents"] = {(c["person_id"], c["client_id"]): c for c in dump.get("consents", [])}
         async with data.tx:
             for name, value in dump.items():
                 if hasattr(data, name):
