@@ -10,7 +10,9 @@ Every hook below is described for plugin authors in docs/plugins.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pluggy
 
@@ -22,6 +24,7 @@ from grantd.elevate.hookspecs import elevate_verify as elevate_verify
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import httpx
     from sanic import Sanic
 
     from grantd.config import Config
@@ -47,11 +50,106 @@ def federation_provider_types() -> dict[str, Callable[[dict[str, Any], Callable[
     ``factory(table, read_secret)`` receives one ``[[federation.providers]]`` table whose
     ``type`` names it (``id``, ``type`` and ``name`` already checked by grantd) and a function
     ``read_secret(key)`` that resolves a ``file:PATH`` / ``env:NAME`` value of that table. It
-    returns a provider object with ``id``, ``name`` and ``public_info() -> dict`` (JSON, no
-    secrets), or raises ``ValueError("key: what is wrong")`` (several problems: one per line),
-    which grantd reports as a config error at ``federation.providers[N].key``. Called when the
-    server starts and by ``grantd config validate``.
+    returns a provider object (:class:`FederationProviderObject`: ``id``, ``name``,
+    ``public_info()``, and the async ``begin`` and ``finish`` of the sign-in round trip), or raises
+    ``ValueError("key: what is wrong")`` (several problems: one per line), which grantd reports as
+    a config error at ``federation.providers[N].key``. Called when the server starts and by
+    ``grantd config validate``; it must do no network I/O.
     """
+
+
+# -- the provider object of a federation provider type ---------------------------------------------
+#
+# grantd runs the round trip (grantd.web.api.federation): GET /auth/federated/{id} draws a random
+# ``state``, calls ``begin`` and keeps what it returns server-side (single use, 10 minutes, bound to
+# the browser by a cookie); the upstream sends the browser back to
+# GET /auth/federated/{id}/callback?state=...&..., grantd takes the kept record by ``state`` and calls
+# ``finish`` with the callback's parameters. ``finish`` returns who the upstream vouches for; grantd
+# then applies the rules every type shares (a verified e-mail, ``allowed_domains``, who may sign in,
+# ``create_unknown``) and starts an ordinary browser session.
+
+
+@dataclass(frozen=True)
+class FederationContext:
+    """What grantd hands ``begin`` and ``finish``.
+
+    - ``issuer``: grantd's own issuer URL (no trailing slash);
+    - ``http``: an ``httpx.AsyncClient`` for calls to the upstream (timeouts set, redirects not
+      followed), open for the duration of the call;
+    - ``now()``: seconds since the epoch by grantd's clock (use it for ``exp``/``iat`` checks and
+      cache ages, never ``time.time()``: the tests move this clock).
+    """
+
+    issuer: str
+    http: httpx.AsyncClient
+    now: Callable[[], int]
+
+
+@dataclass(frozen=True)
+class FederationStart:
+    """What ``begin`` returns: ``url``, where the browser goes now (the upstream's authorization
+    page, carrying ``state`` and ``redirect_uri``), and ``kept``, JSON-ready data grantd stores
+    server-side under ``state`` and hands back to ``finish`` (PKCE verifier, nonce...). ``kept``
+    never reaches the browser."""
+
+    url: str
+    kept: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FederatedIdentity:
+    """Who the upstream vouches for, as ``finish`` verified it.
+
+    ``subject`` is the upstream's stable id of the person (``sub``); ``email`` the address to
+    sign in (grantd lowercases it); ``email_verified`` whether the upstream says it verified that
+    address (grantd refuses the sign-in unless it is True); ``name`` a display name, used only
+    when ``create_unknown`` creates the person."""
+
+    subject: str
+    email: str
+    email_verified: bool
+    name: str | None = None
+
+
+class FederationError(Exception):
+    """Raised by ``begin``/``finish``: the sign-in cannot go on. ``message`` is shown to the person
+    on an error page, so write it for them ("the provider refused the sign-in: access_denied"),
+    without secrets. ``status``: 400 for a bad or refused answer, 403 for an identity that may not
+    sign in, 503 when the upstream cannot be reached or answers nonsense (the sign-in is not available
+    right now). grantd shows any other status as 400."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+@runtime_checkable
+class FederationProviderObject(Protocol):
+    """The object a ``federation_provider_types`` factory returns.
+
+    Optional attributes grantd reads with these defaults: ``allowed_domains: tuple[str, ...] = ()``
+    (e-mail domains that may sign in; empty: any) and ``create_unknown: bool = False`` (whether a
+    verified e-mail grantd does not know yet becomes a new person).
+    """
+
+    id: str
+    name: str
+
+    def public_info(self) -> dict[str, Any]:
+        """What anyone may see (``GET /api/federation/providers``): JSON-ready, never a secret."""
+
+    async def begin(self, ctx: FederationContext, *, redirect_uri: str, state: str) -> FederationStart:
+        """Start a sign-in: the upstream URL to send the browser to, which must bring ``state``
+        back unchanged as the ``state`` query parameter of ``redirect_uri``
+        (``{issuer}/auth/federated/{id}/callback``), and the data to keep for ``finish``."""
+
+    async def finish(
+        self, ctx: FederationContext, *, redirect_uri: str, params: Mapping[str, str], kept: dict[str, Any]
+    ) -> FederatedIdentity:
+        """Complete a sign-in from the callback's query ``params`` (first value of each) and the
+        ``kept`` data of ``begin``: verify what the upstream answered (never trust an unverified
+        token) and return the identity, or raise :class:`FederationError`."""
 
 
 @hookspec
