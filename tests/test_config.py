@@ -218,13 +218,18 @@ def test_the_key_scan_would_notice_an_unread_key():
     assert ("server", "no_such_key") not in reads
 
 
-def test_removed_keys_are_unknown_keys_now(tmp_path):
-    """Passkeys, SP login and server databases bring their keys back when they arrive."""
-    text = GOOD + '[sp]\nenabled = true\n'
+def test_sp_keys_are_checked(tmp_path):
+    """SP login (D9): [sp] is off by default; nameservers are addresses; the fallback IdP a URL."""
+    config = load(write(tmp_path, GOOD))
+    assert config.sp.enabled is False and config.sp.nameservers == [] and config.sp.dns_negative_cache_ttl == 60
+    text = GOOD + '[sp]\nenabled = true\nnameservers = ["127.0.0.1:5353", "dns.example.com"]\n' \
+        'fallback_idp = "idp.example.com"\nallow_http = true\n'
     with pytest.raises(ConfigError) as caught:
         load(write(tmp_path, text))
     problems = "\n".join(caught.value.problems)
-    assert "sp: unknown key" in problems
+    assert "sp.nameservers: 'dns.example.com' is not an IP address" in problems
+    assert "sp.fallback_idp: must be an http(s) URL" in problems
+    assert 'sp.allow_http: unknown key (did you mean "sp.allow_http_idp"?)' in problems
 
 
 def test_storage_dsn_is_a_secret(tmp_path, monkeypatch):

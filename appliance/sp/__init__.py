@@ -1,5 +1,3 @@
-"""Service-provider login: people of other domains sign in here through their own IdP.
-
-Only DDISA discovery (`grantd.sp.ddisa`) exists so far, as a plain library; the login endpoints
-and their `[sp]` config arrive with SP login.
-"""
+"""Service-provider login (D9, docs/sp.md): people of other domains sign in here through the
+identity provider their e-mail domain names in DNS (``grantd.sp.ddisa``), as guests
+(``grantd.sp.login``; routes in ``grantd.web.api.sp``; config ``[sp]``)."""

@@ -1,0 +1,81 @@
+"""HTTP to identity providers for SP login: discovery documents, JWKS and the token endpoint.
+
+An IdP found through DNS is named by whoever controls that DNS zone, so requests to it are guarded
+the way client metadata fetches are (``grantd.oauth.clients``): the host is resolved once, every
+address must be public, and the connection goes to the checked address (the URL names the IP;
+``Host`` and TLS SNI/certificate checks use the name), so DNS rebinding changes nothing. No
+redirects, short timeouts, bodies capped. ``allow_private`` (``sp.allow_http_idp``, tests only, or
+an IdP the operator configured as ``sp.fallback_idp``) lifts the address rule.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from grantd.oauth.clients import MetadataError, public_address, resolve
+
+TIMEOUT = httpx.Timeout(5.0, connect=3.0)
+MAX_BODY = 256 * 1024
+USER_AGENT = "grantd (SP login)"
+
+
+class FetchError(Exception):
+    """The IdP could not be asked (safe to show: no response bodies)."""
+
+
+async def _targets(url: str, allow_private: bool) -> tuple[httpx.URL, list[str], str, int]:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise FetchError("bad URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        raise FetchError("bad URL")
+    host = parts.hostname
+    port = port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = await resolve(host, port)
+    except MetadataError as exc:
+        raise FetchError(str(exc)) from None
+    if not allow_private and not all(public_address(a) for a in addresses):
+        raise FetchError(f"{host} resolves to a non-public address")
+    return httpx.URL(url), addresses[:4], host, port
+
+
+async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None) -> tuple[int, Any]:
+    """(status, parsed JSON body or None) of one request to ``url``, guarded (module docstring)."""
+    target, addresses, host, port = await _targets(url, allow_private)
+    parts = urlsplit(url)
+    netloc_host = parts.netloc
+    last: Exception | None = None
+    for address in addresses:
+        literal = f"[{address}]" if ":" in address else address
+        direct = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
+        headers = {"Host": netloc_host, "Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+        extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
+        try:
+            async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False) as http:
+                built = http.build_request(method, direct, headers=headers, data=form, extensions=extensions)
+                response = await http.send(built, stream=True)
+                try:
+                    body = bytearray()
+                    async for chunk in response.aiter_raw():
+                        body += chunk
+                        if len(body) > MAX_BODY:
+                            raise FetchError("answer too large")
+                finally:
+                    await response.aclose()
+        except httpx.ConnectError as exc:
+            last = exc
+            continue
+        except httpx.HTTPError as exc:
+            raise FetchError(f"{type(exc).__name__} from {target.host}") from None
+        try:
+            return response.status_code, json.loads(bytes(body))
+        except (ValueError, UnicodeDecodeError):
+            return response.status_code, None
+    raise FetchError(f"cannot connect to {host}: {type(last).__name__}")

@@ -1,0 +1,380 @@
+"""SP login (D9): a person of another domain signs in here at the IdP their e-mail domain names.
+
+``begin`` (``POST /api/login {email}``): DDISA discovery (``grantd.sp.ddisa``) or ``sp.fallback_idp``;
+the IdP's discovery document (cached); an authorization request with PKCE S256 (a 64-byte verifier
+from ``secrets``), ``state`` and ``nonce`` (32 random bytes each), ``login_hint`` and ``scope=openid
+email profile``. The flow state stays server-side in ``store.onetime`` kind ``sp`` under SHA-256 of
+``state`` for 10 minutes, bound to the browser that started it by a cookie (``grantd_sp_flow``,
+HttpOnly, SameSite=Lax, path /api/callback) whose SHA-256 the state keeps: a callback URL carried to
+another browser signs nobody in there (login CSRF, RFC 6749 §10.12).
+
+``finish`` (``GET /api/callback``): takes the state once (a replay finds nothing), checks the
+browser binding, exchanges the code at the IdP's token endpoint (form-encoded, with the verifier),
+and verifies the ID token: signature against the IdP's JWKS (cached by kid, refetched on an unknown
+kid at most every ``JWKS_REFETCH_S``), ``iss`` equal to the discovered IdP byte for byte, ``aud``
+the client id (``azp`` too when ``aud`` is a list), ``nonce``, ``iat``/``exp`` on this server's clock
+with 60 s of skew, a lifetime of at most 300 s, ``act`` absent or ``"human"`` (peer bug 29), and
+the e-mail the IdP asserts equal to the one the login started with (an IdP is only trusted for the
+domain that named it). Then the browser gets a guest session (``sessions.start_guest``).
+
+Every failure is a ``LoginError`` carrying a readable message (the specification's where it has
+one); the routes turn it into problem+json (``begin``) or a redirect to ``/?error=`` (``finish``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
+
+import jwt
+
+from grantd.core.errors import Problem
+from grantd.logs import LOGGER
+from grantd.services import sessions
+from grantd.sp import ddisa
+from grantd.sp.fetch import FetchError, request
+
+if TYPE_CHECKING:
+    from grantd.config import Config
+    from grantd.core.clock import Clock
+    from grantd.services.context import Services
+    from grantd.store.records import Session
+
+log = logging.getLogger(LOGGER)
+
+FLOW_KIND = "sp"
+FLOW_TTL_MS = 600_000
+FLOW_COOKIE = "grantd_sp_flow"
+CALLBACK_PATH = "/api/callback"
+SCOPE = "openid email profile"
+SKEW_S = 60
+MAX_TOKEN_LIFETIME_S = 300
+METADATA_TTL_MS = 300_000
+JWKS_TTL_MS = 3_600_000
+JWKS_REFETCH_S = 30
+MAX_IDPS_CACHED = 256
+ALGORITHMS = ("EdDSA", "ES256", "RS256")
+
+# The specification's messages (http-interface.md, errors table) and grantd's own for the rest.
+NO_IDP = "could not discover IdP for this email domain"
+CODE_EXCHANGE = "code exchange error"
+EXPIRED_CODE = "expired authorization code"
+WRONG_AUDIENCE = "JWT audience does not match client ID"
+WRONG_ISSUER = "JWT issuer does not match the IdP"
+WRONG_NONCE = "JWT nonce does not match the login"
+BAD_SIGNATURE = "JWT signature is not valid"
+EXPIRED_JWT = "JWT has expired"
+LONG_JWT = "JWT lifetime exceeds 300 seconds"
+BAD_STATE = "login state is unknown, expired or already used: start again"
+OTHER_BROWSER = "this login was started in another browser: start again"
+DENIED_DOMAIN = "the e-mail domain's DDISA record refuses logins (mode=deny)"
+IDP_UNREACHABLE = "could not reach the IdP"
+WRONG_EMAIL = "the IdP signed in another e-mail address than the one entered"
+NOT_HUMAN = "only people sign in here (the ID token's act is not human)"
+
+
+class LoginError(Exception):
+    """A failed login, with the message the person reads and the status ``POST /api/login`` answers."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def problem(self) -> Problem:
+        return Problem(self.status, self.message)
+
+
+@dataclass(frozen=True)
+class IdpEndpoints:
+    issuer: str
+    authorization_endpoint: str
+    token_endpoint: str
+    jwks_uri: str
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def sha256_hex(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def client_id_of(config: Config) -> str:
+    """``sp.client_id``, else the issuer's host[:port] (peer-facts §3.8: no scheme)."""
+    configured = config.sp.client_id
+    return str(configured) if configured else urlsplit(str(config.server.issuer)).netloc.lower()
+
+
+def redirect_uri_of(issuer: str) -> str:
+    return issuer + CALLBACK_PATH
+
+
+def client_metadata(config: Config) -> dict[str, Any]:
+    """``/.well-known/oauth-client-metadata``: what an IdP checks this SP's redirects against."""
+    issuer = str(config.server.issuer)
+    return {
+        "client_id": client_id_of(config),
+        "client_name": "grantd",
+        "redirect_uris": [redirect_uri_of(issuer)],
+        "client_uri": issuer,
+        "contacts": [],
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code"],
+        "response_types": ["code"],
+        "scope": SCOPE,
+        "id_token_signed_response_alg": "EdDSA",
+    }
+
+
+def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > MAX_IDPS_CACHED:
+        cache.popitem(last=False)
+
+
+class SpLogin:
+    """One per server process (``app.ctx``): the DNS, discovery-document and JWKS caches."""
+
+    def __init__(self, config: Config, clock: Clock):
+        sp = config.sp
+        self.config = config
+        self.clock = clock
+        self.allow_http = bool(sp.allow_http_idp)
+        self.fallback_idp = str(sp.fallback_idp) if sp.fallback_idp else None
+        self.discovery = ddisa.Discovery(
+            list(sp.nameservers), allow_http=self.allow_http, cache_ttl=int(sp.dns_cache_ttl),
+            negative_ttl=int(sp.dns_negative_cache_ttl), clock=clock,
+        )
+        self._endpoints: OrderedDict[str, tuple[int, IdpEndpoints]] = OrderedDict()
+        self._jwks: OrderedDict[str, tuple[int, int, dict[str, jwt.PyJWK]]] = OrderedDict()  # uri -> (expires, fetched_s, keys)
+
+    @property
+    def client_id(self) -> str:
+        return client_id_of(self.config)
+
+    # -- discovery --------------------------------------------------------------------------------
+
+    async def idp_for(self, email: str) -> tuple[str, bool]:
+        """(the IdP's issuer URL, whether requests to it are address-guarded)."""
+        record = await self.discovery.discover(email)
+        if record is not None:
+            if record.mode == "deny":
+                raise LoginError(DENIED_DOMAIN, 403)
+            return record.idp, not self.allow_http
+        if self.fallback_idp:
+            return self.fallback_idp, False  # configured by the operator: may live on a private network
+        raise LoginError(NO_IDP, 404)
+
+    def _endpoint(self, document: dict[str, Any], name: str, default: str, allow_http: bool) -> str:
+        value = document.get(name, default)
+        if not isinstance(value, str) or not ddisa.valid_idp_url(value, allow_http=allow_http):
+            raise LoginError(f"the IdP's discovery document has no usable {name}", 503)
+        return value
+
+    async def endpoints(self, idp: str, guarded: bool) -> IdpEndpoints:
+        """The IdP's endpoints from ``{idp}/.well-known/openid-configuration`` (cached 5 minutes). The
+        document's ``issuer`` must be the IdP's URL exactly; absent endpoints default to the peer's
+        paths (``/authorize``, ``/token``, ``/.well-known/jwks.json``)."""
+        cached = self._endpoints.get(idp)
+        now = self.clock.now_ms()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded)
+        except FetchError as exc:
+            log.info("SP login: discovery of %r failed: %s", idp, exc)
+            raise LoginError(IDP_UNREACHABLE, 503) from None
+        if status != 200 or not isinstance(document, dict):
+            raise LoginError(f"{IDP_UNREACHABLE} (its discovery document answered {status})", 503)
+        if document.get("issuer", idp) != idp:
+            raise LoginError("the IdP's discovery document names another issuer", 503)
+        # http endpoints: in tests (sp.allow_http_idp), or of a fallback IdP the operator chose with http
+        allow_http = self.allow_http or (not guarded and idp.startswith("http://"))
+        found = IdpEndpoints(
+            issuer=idp,
+            authorization_endpoint=self._endpoint(document, "authorization_endpoint", idp + "/authorize", allow_http),
+            token_endpoint=self._endpoint(document, "token_endpoint", idp + "/token", allow_http),
+            jwks_uri=self._endpoint(document, "jwks_uri", idp + "/.well-known/jwks.json", allow_http),
+        )
+        _bounded_put(self._endpoints, idp, (now + METADATA_TTL_MS, found))
+        return found
+
+    # -- begin ------------------------------------------------------------------------------------
+
+    async def begin(self, services: Services, email: str, return_to: str) -> tuple[str, str]:
+        """(the IdP authorization URL to send the browser to, the flow cookie's value)."""
+        idp, guarded = await self.idp_for(email)
+        found = await self.endpoints(idp, guarded)
+        verifier = b64url(secrets.token_bytes(64))
+        state, nonce, binding = b64url(secrets.token_bytes(32)), b64url(secrets.token_bytes(32)), b64url(secrets.token_bytes(32))
+        challenge = b64url(hashlib.sha256(verifier.encode()).digest())
+        redirect_uri = redirect_uri_of(services.issuer)
+        query = urlencode({
+            "response_type": "code", "client_id": self.client_id, "redirect_uri": redirect_uri, "scope": SCOPE,
+            "state": state, "nonce": nonce, "code_challenge": challenge, "code_challenge_method": "S256",
+            "login_hint": email,
+        })
+        separator = "&" if "?" in found.authorization_endpoint else "?"
+        now = services.clock.now_ms()
+        flow = {
+            "idp": idp, "guarded": guarded, "token_endpoint": found.token_endpoint, "jwks_uri": found.jwks_uri,
+            "verifier": verifier, "nonce": nonce, "email": email, "return_to": return_to, "binding": sha256_hex(binding),
+            "client_id": self.client_id, "redirect_uri": redirect_uri, "created_at": now,
+        }
+        await services.store.onetime.put(FLOW_KIND, sha256_hex(state), flow, now + FLOW_TTL_MS, now)
+        return found.authorization_endpoint + separator + query, binding
+
+    # -- finish -----------------------------------------------------------------------------------
+
+    async def take_flow(self, services: Services, state: str | None, binding: str | None) -> dict[str, Any]:
+        if not state or len(state) > 200:
+            raise LoginError(BAD_STATE)
+        flow = await services.store.onetime.take(FLOW_KIND, sha256_hex(state), services.clock.now_ms())
+        if flow is None:
+            raise LoginError(BAD_STATE)
+        if not binding or not secrets.compare_digest(sha256_hex(binding), str(flow.get("binding", ""))):
+            raise LoginError(OTHER_BROWSER)
+        return flow
+
+    async def exchange(self, flow: dict[str, Any], code: str) -> str:
+        """The ID token for ``code`` (PKCE verifier, redirect URI and client id with it)."""
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow["redirect_uri"],
+                "client_id": flow["client_id"], "code_verifier": flow["verifier"]}
+        try:
+            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form)
+        except FetchError as exc:
+            log.info("SP login: token endpoint of %r failed: %s", flow["idp"], exc)
+            raise LoginError(f"{CODE_EXCHANGE}: {IDP_UNREACHABLE}") from None
+        answer = answer if isinstance(answer, dict) else {}
+        if status != 200:
+            described = f"{answer.get('error', '')} {answer.get('error_description', '')}".lower()
+            if "expired" in described:
+                raise LoginError(EXPIRED_CODE)
+            raise LoginError(CODE_EXCHANGE)
+        token = answer.get("id_token") or answer.get("assertion")
+        if not isinstance(token, str) or token.count(".") != 2:
+            raise LoginError(f"{CODE_EXCHANGE}: the IdP sent no ID token")
+        return token
+
+    async def _keys(self, jwks_uri: str, guarded: bool, *, refresh: bool) -> dict[str, jwt.PyJWK]:
+        now_ms, now_s = self.clock.now_ms(), self.clock.now_s()
+        cached = self._jwks.get(jwks_uri)
+        if cached is not None and cached[0] > now_ms and (not refresh or now_s - cached[1] < JWKS_REFETCH_S):
+            return cached[2]
+        try:
+            status, document = await request("GET", jwks_uri, allow_private=not guarded)
+        except FetchError as exc:
+            log.info("SP login: JWKS %r failed: %s", jwks_uri, exc)
+            raise LoginError(f"{BAD_SIGNATURE}: {IDP_UNREACHABLE}") from None
+        keys: dict[str, jwt.PyJWK] = {}
+        if status == 200 and isinstance(document, dict) and isinstance(document.get("keys"), list):
+            for item in document["keys"]:
+                if not isinstance(item, dict) or item.get("use", "sig") != "sig":
+                    continue
+                try:
+                    key = jwt.PyJWK(item)
+                except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError, KeyError):
+                    continue  # a key type or algorithm we do not use
+                if key.algorithm_name in ALGORITHMS:
+                    keys[str(item.get("kid", ""))] = key
+        _bounded_put(self._jwks, jwks_uri, (now_ms + JWKS_TTL_MS, now_s, keys))
+        return keys
+
+    async def _key_for(self, flow: dict[str, Any], header: dict[str, Any]) -> jwt.PyJWK:
+        kid = header.get("kid")
+        kid = kid if isinstance(kid, str) else ""
+        for refresh in (False, True):
+            keys = await self._keys(flow["jwks_uri"], flow["guarded"], refresh=refresh)
+            if kid in keys:
+                return keys[kid]
+            if not kid and len(keys) == 1:
+                return next(iter(keys.values()))
+        raise LoginError(f"{BAD_SIGNATURE} (unknown key)")
+
+    async def verify(self, flow: dict[str, Any], token: str) -> dict[str, Any]:
+        """The ID token's claims, after every check of the module docstring."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise LoginError(BAD_SIGNATURE) from None
+        alg = header.get("alg")
+        if alg not in ALGORITHMS:
+            raise LoginError(f"{BAD_SIGNATURE} (algorithm {str(alg)[:20]!r} is not accepted)")
+        key = await self._key_for(flow, header)
+        if key.algorithm_name != alg:
+            raise LoginError(f"{BAD_SIGNATURE} (the key is not for {alg})")
+        try:
+            claims = jwt.decode(
+                token, key.key, algorithms=[alg],
+                options={"verify_exp": False, "verify_iat": False, "verify_nbf": False, "verify_aud": False,
+                         "verify_iss": False, "require": ["iss", "aud", "exp", "iat", "sub"]},
+            )
+        except jwt.MissingRequiredClaimError as exc:
+            raise LoginError(f"the ID token has no {exc.claim} claim") from None
+        except jwt.PyJWTError:
+            raise LoginError(BAD_SIGNATURE) from None
+        if claims.get("iss") != flow["idp"]:
+            raise LoginError(WRONG_ISSUER)
+        aud, client_id = claims.get("aud"), self.client_id  # as configured now, not as the login began
+        if isinstance(aud, list):
+            if client_id not in aud or (len(aud) > 1 and claims.get("azp") != client_id):
+                raise LoginError(WRONG_AUDIENCE)
+        elif aud != client_id:
+            raise LoginError(WRONG_AUDIENCE)
+        nonce = claims.get("nonce")
+        if not isinstance(nonce, str) or not secrets.compare_digest(nonce.encode(), str(flow["nonce"]).encode()):
+            raise LoginError(WRONG_NONCE)
+        iat, exp = claims.get("iat"), claims.get("exp")
+        if isinstance(iat, bool) or isinstance(exp, bool) or not isinstance(iat, int | float) or not isinstance(exp, int | float):
+            raise LoginError("the ID token's iat and exp must be numbers")
+        now = self.clock.now_s()
+        if exp <= now - SKEW_S:
+            raise LoginError(EXPIRED_JWT)
+        if iat > now + SKEW_S:
+            raise LoginError("the ID token was issued in the future")
+        if exp - iat > MAX_TOKEN_LIFETIME_S:
+            raise LoginError(LONG_JWT)
+        act = claims.get("act", "human")
+        if act != "human":  # an agent or a delegated token (act object) does not start a browser session
+            raise LoginError(NOT_HUMAN)
+        return claims
+
+    async def finish(self, services: Services, params: dict[str, str | None], binding: str | None,
+                     user_agent: str) -> tuple[str, Session, str]:
+        """(guest session cookie, its record, where to send the browser) for a callback's parameters."""
+        state, code, error = params.get("state"), params.get("code"), params.get("error")
+        flow = await self.take_flow(services, state, binding)
+        if error:
+            described = params.get("error_description") or ""
+            text = f"{error}: {described}" if described else error
+            raise LoginError("the IdP refused the login: " + readable(text))
+        if not code or len(code) > 2048:
+            raise LoginError(f"{CODE_EXCHANGE}: the IdP sent no code")
+        claims = await self.verify(flow, await self.exchange(flow, code))
+        email = claims.get("email")
+        if email is None and isinstance(claims.get("sub"), str) and "@" in claims["sub"]:
+            email = claims["sub"]
+        if not isinstance(email, str) or email.strip().lower() != str(flow["email"]).lower():
+            raise LoginError(WRONG_EMAIL)
+        name = claims.get("name")
+        name = readable(name, 200) if isinstance(name, str) and name.strip() else None
+        cookie, session = await sessions.start_guest(
+            services, idp=flow["idp"], email=str(flow["email"]), name=name, user_agent=user_agent,
+        )
+        return cookie, session, str(flow.get("return_to") or "/")
+
+
+def readable(text: str, limit: int = 300) -> str:
+    """Text from another server, fit to show: printable characters only, bounded."""
+    cleaned = "".join(c if c.isprintable() else " " for c in text).strip()
+    return cleaned[:limit] or "(no reason given)"
+
