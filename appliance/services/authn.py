@@ -2,18 +2,22 @@
 
 The web layer extracts ``Credentials`` from the request (services never see the request) and asks
 the chain; the first authenticator that recognises the credential answers. Built in, in order:
-the management token, then agent identity tokens, then the session cookie of a person
-(``grantd.services.sessions.SessionCookie``; never consulted when a bearer is presented). OAuth
-access tokens join the chain (``AuthnChain.add``) with their issue. A bearer nobody recognises is a 401 invalid_token;
+the management token, then OAuth access tokens of people (``AccessToken``: only those minted for
+a client with API access, ``aud`` = ``tokens.agent_audience``), then agent identity tokens, then
+the session cookie of a person (``grantd.services.sessions.SessionCookie``; never consulted when a
+bearer is presented). An ID token, an access token for an SP (``aud`` = ``{issuer}/userinfo``) or
+an AuthZ-JWT is never a bearer here (peer bug 27). A bearer nobody recognises is a 401 invalid_token;
 no credential at all is ``None`` (routes decide whether that is allowed).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grantd.core import principals
 from grantd.core.errors import Problem, unauthorized
@@ -89,6 +93,45 @@ class AgentIdentityToken:
         return principals.agent(agent["agent_id"], agent["email"])
 
 
+def _peek(token: str) -> dict[str, Any] | None:
+    """The unverified payload of a JWT, only to route it to its authenticator (which verifies it)."""
+    try:
+        payload = token.split(".")[1]
+        value = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class AccessToken:
+    """A person's OAuth access token as an API bearer: only ``token_use: "access"`` with ``aud`` =
+    ``tokens.agent_audience`` (clients with API access); the person must still be active and, when
+    the token names a refresh family (``sid``), the family must still be live (revoking it, or the
+    person's consent, ends the token at once)."""
+
+    name = "oauth-access-token"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        token = credentials.bearer
+        if token is None or token.count(".") != 2 or len(token) > 8192:
+            return None
+        peeked = _peek(token)
+        if peeked is None or peeked.get("token_use") != "access":
+            return None  # not ours to judge: the identity-token authenticator refuses what is no bearer
+        try:
+            claims = await services.tokens.verify_access(token)
+        except TokenError as exc:
+            raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+        if claims.get("aud") != services.tokens.agent_audience:
+            raise unauthorized("invalid token: this access token is not for grantd's API", invalid_token=True)
+        person = await services.store.people.get(claims["person_id"])
+        if person is None or person["status"] != "active" or person["email"].lower() != str(claims["sub"]).lower():
+            raise unauthorized("invalid token: the person is unknown or disabled", invalid_token=True)
+        if claims["sid"] and not await services.store.refresh_tokens.family_live(claims["sid"], services.clock.now_ms()):
+            raise unauthorized("invalid token: its sign-in was revoked", invalid_token=True)
+        return principals.for_person(person, services.admin_emails)
+
+
 class AuthnChain:
     def __init__(self, authenticators: list[Authenticator]):
         self.authenticators = list(authenticators)
@@ -119,4 +162,4 @@ class AuthnChain:
 def default_chain() -> AuthnChain:
     from grantd.services.sessions import SessionCookie
 
-    return AuthnChain([ManagementToken(), AgentIdentityToken(), SessionCookie()])
+    return AuthnChain([ManagementToken(), AccessToken(), AgentIdentityToken(), SessionCookie()])

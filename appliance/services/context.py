@@ -10,17 +10,19 @@ import pluggy
 from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
+from grantd.oauth.clients import ClientRegistry
 from grantd.services.authn import AuthnChain, default_chain
 from grantd.services.events import GrantEventHub
 from grantd.services.keys import KeyRing
 from grantd.services.limits import Limits
-from grantd.services.tokens import ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, Tokens
+from grantd.services.tokens import ALWAYS_TOKEN_TTL, ID_TOKEN_TTL, ONCE_TOKEN_TTL, Tokens
 from grantd.store import Store
 
 
 def longest_token_lifetime(config: Config) -> int:
     """Seconds the longest-lived token we sign can live: how long a retired key stays published."""
-    return max(config.tokens.agent_token_ttl, ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, config.grants.max_duration)
+    return max(config.tokens.agent_token_ttl, ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, config.grants.max_duration,
+               config.oauth.access_token_ttl, ID_TOKEN_TTL)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Services:
     limits: Limits
     pm: pluggy.PluginManager
     admin_emails: frozenset[str]
+    oauth_clients: ClientRegistry
 
     @property
     def issuer(self) -> str:
@@ -71,4 +74,5 @@ async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock =
         limits=Limits(config, store.rates, clock),
         pm=pm,
         admin_emails=admin_emails_of(config),
+        oauth_clients=ClientRegistry(config, clock),
     )

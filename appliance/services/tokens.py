@@ -5,7 +5,14 @@ Kinds, by their claims:
   ``sub`` = the agent's e-mail, ``agent_id`` and ``key_generation`` (D11: the token dies with the
   agent, its re-enrolment and its key), no ``grant_id``.
 - ``authz``: an AuthZ-JWT of an approved grant: ``grant_id``, ``aud`` = the grant's audience.
-OIDC id, access and refresh tokens join as further kinds with the OAuth issue.
+- ``access``: an OAuth access token of a person (``token_use: "access"``, ``act: "human"``,
+  ``sub`` = the person's e-mail, ``person_id``, ``client_id``, ``scope``, ``sid`` = its refresh
+  family or ""). ``aud`` = ``tokens.agent_audience`` for clients with API access (apes-cli,
+  grantd-cli, config clients with ``api_access``): a bearer on /api/** (``AccessToken`` in
+  ``grantd.services.authn``); for every other client ``{issuer}/userinfo``: only /userinfo takes it.
+- ``id``: an OIDC ID token (``act: "human"``, ``auth_time``, ``aud`` = the client, no
+  ``token_use``); EdDSA, or ES256/RS256 when the client asks (D3). Never a bearer anywhere (peer
+  bug 27): every verifier of ours wants another kind. Refresh tokens are opaque (not JWTs).
 
 Time comes from the injected clock (PyJWT checks signature, issuer and audience; expiry is checked
 here against the clock, with PyJWT's semantics).
@@ -27,10 +34,11 @@ import jwt
 from grantd.config import Config
 from grantd.core.clock import Clock
 from grantd.services.keys import KeyRing
-from grantd.store.records import Agent, Grant
+from grantd.store.records import Agent, Grant, Person
 
 ONCE_TOKEN_TTL = 300
 ALWAYS_TOKEN_TTL = 3600
+ID_TOKEN_TTL = 300
 
 
 class TokenError(Exception):
@@ -40,11 +48,19 @@ class TokenError(Exception):
 class TokenKind(StrEnum):
     IDENTITY = "identity"
     AUTHZ = "authz"
+    ACCESS = "access"
+    ID = "id"
 
 
 def kind_of(claims: dict[str, Any]) -> TokenKind | None:
     if isinstance(claims.get("grant_id"), str):
         return TokenKind.AUTHZ
+    if claims.get("token_use") == "access":
+        if claims.get("act") == "human" and isinstance(claims.get("person_id"), str) and isinstance(claims.get("sid"), str):
+            return TokenKind.ACCESS
+        return None
+    if claims.get("act") == "human" and isinstance(claims.get("auth_time"), int):
+        return TokenKind.ID
     if claims.get("act") == "agent" and isinstance(claims.get("agent_id"), str) and isinstance(claims.get("sub"), str):
         return TokenKind.IDENTITY
     return None
@@ -67,10 +83,57 @@ class Tokens:
         self._headers: dict[str, dict[str, Any]] = {}
 
     # -- minting ----------------------------------------------------------------------------------
-    async def _sign(self, claims: dict[str, Any]) -> str:
-        key = await self.keyring.signing_key()
+    async def _sign(self, claims: dict[str, Any], alg: str = "EdDSA") -> str:
+        key = await self.keyring.signing_key(alg)
         assert key.private is not None  # the active key always has its private half
-        return jwt.encode(claims, key.private, algorithm="EdDSA", headers={"kid": key.kid, "typ": "JWT"})
+        return jwt.encode(claims, key.private, algorithm=alg, headers={"kid": key.kid, "typ": "JWT"})
+
+    def userinfo_audience(self) -> str:
+        return f"{self.issuer}/userinfo"
+
+    async def mint_access(self, person: Person, *, client_id: str, api_access: bool, scope: str, sid: str,
+                          ttl: int) -> str:
+        """An OAuth access token (module docstring): a bearer on /api/** only for ``api_access``."""
+        now = self.clock.now_s()
+        return await self._sign({
+            "iss": self.issuer,
+            "sub": person["email"],
+            "act": "human",
+            "aud": self.agent_audience if api_access else self.userinfo_audience(),
+            "person_id": person["person_id"],
+            "client_id": client_id,
+            "scope": scope,
+            "sid": sid,
+            "token_use": "access",
+            "iat": now,
+            "exp": now + ttl,
+            "jti": new_jti(),
+        })
+
+    async def mint_id_token(self, person: Person, *, client_id: str, scope: str, nonce: str | None, auth_time: int,
+                            alg: str = "EdDSA") -> str:
+        """An OIDC ID token for ``client_id`` (peer §3.6; ``email`` with scope email, ``name`` with
+        scope profile), signed with ``alg`` (D3)."""
+        now = self.clock.now_s()
+        scopes = set(scope.split())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": person["email"],
+            "aud": client_id,
+            "act": "human",
+            "iat": now,
+            "exp": now + ID_TOKEN_TTL,
+            "auth_time": auth_time,
+            "jti": new_jti(),
+        }
+        if nonce is not None:
+            claims["nonce"] = nonce
+        if "email" in scopes:
+            claims["email"] = person["email"]
+            claims["email_verified"] = True  # the account's identity, set by an administrator (docs/oauth.md)
+        if "profile" in scopes:
+            claims["name"] = person["name"] or person["email"]
+        return await self._sign(claims, alg)
 
     async def mint_identity(self, agent: Agent) -> tuple[str, int]:
         now = self.clock.now_s()
@@ -178,6 +241,14 @@ class Tokens:
         if kind_of(claims) is not TokenKind.IDENTITY or not isinstance(claims.get("key_generation"), int):
             raise TokenError("not an identity token")
         self._verified.put(token, claims, jwt.get_unverified_header(token)["kid"])
+        return claims
+
+    async def verify_access(self, token: str) -> dict[str, Any]:
+        """An OAuth access token's claims (signature, issuer, expiry, kind); the caller checks the
+        audience, the person and the family."""
+        claims = await self.verify(token, audience=None)
+        if kind_of(claims) is not TokenKind.ACCESS:
+            raise TokenError("not an access token")
         return claims
 
     async def verify_authz(self, token: str) -> dict[str, Any]:

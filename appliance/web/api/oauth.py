@@ -1,5 +1,344 @@
-"""Routes: see the module's issue (OAuth / device grant / SP). Filled in by their owners."""
+"""Routes of the OAuth 2.0 authorization server / OpenID provider (D9; docs/oauth.md): /authorize,
+its consent POST, /token, /revoke, /userinfo, and the signed-in person's remembered consents.
 
-from sanic import Blueprint
+Thin: parse, call ``grantd.oauth``, answer. /token, /revoke and /userinfo answer OAuth errors
+``{error, error_description}`` (D2) and every answer of these routes and of /authorize carries
+``Cache-Control: no-store``. /token, /revoke and /userinfo answer any origin (CORS ``*``, no
+credentials, preflights included): they authenticate by what the request carries, never by a cookie.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode
+
+from sanic import Blueprint, Request
+from sanic.response import HTTPResponse, json, redirect
+
+from grantd.core.errors import Problem, unauthorized
+from grantd.core.fields import json_body
+from grantd.core.principals import Kind
+from grantd.oauth import authorize, revoke, token
+from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
+from grantd.services import sessions
+from grantd.services.limits import Rule
+from grantd.services.sessions import SESSION_COOKIE
+from grantd.services.tokens import TokenError
+from grantd.web.api.common import principal_of, services_of
 
 bp = Blueprint("oauth")
+
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+CORS = {"Access-Control-Allow-Origin": "*"}
+FORM = "application/x-www-form-urlencoded"
+
+
+def oauth_error(exc: OAuthError) -> HTTPResponse:
+    return json(exc.body(), status=exc.status, headers={**NO_STORE, **CORS, **exc.headers})
+
+
+def params_of(request: Request) -> dict[str, str]:
+    """A form-encoded or JSON body as name -> value (D9: /token takes both). A parameter given twice
+    is refused (RFC 6749 §3.2)."""
+    body = request.body or b""
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if not body.strip():
+        return {}
+    if media == "application/json":
+        try:
+            data = jsonlib.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise invalid_request("malformed JSON body") from None
+        if not isinstance(data, dict):
+            raise invalid_request("the JSON body must be an object")
+        params: dict[str, str] = {}
+        for key, value in data.items():
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise invalid_request(f"{key} must be a string")
+            params[str(key)] = str(value)
+        return params
+    if media in (FORM, ""):
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=50)
+        except (ValueError, UnicodeDecodeError):
+            raise invalid_request("malformed form body") from None
+        params = {}
+        for key, value in pairs:
+            if key in params:
+                raise invalid_request(f"{key} is given more than once")
+            params[key] = value
+        return params
+    raise invalid_request("the body must be application/x-www-form-urlencoded or application/json")
+
+
+# -- /authorize -------------------------------------------------------------------------------------
+
+
+def _no_store(response: HTTPResponse) -> HTTPResponse:
+    response.headers.update(NO_STORE)
+    return response
+
+
+def _without(query: str, **drop: str) -> str:
+    """The query with ``prompt`` values or parameters removed (``drop``: name -> value, "" = the whole parameter)."""
+    pairs = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key in drop:
+            if drop[key] == "":
+                continue
+            value = " ".join(v for v in value.split() if v != drop[key])
+            if not value:
+                continue
+        pairs.append((key, value))
+    return urlencode(pairs)
+
+
+def _to_login(query: str) -> HTTPResponse:
+    return _no_store(redirect("/login?next=" + quote("/authorize?" + query, safe="/"), status=303))
+
+
+def _back(location: str) -> HTTPResponse:
+    return _no_store(redirect(location, status=302))
+
+
+async def _page_error(request: Request, error: authorize.PageError) -> HTTPResponse:
+    from grantd.web.pages import error_page, viewer_of
+
+    return _no_store(error_page(await viewer_of(request), error.status, error.title, error.detail))
+
+
+@bp.get("/authorize", name="authorize")
+async def authorize_get(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    try:
+        args = request.get_args(keep_blank_values=True)
+        req = await authorize.validate(services, {name: list(args.getlist(name)) for name in args})
+    except authorize.PageError as exc:
+        return await _page_error(request, exc)
+    except authorize.RedirectError as exc:
+        return _back(authorize.error_location(exc, services.issuer))
+    cookie = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
+    found = await sessions.live(services, cookie)
+    if found is None:
+        if "none" in req.prompt:
+            return _back(authorize.error_location(req.fail("login_required", "nobody is signed in"), services.issuer))
+        return _to_login(_without(req.query, prompt="login"))
+    person, session = found
+    if (req.login_hint is not None and req.login_hint != person["email"].lower()) or "login" in req.prompt:
+        if "none" in req.prompt:
+            return _back(authorize.error_location(
+                req.fail("login_required", "another person is signed in"), services.issuer))
+        # Sign in again (prompt=login), or as the hinted person: the sign-in page, here, with the way
+        # back minus what asked for it (no loop). The current session is left alone: a GET that
+        # signed people out would let any site do it (a fresh sign-in replaces the cookie anyway).
+        from grantd.web.pages import federation_buttons, render
+
+        target = "/authorize?" + _without(req.query, prompt="login", login_hint="")
+        return _no_store(render("login.html", viewer=None, title="Sign in again", next=target,
+                                providers=federation_buttons(request, target),
+                                sp_login=bool(services.config.sp.enabled)))
+    if await authorize.needs_consent(services, req, person):
+        if "none" in req.prompt:
+            return _back(authorize.error_location(req.fail("consent_required", "the person has not consented"),
+                                                  services.issuer))
+        from grantd.web.pages import render, viewer_of
+
+        return _no_store(render(
+            "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
+            scopes=authorize.scope_descriptions(req), query=req.query, person=person,
+            redirect_host=req.redirect_uri.split("/")[2] if "//" in req.redirect_uri else req.redirect_uri,
+        ))
+    location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
+    return _back(location)
+
+
+@bp.post("/authorize/consent", name="consent")
+async def consent(request: Request) -> HTTPResponse:
+    """The consent page's answer (JSON, from its script): approve or deny; ``{location}`` to go to."""
+    services = services_of(request)
+    media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise Problem(415, "request body must be application/json")
+    body = json_body(request.body, required=True)
+    query = body.get("request")
+    approve = body.get("approve")
+    if not isinstance(query, str) or len(query) > 4 * authorize.MAX_QUERY or not isinstance(approve, bool):
+        raise Problem(400, "request (the authorization request's query) and approve (true or false) are required")
+    cookie = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
+    found = await sessions.live(services, cookie)
+    if found is None:
+        raise unauthorized("sign in first")
+    person, session = found
+    try:
+        req = await authorize.validate(services, authorize.parse_query(query))
+    except authorize.PageError as exc:
+        raise Problem(400, exc.detail) from None
+    except authorize.RedirectError as exc:
+        return json({"location": authorize.error_location(exc, services.issuer)}, headers=NO_STORE)
+    if not approve:
+        location = authorize.error_location(req.fail("access_denied", "the person denied access"), services.issuer)
+        return json({"location": location}, headers=NO_STORE)
+    await authorize.remember_consent(services, req, person)
+    location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
+    return json({"location": location}, headers=NO_STORE)
+
+
+# -- /token, /revoke --------------------------------------------------------------------------------
+
+
+@bp.post("/token", name="token")
+async def token_endpoint(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    # D12: per client address (a 429 problem with Retry-After, like every limit)
+    await services.limits.hit(Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
+                              getattr(request.ctx, "client_ip", None))
+    try:
+        answer = await token.exchange(services, params_of(request), request.headers.get("authorization"))
+    except OAuthError as exc:
+        return oauth_error(exc)
+    return json(answer, headers={**NO_STORE, **CORS})
+
+
+@bp.post("/revoke", name="revoke")
+async def revoke_endpoint(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    try:
+        await revoke.revoke(services, params_of(request), request.headers.get("authorization"))
+    except OAuthError as exc:
+        return oauth_error(exc)
+    return json({}, headers={**NO_STORE, **CORS})
+
+
+# -- /userinfo --------------------------------------------------------------------------------------
+
+
+async def _userinfo(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    client_ip = getattr(request.ctx, "client_ip", None)
+    presented: str | None = None
+    try:
+        header = request.headers.get("authorization")
+        if header:
+            scheme, _, value = header.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise invalid_token("Authorization must be 'Bearer <access token>'")
+            presented = value.strip()
+        elif request.method == "POST":
+            presented = params_of(request).get("access_token")  # RFC 6750 §2.2
+        if not presented:
+            raise OAuthError("invalid_token", "a bearer access token is required", 401,
+                             {"WWW-Authenticate": 'Bearer realm="grantd"'})
+        # D12: like every bearer, refused ones count against the address (429 once it is shut out)
+        await services.limits.bearer_allowed(client_ip)
+        try:
+            claims = await services.tokens.verify_access(presented)
+        except TokenError as exc:
+            raise invalid_token(str(exc)) from None
+        if claims.get("aud") not in (services.tokens.agent_audience, services.tokens.userinfo_audience()):
+            raise invalid_token("not an access token of this server")
+        now = services.clock.now_ms()
+        person = await services.store.people.get(claims["person_id"])
+        if person is None or person["status"] != "active":
+            raise invalid_token("the person is unknown or disabled")
+        if claims["sid"] and not await services.store.refresh_tokens.family_live(claims["sid"], now):
+            raise invalid_token("the token's sign-in was revoked")
+        scopes = str(claims.get("scope", "")).split()
+        if "openid" not in scopes:
+            raise OAuthError("insufficient_scope", "userinfo needs the openid scope", 403,
+                             {"WWW-Authenticate": 'Bearer realm="grantd", error="insufficient_scope", scope="openid"'})
+    except OAuthError as exc:
+        if exc.status == 401 and presented:
+            await services.limits.bearer_refused(client_ip)
+        return oauth_error(exc)
+    info: dict[str, Any] = {"sub": person["email"]}
+    if "email" in scopes:
+        info["email"] = person["email"]
+        info["email_verified"] = True
+    if "profile" in scopes:
+        info["name"] = person["name"] or person["email"]
+    return json(info, headers={**NO_STORE, **CORS})
+
+
+@bp.get("/userinfo", name="userinfo")
+async def userinfo_get(request: Request) -> HTTPResponse:
+    return await _userinfo(request)
+
+
+@bp.post("/userinfo", name="userinfo_post")
+async def userinfo_post(request: Request) -> HTTPResponse:
+    return await _userinfo(request)
+
+
+# -- CORS preflight (peer §3.1): any origin, no credentials ------------------------------------------
+
+
+def _preflight(methods: str) -> HTTPResponse:
+    return json({}, headers={**CORS, "Access-Control-Allow-Methods": methods,
+                             "Access-Control-Allow-Headers": "Authorization, Content-Type",
+                             "Access-Control-Max-Age": "86400", "Cache-Control": "no-store"})
+
+
+@bp.route("/token", methods=["OPTIONS"], name="token_preflight")
+async def token_preflight(request: Request) -> HTTPResponse:
+    return _preflight("POST, OPTIONS")
+
+
+@bp.route("/revoke", methods=["OPTIONS"], name="revoke_preflight")
+async def revoke_preflight(request: Request) -> HTTPResponse:
+    return _preflight("POST, OPTIONS")
+
+
+@bp.route("/userinfo", methods=["OPTIONS"], name="userinfo_preflight")
+async def userinfo_preflight(request: Request) -> HTTPResponse:
+    return _preflight("GET, POST, OPTIONS")
+
+
+# -- the person's remembered consents (/account) ----------------------------------------------------
+
+
+async def _person(request: Request) -> Any:
+    principal = await principal_of(request)
+    if principal is None:
+        raise unauthorized()
+    if principal.kind is not Kind.PERSON:
+        raise Problem(403, "only a signed-in person has consents")
+    return principal
+
+
+def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
+    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
+            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
+
+
+async def consents_of(services: Any, person_id: str) -> list[dict[str, Any]]:
+    """The person's consents, with the names of clients known without a fetch (built in, config,
+    cached metadata; else the client_id)."""
+    views = []
+    for consent in await services.store.consents.list_for(person_id):
+        known = services.oauth_clients.known(consent["client_id"])
+        views.append(consent_view(consent, known.name if known else None))
+    return views
+
+
+@bp.get("/api/account/consents", name="list_consents")
+async def list_consents(request: Request) -> HTTPResponse:
+    principal = await _person(request)
+    return json({"data": await consents_of(services_of(request), principal.id)})
+
+
+@bp.delete("/api/account/consents/<client_id:str>", name="withdraw_consent")
+async def withdraw_consent(request: Request, client_id: str) -> HTTPResponse:
+    """Withdraw a consent: the client must ask again, and its refresh families of this person end
+    (with them every access token minted from them)."""
+    principal = await _person(request)
+    services = services_of(request)
+    if len(client_id) > 260 or not client_id.isprintable():
+        raise Problem(400, "client_id must be printable, at most 260 characters")
+    now = services.clock.now_ms()
+    # One transaction: the consent goes, and so do the person's refresh families of that client.
+    if not await services.store.consents.withdraw(principal.id, client_id, now):
+        raise Problem(404, "no consent for this client")
+    return json({"withdrawn": True, "client_id": client_id})

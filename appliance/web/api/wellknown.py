@@ -5,12 +5,14 @@ from sanic.response import HTTPResponse, json
 
 bp = Blueprint("wellknown")
 
+CORS = {"Access-Control-Allow-Origin": "*"}  # public documents: any web app may read them (peer §3.1)
+
 
 @bp.get("/.well-known/jwks.json")
 async def jwks(request: Request) -> HTTPResponse:
     services = request.app.ctx.services
     # Short cache: a rotation must reach verifiers quickly; they refetch on an unknown kid anyway.
-    return json(await services.keyring.jwks(), headers={"Cache-Control": "public, max-age=300"})
+    return json(await services.keyring.jwks(), headers={"Cache-Control": "public, max-age=300", **CORS})
 
 
 @bp.get("/.well-known/openid-configuration")
@@ -18,13 +20,31 @@ async def openid_configuration(request: Request) -> HTTPResponse:
     issuer = request.app.ctx.services.issuer
     doc = {
         "issuer": issuer,
+        "authorization_endpoint": f"{issuer}/authorize",
+        "token_endpoint": f"{issuer}/token",
+        "userinfo_endpoint": f"{issuer}/userinfo",
+        "revocation_endpoint": f"{issuer}/revoke",
+        "device_authorization_endpoint": f"{issuer}/device_authorization",
         "jwks_uri": f"{issuer}/.well-known/jwks.json",
-        "id_token_signing_alg_values_supported": ["EdDSA"],
-        "subject_types_supported": ["public"],
         "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials",
+                                  "urn:ietf:params:oauth:grant-type:device_code"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["EdDSA", "ES256", "RS256"],
+        "token_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post", "private_key_jwt"],
+        "token_endpoint_auth_signing_alg_values_supported": ["EdDSA"],
+        "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "code_challenge_methods_supported": ["S256"],
+        "scopes_supported": ["openid", "email", "profile", "offline_access"],
+        "claims_supported": ["iss", "sub", "aud", "iat", "exp", "auth_time", "nonce", "jti", "act", "email",
+                             "email_verified", "name"],
+        "prompt_values_supported": ["none", "login", "consent"],
+        "authorization_response_iss_parameter_supported": True,
+        "request_parameter_supported": False,
+        "request_uri_parameter_supported": False,
         "ddisa_version": "1.0",
-        "ddisa_auth_methods_supported": ["ed25519", "ssh-key"],
+        "ddisa_auth_methods_supported": ["webauthn", "ed25519", "ssh-key"],
         "ddisa_agent_challenge_endpoint": f"{issuer}/api/agent/challenge",
         "ddisa_agent_authenticate_endpoint": f"{issuer}/api/agent/authenticate",
         "ddisa_auth_challenge_endpoint": f"{issuer}/api/auth/challenge",
@@ -33,4 +53,4 @@ async def openid_configuration(request: Request) -> HTTPResponse:
         "openape_delegations_endpoint": f"{issuer}/api/delegations",
         "openape_grant_types_supported": ["once", "timed", "always"],
     }
-    return json(doc, headers={"Cache-Control": "public, max-age=3600"})
+    return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})

@@ -1,0 +1,265 @@
+"""The token endpoint's grants (RFC 6749 §4.1.3, §6; RFC 7636; RFC 7523; RFC 8628), apart from HTTP.
+
+``exchange(services, params, authorization)`` dispatches on ``grant_type``:
+
+- ``authorization_code``: the code is taken (burnt) on its first presentation, whatever follows;
+  then client, ``redirect_uri`` and the PKCE verifier (S256) must match what the code is bound to,
+  and the person must still be active.
+- ``refresh_token``: the token must belong to the presenting client (peer bug 6) and its person
+  must be active (else the family is revoked: bug 17); it rotates inside its family
+  (``store.refresh_tokens.rotate``); presenting a rotated token again revokes the family, so the
+  thief's and the victim's newest tokens both die. The family ends ``oauth.refresh_token_ttl``
+  after the first sign-in, however often it rotates.
+- ``client_credentials``: an agent authenticates with an RFC 7523 JWT assertion signed (EdDSA) by
+  its enrolled Ed25519 key: ``iss`` = ``sub`` = its e-mail or agent_id, ``aud`` = ``{issuer}/token``,
+  ``exp`` at most 5 minutes ahead, ``jti`` single use (``store.onetime`` kind ``jti``). The answer is
+  the agent's identity token (the one /api/agent/authenticate gives), so D11 holds.
+- ``urn:ietf:params:oauth:grant-type:device_code``: ``grantd.oauth.device.exchange``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import jwt
+
+from grantd.oauth.clients import DEVICE_GRANT, Client
+from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
+from grantd.oauth.issue import issue_tokens, secret_hash
+from grantd.sshkeys import KeyFormatError, load_public_key
+from grantd.store import Conflict
+from grantd.store.records import RefreshToken
+
+if TYPE_CHECKING:
+    from grantd.services.context import Services
+
+JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_MAX_AHEAD_S = 300
+MAX_PARAM = 8192
+_VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
+
+
+def param(params: dict[str, str], name: str, *, required: bool = False) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        if required:
+            raise invalid_request(f"{name} is required")
+        return None
+    if not isinstance(value, str) or len(value) > MAX_PARAM:
+        raise invalid_request(f"{name} must be a string")
+    return value
+
+
+def _basic(authorization: str | None) -> tuple[str, str] | None:
+    """(client_id, secret) of an ``Authorization: Basic`` header (RFC 6749 §2.3.1: form-urlencoded parts)."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(value.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise invalid_client("malformed Basic credentials", basic=True) from None
+    client_id, sep, secret = decoded.partition(":")
+    if not sep:
+        raise invalid_client("malformed Basic credentials", basic=True)
+    return unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
+
+
+async def authenticate_client(services: Services, params: dict[str, str], authorization: str | None) -> Client | None:
+    """The client presenting this request: confidential clients must prove their secret (Basic or
+    ``client_secret`` in the body); a public client names itself with ``client_id``. None when no
+    client is named at all (the caller decides whether that is allowed)."""
+    basic = _basic(authorization)
+    if basic is not None:
+        basic_id, basic_secret = basic
+        named = param(params, "client_id")
+        if named is not None and named != basic_id:
+            raise invalid_client("client_id differs from the Basic credentials", basic=True)
+        client = await services.oauth_clients.get(basic_id)
+        if client is None or client.public or not client.check_secret(basic_secret):
+            raise invalid_client("client authentication failed", basic=True)
+        return client
+    named_id = param(params, "client_id")
+    secret = param(params, "client_secret")
+    if named_id is None:
+        if secret is not None:
+            raise invalid_client("client_secret without client_id")
+        return None
+    client = await services.oauth_clients.get(named_id)
+    if client is None:
+        raise invalid_client("unknown client")
+    if client.public:
+        if secret is not None:
+            raise invalid_client("this client is public: it has no secret")
+        return client
+    if not client.check_secret(secret):
+        raise invalid_client("client authentication failed" if secret else "client authentication required")
+    return client
+
+
+async def exchange(services: Services, params: dict[str, str], authorization: str | None) -> dict[str, Any]:
+    grant_type = param(params, "grant_type", required=True)
+    if grant_type == "client_credentials":
+        return await client_credentials(services, params)
+    client = await authenticate_client(services, params, authorization)
+    if client is None:
+        raise invalid_request("client_id is required")
+    if grant_type == "authorization_code":
+        return await authorization_code(services, client, params)
+    if grant_type == "refresh_token":
+        return await refresh(services, client, params)
+    if grant_type == DEVICE_GRANT:
+        try:
+            from grantd.oauth import device  # the device engineer's module; optional until it lands
+        except ImportError:
+            raise OAuthError("unsupported_grant_type", "the device grant is not available") from None
+        if DEVICE_GRANT not in client.grant_types:
+            raise OAuthError("unauthorized_client", "this client may not use the device grant")
+        result: dict[str, Any] = await device.exchange(services, client, params)
+        return result
+    raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code, refresh_token, "
+                     f"client_credentials or {DEVICE_GRANT}")
+
+
+def s256(verifier: str) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode("ascii")).digest()).rstrip(b"=").decode()
+
+
+async def authorization_code(services: Services, client: Client, params: dict[str, str]) -> dict[str, Any]:
+    if "authorization_code" not in client.grant_types:
+        raise OAuthError("unauthorized_client", "this client may not use the authorization code grant")
+    code = param(params, "code", required=True)
+    assert code is not None
+    now = services.clock.now_ms()
+    record = await services.store.onetime.take("code", secret_hash(code), now)  # burnt, whatever follows
+    if record is None:
+        raise invalid_grant("authorization code is invalid or was already used")
+    if record["expires_at"] <= now:
+        raise invalid_grant("expired authorization code")
+    if record["client_id"] != client.client_id:
+        raise invalid_grant("the authorization code was issued to another client")
+    redirect_uri = param(params, "redirect_uri")
+    if redirect_uri != record["redirect_uri"]:
+        raise invalid_grant("redirect_uri differs from the authorization request's")
+    verifier = param(params, "code_verifier")
+    if verifier is None:
+        raise invalid_grant("code_verifier is required (PKCE)")
+    if not _VERIFIER.match(verifier) or not hmac.compare_digest(s256(verifier), record["code_challenge"]):
+        raise invalid_grant("code_verifier does not match the code_challenge")
+    person = await services.store.people.get(record["person_id"])
+    if person is None or person["status"] != "active":
+        raise invalid_grant("the person is unknown or disabled")
+    return await issue_tokens(services, client, person, scope=record["scope"], nonce=record["nonce"],
+                              auth_time=int(record["auth_time"]))
+
+
+async def refresh(services: Services, client: Client, params: dict[str, str]) -> dict[str, Any]:
+    import secrets
+
+    if "refresh_token" not in client.grant_types:
+        raise OAuthError("unauthorized_client", "this client may not use refresh tokens")
+    presented = param(params, "refresh_token", required=True)
+    assert presented is not None
+    token_hash = secret_hash(presented)
+    now = services.clock.now_ms()
+    old = await services.store.refresh_tokens.get(token_hash)
+    if old is None:
+        raise invalid_grant("refresh token is invalid")
+    if old["client_id"] != client.client_id:
+        raise invalid_grant("refresh token was issued to another client")  # and it stays unused (peer bug 6)
+    person = await services.store.people.get(old["person_id"])
+    if person is None or person["status"] != "active":
+        await services.store.refresh_tokens.revoke_family(old["family_id"], now)
+        raise invalid_grant("the person is unknown or disabled; the sign-in is revoked")
+    scope = old["scope"]
+    asked = param(params, "scope")
+    if asked is not None:
+        if not set(asked.split()) <= set(scope.split()):
+            raise OAuthError("invalid_scope", "scope may only narrow what was granted")
+        scope = " ".join(s for s in scope.split() if s in asked.split())
+    secret = secrets.token_urlsafe(32)
+    new: RefreshToken = {
+        "token_hash": secret_hash(secret), "family_id": old["family_id"], "client_id": old["client_id"],
+        "person_id": old["person_id"], "scope": old["scope"], "auth_time": old["auth_time"], "created_at": now,
+        "expires_at": old["expires_at"], "used_at": None, "revoked_at": None,
+    }
+    outcome, _ = await services.store.refresh_tokens.rotate(token_hash, new, now)
+    if outcome == "reused":
+        raise invalid_grant("refresh token was already used; every token of its sign-in is revoked")
+    if outcome == "revoked":
+        raise invalid_grant("refresh token was revoked")
+    if outcome == "expired":
+        raise invalid_grant("refresh token expired; sign in again")
+    if outcome != "rotated":
+        raise invalid_grant("refresh token is invalid")
+    return await issue_tokens(services, client, person, scope=scope, nonce=None, auth_time=int(old["auth_time"]),
+                              family=new, refresh_token=secret)
+
+
+async def client_credentials(services: Services, params: dict[str, str]) -> dict[str, Any]:
+    """An agent's identity token for an RFC 7523 client assertion (module docstring)."""
+    if param(params, "client_assertion_type") != JWT_BEARER:
+        raise invalid_client(f"client_credentials needs client_assertion_type={JWT_BEARER}")
+    assertion = param(params, "client_assertion")
+    if assertion is None:
+        raise invalid_client("client_assertion is required")
+    try:
+        header = jwt.get_unverified_header(assertion)
+        unverified = jwt.decode(assertion, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        raise invalid_client("client_assertion is not a JWT") from None
+    if header.get("alg") != "EdDSA":
+        raise invalid_client("client_assertion must be signed with EdDSA (the agent's Ed25519 key)")
+    iss, sub = unverified.get("iss"), unverified.get("sub")
+    if not isinstance(iss, str) or iss != sub or not iss or len(iss) > 254:
+        raise invalid_client("client_assertion needs iss = sub = the agent's e-mail or agent_id")
+    agent = await services.store.agents.get(iss)
+    if agent is None:
+        raise invalid_client("unknown agent")
+    named = param(params, "client_id")
+    if named is not None and named not in (agent["agent_id"], agent["email"]):
+        raise invalid_client("client_id differs from the assertion's issuer")
+    try:
+        key = load_public_key(agent["public_key"])
+    except KeyFormatError:
+        raise invalid_client("the agent has no usable key") from None
+    audience = f"{services.issuer}/token"
+    try:
+        claims = jwt.decode(assertion, key, algorithms=["EdDSA"], audience=audience,
+                            options={"require": ["iss", "sub", "aud", "exp", "jti"], "verify_exp": False,
+                                     "verify_iat": False, "verify_nbf": False})
+    except jwt.InvalidAudienceError:
+        raise invalid_client(f"client_assertion aud must be {audience}") from None
+    except jwt.PyJWTError:
+        raise invalid_client("client_assertion does not verify with the agent's key") from None
+    now_s = services.clock.now_s()
+    exp, jti = claims.get("exp"), claims.get("jti")
+    if not isinstance(exp, int) or isinstance(exp, bool) or exp <= now_s:
+        raise invalid_client("client_assertion expired")
+    if exp > now_s + ASSERTION_MAX_AHEAD_S:
+        raise invalid_client(f"client_assertion exp may be at most {ASSERTION_MAX_AHEAD_S} s ahead")
+    nbf = claims.get("nbf")
+    if isinstance(nbf, int) and nbf > now_s + 60:
+        raise invalid_client("client_assertion is not valid yet")
+    if not isinstance(jti, str) or not jti or len(jti) > 256:
+        raise invalid_client("client_assertion needs a jti")
+    if agent["status"] != "active":
+        raise invalid_client("agent is disabled")
+    now = services.clock.now_ms()
+    try:
+        await services.store.onetime.put("jti", secret_hash(f"{agent['agent_id']}\n{jti}"), {"agent_id": agent["agent_id"]},
+                                         exp * 1000 + 60_000, now)
+    except Conflict:
+        raise invalid_client("client_assertion was already used (jti replay)") from None
+    token, ttl = await services.tokens.mint_identity(agent)
+    return {"access_token": token, "token_type": "Bearer", "expires_in": ttl, "agent_id": agent["agent_id"]}
+
+
+__all__ = ["authenticate_client", "exchange"]
