@@ -70,3 +70,27 @@ def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Netwo
         if not _trusted(address, trusted):
             break
     return str(found) if found is not None else peer
+
+
+def parse_nameserver(value: str) -> tuple[str, int] | None:
+    """``"10.0.0.1"``, ``"10.0.0.1:5353"``, ``"::1"`` or ``"[::1]:5353"`` -> (address, port)."""
+    value = value.strip()
+    host, port = value, 53
+    if value.startswith("["):
+        host, sep, rest = value[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            return None
+        if rest:
+            if not rest[1:].isdigit():
+                return None
+            port = int(rest[1:])
+    elif value.count(":") == 1:
+        host, _, raw = value.partition(":")
+        if not raw.isdigit():
+            return None
+        port = int(raw)
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return (host, port) if 0 < port < 65536 else None

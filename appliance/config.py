@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import tomli_w
 
-from grantd.client_address import parse_networks
+from grantd.client_address import parse_nameserver, parse_networks
 
 CONFIG_ENV = "GRANTD_CONFIG"
 DEFAULT_CONFIG_NAME = "grantd.toml"
@@ -91,6 +91,19 @@ def _origin(value: Any) -> str | None:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.hostname or value != f"{parts.scheme}://{parts.netloc}":
         return "must be an origin such as https://idp.example.com (scheme://host[:port], no path or slash)"
+    return None
+
+
+def _client_id(value: Any) -> str | None:
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?", value):
+        return "must be a lowercase host[:port] such as sp.example.com (no scheme or path)"
+    return None
+
+
+def _nameservers(value: Any) -> str | None:
+    for item in value:
+        if isinstance(item, str) and parse_nameserver(item) is None:
+            return f"{item!r} is not an IP address with an optional port (IPv6 in brackets with a port)"
     return None
 
 
@@ -213,6 +226,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
             int, 60, "Passkey sign-in options, sign-in verifications and registration verifications per client "
             "address per minute (each counted on its own, apart from the agents' counters).", minimum=0,
         ),
+        "device_code_per_address": Key(
+            int, 30, "User codes of the device grant looked up or decided (GET /device?user_code=, POST "
+            "/api/device/decide) per client address per minute: bounds guessing of user codes (RFC 8628 §5.1). "
+            "Device authorizations started (POST /device_authorization) are counted apart, with the same limit.",
+            minimum=0,
+        ),
+        "sp_login_per_address": Key(
+            int, 60, "SP logins started (POST /api/login: a DNS lookup and a request to an IdP each) per client "
+            "address per minute.", minimum=0,
+        ),
+        "token_per_address": Key(
+            int, 300, "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "
+            "device polls alike) per client address per minute.", minimum=0,
+        ),
     },
     "webauthn": {
         "rp_id": Key(
@@ -248,18 +275,93 @@ SCHEMA: dict[str, dict[str, Key]] = {
             list, [], "Upstream identity providers, one [[federation.providers]] table each: id (unique, "
             "letters, digits, . _ -), type (a provider type from a plugin; built in: oidc), name (shown on the "
             "login page; default: the id) and the type's own keys. Secrets as file:PATH or env:NAME. "
-            "Listed publicly, without secrets, at GET /api/federation/providers.", item_kind=dict,
+            "Listed publicly, without secrets, at GET /api/federation/providers; /login offers each as a button "
+            "(docs/federation.md). Register {issuer}/auth/federated/<id>/callback as the redirect URI upstream.",
+            item_kind=dict,
             example="""[[federation.providers]]
 id = "corp"
 type = "oidc"
 name = "Corp SSO"
-issuer = "https://sso.example.com"
+issuer = "https://sso.example.com"   # https; http only on localhost/127.0.0.1/::1
 client_id = "grantd"
 client_secret = "file:corp-sso-secret"
 # scopes = ["openid", "email", "profile"]
-# email_claim = "email"
-# allowed_domains = ["example.com"]
-# create_unknown = false""",
+# email_claim = "email"                # the id_token claim with the e-mail (email_verified must be true)
+# allowed_domains = ["example.com"]    # empty: any domain
+# create_unknown = false               # true: a verified e-mail grantd does not know becomes a new person""",
+        ),
+    },
+    "oauth": {
+        "access_token_ttl": Key(
+            int, 900, "Lifetime in seconds of OAuth access tokens (and of ID tokens' refresh: ID tokens live 300 s).",
+            minimum=60, maximum=86_400,
+        ),
+        "refresh_token_ttl": Key(
+            int, 2_592_000, "Absolute lifetime in seconds of a refresh-token family (rotation does not extend it).",
+            minimum=300, maximum=31_536_000,
+        ),
+        "metadata_cache_ttl": Key(
+            int, 300, "Seconds a domain client's fetched /.well-known/oauth-client-metadata (or the failure to "
+            "fetch it) is remembered.", minimum=0, maximum=86_400,
+        ),
+        "device_code_ttl": Key(
+            int, 600, "Seconds a device authorization request (RFC 8628: grantd login, grantd tui) waits for a "
+            "person to enter its user code on /device.", minimum=60, maximum=3600,
+        ),
+        "device_poll_interval": Key(
+            int, 5, "Seconds a device client must wait between polls of /token (faster polls get slow_down, "
+            "which adds 5 s).", minimum=1, maximum=60,
+        ),
+        "allow_private_metadata_hosts": Key(
+            bool, False, "Tests only: let client metadata come from loopback, private or link-local addresses, "
+            "and over http. Never in production (it opens the metadata fetch to SSRF).",
+        ),
+        "clients": Key(
+            list, [], "OAuth clients registered here, one [[oauth.clients]] table each: client_id, name, "
+            "redirect_uris (exact), optional client_secret (file:PATH or env:NAME; then a confidential client "
+            "using client_secret_basic or client_secret_post), id_token_signed_response_alg (EdDSA, ES256 or "
+            "RS256), api_access (its access tokens may call grantd's /api as the person). Other clients are "
+            "SPs identified by their domain, whose metadata is fetched.", item_kind=dict,
+            example="""[[oauth.clients]]
+client_id = "wiki"
+name = "Team wiki"
+redirect_uris = ["https://wiki.example.com/oauth/callback"]
+client_secret = "file:wiki-client-secret"
+# id_token_signed_response_alg = "RS256"
+# api_access = false""",
+        ),
+    },
+    "sp": {
+        "enabled": Key(
+            bool, False, "Be a service provider: people log in here at the identity provider their e-mail domain "
+            "names in DNS (DDISA TXT _ddisa.<domain>) or at fallback_idp, as guests (POST /api/login, "
+            "/api/callback, docs/sp.md). Off: those routes and the SP well-knowns answer 404.",
+        ),
+        "client_id": Key(
+            str, None, "The client id this SP presents to identity providers (they fetch "
+            "https://<client_id>/.well-known/oauth-client-metadata). Default: the issuer's host[:port].",
+            check=_client_id,
+        ),
+        "fallback_idp": Key(
+            str, None, "Identity provider (issuer URL) for e-mail domains without a DDISA record. Unset: such "
+            "logins fail with \"could not discover IdP for this email domain\".", check=_no_trailing_slash_url,
+        ),
+        "nameservers": Key(
+            list, [], "DNS servers for DDISA discovery: IP addresses, with an optional port (\"10.0.0.53\", "
+            "\"127.0.0.1:5353\", \"[::1]:53\"). Default: the system's resolvers.", item_kind=str, check=_nameservers,
+        ),
+        "allow_http_idp": Key(
+            bool, False, "Tests only: accept http:// identity providers and ones on loopback or private "
+            "addresses. Never in production (plain http exposes codes and tokens; private addresses open "
+            "discovery to SSRF).",
+        ),
+        "dns_cache_ttl": Key(
+            int, 300, "Longest time in seconds a DDISA answer is remembered (shorter when the record's TTL is).",
+            minimum=0, maximum=86_400,
+        ),
+        "dns_negative_cache_ttl": Key(
+            int, 60, "Seconds the absence of a DDISA record (or a failed lookup) is remembered.",
+            minimum=0, maximum=86_400,
         ),
     },
     "plugins": {
@@ -284,6 +386,8 @@ SECTION_HELP = {
     "webauthn": "Passkeys (WebAuthn): relying party id and origin, checked exactly",
     "sessions": "Browser sessions of people (cookie grantd_session)",
     "federation": "Federation: people sign in through upstream identity providers",
+    "oauth": "OAuth 2.0 / OpenID provider: tokens, clients (docs/oauth.md)",
+    "sp": "Service provider: log people in at the IdP their e-mail domain names (DDISA; docs/sp.md)",
     "plugins": "Plugins",
 }
 
@@ -474,6 +578,8 @@ def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
         server["trusted_proxies"] = parse_networks(p for p in server["trusted_proxies"] if isinstance(p, str))[0]
     if isinstance(values["federation"]["providers"], list):
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
+    if isinstance(values["oauth"]["clients"], list):
+        values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
 
     if problems:
         raise ConfigError(problems, path)
@@ -513,6 +619,61 @@ def _federation_providers(tables: list[Any], problems: list[str]) -> tuple[dict[
         if name is not None and (not isinstance(name, str) or not name.strip()):
             problems.append(f"{where}.name: must be a non-empty string, got {name!r}")
         checked.append({**table, "name": name if isinstance(name, str) and name.strip() else provider_id})
+    return tuple(checked)
+
+
+OAUTH_CLIENT_KEYS = frozenset({"client_id", "name", "redirect_uris", "client_secret", "id_token_signed_response_alg",
+                                "api_access"})
+OAUTH_CLIENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+ID_TOKEN_ALGS = ("EdDSA", "ES256", "RS256")
+BUILTIN_CLIENT_IDS = frozenset({"apes-cli", "grantd-cli"})
+
+
+def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+    """Check every `[[oauth.clients]]` table; resolve its client_secret (file:/env:)."""
+    checked: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, table in enumerate(tables):
+        where = f"oauth.clients[{index}]"
+        if not isinstance(table, dict):
+            continue  # already reported: every item must be a table
+        for name in table:
+            if name not in OAUTH_CLIENT_KEYS:
+                problems.append(f"{where}.{name}: unknown key (known: {', '.join(sorted(OAUTH_CLIENT_KEYS))})")
+        client_id = table.get("client_id")
+        if not isinstance(client_id, str) or not OAUTH_CLIENT_ID.match(client_id):
+            problems.append(f"{where}.client_id: must be 1-128 letters, digits, '.', '_', ':' or '-', got {client_id!r}")
+            continue
+        if client_id in BUILTIN_CLIENT_IDS or client_id in seen:
+            problems.append(f"{where}.client_id: {client_id!r} is already taken (built in or listed twice)")
+        seen.add(client_id)
+        uris = table.get("redirect_uris", [])
+        if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
+            problems.append(f"{where}.redirect_uris: must be a list of strings")
+            uris = []
+        for uri in uris:
+            parts = urlsplit(uri)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment or "@" in parts.netloc:
+                problems.append(f"{where}.redirect_uris: {uri!r} must be an absolute http(s) URL without userinfo or fragment")
+        alg = table.get("id_token_signed_response_alg", "EdDSA")
+        if alg not in ID_TOKEN_ALGS:
+            problems.append(f"{where}.id_token_signed_response_alg: must be one of {', '.join(ID_TOKEN_ALGS)}, got {alg!r}")
+        api_access = table.get("api_access", False)
+        if not isinstance(api_access, bool):
+            problems.append(f"{where}.api_access: must be true or false, got {api_access!r}")
+        name = table.get("name", client_id)
+        if not isinstance(name, str) or not name.strip():
+            problems.append(f"{where}.name: must be a non-empty string, got {name!r}")
+            name = client_id
+        secret = table.get("client_secret")
+        if secret is not None:
+            if not isinstance(secret, str) or not secret:
+                problems.append(f"{where}.client_secret: must be a string (file:PATH or env:NAME)")
+                secret = None
+            else:
+                secret = resolve_secret(f"{where}.client_secret", secret, base_dir, problems, warnings)
+        checked.append({"client_id": client_id, "name": name, "redirect_uris": tuple(uris), "client_secret": secret,
+                        "id_token_signed_response_alg": alg, "api_access": api_access is True})
     return tuple(checked)
 
 

@@ -57,6 +57,9 @@ pending_per_agent = 0
 verify_per_address = 0
 streams_per_principal = 0
 passkey_per_address = 0
+device_code_per_address = 0
+token_per_address = 0
+sp_login_per_address = 0
 """
 
 # -- the callers (columns) --------------------------------------------------------------------------
@@ -79,6 +82,7 @@ CALLERS: dict[str, str] = {
     "approver": "a signed-in person named the requesting agent's approver",
     "admin": "a signed-in person with the administrator flag (not in `admin.emails`)",
     "otherperson": "a signed-in person who owns and approves other agents (`carol@example.com`, of `foreign`)",
+    "guest": "a guest of SP login (D9: a session another IdP vouched for) whose e-mail is the `admin` column's",
 }
 
 PERSON_COLUMNS = ("person", "owner", "approver", "admin", "otherperson")
@@ -87,71 +91,90 @@ PERSON_COLUMNS = ("person", "owner", "approver", "admin", "otherperson")
 # consume and verify take AuthZ-JWTs: there the column names the token presented (see AUTHZ_LEGEND).
 
 TABLE = """
-route                                          | none | garbage | expired | forged | disabled | deleted | reenrolled | rekeyed | self | other | foreign | mgmt | person | owner | approver | admin | otherperson
-GET /healthz                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /readyz                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /.well-known/jwks.json                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /.well-known/openid-configuration          | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/federation/providers                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /openapi.json                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /metrics                                   | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404
-POST /api/agent/challenge                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/auth/challenge                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/agent/authenticate                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/auth/authenticate                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/agent/enroll                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201
-POST /api/auth/enroll                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201
-GET /api/me                                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/admin/agents                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-POST /api/admin/agents                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
-GET /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-PUT /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201
-GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
-POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
-POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
-POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404
-POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403 | 404 | 403 | 403 | 403 | 404
-POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401 | 401 | 401 | 401 | 401 | 401
-POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid
-POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok | 200 op:404 | 200 op:ok | 200 op:ok | 200 op:ok | 200 op:404
-GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/delegations                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 201 | 201 | 201 | 403
-GET /api/delegations                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-DELETE /api/delegations/:delegation_id         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404
-POST /api/delegations/:delegation_id/validate  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404
-POST /api/webauthn/register/options            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/webauthn/register/verify             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/webauthn/login/options               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-POST /api/webauthn/login/verify                | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/webauthn/credentials                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
-POST /api/webauthn/credentials/add/options     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
-POST /api/webauthn/credentials/add/verify      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201
-DELETE /api/webauthn/credentials/:credential_id| 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200
-POST /api/logout                               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /api/admin/users                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-POST /api/admin/users                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
-GET /api/admin/users/:ident                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-PATCH /api/admin/users/:ident                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-DELETE /api/admin/users/:ident                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-GET /api/admin/users/:ident/credentials        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-GET /api/admin/sessions                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-DELETE /api/admin/sessions/:family_id          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-DELETE /api/admin/sessions/user/:ident         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-GET /api/admin/registration-urls               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-POST /api/admin/registration-urls              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403
-DELETE /api/admin/registration-urls/:ident     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403
-GET /                                          | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 | 303 | 303 | 303 | 303
-GET /login                                     | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 303 | 303 | 303 | 303 | 303
-GET /register                                  | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page
-GET /account                                   | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
-GET /grants                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
-GET /grant-approval                            | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 404 page | 200 page | 200 page | 200 page | 404 page
-GET /enroll                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page
-GET /admin                                     | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 403 page | 403 page | 200 page | 403 page
-GET /static/:name                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+route                                          | none | garbage | expired | forged | disabled | deleted | reenrolled | rekeyed | self | other | foreign | mgmt | person | owner | approver | admin | otherperson | guest
+GET /healthz                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /readyz                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/jwks.json                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/openid-configuration          | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/federation/providers                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /auth/federated/:provider_id               | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302 | 302
+GET /auth/federated/:provider_id/callback      | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page | 400 page
+GET /openapi.json                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /metrics                                   | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404
+POST /api/agent/challenge                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/challenge                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/authenticate                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/auth/authenticate                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/agent/enroll                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201 | 403
+POST /api/auth/enroll                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 201 | 403
+GET /api/me                                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/admin/agents                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+POST /api/admin/agents                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403 | 403
+GET /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+PUT /api/admin/agents/:ident                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 403
+GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403 | 404 | 403 | 403 | 403 | 404 | 403
+POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401 | 401 | 401 | 401 | 401 | 401 | 401
+POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid
+POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok | 200 op:404 | 200 op:ok | 200 op:ok | 200 op:ok | 200 op:404 | 403
+GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/delegations                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 201 | 201 | 201 | 403 | 403
+GET /api/delegations                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
+DELETE /api/delegations/:delegation_id         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404 | 403
+POST /api/delegations/:delegation_id/validate  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 404 | 404 | 200 | 404 | 403
+POST /api/webauthn/register/options            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/register/verify             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/login/options               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /api/webauthn/login/verify                | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/webauthn/credentials                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/webauthn/credentials/add/options     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/webauthn/credentials/add/verify      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 403
+DELETE /api/webauthn/credentials/:credential_id| 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/logout                               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/admin/users                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+POST /api/admin/users                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403 | 403
+GET /api/admin/users/:ident                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+PATCH /api/admin/users/:ident                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+DELETE /api/admin/users/:ident                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/admin/users/:ident/credentials        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/admin/sessions                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+DELETE /api/admin/sessions/:family_id          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+DELETE /api/admin/sessions/user/:ident         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/admin/registration-urls               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+POST /api/admin/registration-urls              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403 | 403
+DELETE /api/admin/registration-urls/:ident     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /                                          | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 | 303 | 303 | 303 | 303 | 200 page
+GET /login                                     | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 303 | 303 | 303 | 303 | 303 | 200 page
+GET /register                                  | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page | 200 page
+GET /account                                   | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
+GET /grants                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
+GET /grant-approval                            | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 404 page | 200 page | 200 page | 200 page | 404 page | 303 login
+GET /enroll                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
+GET /admin                                     | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 403 page | 403 page | 200 page | 403 page | 303 login
+GET /static/:name                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /device_authorization                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /device                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
+POST /api/device/decide                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/login                                | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/callback                              | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303 | 303
+GET /.well-known/oauth-client-metadata         | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/auth.md                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/grantd.json                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/service.json                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /authorize                                 | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 302 | 302 | 302 | 302 | 302 | 303 login
+POST /authorize/consent                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 401
+POST /token                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /revoke                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /userinfo                                  | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
+POST /userinfo                                 | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
+GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 """
 
 ROUTE_NOTES: dict[str, str] = {
@@ -194,6 +217,21 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/webauthn/credentials/add/verify": "a signed-in person's own passkeys",
     "DELETE /api/webauthn/credentials/:credential_id": "a signed-in person's own passkeys",
     "POST /api/logout": "ends the browser session if the request carries one; 200 either way",
+    "POST /api/login": "public; an e-mail whose domain's DDISA record names this server (SP login, D9)",
+    "GET /api/callback": "public; an unknown state: 303 to `/?error=`",
+    "GET /auth/federated/:provider_id": "public: anyone may start a federated sign-in (the matrix server is its own upstream)",
+    "GET /auth/federated/:provider_id/callback": "public; a state no sign-in started: an HTML error page, no session",
+    "POST /device_authorization": "public; form-encoded `client_id=grantd-cli` (RFC 8628)",
+    "GET /device": "the page of a fresh pending user code (`?user_code=`)",
+    "POST /api/device/decide": "approve a fresh pending user code: a person's browser session only (not a bearer)",
+    "GET /authorize": "apes-cli code + PKCE; the people have consented before: a code (302); bearers are ignored",
+    "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request: a person's session only",
+    "POST /token": "public; a fresh code of the `person` column exchanged by apes-cli (the column's credential is ignored)",
+    "POST /revoke": "public; an unknown token (RFC 7009: 200)",
+    "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
+    "POST /userinfo": "the same, POST",
+    "GET /api/account/consents": "the signed-in person's remembered consents",
+    "DELETE /api/account/consents/:client_id": "withdraw the person's consent to apes-cli (given just before)",
 }
 
 AUTHZ_LEGEND: dict[str, str] = {
@@ -209,7 +247,7 @@ AUTHZ_LEGEND: dict[str, str] = {
     "other": "another agent's AuthZ-JWT, presented at the requesting agent's grant (verify: on its own)",
     "foreign": "the same with the foreign-owned agent's AuthZ-JWT",
     "mgmt": "the management token",
-    **{c: "no bearer; the column's session cookie (consume) / no `token` (verify)" for c in PERSON_COLUMNS},
+    **{c: "no bearer; the column's session cookie (consume) / no `token` (verify)" for c in (*PERSON_COLUMNS, "guest")},
 }
 
 
@@ -246,7 +284,8 @@ def render_doc() -> str:
         "an invalid, expired or forged token, or the token of a disabled, deleted, re-enrolled or",
         "re-keyed agent -> 401; a valid credential without the right -> 403; a grant or delegation the",
         "caller may not see -> 404 (it learns nothing, not even that it exists). Public routes ignore",
-        "whatever credential is sent.",
+        "whatever credential is sent. A guest of SP login (D9, docs/sp.md) is a 403 everywhere else but",
+        "`/api/me` and `/api/logout`, whatever e-mail another IdP vouched for.",
         "",
         "## Callers",
         "",
@@ -351,6 +390,15 @@ class World:
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 
+    def guest_session(self) -> str:
+        """A guest session of SP login whose IdP vouched for the ``admin`` column's e-mail."""
+        from grantd.services import sessions
+
+        value, _ = self.srv.call(sessions.start_guest(self.srv.services, idp="https://idp.elsewhere.example",
+                                                      email=self.persons["admin"]["email"], name="Guest",
+                                                      user_agent="authz-matrix"))
+        return str(value)
+
     def session(self, person: dict[str, Any]) -> str:
         """A signed-in session of the person (started on the server's loop: no WebAuthn needed)."""
         from grantd.services import sessions
@@ -445,6 +493,7 @@ def build_world(srv: Any) -> World:
         "otherperson": w.person("carol", email="carol@example.com"),
     }
     w.cookies = {column: w.session(person) for column, person in w.persons.items()}
+    w.cookies["guest"] = w.guest_session()
     parties = {"owner": w.persons["owner"]["email"], "approver": w.persons["approver"]["email"]}
     requester = w.signed_in("self", **parties)
     w.agents["self"] = requester
@@ -480,6 +529,7 @@ def build_world(srv: Any) -> World:
         "mgmt": srv.token,
         **{c: w.agents[c].token for c in ("disabled", "deleted", "reenrolled", "rekeyed", "self", "other", "foreign")},
         **dict.fromkeys(PERSON_COLUMNS),
+        "guest": None,
     }
     assert set(w.bearers) == set(CALLERS), "every column needs a credential"
     return w
@@ -497,7 +547,8 @@ def _call(w: World, column: str, method: str, path: str, **kwargs: Any) -> httpx
     with w.http_for(column) as http:
         response = http.request(method, path, **kwargs)
     if column in w.cookies and path in SESSION_ENDING:  # logout or a new sign-in ended the column's
-        w.cookies[column] = w.session(w.persons[column])  # session: the next cell gets a fresh one
+        # session: the next cell gets a fresh one
+        w.cookies[column] = w.guest_session() if column == "guest" else w.session(w.persons[column])
     return response
 
 
@@ -678,6 +729,23 @@ REQUESTS.update({
     "GET /static/:name": _get("/static/grantd.js"),
 })
 
+
+def _user_code(w: World) -> str:
+    """A fresh pending device authorization's user code."""
+    with w.http() as http:
+        r = http.post("/device_authorization", data={"client_id": "grantd-cli"})
+    assert r.status_code == 200, r.text
+    return str(r.json()["user_code"])
+
+
+REQUESTS.update({
+    # The device grant (grantd.web.api.device).
+    "POST /device_authorization": lambda w, c: _call(w, c, "POST", "/device_authorization", data={"client_id": "grantd-cli"}),
+    "GET /device": lambda w, c: _call(w, c, "GET", f"/device?user_code={_user_code(w)}"),
+    "POST /api/device/decide": lambda w, c: _call(
+        w, c, "POST", "/api/device/decide", json={"user_code": _user_code(w), "approve": True}),
+})
+
 def _add_passkey(w: World, c: str) -> httpx.Response:
     """add/options then add/verify with a new software authenticator, as the column's caller (a
     caller refused the options posts an empty response: it is refused before the body is read)."""
@@ -691,7 +759,7 @@ def _add_passkey(w: World, c: str) -> httpx.Response:
 
 def _spare_passkey(w: World, c: str) -> str:
     """A passkey of the column's person that is not their last one (two added if need be)."""
-    if c not in w.cookies:
+    if c not in w.cookies or c == "guest":
         return "some-credential"
     for _ in range(2):
         r = _add_passkey(w, c)
@@ -714,6 +782,67 @@ REQUESTS.update({
     "POST /api/logout": lambda w, c: _call(w, c, "POST", "/api/logout", json={}),
 })
 
+REQUESTS.update({
+    # SP login (D9): the matrix server is its own IdP for matrix.test (a DDISA record on a local DNS server)
+    "POST /api/login": lambda w, c: _call(w, c, "POST", "/api/login", json={"email": "someone@matrix.test"}),
+    "GET /api/callback": _get("/api/callback?code=not-a-code&state=not-a-state"),  # -> /?error=...
+    "GET /auth/federated/:provider_id": _get("/auth/federated/self?next=/account"),
+    "GET /auth/federated/:provider_id/callback": _get("/auth/federated/self/callback?code=x&state=not-a-state"),
+    "GET /.well-known/oauth-client-metadata": _get("/.well-known/oauth-client-metadata"),
+    "GET /.well-known/auth.md": _get("/.well-known/auth.md"),
+    "GET /.well-known/grantd.json": _get("/.well-known/grantd.json"),
+    "GET /.well-known/service.json": _get("/.well-known/service.json"),
+})
+
+
+def _remember_consent(w: World, c: str) -> None:
+    """The column's person has consented to apes-cli before (so /authorize answers with a code)."""
+    if c in w.persons:
+        now = w.srv.clock.now_ms()
+        w.srv.call(w.srv.services.store.consents.remember({
+            "person_id": w.persons[c]["person_id"], "client_id": "apes-cli", "scope": "openid email profile offline_access",
+            "created_at": now, "updated_at": now}))
+
+
+def _apes_authorize(challenge: str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM") -> str:
+    from urllib.parse import urlencode
+
+    return urlencode({"response_type": "code", "client_id": "apes-cli", "redirect_uri": "http://localhost:9876/callback",
+                      "code_challenge": challenge, "code_challenge_method": "S256", "state": "matrix",
+                      "scope": "openid email profile offline_access"})
+
+
+def _code_exchange(w: World) -> dict[str, str]:
+    """A fresh code of the `person` column for apes-cli, as /token form fields."""
+    from urllib.parse import parse_qs, urlsplit
+
+    verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+    _remember_consent(w, "person")
+    with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies["person"]}, timeout=10) as http:
+        location = http.get("/authorize?" + _apes_authorize()).headers["location"]
+    code = parse_qs(urlsplit(location).query)["code"][0]
+    return {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": "apes-cli",
+            "redirect_uri": "http://localhost:9876/callback"}
+
+
+def _withdraw_consent(w: World, c: str) -> httpx.Response:
+    _remember_consent(w, c)
+    return _call(w, c, "DELETE", "/api/account/consents/apes-cli")
+
+
+REQUESTS.update({
+    # The OAuth provider (grantd.web.api.oauth)
+    "GET /authorize": lambda w, c: (_remember_consent(w, c), _call(w, c, "GET", "/authorize?" + _apes_authorize()))[1],
+    "POST /authorize/consent": lambda w, c: _call(w, c, "POST", "/authorize/consent",
+                                                  json={"request": _apes_authorize(), "approve": True}),
+    "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
+    "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
+    "GET /userinfo": _get("/userinfo"),
+    "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
+    "GET /api/account/consents": _get("/api/account/consents"),
+    "DELETE /api/account/consents/:client_id": _withdraw_consent,
+})
+
 
 def check(response: httpx.Response, expected: str) -> None:
     status_text, _, marker = expected.partition(" ")
@@ -725,6 +854,12 @@ def check(response: httpx.Response, expected: str) -> None:
         return
     if marker == "page":  # an HTML page (errors too: pages never answer problem+json)
         assert response.headers["content-type"].startswith("text/html"), response.headers
+        return
+    if marker == "oauth":  # /token, /revoke, /userinfo errors: {error, error_description} (D2), not problem+json
+        assert response.headers["content-type"].startswith("application/json"), response.headers
+        assert "error" in response.json() and response.headers["cache-control"].startswith("no-store")
+        if status == 401:
+            assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
         return
     if status == 401:
         assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
@@ -770,11 +905,27 @@ def route_keys(app: Any) -> set[str]:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     from inproc import InProcessServer
 
-    srv = InProcessServer(tmp_path_factory.mktemp("authz"), extra=NO_LIMITS).start()
-    try:
-        yield build_world(srv)
-    finally:
-        srv.stop()
+    from dns_server import TxtDnsServer
+
+    with TxtDnsServer({}) as dns:
+        sp = f'\n[sp]\nenabled = true\nallow_http_idp = true\nnameservers = ["{dns.address}"]\n'
+        srv = InProcessServer(tmp_path_factory.mktemp("authz"), extra=NO_LIMITS + sp)
+        federate_to_itself(srv)
+        srv.start()
+        dns.records["_ddisa.matrix.test"] = [f"v=ddisa1 idp={srv.url}"]
+        try:
+            yield build_world(srv)
+        finally:
+            srv.stop()
+
+
+def federate_to_itself(srv: Any) -> None:
+    """A [[federation.providers]] table "self" whose upstream is the server itself (federated sign-in)."""
+    (srv.directory / "self-client-secret").write_text("matrix-client-secret\n")
+    (srv.directory / "self-client-secret").chmod(0o600)
+    with srv.config_path.open("a") as config:
+        config.write(f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
+                     'client_id = "matrix"\nclient_secret = "file:self-client-secret"\n')
 
 
 CELLS = [(route, column) for route in ROWS for column in COLUMNS]

@@ -378,7 +378,7 @@ def test_the_tui_runs_from_the_bundle_shows_a_pending_grant_and_approves_it(serv
     sign_in(served, agent)
     marker = f"bundle-tui-{os.getpid()}"
     grant = request_grant(served, agent, command=[marker, "--now"])
-    terminal = Terminal([str(served.command[0]), "tui", "--config", str(served.config_path)],
+    terminal = Terminal([str(served.command[0]), "tui", "--config", str(served.config_path), "--management-token"],
                         clean_env(TERM="xterm-256color", LANG="C.UTF-8"), served.directory)
     try:
         terminal.wait_for(marker)  # Textual, its CSS and the console's stylesheet work in the bundle

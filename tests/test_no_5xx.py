@@ -31,12 +31,14 @@ from grantd.config import SCHEMA
 from grantd.logs import TextFormatter
 
 from conftest import Agent, signed_in
+from dns_server import TxtDnsServer
 from grants_support import grant_body
 
 EXAMPLES_PER_ROUTE = 40
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 LIMITS_OFF = ["authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-              "grants_per_agent", "pending_per_agent", "verify_per_address"]
+              "grants_per_agent", "pending_per_agent", "verify_per_address", "device_code_per_address",
+              "sp_login_per_address"]
 LOGGERS = ["grantd", "grantd.access", "sanic.root", "sanic.error", "sanic.server", "sanic.websockets", "asyncio", ""]
 
 
@@ -76,16 +78,29 @@ def expired_looking_jwt(kid: str, email: str) -> str:
     return f"{header}.{claims}.{signature}"
 
 
+def federate_to_itself(srv: InProcessServer) -> None:
+    """A [[federation.providers]] table "self" whose upstream is the server itself (federated sign-in)."""
+    (srv.directory / "self-client-secret").write_text("no5xx-client-secret\n")
+    (srv.directory / "self-client-secret").chmod(0o600)
+    with srv.config_path.open("a") as config:
+        config.write(f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
+                     'client_id = "no5xx"\nclient_secret = "file:self-client-secret"\n')
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     directory = tmp_path_factory.mktemp("no5xx")
     # Abuse limits off (where this version has them): a garbage bearer would otherwise soon turn every
     # request from 127.0.0.1 into a 429 and the routes behind the limit would go untested.
     limits = "".join(f"{key} = 0\n" for key in LIMITS_OFF if key in SCHEMA.get("limits", {}))
-    srv = InProcessServer(directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}")
+    # SP login on, asking a local DNS server that knows no domain: its routes are driven too (D9)
+    dns = TxtDnsServer({}).__enter__()
+    sp = f'\n[sp]\nenabled = true\nnameservers = ["{dns.address}"]\n'
+    srv = InProcessServer(directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}{sp}")
     # X-Forwarded-For is parsed only from a trusted proxy: trust the test client so it is driven too.
     srv.config_path.write_text(srv.config_path.read_text().replace(
         "workers = 1\n", 'workers = 1\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+    federate_to_itself(srv)  # a federation provider "self": /auth/federated/self runs a real sign-in start
     capture = LogCapture()
     srv.start()
     for name in LOGGERS:  # after start: the app's logging config is in place, ours is added to it
@@ -110,12 +125,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             "other-agent": other.token,
             "authz-jwt": authz,
         }
-        world.ids = [pending, to_approve, delegation, agent.agent_id, agent.email, other.agent_id]
+        world.ids = [pending, to_approve, delegation, agent.agent_id, agent.email, other.agent_id, "self"]
         yield world
     finally:
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(capture)
         srv.stop()
+        dns.__exit__(None, None, None)
 
 
 # -- what hypothesis sends -------------------------------------------------------------------------
@@ -125,6 +141,7 @@ FIELDS = [
     "status", "isActive", "target_host", "audience", "grant_type", "command", "permissions", "duration", "reason",
     "run_as", "requester", "token", "operations", "action", "delegate", "delegator", "scopes", "scope", "approval",
     "expires_at", "authorization_details", "execution_context", "cmd_hash",
+    "user_code", "approve", "client_id", "device_code",  # the device grant
 ]
 SPECIAL_TEXT = [
     "", " ", "once", "timed", "always", "approve", "deny", "revoke", "active", "disabled", "root", "root\n", "\x00",
@@ -170,6 +187,16 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
         "update_agent": {"name": "renamed"},
         "validate": {"delegate": world.other.email, "audience": "elsewhere", "scope": "x"},
         "verify": {"token": world.callers["authz-jwt"]},
+        "decide": {"user_code": "BCDF-GHJK", "approve": True},
+        "device_authorization": {"client_id": "grantd-cli", "scope": "openid"},
+        # the OAuth provider (grantd.web.api.oauth)
+        "token": {"grant_type": "authorization_code", "code": "x" * 43, "code_verifier": "v" * 43, "client_id": "apes-cli",
+                  "redirect_uri": "http://localhost:9876/callback"},
+        "consent": {"request": "response_type=code&client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback"
+                               "&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
+                    "approve": True},
+        "revoke": {"token": "x", "token_type_hint": "refresh_token"},
+        "userinfo": {"access_token": "a.b.c"},
     }
     base = next((b for key, b in bases.items() if route_name.split(".")[-1].startswith(key)), {})
     if route_name.endswith("delegations.create"):
@@ -194,20 +221,31 @@ def raw_bodies(world: World, route_name: str) -> st.SearchStrategy[bytes | None]
         st.integers(20, 3000).map(lambda n: b'{"a":' * n + b"1" + b"}" * n),
         st.binary(max_size=40),
         st.sampled_from([b"", b"{", b'{"a": NaN}', b'{"a": 1e999}', b'{"a": "\\udfff"}', b"\xef\xbb\xbf{}", b"1" * 5000]),
+        # form-encoded (the OAuth endpoints): real names, repeats, bad escapes, non-UTF-8
+        st.sampled_from([b"client_id=grantd-cli&scope=openid", b"client_id=grantd-cli&client_id=x", b"a=%zz&&=",
+                         b"client_id=%ff%fe", b"grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code"
+                         b"&device_code=x&client_id=grantd-cli", b"=" * 3000,
+                         b"grant_type=refresh_token&refresh_token=x&client_id=apes-cli&scope=openid%20x",
+                         b"grant_type=client_credentials&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-"
+                         b"type%3Ajwt-bearer&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
+                         b"grant_type=authorization_code&code=x&client_id=127.0.0.1%3A1&code_verifier=%00"]),
     )
 
 
 header_text = st.one_of(
     st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=30),
     st.sampled_from(["1", "0", "\u00b2", "1" * 30, "*", 'W/"x"', '"abc", W/"d"', "application/json",
-                     "text/plain; charset=utf-8", "1.2.3.4", "1.2.3.4, 10.0.0.1", "::1", "garbage, ,", "-1"]),
+                     "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "1.2.3.4", "1.2.3.4, 10.0.0.1",
+                     "::1", "garbage, ,", "-1"]),
 ).map(lambda s: s.strip().encode("latin-1"))
 headers = st.fixed_dictionaries({}, optional={
     name: header_text for name in
     ["Last-Event-ID", "If-None-Match", "Content-Type", "X-Forwarded-For", "X-Request-ID", "Accept", "Origin"]
 })
 queries = st.dictionaries(
-    st.sampled_from(["limit", "cursor", "status", "requester", "last_event_id", "token", "x"]),
+    st.sampled_from(["limit", "cursor", "status", "requester", "last_event_id", "token", "x", "user_code",
+                     "next", "state", "code", "error", "client_id", "redirect_uri", "response_type", "code_challenge",
+                     "code_challenge_method", "scope", "prompt", "login_hint", "nonce", "authorization_details"]),
     st.one_of(any_text, st.integers(-(10**20), 10**20).map(str)),
     max_size=4,
 )

@@ -258,9 +258,108 @@ def test_cli_reads_url_and_token_from_the_config(server: Server, tmp_path: Path)
     assert resolve_connection(args) == ("http://elsewhere:1", "from-file")
     result = server.grantd("tui", "--help")
     assert "--token-file" in result.stdout and "--token " not in result.stdout
+    assert "--management-token" in result.stdout and "--session-file" in result.stdout
     env = {k: v for k, v in server.env.items() if k != "GRANTD_CONFIG"}
-    result = subprocess.run([*server.command, "tui", "--url", server.url], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run([*server.command, "tui", "--url", server.url, "--management-token"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "no credential" in result.stderr
+    env = {k: v for k, v in env.items() if k not in ("GRANTD_ISSUER", "GRANTD_SESSION_FILE")}
+    result = subprocess.run([*server.command, "tui", "--session-file", str(tmp_path / "none.json")], cwd=tmp_path,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "no server" in result.stderr
+
+
+def test_cli_acts_as_a_person_by_default(tmp_path: Path) -> None:
+    """No --management-token/--token-file: the console uses the person's stored session (or signs them in)."""
+    import argparse
+
+    from grantd.tui.cli import person_credential, resolve_person
+    from grantd.tui.signin import SessionCredential, SessionFile, StoredSession
+
+    session_file = tmp_path / "grantd" / "session.json"
+    SessionFile(session_file).save(StoredSession("http://idp.test:1", "r", "a", 1, "pat@example.com", "Pat Example"))
+    args = argparse.Namespace(url=None, config=None, session_file=session_file)
+    connection = resolve_person(args)  # no config in tmp_path: the stored session names the server
+    assert connection.url == "http://idp.test:1" and connection.token is None
+    credential = person_credential(connection.url, session_file)
+    assert isinstance(credential, SessionCredential) and credential.label == "Pat Example <pat@example.com>"
+    other = person_credential("http://elsewhere.test:2", session_file)  # another server: sign in there
+    assert isinstance(other, SessionCredential) and other.session is None
+
+
+async def test_the_console_signs_a_person_in_with_the_device_grant(tmp_path: Path) -> None:
+    """No stored session: the sign-in screen shows the code and URL; once a person approves it (over
+    HTTP here, in Chromium in tests/browser/test_device_tui.py), the header names them and the list
+    holds what they may decide, and its decisions are recorded under them."""
+    from inproc import InProcessServer
+    from people_support import create_person, enrol_agent, start_session
+    from people_support import request_grant as person_agent_grant
+
+    from grantd.tui.screens.main import MainScreen
+    from grantd.tui.screens.signin import SignInScreen
+    from grantd.tui.signin import DeviceSignIn, SessionCredential, SessionFile
+
+    srv = await asyncio.to_thread(lambda: InProcessServer(tmp_path / "srv").start())
+    try:
+        person = await asyncio.to_thread(create_person, srv, None, name="Pat Example")
+        cookie = await asyncio.to_thread(start_session, srv, person["email"])
+        _, mine = await asyncio.to_thread(enrol_agent, srv, owner=person["email"])
+        other_owner = await asyncio.to_thread(create_person, srv)
+        _, foreign = await asyncio.to_thread(enrol_agent, srv, owner=other_owner["email"])
+
+        async def wait_on_server_clock(seconds: float) -> None:
+            srv.clock.advance(seconds)  # the server's clock moves as far as the console waits
+            await asyncio.sleep(0.2)  # (a little real time too: 600 s of codes last 24 s here)
+
+        store = SessionFile(tmp_path / "cfg" / "session.json")
+        credential = SessionCredential(DeviceSignIn(srv.url, sleep=wait_on_server_clock), store)
+        app = GrantConsole(GrantdClient(srv.url, credential), backoff=(0.2, 0.5, 1.0))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, SignInScreen) and app.screen.authorization is not None,
+                           "the code on the sign-in screen")
+            screen = app.screen
+            assert isinstance(screen, SignInScreen) and screen.authorization is not None
+            code = screen.authorization.user_code
+            assert code in str(screen.query_one("#signin-code", Static).render())
+            assert f"{srv.url}/device" in str(screen.query_one("#signin-url", Static).render())
+            async with httpx.AsyncClient(base_url=srv.url, cookies={"grantd_session": cookie}) as browser:
+                # Denied first: the screen says so and offers r, which starts over with a new code.
+                r = await browser.post("/api/device/decide", json={"user_code": code, "approve": False})
+                assert r.status_code == 200, r.text
+                await wait_for(pilot, lambda: screen.error is not None, "the denial on the sign-in screen")
+                assert "denied" in str(screen.query_one("#signin-state", Static).render())
+                await pilot.press("r")
+                await wait_for(pilot, lambda: screen.authorization is not None and screen.authorization.user_code != code,
+                               "a new code")
+                code = screen.authorization.user_code  # type: ignore[union-attr]
+                r = await browser.post("/api/device/decide", json={"user_code": code, "approve": True})
+            assert r.status_code == 200, r.text
+
+            await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.screen.initial_loaded, "the main screen")
+            await live(pilot)
+            header = str(app.main.query_one("#server-label", Static).render())
+            assert f"Pat Example <{person['email']}>" in header
+            assert store.load() is not None and store.load().email == person["email"]  # type: ignore[union-attr]
+
+            own = await asyncio.to_thread(person_agent_grant, srv, mine)
+            other = await asyncio.to_thread(person_agent_grant, srv, foreign)
+            await select(pilot, own["id"])
+            await pilot.press("a")
+            await wait_for(pilot, lambda: row(app, own["id"]).status == "approved", "the approval")  # type: ignore[union-attr]
+            decided = await server_grant(srv, own["id"])  # type: ignore[arg-type]
+            assert decided["decided_by"] == person["email"]
+            await pilot.press("R")
+            await pilot.pause(0.3)
+            assert other["id"] not in app.main.grants  # not theirs to decide: the server never sent it
+
+        # Started again, the console reuses the stored session: straight to the list, as the person.
+        again = GrantConsole(GrantdClient(srv.url, SessionCredential(DeviceSignIn(srv.url), store, store.load())))
+        async with again.run_test(size=SIZE) as pilot:
+            assert isinstance(again.screen, MainScreen)
+            await live(pilot)
+            assert f"Pat Example <{person['email']}>" in str(again.main.query_one("#server-label", Static).render())
+    finally:
+        await asyncio.to_thread(srv.stop)
 
 
 # -- what a newcomer tripped over (issue 13) -------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 from grantd.tui.app import GrantConsole
 from grantd.tui.client import BearerCredential, Decision
 from grantd.tui.models import AgentInfo, Grant
+from grantd.tui.signin import DeviceAuthorization, DeviceSignIn, SessionCredential, SessionFile, StoredSession
 from grantd.tui.sse import SseEvent
 
 NOW = 1_795_000_000_000  # 2026-11-18 ... (frozen)
@@ -206,6 +207,40 @@ def test_override_form(snap_compare: Any, size: tuple[int, int]) -> None:
         await pilot.press("o")
 
     assert snap_compare(make_app(), terminal_size=size, run_before=run_before)
+
+
+class WaitingSignIn(DeviceSignIn):
+    """The device grant's first half only: a fixed code is shown, the approval never comes."""
+
+    async def sign_in(self, show: Callable[[DeviceAuthorization], object], scope: str = "") -> StoredSession:
+        show(DeviceAuthorization("device-code", "BCDF-GHJK", f"{self.issuer}/device",
+                                 f"{self.issuer}/device?user_code=BCDF-GHJK", 600, 5))
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def person_app(tmp_path: Any, *, signed_in: bool) -> GrantConsole:
+    source = FixtureSource()
+    session = StoredSession(source.base_url, "r", "a", 2**40, "pat@example.com", "Pat Example") if signed_in else None
+    source.credential = SessionCredential(WaitingSignIn(source.base_url), SessionFile(tmp_path / "session.json"), session)  # type: ignore[assignment]
+    return GrantConsole(source, clock=lambda: NOW)
+
+
+def test_sign_in_screen(snap_compare: Any, tmp_path: Any) -> None:
+    """`grantd tui` without a session: the code and where to enter it, centred, at 80x24."""
+
+    async def run_before(pilot: Any) -> None:
+        for _ in range(100):
+            await pilot.pause(0.02)
+            if getattr(pilot.app.screen, "authorization", None) is not None:
+                return
+
+    assert snap_compare(person_app(tmp_path, signed_in=False), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_main_screen_of_a_person(snap_compare: Any, tmp_path: Any) -> None:
+    """Signed in as a person: the header names them instead of "management token"."""
+    assert snap_compare(person_app(tmp_path, signed_in=True), terminal_size=(80, 24), run_before=settled)
 
 
 def test_main_screen_light_theme(snap_compare: Any) -> None:

@@ -1,4 +1,5 @@
-"""The Textual application: one main screen fed by a GrantSource (the HTTP client in production)."""
+"""The Textual application: the main screen fed by a GrantSource (the HTTP client in production),
+after a sign-in screen when a person has no session yet (the device grant, docs/device.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from textual.app import App
 from grantd.tui.client import GrantSource
 from grantd.tui.feed import BACKOFF
 from grantd.tui.screens.main import MainScreen
+from grantd.tui.screens.signin import SignInScreen
+from grantd.tui.signin import SessionCredential
 
 
 def wall_clock_ms() -> int:
@@ -49,16 +52,37 @@ class GrantConsole(App[None]):
 
         return sorted(BUILTIN_THEMES)
 
-    def get_default_screen(self) -> MainScreen:
+    def _main_screen(self) -> MainScreen:
         return MainScreen(
             self.source, clock=self.clock, bell=self.bell_on_new, poll_interval=self.poll_interval, backoff=self.backoff
         )
 
+    def get_default_screen(self) -> MainScreen | SignInScreen:
+        credential = self.source.credential
+        if isinstance(credential, SessionCredential) and credential.session is None:
+            return SignInScreen(credential)  # a person signs in first (device grant), then MainScreen
+        return self._main_screen()
+
+    def signed_in(self) -> None:
+        """The person approved the sign-in: the grant list, as them (their name in the header)."""
+        # Pushed over the sign-in screen (Textual cannot switch away from the default screen); that
+        # one stays below, never seen again: quitting ends both.
+        self.push_screen(self._main_screen())
+
+    @property
+    def person(self) -> str | None:
+        """Who the console acts as when a person signed in (their name and e-mail), else None."""
+        credential = self.source.credential
+        return credential.label if isinstance(credential, SessionCredential) and credential.session else None
+
     @property
     def main(self) -> MainScreen:
-        screen = self.screen_stack[0]
-        assert isinstance(screen, MainScreen)
+        screen = next((s for s in self.screen_stack if isinstance(s, MainScreen)), None)
+        assert screen is not None, "not signed in yet"
         return screen
 
     async def on_unmount(self) -> None:
         await self.source.aclose()
+        credential = self.source.credential
+        if isinstance(credential, SessionCredential):
+            await credential.signin.aclose()

@@ -41,6 +41,8 @@ COMMANDS: dict[str, Command] = {
     "elevate": Command("grantd.elevate.cli",
                        "run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo"),
     "tui": Command("grantd.tui.cli", "approver console: live pending grants, decide with one key"),
+    "login": Command("grantd.tui.signin", "sign a person in on this terminal (device code shown here, approved in a browser)"),
+    "logout": Command("grantd.tui.signin", "revoke and delete the stored terminal sign-in"),
 }
 
 

@@ -16,10 +16,20 @@ from grantd.core.errors import forbidden, unauthorized
 from grantd.core.principals import Kind, Principal
 
 
-def require(principal: Principal | None) -> Principal:
-    """Any credential: none is a 401."""
+def identify(principal: Principal | None) -> Principal:
+    """Any credential, a guest's too (only /api/me: who am I): none is a 401."""
     if principal is None:
         raise unauthorized()
+    return principal
+
+
+def require(principal: Principal | None) -> Principal:
+    """Any credential that may act here: none is a 401; a guest of SP login is a 403 for everything
+    (D9: another IdP's word makes nobody an owner, approver or administrator here, even when the
+    e-mail it vouched for is a local person's)."""
+    principal = identify(principal)
+    if principal.kind is Kind.GUEST:
+        raise forbidden("a guest signed in through another identity provider has no rights here")
     return principal
 
 

@@ -5,6 +5,9 @@
   the configured administrators, and the owners and approvers an administrator names.
 - ``management``: the management token, acting as ``admin.management_identity``.
 - ``client``: an OAuth client (with the OAuth issue).
+- ``guest``: a browser session from SP login (``grantd.sp``): another IdP vouched for ``email``;
+  ``id`` is ``guest:`` + the session family. Not a person of this grantd, whatever the e-mail:
+  ``grantd.core.policy`` refuses guests everything but saying who they are (/api/me) and logging out.
 Owners, approvers and delegators are persons or the management identity, never agents, so an agent
 can never decide a grant, directly or through a delegation.
 """
@@ -24,6 +27,7 @@ class Kind(StrEnum):
     PERSON = "person"
     MANAGEMENT = "management"
     CLIENT = "client"
+    GUEST = "guest"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ def management(identity: str) -> Principal:
 
 def agent(agent_id: str, email: str) -> Principal:
     return Principal(Kind.AGENT, agent_id, email)
+
+
+def guest(family_id: str, email: str) -> Principal:
+    """A guest of SP login (never an administrator, whatever its e-mail)."""
+    return Principal(Kind.GUEST, "guest:" + family_id, email.lower())
 
 
 def person(email: str, admin_emails: frozenset[str]) -> Principal:

@@ -178,7 +178,7 @@ def _extensions(body: dict[str, Any]) -> dict[str, Any]:
 async def _requester(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[str, str]:
     """(e-mail, id) of whoever the grant is for: the credential's principal; the management token
     (or an unauthenticated request, when allowed) names it in ``requester``."""
-    if principal is not None and not policy.may_request_for_someone_else(principal):
+    if principal is not None and not policy.may_request_for_someone_else(policy.require(principal)):  # guests: 403
         return principal.email, principal.id
     if principal is None and not services.config.grants.allow_unauthenticated:
         raise unauthorized("a grant request needs an agent token or a session")

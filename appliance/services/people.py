@@ -117,6 +117,7 @@ def session_view(session: Session, email: str | None) -> dict[str, Any]:
         "expires_at": session["expires_at"],
         "last_seen_at": session["last_seen_at"],
         "user_agent": session["user_agent"],
+        "idp": session.get("idp"),  # a guest's IdP (SP login), else None
     }
 
 
@@ -273,10 +274,12 @@ async def list_sessions(services: Services, args: Any) -> dict[str, Any]:
     rows, has_more = await services.store.sessions.list(page_request(args), person_id, services.clock.now_ms())
     emails: dict[str, str | None] = {}
     for row in rows:
-        if row["person_id"] not in emails:
+        if row["person_id"] is not None and row["person_id"] not in emails:
             owner = await services.store.people.get(row["person_id"])
             emails[row["person_id"]] = owner["email"] if owner else None
-    return page(rows, has_more, lambda s: session_view(s, emails[s["person_id"]]), id_key="session_id")
+    # a guest session of SP login has no person: its e-mail is the one its IdP asserted (D9)
+    return page(rows, has_more, lambda s: session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
+                id_key="session_id")
 
 
 async def revoke_session_family(services: Services, family_id: str) -> dict[str, Any]:

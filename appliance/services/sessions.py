@@ -14,6 +14,10 @@
 - The cookie is HttpOnly, SameSite=Lax, Path=/, and Secure when the issuer is https. Requests
   that carry it and change state must pass the cross-site check of ``grantd.web.csrf``.
 - A request with an ``Authorization`` header never uses the cookie (the bearer alone decides).
+- A **guest** session (D9: one kind of browser session) is started by SP login (``grantd.sp``):
+  ``person_id`` is None and ``idp``, ``email``, ``name`` say who another IdP vouched for. It
+  authenticates a ``guest`` principal (``grantd.core.principals.guest``), never a person of this
+  grantd, whatever its e-mail; ``live`` (people) does not see it, ``live_guest`` does.
 """
 
 from __future__ import annotations
@@ -67,6 +71,30 @@ async def start(services: Services, person: Person, user_agent: str) -> tuple[st
         "last_seen_at": now,
         "user_agent": (user_agent or "")[:256],
         "revoked_at": None,
+        "idp": None,
+        "email": None,
+        "name": None,
+    }
+    return value, await services.store.sessions.create(session)
+
+
+async def start_guest(services: Services, *, idp: str, email: str, name: str | None, user_agent: str) -> tuple[str, Session]:
+    """Sign a guest in (SP login: ``idp`` vouched for ``email``): a new session in a new family,
+    with no person of this grantd behind it. Returns the cookie value and the record."""
+    value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+    now = services.clock.now_ms()
+    session: Session = {
+        "session_id": session_id_of(value),
+        "family_id": "fam_" + secrets.token_urlsafe(16),
+        "person_id": None,
+        "created_at": now,
+        "expires_at": now + ttl_seconds(services) * 1000,
+        "last_seen_at": now,
+        "user_agent": (user_agent or "")[:256],
+        "revoked_at": None,
+        "idp": idp,
+        "email": email.lower(),
+        "name": name,
     }
     return value, await services.store.sessions.create(session)
 
@@ -81,20 +109,37 @@ async def end(services: Services, cookie_value: str) -> None:
         await services.store.sessions.revoke_family(session["family_id"], now)
 
 
-async def live(services: Services, cookie_value: str | None) -> tuple[Person, Session] | None:
-    """The active person and live session a cookie names, or None."""
+async def _live_record(services: Services, cookie_value: str | None) -> Session | None:
     if cookie_value is None or not plausible(cookie_value):
         return None
+    return await services.store.sessions.get(session_id_of(cookie_value), services.clock.now_ms())
+
+
+async def _touch(services: Services, session: Session) -> None:
     now = services.clock.now_ms()
-    session = await services.store.sessions.get(session_id_of(cookie_value), now)
-    if session is None:
+    if now - session["last_seen_at"] >= TOUCH_EVERY_MS:
+        await services.store.sessions.touch(session["session_id"], now)
+
+
+async def live(services: Services, cookie_value: str | None) -> tuple[Person, Session] | None:
+    """The active person and live session a cookie names, or None (a guest session is None here)."""
+    session = await _live_record(services, cookie_value)
+    if session is None or session["person_id"] is None:
         return None
     person = await services.store.people.get(session["person_id"])
     if person is None or person["status"] != "active" or person["person_id"] != session["person_id"]:
         return None
-    if now - session["last_seen_at"] >= TOUCH_EVERY_MS:
-        await services.store.sessions.touch(session["session_id"], now)
+    await _touch(services, session)
     return person, session
+
+
+async def live_guest(services: Services, cookie_value: str | None) -> Session | None:
+    """The live guest session (SP login) a cookie names, or None."""
+    session = await _live_record(services, cookie_value)
+    if session is None or session["person_id"] is not None or not session.get("idp") or not session.get("email"):
+        return None
+    await _touch(services, session)
+    return session
 
 
 class SessionCookie:
@@ -108,6 +153,9 @@ class SessionCookie:
         if credentials.bearer is not None or credentials.session is None:
             return None
         found = await live(services, credentials.session)
-        if found is None:
-            return None
-        return principals.for_person(found[0], services.admin_emails)
+        if found is not None:
+            return principals.for_person(found[0], services.admin_emails)
+        guest = await live_guest(services, credentials.session)
+        if guest is not None:
+            return principals.guest(guest["family_id"], str(guest["email"]))
+        return None

@@ -18,13 +18,13 @@ injected clock.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from grantd.client_address import parse_nameserver
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 
 MODES = ("open", "allowlist-admin", "allowlist-user", "deny")
@@ -96,30 +96,6 @@ def email_domain(email: str) -> str | None:
     except UnicodeError:
         return None
     return domain if _DOMAIN.match(domain) else None
-
-
-def parse_nameserver(value: str) -> tuple[str, int] | None:
-    """``"10.0.0.1"``, ``"10.0.0.1:5353"``, ``"::1"`` or ``"[::1]:5353"`` -> (address, port)."""
-    value = value.strip()
-    host, port = value, 53
-    if value.startswith("["):
-        host, sep, rest = value[1:].partition("]")
-        if not sep or (rest and not rest.startswith(":")):
-            return None
-        if rest:
-            if not rest[1:].isdigit():
-                return None
-            port = int(rest[1:])
-    elif value.count(":") == 1:
-        host, _, raw = value.partition(":")
-        if not raw.isdigit():
-            return None
-        port = int(raw)
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    return (host, port) if 0 < port < 65536 else None
 
 
 class Discovery:

@@ -38,6 +38,7 @@ bp = Blueprint("openapi")
 
 PROBLEM_JSON = "application/problem+json"
 JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
 
 # -- schema helpers -------------------------------------------------------------------------------
 
@@ -147,8 +148,9 @@ SCHEMAS: dict[str, Schema] = {
     "Me": obj(
         {"sub": STRING, "email": STRING, "name": STRING,
          "act": {"type": "string", "enum": ["agent", "management", "human", "person", "client"]},
-         "kind": {"type": "string", "enum": ["agent", "person", "management", "client"]},
-         "id": STRING, "agent_id": nullable(STRING), "admin": BOOL},
+         "kind": {"type": "string", "enum": ["agent", "person", "management", "client", "guest"]},
+         "id": STRING, "agent_id": nullable(STRING), "admin": BOOL,
+         "idp": nullable({"type": "string", "description": "a guest's IdP (SP login, D9)"})},
         ("sub", "email", "act", "kind", "id", "admin"),
     ),
     # grants (D6)
@@ -267,8 +269,9 @@ SCHEMAS: dict[str, Schema] = {
         ("credential_id", "name", "created_at"),
     ),
     "Session": obj(
-        {"family_id": STRING, "familyId": STRING, "person_id": STRING, "email": nullable(STRING), "created_at": MS,
-         "expires_at": MS, "last_seen_at": nullable(MS), "user_agent": nullable(STRING)},
+        {"family_id": STRING, "familyId": STRING, "person_id": nullable(STRING), "email": nullable(STRING), "created_at": MS,
+         "expires_at": MS, "last_seen_at": nullable(MS), "user_agent": nullable(STRING),
+         "idp": nullable({"type": "string", "description": "a guest's IdP (SP login, D9); person_id is then null"})},
         ("family_id", "person_id", "created_at", "expires_at"),
     ),
     "SessionsRevoked": obj(
@@ -313,6 +316,42 @@ SCHEMAS: dict[str, Schema] = {
          "token": STRING, "email": EMAIL, "name": STRING, "person_name": STRING},
     ),
     "Ok": obj({"ok": {"const": True}}, ("ok",)),
+    # the device grant (RFC 8628, docs/device.md)
+    "DeviceAuthorization": obj(
+        {"device_code": STRING, "user_code": {"type": "string", "pattern": "^[BCDFGHJKLMNPQRSTVWXZ]{4}-[BCDFGHJKLMNPQRSTVWXZ]{4}$"},
+         "verification_uri": STRING, "verification_uri_complete": STRING, "expires_in": INT, "interval": INT},
+        ("device_code", "user_code", "verification_uri", "verification_uri_complete", "expires_in", "interval"),
+    ),
+    "DeviceAuthorizationRequest": obj(
+        {"client_id": {"type": "string", "minLength": 1, "maxLength": 255, "description": "grantd-cli (built in)"},
+         "scope": {"type": "string", "description": "space-separated, of: openid email profile offline_access"}},
+        ("client_id",),
+    ),
+    "DeviceDecision": obj(
+        {"user_code": {"type": "string", "maxLength": 64, "description": "as typed: case, spaces and dashes do not matter"},
+         "approve": BOOL},
+        ("user_code", "approve"),
+    ),
+    "DeviceDecided": obj(
+        {"status": {"type": "string", "enum": ["approved", "denied"]}, "client_id": STRING, "client_name": STRING,
+         "scope": STRING},
+        ("status", "client_id", "client_name", "scope"),
+    ),
+    # SP login (D9)
+    "SpLogin": obj({"email": EMAIL, "returnTo": {"type": "string", "description": "a local path to land on afterwards"}},
+                   ("email",)),
+    "ClientMetadata": obj(
+        {"client_id": STRING, "client_name": STRING, "redirect_uris": array(STRING), "client_uri": STRING,
+         "contacts": array(STRING), "token_endpoint_auth_method": STRING, "grant_types": array(STRING),
+         "response_types": array(STRING)},
+        ("client_id", "client_name", "redirect_uris"),
+    ),
+    "ServiceManifest": obj(
+        {"version": STRING, "service": ANY_OBJECT, "auth": obj({"ddisa_domain": STRING, "supported_methods": array(STRING)},
+                                                               ("ddisa_domain", "supported_methods")),
+         "endpoints": ANY_OBJECT},
+        ("version", "service", "auth", "endpoints"),
+    ),
     # discovery
     "Jwks": obj(
         {"keys": array(obj({"kty": STRING, "crv": STRING, "x": STRING, "kid": STRING, "alg": STRING, "use": STRING},
@@ -320,6 +359,46 @@ SCHEMAS: dict[str, Schema] = {
         ("keys",),
     ),
     "OpenIdConfiguration": obj({"issuer": STRING, "jwks_uri": STRING}, ("issuer", "jwks_uri")),
+    # OAuth 2.0 / OIDC (D9, docs/oauth.md)
+    "OAuthError": obj(
+        {"error": STRING, "error_description": STRING}, ("error", "error_description"),
+        description="RFC 6749 §5.2 / RFC 6750 §3.1 error (D2)",
+    ),
+    "TokenRequest": obj(
+        {"grant_type": {"type": "string", "enum": ["authorization_code", "refresh_token", "client_credentials",
+                                                   "urn:ietf:params:oauth:grant-type:device_code"]},
+         "code": STRING, "code_verifier": STRING, "redirect_uri": STRING, "client_id": STRING, "client_secret": STRING,
+         "refresh_token": STRING, "scope": STRING, "device_code": STRING,
+         "client_assertion_type": {"const": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
+         "client_assertion": JWT},
+        ("grant_type",),
+        description="form-encoded or JSON (D9); confidential clients may use HTTP Basic instead of client_secret",
+    ),
+    "TokenResponse": obj(
+        {"access_token": STRING, "token_type": {"const": "Bearer"}, "expires_in": INT, "scope": STRING,
+         "id_token": JWT, "assertion": {**JWT, "description": "the id_token again (the peer SP reads it)"},
+         "refresh_token": STRING, "agent_id": STRING},
+        ("access_token", "token_type", "expires_in"),
+    ),
+    "RevokeRequest": obj(
+        {"token": STRING, "token_type_hint": {"type": "string", "enum": ["refresh_token", "access_token"]},
+         "client_id": STRING, "client_secret": STRING},
+        ("token",),
+    ),
+    "UserInfoRequest": obj({"access_token": STRING}),
+    "UserInfo": obj({"sub": STRING, "email": STRING, "email_verified": BOOL, "name": STRING}, ("sub",)),
+    "ConsentDecision": obj(
+        {"request": {"type": "string", "description": "the authorization request's query string, as the consent page got it"},
+         "approve": BOOL},
+        ("request", "approve"),
+    ),
+    "Location": obj({"location": {"type": "string", "description": "where the browser goes next (the client's redirect URI)"}},
+                    ("location",)),
+    "Consent": obj(
+        {"client_id": STRING, "client_name": STRING, "scope": STRING, "created_at": MS, "updated_at": MS},
+        ("client_id", "client_name", "scope", "created_at", "updated_at"),
+    ),
+    "ConsentWithdrawn": obj({"withdrawn": {"const": True}, "client_id": STRING}, ("withdrawn", "client_id")),
     "FederationProviders": obj(
         {"providers": array(obj({"id": STRING, "type": STRING, "name": STRING}, ("id", "type", "name")))},
         ("providers",),
@@ -329,6 +408,7 @@ SCHEMAS: dict[str, Schema] = {
 # -- the operations -------------------------------------------------------------------------------
 
 NONE, OPTIONAL, BEARER, AUTHZ, PERSON, METRICS = "none", "optional", "bearer", "authz", "person", "metrics"
+ACCESS = "access"  # an OAuth access token of a person (/userinfo)
 SECURITY: dict[str, list[dict[str, list[str]]]] = {
     NONE: [],
     METRICS: [{}, {"metricsToken": []}],  # the [metrics] token, when one is set
@@ -336,6 +416,7 @@ SECURITY: dict[str, list[dict[str, list[str]]]] = {
     BEARER: [{"managementToken": []}, {"agentToken": []}, {"session": []}],
     AUTHZ: [{"authzJwt": []}],
     PERSON: [{"session": []}],
+    ACCESS: [{"accessToken": []}],
 }
 
 
@@ -362,7 +443,10 @@ class Op:
     headers: tuple[str, ...] = ()  # names in PARAMETERS
     ok: dict[int, Ok] = field(default_factory=dict)
     errors: tuple[int, ...] = ()  # beyond those derived from the operation's kind (module docstring)
+    error_media: str = PROBLEM_JSON  # browser redirects (federated sign-in) answer errors as HTML pages
     tag: str = ""
+    form: bool = False  # the body may also be application/x-www-form-urlencoded (OAuth endpoints, D9)
+    error_shape: str = "Problem"  # the schema of JSON errors: "OAuthError" for /token, /revoke, /userinfo (D2)
 
     @property
     def path_params(self) -> list[str]:
@@ -379,6 +463,22 @@ PARAMETERS: dict[str, Schema] = {
     "requester": {"name": "requester", "in": "query", "description": "requester's e-mail", "schema": EMAIL},
     "last_event_id": {"name": "last_event_id", "in": "query", "description": "as the Last-Event-ID header",
                       "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}},
+    "sp_code": {"name": "code", "in": "query", "description": "the IdP's authorization code", "schema": STRING},
+    "sp_state": {"name": "state", "in": "query", "description": "the login's state", "schema": STRING},
+    "sp_error": {"name": "error", "in": "query", "description": "the IdP's refusal (RFC 6749 §4.1.2.1)", "schema": STRING},
+    "sp_error_description": {"name": "error_description", "in": "query", "schema": STRING},
+    "next": {"name": "next", "in": "query", "description": "a local path to land on afterwards (anything else: /grants)",
+             "schema": STRING},
+    "user_code": {"name": "user_code", "in": "query", "description": "a device grant's user code, as typed (BCDF-GHJK)",
+                  "schema": {"type": "string", "maxLength": 64}},
+    **{name: {"name": name, "in": "query", "description": text, "schema": {"type": "string", "maxLength": 2000}}
+       for name, text in (
+           ("response_type", "`code` (the only one)"),
+           ("client_id", "the client (apes-cli, a configured client, or an SP's host[:port])"),
+           ("redirect_uri", "exactly one of the client's registered URIs"), ("scope", "openid email profile offline_access"),
+           ("state", "returned as it was"), ("nonce", "copied into the id_token"),
+           ("code_challenge", "PKCE: base64url(SHA-256(code_verifier))"), ("code_challenge_method", "`S256` only"),
+           ("prompt", "none, login or consent"), ("login_hint", "the e-mail of the person expected"))},
     "If-None-Match": {"name": "If-None-Match", "in": "header", "description": "an ETag from an earlier answer: 304 if unchanged",
                       "schema": STRING},
     "Last-Event-ID": {"name": "Last-Event-ID", "in": "header", "description": "resume after this event id (0: from the start)",
@@ -389,7 +489,9 @@ HEADERS: dict[str, Schema] = {
     "Retry-After": {"description": "seconds", "required": True, "schema": {"type": "string", "pattern": "^[0-9]+$"}},
     "WWW-Authenticate": {"description": "Bearer challenge", "required": True, "schema": STRING},
     "Set-Cookie": {"description": "the `grantd_session` cookie (HttpOnly, SameSite=Lax)", "schema": STRING},
+    "Location": {"description": "where the browser goes next", "required": True, "schema": STRING},
     "Cache-Control": {"description": "caching", "schema": STRING},
+    "Access-Control-Allow-Origin": {"description": "`*`: any web origin may call it (without credentials)", "schema": STRING},
 }
 
 PAGE = ("limit", "cursor")
@@ -410,6 +512,16 @@ OPERATIONS: tuple[Op, ...] = (
        ok={200: Ok(ref("OpenIdConfiguration"))}, tag="discovery"),
     Op("GET", "/api/federation/providers", "federation.providers", "Upstream identity providers (no secrets)",
        ok={200: Ok(ref("FederationProviders"))}, tag="discovery"),
+    # federated sign-in (docs/federation.md): browser redirects; failures are HTML pages for the person
+    Op("GET", "/auth/federated/{provider_id}", "federation.start", "Start signing in through an upstream provider",
+       query=("next",), ok={302: Ok(None, "To the upstream's sign-in page (and the browser-binding cookie)",
+                                    headers=("Location", "Set-Cookie"))},
+       errors=(429, 503), error_media="text/html", tag="federation"),
+    Op("GET", "/auth/federated/{provider_id}/callback", "federation.callback",
+       "The upstream's redirect back: verifies its answer, signs the person in, 303 to next",
+       query=("sp_code", "sp_state", "sp_error", "sp_error_description"),
+       ok={303: Ok(None, "Signed in: to the page asked for", headers=("Location", "Set-Cookie"))},
+       errors=(400, 403, 503), error_media="text/html", tag="federation"),
     # agents
     Op("POST", "/api/agent/enroll", "agents.enroll", "Enrol an agent (admin, or a person for themselves)", BEARER,
        "Enrolment", ok={201: Ok(ref("Agent"), "Created")}, errors=(409,), tag="agents"),
@@ -515,8 +627,65 @@ OPERATIONS: tuple[Op, ...] = (
        errors=(409,), tag="passkeys"),
     Op("DELETE", "/api/webauthn/credentials/{credential_id}", "webauthn.delete_credential", "Delete one of your passkeys",
        PERSON, ok={200: Ok(obj({"deleted": ref("PasskeyCredential")}, ("deleted",)))}, tag="passkeys"),
+    # OAuth 2.0 / OpenID Connect (D9, docs/oauth.md)
+    Op("GET", "/authorize", "oauth.authorize", "Authorization endpoint (code + PKCE S256)", NONE,
+       query=("response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge",
+              "code_challenge_method", "prompt", "login_hint"),
+       ok={200: Ok(STRING, "The consent page", media="text/html"),
+           302: Ok(None, "Back to the client's redirect URI with `code` or `error`, `state` and `iss`"),
+           303: Ok(None, "Nobody signed in: to /login?next= (and back)"),
+           400: Ok(STRING, "client_id or redirect_uri unusable: an error page, never a redirect", media="text/html")},
+       errors=(413,), tag="oauth"),
+    Op("POST", "/authorize/consent", "oauth.consent", "The consent page's answer (JSON; CSRF-safe, D8)", PERSON,
+       "ConsentDecision", ok={200: Ok(ref("Location"))}, errors=(400, 415), tag="oauth"),
+    Op("POST", "/token", "oauth.token", "Token endpoint (authorization_code, refresh_token, client_credentials, device_code)",
+       NONE, "TokenRequest", ok={200: Ok(ref("TokenResponse"), headers=("Cache-Control",))}, errors=(400, 401),
+       tag="oauth", form=True, error_shape="OAuthError"),
+    Op("POST", "/revoke", "oauth.revoke", "Token revocation (RFC 7009): 200 for unknown tokens too", NONE,
+       "RevokeRequest", ok={200: Ok(obj({}))}, errors=(400, 401), tag="oauth", form=True, error_shape="OAuthError"),
+    Op("GET", "/userinfo", "oauth.userinfo", "OIDC UserInfo (an access token of any client)", ACCESS,
+       ok={200: Ok(ref("UserInfo"))}, tag="oauth", error_shape="OAuthError"),
+    Op("POST", "/userinfo", "oauth.userinfo_post", "OIDC UserInfo (POST; the token may be in the form body)", ACCESS,
+       "UserInfoRequest", False, ok={200: Ok(ref("UserInfo"))}, tag="oauth", form=True, error_shape="OAuthError"),
+    *(Op("OPTIONS", path, f"oauth.{name}_preflight", "CORS preflight (any origin, no credentials)",
+         ok={200: Ok(obj({}), headers=("Access-Control-Allow-Origin",))}, tag="oauth")
+      for path, name in (("/token", "token"), ("/revoke", "revoke"), ("/userinfo", "userinfo"))),
+    Op("GET", "/api/account/consents", "oauth.list_consents", "The signed-in person's remembered consents", PERSON,
+       ok={200: Ok(obj({"data": array(ref("Consent"))}, ("data",)))}, tag="oauth"),
+    Op("DELETE", "/api/account/consents/{client_id}", "oauth.withdraw_consent",
+       "Withdraw a consent (ends that client's refresh tokens of the person)", PERSON,
+       ok={200: Ok(ref("ConsentWithdrawn"))}, tag="oauth"),
     Op("POST", "/api/logout", "webauthn.logout", "End the browser session", NONE,
        ok={200: Ok(ref("Ok"), headers=("Set-Cookie",))}, tag="passkeys"),
+    # SP login (D9, docs/sp.md): 404 unless [sp] enabled
+    Op("POST", "/api/login", "sp.login", "Start SP login at the IdP the e-mail's domain names (DDISA)", NONE, "SpLogin",
+       ok={200: Ok(obj({"redirectUrl": STRING}, ("redirectUrl",)), headers=("Set-Cookie",))}, errors=(403, 404, 429, 503),
+       tag="sp"),
+    Op("GET", "/api/callback", "sp.callback", "The IdP's redirect back: signs a guest in, then 303 to the page "
+       "(failures: 303 to /?error=)", NONE, query=("sp_code", "sp_state", "sp_error", "sp_error_description"),
+       ok={303: Ok(None, "To the page the login started from, or /?error=<message>", headers=("Set-Cookie",))},
+       errors=(404,), tag="sp"),
+    Op("GET", "/.well-known/oauth-client-metadata", "sp.client_metadata_document", "This SP's OAuth client metadata",
+       ok={200: Ok(ref("ClientMetadata"))}, errors=(404,), tag="sp"),
+    Op("GET", "/.well-known/auth.md", "sp.auth_md", "How to log in to this SP (Markdown)",
+       ok={200: Ok(STRING, media="text/markdown")}, errors=(404,), tag="sp"),
+    Op("GET", "/.well-known/grantd.json", "sp.service_manifest", "The service manifest", ok={200: Ok(ref("ServiceManifest"))},
+       errors=(404,), tag="sp"),
+    Op("GET", "/.well-known/service.json", "sp.service_json", "The service manifest (the specification's name)",
+       ok={200: Ok(ref("ServiceManifest"))}, errors=(404,), tag="sp"),
+    # the device grant (RFC 8628; docs/device.md)
+    Op("POST", "/device_authorization", "device.device_authorization",
+       "Start a device sign-in: a device code and the user code a person enters on /device (form or JSON body; "
+       "errors are {error, error_description})", NONE, "DeviceAuthorizationRequest",
+       ok={200: Ok(ref("DeviceAuthorization"), headers=("Cache-Control",))}, errors=(400, 401, 429), tag="device",
+       form=True, error_shape="OAuthError"),
+    Op("GET", "/device", "device.device_page", "The page where a signed-in person enters and approves a user code "
+       "(HTML; without a session: 303 to /login)", NONE, query=("user_code",),
+       ok={200: Ok(STRING, "The page", media="text/html"), 303: Ok(None, "To /login?next=", headers=("Location",))},
+       errors=(429,), error_media="text/html", tag="device"),
+    Op("POST", "/api/device/decide", "device.decide", "Approve or deny a terminal's sign-in (a person's browser "
+       "session only)", PERSON, "DeviceDecision", ok={200: Ok(ref("DeviceDecided"))}, errors=(404, 409, 429),
+       tag="device"),
 )
 
 # -- building the document ------------------------------------------------------------------------
@@ -554,8 +723,9 @@ def error_statuses(op: Op) -> set[int]:
     return statuses
 
 
-def _problem_response(status: int) -> Schema:
-    answer: Schema = {"description": REASONS.get(status, "Error"), "content": {PROBLEM_JSON: {"schema": ref("Problem")}}}
+def _problem_response(status: int, shape: str = "Problem") -> Schema:
+    media = PROBLEM_JSON if shape == "Problem" else JSON  # OAuth errors are plain JSON {error, error_description}
+    answer: Schema = {"description": REASONS.get(status, "Error"), "content": {media: {"schema": ref(shape)}}}
     headers = {401: ["WWW-Authenticate"], 429: ["Retry-After"]}.get(status, [])
     if headers:
         answer["headers"] = {name: HEADERS[name] for name in headers}
@@ -577,7 +747,8 @@ def _operation(op: Op) -> Schema:
             answer["headers"] = {name: HEADERS[name] for name in ok.headers}
         responses[str(status)] = answer
     for status in sorted(error_statuses(op)):
-        responses[str(status)] = _problem_response(status)
+        responses[str(status)] = (_problem_response(status, op.error_shape) if op.error_media == PROBLEM_JSON else
+                                  {"description": REASONS.get(status, "Error"), "content": {op.error_media: {"schema": STRING}}})
     operation: Schema = {
         "operationId": op.name,
         "summary": op.summary,
@@ -588,7 +759,10 @@ def _operation(op: Op) -> Schema:
     if parameters:
         operation["parameters"] = parameters
     if op.body is not None:
-        operation["requestBody"] = {"required": op.body_required, "content": {JSON: {"schema": ref(op.body)}}}
+        content = {JSON: {"schema": ref(op.body)}}
+        if op.form:
+            content[FORM] = {"schema": ref(op.body)}
+        operation["requestBody"] = {"required": op.body_required, "content": content}
     return operation
 
 
@@ -617,6 +791,8 @@ def build_document(issuer: str, operations: tuple[Op, ...] = OPERATIONS) -> dict
                                "description": "an agent identity token from /api/agent/authenticate (EdDSA JWT)"},
                 "authzJwt": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                              "description": "a grant's AuthZ-JWT (from approve or /api/grants/{id}/token)"},
+                "accessToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                                "description": "an OAuth access token of a person (from /token)"},
                 "metricsToken": {"type": "http", "scheme": "bearer",
                                  "description": "the `[metrics] token` a scrape sends, when one is set"},
                 "session": {"type": "apiKey", "in": "cookie", "name": SESSION_COOKIE,

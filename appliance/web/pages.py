@@ -271,7 +271,23 @@ def error_page(viewer: Viewer | None, status: int, title: str, detail: str) -> H
 
 @bp.get("/")
 async def home(request: Request) -> HTTPResponse:
-    return redirect(DEFAULT_NEXT if await viewer_of(request) else "/login", status=303, headers={"Cache-Control": "no-store"})
+    """People go on to their grants, visitors to /login. The page itself is shown to a guest of SP
+    login (who they are, through which IdP) and whenever ``?error=`` carries why a login failed
+    (grantd.web.api.sp sends failures here): the message escaped and bounded, never a trace."""
+    from grantd.services.sessions import live_guest
+
+    viewer = await viewer_of(request)
+    error = request.args.get("error")
+    guest = None
+    if viewer is None and request.headers.get("authorization") is None:
+        guest = await live_guest(services_of(request), request.cookies.get(SESSION_COOKIE))
+    if error is None and guest is None:
+        return redirect(DEFAULT_NEXT if viewer else "/login", status=303, headers={"Cache-Control": "no-store"})
+    if error is not None:
+        error = "".join(c if c.isprintable() else " " for c in error).strip()[:300] or "login failed"
+    response = render("home.html", viewer=viewer, title="Login failed" if error else "Signed in", error=error, guest=guest)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 @bp.get("/login")
@@ -279,7 +295,17 @@ async def login(request: Request) -> HTTPResponse:
     target = safe_next(request.args.get("next"))
     if await viewer_of(request) is not None:
         return redirect(target, status=303, headers={"Cache-Control": "no-store"})
-    return render("login.html", viewer=None, title="Sign in", next=target)
+    return render("login.html", viewer=None, title="Sign in", next=target, providers=federation_buttons(request, target),
+                  sp_login=bool(request.app.ctx.config.sp.enabled))
+
+
+def federation_buttons(request: Request, target: str) -> list[dict[str, str]]:
+    """The upstream providers a person may sign in with (grantd.web.api.federation), as links."""
+    from grantd.web.api.federation import can_sign_in
+
+    suffix = "" if target == DEFAULT_NEXT else "?next=" + quote(target, safe="/")
+    return [{"name": p.name, "href": f"/auth/federated/{quote(p.id, safe='')}{suffix}"}
+            for p in request.app.ctx.federation if can_sign_in(p)]
 
 
 @bp.get("/register")
@@ -301,8 +327,11 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
     credentials = await services.store.credentials.list_for(viewer.principal.id)
     sessions, more_sessions = await services.store.sessions.list(PageRequest(LIST_LIMIT, None), viewer.principal.id, now)
     current = current_session_id(request)
+    from grantd.web.api.oauth import consents_of
+
+    consents = await consents_of(services, viewer.principal.id)  # remembered OAuth consents, withdrawable (D9)
     return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=sessions,
-                  more_sessions=more_sessions, current_session=current, person=viewer.person)
+                  more_sessions=more_sessions, current_session=current, person=viewer.person, consents=consents)
 
 
 # -- grants ---------------------------------------------------------------------------------------
@@ -420,7 +449,7 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     sessions, more_sessions = await store.sessions.list(first, None, now)
     emails: dict[str, str | None] = {p["person_id"]: p["email"] for p in persons}
     for session in sessions:
-        if session["person_id"] not in emails:
+        if session["person_id"] is not None and session["person_id"] not in emails:  # None: a guest (SP login)
             found = await store.people.get(session["person_id"])
             emails[session["person_id"]] = found["email"] if found else None
     current = current_session_id(request)
@@ -429,6 +458,7 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
         people=[people.person_view(p, services.admin_emails) for p in persons], more_people=more_people,
         agents=agents, more_agents=more_agents,
         registrations=[people.registration_view(r, now) for r in registrations], more_registrations=more_registrations,
-        sessions=[{**people.session_view(s, emails[s["person_id"]]), "current": s["session_id"] == current} for s in sessions],
+        sessions=[{**people.session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
+                   "current": s["session_id"] == current} for s in sessions],
         more_sessions=more_sessions, registration_ttl=services.config.people.registration_ttl,
     )

@@ -5,7 +5,7 @@ from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
 from grantd.core.principals import Kind
-from grantd.services import agents
+from grantd.services import agents, sessions
 from grantd.web.api.common import body_of, principal_of, services_of
 
 bp = Blueprint("agents")
@@ -40,8 +40,16 @@ async def authenticate(request: Request) -> HTTPResponse:
 @bp.get("/api/me")
 async def me(request: Request) -> HTTPResponse:
     """Who the presented credential is: an agent, the management token, or a signed-in person
-    (``act: "human"``, the peer's word for people; ``name`` from the person record)."""
-    principal = policy.require(await principal_of(request))
+    (``act: "human"``, the peer's word for people; ``name`` from the person record), or a guest of
+    SP login (``kind: "guest"``, with the ``idp`` that vouched for them, D9)."""
+    principal = policy.identify(await principal_of(request))
+    if principal.kind is Kind.GUEST:
+        guest = await sessions.live_guest(services_of(request), request.cookies.get(sessions.SESSION_COOKIE))
+        return json({
+            "sub": principal.email, "email": principal.email, "name": (guest["name"] if guest else None) or principal.email,
+            "act": "human", "kind": principal.kind.value, "id": principal.id, "admin": False,
+            "idp": guest["idp"] if guest else None,
+        })
     if principal.kind is Kind.PERSON:
         person = await services_of(request).store.people.get(principal.id)
         return json({

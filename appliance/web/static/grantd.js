@@ -364,8 +364,29 @@
     say("Enrolled " + answer.email + ".", "ok");
   }
 
+  // -- the device grant (/device): approve or deny a terminal's sign-in ---------------------------
+  async function decideDevice(approve) {
+    const card = document.querySelector("[data-device]");
+    const answer = await api("POST", "/api/device/decide", { user_code: card.dataset.userCode, approve: approve });
+    card.dataset.deviceStatus = answer.status;
+    const buttons = card.querySelector("[data-device-buttons]");
+    if (buttons) buttons.hidden = true;
+    say(answer.status === "approved"
+      ? "Approved. " + answer.client_name + " is signed in as you; you can close this page."
+      : "Denied. " + answer.client_name + " is not signed in.", answer.status === "approved" ? "ok" : "");
+  }
+
+  // -- OAuth consent (a JSON POST answering {location}: nothing is approved by a GET) --------------
+  async function answerConsent(approve) {
+    const card = document.querySelector("[data-consent]");
+    const answer = await api("POST", "/authorize/consent", { request: card.dataset.consent, approve: approve });
+    location.assign(answer.location);
+  }
+
   // -- wiring -------------------------------------------------------------------------------------
   const clickActions = Object.assign({
+    "device-approve": function () { return decideDevice(true); },
+    "device-deny": function () { return decideDevice(false); },
     logout: async function () {
       await api("POST", "/api/logout");
       location.assign("/login");
@@ -375,6 +396,12 @@
     "add-credential": addCredential,
     "delete-credential": async function (b) {
       await api("DELETE", "/api/webauthn/credentials/" + encodeURIComponent(b.dataset.id));
+      location.reload();
+    },
+    "consent-approve": function () { return answerConsent(true); },
+    "consent-deny": function () { return answerConsent(false); },
+    "withdraw-consent": async function (b) {
+      await api("DELETE", "/api/account/consents/" + encodeURIComponent(b.dataset.client));
       location.reload();
     },
     "revoke-grant": async function (b) {
@@ -388,6 +415,13 @@
       const email = form.querySelector("input[name=email]").value.trim();
       if (!email) throw new Error("Enter your e-mail address.");
       return login(email);
+    },
+    // SP login (docs/sp.md): on to the IdP of the e-mail's domain; a guest's page is / afterwards
+    "sp-login": async function (form) {
+      const email = form.querySelector("input[name=email]").value.trim();
+      if (!email) throw new Error("Enter your e-mail address.");
+      const answer = await api("POST", "/api/login", { email: email });
+      location.assign(answer.redirectUrl);
     },
     approve: approve,
     deny: deny,
