@@ -92,8 +92,8 @@ class Client:
         of a loopback host with the registered path and query."""
         if uri in self.redirect_uris:
             return True
-        if not self.loopback or len(uri) > MAX_URI:
-            return False
+        if not self.loopback or len(uri) > MAX_URI or not uri.isprintable() or " " in uri:
+            return False  # urlsplit drops tabs and newlines silently: a URI carrying them is not the one checked
         try:
             parts = urlsplit(uri)
             port = parts.port
@@ -323,6 +323,16 @@ class ClientRegistry:
         while len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
         return client
+
+    def would_fetch(self, client_id: str | None) -> bool:
+        """True when ``get(client_id)`` would start a metadata fetch (a domain client neither cached
+        nor being fetched): the routes count that against the caller's address (D12)."""
+        if not client_id or len(client_id) > 260 or client_id in self.builtin or client_id in self.configured:
+            return False
+        if not is_domain_client_id(client_id) or client_id in self._inflight:
+            return False
+        cached = self._cache.get(client_id)
+        return cached is None or cached[0] <= self.clock.now_ms()
 
     def known(self, client_id: str) -> Client | None:
         """The client if it is known without a fetch (built in, configured, or in the metadata cache,

@@ -72,6 +72,14 @@ def _basic(authorization: str | None) -> tuple[str, str] | None:
     return unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
 
 
+def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
+    """``_basic`` for the routes: None instead of an error for malformed credentials."""
+    try:
+        return _basic(authorization)
+    except OAuthError:
+        return None
+
+
 async def authenticate_client(services: Services, params: dict[str, str], authorization: str | None) -> Client | None:
     """The client presenting this request: confidential clients must prove their secret (Basic or
     ``client_secret`` in the body); a public client names itself with ``client_id``. None when no

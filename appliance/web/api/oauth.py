@@ -38,6 +38,19 @@ def oauth_error(exc: OAuthError) -> HTTPResponse:
     return json(exc.body(), status=exc.status, headers={**NO_STORE, **CORS, **exc.headers})
 
 
+class _Repeated(Exception):
+    """A JSON member given twice (the form rule: RFC 6749 §3.2)."""
+
+
+def _refuse_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _Repeated(key)
+        found[key] = value
+    return found
+
+
 def params_of(request: Request) -> dict[str, str]:
     """A form-encoded or JSON body as name -> value (D9: /token takes both). A parameter given twice
     is refused (RFC 6749 §3.2)."""
@@ -47,8 +60,10 @@ def params_of(request: Request) -> dict[str, str]:
         return {}
     if media == "application/json":
         try:
-            data = jsonlib.loads(body)
-        except (ValueError, UnicodeDecodeError):
+            data = jsonlib.loads(body, object_pairs_hook=_refuse_repeats)
+        except _Repeated as exc:
+            raise invalid_request(f"{str(exc)[:60]} is given more than once") from None
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
             raise invalid_request("malformed JSON body") from None
         if not isinstance(data, dict):
             raise invalid_request("the JSON body must be an object")
@@ -75,6 +90,25 @@ def params_of(request: Request) -> dict[str, str]:
 
 
 # -- /authorize -------------------------------------------------------------------------------------
+
+
+def metadata_rule(services: Any) -> Rule:
+    """Client metadata fetches started per client address (D12): an unknown domain client_id costs a
+    DNS lookup and an HTTPS request, and wildcard DNS makes endless ones. The limit of the other
+    route with that cost (``limits.sp_login_per_address``), counted apart."""
+    return Rule("client-metadata.address", services.config.limits.sp_login_per_address, "too many unknown clients")
+
+
+async def count_metadata_fetch(request: Request, client_id: str | None, *, basic: bool = False) -> None:
+    """429 once the caller's address made grantd fetch too many clients' metadata this minute.
+    ``basic``: the client_id of HTTP Basic credentials counts too."""
+    services = services_of(request)
+    named = [client_id]
+    if basic:
+        found = token.basic_credentials(request.headers.get("authorization"))
+        named.append(found[0] if found else None)
+    if any(services.oauth_clients.would_fetch(name) for name in named):
+        await services.limits.hit(metadata_rule(services), getattr(request.ctx, "client_ip", None))
 
 
 def _no_store(response: HTTPResponse) -> HTTPResponse:
@@ -115,6 +149,7 @@ async def authorize_get(request: Request) -> HTTPResponse:
     services = services_of(request)
     try:
         args = request.get_args(keep_blank_values=True)
+        await count_metadata_fetch(request, args.get("client_id"))
         req = await authorize.validate(services, {name: list(args.getlist(name)) for name in args})
     except authorize.PageError as exc:
         return await _page_error(request, exc)
@@ -196,7 +231,9 @@ async def token_endpoint(request: Request) -> HTTPResponse:
     await services.limits.hit(Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
                               getattr(request.ctx, "client_ip", None))
     try:
-        answer = await token.exchange(services, params_of(request), request.headers.get("authorization"))
+        params = params_of(request)
+        await count_metadata_fetch(request, params.get("client_id"), basic=True)
+        answer = await token.exchange(services, params, request.headers.get("authorization"))
     except OAuthError as exc:
         return oauth_error(exc)
     return json(answer, headers={**NO_STORE, **CORS})
@@ -206,7 +243,9 @@ async def token_endpoint(request: Request) -> HTTPResponse:
 async def revoke_endpoint(request: Request) -> HTTPResponse:
     services = services_of(request)
     try:
-        await revoke.revoke(services, params_of(request), request.headers.get("authorization"))
+        params = params_of(request)
+        await count_metadata_fetch(request, params.get("client_id"), basic=True)
+        await revoke.revoke(services, params, request.headers.get("authorization"))
     except OAuthError as exc:
         return oauth_error(exc)
     return json({}, headers={**NO_STORE, **CORS})
@@ -245,6 +284,10 @@ async def _userinfo(request: Request) -> HTTPResponse:
             raise invalid_token("the person is unknown or disabled")
         if claims["sid"] and not await services.store.refresh_tokens.family_live(claims["sid"], now):
             raise invalid_token("the token's sign-in was revoked")
+        if not claims["sid"]:  # no family to revoke: the consent it was minted under is what ends it (docs/oauth.md)
+            consent = await services.store.consents.get(person["person_id"], str(claims.get("client_id")))
+            if consent is None or consent["created_at"] // 1000 > int(claims["iat"]):  # withdrawn (and maybe given anew)
+                raise invalid_token("the person withdrew the consent this token was issued under")
         scopes = str(claims.get("scope", "")).split()
         if "openid" not in scopes:
             raise OAuthError("insufficient_scope", "userinfo needs the openid scope", 403,
