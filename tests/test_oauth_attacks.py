@@ -1,7 +1,6 @@
 """Attacks on grantd as OAuth 2.0 / OIDC provider, device grant, SP and federation client (issue 11),
 against a real in-process server (ManualClock). Every test tries one attack; the ones that hold
-stay as regression tests, the ones that found a weakness prove its fix (or are strict xfails where
-the fix belongs to a module another engineer owns)."""
+stay as regression tests, the ones that found a weakness prove its fix."""
 
 from __future__ import annotations
 
@@ -423,8 +422,6 @@ def test_a_withdrawn_consent_ends_a_familyless_token_at_userinfo(srv: InProcessS
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401  # the old one stays dead
 
 
-@pytest.mark.xfail(strict=True, reason="authn.AccessToken (performance engineer's file) does not check the consent "
-                   "of a family-less access token; docs/oauth.md says withdrawing the consent ends it at once")
 def test_a_withdrawn_consent_ends_a_familyless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
     tokens = code_login(srv, person, "tool", TOOL, scope="openid email")
     assert claims_of(tokens["access_token"])["sid"] == ""

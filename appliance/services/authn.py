@@ -26,6 +26,7 @@ from grantd.services.tokens import TokenError
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
+    from grantd.store.records import Person
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class AccessToken:
         token = credentials.bearer
         if token is None or token.count(".") != 2 or len(token) > 8192:
             return None
+        if services.tokens.remembers_identity(token):
+            return None  # an identity token verified before (the usual agent bearer): never an access token
         peeked = _peek(token)
         if peeked is None or peeked.get("token_use") != "access":
             return None  # not ours to judge: the identity-token authenticator refuses what is no bearer
@@ -124,12 +127,29 @@ class AccessToken:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
         if claims.get("aud") != services.tokens.agent_audience:
             raise unauthorized("invalid token: this access token is not for grantd's API", invalid_token=True)
-        person = await services.store.people.get(claims["person_id"])
-        if person is None or person["status"] != "active" or person["email"].lower() != str(claims["sub"]).lower():
-            raise unauthorized("invalid token: the person is unknown or disabled", invalid_token=True)
-        if claims["sid"] and not await services.store.refresh_tokens.family_live(claims["sid"], services.clock.now_ms()):
-            raise unauthorized("invalid token: its sign-in was revoked", invalid_token=True)
+        person, refusal = await access_token_holder(services, claims)
+        if person is None:
+            raise unauthorized(f"invalid token: {refusal}", invalid_token=True)
         return principals.for_person(person, services.admin_emails)
+
+
+async def access_token_holder(services: Services, claims: dict[str, Any]) -> tuple[Person | None, str]:
+    """The person a verified access token still speaks for, or (None, why not). The one rule for
+    the API (``AccessToken``) and /userinfo: the person exists, is active and still has the token's
+    e-mail; a token that names a refresh family (``sid``) lives only while the family does; one
+    without a family lives only while the consent it was minted under does (withdrawing it, even
+    if it is given again later, ends the token at once: docs/oauth.md)."""
+    person = await services.store.people.get(claims["person_id"])
+    if person is None or person["status"] != "active" or person["email"].lower() != str(claims["sub"]).lower():
+        return None, "the person is unknown or disabled"
+    if claims["sid"]:
+        if not await services.store.refresh_tokens.family_live(claims["sid"], services.clock.now_ms()):
+            return None, "its sign-in was revoked"
+        return person, ""
+    consent = await services.store.consents.get(person["person_id"], str(claims.get("client_id")))
+    if consent is None or consent["created_at"] // 1000 > int(claims["iat"]):
+        return None, "the person withdrew the consent this token was issued under"
+    return person, ""
 
 
 class AuthnChain:

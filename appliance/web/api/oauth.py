@@ -22,6 +22,7 @@ from grantd.core.principals import Kind
 from grantd.oauth import authorize, revoke, token
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.services import sessions
+from grantd.services.authn import access_token_holder
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
@@ -278,16 +279,10 @@ async def _userinfo(request: Request) -> HTTPResponse:
             raise invalid_token(str(exc)) from None
         if claims.get("aud") not in (services.tokens.agent_audience, services.tokens.userinfo_audience()):
             raise invalid_token("not an access token of this server")
-        now = services.clock.now_ms()
-        person = await services.store.people.get(claims["person_id"])
-        if person is None or person["status"] != "active":
-            raise invalid_token("the person is unknown or disabled")
-        if claims["sid"] and not await services.store.refresh_tokens.family_live(claims["sid"], now):
-            raise invalid_token("the token's sign-in was revoked")
-        if not claims["sid"]:  # no family to revoke: the consent it was minted under is what ends it (docs/oauth.md)
-            consent = await services.store.consents.get(person["person_id"], str(claims.get("client_id")))
-            if consent is None or consent["created_at"] // 1000 > int(claims["iat"]):  # withdrawn (and maybe given anew)
-                raise invalid_token("the person withdrew the consent this token was issued under")
+        holder, refusal = await access_token_holder(services, claims)
+        if holder is None:
+            raise invalid_token(refusal)
+        person = holder
         scopes = str(claims.get("scope", "")).split()
         if "openid" not in scopes:
             raise OAuthError("insufficient_scope", "userinfo needs the openid scope", 403,
