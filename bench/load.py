@@ -158,8 +158,8 @@ def expect(response: Any, status: int, what: str) -> dict[str, Any]:
     return response.json() if response.content else {}
 
 
-def grant_body() -> dict[str, Any]:
-    return {"target_host": "web-1", "audience": "escapes", "grant_type": "once", "command": COMMAND,
+def grant_body(grant_type: str = "once") -> dict[str, Any]:
+    return {"target_host": "web-1", "audience": "escapes", "grant_type": grant_type, "command": COMMAND,
             "reason": "bench"}
 
 
@@ -218,6 +218,14 @@ async def consume(c: Client) -> None:
     await _consume(c, grant_id, authz_jwt)
 
 
+async def consume_always(c: Client) -> None:
+    """A target host checks an always grant's AuthZ-JWT each time it runs the command: valid, no write."""
+    grant_id, authz_jwt = c.pool.take()
+    answer = expect(await c.http.post(f"/api/grants/{grant_id}/consume", headers=bearer(authz_jwt)), 200, "consume")
+    if answer.get("status") != "valid":
+        raise Unexpected(f"consume_always: {answer.get('error') or answer.get('status')}")
+
+
 async def full_flow(c: Client) -> None:
     """create -> approve (management token) -> token (requester) -> consume (AuthZ-JWT)."""
     agent = bearer(c.agent.token)
@@ -237,6 +245,7 @@ OPERATIONS: dict[str, Operation] = {
     "verify": verify,
     "approve": approve,
     "consume": consume,
+    "consume_always": consume_always,
     "flow": full_flow,
 }
 USE_ONCE = {"approve", "consume"}

@@ -91,15 +91,17 @@ async def enroll_agents(conns: Connections, management: str, count: int) -> list
 # -- grants -------------------------------------------------------------------------------------------------
 
 
-async def _create(conns: Connections, agent: AgentCred) -> tuple[AgentCred, str]:
+async def _create(conns: Connections, agent: AgentCred, grant_type: str) -> tuple[AgentCred, str]:
     async with conns.one() as http:
-        answer = await http.post("/api/grants", json=grant_body(), headers=bearer(agent.token))
+        answer = await http.post("/api/grants", json=grant_body(grant_type), headers=bearer(agent.token))
     return agent, expect(answer, 201, "create")["id"]
 
 
-async def create_grants(conns: Connections, agents: list[AgentCred], count: int) -> list[tuple[AgentCred, str]]:
-    """`count` pending once grants, requested by the agents in turn."""
-    return await gather_all(_create(conns, agent) for agent in itertools.islice(itertools.cycle(agents), count))
+async def create_grants(conns: Connections, agents: list[AgentCred], count: int,
+                        grant_type: str = "once") -> list[tuple[AgentCred, str]]:
+    """`count` pending grants, requested by the agents in turn."""
+    return await gather_all(_create(conns, agent, grant_type)
+                            for agent in itertools.islice(itertools.cycle(agents), count))
 
 
 async def _approve_batch(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
@@ -132,14 +134,14 @@ async def _with_etag(conns: Connections, agent: AgentCred, grant_id: str) -> tup
 
 # -- the pool of each operation -------------------------------------------------------------------------------
 
-POOLED_OPS = {"get_etag", "token", "verify", "approve", "consume"}
+POOLED_OPS = {"get_etag", "token", "verify", "approve", "consume", "consume_always"}
 
 
 async def pool_for(op: str, conns: Connections, management: str, agents: list[AgentCred], size: int) -> list[Any]:
     """The items an operation works on (see bench.load: each operation's `c.pool.take()`)."""
     if op not in POOLED_OPS:
         return []
-    created = await create_grants(conns, agents, size)
+    created = await create_grants(conns, agents, size, "always" if op == "consume_always" else "once")
     if op == "approve":
         return [grant_id for _, grant_id in created]
     if op == "get_etag":
@@ -149,4 +151,4 @@ async def pool_for(op: str, conns: Connections, management: str, agents: list[Ag
         return [(agent.token, grant_id) for agent, grant_id in created]
     if op == "verify":
         return [tokens[grant_id] for _, grant_id in created]
-    return [(grant_id, tokens[grant_id]) for _, grant_id in created]  # consume
+    return [(grant_id, tokens[grant_id]) for _, grant_id in created]  # consume, consume_always

@@ -11,6 +11,14 @@ workers (SQLite by default; PostgreSQL and several nodes on one database on requ
     .venv/bin/python bench/run.py --client httpx       # load through httpx (costly: see --help)
     .venv/bin/python bench/run.py --profile consume    # where one operation's time goes (cProfile)
     .venv/bin/python bench/run.py --json > figures.json
+    .venv/bin/python bench/run.py --issue14            # as issue 14's clients load it, beside the peer's figures
+    .venv/bin/python bench/run.py --issue14 --baseline /tmp/before/pkg   # before/after, interleaved per round
+    .venv/bin/python bench/levers.py                   # issue 14's changes one at a time, CPU per call
+
+--issue14 is: httpx clients (one keep-alive connection per agent), 2 load processes, 16 and 64 agents,
+10 s per operation, 1 and 2 workers, 3 interleaved rounds (each round: every setup and agent count on a
+fresh server, in turn; one worker only at 16 agents), issue 14's operations; it prints the medians over the rounds and the peer's
+figures (bench/peer_reference.json) beside them. Any option given as well overrides the preset.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ if __package__ in (None, ""):  # run as a script: make the `bench` package impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import CLIENT_KINDS, USE_ONCE, AgentCred, Plan, Tally, run_async, run_plan, warm_up  # noqa: E402
+from bench.peer import ISSUE14_OPS, print_peer_comparison, print_rounds, summarize_rounds  # noqa: E402
 from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
 from bench.profile import print_profile  # noqa: E402
 from bench.server import (  # noqa: E402
@@ -60,6 +69,7 @@ AIMS: dict[str, tuple[float, float]] = {
 }
 # create runs before approve and consume: its measured rate sizes their use-once pools.
 DEFAULT_OPS = ["healthz", "authenticate", "create", "get_etag", "token", "verify", "approve", "consume", "flow"]
+ALL_OPS = [*DEFAULT_OPS, "consume_always"]
 DESCRIPTIONS = {
     "healthz": "GET /healthz (no work: the ceiling of server + load generator)",
     "authenticate": "POST challenge + POST authenticate (one = the pair)",
@@ -69,6 +79,7 @@ DESCRIPTIONS = {
     "verify": "POST /api/grants/verify -> valid",
     "approve": "POST /api/grants/:id/approve (management token), each grant once",
     "consume": "POST /api/grants/:id/consume (AuthZ-JWT), each once grant once",
+    "consume_always": "POST /api/grants/:id/consume (AuthZ-JWT of an always grant) -> valid",
     "flow": "create -> approve -> token -> consume (one = the four requests)",
 }
 # With a closed loop of C clients, mean latency = C / throughput (Little's law): 500 flows/s from 64
@@ -120,6 +131,7 @@ class OpResult:
     aim_p99_ms: float | None = None
     meets_aim: bool | None = None
     error_examples: list[str] = field(default_factory=list)
+    variant: str = "tree"  # "tree": the servers of this working tree; "baseline": those of --baseline
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float | None:
@@ -393,8 +405,8 @@ def _notes(r: OpResult) -> str:
     return "; ".join(notes)
 
 
-def print_table(setup: Setup, results: list[OpResult]) -> None:
-    print(f"\n== {setup.label} ==")
+def print_table(setup: Setup, results: list[OpResult], clients: int | str) -> None:
+    print(f"\n== {setup.label}, {clients} clients ==")
     header = (f"{'operation':<13}{'ops/s':>8}{'aim':>7}{'p50 ms':>8}{'p99 ms':>8}{'req p99':>8}{'aim':>5}{'met':>5}"
               f"{'errors':>7}{'ms/op':>7}{'pg':>6}{'peak MiB':>9}{'pg':>5}"
               f"{'CPU: srv':>9}{'pg':>5}{'load':>5}{'other':>6}{'idle':>5}  notes")
@@ -424,13 +436,19 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
     print(f"grantd benchmark - {facts['cpu_cores']} cores ({facts['cpu_model']}), {facts['implementation']} "
           f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}, "
           f"at end {facts.get('load_average_at_end')}")
-    print(f"{args.clients} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
+    print(f"{'/'.join(map(str, args.client_counts))} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
           f"{args.client_procs} load process(es), spread evenly over the nodes), {args.duration:g} s per operation, "
+          f"{args.rounds} round(s), "
           f"{storage_note(args)}, access log off, [limits] off (every abuse limit 0)")
     for op in args.ops:
         print(f"  {op:<13}{DESCRIPTIONS[op]}")
     for setup in setups(args):
-        print_table(setup, [r for r in results if (r.storage, r.nodes, r.workers) == dataclasses.astuple(setup)])
+        for clients in args.client_counts:
+            for variant in sorted({r.variant for r in results}, reverse=True):
+                rows = [r for r in results if (r.storage, r.nodes, r.workers) == dataclasses.astuple(setup)
+                        and r.clients == clients and r.variant == variant]
+                if rows:
+                    print_table(setup, rows, clients if variant == "tree" else f"{clients} (baseline code)")
     print(f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE}).")
     print("p50/p99 ms: whole operation; req p99: single HTTP requests (they differ for authenticate and flow).")
     print("ms/op: CPU (user + system, from /proc/PID/stat, reaped children included) of all grantd processes")
@@ -449,8 +467,18 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=64, help="concurrent clients (default 64)")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per operation (default 10)")
+    parser.add_argument("--clients", type=int, nargs="+", default=None, dest="client_counts",
+                        help="concurrent clients; several counts: one run each (default 64)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds: each runs every setup and client count once on fresh servers (default 1)")
+    parser.add_argument("--issue14", action="store_true",
+                        help="issue 14's clients and operations, 3 rounds, with the peer's figures beside grantd's")
+    parser.add_argument("--peer", action="store_true", help="print the peer's reference figures beside the medians")
+    parser.add_argument("--baseline", type=Path,
+                        help="a folder holding an earlier `grantd` package (a copy of appliance/ as grantd/, plugins/ "
+                             "as grantd/plugins/): every setup of every round also runs on servers of that code, "
+                             "just before this tree's, so before and after meet the same machine")
+    parser.add_argument("--duration", type=float, default=None, help="seconds per operation (default 10)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="server worker counts, per node (default 1 2)")
     parser.add_argument("--storage", choices=STORAGES, default="sqlite",
@@ -461,12 +489,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "evenly over them (default 1; several counts: one run each)")
     parser.add_argument("--pg-pool-size", type=int,
                         help="[storage] pool_size of each grantd process on PostgreSQL (default: the config default)")
-    parser.add_argument("--ops", nargs="+", choices=DEFAULT_OPS, default=DEFAULT_OPS, metavar="OP",
+    parser.add_argument("--ops", nargs="+", choices=ALL_OPS, default=None, metavar="OP",
                         help=f"operations to measure, in order (default all: {' '.join(DEFAULT_OPS)})")
-    parser.add_argument("--client", choices=CLIENT_KINDS, default="lean",
+    parser.add_argument("--client", choices=CLIENT_KINDS, default=None,
                         help="HTTP client of the load: lean (default; a minimal keep-alive client) or httpx "
                              "(~1 ms CPU a request: it caps the figures near 900/s on this machine)")
-    parser.add_argument("--client-procs", type=int, default=1,
+    parser.add_argument("--client-procs", type=int, default=None,
                         help="load generator processes sharing the clients (default 1)")
     parser.add_argument("--agents", type=int, help="agents to enroll (default: one per client)")
     parser.add_argument("--pool-size", type=int, help="grants prepared for approve/consume (default: create rate x duration x 1.5)")
@@ -474,17 +502,49 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reuse-pool", type=int, default=1024,
                         help="distinct grants/tokens for get_etag, token, verify (default 1024)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
-    parser.add_argument("--profile", choices=DEFAULT_OPS, metavar="OP",
+    parser.add_argument("--profile", choices=ALL_OPS, metavar="OP",
                         help="run OP against one server worker under cProfile and print where the time goes")
     parser.add_argument("--profile-out", type=Path, help="where to keep the cProfile file (default: a temp file)")
     parser.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
     args = parser.parse_args(argv)
+    preset: dict[str, Any] = {"client_counts": [64], "rounds": 1, "ops": DEFAULT_OPS, "client": "lean", "client_procs": 1,
+                              "duration": 10.0}
+    if args.issue14:
+        preset.update(client_counts=[16, 64], rounds=3, ops=ISSUE14_OPS, client="httpx", client_procs=2)
+        args.peer = True
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.clients = args.client_counts[0]  # --profile and a single run use the first count
+    args.agents_given = args.agents
     args.agents = args.agents or args.clients
-    if min(args.clients, args.client_procs, args.agents, *args.workers, *args.nodes) < 1 or args.duration <= 0:
+    if min(*args.client_counts, args.client_procs, args.agents, args.rounds, *args.workers, *args.nodes) < 1 or args.duration <= 0:
         parser.error("counts and the duration must be positive")
-    if args.client_procs > args.clients:
+    if args.client_procs > min(args.client_counts):
         parser.error("--client-procs may not exceed --clients")
     return args
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
+    """The server code each setup runs, in turn within every round: --baseline first, then this tree."""
+    return ([("baseline", args.baseline)] if args.baseline else []) + [("tree", None)]
+
+
+@contextmanager
+def server_code(path: Path | None) -> Iterator[None]:
+    """Servers started inside run the `grantd` package under `path` (bench.server: GRANTD_BENCH_SERVER_PATH)."""
+    if path is None:
+        yield
+        return
+    before = os.environ.get("GRANTD_BENCH_SERVER_PATH")
+    os.environ["GRANTD_BENCH_SERVER_PATH"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GRANTD_BENCH_SERVER_PATH", None)
+        else:
+            os.environ["GRANTD_BENCH_SERVER_PATH"] = before
 
 
 def setups(args: argparse.Namespace) -> list[Setup]:
@@ -521,15 +581,38 @@ def main(argv: list[str] | None = None) -> int:
         profile(args)
         return 0
     facts = machine_facts()
+    results: list[OpResult] = []
     with private_postgres(args.storage) as postgres:
-        results = [r for setup in setups(args) for r in bench_setup(setup, args, postgres)]
+        # Interleaved: each round runs every setup and agent count once, on a fresh server each time,
+        # so slow drifts of the shared machine spread over all of them instead of one.
+        for round_number in range(1, args.rounds + 1):
+            if args.rounds > 1:
+                log(f"== round {round_number} of {args.rounds}")
+            for setup in setups(args):
+                for clients in args.client_counts:
+                    if args.issue14 and setup.workers == 1 and clients != min(args.client_counts):
+                        continue  # as in the issue: one worker only at the smaller agent count
+                    run_args = argparse.Namespace(**{**vars(args), "clients": clients,
+                                                     "agents": args.agents_given or clients})
+                    for variant, server_path in variants(args):
+                        with server_code(server_path):
+                            if args.baseline:
+                                log(f"-- {variant}")
+                            for result in bench_setup(setup, run_args, postgres):
+                                result.variant = variant
+                                results.append(result)
     facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    summaries = summarize_rounds([asdict(r) for r in results])
     if args.json:
         print(json.dumps({"machine": facts, "settings": {k: str(v) if isinstance(v, Path) else v
                                                          for k, v in vars(args).items()},
-                          "results": [asdict(r) for r in results]}, indent=2))
+                          "results": [asdict(r) for r in results],
+                          "medians": [asdict(s) for s in summaries]}, indent=2))
     else:
         print_report(facts, args, results)
+        print_rounds(summaries)
+        if args.peer:
+            print_peer_comparison(summaries)
     return 0
 
 

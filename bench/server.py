@@ -60,7 +60,12 @@ def start_server(directory: Path, workers: int, storage: str | None = None, issu
                  token: str | None = None) -> Any:
     """A started `grantd serve` with `workers` processes, its token (and by default its SQLite file) in
     `directory`; `storage` replaces the lines of the [storage] table, `token` the management token."""
-    server = _conftest().make_server(directory, workers=workers, extra=LIMITS_OFF, storage=storage)
+    # GRANTD_BENCH_SERVER_PATH: a folder holding another `grantd` package (a copy of an earlier tree,
+    # appliance/ as grantd/ with plugins/ inside) for the servers to run instead: "before" figures
+    # measured with this same bench while the working tree changes.
+    other = os.environ.get("GRANTD_BENCH_SERVER_PATH")
+    env = {"PYTHONPATH": os.pathsep.join([other, str(ROOT), str(TESTS / "plugins")])} if other else None
+    server = _conftest().make_server(directory, workers=workers, extra=LIMITS_OFF, storage=storage, env=env)
     _disable_access_log(server.config_path)
     if issuer:
         text = server.config_path.read_text()

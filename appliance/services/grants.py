@@ -493,6 +493,7 @@ async def consume(services: Services, presented: str | None, grant_id: str) -> d
         status = reader.status(latest) if latest else "revoked"
         return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
     services.events.changed()
+    services.tokens.forget_authz(presented)
     return {"status": "consumed", "grant": reader.view(updated)}
 
 

@@ -20,7 +20,6 @@ here against the clock, with PyJWT's semantics).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -78,6 +77,9 @@ class Tokens:
         self.agent_audience = str(config.tokens.agent_audience)
         self.agent_ttl = int(config.tokens.agent_token_ttl)
         self._verified = _VerifiedCache()
+        # AuthZ-JWTs verified before (a target host checks an always or timed grant's token each
+        # time it runs the command); the grant itself is still read on every use.
+        self._verified_authz = _VerifiedCache(AUTHZ_CACHE_ENTRIES)
         # Every token one key signs has the same header segment; remembering the headers of tokens
         # that verified saves PyJWT a parse per request (one entry per key; strangers cannot fill it).
         self._headers: dict[str, dict[str, Any]] = {}
@@ -193,6 +195,12 @@ class Tokens:
     # -- verifying --------------------------------------------------------------------------------
     async def verify(self, token: str, *, audience: str | None) -> dict[str, Any]:
         """Signature (a published key of ours), issuer, audience (if given), expiry by the clock.
+        (See ``_verify``.)"""
+        return (await self._verify(token, audience=audience))[0]
+
+    async def _verify(self, token: str, *, audience: str | None) -> tuple[dict[str, Any], str]:
+        """The claims and the ``kid`` of a token of ours: signature (a published key of ours),
+        issuer, audience (if given), expiry by the clock.
 
         Only the one spelling we mint is accepted: compact form, unpadded base64url, bounded length,
         a payload without duplicate members, a single-string ``aud``, integer times with ``iat`` not
@@ -215,7 +223,8 @@ class Tokens:
         options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None, "verify_exp": False,
                         "verify_iat": False, "verify_nbf": False}
         try:
-            claims = jwt.decode(token, public, algorithms=["EdDSA"], issuer=self.issuer, audience=audience, options=options)
+            claims = _STRICT_JWT.decode(token, public, algorithms=["EdDSA"], issuer=self.issuer, audience=audience,
+                                        options=options)
         except jwt.InvalidAudienceError:
             raise TokenError("audience mismatch") from None
         except jwt.InvalidIssuerError:
@@ -227,7 +236,7 @@ class Tokens:
         _check_claim_shapes(token, claims, self.clock.now_s())
         if segment not in self._headers and len(self._headers) < 64:
             self._headers[segment] = header
-        return claims
+        return claims, header["kid"]
 
     async def verify_identity(self, token: str) -> dict[str, Any]:
         """An agent identity token's claims. Verified tokens are remembered for their lifetime (an
@@ -235,13 +244,22 @@ class Tokens:
         cached = self._verified.get(token, self.clock.now_s())
         if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
             return cached[0]
-        claims = await self.verify(token, audience=self.agent_audience)
+        claims, kid = await self._verify(token, audience=self.agent_audience)
         # Only identity tokens are bearers: an AuthZ-JWT or any other token we sign is refused even
         # if its audience happens to match (peer bug 27).
         if kind_of(claims) is not TokenKind.IDENTITY or not isinstance(claims.get("key_generation"), int):
             raise TokenError("not an identity token")
-        self._verified.put(token, claims, jwt.get_unverified_header(token)["kid"])
+        self._verified.put(token, claims, kid)
         return claims
+
+    def forget_authz(self, token: str) -> None:
+        """A consumed once grant's token is dead: it need not take a place among the remembered."""
+        self._verified_authz.discard(token)
+
+    def remembers_identity(self, token: str) -> bool:
+        """Whether this exact token verified as an identity token before (expired or not): it is
+        then no other kind of token, so other authenticators can pass it on without parsing it."""
+        return self._verified.contains(token)
 
     async def verify_access(self, token: str) -> dict[str, Any]:
         """An OAuth access token's claims (signature, issuer, expiry, kind); the caller checks the
@@ -252,14 +270,26 @@ class Tokens:
         return claims
 
     async def verify_authz(self, token: str) -> dict[str, Any]:
-        """An AuthZ-JWT of ours (its audience is the grant's own, checked against the grant)."""
-        claims = await self.verify(token, audience=None)
+        """An AuthZ-JWT of ours (its audience is the grant's own, checked against the grant).
+
+        Like identity tokens, verified AuthZ-JWTs are remembered by a digest of the exact string
+        until they expire, and a remembered one is accepted only while its key is still published
+        (a revoked key ends it within the keyring's refresh bound, as it does uncached). What the
+        token may do is decided by the caller from the grant, read on every request: revoked,
+        consumed, lapsed or expired grants are refused as before, and consuming a once grant stays a
+        conditional write in the store (one winner)."""
+        cached = self._verified_authz.get(token, self.clock.now_s())
+        if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
+            return dict(cached[0])  # a copy: callers never share the remembered claims
+        claims, kid = await self._verify(token, audience=None)
         if kind_of(claims) is not TokenKind.AUTHZ:
             raise TokenError("not a grant token")
-        return claims
+        self._verified_authz.put(token, claims, kid)
+        return dict(claims)
 
 
 MAX_TOKEN_LENGTH = 8192
+AUTHZ_CACHE_ENTRIES = 4096  # remembered AuthZ-JWTs per process (2–3 KiB each: at most about 11 MiB)
 _COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 CLOCK_SKEW_S = 60  # how far ahead of our clock an iat may be (a verifier's clock is not ours)
 
@@ -277,13 +307,26 @@ def _is_time(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _StrictPyJWT(jwt.PyJWT):
+    """PyJWT, parsing the payload once with duplicate members refused (``_decode_payload`` is
+    PyJWT's documented override point; it runs after the signature verified)."""
+
+    def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
+        try:
+            payload = json.loads(decoded["payload"], object_pairs_hook=_refuse_duplicates)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise TokenError("malformed token") from None
+        if not isinstance(payload, dict):
+            raise TokenError("malformed token")
+        return payload
+
+
+_STRICT_JWT = _StrictPyJWT()
+
+
 def _check_claim_shapes(token: str, claims: dict[str, Any], now_s: int) -> None:
-    """What PyJWT leaves to us, after the signature verified."""
-    payload = token.split(".")[1]
-    try:
-        json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), object_pairs_hook=_refuse_duplicates)
-    except (ValueError, UnicodeDecodeError):
-        raise TokenError("malformed token") from None
+    """What PyJWT leaves to us, after the signature verified (duplicate members were refused
+    while the payload was parsed: ``_StrictPyJWT``)."""
     if not isinstance(claims.get("aud", ""), str):
         raise TokenError("audience must be a single string")
     exp, iat, nbf = claims.get("exp"), claims.get("iat"), claims.get("nbf")
@@ -318,6 +361,12 @@ class _VerifiedCache:
             return None
         self._entries.move_to_end(key)
         return entry
+
+    def discard(self, token: str) -> None:
+        self._entries.pop(self._key(token), None)
+
+    def contains(self, token: str) -> bool:
+        return self._key(token) in self._entries
 
     def put(self, token: str, claims: dict[str, Any], kid: str) -> None:
         key = self._key(token)

@@ -37,6 +37,13 @@ log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 _REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+# Set on every answer unless the route chose its own value.
+SECURITY_HEADERS = (
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "strict-origin-when-cross-origin"),
+    ("X-Frame-Options", "DENY"),
+    ("Content-Security-Policy", "frame-ancestors 'none'"),
+)
 PROBLEM_JSON = "application/problem+json"
 APP_NAME = "grantd"
 
@@ -184,12 +191,20 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         if services is not None:
             services.store.close()
 
+    # Read once: the config of a running app does not change (issue 14: no per-request work that can be done once).
+    trusted_proxies = config.server.trusted_proxies
+    access_log_on = bool(config.log.access)
+
     @app.on_request(priority=100)  # type: ignore[call-arg]
     async def start_request(request: Request) -> None:
-        incoming = request.headers.get("x-request-id", "")
-        request.ctx.request_id = incoming if _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
-        request.ctx.started = time.perf_counter()
-        request.ctx.client_ip = client_address(request.ip, request.headers.get("x-forwarded-for"), config.server.trusted_proxies)
+        headers, ctx = request.headers, request.ctx
+        incoming = headers.get("x-request-id", "")
+        ctx.request_id = incoming if incoming and _REQUEST_ID_RE.match(incoming) else uuid.uuid4().hex
+        ctx.started = time.perf_counter()
+        forwarded = headers.get("x-forwarded-for")
+        # client_address answers the peer itself unless a trusted proxy forwarded the request, so
+        # without proxies or without the header there is nothing to parse.
+        ctx.client_ip = client_address(request.ip, forwarded, trusted_proxies) if trusted_proxies and forwarded else request.ip
 
     origins = csrf.own_origins(config.server.issuer, config.webauthn.origin)
 
@@ -206,13 +221,11 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         request_id = getattr(request.ctx, "request_id", None) or uuid.uuid4().hex
         headers = response.headers
         headers.setdefault("X-Request-ID", request_id)
-        headers.setdefault("X-Content-Type-Options", "nosniff")
-        headers.setdefault("Referrer-Policy", "strict-origin-when-cross-origin")
-        headers.setdefault("X-Frame-Options", "DENY")
-        headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
+        for name, value in SECURITY_HEADERS:
+            headers.setdefault(name, value)
         if request.path.startswith("/api/"):
             headers.setdefault("Cache-Control", "no-store")
-        if config.log.access:
+        if access_log_on:
             started = getattr(request.ctx, "started", None)
             duration = round((time.perf_counter() - started) * 1000, 2) if started else None
             access_log.info(
