@@ -60,40 +60,30 @@ def secure_cookie(services: Services) -> bool:
 
 async def start(services: Services, person: Person, user_agent: str) -> tuple[str, Session]:
     """Sign ``person`` in: a new session in a new family. Returns the cookie value and the record."""
-    value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
-    now = services.clock.now_ms()
-    session: Session = {
-        "session_id": session_id_of(value),
-        "family_id": "fam_" + secrets.token_urlsafe(16),
-        "person_id": person["person_id"],
-        "created_at": now,
-        "expires_at": now + ttl_seconds(services) * 1000,
-        "last_seen_at": now,
-        "user_agent": (user_agent or "")[:256],
-        "revoked_at": None,
-        "idp": None,
-        "email": None,
-        "name": None,
-    }
-    return value, await services.store.sessions.create(session)
+    return await _start(services, user_agent, person_id=person["person_id"])
 
 
 async def start_guest(services: Services, *, idp: str, email: str, name: str | None, user_agent: str) -> tuple[str, Session]:
     """Sign a guest in (SP login: ``idp`` vouched for ``email``): a new session in a new family,
     with no person of this grantd behind it. Returns the cookie value and the record."""
+    return await _start(services, user_agent, idp=idp, email=email.lower(), name=name)
+
+
+async def _start(services: Services, user_agent: str, *, person_id: str | None = None, idp: str | None = None,
+                 email: str | None = None, name: str | None = None) -> tuple[str, Session]:
     value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
     now = services.clock.now_ms()
     session: Session = {
         "session_id": session_id_of(value),
         "family_id": "fam_" + secrets.token_urlsafe(16),
-        "person_id": None,
+        "person_id": person_id,
         "created_at": now,
         "expires_at": now + ttl_seconds(services) * 1000,
         "last_seen_at": now,
         "user_agent": (user_agent or "")[:256],
         "revoked_at": None,
         "idp": idp,
-        "email": email.lower(),
+        "email": email,
         "name": name,
     }
     return value, await services.store.sessions.create(session)

@@ -36,7 +36,7 @@ import jwt
 
 from grantd.core.errors import Problem
 from grantd.logs import LOGGER
-from grantd.services import sessions
+from grantd.services import flows, sessions
 from grantd.sp import ddisa
 from grantd.sp.fetch import FetchError, request
 
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER)
 
 FLOW_KIND = "sp"
-FLOW_TTL_MS = 600_000
 FLOW_COOKIE = "grantd_sp_flow"
 CALLBACK_PATH = "/api/callback"
 SCOPE = "openid email profile"
@@ -101,10 +100,6 @@ class IdpEndpoints:
 
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def sha256_hex(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def client_id_of(config: Config) -> str:
@@ -215,7 +210,7 @@ class SpLogin:
         idp, guarded = await self.idp_for(email)
         found = await self.endpoints(idp, guarded)
         verifier = b64url(secrets.token_bytes(64))
-        state, nonce, binding = b64url(secrets.token_bytes(32)), b64url(secrets.token_bytes(32)), b64url(secrets.token_bytes(32))
+        state, nonce, binding = flows.new_secret(), flows.new_secret(), flows.new_secret()
         challenge = b64url(hashlib.sha256(verifier.encode()).digest())
         redirect_uri = redirect_uri_of(services.issuer)
         query = urlencode({
@@ -224,26 +219,20 @@ class SpLogin:
             "login_hint": email,
         })
         separator = "&" if "?" in found.authorization_endpoint else "?"
-        now = services.clock.now_ms()
-        flow = {
+        await flows.keep(services, FLOW_KIND, state, binding, {
             "idp": idp, "guarded": guarded, "token_endpoint": found.token_endpoint, "jwks_uri": found.jwks_uri,
-            "verifier": verifier, "nonce": nonce, "email": email, "return_to": return_to, "binding": sha256_hex(binding),
-            "client_id": self.client_id, "redirect_uri": redirect_uri, "created_at": now,
-        }
-        await services.store.onetime.put(FLOW_KIND, sha256_hex(state), flow, now + FLOW_TTL_MS, now)
+            "verifier": verifier, "nonce": nonce, "email": email, "return_to": return_to,
+            "client_id": self.client_id, "redirect_uri": redirect_uri, "created_at": services.clock.now_ms(),
+        })
         return found.authorization_endpoint + separator + query, binding
 
     # -- finish -----------------------------------------------------------------------------------
 
     async def take_flow(self, services: Services, state: str | None, binding: str | None) -> dict[str, Any]:
-        if not state or len(state) > 200:
-            raise LoginError(BAD_STATE)
-        flow = await services.store.onetime.take(FLOW_KIND, sha256_hex(state), services.clock.now_ms())
-        if flow is None:
-            raise LoginError(BAD_STATE)
-        if not binding or not secrets.compare_digest(sha256_hex(binding), str(flow.get("binding", ""))):
-            raise LoginError(OTHER_BROWSER)
-        return flow
+        try:
+            return await flows.take(services, FLOW_KIND, state, binding)
+        except flows.FlowRefused as refused:
+            raise LoginError(OTHER_BROWSER if refused.other_browser else BAD_STATE) from None
 
     async def exchange(self, flow: dict[str, Any], code: str) -> str:
         """The ID token for ``code`` (PKCE verifier, redirect URI and client id with it)."""

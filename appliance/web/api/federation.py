@@ -28,10 +28,8 @@ the sign-in is not available right now): never a stack trace, never a 500.
 
 from __future__ import annotations
 
-import hashlib
 import json as json_module
 import logging
-import secrets
 from urllib.parse import urlsplit
 
 import httpx
@@ -43,7 +41,7 @@ from grantd.core.fields import check_identifier
 from grantd.hookspecs import FederatedIdentity, FederationContext, FederationError, FederationStart
 from grantd.logs import LOGGER
 from grantd.plugin_manager import FederationProvider
-from grantd.services import people, sessions
+from grantd.services import flows, people, sessions
 from grantd.services.context import Services
 from grantd.services.limits import Rule
 from grantd.store.records import Person
@@ -54,19 +52,13 @@ bp = Blueprint("federation")
 log = logging.getLogger(LOGGER)
 
 KIND = "federation"  # store.onetime kind
-FLOW_TTL_MS = 10 * 60 * 1000
 BINDING_COOKIE = "grantd_federation"
 BINDING_PATH = "/auth/federated/"
-MAX_STATE = 200
 UPSTREAM_TIMEOUT_S = 10.0
 NO_STORE = {"Cache-Control": "no-store"}
 PAGE_STATUSES = frozenset({400, 403, 404, 429, 503})
 STALE = ("This sign-in link is incomplete, was already used or has expired (sign-ins must finish within "
          "10 minutes). Start again from the sign-in page.")
-
-
-def _sha256(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def sign_in_rule(services: Services) -> Rule:
@@ -136,8 +128,8 @@ async def start(request: Request, provider_id: str) -> HTTPResponse:
         return _failed(exc.status, "Too many sign-in attempts from your address. Wait a minute and try again.",
                        headers=exc.headers)
     target = safe_next(request.args.get("next"))
-    state = secrets.token_urlsafe(32)
-    binding = _binding_of(request) or secrets.token_urlsafe(32)  # one per browser: several tabs may sign in
+    state = flows.new_secret()
+    binding = _binding_of(request) or flows.new_secret()  # one per browser: several tabs may sign in
     try:
         async with _http() as http:
             started = await entry.provider.begin(_context(services, http), redirect_uri=callback_url(services, entry.id),
@@ -154,12 +146,10 @@ async def start(request: Request, provider_id: str) -> HTTPResponse:
             or not _json_ready(kept):
         log.error("federation provider %s returned an unusable upstream URL or kept data", entry.id)
         return _failed(503, f"Signing in through {entry.name} is not possible right now. Try again later.")
-    now = services.clock.now_ms()
-    flow = {"provider": entry.id, "next": target, "binding": _sha256(binding), "kept": kept}
-    await services.store.onetime.put(KIND, _sha256(state), flow, now + FLOW_TTL_MS, now)
+    await flows.keep(services, KIND, state, binding, {"provider": entry.id, "next": target, "kept": kept})
     response = HTTPResponse(status=302, headers={"Location": url, **NO_STORE})
     response.add_cookie(BINDING_COOKIE, binding, path=BINDING_PATH, secure=sessions.secure_cookie(services),
-                        max_age=FLOW_TTL_MS // 1000, httponly=True, samesite="Lax")
+                        max_age=flows.FLOW_TTL_MS // 1000, httponly=True, samesite="Lax")
     return response
 
 
@@ -170,16 +160,15 @@ async def callback(request: Request, provider_id: str) -> HTTPResponse:
     if entry is None:
         return _failed(404, "There is no such sign-in provider here.", title="Unknown sign-in provider")
     params = {key: values[0] for key, values in request.args.items() if values}
-    state = params.get("state") or ""
-    if not state or len(state) > MAX_STATE:
-        return _failed(400, STALE)
-    flow = await services.store.onetime.take(KIND, _sha256(state), services.clock.now_ms())  # single use
-    if flow is None or flow.get("provider") != entry.id:
-        return _failed(400, STALE)
-    binding = _binding_of(request)
-    if binding is None or not secrets.compare_digest(_sha256(binding), str(flow.get("binding"))):
+    try:
+        flow = await flows.take(services, KIND, params.get("state"), _binding_of(request))  # single use
+    except flows.FlowRefused as refused:
+        if not refused.other_browser:
+            return _failed(400, STALE)
         return _failed(400, "This sign-in was started in another browser (or this browser refused the sign-in "
                             "cookie). Start again from the sign-in page, in this browser.")
+    if flow.get("provider") != entry.id:
+        return _failed(400, STALE)
     try:
         async with _http() as http:
             identity = await entry.provider.finish(_context(services, http), redirect_uri=callback_url(services, entry.id),

@@ -24,7 +24,7 @@ import grantd
 from grantd.core.errors import not_found
 from grantd.core.fields import email_field
 from grantd.logs import LOGGER
-from grantd.services import sessions
+from grantd.services import flows, sessions
 from grantd.services.limits import Rule
 from grantd.sp.login import (
     CALLBACK_PATH,
@@ -41,7 +41,6 @@ bp = Blueprint("sp")
 log = logging.getLogger(LOGGER)
 
 PUBLIC_HEADERS = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, max-age=3600"}
-FLOW_COOKIE_TTL = 600
 
 
 def _sp(request: Request) -> SpLogin:
@@ -83,7 +82,7 @@ async def login(request: Request) -> HTTPResponse:
         log.warning("SP login: %s", exc.message)
         return json(exc.problem().body(), status=exc.status, content_type="application/problem+json")
     response = json({"redirectUrl": url})
-    response.add_cookie(FLOW_COOKIE, binding, path=CALLBACK_PATH, max_age=FLOW_COOKIE_TTL, httponly=True,
+    response.add_cookie(FLOW_COOKIE, binding, path=CALLBACK_PATH, max_age=flows.FLOW_TTL_MS // 1000, httponly=True,
                         samesite="Lax", secure=_secure(request))
     return response
 
