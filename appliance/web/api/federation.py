@@ -37,14 +37,12 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core.errors import Problem
-from grantd.core.fields import check_identifier
 from grantd.hookspecs import FederatedIdentity, FederationContext, FederationError, FederationStart
 from grantd.logs import LOGGER
 from grantd.plugin_manager import FederationProvider
-from grantd.services import flows, people, sessions
+from grantd.services import federation, flows, sessions
 from grantd.services.context import Services
 from grantd.services.limits import Rule
-from grantd.store.records import Person
 from grantd.web.api.common import services_of, set_session_cookie
 from grantd.web.pages import error_page, safe_next
 
@@ -182,7 +180,7 @@ async def callback(request: Request, provider_id: str) -> HTTPResponse:
         log.error("federation provider %s returned %s, not a FederatedIdentity", entry.id, type(identity).__name__)
         return _failed(503, f"Signing in through {entry.name} failed. Try again later.")
     try:
-        person = await _person_for(services, entry, identity)
+        person = await federation.person_for(services, entry, identity)
     except FederationError as exc:
         return _failed(exc.status, exc.message)
     except Problem as exc:
@@ -197,42 +195,3 @@ async def callback(request: Request, provider_id: str) -> HTTPResponse:
     response = HTTPResponse(status=303, headers={"Location": str(flow.get("next") or "/"), **NO_STORE})
     set_session_cookie(response, services, value)
     return response
-
-
-def _display_name(name: str | None) -> str | None:
-    """The upstream's name for a new person, if it is a clean identifier (D12), else None (the
-    e-mail's local part is used)."""
-    if not name:
-        return None
-    try:
-        return check_identifier("name", name.strip()[:255]) or None
-    except Problem:
-        return None
-
-
-async def _person_for(services: Services, entry: FederationProvider, identity: FederatedIdentity) -> Person:
-    """The person ``identity`` signs in as, under the rules every provider type shares."""
-    email = identity.email.strip().lower()
-    if identity.email_verified is not True:
-        raise FederationError(f"{entry.name} has not verified the e-mail address {email}.", 403)
-    local, _, domain = email.rpartition("@")
-    if not local or not domain or len(email) > 254 or not email.isprintable():
-        raise FederationError(f"{entry.name} sent an e-mail address grantd cannot use.", 403)
-    allowed = tuple(getattr(entry.provider, "allowed_domains", ()) or ())
-    if allowed and domain not in allowed:
-        raise FederationError(f"{entry.name} may not sign in addresses of {domain} here "
-                              f"(allowed: {', '.join(allowed)}).", 403)
-    if await services.store.agents.get(email) is not None:
-        raise FederationError(f"{email} is an agent's address here; agents sign in with their key, not in a browser.", 403)
-    person = await services.store.people.get(email)
-    if person is None:
-        if not getattr(entry.provider, "create_unknown", False):
-            raise FederationError(f"There is no account for {email} here. Ask an administrator to add you.", 403)
-        if email in services.admin_emails:
-            raise FederationError(f"There is no account for {email} here yet, and an administrator's account is "
-                                  f"never created by a sign-in. Ask an administrator to add it.", 403)
-        person = await people.create_person(services, email, name=_display_name(identity.name))
-        log.info("federated sign-in through %s created person %s", entry.id, person["person_id"])
-    if person.get("status", "active") != "active":
-        raise FederationError("This account is disabled. Ask an administrator.", 403)
-    return person
