@@ -16,12 +16,12 @@ and the terminal, polling ``/token``, receives the person's tokens.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
 from grantd.oauth.errors import OAuthError
+from grantd.oauth.issue import issue_tokens, secret_hash
 from grantd.store import Conflict
 from grantd.store.records import DeviceCode
 
@@ -37,10 +37,6 @@ DEFAULT_SCOPE = "openid email profile offline_access"
 MAX_SCOPE_LENGTH = 1000
 _DRAWS = 8  # user codes drawn before giving up on a collision (each one is ~1 in 2.6e10)
 _SEPARATORS = re.compile(r"[\s\-‐-―−]+")
-
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def new_user_code() -> str:
@@ -102,7 +98,7 @@ async def start(services: Services, client: Any, scope: object) -> dict[str, Any
     for _ in range(_DRAWS):
         user_code = new_user_code()
         record = DeviceCode(
-            device_code_hash=digest(device_code), user_code=user_code, client_id=client.client_id, scope=granted,
+            device_code_hash=secret_hash(device_code), user_code=user_code, client_id=client.client_id, scope=granted,
             created_at=now, expires_at=now + ttl * 1000, interval=interval, last_polled_at=None, status="pending",
             person_id=None, decided_at=None,
         )
@@ -154,7 +150,7 @@ async def exchange(services: Services, client: Any, params: dict[str, str]) -> d
     if not isinstance(device_code, str) or not device_code or len(device_code) > 200:
         raise OAuthError("invalid_request", "device_code is required")
     now = services.clock.now_ms()
-    key = digest(device_code)
+    key = secret_hash(device_code)
     record = await services.store.device_codes.poll(key, now)
     # Another client's code is answered like an unknown one: the client learns nothing about it.
     if record is None or not secrets.compare_digest(record["client_id"], client.client_id):
@@ -175,7 +171,6 @@ async def exchange(services: Services, client: Any, params: dict[str, str]) -> d
     person = await services.store.people.get(taken["person_id"])
     if person is None or person.get("status", "active") != "active":
         raise OAuthError("invalid_grant", "the person who approved the request is no longer active")
-    from grantd.oauth.issue import issue_tokens
 
     auth_time = int((taken["decided_at"] or now) // 1000)
     return await issue_tokens(services, client, person, scope=taken["scope"], nonce=None, auth_time=auth_time)

@@ -28,6 +28,7 @@ from urllib.parse import unquote
 
 import jwt
 
+from grantd.oauth import device
 from grantd.oauth.clients import DEVICE_GRANT, Client
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash
@@ -124,14 +125,9 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
     if grant_type == "refresh_token":
         return await refresh(services, client, params)
     if grant_type == DEVICE_GRANT:
-        try:
-            from grantd.oauth import device  # the device engineer's module; optional until it lands
-        except ImportError:
-            raise OAuthError("unsupported_grant_type", "the device grant is not available") from None
         if DEVICE_GRANT not in client.grant_types:
             raise OAuthError("unauthorized_client", "this client may not use the device grant")
-        result: dict[str, Any] = await device.exchange(services, client, params)
-        return result
+        return await device.exchange(services, client, params)
     raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code, refresh_token, "
                      f"client_credentials or {DEVICE_GRANT}")
 
