@@ -329,6 +329,9 @@ async def register_verify(
     if existing is not None:
         _active(existing)
         if existing["person_id"] != challenge["person_id"]:
+            # Most often a concurrent redeemer of this same URL created the person a moment ago:
+            # then the URL is used, and the loser hears what the store would tell it (404).
+            await _registration(services, token)
             raise Problem(409, "the account changed while registering; start again")
     email = registration["email"]
     person: Person = {
