@@ -78,7 +78,7 @@ def test_a_person_of_a_logs_in_to_b_through_dns(instances: Any, new_person: Any)
     # sign out from the guest page
     page.goto(f"{b_origin}/")
     page.get_by_role("button", name="Sign out").first.click()
-    page.wait_for_url(re.compile(re.escape(b_origin) + r"/login"))
+    expect(page).to_have_url(re.compile(re.escape(b_origin) + r"/login"), timeout=15_000)  # polls (conftest.py)
     assert person.fetch("GET", "/api/me")["status"] == 401
 
 
