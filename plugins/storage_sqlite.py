@@ -25,10 +25,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from functools import cached_property
 from pathlib import Path
-from typing import Any, cast
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, cast
 
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
@@ -64,6 +63,11 @@ from grantd.store.records import (
     WebAuthnChallenge,
 )
 from grantd.store.sql import lapsed_sql, not_lapsed_sql, status_sql
+
+if TYPE_CHECKING:
+    # sqlite-utils runs the migrations only; a server process on a current schema never imports it
+    # (4.5 MiB per process, issue 14).
+    import sqlite_utils
 
 log = logging.getLogger("grantd")
 
@@ -1519,7 +1523,6 @@ class SQLiteStore:
             if self._use_lock is not None:
                 os.close(self._use_lock)
             raise StoreError(_cannot_open(Path(self.path), exc)) from None
-        self.db = sqlite_utils.Database(self._db.conn, execute_plugins=False)
         self.keys = SQLiteKeys(self._db)
         self.agents = SQLiteAgents(self._db)
         self.challenges = SQLiteChallenges(self._db)
@@ -1537,6 +1540,13 @@ class SQLiteStore:
         self.consents = SQLiteConsents(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
+
+    @cached_property
+    def db(self) -> sqlite_utils.Database:
+        """sqlite-utils over the store's connection, for the migrations."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self._db.conn, execute_plugins=False)
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def migrate(self) -> list[int]:

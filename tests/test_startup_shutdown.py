@@ -3,11 +3,13 @@ a non-zero exit before any banner; a stop never hangs, whenever SIGTERM arrives.
 
 Real `grantd serve` processes (tests/conftest.py `make_server`); the stop tests use two workers,
 where Sanic's worker manager used to hang for 20-30 s (or for good) when SIGTERM came while a
-worker was still starting.
+worker was still starting. Since issue 14 two workers are two server processes sharing one socket
+(grantd.web.processes): the tests at the end check how the first one looks after the other.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +19,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -265,3 +268,104 @@ def test_sigterm_at_any_moment_with_two_workers_ends_in_time(tmp_path: Path, mom
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
         log.close()
+
+
+# -- several server processes (grantd.web.processes) ---------------------------------------------------
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout  # noqa: S607
+    return [int(p) for p in out.split()]
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(what)
+
+
+def _all_answered(srv: Server, connections: int = 40) -> bool:
+    """Each of ``connections`` fresh connections is answered: whichever process accepts it serves."""
+    for _ in range(connections):
+        with httpx.Client(timeout=5) as http:
+            if http.get(f"{srv.url}/readyz").status_code != 200:
+                return False
+    return True
+
+
+def test_two_workers_are_two_processes_on_one_socket(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv", workers=2).start()
+    try:
+        assert srv.proc is not None
+        peers = _wait_for(lambda: _children(srv.proc.pid), 30, "no second server process")
+        assert len(peers) == 1, peers  # no manager, no multiprocessing helpers: the first process serves too
+        _wait_for(lambda: "all 2 server processes serving" in srv.log(), 30, srv.log())
+        assert _all_answered(srv)
+        listening = subprocess.run(["ss", "-Hltnp", f"sport = :{srv.port}"], capture_output=True, text=True).stdout  # noqa: S607
+        assert listening.count("LISTEN") == 1, listening  # one socket, shared (not SO_REUSEPORT copies)
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.log(), srv.log()
+
+
+def test_a_crashed_server_process_is_replaced(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv", workers=2).start()
+    try:
+        assert srv.proc is not None
+        _wait_for(lambda: "all 2 server processes serving" in srv.log(), 30, srv.log())
+        [first] = _children(srv.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        _wait_for(lambda: "exited with signal SIGKILL; starting another" in srv.log(), 10, srv.log())
+        replacement = _wait_for(lambda: [p for p in _children(srv.proc.pid) if p != first], 30, srv.log())
+        assert len(replacement) == 1
+        _wait_for(lambda: srv.log().count("all 2 server processes serving") == 2, 30, srv.log())
+        assert _all_answered(srv)
+        assert srv.proc.poll() is None
+    finally:
+        code = srv.stop()
+    assert code == 0, srv.log()
+
+
+def test_the_others_stop_when_the_first_process_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the first process alone (not its group): no other process keeps the port."""
+    srv = make_server(tmp_path / "srv", workers=3).start()
+    assert srv.proc is not None
+    try:
+        _wait_for(lambda: "all 3 server processes serving" in srv.log(), 30, srv.log())
+        peers = _children(srv.proc.pid)
+        assert len(peers) == 2
+        srv.proc.kill()
+        srv.proc.wait(5)
+
+        def gone() -> bool:
+            for pid in peers:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    continue
+                status = Path(f"/proc/{pid}/stat")
+                if status.exists() and status.read_text().split(")")[-1].split()[0] != "Z":
+                    return False
+            return True
+
+        _wait_for(gone, 2 + GRACE + 2, f"server processes outlived the first one:\n{srv.log()}")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", srv.port))  # the port is free again
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+
+
+def test_a_server_process_that_cannot_start_stops_the_server_with_one_line(tmp_path: Path) -> None:
+    srv = make_server(tmp_path / "srv", workers=2, extra='[plugins]\nmodules = ["refuse_in_peer_processes"]\n')
+    result = run_serve(srv, timeout=90)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "server process 1 (pid " in output and "while starting" in output, output
+    assert "cannot start: server process 1" in output, output
+    assert "server process cannot start: configuration invalid" in output, output  # the process's own line
+    assert "Traceback" not in output, output
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", srv.port))  # nothing left listening

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import re
-import signal
 import sys
 import time
 import uuid
-from functools import partial
 from typing import Any
 
 import pluggy
@@ -19,7 +15,6 @@ from sanic import Request, Sanic
 from sanic.exceptions import BadRequest, SanicException
 from sanic.models.server_types import ConnInfo
 from sanic.response import HTTPResponse, json
-from sanic.worker.loader import AppLoader
 
 from grantd.client_address import client_address
 from grantd.config import Config, load
@@ -359,152 +354,12 @@ def preflight(config: Config) -> dict[str, Any]:
     return prepared
 
 
-class StopSignals:
-    """SIGTERM/SIGINT in the worker manager's process, so that a stop never hangs (issue 12).
-
-    Sanic's manager, stopped while a worker is still starting (spawned processes take seconds to
-    import), sends ``None`` to its own monitor pipe and then, in ``wait_for_ack``, reads that
-    ``None`` back and re-sends it for ever: SIGTERM just after a start hung until the 30 s ack
-    threshold or for good, with workers defunct. It also stops workers with SIGINT, which a worker
-    still importing turns into a KeyboardInterrupt traceback.
-
-    So once the manager exists (``main_process_ready``) this takes its signals: a worker that has
-    acknowledged its start gets Sanic's graceful stop (SIGINT: in-flight requests get
-    ``graceful_shutdown_timeout``; open event streams are ended by ``before_server_stop``), a
-    worker still starting gets SIGTERM (its default action ends it quietly; past Sanic's set-up it
-    is a graceful stop too), ``wait_for_ack`` gives up waiting, and a watchdog kills by pid any
-    worker still alive ``graceful_shutdown_timeout + 1`` s later. A second signal kills at once.
-    """
-
-    KILL_MARGIN = 1.0
-
-    def __init__(self, manager: Any, grace: float, *, requested: bool = False):
-        import threading
-
-        self.manager = manager
-        self.grace = grace
-        self.stopping = threading.Event()
-        self.signalled: set[int] = set()  # pids: a second stop signal would break a worker's clean-up
-        manager.wait_for_ack = self.wait_for_ack
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self.on_signal)
-        # A signal that came before (held by EarlyStop, or taken by Sanic's handler) stops now.
-        if requested or getattr(manager, "_shutting_down", False):
-            self.on_signal(signal.SIGTERM, None)
-
-    def _processes(self) -> list[Any]:
-        return [p for p in self.manager.processes if p.pid]
-
-    def _acked(self, process: Any) -> bool:
-        try:
-            state = self.manager.worker_state.get(process.name)
-        except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-            return False
-        return isinstance(state, dict) and state.get("state") in ("ACKED", "SERVING")
-
-    def on_signal(self, signum: int, frame: Any) -> None:
-        try:
-            self._on_signal(signum)
-        except Exception:  # a signal handler must not raise into the worker manager
-            log.exception("stopping failed; killing the workers")
-            self.kill_workers()
-
-    def _on_signal(self, signum: int) -> None:
-        if self.stopping.is_set():
-            log.warning("second stop signal: killing the workers now")
-            self.kill_workers()
-            return
-        self.stopping.set()
-        self.manager._shutting_down = True  # noqa: SLF001 - Sanic's own flag: it then skips its terminate()
-        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace)
-        self.stop_workers()
-        with contextlib.suppress(OSError):
-            self.manager.monitor_publisher.send(None)  # ends the monitor loop
-        import threading
-
-        threading.Thread(target=self._watchdog, name="grantd-stop-watchdog", daemon=True).start()
-
-    def stop_workers(self) -> None:
-        from sanic.worker.process import ProcessState
-
-        for process in self._processes():
-            if not process.is_alive() or process.pid in self.signalled:
-                continue
-            self.signalled.add(process.pid)
-            if self._acked(process):
-                process.terminate()  # Sanic's graceful stop: state TERMINATED, then SIGINT
-                continue
-            try:
-                process.set_state(ProcessState.TERMINATED, force=True)
-            except (BrokenPipeError, ConnectionResetError, EOFError, OSError):
-                pass
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGTERM)
-
-    def _watchdog(self) -> None:
-        if not self._wait_for_workers(self.grace + self.KILL_MARGIN):
-            log.warning("workers still running %s s after the stop signal: killing them", self.grace + self.KILL_MARGIN)
-            self.kill_workers()
-
-    def _wait_for_workers(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not any(p.is_alive() for p in self._processes()):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def kill_workers(self) -> None:
-        for process in self._processes():
-            if process.is_alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGKILL)  # by pid: never the process group (ours too)
-
-    def wait_for_ack(self) -> None:
-        """Sanic's wait, which also ends when a stop was asked for."""
-        from sanic.exceptions import ServerKilled
-
-        limit = time.monotonic() + self.manager.THRESHOLD / 10
-        while not self.stopping.is_set() and not self.manager._all_workers_ack():  # noqa: SLF001
-            if self.manager.monitor_subscriber.poll(0.1):
-                message = self.manager.monitor_subscriber.recv()
-                if message == "__TERMINATE_EARLY__":
-                    log.error("a worker process failed while starting; stopping")
-                    self.on_signal(signal.SIGTERM, None)
-                    raise ServerKilled
-                if message is None and self.stopping.is_set():
-                    break
-                self.manager.monitor_publisher.send(message)  # not ours: leave it for the monitor loop
-            if time.monotonic() > limit:
-                log.error("not every worker started within %s s; stopping", self.manager.THRESHOLD / 10)
-                self.on_signal(signal.SIGTERM, None)
-                raise ServerKilled
-        if self.stopping.is_set():
-            self.stop_workers()  # those the manager started after the signal, too
-            with contextlib.suppress(OSError):
-                self.manager.monitor_publisher.send(None)  # the monitor loop that follows ends at once
-
-
-class EarlyStop:
-    """Holds SIGTERM/SIGINT from the end of the checks until the worker manager exists: the default
-    action would kill this process while Sanic starts its helper processes (which then print
-    BrokenPipe tracebacks); a held signal stops the start instead."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = {s: signal.signal(s, self._hold) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-
 def serve(config: Config, *, checked: bool = False) -> None:
     """Run the server until SIGTERM/SIGINT. ``checked``: ``preflight`` already ran (grantd serve
-    runs it before its banner); otherwise it runs here."""
+    runs it before its banner); otherwise it runs here. With ``workers`` > 1 this process is the
+    first of a group sharing one socket (grantd.web.processes)."""
+    from grantd.web import processes
+
     if not checked:
         preflight(config)
     workers = config.server.workers
@@ -513,25 +368,18 @@ def serve(config: Config, *, checked: bool = False) -> None:
         log.warning("the bundle serves in one process; [server] workers = %d is ignored", workers)
     assert config.path is not None
     metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
+    early = None if single else processes.EarlyStop()
+    group = None
     try:
-        loader = AppLoader(factory=partial(create_app_from_path, str(config.path)))
-        app = loader.load()
-        app.prepare(
-            host=config.server.host,
-            port=config.server.port,
-            workers=1 if single else workers,
-            single_process=single,
-            access_log=False,
-            motd=False,
-        )
-        early = None if single else EarlyStop()
-        if early is not None:
-            grace = float(config.server.graceful_shutdown_timeout)
-
-            @app.main_process_ready
-            async def take_over_stop_signals(app: Sanic) -> None:
-                app.ctx.stop_signals = StopSignals(app.manager, grace, requested=early.requested)
-
+        app = create_app_from_path(str(config.path))
+        if single:
+            app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
+        else:
+            assert early is not None
+            sock = processes.listen_socket(config.server.host, config.server.port)
+            group = processes.ProcessGroup(str(config.path), sock, workers - 1, float(config.server.graceful_shutdown_timeout))
+            app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
+            processes.attach(app, group, early)
         log.info(
             "grantd listening on http://%s:%s (issuer %s, %d process%s)",
             config.server.host,
@@ -540,11 +388,15 @@ def serve(config: Config, *, checked: bool = False) -> None:
             1 if single else workers,
             "" if single else "es",
         )
-        if single:
-            Sanic.serve_single(primary=app)
-        elif early is not None and early.requested:
-            log.info("stopped before the workers started")
-        else:
-            Sanic.serve(primary=app, app_loader=loader)
+        if early is not None and early.requested:
+            log.info("stopped before the server started")
+            return
+        if group is not None:
+            group.start()
+        Sanic.serve_single(primary=app)
+        if group is not None and group.failed:
+            raise StartupError(group.failed)
     finally:
+        if group is not None:
+            group.wait()
         metrics_api.remove_process_dir(metrics_dir)

@@ -60,6 +60,15 @@ def prepare_process_dir(config: Config, *, multiprocess: bool) -> str | None:
     return directory
 
 
+def process_gone(pid: int) -> None:
+    """A server process ended without its own clean-up (killed, crashed): its live gauges leave the
+    sums. Called by the first process, which sees the others end (grantd.web.processes)."""
+    if os.environ.get(MULTIPROC_ENV):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
+
+
 def remove_process_dir(directory: str | None) -> None:
     if directory:
         shutil.rmtree(directory, ignore_errors=True)

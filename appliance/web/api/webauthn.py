@@ -16,13 +16,14 @@ base64url fields, as ``{response: ...}`` or as the body itself):
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core.fields import email_field
-from grantd.services import passkeys, sessions
+from grantd.services import sessions
 from grantd.web.api.common import (
     body_of,
     clear_session_cookie,
@@ -32,6 +33,15 @@ from grantd.web.api.common import (
 )
 
 bp = Blueprint("webauthn")
+
+
+def _passkeys() -> ModuleType:
+    """grantd.services.passkeys, imported at a process's first passkey request: py_webauthn with
+    pyOpenSSL, pyasn1 and cbor2 is 5.8 MiB in every server process, which a process that serves
+    agents only never needs (issue 14, docs/performance.md)."""
+    from grantd.services import passkeys
+
+    return passkeys
 
 
 def _user_agent(request: Request) -> str:
@@ -51,7 +61,7 @@ async def _signed_in(request: Request, person: Any, credential: Any, cookie_valu
     browser's old one, and its cookie is set."""
     services = services_of(request)
     await _end_current_session(request)
-    response = json({"person": passkeys.person_view(services, person), "credential": passkeys.credential_view(credential)})
+    response = json({"person": _passkeys().person_view(services, person), "credential": _passkeys().credential_view(credential)})
     set_session_cookie(response, services, cookie_value)
     return response
 
@@ -59,58 +69,58 @@ async def _signed_in(request: Request, person: Any, credential: Any, cookie_valu
 @bp.post("/api/webauthn/register/options")
 async def register_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    return json(await passkeys.register_options(services, body.get("token")))
+    return json(await _passkeys().register_options(services, body.get("token")))
 
 
 @bp.post("/api/webauthn/register/verify")
 async def register_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    await passkeys.limit(services, request.ctx.client_ip, "register-verify")
-    person, credential, value, _ = await passkeys.register_verify(services, body, _user_agent(request))
+    await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
+    person, credential, value, _ = await _passkeys().register_verify(services, body, _user_agent(request))
     return await _signed_in(request, person, credential, value)
 
 
 @bp.post("/api/webauthn/login/options")
 async def login_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request, required=False)
-    await passkeys.limit(services, request.ctx.client_ip, "login-options")
-    return json(await passkeys.login_options(services, email_field(body, "email", required=False)))
+    await _passkeys().limit(services, request.ctx.client_ip, "login-options")
+    return json(await _passkeys().login_options(services, email_field(body, "email", required=False)))
 
 
 @bp.post("/api/webauthn/login/verify")
 async def login_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    await passkeys.limit(services, request.ctx.client_ip, "login-verify")
-    person, credential, value, _ = await passkeys.login_verify(services, body, _user_agent(request))
+    await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
+    person, credential, value, _ = await _passkeys().login_verify(services, body, _user_agent(request))
     return await _signed_in(request, person, credential, value)
 
 
 @bp.get("/api/webauthn/credentials")
 async def list_credentials(request: Request) -> HTTPResponse:
     services = services_of(request)
-    found = await passkeys.list_own(services, await principal_of(request))
-    return json({"data": [passkeys.credential_view(c) for c in found]})
+    found = await _passkeys().list_own(services, await principal_of(request))
+    return json({"data": [_passkeys().credential_view(c) for c in found]})
 
 
 @bp.post("/api/webauthn/credentials/add/options")
 async def add_options(request: Request) -> HTTPResponse:
     services = services_of(request)
     body_of(request, required=False)  # an optional body must still be JSON
-    return json(await passkeys.add_options(services, await principal_of(request)))
+    return json(await _passkeys().add_options(services, await principal_of(request)))
 
 
 @bp.post("/api/webauthn/credentials/add/verify")
 async def add_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    credential = await passkeys.add_verify(services, await principal_of(request), body)
-    return json({"credential": passkeys.credential_view(credential)}, status=201)
+    credential = await _passkeys().add_verify(services, await principal_of(request), body)
+    return json({"credential": _passkeys().credential_view(credential)}, status=201)
 
 
 @bp.delete("/api/webauthn/credentials/<credential_id:str>")
 async def delete_credential(request: Request, credential_id: str) -> HTTPResponse:
     services = services_of(request)
-    deleted = await passkeys.delete_own(services, await principal_of(request), credential_id)
-    return json({"deleted": passkeys.credential_view(deleted)})
+    deleted = await _passkeys().delete_own(services, await principal_of(request), credential_id)
+    return json({"deleted": _passkeys().credential_view(deleted)})
 
 
 @bp.post("/api/logout")

@@ -1,0 +1,330 @@
+"""Several server processes on one port (``[server] workers`` > 1).
+
+``grantd serve`` binds the listening socket once, starts ``workers - 1`` more server processes
+that inherit it, and serves in its own process too: N peers, each one single-process Sanic server
+accepting from the same socket (the kernel gives each new connection to one of them, as with
+Sanic's own workers, which also share one socket). The first process also looks after the others:
+
+- **Start.** A started process says so on a pipe once its server listens. One that exits before
+  that failed to start (a broken plugin, too little memory): the whole server stops with an error,
+  as it would with one process, instead of restarting it for ever.
+- **Crash.** One that exits later is logged and replaced (at most ``MAX_RESTARTS`` a minute; more is
+  a crash loop and stops the server).
+- **Stop.** SIGTERM or SIGINT to the first process: every other process gets SIGTERM (Sanic's
+  graceful stop: in-flight requests get ``graceful_shutdown_timeout``, event streams end; a process
+  still importing just ends), the first one stops the same way, and whatever still runs
+  ``graceful_shutdown_timeout + 1`` s after the signal is killed. A second signal kills at once.
+- **The first process dies** (SIGKILL, OOM): the others get SIGTERM from the kernel
+  (``PR_SET_PDEATHSIG``) and also notice it within a second, so no orphan keeps the port.
+
+Why not Sanic's worker manager (issue 14): it adds a process that holds the whole app and serves
+nothing (~70 MiB), and two helpers of ``multiprocessing`` (19 and 13 MiB): two workers took
+242 MiB at rest this way and take 140 MiB here (docs/performance.md). Its stop also needed
+workarounds for signals that arrive while workers start (issue 12), which a plain process group
+does not need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from grantd.logs import LOGGER
+from grantd.web.api import metrics as metrics_api
+
+log = logging.getLogger(LOGGER)
+
+BACKLOG = 100  # Sanic's default listen backlog
+KILL_MARGIN = 1.0  # seconds after the grace before whatever still runs is killed
+SUPERVISE_EVERY = 0.2  # seconds between looks at the other processes
+ORPHAN_CHECK_EVERY = 1.0  # seconds: a process whose first process is gone stops
+MAX_RESTARTS = 5  # replaced crashed processes per RESTART_WINDOW before the server gives up
+RESTART_WINDOW = 60.0
+READY = b"r"
+
+
+class EarlyStop:
+    """Holds SIGTERM/SIGINT from the end of the checks until the server's own handlers exist: the
+    default action would kill this process while it starts the others; a held signal stops the
+    start instead."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = {s: signal.signal(s, self._hold) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The one listening socket every process accepts from, inheritable by the others."""
+    from sanic.server.socket import bind_socket
+
+    sock = bind_socket(host, port, backlog=BACKLOG)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class _Peer:
+    """One of the other server processes, as the first process sees it."""
+
+    index: int
+    proc: subprocess.Popen[bytes]
+    ready_fd: int  # read end of the pipe it writes READY to once it serves
+    started: float
+    ready: bool = False
+
+
+@dataclass
+class ProcessGroup:
+    """The other ``count`` server processes of one ``grantd serve``, started and watched by the first."""
+
+    config_path: str
+    sock: socket.socket
+    count: int
+    grace: float
+    peers: list[_Peer] = field(default_factory=list)
+    stopping: bool = False
+    failed: str | None = None  # why the group stopped on its own (a process that could not start)
+    _restarts: deque[float] = field(default_factory=deque)
+    _stop_at: float | None = None
+
+    # -- starting -------------------------------------------------------------------------------------
+    def start(self) -> None:
+        for index in range(1, self.count + 1):
+            self.peers.append(self._spawn(index))
+
+    def _spawn(self, index: int) -> _Peer:
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(read_fd, False)
+        command = [sys.executable, "-m", "grantd.web.processes", "--config", self.config_path,
+                   "--fd", str(self.sock.fileno()), "--ready-fd", str(write_fd), "--parent", str(os.getpid())]
+        try:
+            proc = subprocess.Popen(command, pass_fds=(self.sock.fileno(), write_fd), stdin=subprocess.DEVNULL)  # noqa: S603 - our own interpreter and module
+        finally:
+            os.close(write_fd)
+        log.debug("started server process %d (pid %d)", index, proc.pid)
+        return _Peer(index, proc, read_fd, time.monotonic())
+
+    # -- watching -------------------------------------------------------------------------------------
+    def check(self) -> str | None:
+        """Look at every other process once: note the ones that now serve, replace the ones that
+        crashed. Returns why the whole server must stop, or None."""
+        if self.stopping:
+            return None
+        for i, peer in enumerate(self.peers):
+            if not peer.ready:
+                peer.ready = self._read_ready(peer)
+                if peer.ready and all(p.ready for p in self.peers):
+                    log.info("all %d server processes serving", self.count + 1)
+            code = peer.proc.poll()
+            if code is None:
+                continue
+            os.close(peer.ready_fd)
+            metrics_api.process_gone(peer.proc.pid)
+            if not peer.ready:
+                return f"server process {peer.index} (pid {peer.proc.pid}) exited with {_describe(code)} while starting"
+            now = time.monotonic()
+            while self._restarts and now - self._restarts[0] > RESTART_WINDOW:
+                self._restarts.popleft()
+            if len(self._restarts) >= MAX_RESTARTS:
+                return f"server processes keep exiting ({MAX_RESTARTS} restarts within {RESTART_WINDOW:.0f} s)"
+            self._restarts.append(now)
+            log.warning("server process %d (pid %d) exited with %s; starting another", peer.index, peer.proc.pid, _describe(code))
+            self.peers[i] = self._spawn(peer.index)
+        return None
+
+    @staticmethod
+    def _read_ready(peer: _Peer) -> bool:
+        try:
+            return os.read(peer.ready_fd, 1) == READY
+        except BlockingIOError:
+            return False
+        except OSError:
+            return False
+
+    # -- stopping -------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """SIGTERM to every other process (once); the deadline for all of them starts now."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self._stop_at = time.monotonic()
+        for peer in self.peers:
+            if peer.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    peer.proc.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.stopping = True
+        for peer in self.peers:
+            if peer.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    peer.proc.kill()
+
+    def wait(self) -> None:
+        """Until every other process has ended: the grace from the stop signal, then they are killed."""
+        self.stop()
+        assert self._stop_at is not None
+        deadline = self._stop_at + self.grace + KILL_MARGIN
+        for peer in self.peers:
+            try:
+                peer.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("server process %d (pid %d) still running %s s after the stop signal: killing it",
+                            peer.index, peer.proc.pid, self.grace + KILL_MARGIN)
+                peer.proc.kill()
+                peer.proc.wait()
+            with contextlib.suppress(OSError):
+                os.close(peer.ready_fd)
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-code).name}"
+    return f"code {code}"
+
+
+def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
+    """The first process's part: watch the others while serving, take the stop signals, stop the
+    others with this server and wait for them."""
+    import asyncio
+
+    stop_signals = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal stop_signals
+        stop_signals += 1
+        if stop_signals > 1:
+            log.warning("second stop signal: killing every server process now")
+            group.kill()
+            os._exit(128 + signum)
+        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, group.grace)
+        stop()
+
+    def stop() -> None:
+        group.stop()
+        app.stop()
+
+    async def watch(app: Any) -> None:
+        while not group.stopping:
+            why = group.check()
+            if why is not None:
+                group.failed = why
+                log.error("%s; stopping", why)
+                stop()
+                return
+            await asyncio.sleep(SUPERVISE_EVERY)
+
+    @app.after_server_start
+    async def take_over(app: Any) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        if early.requested:
+            log.info("stop signal received while starting: stopping")
+            stop()
+            return
+        app.ctx.process_group_watch = loop.create_task(watch(app), name="grantd-process-group")
+
+    @app.before_server_stop
+    async def stop_the_others(app: Any) -> None:
+        group.stop()
+
+
+# -- the other processes -------------------------------------------------------------------------------
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM from the kernel when the first process dies (Linux); checked once against a parent
+    that died before this ran."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        sys.exit(0)
+
+
+def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
+    """One of the other server processes: the app of ``config_path`` on the inherited socket."""
+    import asyncio
+
+    from sanic import Sanic
+
+    from grantd.web.app import create_app_from_path
+
+    _die_with_parent(parent)
+    app = create_app_from_path(config_path)
+    sock = socket.socket(fileno=fd)
+    app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
+
+    @app.after_server_start
+    async def say_ready(app: Sanic) -> None:
+        with contextlib.suppress(OSError):
+            os.write(ready_fd, READY)
+            os.close(ready_fd)
+
+        async def orphan_check() -> None:
+            while os.getppid() == parent:  # noqa: ASYNC110 - polling the kernel: there is no event to wait on
+                await asyncio.sleep(ORPHAN_CHECK_EVERY)
+            log.warning("the first server process (pid %d) is gone: stopping", parent)
+            app.stop()
+
+        app.ctx.orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
+
+    Sanic.serve_single(primary=app)
+
+
+def _log_failure(config_path: str, message: str) -> None:
+    """One error line, as the server's logs are written (text or JSON), for a process that failed
+    before its app configured logging; the first process then stops the server."""
+    import logging.config
+
+    from grantd.logs import log_config
+
+    try:
+        from grantd.config import load
+
+        fmt = load(config_path).log.format
+    except Exception:  # noqa: BLE001 - the config the first process loaded; text if even that fails now
+        fmt = "text"
+    logging.config.dictConfig(log_config("INFO", fmt))
+    log.error("server process cannot start: %s", message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="grantd-server-process", description="one of `grantd serve`'s processes (internal)")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True)
+    args = parser.parse_args(argv)
+    try:
+        serve_peer(args.config, args.fd, args.ready_fd, args.parent)
+    except Exception as exc:
+        from grantd.web.app import describe_startup_error
+
+        _log_failure(args.config, describe_startup_error(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
