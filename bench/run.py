@@ -49,6 +49,7 @@ from bench.peer import ISSUE14_OPS, print_peer_comparison, print_rounds, summari
 from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
 from bench.profile import print_profile  # noqa: E402
 from bench.server import (  # noqa: E402
+    LIMIT_MODES,
     STORAGES,
     Deployment,
     MemorySampler,
@@ -322,7 +323,7 @@ def client_processes(count: int) -> Iterator[Executor | None]:
 
 def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: Any) -> Deployment:
     return start_deployment(directory / f"{setup.storage}-{setup.nodes}n-{setup.workers}w", setup.storage,
-                            setup.nodes, setup.workers, postgres, args.pg_pool_size)
+                            setup.nodes, setup.workers, postgres, args.pg_pool_size, args.limits)
 
 
 def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[OpResult]:
@@ -439,7 +440,9 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
     print(f"{'/'.join(map(str, args.client_counts))} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
           f"{args.client_procs} load process(es), spread evenly over the nodes), {args.duration:g} s per operation, "
           f"{args.rounds} round(s), "
-          f"{storage_note(args)}, access log off, [limits] off (every abuse limit 0)")
+          f"{storage_note(args)}, access log off, " + (
+              "[limits] off (every abuse limit 0)" if args.limits == "off"
+              else "[limits] counted (every rate limit on, out of reach: each request pays for its counters)"))
     for op in args.ops:
         print(f"  {op:<13}{DESCRIPTIONS[op]}")
     for setup in setups(args):
@@ -484,6 +487,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--storage", choices=STORAGES, default="sqlite",
                         help="sqlite (default; one file) or postgres (a private PostgreSQL server this run starts "
                              "and stops, from Debian's postgresql package as the tests use it)")
+    parser.add_argument("--limits", choices=LIMIT_MODES, default="off",
+                        help="off (default): every abuse limit 0, as the peer comparison runs; counted: every rate "
+                             "limit on but out of reach, so requests pay for their counters as in production")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1],
                         help="grantd servers on separate ports sharing one database; the clients are spread "
                              "evenly over them (default 1; several counts: one run each)")

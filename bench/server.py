@@ -50,14 +50,26 @@ def _disable_access_log(config_path: Path) -> None:
 
 
 # The load comes from one address and 64 agents at thousands of requests/s: far beyond the abuse
-# limits (D12), which would answer most of it 429. The bench measures the work, so they are off.
-LIMITS_OFF = "[limits]\n" + "".join(f"{key} = 0\n" for key in (
-    "authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-    "grants_per_agent", "pending_per_agent", "verify_per_address", "streams_per_principal", "streams_per_process"))
+# limits (D12), which would answer most of it 429. The bench measures the work, so by default they
+# are off ("off"). "counted" keeps every rate limit on but out of reach, so each request pays for
+# its counters (a store write per counted attempt, a read per bearer check) as in production; the
+# bound on pending grants stays off there too (the bench leaves thousands pending on purpose).
+RATE_LIMIT_KEYS = ("authenticate_per_agent", "authenticate_per_address", "enroll_per_address",
+                   "failed_bearer_per_address", "grants_per_agent", "verify_per_address", "passkey_per_address",
+                   "device_code_per_address", "sp_login_per_address", "token_per_address")
+BOUND_KEYS = ("pending_per_agent", "streams_per_principal", "streams_per_process")
+LIMIT_MODES = ("off", "counted")
+OUT_OF_REACH = 1_000_000_000
+
+
+def limits_table(mode: str) -> str:
+    rate = 0 if mode == "off" else OUT_OF_REACH
+    return "[limits]\n" + "".join(f"{key} = {rate}\n" for key in RATE_LIMIT_KEYS) + "".join(
+        f"{key} = 0\n" for key in BOUND_KEYS)
 
 
 def start_server(directory: Path, workers: int, storage: str | None = None, issuer: str | None = None,
-                 token: str | None = None) -> Any:
+                 token: str | None = None, limits: str = "off") -> Any:
     """A started `grantd serve` with `workers` processes, its token (and by default its SQLite file) in
     `directory`; `storage` replaces the lines of the [storage] table, `token` the management token."""
     # GRANTD_BENCH_SERVER_PATH: a folder holding another `grantd` package (a copy of an earlier tree,
@@ -65,7 +77,7 @@ def start_server(directory: Path, workers: int, storage: str | None = None, issu
     # measured with this same bench while the working tree changes.
     other = os.environ.get("GRANTD_BENCH_SERVER_PATH")
     env = {"PYTHONPATH": os.pathsep.join([other, str(ROOT), str(TESTS / "plugins")])} if other else None
-    server = _conftest().make_server(directory, workers=workers, extra=LIMITS_OFF, storage=storage, env=env)
+    server = _conftest().make_server(directory, workers=workers, extra=limits_table(limits), storage=storage, env=env)
     _disable_access_log(server.config_path)
     if issuer:
         text = server.config_path.read_text()
@@ -104,7 +116,7 @@ class Deployment:
 
 
 def start_deployment(directory: Path, storage: str, nodes: int, workers: int, postgres: Any = None,
-                     pool_size: int | None = None) -> Deployment:
+                     pool_size: int | None = None, limits: str = "off") -> Deployment:
     """`nodes` servers of `workers` processes each on one database: a SQLite file in `directory`, or
     a new database on `postgres` (a started tests/support/postgres.py server). Started one after the
     other: the first migrates the schema and makes the signing key, the others find them."""
@@ -124,7 +136,7 @@ def start_deployment(directory: Path, storage: str, nodes: int, workers: int, po
             first = deployment.nodes[0] if deployment.nodes else None
             deployment.nodes.append(start_server(directory / f"node-{i}", workers, storage=lines,
                                                  issuer=SHARED_ISSUER if nodes > 1 else None,
-                                                 token=first.token if first else None))
+                                                 token=first.token if first else None, limits=limits))
     except BaseException:
         deployment.stop()
         raise

@@ -46,7 +46,7 @@ log = logging.getLogger(LOGGER)
 
 BACKLOG = 100  # Sanic's default listen backlog
 KILL_MARGIN = 1.0  # seconds after the grace before whatever still runs is killed
-SUPERVISE_EVERY = 0.2  # seconds between looks at the other processes
+SUPERVISE_EVERY = 0.5  # seconds between looks at the other processes
 ORPHAN_CHECK_EVERY = 1.0  # seconds: a process whose first process is gone stops
 MAX_RESTARTS = 5  # replaced crashed processes per RESTART_WINDOW before the server gives up
 RESTART_WINDOW = 60.0
