@@ -231,9 +231,12 @@ def _open_stream(srv: Server, opened: threading.Event, ended: threading.Event) -
         ended.set()
 
 
+@pytest.mark.parametrize("workers", [2, 1])
 @pytest.mark.parametrize("moment", ["0.05s", "0.3s", "manager-up", "manager-up+0.3s", "ready", "stream"])
-def test_sigterm_at_any_moment_with_two_workers_ends_in_time(tmp_path: Path, moment: str) -> None:
-    srv = make_server(tmp_path / "srv", workers=2)
+def test_sigterm_at_any_moment_ends_in_time(tmp_path: Path, moment: str, workers: int) -> None:
+    """"manager-up": the moment the first process starts the others; "ready": the moment a server
+    answers, when SIGTERM used to be lost in Sanic's after-start phase (grantd.web.processes.Stopper)."""
+    srv = make_server(tmp_path / "srv", workers=workers)
     log = open(srv.log_path, "ab")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
                             stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)

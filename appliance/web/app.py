@@ -374,6 +374,7 @@ def serve(config: Config, *, checked: bool = False) -> None:
         app = create_app_from_path(str(config.path))
         if single:
             app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
+            processes.Stopper(app, grace=float(config.server.graceful_shutdown_timeout))
         else:
             assert early is not None
             sock = processes.listen_socket(config.server.host, config.server.port)

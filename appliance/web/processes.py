@@ -60,14 +60,12 @@ class EarlyStop:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = {s: signal.signal(s, self._hold) for s in (signal.SIGTERM, signal.SIGINT)}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._hold)
 
     def _hold(self, signum: int, frame: Any) -> None:
         self.requested = True
 
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -201,26 +199,81 @@ def _describe(code: int) -> str:
     return f"code {code}"
 
 
+class Stopper:
+    """SIGTERM/SIGINT stop one single-process Sanic server, however early they come; a second
+    signal calls ``on_second`` (kill at once).
+
+    Sanic's own handler calls ``app.stop()``, i.e. ``loop.stop()``. Under uvloop, a stop that lands
+    while Sanic still runs the after-start listeners (inside ``loop.run_until_complete``) is used
+    up by that call, and the server then serves for ever: seen in CI when SIGTERM came the moment a
+    server became ready. So the stop is repeated every ``RETRY`` s until Sanic's shutdown has begun
+    (the first before-stop listener says so). ``on_stop`` runs once, at the first signal."""
+
+    RETRY = 0.25
+
+    def __init__(self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0,
+                 on_stop: Any = None, on_second: Any = None):
+        self.app = app
+        self.early = early
+        self.grace = grace
+        self.on_stop = on_stop
+        self.on_second = on_second
+        self.signals = 0
+        self.shutting_down = False
+        self.loop: Any = None
+        # Priorities: take the signals before any other after-start listener runs, and learn that
+        # the shutdown began before any other before-stop listener awaits.
+        app.after_server_start(self._take_signals, priority=10_000)
+        app.before_server_stop(self._shutdown_began, priority=10_000)
+
+    async def _take_signals(self, app: Any) -> None:
+        import asyncio
+
+        self.loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, self.on_signal, signum)
+        if self.early is not None:  # the loop's handlers replace its hold from here on
+            if self.early.requested:
+                log.info("stop signal received while starting: stopping")
+                self.stop()
+
+    async def _shutdown_began(self, app: Any) -> None:
+        self.shutting_down = True
+
+    def on_signal(self, signum: int) -> None:
+        self.signals += 1
+        if self.signals > 1:
+            if self.on_second is not None:
+                self.on_second(signum)
+            return
+        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace)
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop the server (also when not asked by a signal: the group stops itself this way)."""
+        if self.on_stop is not None:
+            on_stop, self.on_stop = self.on_stop, None
+            on_stop()
+        self._stop_until_it_stops()
+
+    def _stop_until_it_stops(self) -> None:
+        if self.shutting_down:
+            return
+        self.app.stop(terminate=False)
+        self.loop.call_later(self.RETRY, self._stop_until_it_stops)
+
+
 def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
     """The first process's part: watch the others while serving, take the stop signals, stop the
     others with this server and wait for them."""
     import asyncio
 
-    stop_signals = 0
+    def kill_all(signum: int) -> None:
+        log.warning("second stop signal: killing every server process now")
+        group.kill()
+        os._exit(128 + signum)
 
-    def on_signal(signum: int) -> None:
-        nonlocal stop_signals
-        stop_signals += 1
-        if stop_signals > 1:
-            log.warning("second stop signal: killing every server process now")
-            group.kill()
-            os._exit(128 + signum)
-        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, group.grace)
-        stop()
-
-    def stop() -> None:
-        group.stop()
-        app.stop()
+    stopper = Stopper(app, early=early, grace=group.grace, on_stop=group.stop, on_second=kill_all)
 
     async def watch(app: Any) -> None:
         while not group.stopping:
@@ -228,20 +281,13 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
             if why is not None:
                 group.failed = why
                 log.error("%s; stopping", why)
-                stop()
+                stopper.stop()
                 return
             await asyncio.sleep(SUPERVISE_EVERY)
 
     @app.after_server_start
-    async def take_over(app: Any) -> None:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, on_signal, signum)
-        if early.requested:
-            log.info("stop signal received while starting: stopping")
-            stop()
-            return
-        app.ctx.process_group_watch = loop.create_task(watch(app), name="grantd-process-group")
+    async def start_watching(app: Any) -> None:
+        app.ctx.process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
 
     @app.before_server_stop
     async def stop_the_others(app: Any) -> None:
@@ -274,6 +320,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     app = create_app_from_path(config_path)
     sock = socket.socket(fileno=fd)
     app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
+    stopper = Stopper(app, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
 
     @app.after_server_start
     async def say_ready(app: Sanic) -> None:
@@ -285,7 +332,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
             while os.getppid() == parent:  # noqa: ASYNC110 - polling the kernel: there is no event to wait on
                 await asyncio.sleep(ORPHAN_CHECK_EVERY)
             log.warning("the first server process (pid %d) is gone: stopping", parent)
-            app.stop()
+            stopper.stop()
 
         app.ctx.orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
 
