@@ -1,13 +1,14 @@
 """PostgreSQL storage: ``grantd.store.Store`` on one database shared by any number of grantd nodes.
 
 ``[storage] plugin = "postgres"`` with ``dsn`` (a libpq connection string or URI; a secret, so
-``file:PATH`` or ``env:NAME``) and ``pool_size``. Needs the ``postgres`` extras (psycopg 3 and
-psycopg-pool), imported only when this backend is opened: a SQLite-only install does without them.
+``file:PATH`` or ``env:NAME``) and ``pool_size``. Needs the ``postgres`` extras (psycopg 3;
+its connections are pooled here, ``_Pool``), imported only when this backend is opened: a SQLite-only install does without them.
 
 How it keeps the contract (``grantd.store``):
 
 - **One call, one transaction**: every method takes a pooled connection and runs in one
-  transaction (READ COMMITTED), committed when the method returns, rolled back when it raises.
+  transaction (READ COMMITTED), committed when the method returns, rolled back when it raises: a
+  single statement in autocommit, several between BEGIN and COMMIT (``_Database.tx``).
 - **Exactly one winner**: conditional writes are single statements whose row locks decide between
   callers on every node: ``UPDATE ... WHERE status IN (...) RETURNING``, ``DELETE ... RETURNING``,
   ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``. Checks that span rows (the first signing key,
@@ -23,9 +24,19 @@ How it keeps the contract (``grantd.store``):
 - **Migrations** are numbered and recorded in ``schema_migrations``; ``migrate`` holds a session
   advisory lock, so nodes starting together migrate once.
 
-The store runs its connections on an event loop of its own, in a thread: the pool outlives the
-caller's loops (the CLI runs several ``asyncio.run``), and ``close()`` — synchronous in the
-contract — can close every connection for real. Each call is one hop to that loop and back.
+Where the connections live: the store has an event loop of its own, in a thread, with a pool
+that outlives the caller's loops (the CLI runs several ``asyncio.run``); a call from any loop is
+one hop there and back. Once ``serving()`` is called on the loop a server serves requests on,
+calls from that loop use a second pool on that loop itself, and its LISTEN connection is read by
+that loop too: no hop, no thread wake-ups (issue 14). The pools are small and have no background
+tasks, so ``close()`` — synchronous in the contract — closes every connection for real, also
+when called on the serving loop itself (a server's after_server_stop).
+
+Round trips: connections are in autocommit, so a method that is one statement is one round trip
+(its own READ COMMITTED transaction); a method of several statements runs them between BEGIN and
+COMMIT. The grant writes with events send theirs in batches (``_Batch``: ``BEGIN; UPDATE``, then
+``lock; INSERT event; COMMIT``) as server-side prepared statements: the same statements in the
+same order, in two round trips instead of five.
 """
 
 from __future__ import annotations
@@ -33,14 +44,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import functools
+import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -85,7 +100,6 @@ from grantd.store.sql import lapsed_sql, not_lapsed_sql, status_sql
 
 if TYPE_CHECKING:
     import psycopg
-    from psycopg_pool import AsyncConnectionPool
 
 log = logging.getLogger("grantd")
 
@@ -101,6 +115,9 @@ REFRESH_LOCKS = 0x67726E74
 CONNECT_TIMEOUT = 10.0  # seconds to wait for a pooled connection
 PING_TIMEOUT = 2.0
 CLOSE_TIMEOUT = 10.0
+MAX_LIFETIME = 3600.0  # seconds a pooled connection lives (then it is replaced as it comes back)
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open, no query in flight
+_TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK: a result with rows
 LISTEN_RETRY = 1.0  # seconds between attempts to re-open the LISTEN connection
 RATE_SWEEP_LIMIT = 1000  # ended rate windows one hit deletes at most
 FILE_MODE = 0o600
@@ -356,7 +373,8 @@ def _insert(table: str, columns: Sequence[str]) -> str:
 
 # -- the store's own event loop ---------------------------------------------------------------------------
 class _LoopThread:
-    """An asyncio loop in a daemon thread, where every connection of the store lives."""
+    """An asyncio loop in a daemon thread: the store's connections for callers on any loop but the
+    one it serves on (the CLI's several ``asyncio.run``, tests), and the LISTEN connection."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -386,17 +404,268 @@ class _LoopThread:
             self.loop.close()
 
 
+def _close_now(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Close a connection synchronously, from any thread, its loop running or not:
+    ``AsyncConnection.close`` of a connection no psycopg pool owns awaits nothing (it ends the
+    libpq connection), so it runs to its end in one step."""
+    closing = conn.close()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return
+    except Exception:  # noqa: S110 - closing either way
+        pass
+    closing.close()
+    conn.pgconn.finish()
+
+
+class _Pool:
+    """The connections of one event loop: autocommit connections (a single statement is its own
+    transaction, one round trip; ``_Database.tx`` sends BEGIN/COMMIT where a method needs
+    several), handed out newest first, at most ``size`` in use. No background tasks, so
+    ``close_now`` closes every idle connection synchronously, after its loop stopped or from
+    within it (``close()`` is synchronous in the contract); one in use closes when it comes back.
+    A connection comes back into the pool only when it is idle (no transaction open or in error, no
+    query in flight: say, a caller cancelled mid-query) and younger than MAX_LIFETIME."""
+
+    def __init__(self, db: _Database, size: int):
+        self._db = db
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[psycopg.AsyncConnection[dict[str, Any]]] = []
+        self._born: dict[int, float] = {}
+        # names of the statements PREPAREd on each connection (``_Batch``)
+        self.prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+        self.closed = False
+
+    async def get(self, wait: float) -> psycopg.AsyncConnection[dict[str, Any]]:
+        if self.closed:
+            raise StoreError("the PostgreSQL store is closed")
+        if self._slots.locked():
+            try:
+                async with asyncio.timeout(wait):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise StoreError(f"no PostgreSQL connection free within {wait:g} s (pool_size {self._db.pool_size})") from None
+        else:
+            await self._slots.acquire()  # a slot is free: returns at once
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                if not conn.closed:
+                    return conn
+                self._born.pop(id(conn), None)
+            conn = await self._db.connect(autocommit=True)
+            self._born[id(conn)] = time.monotonic()
+            return conn
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def put(self, conn: psycopg.AsyncConnection[dict[str, Any]], *, discard: bool = False) -> None:
+        try:
+            if (
+                discard
+                or self.closed
+                or conn.pgconn.transaction_status != _IDLE
+                or time.monotonic() - self._born.get(id(conn), 0.0) > MAX_LIFETIME
+            ):
+                self._born.pop(id(conn), None)
+                _close_now(conn)
+            else:
+                self._idle.append(conn)
+        finally:
+            self._slots.release()
+
+    def adopt(self, conn: psycopg.AsyncConnection[dict[str, Any]]) -> None:
+        """An open idle connection joins the pool."""
+        self._born[id(conn)] = time.monotonic()
+        self._idle.append(conn)
+
+    def close_now(self) -> None:
+        self.closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._born.pop(id(conn), None)
+            _close_now(conn)
+
+
+class _ServedListener:
+    """LISTEN on the serving loop without a task of its own: the connection's socket is watched with
+    ``add_reader`` and its notifications are drained in the callback, so closing is synchronous
+    (remove the reader, close the connection). Only (re)connecting runs as a short task; while the
+    connection is down it retries every LISTEN_RETRY seconds and the hub polls meanwhile."""
+
+    def __init__(self, db: _Database, loop: asyncio.AbstractEventLoop):
+        self._db = db
+        self._loop = loop
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._fd: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    def ensure(self) -> None:
+        if self._conn is None and self._task is None and self._retry is None and not self._closed:
+            self._task = self._loop.create_task(self._connect(), name="grantd-listen")
+
+    async def _connect(self) -> None:
+        import psycopg
+
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self._db.dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT), application_name=self._db.app_name
+            )
+        except Exception as exc:
+            self._task = None
+            self._again(f"listening for grant events failed ({exc}); retrying")
+            return
+        try:
+            await conn.execute(f"LISTEN {CHANNEL}")
+        except Exception as exc:
+            _close_now(conn)
+            self._task = None
+            self._again(f"listening for grant events failed ({exc}); retrying")
+            return
+        self._task = None
+        if self._closed:
+            _close_now(conn)
+            return
+        self._conn, self._fd = conn, conn.pgconn.socket
+        self._loop.add_reader(self._fd, self._readable)
+        self._db._wake_served()  # noqa: SLF001 - (re)connected: anything may have happened meanwhile
+
+    def _again(self, why: str) -> None:
+        if not self._closed:
+            log.warning("%s", why)
+            self._retry = self._loop.call_later(LISTEN_RETRY, self._retry_now)
+
+    def _retry_now(self) -> None:
+        self._retry = None
+        self.ensure()
+
+    def _readable(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        pgconn = conn.pgconn
+        woke = False
+        try:
+            pgconn.consume_input()
+            while pgconn.notifies() is not None:
+                woke = True
+        except Exception as exc:
+            self._drop()
+            self._again(f"listening for grant events failed ({exc}); retrying")
+            self._db._wake_served()  # noqa: SLF001 - the hub looks once, then polls until we are back
+            return
+        if conn.closed:
+            self._drop()
+            self._again("listening for grant events: the connection closed; retrying")
+            return
+        if woke:
+            self._db._wake_served()  # noqa: SLF001
+
+    def _drop(self) -> None:
+        if self._fd is not None:
+            self._loop.remove_reader(self._fd)
+            self._fd = None
+        if self._conn is not None:
+            _close_now(self._conn)
+            self._conn = None
+
+    def close_now(self) -> None:
+        """From the serving loop's thread (after_server_stop), or after that loop stopped."""
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+            self._retry = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._loop.is_closed():
+            self._fd = None
+        self._drop()
+
+
+# Statements a batch runs as server-side prepared statements: SQL -> (name, PREPARE ..., parameter keys).
+_PREPARES: dict[str, tuple[str, str, tuple[Any, ...]]] = {}
+_MARK = re.compile(r"%\((\w+)\)s|%s")
+
+
+def _preparable(sql: str) -> tuple[str, str, tuple[Any, ...]]:
+    """``sql`` (``%(name)s`` or ``%s`` placeholders) as ``PREPARE name AS ...`` with ``$n``
+    parameters, and the keys (names, or positions) of the values in ``$n`` order."""
+    found = _PREPARES.get(sql)
+    if found is None:
+        keys: list[Any] = []
+
+        def number(match: re.Match[str]) -> str:
+            key = match.group(1) if match.group(1) is not None else len(keys)
+            if key not in keys or match.group(1) is None:
+                keys.append(key)
+            return f"${keys.index(key) + 1}"
+
+        body = _MARK.sub(number, sql)
+        name = "grantd_" + hashlib.sha256(sql.encode()).hexdigest()[:20]
+        found = _PREPARES[sql] = (name, f"PREPARE {name} AS {body}", tuple(keys))
+    return found
+
+
+class _Batch:
+    """Statements sent together, in one round trip, and run by the server in order: the values are
+    bound client-side (psycopg's ClientCursor quotes them), which a single message of several
+    statements needs. Each statement runs as a server-side prepared statement (``EXECUTE name(...)``,
+    prepared on this connection the first time, in the same message), so the server parses and
+    plans it once per connection, as psycopg's own prepared statements do."""
+
+    def __init__(self, cur: psycopg.AsyncClientCursor[dict[str, Any]], prepared: set[str]):
+        self.cur = cur
+        self._prepared = prepared
+        self._parts: list[str] = []
+        self._values: list[Any] = []
+
+    def add(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> None:
+        name, prepare, keys = _preparable(sql)
+        if name not in self._prepared:
+            self._parts.append(prepare)
+            self._prepared.add(name)  # if this message fails, the connection is closed (``batch``)
+        if keys:
+            self._parts.append(f"EXECUTE {name}({', '.join(['%s'] * len(keys))})")
+            self._values += [params[k] for k in keys]  # type: ignore[call-overload]
+        else:
+            self._parts.append(f"EXECUTE {name}")
+
+    def plain(self, sql: str) -> None:
+        """A statement without values that is not worth preparing (BEGIN, COMMIT, ROLLBACK)."""
+        self._parts.append(sql)
+
+    async def send(self) -> dict[str, Any] | None:
+        """Send what was added; the first row of the last statement's result, if it has rows."""
+        parts, values = self._parts, self._values
+        self._parts, self._values = [], []
+        cur = self.cur
+        await cur.execute("; ".join(parts), values)
+        while cur.nextset():
+            pass
+        result = cur.pgresult
+        return await cur.fetchone() if result is not None and result.status == _TUPLES_OK else None
+
+
 class _Part:
     def __init__(self, db: _Database):
         self._db = db
 
 
 def _on_store_loop(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[Any, P], Awaitable[R]]:
-    """Run a part's method on the store's loop (its connections live there)."""
+    """Run a part's method where its connections are: on the caller's loop when that is the loop
+    the store serves on (no hop: the server's requests), else on the store's own loop."""
 
     @functools.wraps(fn)
     async def call(self: _Part, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._db.loop.run(fn(self, *args, **kwargs))
+        db = self._db
+        if db.served is not None and asyncio.get_running_loop() is db.served_loop:
+            return await fn(self, *args, **kwargs)
+        return await db.loop.run(fn(self, *args, **kwargs))
 
     return call
 
@@ -421,19 +690,32 @@ def _nul_finds_nothing(absent: Any) -> Callable[[Callable[P, Awaitable[R]]], Cal
 
 
 class _Database:
-    """The pool, the LISTEN connection and the helpers the parts share (all on the store's loop)."""
+    """The pools, the LISTEN connection and the helpers the parts share.
+
+    Two pools: one on the store's own loop (in its thread), opened now, for callers on any loop;
+    and, once ``serve_here`` named the loop this process serves requests on, one on that loop, so
+    a request's store calls run on its own loop with no hop to the thread and back. LISTEN is
+    likewise read by the loop that waits for events: the serving loop (``_ServedListener``) or the
+    store's loop (``_listen``, for waiters on any other loop)."""
 
     def __init__(self, dsn: str, pool_size: int):
         self.dsn = dsn
         self.pool_size = pool_size
         self.app_name = f"grantd {os.getpid()} {uuid.uuid4().hex[:12]}"  # this store's sessions
         self.loop = _LoopThread()
-        self.pool: AsyncConnectionPool[Any] | None = None
+        self.pool: _Pool | None = None  # on the store's loop
+        self.served: _Pool | None = None  # on the loop requests are served on
+        self.served_loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
-        # LISTEN: a counter of notifications received, the last count a waiter saw, and an event.
+        # LISTEN: a counter of notifications received, the last count a waiter saw, and an event;
+        # the same for the waiter on the serving loop (woken by its own listener, on that loop).
         self._notified = 0
         self._seen = 0
         self._notify: asyncio.Event | None = None
+        self._served_notified = 0
+        self._served_seen = 0
+        self._served_notify: asyncio.Event | None = None
+        self._served_listener: _ServedListener | None = None
         self._listening = False
         self._listener: asyncio.Task[None] | None = None
         try:
@@ -442,47 +724,136 @@ class _Database:
             self.loop.stop()
             raise
 
-    async def _open(self) -> None:
+    async def connect(self, autocommit: bool) -> psycopg.AsyncConnection[dict[str, Any]]:
         import psycopg
         from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool
 
-        # One plain connection first: an unreachable or refusing database is one clear error here,
-        # before a pool exists whose workers would retry (and log) in the background.
+        return await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=autocommit, row_factory=dict_row, connect_timeout=int(CONNECT_TIMEOUT),
+            application_name=self.app_name,
+        )
+
+    async def _open(self) -> None:
+        import psycopg
+
+        # One plain connection first: an unreachable or refusing database is one clear error here.
         try:
-            probe = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=int(CONNECT_TIMEOUT))
+            probe = await self.connect(autocommit=True)
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())
             raise StoreError(f"cannot connect to PostgreSQL ({reason})") from None
-        await probe.close()
         self._notify = asyncio.Event()
-        self.pool = AsyncConnectionPool(
-            self.dsn, min_size=1, max_size=self.pool_size, open=False, timeout=CONNECT_TIMEOUT,
-            kwargs={"row_factory": dict_row, "application_name": self.app_name}, name="grantd",
-        )
-        await self.pool.open(wait=False)
+        self.pool = _Pool(self, self.pool_size)
+        self.pool.adopt(probe)  # the first idle connection
+
+    def serve_here(self) -> None:
+        """Requests are served on the running loop from now on: their store calls use a pool of
+        their own on it (connections are opened on first use)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # not on a loop: every call keeps going through the store's loop
+        if self.served is None and not self.closed:
+            self.served = _Pool(self, self.pool_size)
+            self._served_notify = asyncio.Event()
+            self._served_listener = _ServedListener(self, loop)
+            self.served_loop = loop
+
+    def _here(self) -> _Pool:
+        """The pool of the running loop (``_on_store_loop`` runs every method on one that has one)."""
+        if self.served is not None and asyncio.get_running_loop() is self.served_loop:
+            return self.served
+        assert self.pool is not None
+        return self.pool
 
     @asynccontextmanager
     async def tx(self, wait: float = CONNECT_TIMEOUT) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
         """One transaction: committed when the block ends, rolled back if it raises."""
-        assert self.pool is not None
-        async with self.pool.connection(wait) as conn, conn.transaction(), conn.cursor() as cur:
-            yield cur
+        pool = self._here()
+        conn = await pool.get(wait)
+        try:
+            async with conn.transaction(), conn.cursor() as cur:
+                yield cur
+        finally:
+            pool.put(conn)
 
-    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
-        async with self.tx() as cur:
-            await cur.execute(sql, params)
-            return await cur.fetchone()
+    @asynccontextmanager
+    async def statement(self) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
+        """A cursor for ONE statement, its own transaction (autocommit): for a method that is a single
+        statement but needs more of the cursor than ``one``/``all`` give (``rowcount``)."""
+        pool = self._here()
+        conn = await pool.get(CONNECT_TIMEOUT)
+        try:
+            async with conn.cursor() as cur:
+                yield cur
+        finally:
+            pool.put(conn)
+
+    @asynccontextmanager
+    async def batch(self) -> AsyncIterator[_Batch]:
+        """Several statements in one round trip (``_Batch``). The caller writes BEGIN and COMMIT (or
+        ROLLBACK) itself; if it raises, the connection is closed (which rolls back whatever it left
+        open, and forgets the statements it prepared: the next connection prepares them again)."""
+        import psycopg
+
+        pool = self._here()
+        conn = await pool.get(CONNECT_TIMEOUT)
+        failed = True
+        try:
+            async with psycopg.AsyncClientCursor(conn) as cur:
+                yield _Batch(cur, pool.prepared.setdefault(conn, set()))
+            failed = False
+        finally:
+            pool.put(conn, discard=failed)
+
+    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, rows: bool = True) -> dict[str, Any] | None:
+        """One statement in autocommit: its own READ COMMITTED transaction, one round trip
+        (``rows=False``: a statement that returns none)."""
+        pool = self._here()
+        conn = await pool.get(CONNECT_TIMEOUT)
+        try:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchone() if rows else None
+        finally:
+            pool.put(conn)
 
     async def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
-        async with self.tx() as cur:
-            await cur.execute(sql, params)
+        pool = self._here()
+        conn = await pool.get(CONNECT_TIMEOUT)
+        try:
+            cur = await conn.execute(sql, params)
             return await cur.fetchall()
+        finally:
+            pool.put(conn)
 
     # -- LISTEN -------------------------------------------------------------------------------------
-    async def wait_for_events(self, seconds: float) -> None:
+    def _start_listening(self) -> None:
+        """On the store's loop: the LISTEN connection's task, once."""
         if self._listener is None and not self.closed:
-            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="grantd-listen")
+            self._listener = self.loop.loop.create_task(self._listen(), name="grantd-listen")
+
+    async def wait_served(self, seconds: float) -> None:
+        """``wait_for_events`` on the serving loop: it waits there, and a LISTEN connection read by
+        that loop itself (``_ServedListener``) wakes it: no hop to the store's thread."""
+        if self._served_listener is not None:
+            self._served_listener.ensure()
+        notify = self._served_notify
+        assert notify is not None
+        if self._served_notified == self._served_seen:
+            notify.clear()
+            try:
+                await asyncio.wait_for(notify.wait(), seconds)
+            except TimeoutError:
+                pass
+        self._served_seen = self._served_notified
+
+    def _wake_served(self) -> None:
+        self._served_notified += 1
+        if self._served_notify is not None:
+            self._served_notify.set()
+
+    async def wait_for_events(self, seconds: float) -> None:
+        self._start_listening()
         assert self._notify is not None
         if self._notified == self._seen:
             self._notify.clear()
@@ -528,9 +899,14 @@ class _Database:
             except BaseException:  # noqa: S110 - cancelled or already failed: closing either way
                 pass
         if self.pool is not None:
-            await self.pool.close(timeout=CLOSE_TIMEOUT)
+            self.pool.close_now()
 
     def close(self) -> None:
+        self.closed = True
+        if self._served_listener is not None:
+            self._served_listener.close_now()
+        if self.served is not None:
+            self.served.close_now()  # synchronous: its loop may be the caller's (a server's after_server_stop)
         if self.loop.loop.is_closed():
             return
         try:
@@ -550,17 +926,34 @@ async def _record_events(cur: psycopg.AsyncCursor[Any], events: Sequence[tuple[s
     when the transaction commits."""
     if not events:
         return
-    await _lock(cur, EVENTS_LOCK)
-    rows = []
+    # One round trip for both: the notification is queued now and sent at COMMIT either way.
+    await cur.execute(EVENTS_LOCK_SQL, (EVENTS_LOCK, CHANNEL))
+    rows = [_event_row(event, row, now) for event, row, now in events]
+    if len(rows) == 1:
+        await cur.execute(EVENT_INSERT, rows[0])
+    else:
+        await cur.executemany(EVENT_INSERT, rows)
+
+
+EVENTS_LOCK_SQL = "SELECT pg_advisory_xact_lock(%s), pg_notify(%s, '')"
+EVENT_INSERT = "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (%s, %s, %s, %s, %s)"
+
+
+def _event_row(event: str, row: dict[str, Any], now: int) -> tuple[Any, ...]:
+    snapshot = {k: row[k] for k in GRANT_COLUMNS}
+    if isinstance(snapshot["request"], str):
+        snapshot["request"] = json.loads(snapshot["request"])
+    return (event, row["id"], row["requester"], _json(snapshot), now)
+
+
+def _add_events(batch: _Batch, events: Sequence[tuple[str, dict[str, Any], int]]) -> None:
+    """``_record_events`` in a batch: the same statements in the same order, to go before COMMIT
+    (none without events)."""
+    if not events:
+        return
+    batch.add(EVENTS_LOCK_SQL, (EVENTS_LOCK, CHANNEL))
     for event, row, now in events:
-        snapshot = {k: row[k] for k in GRANT_COLUMNS}
-        if isinstance(snapshot["request"], str):
-            snapshot["request"] = json.loads(snapshot["request"])
-        rows.append((event, row["id"], row["requester"], _json(snapshot), now))
-    await cur.executemany(
-        "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (%s, %s, %s, %s, %s)", rows
-    )
-    await cur.execute(f"NOTIFY {CHANNEL}")
+        batch.add(EVENT_INSERT, _event_row(event, row, now))
 
 
 def _page(rows: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -637,14 +1030,14 @@ class PostgresKeys(_Part):
 
     @_on_store_loop
     async def drop_retired_before(self, cutoff: int) -> int:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < %s", (cutoff,))
             return int(cur.rowcount)
 
     @_nul_finds_nothing(False)
     @_on_store_loop
     async def revoke(self, kid: str, now: int) -> bool:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute("DELETE FROM signing_keys WHERE kid = %s", (kid,))
             return int(cur.rowcount) == 1
 
@@ -809,17 +1202,18 @@ class PostgresAgents(_Part):
 class PostgresChallenges(_Part):
     @_on_store_loop
     async def create(self, challenge: str, agent_id: str, expires_at: int, now: int) -> None:
-        async with self._db.tx() as cur:
-            await cur.execute("DELETE FROM challenges WHERE expires_at < %s", (now,))  # index range
-            await cur.execute(
-                "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (%s, %s, %s)", (challenge, agent_id, expires_at)
-            )
+        # One statement: ended challenges go (an index range) as the new one is stored.
+        await self._db.one(
+            """WITH ended AS (DELETE FROM challenges WHERE expires_at < %s)
+               INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (%s, %s, %s)""",
+            (now, challenge, agent_id, expires_at), rows=False,
+        )
 
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def take(self, challenge: str, agent_id: str) -> int | None:
         # The DELETE decides: a concurrent taker on any node waits for the row lock, then finds no row.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 "DELETE FROM challenges WHERE challenge = %s AND agent_id = %s RETURNING expires_at", (challenge, agent_id)
             )
@@ -827,17 +1221,26 @@ class PostgresChallenges(_Part):
         return int(row["expires_at"]) if row else None
 
 
+GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
+
+
 class PostgresGrants(_Part):
     @_on_store_loop
     async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
-        async with self._db.tx() as cur:
+        values = [row[k] for k in GRANT_COLUMNS]
+        values[GRANT_COLUMNS.index("request")] = _json(row["request"])
+        # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(GRANT_INSERT, values)
+            _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
+            batch.plain("COMMIT")
             try:
-                await cur.execute(_insert("grants", GRANT_COLUMNS), {**row, "request": _json(row["request"])})
+                await batch.send()
             except _unique_violation():
                 raise Conflict("id") from None
-            await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
         return cast(Grant, row)
 
     @_nul_finds_nothing(None)
@@ -905,15 +1308,21 @@ class PostgresGrants(_Part):
         params.update({f"set_{c}": (_json(changes[c]) if c == "request" else changes[c]) for c in cols})
         params["expect"] = builtins.list(expect)
         params["id"] = grant_id
-        async with self._db.tx() as cur:
-            await cur.execute(
+        # Two round trips: BEGIN and the UPDATE; then the events and COMMIT (or ROLLBACK: no row).
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(
                 f"UPDATE grants SET {sets} WHERE id = %(id)s AND status = ANY(%(expect)s) AND {live} RETURNING *",  # noqa: S608 - column names from a fixed set
                 params,
             )
-            row = await cur.fetchone()
+            row = await batch.send()
             if row is None:
+                batch.plain("ROLLBACK")
+                await batch.send()
                 return None
-            await _record_events(cur, [(event, row, now)])
+            _add_events(batch, [(event, row, now)])
+            batch.plain("COMMIT")
+            await batch.send()
         return _grant(dict(row))
 
     @_on_store_loop
@@ -976,7 +1385,11 @@ class PostgresGrants(_Part):
         """Return when grant events may have been committed by any node (NOTIFY) since the last
         call returned, or after ``seconds``. While the LISTEN connection is down it just
         waits the timeout (the hub then polls)."""
-        await self._db.loop.run(self._db.wait_for_events(seconds))
+        db = self._db
+        if db.served is not None and asyncio.get_running_loop() is db.served_loop:
+            await db.wait_served(seconds)
+        else:
+            await db.loop.run(db.wait_for_events(seconds))
 
 
 class PostgresRates(_Part):
@@ -1050,7 +1463,7 @@ class PostgresDelegations(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 """UPDATE delegations SET status = 'revoked', revoked_at = %s, revoked_by = %s
                    WHERE id = %s AND status = 'active' RETURNING *""",
@@ -1161,7 +1574,7 @@ class PostgresPeople(_Part):
         if "name" in changes:
             sets.append("name_fold = %(name_fold)s")
             values["name_fold"] = _fold(str(changes["name"]))
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             if not cols:
                 await cur.execute("SELECT * FROM people WHERE person_id = %s", (person_id,))
             else:
@@ -1207,14 +1620,14 @@ class PostgresCredentials(_Part):
 
     @_on_store_loop
     async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             return await _insert_credential(cur, credential)
 
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def use(self, credential_id: str, sign_count: int, now: int) -> PasskeyCredential | None:
         # The conditional UPDATE decides: of concurrent users of one count, exactly one moves it.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 """UPDATE passkey_credentials SET sign_count = %(count)s, last_used_at = %(now)s
                    WHERE credential_id = %(id)s AND (sign_count < %(count)s OR (sign_count = 0 AND %(count)s = 0))
@@ -1254,13 +1667,14 @@ class PostgresSessions(_Part):
     @_on_store_loop
     async def create(self, session: Session) -> Session:
         row: dict[str, Any] = {c: session.get(c) for c in SESSION_COLUMNS}
-        async with self._db.tx() as cur:
-            # sessions that ended before this one began go (an index range: cheap)
-            await cur.execute("DELETE FROM sessions WHERE expires_at <= %s", (row["created_at"],))
-            try:
-                await cur.execute(_insert("sessions", SESSION_COLUMNS), row)
-            except _unique_violation():
-                raise Conflict("session_id") from None
+        # One statement: sessions that ended before this one began go (an index range: cheap).
+        try:
+            await self._db.one(
+                f"WITH ended AS (DELETE FROM sessions WHERE expires_at <= %(created_at)s) {_insert('sessions', SESSION_COLUMNS)}",  # noqa: S608 - fixed columns
+                row, rows=False,
+            )
+        except _unique_violation():
+            raise Conflict("session_id") from None
         return cast(Session, row)
 
     @_nul_finds_nothing(None)
@@ -1274,7 +1688,7 @@ class PostgresSessions(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def touch(self, session_id: str, now: int) -> None:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 "UPDATE sessions SET last_seen_at = %s WHERE session_id = %s AND last_seen_at < %s", (now, session_id, now)
             )
@@ -1295,7 +1709,7 @@ class PostgresSessions(_Part):
         return cast(builtins.list[Session], found), more
 
     async def _revoke(self, column: str, value: str, now: int) -> int:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 f"UPDATE sessions SET revoked_at = %s WHERE {column} = %s AND revoked_at IS NULL AND expires_at > %s",  # noqa: S608 - column from this class
                 (now, value, now),
@@ -1319,7 +1733,7 @@ class PostgresRegistrations(_Part):
         row: dict[str, Any] = {c: registration.get(c) for c in REGISTRATION_COLUMNS}
         row["email"] = str(row["email"]).lower()
         row["admin"] = bool(row["admin"])
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             try:
                 await cur.execute(_insert("registration_urls", REGISTRATION_COLUMNS), row)
             except _unique_violation() as exc:
@@ -1347,7 +1761,7 @@ class PostgresRegistrations(_Part):
     @_nul_finds_nothing(False)
     @_on_store_loop
     async def delete(self, registration_id: str) -> bool:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute("DELETE FROM registration_urls WHERE id = %s", (registration_id,))
             return int(cur.rowcount) == 1
 
@@ -1383,22 +1797,27 @@ class PostgresRegistrations(_Part):
         return owner, added
 
 
+WEBAUTHN_INSERT = _insert("webauthn_challenges", WEBAUTHN_CHALLENGE_COLUMNS)
+
+
 class PostgresWebAuthnChallenges(_Part):
     @_on_store_loop
     async def create(self, challenge: WebAuthnChallenge, now: int) -> None:
         row: dict[str, Any] = {c: challenge.get(c) for c in WEBAUTHN_CHALLENGE_COLUMNS}
-        async with self._db.tx() as cur:
-            await cur.execute("DELETE FROM webauthn_challenges WHERE expires_at <= %s", (now,))  # index range
-            try:
-                await cur.execute(_insert("webauthn_challenges", WEBAUTHN_CHALLENGE_COLUMNS), row)
-            except _unique_violation():
-                raise Conflict("challenge") from None
+        # One statement: ended challenges go (an index range) as the new one is stored.
+        try:
+            await self._db.one(
+                f"WITH ended AS (DELETE FROM webauthn_challenges WHERE expires_at <= %(sweep_before)s) {WEBAUTHN_INSERT}",  # noqa: S608 - fixed columns
+                {**row, "sweep_before": now}, rows=False,
+            )
+        except _unique_violation():
+            raise Conflict("challenge") from None
 
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def take(self, challenge: str, purpose: str, now: int) -> WebAuthnChallenge | None:
         # The DELETE decides: of any number of concurrent takers on any node, one sees the row.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 "DELETE FROM webauthn_challenges WHERE challenge = %s AND purpose = %s RETURNING *", (challenge, purpose)
             )
@@ -1469,7 +1888,7 @@ class PostgresOneTime(_Part):
     @_on_store_loop
     async def take(self, kind: str, key: str, now: int) -> dict[str, Any] | None:
         # The DELETE decides: of any number of concurrent takers on any node, one sees the row.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 "DELETE FROM oauth_onetime WHERE kind = %s AND key = %s RETURNING data, expires_at", (kind, key)
             )
@@ -1618,7 +2037,7 @@ class PostgresDeviceCodes(_Part):
     @_on_store_loop
     async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
         # The conditional UPDATE decides: of concurrent deciders, exactly one finds it pending.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 f"""UPDATE device_codes SET status = %s, person_id = %s, decided_at = %s
                     WHERE user_code = %s AND status = 'pending' AND expires_at > %s RETURNING {DEVICE_COLUMNS_SQL}""",  # noqa: S608 - fixed columns
@@ -1644,7 +2063,7 @@ class PostgresDeviceCodes(_Part):
     @_on_store_loop
     async def take(self, device_code_hash: str, now: int) -> DeviceCode | None:
         # The DELETE decides: of concurrent token exchanges, exactly one gets the approved request.
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 f"""DELETE FROM device_codes WHERE device_code_hash = %s AND status = 'approved' AND expires_at > %s
                     RETURNING {DEVICE_COLUMNS_SQL}""",  # noqa: S608 - fixed columns
@@ -1656,7 +2075,7 @@ class PostgresDeviceCodes(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def slow_down(self, device_code_hash: str, interval: int, now: int) -> None:
-        async with self._db.tx() as cur:
+        async with self._db.statement() as cur:
             await cur.execute(
                 'UPDATE device_codes SET "interval" = %s WHERE device_code_hash = %s AND "interval" < %s',
                 (int(interval), device_code_hash, int(interval)),
@@ -1823,17 +2242,21 @@ class PostgresStore:
 
     async def ping(self) -> bool:
         try:
-            return await self._db.loop.run(self._ping())
+            return await self._ping()
         except Exception:
             return False
 
+    @_on_store_loop
     async def _ping(self) -> bool:
         async with self._db.tx(PING_TIMEOUT) as cur:
             await cur.execute("SELECT 1 AS x FROM schema_migrations LIMIT 1")
         return True
 
     def serving(self) -> None:
-        """Nothing runs in the background until the event hub first waits for events (LISTEN)."""
+        """Called on the loop this process serves requests on: from now on the store's calls from
+        that loop run on it, with connections of their own (``_Database.serve_here``). Nothing runs
+        in the background until the event hub first waits for events (LISTEN)."""
+        self._db.serve_here()
 
     def close(self) -> None:
         self._db.close()
@@ -1979,10 +2402,9 @@ def storage_backends() -> dict[str, Callable[[Any], PostgresStore]]:
 
         try:
             import psycopg  # noqa: F401
-            import psycopg_pool  # noqa: F401
         except ImportError:
             raise ConfigError(
-                ['storage.plugin: "postgres" needs psycopg 3 and psycopg-pool: pip install "grantd[postgres]"'], config.path
+                ['storage.plugin: "postgres" needs psycopg 3: pip install "grantd[postgres]"'], config.path
             ) from None
         if not config.storage.dsn:
             raise ConfigError(['storage.dsn: missing (e.g. dsn = "file:postgres-dsn" or "env:GRANTD_DSN")'], config.path)
