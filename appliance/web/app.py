@@ -43,6 +43,19 @@ PROBLEM_JSON = "application/problem+json"
 APP_NAME = "grantd"
 
 
+class GrantdApp(Sanic):
+    """Sanic, whose ``stop`` goes through the process's stopper when it has one
+    (``grantd.web.processes.Stopper``): Sanic's own signal handler calls ``app.stop()``, and can do
+    so before the stopper has taken the signals over, where a plain stop can be lost."""
+
+    def stop(self, terminate: bool = True, unregister: bool = False) -> None:
+        stopper = getattr(self.ctx, "stopper", None)
+        if stopper is not None and not unregister:
+            stopper.stop_asked()
+            return
+        super().stop(terminate=terminate, unregister=unregister)
+
+
 def is_frozen() -> bool:
     return bool(getattr(sys, "frozen", False))
 
@@ -115,7 +128,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     """The server app. ``clock`` is the source of time for everything it decides (tests pass a
     ManualClock to an in-process server)."""
     pm = pm or build_plugin_manager(config)
-    app = Sanic(
+    app = GrantdApp(
         APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest
     )
     app.config.update(

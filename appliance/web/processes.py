@@ -207,7 +207,9 @@ class Stopper:
     while Sanic still runs the after-start listeners (inside ``loop.run_until_complete``) is used
     up by that call, and the server then serves for ever: seen in CI when SIGTERM came the moment a
     server became ready. So the stop is repeated every ``RETRY`` s until Sanic's shutdown has begun
-    (the first before-stop listener says so). ``on_stop`` runs once, at the first signal."""
+    (the first before-stop listener says so). Sanic installs its handler just before the
+    after-start listeners, where ours replace it; a signal in between reaches ``app.stop``, which
+    is therefore this stopper's too. ``on_stop`` runs once, at the first stop."""
 
     RETRY = 0.25
 
@@ -219,8 +221,10 @@ class Stopper:
         self.on_stop = on_stop
         self.on_second = on_second
         self.signals = 0
+        self.requested = False
         self.shutting_down = False
         self.loop: Any = None
+        app.ctx.stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
         # Priorities: take the signals before any other after-start listener runs, and learn that
         # the shutdown began before any other before-stop listener awaits.
         app.after_server_start(self._take_signals, priority=10_000)
@@ -232,10 +236,9 @@ class Stopper:
         self.loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.on_signal, signum)
-        if self.early is not None:  # the loop's handlers replace its hold from here on
-            if self.early.requested:
-                log.info("stop signal received while starting: stopping")
-                self.stop()
+        if self.early is not None and self.early.requested:  # the loop's handlers replace its hold
+            log.info("stop signal received while starting: stopping")
+            self.stop()
 
     async def _shutdown_began(self, app: Any) -> None:
         self.shutting_down = True
@@ -249,18 +252,32 @@ class Stopper:
         log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace)
         self.stop()
 
+    def stop_asked(self) -> None:
+        """``app.stop()``: Sanic's handler of a signal that came before ours were in place, or code
+        that stops the app."""
+        if not self.requested:
+            log.info("stop requested: stopping (in-flight requests get %s s)", self.grace)
+        self.stop()
+
     def stop(self) -> None:
         """Stop the server (also when not asked by a signal: the group stops itself this way)."""
         if self.on_stop is not None:
             on_stop, self.on_stop = self.on_stop, None
             on_stop()
+        if self.requested:
+            return  # already repeating until the shutdown begins
+        self.requested = True
         self._stop_until_it_stops()
 
     def _stop_until_it_stops(self) -> None:
+        import asyncio
+
         if self.shutting_down:
             return
-        self.app.stop(terminate=False)
-        self.loop.call_later(self.RETRY, self._stop_until_it_stops)
+        from sanic import Sanic
+
+        Sanic.stop(self.app, terminate=False)
+        (self.loop or asyncio.get_event_loop()).call_later(self.RETRY, self._stop_until_it_stops)
 
 
 def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
