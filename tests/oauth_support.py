@@ -16,6 +16,38 @@ import httpx
 from people_support import SESSION_COOKIE, create_person, start_session
 
 APES_REDIRECT = "http://localhost:9876/callback"
+WIKI = "https://wiki.example.com/cb"
+TOOL = "https://tool.example.com/cb"
+WIKI_SECRET = "wiki-secret-0123456789abcdef"
+
+
+def wiki_and_tool_clients(wiki_name: str = "Team wiki") -> str:
+    """Two configured clients: "wiki", confidential (its secret in the file wiki-secret, see
+    ``start_with_secrets``), and "tool", public with access to grantd's API."""
+    return f"""
+[[oauth.clients]]
+client_id = "wiki"
+name = "{wiki_name}"
+redirect_uris = ["{WIKI}"]
+client_secret = "file:wiki-secret"
+
+[[oauth.clients]]
+client_id = "tool"
+name = "A tool with API access"
+redirect_uris = ["{TOOL}"]
+api_access = true
+"""
+
+
+def start_with_secrets(directory: Any, extra: str, secrets_by_file: dict[str, str]) -> Any:
+    """An in-process server whose config names client secrets by file: each written 0600 first."""
+    from inproc import InProcessServer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, secret in secrets_by_file.items():
+        (directory / name).write_text(secret + "\n")
+        (directory / name).chmod(0o600)
+    return InProcessServer(directory, extra=extra).start()
 
 
 def pkce() -> tuple[str, str]:

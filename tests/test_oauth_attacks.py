@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from inproc import InProcessServer
 from oauth_support import (
     APES_REDIRECT,
+    TOOL,
+    WIKI,
+    WIKI_SECRET,
     MetadataServer,
     Person,
     authorize_params,
@@ -31,14 +34,16 @@ from oauth_support import (
     login,
     pkce,
     query_of,
+    start_with_secrets,
     token_post,
+    wiki_and_tool_clients,
 )
 from people_support import SESSION_COOKIE, new_public_key
 
 from grantd.oauth import clients as oauth_clients
 from grantd.web.pages import safe_next
 
-SECRET = "wiki-secret-0123456789abcdef"
+SECRET = WIKI_SECRET
 CONFIG = """
 [limits]
 failed_bearer_per_address = 0
@@ -49,29 +54,12 @@ device_code_per_address = 0
 [oauth]
 access_token_ttl = 600
 allow_private_metadata_hosts = true
-
-[[oauth.clients]]
-client_id = "wiki"
-name = "Team wiki"
-redirect_uris = ["https://wiki.example.com/cb"]
-client_secret = "file:wiki-secret"
-
-[[oauth.clients]]
-client_id = "tool"
-name = "A tool with API access"
-redirect_uris = ["https://tool.example.com/cb"]
-api_access = true
-"""
-WIKI = "https://wiki.example.com/cb"
-TOOL = "https://tool.example.com/cb"
+""" + wiki_and_tool_clients()
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    directory = tmp_path_factory.mktemp("oauth-attacks")
-    (directory / "wiki-secret").write_text(SECRET + "\n")
-    (directory / "wiki-secret").chmod(0o600)
-    server = InProcessServer(directory, extra=CONFIG).start()
+    server = start_with_secrets(tmp_path_factory.mktemp("oauth-attacks"), CONFIG, {"wiki-secret": SECRET})
     yield server
     server.stop()
 

@@ -18,7 +18,15 @@ from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.jose import JsonWebKey, JsonWebToken
 from authlib.oidc.core import CodeIDToken
 from inproc import InProcessServer
-from oauth_support import MetadataServer, Person, authorize_params, exchange, pkce, query_of
+from oauth_support import (
+    MetadataServer,
+    Person,
+    authorize_params,
+    exchange,
+    pkce,
+    query_of,
+    start_with_secrets,
+)
 
 SECRET = "authlib-rp-secret-0123456789"
 CLIENTS = """
@@ -45,10 +53,7 @@ REDIRECT = "https://rp.example.com/callback"
 
 
 def start(directory: Path, extra: str) -> InProcessServer:
-    (directory / "rp-secret").parent.mkdir(parents=True, exist_ok=True)
-    (directory / "rp-secret").write_text(SECRET + "\n")
-    (directory / "rp-secret").chmod(0o600)
-    return InProcessServer(directory, extra=extra).start()
+    return start_with_secrets(directory, extra, {"rp-secret": SECRET})  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")

@@ -18,19 +18,22 @@ import pytest
 from inproc import InProcessServer
 from oauth_support import (
     APES_REDIRECT,
+    WIKI_SECRET,
     Person,
     authorize_params,
     exchange,
     login,
     pkce,
     query_of,
+    start_with_secrets,
     token_post,
+    wiki_and_tool_clients,
 )
 from people_support import new_public_key
 
 from conftest import problem
 
-SECRET = "wiki-secret-0123456789abcdef"
+SECRET = WIKI_SECRET
 CONFIG = """
 [limits]
 failed_bearer_per_address = 0
@@ -39,27 +42,12 @@ token_per_address = 0
 
 [oauth]
 access_token_ttl = 600
-
-[[oauth.clients]]
-client_id = "wiki"
-name = "Team <b>wiki</b>"
-redirect_uris = ["https://wiki.example.com/cb"]
-client_secret = "file:wiki-secret"
-
-[[oauth.clients]]
-client_id = "tool"
-name = "A tool with API access"
-redirect_uris = ["https://tool.example.com/cb"]
-api_access = true
-"""
+""" + wiki_and_tool_clients(wiki_name="Team <b>wiki</b>")
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    directory = tmp_path_factory.mktemp("oauth")
-    (directory / "wiki-secret").write_text(SECRET + "\n")
-    (directory / "wiki-secret").chmod(0o600)
-    server = InProcessServer(directory, extra=CONFIG).start()
+    server = start_with_secrets(tmp_path_factory.mktemp("oauth"), CONFIG, {"wiki-secret": SECRET})
     yield server
     server.stop()
 
