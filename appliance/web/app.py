@@ -383,15 +383,16 @@ def serve(config: Config, *, checked: bool = False) -> None:
     metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
     early = None if single else processes.EarlyStop()
     group = None
+    grace = float(config.server.graceful_shutdown_timeout)
     try:
         app = create_app_from_path(str(config.path))
         if single:
             app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
-            processes.Stopper(app, grace=float(config.server.graceful_shutdown_timeout))
+            processes.Stopper(app, grace=grace)
         else:
             assert early is not None
             sock = processes.listen_socket(config.server.host, config.server.port)
-            group = processes.ProcessGroup(str(config.path), sock, workers - 1, float(config.server.graceful_shutdown_timeout))
+            group = processes.ProcessGroup(str(config.path), sock, workers - 1, grace)
             app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
             processes.attach(app, group, early)
         log.info(

@@ -19,7 +19,7 @@ Sanic's own workers, which also share one socket). The first process also looks 
 
 Why not Sanic's worker manager (issue 14): it adds a process that holds the whole app and serves
 nothing (~70 MiB), and two helpers of ``multiprocessing`` (19 and 13 MiB): two workers took
-242 MiB at rest this way and take 140 MiB here (docs/performance.md). Its stop also needed
+242 MiB at rest this way and take 122 MiB here (docs/performance.md). Its stop also needed
 workarounds for signals that arrive while workers start (issue 12), which a plain process group
 does not need.
 """
@@ -151,9 +151,7 @@ class ProcessGroup:
     def _read_ready(peer: _Peer) -> bool:
         try:
             return os.read(peer.ready_fd, 1) == READY
-        except BlockingIOError:
-            return False
-        except OSError:
+        except OSError:  # BlockingIOError: nothing written yet
             return False
 
     # -- stopping -------------------------------------------------------------------------------------
@@ -209,16 +207,14 @@ class Stopper:
     server became ready. So the stop is repeated every ``RETRY`` s until Sanic's shutdown has begun
     (the first before-stop listener says so). Sanic installs its handler just before the
     after-start listeners, where ours replace it; a signal in between reaches ``app.stop``, which
-    is therefore this stopper's too. ``on_stop`` runs once, at the first stop."""
+    is therefore this stopper's too."""
 
     RETRY = 0.25
 
-    def __init__(self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0,
-                 on_stop: Any = None, on_second: Any = None):
+    def __init__(self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0, on_second: Any = None):
         self.app = app
         self.early = early
         self.grace = grace
-        self.on_stop = on_stop
         self.on_second = on_second
         self.signals = 0
         self.requested = False
@@ -261,9 +257,6 @@ class Stopper:
 
     def stop(self) -> None:
         """Stop the server (also when not asked by a signal: the group stops itself this way)."""
-        if self.on_stop is not None:
-            on_stop, self.on_stop = self.on_stop, None
-            on_stop()
         if self.requested:
             return  # already repeating until the shutdown begins
         self.requested = True
@@ -290,7 +283,7 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
         group.kill()
         os._exit(128 + signum)
 
-    stopper = Stopper(app, early=early, grace=group.grace, on_stop=group.stop, on_second=kill_all)
+    stopper = Stopper(app, early=early, grace=group.grace, on_second=kill_all)
 
     async def watch(app: Any) -> None:
         while not group.stopping:
@@ -307,7 +300,7 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
         app.ctx.process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
 
     @app.before_server_stop
-    async def stop_the_others(app: Any) -> None:
+    async def stop_the_others(app: Any) -> None:  # however this server's stop began
         group.stop()
 
 
