@@ -489,15 +489,17 @@ class _Pool:
             _close_now(conn)
 
 
-class _ServedListener:
-    """LISTEN on the serving loop without a task of its own: the connection's socket is watched with
-    ``add_reader`` and its notifications are drained in the callback, so closing is synchronous
-    (remove the reader, close the connection). Only (re)connecting runs as a short task; while the
-    connection is down it retries every LISTEN_RETRY seconds and the hub polls meanwhile."""
+class _Listener:
+    """LISTEN read by one loop without a task of its own: the connection's socket is watched with
+    ``add_reader`` and its notifications are drained in the callback (each one calls ``wake``), so
+    closing is synchronous (remove the reader, close the connection). Only (re)connecting runs as a
+    short task; while the connection is down it retries every LISTEN_RETRY seconds and the hub
+    polls meanwhile."""
 
-    def __init__(self, db: _Database, loop: asyncio.AbstractEventLoop):
+    def __init__(self, db: _Database, loop: asyncio.AbstractEventLoop, wake: Callable[[], None]):
         self._db = db
         self._loop = loop
+        self._wake = wake
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._fd: int | None = None
         self._task: asyncio.Task[None] | None = None
@@ -532,7 +534,7 @@ class _ServedListener:
             return
         self._conn, self._fd = conn, conn.pgconn.socket
         self._loop.add_reader(self._fd, self._readable)
-        self._db._wake_served()  # noqa: SLF001 - (re)connected: anything may have happened meanwhile
+        self._wake()  # (re)connected: anything may have happened meanwhile
 
     def _again(self, why: str) -> None:
         if not self._closed:
@@ -556,14 +558,14 @@ class _ServedListener:
         except Exception as exc:
             self._drop()
             self._again(f"listening for grant events failed ({exc}); retrying")
-            self._db._wake_served()  # noqa: SLF001 - the hub looks once, then polls until we are back
+            self._wake()  # the hub looks once, then polls until we are back
             return
         if conn.closed:
             self._drop()
             self._again("listening for grant events: the connection closed; retrying")
             return
         if woke:
-            self._db._wake_served()  # noqa: SLF001
+            self._wake()
 
     def _drop(self) -> None:
         if self._fd is not None:
@@ -585,6 +587,32 @@ class _ServedListener:
         if self._loop.is_closed():
             self._fd = None
         self._drop()
+
+
+class _Notifications:
+    """Grant-event wake-ups for the waiters on one loop (the store's own, or the serving loop): a
+    count of notifications, the count a waiter last saw, an event, and the LISTEN connection that
+    feeds them, read by that same loop (no hop between threads)."""
+
+    def __init__(self, db: _Database, loop: asyncio.AbstractEventLoop):
+        self.notified = 0
+        self.seen = 0
+        self.event = asyncio.Event()
+        self.listener = _Listener(db, loop, self.wake)
+
+    def wake(self) -> None:
+        self.notified += 1
+        self.event.set()
+
+    async def wait(self, seconds: float) -> None:
+        self.listener.ensure()
+        if self.notified == self.seen:
+            self.event.clear()
+            try:
+                await asyncio.wait_for(self.event.wait(), seconds)
+            except TimeoutError:
+                pass
+        self.seen = self.notified
 
 
 # Statements a batch runs as server-side prepared statements: SQL -> (name, PREPARE ..., parameter keys).
@@ -695,8 +723,8 @@ class _Database:
     Two pools: one on the store's own loop (in its thread), opened now, for callers on any loop;
     and, once ``serve_here`` named the loop this process serves requests on, one on that loop, so
     a request's store calls run on its own loop with no hop to the thread and back. LISTEN is
-    likewise read by the loop that waits for events: the serving loop (``_ServedListener``) or the
-    store's loop (``_listen``, for waiters on any other loop)."""
+    likewise read by the loop that waits for events (``_Notifications``, one per loop): the serving
+    loop, or the store's loop for waiters on any other loop."""
 
     def __init__(self, dsn: str, pool_size: int):
         self.dsn = dsn
@@ -707,17 +735,8 @@ class _Database:
         self.served: _Pool | None = None  # on the loop requests are served on
         self.served_loop: asyncio.AbstractEventLoop | None = None
         self.closed = False
-        # LISTEN: a counter of notifications received, the last count a waiter saw, and an event;
-        # the same for the waiter on the serving loop (woken by its own listener, on that loop).
-        self._notified = 0
-        self._seen = 0
-        self._notify: asyncio.Event | None = None
-        self._served_notified = 0
-        self._served_seen = 0
-        self._served_notify: asyncio.Event | None = None
-        self._served_listener: _ServedListener | None = None
-        self._listening = False
-        self._listener: asyncio.Task[None] | None = None
+        self.events: _Notifications | None = None  # waiters on the store's loop
+        self.served_events: _Notifications | None = None  # waiters on the serving loop
         try:
             self.loop.run_sync(self._open(), CONNECT_TIMEOUT)
         except BaseException:
@@ -742,7 +761,7 @@ class _Database:
         except psycopg.Error as exc:
             reason = " ".join(str(exc).split())
             raise StoreError(f"cannot connect to PostgreSQL ({reason})") from None
-        self._notify = asyncio.Event()
+        self.events = _Notifications(self, self.loop.loop)
         self.pool = _Pool(self, self.pool_size)
         self.pool.adopt(probe)  # the first idle connection
 
@@ -755,8 +774,7 @@ class _Database:
             return  # not on a loop: every call keeps going through the store's loop
         if self.served is None and not self.closed:
             self.served = _Pool(self, self.pool_size)
-            self._served_notify = asyncio.Event()
-            self._served_listener = _ServedListener(self, loop)
+            self.served_events = _Notifications(self, loop)
             self.served_loop = loop
 
     def _here(self) -> _Pool:
@@ -826,85 +844,17 @@ class _Database:
         finally:
             pool.put(conn)
 
-    # -- LISTEN -------------------------------------------------------------------------------------
-    def _start_listening(self) -> None:
-        """On the store's loop: the LISTEN connection's task, once."""
-        if self._listener is None and not self.closed:
-            self._listener = self.loop.loop.create_task(self._listen(), name="grantd-listen")
-
-    async def wait_served(self, seconds: float) -> None:
-        """``wait_for_events`` on the serving loop: it waits there, and a LISTEN connection read by
-        that loop itself (``_ServedListener``) wakes it: no hop to the store's thread."""
-        if self._served_listener is not None:
-            self._served_listener.ensure()
-        notify = self._served_notify
-        assert notify is not None
-        if self._served_notified == self._served_seen:
-            notify.clear()
-            try:
-                await asyncio.wait_for(notify.wait(), seconds)
-            except TimeoutError:
-                pass
-        self._served_seen = self._served_notified
-
-    def _wake_served(self) -> None:
-        self._served_notified += 1
-        if self._served_notify is not None:
-            self._served_notify.set()
-
-    async def wait_for_events(self, seconds: float) -> None:
-        self._start_listening()
-        assert self._notify is not None
-        if self._notified == self._seen:
-            self._notify.clear()
-            try:
-                await asyncio.wait_for(self._notify.wait(), seconds)
-            except TimeoutError:
-                pass
-        self._seen = self._notified
-
-    def _wake(self) -> None:
-        self._notified += 1
-        assert self._notify is not None
-        self._notify.set()
-
-    async def _listen(self) -> None:
-        import psycopg
-
-        while not self.closed:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT), application_name=self.app_name
-                )
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self._listening = True
-                    self._wake()  # (re)connected: anything may have happened meanwhile
-                    async for _ in conn.notifies():
-                        self._wake()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the hub polls meanwhile
-                log.warning("listening for grant events failed (%s); retrying", exc)
-            finally:
-                self._listening = False
-            await asyncio.sleep(LISTEN_RETRY)
-
     async def aclose(self) -> None:
         self.closed = True
-        if self._listener is not None:
-            self._listener.cancel()
-            try:
-                await self._listener
-            except BaseException:  # noqa: S110 - cancelled or already failed: closing either way
-                pass
+        if self.events is not None:
+            self.events.listener.close_now()
         if self.pool is not None:
             self.pool.close_now()
 
     def close(self) -> None:
         self.closed = True
-        if self._served_listener is not None:
-            self._served_listener.close_now()
+        if self.served_events is not None:
+            self.served_events.listener.close_now()
         if self.served is not None:
             self.served.close_now()  # synchronous: its loop may be the caller's (a server's after_server_stop)
         if self.loop.loop.is_closed():
@@ -1386,10 +1336,11 @@ class PostgresGrants(_Part):
         call returned, or after ``seconds``. While the LISTEN connection is down it just
         waits the timeout (the hub then polls)."""
         db = self._db
-        if db.served is not None and asyncio.get_running_loop() is db.served_loop:
-            await db.wait_served(seconds)
+        if db.served_events is not None and asyncio.get_running_loop() is db.served_loop:
+            await db.served_events.wait(seconds)
         else:
-            await db.loop.run(db.wait_for_events(seconds))
+            assert db.events is not None
+            await db.loop.run(db.events.wait(seconds))
 
 
 class PostgresRates(_Part):
