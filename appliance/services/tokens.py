@@ -233,7 +233,7 @@ class Tokens:
             raise TokenError("bad signature") from None
         except jwt.PyJWTError as exc:
             raise TokenError(f"invalid token: {exc}") from None
-        _check_claim_shapes(token, claims, self.clock.now_s())
+        _check_claim_shapes(claims, self.clock.now_s())
         if segment not in self._headers and len(self._headers) < 64:
             self._headers[segment] = header
         return claims, header["kid"]
@@ -241,9 +241,9 @@ class Tokens:
     async def verify_identity(self, token: str) -> dict[str, Any]:
         """An agent identity token's claims. Verified tokens are remembered for their lifetime (an
         agent reuses one token for an hour); the caller still checks the agent on every request."""
-        cached = self._verified.get(token, self.clock.now_s())
-        if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
-            return cached[0]
+        remembered = await self._remembered(self._verified, token)
+        if remembered is not None:
+            return remembered
         claims, kid = await self._verify(token, audience=self.agent_audience)
         # Only identity tokens are bearers: an AuthZ-JWT or any other token we sign is refused even
         # if its audience happens to match (peer bug 27).
@@ -251,6 +251,15 @@ class Tokens:
             raise TokenError("not an identity token")
         self._verified.put(token, claims, kid)
         return claims
+
+    async def _remembered(self, cache: _VerifiedCache, token: str) -> dict[str, Any] | None:
+        """The claims of a token verified before, not expired by the clock, whose key is still
+        published (a revoked key ends remembered tokens within the keyring's refresh bound, as it
+        ends the others); None otherwise."""
+        cached = cache.get(token, self.clock.now_s())
+        if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
+            return cached[0]
+        return None
 
     def forget_authz(self, token: str) -> None:
         """A consumed once grant's token is dead: it need not take a place among the remembered."""
@@ -278,9 +287,9 @@ class Tokens:
         token may do is decided by the caller from the grant, read on every request: revoked,
         consumed, lapsed or expired grants are refused as before, and consuming a once grant stays a
         conditional write in the store (one winner)."""
-        cached = self._verified_authz.get(token, self.clock.now_s())
-        if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
-            return dict(cached[0])  # a copy: callers never share the remembered claims
+        remembered = await self._remembered(self._verified_authz, token)
+        if remembered is not None:
+            return dict(remembered)  # a copy: callers never share the remembered claims
         claims, kid = await self._verify(token, audience=None)
         if kind_of(claims) is not TokenKind.AUTHZ:
             raise TokenError("not a grant token")
@@ -324,7 +333,7 @@ class _StrictPyJWT(jwt.PyJWT):
 _STRICT_JWT = _StrictPyJWT()
 
 
-def _check_claim_shapes(token: str, claims: dict[str, Any], now_s: int) -> None:
+def _check_claim_shapes(claims: dict[str, Any], now_s: int) -> None:
     """What PyJWT leaves to us, after the signature verified (duplicate members were refused
     while the payload was parsed: ``_StrictPyJWT``)."""
     if not isinstance(claims.get("aud", ""), str):
