@@ -5,7 +5,9 @@
 - ``authorization_code``: the code is taken (burnt) on its first presentation, whatever follows;
   then client, ``redirect_uri`` and the PKCE verifier (S256) must match what the code is bound to,
   and the person must still be active.
-- ``refresh_token``: the token must belong to the presenting client (peer bug 6) and its person
+- ``refresh_token``: the token must belong to the presenting client (peer bug 6); a request that
+  names no client at all stands for the family's client when that client is public (RFC 6749
+  §3.2.1, D9: the peer CLI refreshes so), while a confidential client still authenticates; its person
   must be active (else the family is revoked: bug 17); it rotates inside its family
   (``store.refresh_tokens.rotate``); presenting a rotated token again revokes the family, so the
   thief's and the victim's newest tokens both die. The family ends ``oauth.refresh_token_ttl``
@@ -118,6 +120,8 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
     if grant_type == "client_credentials":
         return await client_credentials(services, params)
     client = await authenticate_client(services, params, authorization)
+    if client is None and grant_type == "refresh_token":
+        client = await refresh_token_client(services, params)
     if client is None:
         raise invalid_request("client_id is required")
     if grant_type == "authorization_code":
@@ -130,6 +134,23 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
         return await device.exchange(services, client, params)
     raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code, refresh_token, "
                      f"client_credentials or {DEVICE_GRANT}")
+
+
+async def refresh_token_client(services: Services, params: dict[str, str]) -> Client:
+    """The client a refresh request names nobody for (RFC 6749 §3.2.1 makes ``client_id`` optional
+    there; the peer CLI omits it, D9): the family's client, if that client is public. A
+    confidential client must still authenticate. Nothing is used or rotated here."""
+    presented = param(params, "refresh_token", required=True)
+    assert presented is not None
+    found = await services.store.refresh_tokens.get(secret_hash(presented))
+    if found is None:
+        raise invalid_grant("refresh token is invalid")
+    client = await services.oauth_clients.get(found["client_id"])
+    if client is None:
+        raise invalid_grant("the client this refresh token was issued to is unknown now")
+    if not client.public:
+        raise invalid_client("client authentication required (this refresh token belongs to a confidential client)")
+    return client
 
 
 def s256(verifier: str) -> str:
