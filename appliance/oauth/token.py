@@ -58,8 +58,8 @@ def param(params: dict[str, str], name: str, *, required: bool = False) -> str |
     return value
 
 
-def _basic(authorization: str | None) -> tuple[str, str] | None:
-    """(client_id, secret) of an ``Authorization: Basic`` header (RFC 6749 §2.3.1: form-urlencoded parts)."""
+def _basic_raw(authorization: str | None) -> tuple[str, str] | None:
+    """(client_id, secret) of an ``Authorization: Basic`` header, as sent (before form-decoding)."""
     if not authorization:
         return None
     scheme, _, value = authorization.partition(" ")
@@ -72,7 +72,17 @@ def _basic(authorization: str | None) -> tuple[str, str] | None:
     client_id, sep, secret = decoded.partition(":")
     if not sep:
         raise invalid_client("malformed Basic credentials", basic=True)
-    return unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
+    return client_id, secret
+
+
+def _form_decoded(value: str) -> str:
+    return unquote(value.replace("+", " "))
+
+
+def _basic(authorization: str | None) -> tuple[str, str] | None:
+    """(client_id, secret) of an ``Authorization: Basic`` header (RFC 6749 §2.3.1: form-urlencoded parts)."""
+    raw = _basic_raw(authorization)
+    return None if raw is None else (_form_decoded(raw[0]), _form_decoded(raw[1]))
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
@@ -86,15 +96,27 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
 async def authenticate_client(services: Services, params: dict[str, str], authorization: str | None) -> Client | None:
     """The client presenting this request: confidential clients must prove their secret (Basic or
     ``client_secret`` in the body); a public client names itself with ``client_id``. None when no
-    client is named at all (the caller decides whether that is allowed)."""
-    basic = _basic(authorization)
-    if basic is not None:
-        basic_id, basic_secret = basic
+    client is named at all (the caller decides whether that is allowed).
+
+    Basic credentials count in both forms: form-decoded as RFC 6749 §2.3.1 asks, and as sent,
+    because common clients (authlib's default ``client_secret_basic``, among others) do not
+    form-encode them, so a secret holding ``+`` or ``%`` would otherwise never match. Accepting
+    the raw form as well takes nothing from the secret: either form must equal it exactly."""
+    raw = _basic_raw(authorization)
+    if raw is not None:
+        raw_id, raw_secret = raw
+        basic_id, basic_secret = _form_decoded(raw_id), _form_decoded(raw_secret)
         named = param(params, "client_id")
-        if named is not None and named != basic_id:
+        if named is not None and named not in (basic_id, raw_id):
             raise invalid_client("client_id differs from the Basic credentials", basic=True)
         client = await services.oauth_clients.get(basic_id)
-        if client is None or client.public or not client.check_secret(basic_secret):
+        if client is None and raw_id != basic_id:
+            client = await services.oauth_clients.get(raw_id)
+        if client is None or client.public or (named is not None and named != client.client_id):
+            raise invalid_client("client authentication failed", basic=True)
+        decoded_ok = client.check_secret(basic_secret)
+        raw_ok = client.check_secret(raw_secret)  # both compared, always: the time says nothing about which
+        if not (decoded_ok or raw_ok):
             raise invalid_client("client authentication failed", basic=True)
         return client
     named_id = param(params, "client_id")
