@@ -284,11 +284,13 @@ type = "oidc"
 name = "Corp SSO"
 issuer = "https://sso.example.com"   # https; http only on localhost/127.0.0.1/::1
 client_id = "grantd"
-client_secret = "file:corp-sso-secret"
+client_secret = "file:corp-sso-secret"   # optional when the upstream offers "none" (no secret is sent then)
 # scopes = ["openid", "email", "profile"]
 # email_claim = "email"                # the id_token claim with the e-mail (email_verified must be true)
 # allowed_domains = ["example.com"]    # empty: any domain
-# create_unknown = false               # true: a verified e-mail grantd does not know becomes a new person""",
+# create_unknown = false               # true: a verified e-mail grantd does not know becomes a new person
+# trust_email = false                  # true: the upstream never sends email_verified; absent counts as verified
+#                                      # (an explicit false is always refused; allowed_domains still applies)""",
         ),
     },
     "oauth": {
