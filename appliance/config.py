@@ -284,11 +284,13 @@ type = "oidc"
 name = "Corp SSO"
 issuer = "https://sso.example.com"   # https; http only on localhost/127.0.0.1/::1
 client_id = "grantd"
-client_secret = "file:corp-sso-secret"
+client_secret = "file:corp-sso-secret"   # optional when the upstream offers "none" (no secret is sent then)
 # scopes = ["openid", "email", "profile"]
 # email_claim = "email"                # the id_token claim with the e-mail (email_verified must be true)
 # allowed_domains = ["example.com"]    # empty: any domain
-# create_unknown = false               # true: a verified e-mail grantd does not know becomes a new person""",
+# create_unknown = false               # true: a verified e-mail grantd does not know becomes a new person
+# trust_email = false                  # true: the upstream never sends email_verified; absent counts as verified
+#                                      # (an explicit false is always refused; allowed_domains still applies)""",
         ),
     },
     "oauth": {
@@ -326,7 +328,7 @@ client_secret = "file:corp-sso-secret"
 client_id = "wiki"
 name = "Team wiki"
 redirect_uris = ["https://wiki.example.com/oauth/callback"]
-client_secret = "file:wiki-client-secret"
+client_secret = "file:wiki-client-secret"   # made by: grantd config secret wiki-client-secret (URL-safe: see docs/oauth.md)
 # id_token_signed_response_alg = "RS256"
 # api_access = false""",
         ),
@@ -739,6 +741,29 @@ def development_issuer(host: str, port: int) -> str:
     return f"http://{name}:{port}"
 
 
+def new_secret() -> str:
+    """A fresh secret (the management token, an OAuth client's secret): 32 random bytes as URL-safe
+    base64 without padding, so only ``A-Z a-z 0-9 - _``.
+
+    URL-safe on purpose: a client secret travels in HTTP Basic credentials, which RFC 6749 §2.3.1
+    wants form-encoded, and common clients (authlib's default ``client_secret_basic`` among them)
+    send it unencoded. Ordinary base64 (``openssl rand -base64 32``: about half of its secrets hold a
+    ``+`` or ``/``, and ``=`` padding) or a ``%`` then means one thing to the client and another to
+    a server that decodes as the RFC says. A URL-safe secret is the same string encoded or not."""
+    return secrets.token_urlsafe(32)
+
+
+def write_secret_file(path: Path, *, force: bool = False) -> str:
+    """Write ``new_secret()`` to ``path`` (mode 0600, created or, with ``force``, replaced); the secret."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (0 if force else os.O_EXCL)
+    secret = new_secret()
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(secret + "\n")
+    os.chmod(path, 0o600)
+    return secret
+
+
 def write_new_config(
     path: Path,
     *,
@@ -759,11 +784,7 @@ def write_new_config(
         raise FileExistsError(str(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     token_path = path.parent / "management-token"
-    token = secrets.token_urlsafe(32)
-    fd = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(token + "\n")
-    os.chmod(token_path, 0o600)
+    token = write_secret_file(token_path, force=True)
     db = (data_dir / "grantd.db") if data_dir else Path("grantd.db")
     text = render(
         {

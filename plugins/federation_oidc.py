@@ -11,15 +11,20 @@ grantd.hookspecs):
   fetched with httpx, cached an hour, its ``issuer`` must be the configured one), then the browser
   goes to its ``authorization_endpoint`` with ``response_type=code``, PKCE S256, ``state`` and a
   ``nonce``; the verifier and the nonce stay server-side (``kept``).
-- ``finish``: the code is exchanged at the ``token_endpoint`` with the client secret
-  (``client_secret_basic``, or ``client_secret_post`` when the upstream lists only that), and the
-  ``id_token`` is verified before any claim is read: its ``alg`` (EdDSA, ES256 or RS256; never
+- ``finish``: the code is exchanged at the ``token_endpoint``, authenticated with a method the
+  upstream advertises (``token_endpoint_auth_methods_supported``; absent means
+  ``client_secret_basic``, OpenID Connect Discovery §3): with a configured ``client_secret``,
+  ``client_secret_basic`` if offered, else ``client_secret_post``; else (or without a secret)
+  ``none``, which sends no secret at all. ``client_id`` is always in the form (D9: the peer's IdP
+  offers only ``none``/``private_key_jwt`` and needs it there). No usable method: the sign-in is
+  refused before the browser leaves (503). Then the ``id_token`` is verified before any claim is read: its ``alg`` (EdDSA, ES256 or RS256; never
   ``none`` or an HMAC) must fit the upstream JWKS key named by ``kid`` (the JWKS is fetched again
   once when the kid is unknown: key rotation), the signature must verify, ``iss`` is the configured
   issuer, ``aud`` contains ``client_id`` (and ``azp`` is ``client_id`` when there are several
   audiences or ``azp`` is present), ``nonce`` is the one sent, ``exp`` is in the future and
-  ``iat`` not in the future (60 s skew each way), ``email_verified`` is true and the e-mail is the
-  ``email_claim`` claim. When the id_token lacks the e-mail, the upstream's ``userinfo_endpoint``
+  ``iat`` not in the future (60 s skew each way), ``email_verified`` is true (or absent, when the
+  provider has ``trust_email = true`` because its upstream never sends it; an explicit ``false`` is
+  always refused) and the e-mail is the ``email_claim`` claim. When the id_token lacks the e-mail, the upstream's ``userinfo_endpoint``
   is asked with the access token (its ``sub`` must be the id_token's).
 
 Transport rule: the issuer and every endpoint of its discovery document must be https, except on a
@@ -51,7 +56,10 @@ from grantd.hookspecs import FederatedIdentity, FederationContext, FederationErr
 TYPE = "oidc"
 DEFAULT_SCOPES = ("openid", "email", "profile")
 KEYS = ("id", "type", "name", "issuer", "client_id", "client_secret", "scopes", "email_claim", "allowed_domains",
-        "create_unknown")
+        "create_unknown", "trust_email")
+# how grantd can authenticate at an upstream's token endpoint, in order of preference
+AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+DEFAULT_AUTH_METHODS = ("client_secret_basic",)  # OpenID Connect Discovery 1.0 §3: the default when none is listed
 _SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 scope-token
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
@@ -99,11 +107,12 @@ class OidcProvider:
     name: str
     issuer: str
     client_id: str
-    client_secret: str = field(repr=False)
+    client_secret: str | None = field(repr=False)  # None: a public client upstream (method "none")
     scopes: tuple[str, ...] = DEFAULT_SCOPES
     email_claim: str = "email"
     allowed_domains: tuple[str, ...] = ()  # empty: any e-mail domain
     create_unknown: bool = False  # sign in people grantd does not know yet (as new persons)
+    trust_email: bool = False  # an upstream that never sends email_verified: its e-mail counts as verified
     configured_issuer: str = ""  # as written in the config (with a trailing slash, if it had one)
     _discovery: _Cached | None = field(default=None, repr=False, compare=False)
     _jwks: _Cached | None = field(default=None, repr=False, compare=False)
@@ -185,8 +194,24 @@ class OidcProvider:
 
     # -- the round trip -----------------------------------------------------------------------
 
+    def auth_method(self, document: dict[str, Any]) -> str:
+        """The token endpoint authentication this upstream advertises and grantd can use (module docstring)."""
+        listed = document.get("token_endpoint_auth_methods_supported")
+        if not isinstance(listed, list) or not listed or not all(isinstance(m, str) for m in listed):
+            listed = list(DEFAULT_AUTH_METHODS)
+        usable = [m for m in AUTH_METHODS if m in listed and (m == "none" or self.client_secret is not None)]
+        if usable:
+            return usable[0]
+        offered = ", ".join(m[:40] for m in listed[:8])
+        if self.client_secret is None and any(m in listed for m in AUTH_METHODS):
+            raise FederationError(f"{self.name} wants the client to authenticate ({offered}), but grantd has no "
+                                  "client_secret for it. An administrator has to add one.", 503)
+        raise FederationError(f"{self.name} offers no client authentication grantd can use at its token endpoint "
+                              f"(it offers {offered}; grantd can use {', '.join(AUTH_METHODS)}).", 503)
+
     async def begin(self, ctx: FederationContext, *, redirect_uri: str, state: str) -> FederationStart:
         document = await self.discovery(ctx)
+        self.auth_method(document)  # refused here, before the person is sent to the upstream for nothing
         verifier = secrets.token_urlsafe(48)  # 64 characters: RFC 7636 wants 43-128
         nonce = secrets.token_urlsafe(32)
         query = {
@@ -229,14 +254,17 @@ class OidcProvider:
 
     async def _exchange(self, ctx: FederationContext, code: str, redirect_uri: str, verifier: str) -> dict[str, Any]:
         document = await self.discovery(ctx)
-        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri, "code_verifier": verifier}
+        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri, "code_verifier": verifier,
+                "client_id": self.client_id}  # always (D9), whatever the method
         headers = {"Accept": "application/json"}
-        methods = document.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
-        if "client_secret_basic" not in methods and "client_secret_post" in methods:
-            form.update(client_id=self.client_id, client_secret=self.client_secret)
-        else:  # RFC 6749 2.3.1: both form-encoded, then Basic
+        method = self.auth_method(document)
+        if method == "client_secret_basic" and self.client_secret is not None:
+            # RFC 6749 2.3.1: both form-encoded, then Basic
             pair = f"{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}"
             headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        elif method == "client_secret_post" and self.client_secret is not None:
+            form["client_secret"] = self.client_secret
+        # "none": client_id only, no secret anywhere
         status, answer = await self._send(ctx, "POST", document["token_endpoint"], "token endpoint", data=form,
                                           headers=headers)
         if status != 200:
@@ -340,7 +368,8 @@ class OidcProvider:
         if not isinstance(email, str) or "@" not in email:
             raise FederationError(f"{self.name} did not tell grantd your e-mail address (claim {self.email_claim!r}).")
         verified = claims.get("email_verified")
-        if verified is not True and verified != "true":  # some providers send the string
+        trusted = "email_verified" not in claims and self.trust_email  # never sent: the provider's config vouches
+        if verified is not True and verified != "true" and not trusted:  # some providers send the string
             raise FederationError(f"{self.name} has not verified the e-mail address {email[:254]}.", 403)
         name = claims.get("name")
         return FederatedIdentity(subject=str(claims["sub"]), email=email.strip().lower(), email_verified=True,
@@ -383,11 +412,12 @@ def make_provider(table: dict[str, Any], read_secret: Callable[[str], str]) -> O
     client_id = table.get("client_id")
     if not isinstance(client_id, str) or not client_id.strip():
         problems.append("client_id: missing or empty (the client id the provider gave grantd)")
-    client_secret = ""
-    try:
-        client_secret = read_secret("client_secret")
-    except ValueError as exc:
-        problems.append(str(exc))
+    client_secret: str | None = None  # optional: an upstream offering "none" needs no secret (D9)
+    if "client_secret" in table:
+        try:
+            client_secret = read_secret("client_secret")
+        except ValueError as exc:
+            problems.append(str(exc))
     scopes = table.get("scopes", list(DEFAULT_SCOPES))
     if msg := _string_list(scopes, _SCOPE, "scope"):
         problems.append(f"scopes: {msg}")
@@ -402,6 +432,9 @@ def make_provider(table: dict[str, Any], read_secret: Callable[[str], str]) -> O
     create_unknown = table.get("create_unknown", False)
     if not isinstance(create_unknown, bool):
         problems.append(f"create_unknown: must be true or false, got {create_unknown!r}")
+    trust_email = table.get("trust_email", False)
+    if not isinstance(trust_email, bool):
+        problems.append(f"trust_email: must be true or false, got {trust_email!r}")
     if problems:
         raise ValueError("\n".join(problems))
     return OidcProvider(
@@ -415,6 +448,7 @@ def make_provider(table: dict[str, Any], read_secret: Callable[[str], str]) -> O
         email_claim=email_claim,
         allowed_domains=tuple(domains),
         create_unknown=create_unknown,
+        trust_email=trust_email,
     )
 
 

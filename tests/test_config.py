@@ -154,6 +154,31 @@ def test_config_init_writes_a_commented_config_with_a_fresh_secret(tmp_path):
     assert again.returncode == 1 and "exists" in again.stderr
 
 
+def test_generated_secrets_are_url_safe_and_private(tmp_path):
+    """`grantd config init` and `grantd config secret` make only URL-safe secrets: a client secret
+    goes unencoded into HTTP Basic credentials with many clients (authlib's default), where "+", "/",
+    "=" and "%" mean something else to a server decoding as RFC 6749 §2.3.1 says."""
+    import re
+
+    url_safe = re.compile(r"^[A-Za-z0-9_-]{43}$")
+    target = tmp_path / "client-secret"
+    made = subprocess.run([*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT)
+    assert made.returncode == 0, made.stderr
+    first = target.read_text().strip()
+    assert url_safe.match(first) and target.stat().st_mode & 0o777 == 0o600
+    assert first not in made.stdout and f'client_secret = "file:{target}"' in made.stdout  # never shown on screen
+    again = subprocess.run([*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 1 and "exists" in again.stderr and target.read_text().strip() == first
+    forced = subprocess.run([*GRANTD, "config", "secret", str(target), "--force"], capture_output=True, text=True, cwd=ROOT)
+    assert forced.returncode == 0 and url_safe.match(target.read_text().strip()) and target.read_text().strip() != first
+    from grantd.config import new_secret
+
+    assert all(url_safe.match(new_secret()) for _ in range(200))
+    init = tmp_path / "etc" / "grantd.toml"
+    assert subprocess.run([*GRANTD, "config", "init", "--path", str(init)], capture_output=True, cwd=ROOT).returncode == 0
+    assert url_safe.match((init.parent / "management-token").read_text().strip())
+
+
 def test_config_example_lists_every_key_and_matches_the_schema():
     example = (ROOT / "config.example.toml").read_text()
     assert example == render(example=True), "regenerate with: grantd config example > config.example.toml"

@@ -109,8 +109,7 @@ def test_missing_oidc_keys_are_named():
     assert caught.value.problems == [
         "federation.providers[0].issuer: missing (the provider's https issuer URL)",
         "federation.providers[0].client_id: missing or empty (the client id the provider gave grantd)",
-        "federation.providers[0].client_secret: missing or not a string (a secret: file:PATH or env:NAME)",
-    ]
+    ]  # client_secret is optional (D9: an upstream offering "none" needs none); checked against discovery at sign-in
 
 
 def test_an_unknown_provider_type_is_a_config_error_with_a_suggestion():
@@ -359,13 +358,18 @@ class Upstream:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-                upstream.token_requests.append({"form": form, "authorization": self.headers.get("Authorization")})
+                authorization = self.headers.get("Authorization")
+                upstream.token_requests.append({"form": form, "authorization": authorization})
+                # strict, as the peer's IdP is: client_id always in the form, and only an advertised
+                # method counts (Basic header, client_secret in the form, or neither: "none")
+                method = ("client_secret_basic" if authorization else
+                          "client_secret_post" if "client_secret" in form else "none")
                 basic = "Basic " + base64.b64encode(f"{CLIENT_ID}:{UPSTREAM_SECRET}".encode()).decode()
-                by_basic = self.headers.get("Authorization") == basic and "client_secret_basic" in upstream.auth_methods
-                by_post = (form.get("client_id") == CLIENT_ID and form.get("client_secret") == UPSTREAM_SECRET
-                           and "client_secret_post" in upstream.auth_methods)
-                if not (by_basic or by_post):
-                    self._json(401, {"error": "invalid_client"})
+                proved = {"client_secret_basic": authorization == basic,
+                          "client_secret_post": form.get("client_secret") == UPSTREAM_SECRET,
+                          "none": True}[method]
+                if form.get("client_id") != CLIENT_ID or method not in upstream.auth_methods or not proved:
+                    self._json(401, {"error": "invalid_client", "error_description": f"{method} refused"})
                     return
                 if upstream.token_error:
                     self._json(400, {"error": upstream.token_error, "error_description": "as the test asked"})
@@ -390,9 +394,9 @@ class Upstream:
         self.server.server_close()
 
 
-def _oidc_table(provider_id: str, issuer: str, **keys: Any) -> str:
+def _oidc_table(provider_id: str, issuer: str, *, secret: bool = True, **keys: Any) -> str:
     lines = [f'id = "{provider_id}"', 'type = "oidc"', f'name = "{provider_id.title()} SSO"', f'issuer = "{issuer}"',
-             f'client_id = "{CLIENT_ID}"', 'client_secret = "file:upstream-secret"']
+             f'client_id = "{CLIENT_ID}"'] + (['client_secret = "file:upstream-secret"'] if secret else [])
     lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
     return "[[federation.providers]]\n" + "\n".join(lines) + "\n"
 
@@ -406,11 +410,14 @@ def upstream() -> Iterator[Upstream]:
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterator[InProcessServer]:
-    """grantd with three providers on the same upstream: ``corp`` (known people only), ``open``
-    (create_unknown) and ``narrow`` (create_unknown, example.org only)."""
+    """grantd with five providers on the same upstream: ``corp`` (known people only), ``open``
+    (create_unknown), ``narrow`` (create_unknown, example.org only), ``public`` (no client_secret)
+    and ``trusting`` (trust_email, example.org only)."""
     extra = ("[limits]\npasskey_per_address = 0\n\n" + _oidc_table("corp", upstream.issuer)
              + _oidc_table("open", upstream.issuer, create_unknown=True)
-             + _oidc_table("narrow", upstream.issuer, create_unknown=True, allowed_domains=["example.org"]))
+             + _oidc_table("narrow", upstream.issuer, create_unknown=True, allowed_domains=["example.org"])
+             + _oidc_table("public", upstream.issuer, secret=False)
+             + _oidc_table("trusting", upstream.issuer, trust_email=True, allowed_domains=["example.org"]))
     server = InProcessServer(tmp_path_factory.mktemp("federation") / "srv", extra=extra)
     secret = server.directory / "upstream-secret"
     secret.write_text(UPSTREAM_SECRET + "\n")
@@ -501,8 +508,116 @@ def test_client_secret_post_when_the_upstream_offers_only_that(fed, up):
     assert flow.signed_in()
     (exchange,) = up.token_requests
     assert exchange["authorization"] is None and exchange["form"]["client_secret"] == UPSTREAM_SECRET
+    assert exchange["form"]["client_id"] == CLIENT_ID
     up.reset()
     _forget_discovery(fed)
+
+
+# -- D9: the method the upstream advertises, client_id always; trust_email ---------------------------
+
+
+def _exchange_of(up: Upstream) -> dict[str, Any]:
+    (exchange,) = [r for r in up.token_requests if r["form"].get("code_verifier")]
+    return exchange
+
+
+@pytest.mark.parametrize(
+    ("advertised", "provider", "sent"),
+    [
+        # the peer's IdP: none and private_key_jwt only. Before D9 grantd sent Basic without client_id: 401
+        (["none", "private_key_jwt"], "corp", "none"),
+        (["none", "private_key_jwt"], "public", "none"),
+        (["private_key_jwt", "client_secret_basic", "none"], "corp", "client_secret_basic"),
+        (["client_secret_basic"], "corp", "client_secret_basic"),
+        (["client_secret_post", "none"], "corp", "client_secret_post"),
+        (["client_secret_basic", "client_secret_post", "none"], "public", "none"),
+        (None, "corp", "client_secret_basic"),  # not advertised: the OpenID Connect Discovery default
+    ],
+)
+def test_the_code_exchange_uses_an_advertised_method_and_always_sends_client_id(fed, up, advertised, provider, sent):
+    up.auth_methods = advertised if advertised is not None else ["client_secret_basic"]
+    if advertised is None:
+        up.discovery_extra = {"token_endpoint_auth_methods_supported": None}
+    _forget_discovery(fed)
+    try:
+        create_person(fed, up.email)
+        flow = Flow(fed, provider)
+        assert flow.signed_in(), (flow.callback.status_code, flow.callback.text[-800:]) if flow.callback else flow.start.text
+        exchange = _exchange_of(up)
+        assert exchange["form"]["client_id"] == CLIENT_ID
+        if sent == "none":  # no secret at all: neither a Basic header nor a form member
+            assert exchange["authorization"] is None and "client_secret" not in exchange["form"]
+            assert UPSTREAM_SECRET not in json.dumps(exchange)
+        elif sent == "client_secret_basic":
+            assert exchange["authorization"].startswith("Basic ") and "client_secret" not in exchange["form"]
+        else:
+            assert exchange["authorization"] is None and exchange["form"]["client_secret"] == UPSTREAM_SECRET
+    finally:
+        up.reset()
+        _forget_discovery(fed)
+
+
+@pytest.mark.parametrize(
+    ("advertised", "provider", "words"),
+    [
+        (["client_secret_basic", "client_secret_post"], "public", "has no client_secret"),
+        (["private_key_jwt"], "corp", "offers no client authentication grantd can use"),
+        (["tls_client_auth", "private_key_jwt"], "public", "offers no client authentication grantd can use"),
+    ],
+)
+def test_no_usable_method_is_refused_before_the_browser_leaves(fed, up, advertised, provider, words):
+    up.auth_methods = advertised
+    _forget_discovery(fed)
+    try:
+        flow = Flow(fed, provider)
+        assert flow.start.status_code == 503 and words in " ".join(flow.start.text.split()), flow.start.text[-800:]
+        assert flow.authorize is None and up.token_requests == []
+    finally:
+        up.reset()
+        _forget_discovery(fed)
+
+
+def test_a_public_provider_without_a_secret_is_built_and_listed(tmp_path):
+    config = _config({k: v for k, v in _oidc().items() if k != "client_secret"})
+    (built,) = _build(config)
+    assert built.provider.client_secret is None and built.provider.trust_email is False
+    bad = _config(_oidc(trust_email="yes"))
+    with pytest.raises(ConfigError) as caught:
+        _build(bad)
+    assert caught.value.problems == ["federation.providers[0].trust_email: must be true or false, got 'yes'"]
+
+
+@pytest.mark.parametrize(
+    ("claims", "userinfo", "signed_in"),
+    [
+        ({"email_verified": None}, None, True),  # never sent: trust_email vouches
+        ({"email_verified": False}, None, False),  # an explicit false is always refused
+        ({"email_verified": "false"}, None, False),
+        ({"email_verified": True}, None, True),
+        ({"email": None, "email_verified": None}, {"email_verified": None}, True),  # from userinfo, never sent
+        ({"email": None, "email_verified": None}, {"email_verified": False}, False),  # userinfo says false
+    ],
+)
+def test_trust_email_accepts_a_missing_email_verified_but_never_false(fed, up, claims, userinfo, signed_in):
+    up.email = fresh("trusted", "example.org")
+    create_person(fed, up.email)
+    _mutated(up, **claims)
+    if userinfo is not None:
+        up.userinfo = {"sub": "upstream-" + up.email, "email": up.email, **userinfo}
+        if userinfo.get("email_verified") is None:
+            up.userinfo.pop("email_verified")
+    flow = Flow(fed, "trusting")
+    if signed_in:
+        assert flow.signed_in(), flow.callback.text[-800:] if flow.callback else flow.start.text
+    else:
+        _refused(flow, 403, "has not verified")
+
+
+def test_trust_email_is_per_provider_and_allowed_domains_still_apply(fed, up):
+    create_person(fed, up.email)  # an example.com address
+    _mutated(up, email_verified=None)
+    _refused(Flow(fed, "corp"), 403, "has not verified")  # corp does not trust: a missing claim is refused
+    _refused(Flow(fed, "trusting"), 403, "may not sign in addresses of example.com")
 
 
 def test_the_login_page_offers_the_providers_with_next(fed, up):

@@ -122,3 +122,87 @@ def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
         assert http.get("/api/me").status_code == 200
     missing = srv.grantd("keys", "revoke", "key-nope", "--config", str(srv.config_path), check=False)
     assert missing.returncode == 1 and "no signing key" in missing.stderr
+
+
+RP_CLIENTS = """
+[[oauth.clients]]
+client_id = "rp-es256"
+name = "RP (ES256)"
+redirect_uris = ["https://rp.example.com/callback"]
+id_token_signed_response_alg = "ES256"
+
+[[oauth.clients]]
+client_id = "rp-rs256"
+name = "RP (RS256)"
+redirect_uris = ["https://rp.example.com/callback"]
+id_token_signed_response_alg = "RS256"
+"""
+
+
+def test_configured_clients_keys_are_published_from_the_first_start(server_factory):
+    """D9: a relying party that caches the JWKS when it starts must find its RS256/ES256 key there
+    before any ID token was signed with it. Two worker processes start at once on one storage: both
+    publish the same single key of each algorithm (creation is single-winner). Before: the JWKS held
+    only the EdDSA key until the first ES256/RS256 ID token."""
+    srv = server_factory(workers=2, extra=RP_CLIENTS).start()
+    seen = []
+    for _ in range(8):  # fresh connections, spread over both workers
+        keys = _jwks(srv)["keys"]
+        seen.append(sorted((k["alg"], k["kid"]) for k in keys))
+        by_alg = {k["alg"]: k for k in keys}
+        assert set(by_alg) == {"EdDSA", "ES256", "RS256"} and len(keys) == 3, keys
+        assert all(k["use"] == "sig" for k in keys)
+        assert by_alg["ES256"]["kty"] == "EC" and by_alg["ES256"]["crv"] == "P-256"
+        assert by_alg["RS256"]["kty"] == "RSA" and by_alg["RS256"]["e"] == "AQAB"
+        for key in keys:  # each one a usable public key of its algorithm
+            assert jwt.PyJWK(key, algorithm=key["alg"]).algorithm_name == key["alg"]
+    assert all(s == seen[0] for s in seen)
+    listed = json.loads(srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout)
+    assert sorted((k["alg"], k["kid"]) for k in listed if k["state"] == "active") == seen[0]
+    srv.stop()
+    srv.start()  # a restart makes nothing new
+    assert sorted((k["alg"], k["kid"]) for k in _jwks(srv)["keys"]) == seen[0]
+
+
+def test_without_such_clients_only_the_eddsa_key_is_made(server_factory):
+    srv = server_factory().start()
+    assert [k["alg"] for k in _jwks(srv)["keys"]] == ["EdDSA"]
+
+
+def test_concurrent_starts_agree_on_one_key_per_algorithm(tmp_path):
+    """open_services in several event loops at once on one fresh database (several processes
+    starting together): one key per algorithm in storage, and every keyring signs with it."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grantd.config import load
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services.context import open_services
+
+    from conftest import make_server
+
+    made = make_server(tmp_path / "race", extra=RP_CLIENTS)  # writes the config only; nothing is started
+
+    async def start() -> dict[str, str]:
+        config = load(made.config_path)
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            return {alg: (await services.keyring.signing_key(alg)).kid for alg in ("EdDSA", "ES256", "RS256")}
+        finally:
+            services.store.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        kids = [f.result() for f in [pool.submit(asyncio.run, start()) for _ in range(4)]]
+    assert all(k == kids[0] for k in kids), kids
+
+    async def stored() -> list[dict]:
+        config = load(made.config_path)
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            return await services.store.keys.all()
+        finally:
+            services.store.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        rows = pool.submit(asyncio.run, stored()).result()
+    assert sorted((r["alg"], r["kid"]) for r in rows) == sorted((alg, kid) for alg, kid in kids[0].items())

@@ -350,7 +350,10 @@ def test_a_confidential_clients_refresh_token_needs_its_secret(srv: InProcessSer
     body = {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}
     assert token_post(srv, {**body, "client_id": "wiki"}).status_code == 401
     assert token_post(srv, {**body, "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
-    assert token_post(srv, body).json()["error"] == "invalid_request"
+    # no client named at all: the family's client is confidential, so it must still authenticate (D9)
+    anonymous = token_post(srv, body)
+    assert anonymous.status_code == 401 and anonymous.json()["error"] == "invalid_client"
+    assert "confidential" in anonymous.json()["error_description"]
     assert token_post(srv, {**body, "client_id": "wiki", "client_secret": SECRET}).status_code == 200
 
 

@@ -29,7 +29,16 @@ from oauth_support import (
 )
 
 SECRET = "authlib-rp-secret-0123456789"
+# what about half of `openssl rand -base64 32` secrets look like: "+" and "/"; and a "%" that is or is
+# not the start of a percent-escape
+ODD_SECRET = "Zm9v+YmFy/YmF6%2B+cXV4%zz0123456789="
 CLIENTS = """
+[[oauth.clients]]
+client_id = "rp-odd"
+name = "RP with an odd secret"
+redirect_uris = ["https://rp.example.com/callback"]
+client_secret = "file:rp-odd-secret"
+
 [[oauth.clients]]
 client_id = "rp-eddsa"
 name = "RP (EdDSA)"
@@ -53,7 +62,7 @@ REDIRECT = "https://rp.example.com/callback"
 
 
 def start(directory: Path, extra: str) -> InProcessServer:
-    return start_with_secrets(directory, extra, {"rp-secret": SECRET})  # type: ignore[no-any-return]
+    return start_with_secrets(directory, extra, {"rp-secret": SECRET, "rp-odd-secret": ODD_SECRET})  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +170,60 @@ def test_authlib_refreshes_with_rotation_and_reuse_kills_the_family(srv: InProce
             assert gone.status_code == 401
 
     asyncio.run(scenario())
+
+
+# -- client secrets with "+", "/" and "%" ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auth_method", ["client_secret_basic", "client_secret_post"])
+def test_authlib_default_client_authentication_with_plus_slash_and_percent(srv: InProcessServer, auth_method: str) -> None:
+    """authlib's client_secret_basic (its default) puts the secret into Basic credentials as it is,
+    without the form-encoding RFC 6749 §2.3.1 asks for: a server decoding as the RFC says saw "+" as
+    a space and refused the client (before: invalid_client). grantd accepts the form-decoded and the
+    raw form; client_secret_post is form-encoded by the body itself."""
+    person = Person(srv)
+
+    async def scenario() -> None:
+        token, claims, _ = await rp_login(srv, person, "rp-odd", secret=ODD_SECRET, auth_method=auth_method)
+        assert claims["aud"] == "rp-odd" and token["refresh_token"]
+        async with AsyncOAuth2Client(client_id="rp-odd", client_secret=ODD_SECRET, token_endpoint_auth_method=auth_method) as rp:
+            renewed = await rp.refresh_token(discovery(srv)["token_endpoint"], refresh_token=token["refresh_token"])
+        assert renewed["refresh_token"] != token["refresh_token"]
+
+    asyncio.run(scenario())
+
+
+def _basic_header(client_id: str, secret: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{client_id}:{secret}".encode()).decode()
+
+
+def test_basic_credentials_count_encoded_or_raw_but_only_for_the_exact_secret(srv: InProcessServer) -> None:
+    """Both forms of the one secret pass; nothing else does: not the secret's "+" read as a space,
+    not a near miss in either form, not the raw secret under another client's id."""
+    from urllib.parse import quote
+
+    def refresh_with(authorization: str) -> httpx.Response:
+        # an unknown refresh token: client authentication is judged first (401), then the token (400)
+        return httpx.post(f"{srv.url}/token", data={"grant_type": "refresh_token", "refresh_token": "unknown"},
+                          headers={"Authorization": authorization})
+
+    encoded = quote(ODD_SECRET, safe="")
+    for good in (ODD_SECRET, encoded, encoded.replace("%2B", "%2b")):
+        answer = refresh_with(_basic_header("rp-odd", good))
+        assert answer.status_code == 400 and answer.json()["error"] == "invalid_grant", (good, answer.text)
+    for bad in (ODD_SECRET.replace("+", " "), ODD_SECRET.replace("+", "%20"), ODD_SECRET[:-1], ODD_SECRET + "x",
+                encoded.replace("%2F", "%2E"), ODD_SECRET.replace("%2B", "+"), ""):
+        answer = refresh_with(_basic_header("rp-odd", bad))
+        assert answer.status_code == 401 and answer.json()["error"] == "invalid_client", (bad, answer.text)
+    assert refresh_with(_basic_header("rp-eddsa", ODD_SECRET)).status_code == 401
+    assert refresh_with(_basic_header("rp-odd", SECRET)).status_code == 401
+    # client_id in the body must name the Basic client, in either form
+    answer = httpx.post(f"{srv.url}/token", data={"grant_type": "refresh_token", "refresh_token": "unknown",
+                                                  "client_id": "rp-eddsa"},
+                        headers={"Authorization": _basic_header("rp-odd", ODD_SECRET)})
+    assert answer.status_code == 401
 
 
 # -- domain clients: metadata served by a tiny HTTP server -----------------------------------------------

@@ -438,6 +438,29 @@ def test_refresh_by_another_client_is_refused_and_leaves_the_token_alone(srv: In
     assert refresh(srv, tokens["refresh_token"]).status_code == 200
 
 
+def test_a_public_clients_refresh_may_omit_client_id(srv: InProcessServer, person: Person) -> None:
+    """The peer CLI refreshes with grant_type and refresh_token only (RFC 6749 §3.2.1; D9): the family
+    names the client. Before: 400 invalid_request, and the CLI deleted its refresh token."""
+    first = login(srv, person)
+    body = {"grant_type": "refresh_token", "refresh_token": first["refresh_token"]}
+    second = token_post(srv, body)
+    assert second.status_code == 200, second.text
+    renewed = second.json()
+    assert claims_of(renewed["access_token"])["aud"] == "apes-cli"
+    assert bearer(srv, renewed["access_token"]).status_code == 200
+    assert claims_of(renewed["access_token"])["sid"] == claims_of(first["access_token"])["sid"]
+    # the rotation and reuse rules are the same without client_id: the old token again kills the family
+    assert "already used" in error_of(token_post(srv, body))["error_description"]
+    assert error_of(token_post(srv, {**body, "refresh_token": renewed["refresh_token"]}))["error"] == "invalid_grant"
+    assert bearer(srv, renewed["access_token"]).status_code == 401
+
+
+def test_a_refresh_without_client_id_names_no_client_by_a_bad_token(srv: InProcessServer) -> None:
+    for token in ("not-a-refresh-token", "x" * 300):
+        assert error_of(token_post(srv, {"grant_type": "refresh_token", "refresh_token": token}))["error"] == "invalid_grant"
+    assert "refresh_token is required" in error_of(token_post(srv, {"grant_type": "refresh_token"}))["error_description"]
+
+
 def test_refresh_of_a_disabled_person_is_refused_and_revokes_the_family(srv: InProcessServer) -> None:
     person = Person(srv)
     tokens = login(srv, person)

@@ -24,6 +24,8 @@ from typing import Any
 
 import jwt
 import pytest
+from inproc import InProcessServer
+from oauth_support import Person, authorize_params, exchange, pkce
 
 from grantd.web.app import collapse_slashes
 
@@ -50,10 +52,12 @@ def fill(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-def send(server: Server, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+def send(server: Server | InProcessServer, method: str, path: str, headers: dict[str, str],
+         body: Any) -> tuple[int, dict[str, str], Any]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
+    form = headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded")
     try:
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else urllib.parse.urlencode(body).encode() if form else json.dumps(body).encode()
         conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         conn.putheader("Host", f"127.0.0.1:{server.port}")
         for name, value in headers.items():
@@ -68,14 +72,21 @@ def send(server: Server, method: str, path: str, headers: dict[str, str], body: 
         conn.close()
 
 
-def replay(server: Server, name: str, names: dict[str, str]) -> list[Any]:
+def replay(server: Server | InProcessServer, name: str, names: dict[str, str]) -> list[Any]:
     """Send every request of one fixture in order; returns the parsed answers. Each answer must have
-    the recorded status and, for a 2xx, a JSON body (apes parses every success)."""
+    the recorded status and, for a 2xx, a JSON body (apes parses every success). A step with
+    ``path_from_discovery`` goes to the path of that member of the discovery document (apes uses
+    those URLs as they are, so they keep grantd's single slashes)."""
     fixture = json.loads((FIXTURES / name).read_text())
     answers = []
     for step in fixture["requests"]:
-        path = fill(step["path"], names)
-        assert path.startswith("//"), "the fixtures replay apes with a trailing-slash IdP"
+        if "path_from_discovery" in step:
+            url = json.loads(names["DISCOVERY"])[step["path_from_discovery"]]
+            assert url.startswith(server.url + "/"), url
+            path = url.removeprefix(server.url)
+        else:
+            path = fill(step["path"], names)
+            assert path.startswith("//"), "the fixtures replay apes with a trailing-slash IdP"
         status, headers, body = send(server, step["method"], path, fill(step["headers"], names), fill(step["body"], names))
         assert status == step["status"], (step["name"], status, body)
         if 200 <= status < 300:
@@ -221,3 +232,35 @@ def test_run_approval_timed_without_duration_is_refused(server: Server, peer: di
     reuse, refused = replay(server, "run_timed.json", names)
     assert isinstance(reuse["data"], list)
     assert refused["status"] == 400 and refused["detail"].startswith("duration is required")  # kept: the specification requires it
+
+
+# -- the browser login's silent refresh ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    srv = InProcessServer(tmp_path_factory.mktemp("peer-browser")).start()
+    yield srv
+    srv.stop()
+
+
+def test_silent_refresh_after_a_browser_login_omits_client_id(browser_server: InProcessServer) -> None:
+    """`apes login --browser`, then 15 minutes later the silent refresh: form-encoded grant_type and
+    refresh_token only. Before D9's rule grantd answered 400 (client_id is required) and apes deleted
+    its refresh token: the person was logged out after one access-token lifetime."""
+    srv = browser_server
+    person = Person(srv)
+    status, _, document = send(srv, "GET", "//.well-known/openid-configuration", {"User-Agent": "node"}, None)
+    assert status == 200
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params("apes-cli", challenge=challenge))
+    tokens = exchange(srv, code, verifier, as_json=True)  # apes exchanges the code with a JSON body
+    assert tokens.status_code == 200, tokens.text
+    names = {"DISCOVERY": json.dumps(document), "REFRESH_TOKEN": tokens.json()["refresh_token"]}
+    srv.clock.advance(16 * 60)  # the access token (15 minutes) has expired
+    first, second, listed = replay(srv, "refresh_token.json", names)
+    for answer in (first, second):
+        assert answer["token_type"] == "Bearer" and answer["refresh_token"] and answer["expires_in"] > 0
+        assert jwt.decode(answer["access_token"], options={"verify_signature": False})["aud"] == "apes-cli"
+    assert first["refresh_token"] != second["refresh_token"] != tokens.json()["refresh_token"]
+    assert isinstance(listed["data"], list)

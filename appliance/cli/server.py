@@ -25,6 +25,7 @@ from grantd.config import (
     load,
     render,
     write_new_config,
+    write_secret_file,
 )
 
 EXIT_OK = 0
@@ -202,6 +203,22 @@ def cmd_config_init(args: argparse.Namespace) -> int:
     print(f"wrote {path.resolve()}")
     print(f"management token (shown once) written to {token_path}:")
     print(f"    {token}")
+    return EXIT_OK
+
+
+def cmd_config_secret(args: argparse.Namespace) -> int:
+    """A new URL-safe secret in a 0600 file (``grantd.config.new_secret`` says why URL-safe)."""
+    path = Path(args.path)
+    try:
+        write_secret_file(path, force=args.force)
+    except FileExistsError:
+        _err(f"{path} exists; use --force to replace it")
+        return EXIT_CONFIG
+    except OSError as exc:
+        _err(f"cannot write {path}: {exc.strerror or exc}")
+        return EXIT_CONFIG
+    print(f"wrote a new secret (URL-safe: A-Z a-z 0-9 - _) to {path.resolve()}, mode 0600")
+    print(f'name it in the config as client_secret = "file:{path}" and give the client the same file\'s content')
     return EXIT_OK
 
 
@@ -479,6 +496,10 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_config_init)
+    p = csub.add_parser("secret", help="write a new URL-safe secret to a 0600 file (an OAuth client's client_secret)")
+    p.add_argument("path")
+    p.add_argument("--force", action="store_true", help="replace the file if it exists")
+    p.set_defaults(func=cmd_config_secret)
     p = csub.add_parser("example", help="print every key with its default and meaning")
     p.set_defaults(func=cmd_config_example)
 

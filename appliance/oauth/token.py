@@ -5,7 +5,9 @@
 - ``authorization_code``: the code is taken (burnt) on its first presentation, whatever follows;
   then client, ``redirect_uri`` and the PKCE verifier (S256) must match what the code is bound to,
   and the person must still be active.
-- ``refresh_token``: the token must belong to the presenting client (peer bug 6) and its person
+- ``refresh_token``: the token must belong to the presenting client (peer bug 6); a request that
+  names no client at all stands for the family's client when that client is public (RFC 6749
+  §3.2.1, D9: the peer CLI refreshes so), while a confidential client still authenticates; its person
   must be active (else the family is revoked: bug 17); it rotates inside its family
   (``store.refresh_tokens.rotate``); presenting a rotated token again revokes the family, so the
   thief's and the victim's newest tokens both die. The family ends ``oauth.refresh_token_ttl``
@@ -56,8 +58,8 @@ def param(params: dict[str, str], name: str, *, required: bool = False) -> str |
     return value
 
 
-def _basic(authorization: str | None) -> tuple[str, str] | None:
-    """(client_id, secret) of an ``Authorization: Basic`` header (RFC 6749 §2.3.1: form-urlencoded parts)."""
+def _basic_raw(authorization: str | None) -> tuple[str, str] | None:
+    """(client_id, secret) of an ``Authorization: Basic`` header, as sent (before form-decoding)."""
     if not authorization:
         return None
     scheme, _, value = authorization.partition(" ")
@@ -70,7 +72,17 @@ def _basic(authorization: str | None) -> tuple[str, str] | None:
     client_id, sep, secret = decoded.partition(":")
     if not sep:
         raise invalid_client("malformed Basic credentials", basic=True)
-    return unquote(client_id.replace("+", " ")), unquote(secret.replace("+", " "))
+    return client_id, secret
+
+
+def _form_decoded(value: str) -> str:
+    return unquote(value.replace("+", " "))
+
+
+def _basic(authorization: str | None) -> tuple[str, str] | None:
+    """(client_id, secret) of an ``Authorization: Basic`` header (RFC 6749 §2.3.1: form-urlencoded parts)."""
+    raw = _basic_raw(authorization)
+    return None if raw is None else (_form_decoded(raw[0]), _form_decoded(raw[1]))
 
 
 def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
@@ -84,15 +96,27 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
 async def authenticate_client(services: Services, params: dict[str, str], authorization: str | None) -> Client | None:
     """The client presenting this request: confidential clients must prove their secret (Basic or
     ``client_secret`` in the body); a public client names itself with ``client_id``. None when no
-    client is named at all (the caller decides whether that is allowed)."""
-    basic = _basic(authorization)
-    if basic is not None:
-        basic_id, basic_secret = basic
+    client is named at all (the caller decides whether that is allowed).
+
+    Basic credentials count in both forms: form-decoded as RFC 6749 §2.3.1 asks, and as sent,
+    because common clients (authlib's default ``client_secret_basic``, among others) do not
+    form-encode them, so a secret holding ``+`` or ``%`` would otherwise never match. Accepting
+    the raw form as well takes nothing from the secret: either form must equal it exactly."""
+    raw = _basic_raw(authorization)
+    if raw is not None:
+        raw_id, raw_secret = raw
+        basic_id, basic_secret = _form_decoded(raw_id), _form_decoded(raw_secret)
         named = param(params, "client_id")
-        if named is not None and named != basic_id:
+        if named is not None and named not in (basic_id, raw_id):
             raise invalid_client("client_id differs from the Basic credentials", basic=True)
         client = await services.oauth_clients.get(basic_id)
-        if client is None or client.public or not client.check_secret(basic_secret):
+        if client is None and raw_id != basic_id:
+            client = await services.oauth_clients.get(raw_id)
+        if client is None or client.public or (named is not None and named != client.client_id):
+            raise invalid_client("client authentication failed", basic=True)
+        decoded_ok = client.check_secret(basic_secret)
+        raw_ok = client.check_secret(raw_secret)  # both compared, always: the time says nothing about which
+        if not (decoded_ok or raw_ok):
             raise invalid_client("client authentication failed", basic=True)
         return client
     named_id = param(params, "client_id")
@@ -118,6 +142,8 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
     if grant_type == "client_credentials":
         return await client_credentials(services, params)
     client = await authenticate_client(services, params, authorization)
+    if client is None and grant_type == "refresh_token":
+        client = await refresh_token_client(services, params)
     if client is None:
         raise invalid_request("client_id is required")
     if grant_type == "authorization_code":
@@ -130,6 +156,23 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
         return await device.exchange(services, client, params)
     raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code, refresh_token, "
                      f"client_credentials or {DEVICE_GRANT}")
+
+
+async def refresh_token_client(services: Services, params: dict[str, str]) -> Client:
+    """The client a refresh request names nobody for (RFC 6749 §3.2.1 makes ``client_id`` optional
+    there; the peer CLI omits it, D9): the family's client, if that client is public. A
+    confidential client must still authenticate. Nothing is used or rotated here."""
+    presented = param(params, "refresh_token", required=True)
+    assert presented is not None
+    found = await services.store.refresh_tokens.get(secret_hash(presented))
+    if found is None:
+        raise invalid_grant("refresh token is invalid")
+    client = await services.oauth_clients.get(found["client_id"])
+    if client is None:
+        raise invalid_grant("the client this refresh token was issued to is unknown now")
+    if not client.public:
+        raise invalid_client("client authentication required (this refresh token belongs to a confidential client)")
+    return client
 
 
 def s256(verifier: str) -> str:

@@ -56,13 +56,18 @@ def admin_emails_of(config: Config) -> frozenset[str]:
     return frozenset([*(e.lower() for e in config.admin.emails), config.admin.management_identity.lower()])
 
 
+def configured_id_token_algs(config: Config) -> tuple[str, ...]:
+    """The ID-token algorithms of the ``[[oauth.clients]]``: their keys exist from the first start (D9)."""
+    return tuple(dict.fromkeys(str(c["id_token_signed_response_alg"]) for c in config.oauth.clients))
+
+
 async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock = SYSTEM_CLOCK) -> Services:
     from grantd.plugin_manager import storage_factory
 
     store = storage_factory(pm, config)(config)
     await store.migrate()
     keyring = KeyRing(store, longest_token_lifetime(config), clock)
-    await keyring.ensure()
+    await keyring.ensure(configured_id_token_algs(config))
     return Services(
         config=config,
         clock=clock,

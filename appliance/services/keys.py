@@ -1,4 +1,5 @@
-"""Signing keys: created on first start, kept in storage, rotated without breaking issued tokens.
+"""Signing keys: created on first start (EdDSA, and the ES256/RS256 keys configured clients ask
+for), kept in storage, rotated without breaking issued tokens.
 
 The active key is the newest unretired one. Every process asks storage for the active kid
 before signing (one indexed read), so `grantd keys rotate` run anywhere takes effect at once in
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,10 +114,17 @@ class KeyRing:
         self._active: str | None = None
         self._loaded_at = -(10**15)
 
-    async def ensure(self) -> None:
-        """Create the first EdDSA key if storage has none (safe when several processes start at once)."""
-        if await self.store.keys.active_kid("EdDSA") is None:
-            await self.store.keys.add_first(generate_signing_key(self.clock.now_ms()))
+    async def ensure(self, algs: Iterable[str] = ("EdDSA",)) -> None:
+        """Create the first key of each of ``algs`` that storage has no active key of (EdDSA always):
+        at start, EdDSA and the ES256/RS256 of configured clients (D9), so a relying party that
+        caches the JWKS when it starts finds its key there before the first ID token. Creation is
+        single-winner (``store.keys.add_first``): processes starting at once all end up with the
+        same key, the one storage kept."""
+        for alg in dict.fromkeys(("EdDSA", *algs)):
+            if alg not in SIGNING_ALGS:
+                raise ValueError(f"unsupported signing algorithm {alg!r}")
+            if await self.store.keys.active_kid(alg) is None:
+                await self.store.keys.add_first(generate_signing_key(self.clock.now_ms(), alg))
         await self.reload()
 
     async def reload(self) -> None:
@@ -142,8 +151,9 @@ class KeyRing:
         self._loaded_at = self.clock.now_ms()
 
     async def signing_key(self, alg: str = "EdDSA") -> LoadedKey:
-        """The active key of ``alg``. EdDSA's is made at first start; an ES256 or RS256 key is made
-        the first time an ID token needs one (D3), then kept in storage like any key."""
+        """The active key of ``alg``. EdDSA's and those of configured clients are made at start
+        (``ensure``); an ES256 or RS256 key a domain client asks for is made the first time an ID
+        token needs one (D3), then kept in storage like any key."""
         kid = await self.store.keys.active_kid(alg)
         if kid is None:
             if alg == "EdDSA":
