@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from grantd.tui.escape import escape_text, summarize_argv
+from grantd.core.display import escape_text, summarize_argv
 from grantd.tui.models import Grant
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)

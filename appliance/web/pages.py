@@ -8,7 +8,7 @@ no page posts an HTML form. A page that needs a session sends a visitor without 
 Content-Security-Policy: scripts, styles and images come from this origin only, and nothing
 inline runs. Untrusted text (an agent's argv, names, reasons) is escaped twice over: Jinja2
 autoescapes HTML, and control/format characters are shown as visible escapes
-(``grantd.tui.escape``, the same rule as the TUI's), so an approver reads exactly what would run.
+(``grantd.core.display``, the same rule as the TUI's), so an approver reads exactly what would run.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from grantd.core.principals import Kind, Principal
 from grantd.services import agents, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE, session_id_of
-from grantd.tui.escape import escape_text, quote_arg, summarize_argv
+from grantd.core.display import escape_text, quote_arg, summarize_argv
 from grantd.web.api.common import principal_of, services_of
 
 bp = Blueprint("pages")

@@ -14,7 +14,7 @@ from test_agent_cli_e2e import Cli, cli_env, finish
 from test_elevate_support import HOST, attempts, make_target
 
 from browser.conftest import origin_of, registration_url, shoot
-from grantd.tui.escape import quote_arg
+from grantd.core.display import quote_arg
 
 from conftest import enroll, sign_in, unique_email
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from grantd.tui.escape import describe_argv, escape_text, quote_arg
+from grantd.core.display import describe_argv, escape_text, quote_arg
 from grantd.tui.format import age, duration, one_line, timestamp
 from grantd.tui.models import AgentInfo, Grant
 
