@@ -119,6 +119,11 @@ class Grant:
         return self.status == "pending"
 
     @property
+    def runs_as_root(self) -> bool:
+        """A command with no run_as (elevate's default is root) or run_as "root"."""
+        return self.request.command is not None and (self.request.run_as or "root") == "root"
+
+    @property
     def action_key(self) -> tuple[str, ...]:
         """What the grant would allow, for "earlier grants of the same agent and command"."""
         if self.request.command is not None:
