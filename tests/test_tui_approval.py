@@ -211,3 +211,11 @@ def test_without_confirm_root_a_root_command_is_approved_with_one_key() -> None:
 
     run(GrantConsole(source, clock=lambda: NOW), (120, 40), steps)
     assert source.approved == ["g-0002-sneaky"]
+
+
+def test_a_status_or_grant_type_from_a_hostile_server_is_escaped_where_it_is_drawn() -> None:
+    grant = Grant.from_json({**GRANTS[0], "status": "pending\x1b[2J", "request": {**GRANTS[0]["request"],
+                                                                                  "grant_type": "once\u202e\x07"}})
+    assert grant.status == "pending\\x1b[2J" and grant.request.grant_type == "once\\u202e\\x07"
+    assert Grant.from_json(GRANTS[1]).status == "pending" and Grant.from_json(GRANTS[1]).request.grant_type == "timed"
+    assert grant.with_decision({"status": "approved\x9b"}).status == "approved\\x9b"

@@ -456,7 +456,7 @@ class Waiter:
                 outage = True
                 self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)
-        raise CliError(f"grant {self.grant_id} is still pending", kind="pending", exit_code=EXIT_PENDING,
+        raise CliError(f"grant {shown(self.grant_id)} is still pending", kind="pending", exit_code=EXIT_PENDING,
                        grant=self.grant)
 
     def follow_events(self) -> dict[str, Any] | None:
@@ -809,7 +809,7 @@ def fetch_token(api: Api, grant_id: str) -> str:
         raise
     token = answer.get("authz_jwt") if isinstance(answer, dict) else None
     if not isinstance(token, str) or not token:
-        raise CliError(f"the IdP returned no token for grant {grant_id}", kind="http")
+        raise CliError(f"the IdP returned no token for grant {shown(grant_id)}", kind="http")
     return token
 
 
