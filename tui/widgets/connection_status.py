@@ -19,7 +19,7 @@ _SYMBOL = {
     "offline": "○",
     "unauthorised": "✖",
 }
-_WORDS = {"connecting": "connecting…", "reconnecting": "reconnecting…", "unauthorised": "not authorised"}
+_WORDS = {"connecting": "connecting…", "reconnecting": "reconnecting…"}
 DOWN = ("reconnecting", "offline", "unauthorised")
 
 
