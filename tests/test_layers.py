@@ -56,13 +56,17 @@ CLIENT_PARTS = (
     # The dispatcher itself: it names its subcommands' modules as strings, imports only the one it runs.
     Part("the grantd dispatcher", ("grantd.cli",), ("grantd",),
          (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
-    # The agent CLI: a client of the HTTP interface (httpx, cryptography for its key).
-    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"), ("grantd",), (*SERVER_THIRD_PARTY, "textual")),
+    # The agent CLI: a client of the HTTP interface (httpx, cryptography for its key); it shows what the
+    # server sends with the one escaping rule (grantd.core.display, pure standard library; D18).
+    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"), ("grantd", "grantd.core", "grantd.core.display"),
+         (*SERVER_THIRD_PARTY, "textual")),
     # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin.
     Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
          ("grantd", "grantd.commands", "grantd.plugins"), (*SERVER_THIRD_PARTY, "textual")),
     # The approver console reads the URL and token from the server's config file.
-    Part("the approver console", ("grantd.tui", "grantd.tui.*"), ("grantd", "grantd.config", "grantd.client_address")),
+    # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
+    Part("the approver console", ("grantd.tui", "grantd.tui.*"),
+         ("grantd", "grantd.config", "grantd.client_address", "grantd.core", "grantd.core.display")),
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grantd.tui.escape import describe_argv, escape_text, quote_arg, summarize_argv
+from grantd.core.display import describe_argv, escape_text, quote_arg, summarize_argv
 from grantd.tui.format import age, duration, parse_duration
 from grantd.tui.models import Grant
 from grantd.tui.sse import SseDecoder

@@ -36,10 +36,12 @@ class GrantConsole(App[None]):
         theme: str | None = None,
         poll_interval: float = 5.0,
         backoff: tuple[float, ...] = BACKOFF,
+        confirm_root: bool = False,
     ) -> None:
         super().__init__()
         self.source = source
         self.bell_on_new = bell
+        self.confirm_root = confirm_root
         self.clock = clock
         self.poll_interval = poll_interval
         self.backoff = backoff
@@ -54,7 +56,8 @@ class GrantConsole(App[None]):
 
     def _main_screen(self) -> MainScreen:
         return MainScreen(
-            self.source, clock=self.clock, bell=self.bell_on_new, poll_interval=self.poll_interval, backoff=self.backoff
+            self.source, clock=self.clock, bell=self.bell_on_new, poll_interval=self.poll_interval, backoff=self.backoff,
+            confirm_root=self.confirm_root,
         )
 
     def get_default_screen(self) -> MainScreen | SignInScreen:

@@ -46,6 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--session-file", type=Path,
                    help=f"where a person's sign-in is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)")
     p.add_argument("--bell", action="store_true", help="ring the terminal bell when a new grant arrives")
+    p.add_argument("--confirm-root", action="store_true",
+                   help="ask before approving a command that runs as root (run as unset or root)")
     p.add_argument("--theme", help="Textual theme, e.g. textual-light or textual-dark (default: textual-dark)")
     p.add_argument("--poll-interval", type=float, default=5.0, help="seconds between polls when events are unavailable")
     p.set_defaults(func=cmd_tui)
@@ -139,7 +141,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
     else:
         credential = person_credential(connection.url, connection.session_file)
     client = GrantdClient(connection.url, credential)
-    GrantConsole(client, bell=args.bell, theme=args.theme, poll_interval=args.poll_interval).run()
+    GrantConsole(client, bell=args.bell, theme=args.theme, poll_interval=args.poll_interval,
+                 confirm_root=args.confirm_root).run()
     return 0
 
 

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
+from grantd.core.display import escape_text
 from grantd.tui.models import AgentInfo, Grant
 from grantd.tui.sse import SseDecoder, SseEvent
 
@@ -83,14 +84,15 @@ class Decision:
 
 
 def _error_of(response: httpx.Response) -> ApiError:
-    detail = response.reason_phrase or "request failed"
+    """The server's words, escaped (D18): they are shown in notifications and the status line."""
+    detail = escape_text(response.reason_phrase or "request failed")
     body: Any = None
     try:
         body = response.json()
     except (ValueError, UnicodeDecodeError):
         body = None
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        detail = body["detail"]
+        detail = escape_text(body["detail"])
     return ApiError(response.status_code, detail, body)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-from grantd.tui.escape import escape_text, summarize_argv
+from grantd.core.display import escape_text, non_ascii, summarize_argv
 from grantd.tui.models import Grant
 
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$", re.IGNORECASE)
@@ -61,3 +61,19 @@ def action_summary(grant: Grant) -> str:
 
 def one_line(value: str | None) -> str:
     return escape_text(value) if value else ""
+
+
+def texts_of(grant: Grant) -> list[str]:
+    """Every string of a grant an approver reads: who, where, as whom, the command or permissions, why."""
+    request = grant.request
+    return [grant.requester, request.target_host, request.audience, request.run_as or "", request.reason or "",
+            *(request.command or request.permissions or ())]
+
+
+def has_non_ascii(grant: Grant) -> bool:
+    return any(non_ascii(text) for text in texts_of(grant))
+
+
+def code_points(value: str | None) -> str:
+    """``U+0435 CYRILLIC SMALL LETTER IE, ...`` for a value with non-ASCII characters, else ""."""
+    return ", ".join(non_ascii(value))

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from grantd.core.display import escape_text
+
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
 DECIDED_STATUSES = tuple(s for s in STATUSES if s != "pending")
 GRANT_TYPES = ("once", "timed", "always")
@@ -48,7 +50,7 @@ class GrantRequest:
             requester=_opt_str(data.get("requester")) or "",
             target_host=_opt_str(data.get("target_host")) or "",
             audience=_opt_str(data.get("audience")) or "",
-            grant_type=_opt_str(data.get("grant_type")) or "once",
+            grant_type=_word(data.get("grant_type")) or "once",
             command=_opt_strings(data.get("command")),
             permissions=_opt_strings(data.get("permissions")),
             duration=_opt_int(data.get("duration")),
@@ -86,7 +88,7 @@ class Grant:
             type=_opt_str(data.get("type")) or ("command" if request.command is not None else "permissions"),
             requester=requester,
             request=request,
-            status=_opt_str(data.get("status")) or "pending",
+            status=_word(data.get("status")) or "pending",
             created_at=_opt_int(data.get("created_at")) or 0,
             decided_by=_opt_str(data.get("decided_by")),
             decided_at=_opt_int(data.get("decided_at")),
@@ -101,7 +103,7 @@ class Grant:
         """Apply the short `{id, status, decided_by, decided_at, expires_at}` of a decision response."""
         changes: dict[str, Any] = {}
         if isinstance(partial.get("status"), str):
-            changes["status"] = partial["status"]
+            changes["status"] = _word(partial["status"])
         for name in ("decided_by", "decision_reason"):
             if name in partial:
                 changes[name] = _opt_str(partial[name])
@@ -117,6 +119,11 @@ class Grant:
     @property
     def is_pending(self) -> bool:
         return self.status == "pending"
+
+    @property
+    def runs_as_root(self) -> bool:
+        """A command with no run_as (elevate's default is root) or run_as "root"."""
+        return self.request.command is not None and (self.request.run_as or "root") == "root"
 
     @property
     def action_key(self) -> tuple[str, ...]:
@@ -146,3 +153,10 @@ class AgentInfo:
             approver=_opt_str(data.get("approver")),
             status=_opt_str(data.get("status")) or "",
         )
+
+
+def _word(value: Any) -> str | None:
+    """A status or grant type: drawn as it is in many places, so escaped here once (D18). The
+    server's values (STATUSES, GRANT_TYPES) are plain words and come through unchanged."""
+    text = _opt_str(value)
+    return escape_text(text) if text is not None else None

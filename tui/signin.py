@@ -526,7 +526,7 @@ def issuer_of(args: argparse.Namespace, store: SessionFile) -> str:
 
 
 def _show(authorization: DeviceAuthorization) -> None:
-    from grantd.tui.escape import escape_text  # what the server sent, with no terminal control characters
+    from grantd.core.display import escape_text  # what the server sent, with no terminal control characters
 
     uri, code = escape_text(authorization.verification_uri), escape_text(authorization.user_code)
     print(f"To sign in, open {uri} and enter the code {code}", file=sys.stderr)
@@ -574,7 +574,7 @@ def cmd_login(args: argparse.Namespace) -> int:
     except SignInError as exc:
         print(f"grantd: {exc}", file=sys.stderr)
         return 1
-    from grantd.tui.escape import escape_text
+    from grantd.core.display import escape_text
 
     print(("Signed in as " if new else "Already signed in as ") + escape_text(session.label), file=sys.stderr)
     print(_person(session))

@@ -43,6 +43,8 @@ from urllib.parse import quote
 
 import httpx
 
+from grantd.core.display import escape_text, summarize_argv
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -195,7 +197,7 @@ def problem_text(response: httpx.Response) -> str:
     if isinstance(body, dict):
         for key in ("detail", "error_description", "title", "message", "error"):
             if isinstance(body.get(key), str) and body[key]:
-                return str(body[key])
+                return escape_text(body[key])  # the server's words, never raw on a terminal (D18)
     return f"HTTP {response.status_code} {response.reason_phrase}".strip()
 
 
@@ -213,7 +215,7 @@ class Api:
     def _transport_error(self, exc: Exception) -> CliError:
         if isinstance(exc, httpx.TimeoutException):
             return CliError(f"the IdP {self.idp} did not answer in time ({exc.__class__.__name__})", kind="unreachable")
-        return CliError(f"cannot reach the IdP {self.idp}: {exc}", kind="unreachable")
+        return CliError(f"cannot reach the IdP {self.idp}: {escape_text(str(exc))}", kind="unreachable")
 
     def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
@@ -297,27 +299,39 @@ def _ms(value: Any) -> str:
     return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def shown(value: Any) -> str:
+    """A value the server sent, as one line a terminal shows as it is (grantd.core.display, D18)."""
+    return escape_text("" if value is None else str(value))
+
+
+def command_line(req: dict[str, Any]) -> str:
+    """The command (each argument escaped, quoted when needed) or the permissions."""
+    command = req.get("command")
+    if isinstance(command, list) and command:
+        return summarize_argv([str(arg) for arg in command])
+    return ", ".join(shown(p) for p in req.get("permissions") or [])
+
+
 def describe_grant(grant: dict[str, Any]) -> str:
     req = grant.get("request") or {}
-    what = shlex.join(req["command"]) if req.get("command") else ", ".join(req.get("permissions") or []) or "-"
     lines = [
-        f"grant {grant.get('id')}: {grant.get('status')}",
-        f"  {req.get('grant_type', 'once')} on {req.get('target_host')} for {req.get('audience')}"
-        + (f" as {req['run_as']}" if req.get("run_as") else ""),
-        f"  command: {what}",
+        f"grant {shown(grant.get('id'))}: {shown(grant.get('status'))}",
+        f"  {shown(req.get('grant_type', 'once'))} on {shown(req.get('target_host'))} for {shown(req.get('audience'))}"
+        + (f" as {shown(req['run_as'])}" if req.get("run_as") else ""),
+        f"  command: {command_line(req) or '-'}",
     ]
     if req.get("reason"):
-        lines.append(f"  reason: {req['reason']}")
+        lines.append(f"  reason: {shown(req['reason'])}")
     if grant.get("decided_by"):
-        lines.append(f"  decided by {grant['decided_by']} at {_ms(grant.get('decided_at'))}"
-                     + (f": {grant['decision_reason']}" if grant.get("decision_reason") else ""))
+        lines.append(f"  decided by {shown(grant['decided_by'])} at {_ms(grant.get('decided_at'))}"
+                     + (f": {shown(grant['decision_reason'])}" if grant.get("decision_reason") else ""))
     if grant.get("expires_at"):
         lines.append(f"  expires {_ms(grant['expires_at'])}")
     return "\n".join(lines)
 
 
 def approval_hint(idp: str, grant_id: str) -> str:
-    return (f"grantd: grant {grant_id} waits for a human decision. An approver can decide\n"
+    return (f"grantd: grant {shown(grant_id)} waits for a human decision. An approver can decide\n"
             f"  in the console:  grantd tui\n"
             f"  in a browser:    {idp}/grant-approval?grant_id={quote(grant_id)}")
 
@@ -327,10 +341,10 @@ def approval_url(idp: str, grant_id: str) -> str:
 
 
 def not_usable(grant: dict[str, Any]) -> CliError:
-    status = grant.get("status")
-    gid = grant.get("id")
-    by = grant.get("decided_by")
-    why = grant.get("decision_reason")
+    status = shown(grant.get("status"))
+    gid = shown(grant.get("id"))
+    by = shown(grant.get("decided_by"))
+    why = shown(grant.get("decision_reason"))
     if status == "denied":
         message = f"grant {gid} was denied" + (f" by {by}" if by else "") + (f": {why}" if why else "")
     elif status == "revoked":
@@ -341,7 +355,7 @@ def not_usable(grant: dict[str, Any]) -> CliError:
         message = f"grant {gid} was already consumed (a once grant runs one time): request a new one"
     else:
         message = f"grant {gid} is {status}"
-    return CliError(message, kind=str(status), grant=grant)
+    return CliError(message, kind=str(grant.get("status")), grant=grant)
 
 
 # -- waiting -----------------------------------------------------------------------------------------
@@ -442,7 +456,7 @@ class Waiter:
                 outage = True
                 self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)
-        raise CliError(f"grant {self.grant_id} is still pending", kind="pending", exit_code=EXIT_PENDING,
+        raise CliError(f"grant {shown(self.grant_id)} is still pending", kind="pending", exit_code=EXIT_PENDING,
                        grant=self.grant)
 
     def follow_events(self) -> dict[str, Any] | None:
@@ -652,7 +666,7 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     finally:
         api.close()
     info = {**api.state.public(), "server": me} if api.state else {"server": me}
-    _emit(args, info, f"{info.get('email')} at {info.get('idp')} (token valid until "
+    _emit(args, info, f"{shown(info.get('email'))} at {shown(info.get('idp'))} (token valid until "
                       f"{datetime.fromtimestamp(int(info.get('expires_at') or 0), UTC):%Y-%m-%d %H:%M:%S} UTC)")
     return EXIT_OK
 
@@ -760,8 +774,8 @@ def cmd_grant_list(args: argparse.Namespace) -> int:
         print("no grants")
     for g in items:
         req = g.get("request") or {}
-        what = shlex.join(req["command"]) if req.get("command") else ",".join(req.get("permissions") or [])
-        print(f"{g.get('id')}  {g.get('status'):9}  {req.get('grant_type', 'once'):6}  {req.get('target_host')}  {what}")
+        print(f"{shown(g.get('id'))}  {shown(g.get('status')):9}  {shown(req.get('grant_type', 'once')):6}  "
+              f"{shown(req.get('target_host'))}  {command_line(req)}")
     return EXIT_OK
 
 
@@ -795,7 +809,7 @@ def fetch_token(api: Api, grant_id: str) -> str:
         raise
     token = answer.get("authz_jwt") if isinstance(answer, dict) else None
     if not isinstance(token, str) or not token:
-        raise CliError(f"the IdP returned no token for grant {grant_id}", kind="http")
+        raise CliError(f"the IdP returned no token for grant {shown(grant_id)}", kind="http")
     return token
 
 
@@ -805,7 +819,7 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
         token = fetch_token(api, args.id)
     finally:
         api.close()
-    _emit(args, {"id": args.id, "authz_jwt": token}, token)
+    _emit(args, {"id": args.id, "authz_jwt": token}, shown(token))  # a JWT is ASCII: escaping changes only a forgery
     return EXIT_OK
 
 
@@ -828,7 +842,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 _emit(args, data, "")
                 if not args.json:
                     print(approval_hint(api.idp, grant["id"]), file=sys.stderr)
-                    print(f"grantd: run again when it is approved, or: grantd grant wait {grant['id']}", file=sys.stderr)
+                    print(f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
+                          file=sys.stderr)
                 return EXIT_PENDING
             _info(args, approval_hint(api.idp, grant["id"]), event="pending", id=grant["id"], approval_url=url)
             grant = _wait(api, args, grant)
@@ -839,8 +854,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)
     reused = bool(grant.get("reused"))
-    _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {grant['id']} ({kind}) approved by "
-                f"{grant.get('decided_by') or 'delegation'}; running as {args.as_user or 'root'}",
+    _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
+                f"{shown(grant.get('decided_by') or 'delegation')}; running as {shown(args.as_user or 'root')}",
           event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
     return hand_off(token, argv, settings)
 
@@ -861,7 +876,7 @@ def _run_safely(func: Any) -> Any:
                 if exc.kind == "pending" and exc.extra.get("grant"):
                     grant = exc.extra["grant"]
                     print(f"grantd: still waiting after the timeout; approve it at "
-                          f"{approval_url(_safe_idp(args), str(grant.get('id')))}", file=sys.stderr)
+                          f"{shown(approval_url(_safe_idp(args), str(grant.get('id'))))}", file=sys.stderr)
             return exc.exit_code
 
     wrapper.__doc__ = func.__doc__

@@ -8,7 +8,7 @@ no page posts an HTML form. A page that needs a session sends a visitor without 
 Content-Security-Policy: scripts, styles and images come from this origin only, and nothing
 inline runs. Untrusted text (an agent's argv, names, reasons) is escaped twice over: Jinja2
 autoescapes HTML, and control/format characters are shown as visible escapes
-(``grantd.tui.escape``, the same rule as the TUI's), so an approver reads exactly what would run.
+(``grantd.core.display``, the same rule as the TUI's), so an approver reads exactly what would run.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, html, raw, redirect
 
 from grantd.core import policy
+from grantd.core.display import escape_text, non_ascii, quote_arg, summarize_argv
 from grantd.core.errors import Problem
 from grantd.core.paging import PageRequest
 from grantd.core.principals import Kind, Principal
 from grantd.services import agents, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE, session_id_of
-from grantd.tui.escape import escape_text, quote_arg, summarize_argv
 from grantd.web.api.common import principal_of, services_of
 
 bp = Blueprint("pages")
@@ -146,6 +146,22 @@ def browser_name(user_agent: str | None) -> str:
     return browser or system or (_text(ua)[:60] if ua else "unknown browser")
 
 
+def _text_of(value: Any) -> str:
+    """A value (a string, a list of arguments) as the text whose code points a badge lists."""
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return "".join(_text_of(item) for item in value)
+    return str(value)
+
+
+def command_text(request_body: Mapping[str, Any]) -> str:
+    """A grant's command on one line (escaped, quoted where needed) or its permissions."""
+    if request_body.get("command"):
+        return summarize_argv(request_body["command"])
+    return ", ".join(escape_text(str(p)) for p in request_body.get("permissions") or ())
+
+
 def _pretty_json(value: Any) -> str:
     return escape_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)).replace("\\n", "\n")
 
@@ -158,9 +174,19 @@ ENV = Environment(
 )
 ENV.filters.update(
     text=_text, arg=quote_arg, argv_line=summarize_argv, when=format_ms, iso=iso_ms, seconds=format_seconds,
-    pretty_json=_pretty_json, browser=browser_name,
+    pretty_json=_pretty_json, browser=browser_name, codepoints=lambda value: non_ascii(_text_of(value)),
+    command_text=command_text,
 )
-ENV.globals.update(static_url=static_url)
+# A long command must not bury who, where and the decision (issue 20 item 4): the approval page lists
+# the first ARGV_SHOWN arguments and folds the rest, an argument longer than ARG_FOLD characters (as
+# shown, escaped) folds after its start, so does a reason longer than TEXT_FOLD, and an inbox entry
+# shows CMD_FOLD characters of its command. tests/browser/test_grant_screens.py holds the sizes.
+ARGV_SHOWN = 4
+ARG_FOLD = 160
+TEXT_FOLD = 60
+CMD_FOLD = 160
+ENV.globals.update(static_url=static_url, argv_shown=ARGV_SHOWN, arg_fold=ARG_FOLD, text_fold=TEXT_FOLD,
+                   cmd_fold=CMD_FOLD)
 
 
 def render(template: str, status: int = 200, **context: Any) -> HTTPResponse:

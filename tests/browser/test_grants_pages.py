@@ -14,7 +14,7 @@ from test_agent_cli_e2e import Cli, cli_env, finish
 from test_elevate_support import HOST, attempts, make_target
 
 from browser.conftest import origin_of, registration_url, shoot
-from grantd.tui.escape import quote_arg
+from grantd.core.display import quote_arg
 
 from conftest import enroll, sign_in, unique_email
 
@@ -66,7 +66,7 @@ def test_approve_the_link_grantd_run_printed_and_the_command_runs(site, register
     try:
         url, err_lines = approval_link(proc)
         person.page.goto(url)
-        items = person.page.locator("ol.argv li code")
+        items = person.page.locator("ol.argv > li > code")
         assert items.all_inner_texts() == ['"id"', '"-u"']
         page_text = person.page.locator("main").inner_text()
         assert HOST in page_text and "root" in page_text and "check who I am" in page_text
@@ -119,7 +119,8 @@ def test_the_argv_is_shown_exactly_and_escaped_and_deny_keeps_the_reason(site, r
     first = request_grant(site, agent, NASTY, reason="line one\nline two")
     second = request_grant(site, agent, NASTY)
     person.goto(f"/grant-approval?grant_id={second['id']}")
-    texts = person.page.locator("ol.argv li code").all_inner_texts()
+    person.page.locator("[data-more-args] > summary").click()  # the arguments after the first few are folded
+    texts = person.page.locator("ol.argv > li > code").all_inner_texts()
     assert texts == [quote_arg(a) for a in NASTY]
     assert texts[3] == '"a\\x1b[31mred"' and texts[4] == '"two\\nlines"' and texts[5] == '"\\u202eevil"'
     # The first request for the same command is listed as an earlier one.

@@ -60,11 +60,13 @@ class MainScreen(Screen[None]):
         bell: bool = False,
         poll_interval: float = 5.0,
         backoff: tuple[float, ...] = BACKOFF,
+        confirm_root: bool = False,
     ) -> None:
         super().__init__()
         self.source = source
         self.clock = clock
         self.ring_bell = bell
+        self.confirm_root = confirm_root  # `grantd tui --confirm-root`: ask before approving a command as root
         self.grants: dict[str, Grant] = {}
         self.first_seen: dict[str, int] = {}
         self.new_ids: set[str] = set()
@@ -142,7 +144,7 @@ class MainScreen(Screen[None]):
         try:
             await self.reload()
         except (ApiError, httpx.HTTPError) as exc:
-            self.notify(f"Refresh failed: {_describe(exc)}", severity="error")
+            self.notify(f"Refresh failed: {_describe(exc)}", severity="error", markup=False)
 
     @work(group="reread", exit_on_error=False)
     async def reread(self, grant_id: str) -> None:
@@ -356,14 +358,34 @@ class MainScreen(Screen[None]):
             self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return None
         if not grant.is_pending:
-            self.notify(f"Only pending grants can be {verb}d; this one is {grant.status}.", severity="warning")
+            self.notify(f"Only pending grants can be {verb}d; this one is {one_line(grant.status)}.", severity="warning",
+                        markup=False)
             return None
         return grant
+
+    def _as_root(self, grant: Grant, act: Callable[[], None]) -> None:
+        """With --confirm-root, approving a command that runs as root (run_as unset or "root") asks
+        first, naming the grant; otherwise it acts at once."""
+        if not (self.confirm_root and grant.runs_as_root):
+            act()
+            return
+        question = Text(end="")
+        question.append("This command runs as root.\n", style="bold")
+        question.append("Approve the grant of ")
+        question.append(one_line(grant.requester), style="bold")
+        question.append(f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}")
+        question.append(f" · id {one_line(grant.id)}", style="dim")
+
+        def chosen(yes: bool | None) -> None:
+            if yes and self.grants.get(grant.id, grant).is_pending:
+                act()
+
+        self.app.push_screen(ConfirmScreen("Approve as root?", question), chosen)
 
     def action_approve(self) -> None:
         grant = self._pending_selection("approve")
         if grant is not None:
-            self._guarded(grant, "approve", lambda: self.decide(grant, "approve"))
+            self._guarded(grant, "approve", lambda: self._as_root(grant, lambda: self.decide(grant, "approve")))
 
     def action_override(self) -> None:
         grant = self._pending_selection("approve")
@@ -372,7 +394,7 @@ class MainScreen(Screen[None]):
 
         def chosen(override: Override | None) -> None:
             if override is not None:
-                self.decide(grant, "approve", override=override)
+                self._as_root(grant, lambda: self.decide(grant, "approve", override=override))
 
         # The form names the grant (requester, command, host) before anything is approved.
         self.app.push_screen(OverrideScreen(grant), chosen)
@@ -398,7 +420,8 @@ class MainScreen(Screen[None]):
             self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return
         if grant.status != "approved":
-            self.notify(f"Only approved grants can be revoked; this one is {grant.status}.", severity="warning")
+            self.notify(f"Only approved grants can be revoked; this one is {one_line(grant.status)}.", severity="warning",
+                        markup=False)
             return
         question = Text(end="")
         question.append("Revoke the approved grant of ")
@@ -433,18 +456,19 @@ class MainScreen(Screen[None]):
                 text = f"Not {action}d: not authorised ({exc.detail})."
             else:
                 text = f"Not {action}d: {exc.status} {exc.detail}."
-            self.notify(text, severity="error", timeout=8)
+            self.notify(text, severity="error", timeout=8, markup=False)
             self.reread(grant.id)
             return
         except httpx.HTTPError as exc:
-            self.notify(f"{action.capitalize()} of {who}'s grant may not have reached the server ({_describe(exc)}).", severity="error", timeout=8)
+            self.notify(f"{action.capitalize()} of {who}'s grant may not have reached the server ({_describe(exc)}).",
+                        severity="error", timeout=8, markup=False)
             self.reread(grant.id)
             return
         updated = grant.with_decision(decision.partial)
         self.post_message(GrantChanged(updated, "decision"))
         past = {"approve": "Approved", "deny": "Denied", "revoke": "Revoked"}[action]
         detail = f" as {override.grant_type}" if override else ""
-        self.notify(f"{past} {who}'s grant{detail}.", timeout=4)
+        self.notify(f"{past} {who}'s grant{detail}.", timeout=4, markup=False)
 
     # -- viewing -------------------------------------------------------------------------------------
     def action_reload(self) -> None:

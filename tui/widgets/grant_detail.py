@@ -6,8 +6,8 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from grantd.tui.escape import describe_argv, escape_text, quote_arg
-from grantd.tui.format import age, duration, one_line, timestamp
+from grantd.core.display import describe_argv, escape_text, quote_arg
+from grantd.tui.format import age, code_points, duration, one_line, timestamp
 from grantd.tui.models import AgentInfo, Grant
 
 LABEL_WIDTH = 12
@@ -75,6 +75,12 @@ class GrantDetail(VerticalScroll):
                     text.append(part)
             text.append("\n")
 
+        def points(value: str | None, indent: str = " " * LABEL_WIDTH) -> None:
+            """Under a value with non-ASCII characters (a look-alike, an escaped blank): their code points."""
+            listed = code_points(value)
+            if listed:
+                text.append(f"{indent}! non-ASCII: {listed}\n", style="bold")
+
         request = grant.request
         line(
             "Status",
@@ -84,8 +90,13 @@ class GrantDetail(VerticalScroll):
             f"   id {escape_text(grant.id)}",
         )
         line("Requester", one_line(grant.requester))
+        points(grant.requester)
         if self.agent is not None:
+            if self.agent.name:
+                line("", f"agent {one_line(self.agent.name)}")
+                points(self.agent.name)
             line("", f"owner {one_line(self.agent.owner) or '-'}   approver {one_line(self.agent.approver) or '-'}")
+            points(f"{self.agent.owner or ''}{self.agent.approver or ''}")
             if self.agent.status and self.agent.status != "active":
                 line("", (f"agent status {one_line(self.agent.status)}", "bold"))
         elif self.agent_error:
@@ -94,20 +105,28 @@ class GrantDetail(VerticalScroll):
             line("", ("owner/approver: loading…", "dim"))
         if request.command is not None:
             count = len(request.command)
-            line("Command", f"{count} argument{'s' if count != 1 else ''}, run as {one_line(request.run_as) or '(default)'}")
-            for arg_line in describe_argv(request.command):
+            run_as = one_line(request.run_as) or "root (default)"  # the words the approval page uses
+            line("Command", f"{count} argument{'s' if count != 1 else ''}, run as {run_as}")
+            points(request.run_as)
+            for arg, arg_line in zip(request.command, describe_argv(request.command), strict=True):
                 text.append("  " + arg_line + "\n")
+                points(arg, indent="      ")
             line("cmd_hash", one_line(request.cmd_hash) or "-")
         else:
             perms = request.permissions or ()
             line("Permissions", f"{len(perms)}")
             for perm in perms:
                 text.append("  " + quote_arg(perm) + "\n")
+                points(perm, indent="      ")
             if request.run_as:
                 line("Run as", one_line(request.run_as))
+                points(request.run_as)
         line("Target host", one_line(request.target_host))
+        points(request.target_host)
         line("Audience", one_line(request.audience))
+        points(request.audience)
         line("Reason", one_line(request.reason) or "-")
+        points(request.reason)
         line("Requested", f"{timestamp(grant.created_at)} ({age(self.now_ms, grant.created_at)} ago)")
         if grant.decided_at or grant.decided_by:
             line("Decided", f"{timestamp(grant.decided_at)} by {one_line(grant.decided_by) or '-'}")

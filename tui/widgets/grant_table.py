@@ -10,7 +10,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from grantd.tui.format import action_summary, age, one_line
+from grantd.tui.format import action_summary, age, has_non_ascii, one_line
 from grantd.tui.models import Grant
 
 
@@ -22,21 +22,57 @@ class Column:
     sort_key: Callable[[Grant], object]
 
 
+# Who, where and the type come before the command, so a narrow terminal cuts the command (whose
+# every argument the detail pane lists), never the target host (issue 20 item 9). Reason and audience,
+# also in the detail pane, come last and show when there is room.
 COLUMNS: tuple[Column, ...] = (
-    Column("new", " ", 1, lambda g: 0),
+    Column("new", " ", 2, lambda g: 0),
     Column("age", "Age", 4, lambda g: -g.created_at),
     Column("status", "Status", 8, lambda g: g.status),
     Column("requester", "Requester", 22, lambda g: g.requester.lower()),
-    Column("action", "Command / permissions", 28, lambda g: action_summary(g).lower()),
     Column("host", "Target host", 14, lambda g: g.request.target_host.lower()),
-    Column("audience", "Audience", 12, lambda g: g.request.audience.lower()),
     Column("type", "Type", 6, lambda g: g.request.grant_type),
+    Column("action", "Command / permissions", 28, lambda g: action_summary(g).lower()),
     Column("reason", "Reason", 16, lambda g: (g.request.reason or "").lower()),
+    Column("audience", "Audience", 12, lambda g: g.request.audience.lower()),
 )
-# Columns that take what is left of a wide terminal, with their share and minimum width.
-FLEXIBLE = {"action": (3, 28), "reason": (2, 16)}
 SORTABLE = tuple(c for c in COLUMNS if c.key != "new")
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+FIXED = ("new", "age", "status", "type")
+# (least, most) width of the columns sized to their content: the target host is shrunk last.
+REQUESTER = (12, 26)
+HOST = (10, 24)
+ACTION_MIN = 16
+REASON = (12, 40)  # shown when the command keeps REASON_FROM columns
+REASON_FROM = 40
+AUDIENCE_FROM = 60  # and the audience when it keeps this many
+
+
+def column_widths(available: int, padding: int, needed: dict[str, int] | None = None) -> dict[str, int]:
+    """The width of every column for a table ``available`` cells wide (``padding`` on each side of a
+    cell), given the longest text of some columns (``needed``): the fixed ones as they are, the target
+    host as wide as its longest name and the requester as wide as theirs (within bounds; when the
+    command would get fewer than ACTION_MIN cells the requester shrinks first, then the host), then
+    reason and audience when the command keeps enough room, and the command everything that is left.
+    Columns that do not fit keep a small width after the command (the table scrolls sideways to them)."""
+    needed = needed or {}
+    widths = {key: COLUMN_BY_KEY[key].width or 0 for key in FIXED}
+    visible = (*FIXED, "requester", "host", "action")
+    room = available - sum(widths.values()) - 2 * padding * len(visible)
+    host = max(HOST[0], min(HOST[1], needed.get("host", HOST[1])))
+    requester = max(REQUESTER[0], min(REQUESTER[1], needed.get("requester", REQUESTER[1])))
+    requester = max(REQUESTER[0], min(requester, room - host - ACTION_MIN))
+    host = max(HOST[0], min(host, room - requester - ACTION_MIN))
+    widths.update(requester=requester, host=host, reason=REASON[0], audience=COLUMN_BY_KEY["audience"].width or 0)
+    left = room - requester - host
+    reason = max(REASON[0], min(REASON[1], needed.get("reason", REASON[1])))
+    if left - reason - 2 * padding >= REASON_FROM:
+        widths["reason"] = reason
+        left -= reason + 2 * padding
+        if left - widths["audience"] - 2 * padding >= AUDIENCE_FROM:
+            left -= widths["audience"] + 2 * padding
+    widths["action"] = max(ACTION_MIN, left)
+    return widths
 
 
 class _MarkerCell(Text):
@@ -45,8 +81,11 @@ class _MarkerCell(Text):
     grant_id: str
 
 
-def _marker(grant_id: str, is_new: bool) -> Text:
+def _marker(grant_id: str, is_new: bool, non_ascii: bool) -> Text:
+    """"●" for new, then "!" when any of the grant's text holds non-ASCII characters (a look-alike
+    letter, an escaped blank): the detail pane lists their code points."""
     cell = _MarkerCell("●" if is_new else " ", style="bold", no_wrap=True, end="")
+    cell.append("!" if non_ascii else " ", style="bold reverse" if non_ascii else "")
     cell.grant_id = grant_id
     return cell
 
@@ -81,15 +120,16 @@ class GrantTable(DataTable[Text]):
             self.add_column(column.label, key=column.key, width=column.width)
 
     def on_resize(self) -> None:
-        """Give the command and reason columns the room a wide terminal has (the rest keep their widths)."""
-        padding = 2 * self.cell_padding
-        available = self.scrollable_content_region.width
-        fixed = sum((c.width or 0) + padding for c in COLUMNS if c.key not in FLEXIBLE)
-        spare = available - fixed - padding * len(FLEXIBLE)
-        shares = sum(share for share, _ in FLEXIBLE.values())
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Fit the columns to the terminal and the rows (column_widths): the target host is not cut
+        while there is room for it, and the command takes the room a wide terminal has."""
         changed = False
-        for key, (share, minimum) in FLEXIBLE.items():
-            width = max(minimum, spare * share // shares)
+        needed = {"requester": max((len(one_line(g.requester)) for g in self._grants.values()), default=0),
+                  "host": max((len(one_line(g.request.target_host)) for g in self._grants.values()), default=0),
+                  "reason": max((len(one_line(g.request.reason)) for g in self._grants.values()), default=0)}
+        for key, width in column_widths(self.scrollable_content_region.width, self.cell_padding, needed).items():
             column = self.columns.get(ColumnKey(key))
             if column is not None and column.width != width:
                 column.width = width
@@ -106,7 +146,7 @@ class GrantTable(DataTable[Text]):
         emphasis = "bold" if is_new else ""
         dim = "" if grant.is_pending else "dim"
         return {
-            "new": _marker(grant.id, is_new),
+            "new": _marker(grant.id, is_new, has_non_ascii(grant)),
             "age": _cell(age(now_ms, grant.created_at), dim),
             "status": _cell(grant.status, self.status_styles.get(grant.status, "")),
             "requester": _cell(one_line(grant.requester), f"{emphasis} {dim}".strip()),
@@ -145,6 +185,7 @@ class GrantTable(DataTable[Text]):
                 self.add_row(*(cells[c.key] for c in COLUMNS), key=grant.id)
             self._grants[grant.id] = grant
         self._resort(selected)
+        self.fit_columns()
 
     def refresh_cells(self, now_ms: int, new_ids: set[str]) -> None:
         """Ages tick and "new" marks clear without touching anything else."""
