@@ -236,6 +236,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
             int, 60, "SP logins started (POST /api/login: a DNS lookup and a request to an IdP each) per client "
             "address per minute.", minimum=0,
         ),
+        "ipv6_prefix": Key(
+            int, 64, "Every per-address limit counts an IPv6 client by this prefix of its address (a client "
+            "usually owns a whole /64); IPv4 addresses, and IPv4-mapped IPv6 addresses, count one by one.",
+            minimum=32, maximum=128,
+        ),
         "token_per_address": Key(
             int, 300, "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "
             "device polls alike) per client address per minute.", minimum=0,
