@@ -140,7 +140,7 @@ class AccessToken:
         person, refusal = await access_token_holder(services, claims)
         if person is None:
             raise unauthorized(f"invalid token: {refusal}", invalid_token=True)
-        return principals.for_person(person, services.admin_emails)
+        return principals.for_access_token(person, services.admin_emails, str(claims.get("scope", "")))
 
 
 async def access_token_holder(services: Services, claims: dict[str, Any]) -> tuple[Person | None, str]:
