@@ -221,6 +221,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "streams_per_principal": Key(
             int, 8, "Open GET /api/grants/events streams per principal, per server process.", minimum=0,
         ),
+        "streams_per_owner": Key(
+            int, 32, "Open GET /api/grants/events streams per person, per server process: their own, those of "
+            "every agent they own, and the management token's for the management identity, together (a person "
+            "cannot escape streams_per_principal by streaming as many agents).", minimum=0,
+        ),
         "streams_per_process": Key(int, 1000, "Open event streams per server process (all principals).", minimum=0),
         "passkey_per_address": Key(
             int, 60, "Passkey sign-in options, sign-in verifications and registration verifications per client "

@@ -27,7 +27,7 @@ from grants_support import grant_body, request_grant
 ALL_OFF = {
     "authenticate_per_agent": 0, "authenticate_per_address": 0, "enroll_per_address": 0,
     "failed_bearer_per_address": 0, "grants_per_agent": 0, "pending_per_agent": 0, "verify_per_address": 0,
-    "streams_per_principal": 0, "streams_per_process": 0,
+    "streams_per_principal": 0, "streams_per_owner": 0, "streams_per_process": 0,
 }
 
 
@@ -280,7 +280,7 @@ def test_defaults_are_documented():
         "failed_bearer_per_address": 50, "grants_per_agent": 120, "pending_per_agent": 100,
         "verify_per_address": 6000, "streams_per_principal": 8, "streams_per_process": 1000,
         "passkey_per_address": 60, "device_code_per_address": 30, "token_per_address": 300, "sp_login_per_address": 60,
-        "ipv6_prefix": 64,
+        "ipv6_prefix": 64, "streams_per_owner": 32,
     }
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "[limits]" in readme
@@ -488,3 +488,114 @@ def test_default_stream_bound_keeps_management_streams_in_check(server):
     finally:
         for sock in socks:
             sock.close()
+
+
+# -- issue 19 item 12 (part): streams per owner across agents -------------------------------------------
+
+
+def test_one_owner_cannot_escape_the_stream_bound_by_streaming_as_many_agents(tmp_path):
+    """One person owns 25 agents and opens 4 unread streams as each (100 in all, half replaying
+    from 1000 events behind, half reset, as the memory test above): streams_per_principal (4) holds
+    for each agent, but only streams_per_owner (10) are open across them; the rest get 429 naming
+    the per-person bound, another owner's agent still streams, and the server stays small. Before
+    the per-owner bound every one of the 100 was served."""
+    directory = tmp_path / "owner"
+    srv = make_server(directory, extra="[limits]\nstreams_per_principal = 4\nstreams_per_owner = 10\n")
+    populate_events(directory, 3000)
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        owner = "olive@example.com"
+        agents = [signed_in(srv, tmp_path / "keys", owner=owner, approver=owner) for _ in range(25)]
+        stranger = signed_in(srv, tmp_path / "keys", owner="sam@example.com", approver="sam@example.com")
+        pid = srv.proc.pid
+        before = vm_rss_kb(pid)
+        peak = before
+        codes: list[int] = []
+        heads: list[str] = []
+        for i in range(100):
+            sock = open_stream(srv.port, agents[i // 4].token, 0 if i % 2 else 2000)
+            code, head = status_of(sock)
+            codes.append(code)
+            heads.append(head)
+            if code == 200:
+                socks.append(sock)  # held open, never read
+            else:
+                sock.close()
+            peak = max(peak, vm_rss_kb(pid))
+        for _ in range(5):
+            time.sleep(0.3)  # the server fills every open stream's buffers meanwhile
+            peak = max(peak, vm_rss_kb(pid))
+        assert codes.count(200) == 10, codes
+        assert codes[:10] == [200] * 10 and set(codes[10:]) == {429}
+        refused = heads[10]
+        assert "retry-after: 10" in refused.lower() and "per person across their agents" in refused
+        # one agent alone is still bounded by streams_per_principal (its fifth stream is refused first)
+        other = open_stream(srv.port, stranger.token)
+        assert status_of(other)[0] == 200
+        socks.append(other)
+        grown_mb = (peak - before) / 1024
+        print(f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 stream attempts by one owner")
+        assert grown_mb < 25, f"server grew {grown_mb:.0f} MB"
+        # a stream that closes frees its owner's place (once the server notices)
+        socks.pop(0).close()
+        deadline = time.monotonic() + 10
+        while True:
+            again = open_stream(srv.port, agents[-1].token)
+            code = status_of(again)[0]
+            if code == 200 or time.monotonic() > deadline:
+                socks.append(again)
+                break
+            again.close()
+            time.sleep(0.1)
+        assert code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
+
+
+def test_a_person_and_the_agents_they_own_share_one_stream_budget(tmp_path):
+    """The hub itself (a real in-process server, its store and limits): a person's own streams and
+    their agents' count together; the management token counts with the agents enrolled for the
+    management identity; another person is not affected."""
+    from contextlib import AsyncExitStack
+
+    from grantd.core import principals
+    from grantd.core.errors import Problem
+    from grantd.services.events import stream_owner
+
+    srv = InProcessServer(tmp_path / "hub", extra="[limits]\nstreams_per_principal = 3\nstreams_per_owner = 5\n").start()
+    try:
+        services = srv.services
+        with srv.admin() as http:
+            made = [http.post("/api/agent/enroll", json={"email": f"bot{i}@example.com", "name": "bot",
+                                                          "publicKey": ssh_keygen(tmp_path / "k", name=f"k{i}")[1],
+                                                          "owner": "pat@example.com" if i < 2 else services.config.admin.management_identity})
+                    for i in range(3)]
+        assert all(r.status_code == 201 for r in made), [r.text for r in made]
+        pat = principals.person("pat@example.com", frozenset())
+        bots = [principals.agent(r.json()["agent_id"], r.json()["email"]) for r in made]
+        management = principals.management(services.config.admin.management_identity)
+        lee = principals.person("lee@example.com", frozenset())
+
+        async def open_all(order: list[Any]) -> list[int]:
+            codes: list[int] = []
+            async with AsyncExitStack() as stack:
+                for principal in order:
+                    owner = await stream_owner(services.store, principal)
+                    try:
+                        await stack.enter_async_context(services.events.subscription(principal.id, services.limits, owner))
+                        codes.append(200)
+                    except Problem as exc:
+                        codes.append(exc.status)
+            return codes
+
+        # pat: 3 own (the per-principal bound), then 2 as each agent: 5 in all, the rest refused
+        codes = srv.call(open_all([pat] * 4 + [bots[0]] * 2 + [bots[1]] * 2 + [lee] * 3))
+        assert codes == [200, 200, 200, 429, 200, 200, 429, 429, 200, 200, 200]
+        # the management token and the agent enrolled for the management identity share a budget too
+        codes = srv.call(open_all([management] * 3 + [bots[2]] * 3))
+        assert codes == [200, 200, 200, 200, 200, 429]
+    finally:
+        srv.stop()

@@ -26,7 +26,9 @@ Client addresses are counted by ``grantd.client_address.limit_key``: IPv4 addres
 since one IPv6 client usually owns a whole /64. A rule counts addresses when its name ends in
 ``.address`` (``Rule.per_address``).
 
-Open event streams are bounded by the hub (``grantd.services.events``), per process.
+Open event streams are bounded by the hub (``grantd.services.events``), per process: per principal,
+per owner (a person together with every agent they own, so streaming as many agents does not
+escape the per-principal bound) and per process.
 
 A fixed window lets a client spend up to twice a limit around a window boundary; that is the
 price of one counter per key and window, and still bounds every client to a small multiple of
@@ -100,6 +102,7 @@ class Limits:
         self.ipv6_prefix: int = limits.ipv6_prefix
         self.pending_per_agent: int = limits.pending_per_agent
         self.streams_per_principal: int = limits.streams_per_principal
+        self.streams_per_owner: int = limits.streams_per_owner
         self.streams_per_process: int = limits.streams_per_process
         # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise).
         self.on_refused: Callable[[str], None] = _ignore
@@ -197,13 +200,19 @@ class Limits:
         the address has had more than ``failed_bearer_per_address`` refused in this window."""
         await self.hit(self.failed_bearer_address, address)
 
-    def stream_slots(self, open_of_principal: int, open_in_process: int) -> None:
-        """Another event stream for a principal that has ``open_of_principal`` open in this process
-        (of ``open_in_process`` in all): 429 beyond ``streams_per_principal``, 503 beyond
+    def stream_slots(self, open_of_principal: int, open_of_owner: int, open_in_process: int) -> None:
+        """Another event stream for a principal that has ``open_of_principal`` open in this process,
+        whose owner (the person answerable for it: ``grantd.services.events.stream_owner``) has
+        ``open_of_owner`` open across themselves and all their agents, of ``open_in_process`` in all:
+        429 beyond ``streams_per_principal`` or ``streams_per_owner``, 503 beyond
         ``streams_per_process``. Counted per process: a principal may hold that many in each."""
         if 0 < self.streams_per_principal <= open_of_principal:
             self.on_refused("streams.principal")
             raise too_many(f"too many open event streams (at most {self.streams_per_principal} per identity)", 10)
+        if 0 < self.streams_per_owner <= open_of_owner:
+            self.on_refused("streams.owner")
+            raise too_many(f"too many open event streams (at most {self.streams_per_owner} per person across "
+                           "their agents)", 10)
         if 0 < self.streams_per_process <= open_in_process:
             self.on_refused("streams.process")
             raise Problem(503, "too many open event streams on this server; retry in 10 s", headers={"Retry-After": "10"})
