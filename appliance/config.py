@@ -211,7 +211,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
         "failed_bearer_per_address": Key(
             int, 50, "Refused bearer tokens (management token or identity token) per client address per minute; "
-            "then every request with a bearer from that address gets 429 until the minute ends.", minimum=0,
+            "then every further wrong bearer from that address gets 429 until the minute ends, and a possible "
+            "management-token guess waits 1 s before it is compared. A valid bearer is always accepted.", minimum=0,
         ),
         "grants_per_agent": Key(int, 120, "Grant requests per agent per minute.", minimum=0),
         "pending_per_agent": Key(
