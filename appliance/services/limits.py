@@ -104,7 +104,8 @@ class Limits:
         self.streams_per_principal: int = limits.streams_per_principal
         self.streams_per_owner: int = limits.streams_per_owner
         self.streams_per_process: int = limits.streams_per_process
-        # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise).
+        # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise),
+        # and "bearer-failed.tarpit" for every bearer check slowed by an address over its budget.
         self.on_refused: Callable[[str], None] = _ignore
 
     # -- the counting rule ------------------------------------------------------------------------
@@ -126,15 +127,6 @@ class Limits:
             return
         now, start, retry_after = self._window()
         if await self.rates.hit(self.key(rule, subject), start, WINDOW_MS, now) > rule.limit:
-            self.on_refused(rule.name)
-            raise too_many(rule.what, retry_after)
-
-    async def check(self, rule: Rule, subject: str | None) -> None:
-        """429 if ``subject`` has used up ``rule`` in this window, without counting."""
-        if rule.limit <= 0 or not subject:
-            return
-        _, start, retry_after = self._window()
-        if await self.rates.count(self.key(rule, subject), start) >= rule.limit:
             self.on_refused(rule.name)
             raise too_many(rule.what, retry_after)
 
