@@ -20,6 +20,9 @@ What is counted where:
   be the management token is compared only after ``BEARER_TARPIT_S`` (one second), so guessing
   the management token from that address goes at one guess per second per connection, and a
   guess learns no more from the wait than from the answer. Accepted bearers are never counted.
+  The tarpit slows, it does not cap: parallel connections wait their second each (a cap would let
+  a guesser lock the real token out again); what makes guessing hopeless is the management
+  token's length (at least 16 characters, `grantd config init` makes a random one).
 
 Client addresses are counted by ``grantd.client_address.limit_key``: IPv4 addresses one by one
 (IPv4-mapped IPv6 ones as IPv4), IPv6 addresses per ``limits.ipv6_prefix`` network (default /64),
