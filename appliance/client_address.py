@@ -72,6 +72,40 @@ def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Netwo
     return str(found) if found is not None else peer
 
 
+def limit_key(address: str, ipv6_prefix: int) -> str:
+    """What per-address limits count for a client address (D12): an IPv4 address as it is (an
+    IPv4-mapped IPv6 address as its IPv4 address), an IPv6 address as the network of its first
+    ``ipv6_prefix`` bits (``2001:db8:1:2::/64``): one IPv6 client usually owns a whole /64 and may
+    use every address in it. Anything that is not an IP address is its own key."""
+    found = _address(address)
+    if found is None:
+        return address
+    if isinstance(found, ipaddress.IPv6Address) and ipv6_prefix < 128:
+        return str(ipaddress.IPv6Network((found, ipv6_prefix), strict=False))
+    return str(found)
+
+
+def shared_address_warning(peer: str, proxy_headers: bool) -> str | None:
+    """With no ``server.trusted_proxies``: the warning to log (once per process) when a request's
+    peer suggests that many clients reach grantd through one address — a reverse proxy or a NAT —
+    so they share every per-address limit; None when it does not. Decided on:
+
+    - a private (RFC 1918, unique-local, link-local, ...) peer that is not loopback: a proxy or NAT
+      on the network, or clients on a LAN (worth one line either way);
+    - a loopback peer only when the request carries a proxy's header (``X-Forwarded-For``,
+      ``Forwarded``, ``X-Real-IP``): a reverse proxy on this host. Plain loopback requests are
+      local use (development, tests, a CLI on the server) and warn nothing;
+    - a public peer: nothing (each client is its own address)."""
+    address = _address(peer)
+    if address is None or not address.is_private:
+        return None
+    if address.is_loopback and not proxy_headers:
+        return None
+    return (f"requests come from the private address {address} and server.trusted_proxies is empty: if a reverse "
+            "proxy or NAT is in front of grantd, all its clients share that address's limits (and its failed-bearer "
+            "budget); list the proxy in server.trusted_proxies")
+
+
 def parse_nameserver(value: str) -> tuple[str, int] | None:
     """``"10.0.0.1"``, ``"10.0.0.1:5353"``, ``"::1"`` or ``"[::1]:5353"`` -> (address, port)."""
     value = value.strip()

@@ -211,7 +211,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
         "failed_bearer_per_address": Key(
             int, 50, "Refused bearer tokens (management token or identity token) per client address per minute; "
-            "then every request with a bearer from that address gets 429 until the minute ends.", minimum=0,
+            "then every further wrong bearer from that address gets 429 until the minute ends, and a possible "
+            "management-token guess waits 1 s before it is compared. A valid bearer is always accepted.", minimum=0,
         ),
         "grants_per_agent": Key(int, 120, "Grant requests per agent per minute.", minimum=0),
         "pending_per_agent": Key(
@@ -220,6 +221,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "verify_per_address": Key(int, 6000, "POST /api/grants/verify requests per client address per minute.", minimum=0),
         "streams_per_principal": Key(
             int, 8, "Open GET /api/grants/events streams per principal, per server process.", minimum=0,
+        ),
+        "streams_per_owner": Key(
+            int, 32, "Open GET /api/grants/events streams per person, per server process: their own, those of "
+            "every agent they own, and the management token's for the management identity, together (a person "
+            "cannot escape streams_per_principal by streaming as many agents).", minimum=0,
         ),
         "streams_per_process": Key(int, 1000, "Open event streams per server process (all principals).", minimum=0),
         "passkey_per_address": Key(
@@ -235,6 +241,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "sp_login_per_address": Key(
             int, 60, "SP logins started (POST /api/login: a DNS lookup and a request to an IdP each) per client "
             "address per minute.", minimum=0,
+        ),
+        "ipv6_prefix": Key(
+            int, 64, "Every per-address limit counts an IPv6 client by this prefix of its address (a client "
+            "usually owns a whole /64); IPv4 addresses, and IPv4-mapped IPv6 addresses, count one by one.",
+            minimum=32, maximum=128,
         ),
         "token_per_address": Key(
             int, 300, "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "

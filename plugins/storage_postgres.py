@@ -346,6 +346,9 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         # D3: keys of several algorithms coexist; the active key is looked up per algorithm
         "CREATE INDEX signing_keys_alg ON signing_keys (alg, retired_at)",
     ]),
+    (4, "device codes remember the client address that asked", [
+        f"ALTER TABLE device_codes ADD COLUMN client_address {T}",  # D12: the /device page says where
+    ]),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.

@@ -380,6 +380,11 @@ def _m6_oauth(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX signing_keys_alg ON signing_keys (alg, retired_at, created_at)")
 
 
+def _m7_device_address(db: sqlite_utils.Database) -> None:
+    # D12: the /device page says where a device sign-in came from.
+    db.execute("ALTER TABLE device_codes ADD COLUMN client_address TEXT")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
@@ -387,6 +392,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (4, "rate counters", _m4_rate_counters),
     (5, "people, passkeys, sessions, registration URLs, WebAuthn challenges", _m5_people),
     (6, "OAuth one-time records, refresh tokens, device codes, consents; guest sessions; keys per algorithm", _m6_oauth),
+    (7, "device codes remember the client address that asked", _m7_device_address),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.

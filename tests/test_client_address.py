@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from grantd.client_address import client_address, parse_networks
+from grantd.client_address import client_address, limit_key, parse_networks, shared_address_warning
 
 
 def trusted(*values: str):
@@ -95,3 +95,77 @@ def test_access_log_remote_honours_x_forwarded_for_only_from_a_trusted_peer(serv
     with srv.client() as http:
         assert http.get("/healthz", headers={"X-Forwarded-For": "1.2.3.4, 198.51.100.7"}).status_code == 200
     assert [line["remote"] for line in _access_lines(srv, "/healthz")] == [expected]
+
+
+# -- issue 19 item 6: what per-address limits count, and the warning about a shared address ------------
+
+
+@pytest.mark.parametrize(
+    ("address", "prefix", "expected"),
+    [
+        ("192.0.2.7", 64, "192.0.2.7"),  # IPv4: one by one
+        ("::ffff:192.0.2.7", 64, "192.0.2.7"),  # IPv4-mapped IPv6 counts as the IPv4 address
+        ("2001:db8:1:2::1", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", 64, "2001:db8:1:2::/64"),  # the same /64: one client
+        ("2001:DB8:1:2:0:0:0:9", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:3::1", 64, "2001:db8:1:3::/64"),  # the next /64: another client
+        ("2001:db8:1:2::1", 48, "2001:db8:1::/48"),
+        ("2001:db8::1", 128, "2001:db8::1"),
+        ("not an address", 64, "not an address"),
+    ],
+)
+def test_limit_key(address, prefix, expected):
+    assert limit_key(address, prefix) == expected
+
+
+@pytest.mark.parametrize(
+    ("peer", "proxy_headers", "warns"),
+    [
+        ("10.1.2.3", False, True),  # a NAT or a proxy on the network
+        ("192.168.0.9", True, True),
+        ("fd00::7", False, True),  # unique-local IPv6
+        ("::ffff:172.16.0.4", False, True),
+        ("127.0.0.1", False, False),  # local use: development, tests, a CLI on the server
+        ("::1", False, False),
+        ("127.0.0.1", True, True),  # a reverse proxy on this host
+        ("8.8.8.8", True, False),  # a public peer is its own client
+        ("2606:4700::1111", False, False),
+    ],
+)
+def test_shared_address_warning_decides_on_the_peer(peer, proxy_headers, warns):
+    warning = shared_address_warning(peer, proxy_headers)
+    assert (warning is not None) == warns
+    if warning:
+        assert "server.trusted_proxies" in warning
+
+
+def test_a_proxied_request_without_trusted_proxies_warns_once(server_factory):
+    """A reverse proxy on this host (a loopback peer sending X-Forwarded-For) with trusted_proxies
+    empty: every client shares one address's limits. The server says so once, at the first such
+    request; plain local requests before it say nothing."""
+    srv = server_factory(log_format="json")
+    srv.start()
+    warning = "server.trusted_proxies is empty"
+    with srv.client() as http:
+        assert http.get("/healthz").status_code == 200
+        _access_lines(srv, "/healthz")
+        assert warning not in srv.log()
+        for _ in range(3):
+            assert http.get("/healthz", headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 200
+        assert http.get("/healthz", headers={"X-Real-IP": "198.51.100.8"}).status_code == 200
+    deadline = time.monotonic() + 5
+    while srv.log().count(warning) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.log().count(warning) == 1, srv.log()
+    assert "private address 127.0.0.1" in srv.log()
+
+
+def test_trusted_proxies_configured_never_warn(server_factory):
+    srv = server_factory(log_format="json")
+    text = srv.config_path.read_text()
+    srv.config_path.write_text(text.replace("[server]\n", '[server]\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+    srv.start()
+    with srv.client() as http:
+        assert http.get("/healthz", headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 200
+    _access_lines(srv, "/healthz")
+    assert "server.trusted_proxies is empty" not in srv.log()

@@ -124,7 +124,7 @@ def test_start_answers_the_rfc_8628_fields_and_stores_only_a_hash(srv):
     ({}, 400, "invalid_request"),
     ({"client_id": "no-such-client"}, 401, "invalid_client"),
     ({"client_id": "apes-cli"}, 400, "unauthorized_client"),  # a code-flow client: not the device grant
-    ({"client_id": "grantd-cli", "scope": "openid admin"}, 400, "invalid_scope"),
+    ({"client_id": "grantd-cli", "scope": "openid root"}, 400, "invalid_scope"),
 ])
 def test_start_refuses(srv, body, status, error):
     with srv.client() as http:
@@ -296,6 +296,124 @@ def test_guessing_user_codes_is_rate_limited_per_address(tmp_path):
         assert refused.status_code == 429 and error_of(refused) == "slow_down" and "retry-after" in refused.headers
     finally:
         limited.stop()
+
+
+# -- issue 19 item 7: device-code phishing of an administrator ---------------------------------------
+
+
+def approved_tokens(srv: Any, browser: httpx.Client, pair: dict[str, Any]) -> dict[str, Any]:
+    r = decide(browser, pair["user_code"], True)
+    assert r.status_code == 200, r.text
+    srv.clock.advance(pair["interval"])
+    answer = poll(srv, pair["device_code"])
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+def refreshed(srv: Any, tokens: dict[str, Any]) -> dict[str, Any]:
+    with srv.client() as http:
+        r = http.post("/token", data={"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                      "client_id": "grantd-cli"})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+ADMIN_ROUTES = (("GET", "/api/admin/users", None), ("GET", "/api/admin/agents", None),
+                ("POST", "/api/admin/users", {"email": "mallory-made@example.com"}),
+                ("POST", "/api/admin/registration-urls", {"email": "mallory-made@example.com"}))
+
+
+def test_an_admin_approving_a_code_that_did_not_ask_for_admin_hands_out_no_admin_rights(srv):
+    """The attack: Mallory starts a device sign-in and sends the administrator the link. The admin
+    approves. Mallory's token acts as the admin in every way a person may — deciding the grants of
+    agents the admin owns — but cannot call an admin route (403), before and after a refresh."""
+    admin, browser = person_browser_admin(srv)
+    own_agent, own_token = enrol_agent(srv, owner=admin["email"])
+    others_agent, others_token = enrol_agent(srv, owner="someone-else@example.com")
+    pair = started(srv)  # Mallory's terminal: the default scope, no "admin"
+    with browser:
+        page = browser.get("/device", params={"user_code": pair["user_code"]})
+        assert page.status_code == 200
+        assert 'data-device-admin="none"' in page.text and "did not ask for them" in page.text
+        assert 'data-device-admin="granted"' not in page.text
+        tokens = approved_tokens(srv, browser, pair)
+        # the admin's own browser session is still an administrator
+        assert browser.get("/api/admin/users").status_code == 200
+    assert "admin" not in tokens["scope"].split()
+    for access in (tokens["access_token"], refreshed(srv, tokens)["access_token"]):
+        with srv.client(access) as http:
+            me = http.get("/api/me").json()
+            assert me["email"] == admin["email"] and me["admin"] is False, me
+            for method, path, body in ADMIN_ROUTES:
+                r = http.request(method, path, json=body)
+                assert r.status_code == 403, (method, path, r.status_code, r.text)
+            # someone else's agent: only an administrator could decide it
+            theirs = request_grant(srv, others_token)
+            assert http.post(f"/api/grants/{theirs['id']}/approve", json={}).status_code in (403, 404)  # not even seen
+            assert srv.call(srv.services.store.grants.get(theirs["id"]))["status"] == "pending"
+            # the admin's own agent: decided as that person
+            mine = request_grant(srv, own_token)
+            decided = http.post(f"/api/grants/{mine['id']}/approve", json={})
+            assert decided.status_code == 200, decided.text
+            assert decided.json()["grant"]["decided_by"] == admin["email"]
+    assert others_agent["agent_id"] != own_agent["agent_id"]
+    assert srv.call(srv.services.store.people.get("mallory-made@example.com")) is None
+
+
+def test_a_device_that_asks_for_admin_gets_it_only_from_an_admin_and_the_page_says_so(srv):
+    admin_scope = "openid email profile offline_access admin"
+    pair = started(srv, scope=admin_scope)
+    admin, browser = person_browser_admin(srv)
+    with browser:
+        page = browser.get("/device", params={"user_code": pair["user_code"]})
+        assert page.status_code == 200
+        assert 'data-device-admin="granted"' in page.text and "asks for administrator rights" in page.text
+        for power in ("delete people", "delete any agent", "every agent", "signing keys"):
+            assert power in page.text, power
+        tokens = approved_tokens(srv, browser, pair)
+    assert "admin" in tokens["scope"].split()
+    for access in (tokens["access_token"], refreshed(srv, tokens)["access_token"]):
+        with srv.client(access) as http:
+            assert http.get("/api/me").json()["admin"] is True
+            assert http.get("/api/admin/users").status_code == 200
+    # A person who is not an administrator is told the device gets no such rights, and it gets none.
+    pair = started(srv, scope=admin_scope)
+    _, browser = person_browser(srv)
+    with browser:
+        page = browser.get("/device", params={"user_code": pair["user_code"]})
+        assert 'data-device-admin="refused"' in page.text and 'data-device-admin="granted"' not in page.text
+        tokens = approved_tokens(srv, browser, pair)
+    with srv.client(tokens["access_token"]) as http:
+        assert http.get("/api/admin/users").status_code == 403
+
+
+def test_the_page_names_the_client_the_address_and_the_time_the_request_came_from(tmp_path):
+    proxied = InProcessServer(tmp_path / "proxied")
+    text = proxied.config_path.read_text()
+    proxied.config_path.write_text(text.replace("[server]\n", '[server]\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+    proxied.start()
+    try:
+        began = proxied.clock.now_ms()
+        with proxied.client() as http:
+            r = http.post("/device_authorization", data={"client_id": "grantd-cli"},
+                          headers={"X-Forwarded-For": "2001:db8:bad::66"})
+        assert r.status_code == 200, r.text
+        pair = r.json()
+        proxied.clock.advance(90)
+        _, browser = person_browser(proxied)
+        with browser:
+            page = browser.get("/device", params={"user_code": pair["user_code"]})
+        assert page.status_code == 200
+        assert "grantd (terminal)" in page.text
+        assert '<code data-field="client_address">2001:db8:bad::66</code>' in page.text
+        from grantd.web.pages import format_ms, iso_ms
+        assert f'datetime="{iso_ms(began)}"' in page.text and format_ms(began) in page.text
+    finally:
+        proxied.stop()
+
+
+def person_browser_admin(srv: Any) -> tuple[dict[str, Any], httpx.Client]:
+    return signed_in_person(srv, admin=True)
 
 
 # -- the terminal's session (grantd.tui.signin) ------------------------------------------------------
@@ -523,6 +641,61 @@ def test_grantd_login_and_logout_as_processes(live, tmp_path):
         r = http.post("/token", data={"grant_type": "refresh_token", "refresh_token": stored["refresh_token"],
                                       "client_id": "grantd-cli"})
     assert r.status_code == 400 and r.json()["error"] == "invalid_grant", r.text
+
+
+def _login_process(live: Any, session_file: Path, browser: httpx.Client, *flags: str) -> tuple[str, str, str]:
+    """`grantd login` as a process, approved in ``browser``: (stdout, stderr, the /device page it was approved on)."""
+    proc = grantd_cli("login", "--url", live.url, "--session-file", str(session_file), *flags)
+    try:
+        assert proc.stderr is not None
+        code = re.search(r"code ([A-Z]{4}-[A-Z]{4})", proc.stderr.readline())
+        assert code
+        page = browser.get("/device", params={"user_code": code.group(1)}).text
+        assert decide(browser, code.group(1), True).status_code == 200
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    return out, err, page
+
+
+def test_grantd_login_asks_for_admin_rights_only_with_admin(live, tmp_path):
+    """Issue 19 item 7: `grantd login` signs an administrator in without administrator rights;
+    `grantd login --admin` asks for them (the page says so) and replaces a stored session that did
+    not ask for them; the TUI's sign-in asks likewise with `grantd tui --admin`."""
+    admin = create_person(live, admin=True)
+    browser = cookie_client(live, start_session(live, admin["email"]))
+    session_file = tmp_path / "admin-session.json"
+    with browser:
+        _, _, page = _login_process(live, session_file, browser)
+        assert 'data-device-admin="none"' in page
+        plain = json.loads(session_file.read_text())
+        assert "admin" not in plain["scope"].split()
+        with live.client(plain["access_token"]) as http:
+            assert http.get("/api/admin/users").status_code == 403
+        # --admin: the stored session did not ask for admin rights, so a new sign-in asks for them
+        _, err, page = _login_process(live, session_file, browser, "--admin")
+        assert "Signed in as" in err and 'data-device-admin="granted"' in page
+        elevated = json.loads(session_file.read_text())
+        assert "admin" in elevated["scope"].split()
+        with live.client(elevated["access_token"]) as http:
+            assert http.get("/api/admin/users").status_code == 200
+    # with an admin session stored, `grantd login --admin` and `grantd login` both keep it
+    for flags in (("--admin",), ()):
+        again = grantd_cli("login", "--url", live.url, "--session-file", str(session_file), *flags)
+        _, err = again.communicate(timeout=60)
+        assert again.returncode == 0 and "Already signed in" in err, err
+    # the console: --admin asks for the scope; a stored session without it is not used
+    from grantd.tui.cli import person_credential
+    from grantd.tui.signin import ADMIN_SCOPE, SCOPE, StoredSession
+
+    assert person_credential(live.url, session_file, admin=True).session is not None  # type: ignore[attr-defined]
+    session_file.write_text(json.dumps(plain))
+    assert StoredSession.from_json(plain).scope == SCOPE
+    console = person_credential(live.url, session_file, admin=True)
+    assert console.session is None and console.scope == ADMIN_SCOPE  # type: ignore[attr-defined]
+    assert person_credential(live.url, session_file).session is not None  # type: ignore[attr-defined]
 
 
 def test_grantd_login_reports_a_denial(live, tmp_path):

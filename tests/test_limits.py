@@ -27,7 +27,7 @@ from grants_support import grant_body, request_grant
 ALL_OFF = {
     "authenticate_per_agent": 0, "authenticate_per_address": 0, "enroll_per_address": 0,
     "failed_bearer_per_address": 0, "grants_per_agent": 0, "pending_per_agent": 0, "verify_per_address": 0,
-    "streams_per_principal": 0, "streams_per_process": 0,
+    "streams_per_principal": 0, "streams_per_owner": 0, "streams_per_process": 0,
 }
 
 
@@ -180,11 +180,11 @@ def test_failed_bearers_shut_out_their_address_only(clocked, tmp_path):
         # the attacker: guessing management tokens and forging identity tokens
         for bearer in ("guess-1", "guess-2", agent.token[:-4] + "AAAA"):
             assert http.get("/api/me", headers={"Authorization": f"Bearer {bearer}", **from_("192.0.2.66")}).status_code == 401
-        # now every bearer from that address is refused before it is looked at, even a right one
-        retry_after = assert_limited(http.get("/api/me", headers={**good, **from_("192.0.2.66")}),
+        # now every wrong bearer from that address is 429, a forged identity token too
+        retry_after = assert_limited(http.get("/api/me", headers={"Authorization": "Bearer guess-3", **from_("192.0.2.66")}),
                                      "too many failed authentication attempts; retry in")
-        assert http.get("/api/me", headers={"Authorization": f"Bearer {agent.token}", **from_("192.0.2.66")}).status_code == 429
-        assert http.post("/api/grants", json=grant_body(), headers={"Authorization": "Bearer guess-3", **from_("192.0.2.66")}).status_code == 429
+        assert http.get("/api/me", headers={"Authorization": f"Bearer {agent.token[:-4]}BBBB", **from_("192.0.2.66")}).status_code == 429
+        assert http.post("/api/grants", json=grant_body(), headers={"Authorization": "Bearer guess-4", **from_("192.0.2.66")}).status_code == 429
         # requests without a bearer are not bearer attempts
         assert http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("192.0.2.66")).status_code == 200
         # the management token from another address is never limited by these failures
@@ -192,6 +192,73 @@ def test_failed_bearers_shut_out_their_address_only(clocked, tmp_path):
         assert http.get("/api/me", headers=good).status_code == 200
         srv.clock.advance(retry_after)
         assert http.get("/api/me", headers={**good, **from_("192.0.2.66")}).status_code == 200
+
+
+def test_valid_credentials_are_never_locked_out_by_others_failures_at_the_same_address(clocked, tmp_path):
+    """Issue 19 item 6: people behind one NAT (or an untrusted proxy) share an address. Someone else's
+    failures there must not lock out the management token or a valid token; guesses of the
+    management token stay slowed (one per second per connection) and wrong ones are 429."""
+    srv = clocked(failed_bearer_per_address=3)
+    agent = signed_in(srv, tmp_path / "keys")
+    nat = from_("198.51.100.50")
+    with srv.client() as http:
+        codes = [http.get("/api/me", headers={"Authorization": f"Bearer guess-{i}", **nat}).status_code
+                 for i in range(5)]  # the attacker behind the NAT: over the budget
+        assert codes == [401, 401, 401, 429, 429]
+        # a valid agent identity token (signed: no guess passes it) is accepted at once
+        started = time.monotonic()
+        me = http.get("/api/me", headers={"Authorization": f"Bearer {agent.token}", **nat})
+        assert me.status_code == 200, me.text
+        assert me.json()["email"] == agent.email
+        assert time.monotonic() - started < 0.9
+        # the management token from the same address still works, after the guessing tarpit
+        started = time.monotonic()
+        r = http.get("/api/admin/agents", headers={"Authorization": f"Bearer {srv.token}", **nat})
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - started >= 1.0
+        # a wrong guess waits just as long, then is refused 429 (not told apart by its timing)
+        started = time.monotonic()
+        assert_limited(http.get("/api/me", headers={"Authorization": "Bearer guess-x", **nat}),
+                       "too many failed authentication attempts")
+        assert time.monotonic() - started >= 1.0
+        # an address under its budget is not slowed at all
+        started = time.monotonic()
+        assert http.get("/api/me", headers={"Authorization": f"Bearer {srv.token}", **from_("198.51.100.51")}).status_code == 200
+        assert time.monotonic() - started < 0.9
+
+
+def test_ipv6_clients_are_counted_per_prefix(clocked):
+    """Issue 19 item 6: an IPv6 client owns a /64 and may use a fresh address for every request; it
+    still gets one counter. Other /64s are not affected; IPv4-mapped IPv6 counts as its IPv4."""
+    srv = clocked(verify_per_address=3)
+    with srv.client() as http:
+        def verify(address: str) -> httpx.Response:
+            return http.post("/api/grants/verify", json={"token": "x"}, headers=from_(address))
+
+        for address in ("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff"):
+            assert verify(address).status_code == 200
+        assert_limited(verify("2001:db8:1:2:abcd::9"), "too many verification requests")
+        assert verify("2001:db8:1:3::1").status_code == 200  # the next /64: another client
+        for _ in range(3):
+            assert verify("192.0.2.77").status_code == 200
+        assert_limited(verify("::ffff:192.0.2.77"), "too many verification requests")
+        assert verify("192.0.2.78").status_code == 200  # IPv4 stays per address
+    # the limits of other modules count per prefix too (POST /token: grantd.web.api.oauth)
+    srv2 = clocked(token_per_address=3)
+    with srv2.client() as http:
+        for i in range(3):
+            assert http.post("/token", data={"grant_type": "nope"}, headers=from_(f"2001:db8:9:9::{i + 1}")).status_code == 400
+        r = http.post("/token", data={"grant_type": "nope"}, headers=from_("2001:db8:9:9:1::5"))
+        assert r.status_code == 429, r.text
+
+
+def test_the_ipv6_prefix_is_configurable(clocked):
+    srv = clocked(verify_per_address=2, ipv6_prefix=128)
+    with srv.client() as http:
+        for i in range(4):  # four addresses of one /64, each its own counter at /128
+            for _ in range(2):
+                assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_(f"2001:db8::{i + 1}")).status_code == 200
+        assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_("2001:db8::1")).status_code == 429
 
 
 def test_limits_are_off_when_zero(clocked, tmp_path):
@@ -214,6 +281,7 @@ def test_defaults_are_documented():
         "failed_bearer_per_address": 50, "grants_per_agent": 120, "pending_per_agent": 100,
         "verify_per_address": 6000, "streams_per_principal": 8, "streams_per_process": 1000,
         "passkey_per_address": 60, "device_code_per_address": 30, "token_per_address": 300, "sp_login_per_address": 60,
+        "ipv6_prefix": 64, "streams_per_owner": 32,
     }
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "[limits]" in readme
@@ -244,10 +312,13 @@ def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
             with a.admin() as ha, b.admin() as hb:
                 after = [ha.get("/api/me", headers=address).status_code, hb.get("/api/me", headers=address).status_code]
                 elsewhere = hb.get("/api/me", headers=from_("198.51.100.99")).status_code
+            with a.client("wrong") as wa, b.client("wrong") as wb:
+                after += [wa.get("/api/me", headers=address).status_code, wb.get("/api/me", headers=address).status_code]
             if int(time.time()) // 60 == window:
                 break
         assert codes == [401, 401, 401, 401]
-        assert after == [429, 429]  # four failures, two in each process: the address is shut out in both
+        # four failures, two in each process: more wrong bearers are 429 in both; the right one still works
+        assert after == [200, 200, 429, 429]
         assert elsewhere == 200
     finally:
         for srv in servers:
@@ -418,3 +489,114 @@ def test_default_stream_bound_keeps_management_streams_in_check(server):
     finally:
         for sock in socks:
             sock.close()
+
+
+# -- issue 19 item 12 (part): streams per owner across agents -------------------------------------------
+
+
+def test_one_owner_cannot_escape_the_stream_bound_by_streaming_as_many_agents(tmp_path):
+    """One person owns 25 agents and opens 4 unread streams as each (100 in all, half replaying
+    from 1000 events behind, half reset, as the memory test above): streams_per_principal (4) holds
+    for each agent, but only streams_per_owner (10) are open across them; the rest get 429 naming
+    the per-person bound, another owner's agent still streams, and the server stays small. Before
+    the per-owner bound every one of the 100 was served."""
+    directory = tmp_path / "owner"
+    srv = make_server(directory, extra="[limits]\nstreams_per_principal = 4\nstreams_per_owner = 10\n")
+    populate_events(directory, 3000)
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        owner = "olive@example.com"
+        agents = [signed_in(srv, tmp_path / "keys", owner=owner, approver=owner) for _ in range(25)]
+        stranger = signed_in(srv, tmp_path / "keys", owner="sam@example.com", approver="sam@example.com")
+        pid = srv.proc.pid
+        before = vm_rss_kb(pid)
+        peak = before
+        codes: list[int] = []
+        heads: list[str] = []
+        for i in range(100):
+            sock = open_stream(srv.port, agents[i // 4].token, 0 if i % 2 else 2000)
+            code, head = status_of(sock)
+            codes.append(code)
+            heads.append(head)
+            if code == 200:
+                socks.append(sock)  # held open, never read
+            else:
+                sock.close()
+            peak = max(peak, vm_rss_kb(pid))
+        for _ in range(5):
+            time.sleep(0.3)  # the server fills every open stream's buffers meanwhile
+            peak = max(peak, vm_rss_kb(pid))
+        assert codes.count(200) == 10, codes
+        assert codes[:10] == [200] * 10 and set(codes[10:]) == {429}
+        refused = heads[10]
+        assert "retry-after: 10" in refused.lower() and "per person across their agents" in refused
+        # one agent alone is still bounded by streams_per_principal (its fifth stream is refused first)
+        other = open_stream(srv.port, stranger.token)
+        assert status_of(other)[0] == 200
+        socks.append(other)
+        grown_mb = (peak - before) / 1024
+        print(f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 stream attempts by one owner")
+        assert grown_mb < 25, f"server grew {grown_mb:.0f} MB"
+        # a stream that closes frees its owner's place (once the server notices)
+        socks.pop(0).close()
+        deadline = time.monotonic() + 10
+        while True:
+            again = open_stream(srv.port, agents[-1].token)
+            code = status_of(again)[0]
+            if code == 200 or time.monotonic() > deadline:
+                socks.append(again)
+                break
+            again.close()
+            time.sleep(0.1)
+        assert code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
+
+
+def test_a_person_and_the_agents_they_own_share_one_stream_budget(tmp_path):
+    """The hub itself (a real in-process server, its store and limits): a person's own streams and
+    their agents' count together; the management token counts with the agents enrolled for the
+    management identity; another person is not affected."""
+    from contextlib import AsyncExitStack
+
+    from grantd.core import principals
+    from grantd.core.errors import Problem
+    from grantd.services.events import stream_owner
+
+    srv = InProcessServer(tmp_path / "hub", extra="[limits]\nstreams_per_principal = 3\nstreams_per_owner = 5\n").start()
+    try:
+        services = srv.services
+        with srv.admin() as http:
+            made = [http.post("/api/agent/enroll", json={"email": f"bot{i}@example.com", "name": "bot",
+                                                          "publicKey": ssh_keygen(tmp_path / "k", name=f"k{i}")[1],
+                                                          "owner": "pat@example.com" if i < 2 else services.config.admin.management_identity})
+                    for i in range(3)]
+        assert all(r.status_code == 201 for r in made), [r.text for r in made]
+        pat = principals.person("pat@example.com", frozenset())
+        bots = [principals.agent(r.json()["agent_id"], r.json()["email"]) for r in made]
+        management = principals.management(services.config.admin.management_identity)
+        lee = principals.person("lee@example.com", frozenset())
+
+        async def open_all(order: list[Any]) -> list[int]:
+            codes: list[int] = []
+            async with AsyncExitStack() as stack:
+                for principal in order:
+                    owner = await stream_owner(services.store, principal)
+                    try:
+                        await stack.enter_async_context(services.events.subscription(principal.id, services.limits, owner))
+                        codes.append(200)
+                    except Problem as exc:
+                        codes.append(exc.status)
+            return codes
+
+        # pat: 3 own (the per-principal bound), then 2 as each agent: 5 in all, the rest refused
+        codes = srv.call(open_all([pat] * 4 + [bots[0]] * 2 + [bots[1]] * 2 + [lee] * 3))
+        assert codes == [200, 200, 200, 429, 200, 200, 429, 429, 200, 200, 200]
+        # the management token and the agent enrolled for the management identity share a budget too
+        codes = srv.call(open_all([management] * 3 + [bots[2]] * 3))
+        assert codes == [200, 200, 200, 200, 200, 429]
+    finally:
+        srv.stop()

@@ -45,6 +45,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     who.add_argument("--token-file", type=Path, help="act with the management token held in this file")
     p.add_argument("--session-file", type=Path,
                    help=f"where a person's sign-in is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)")
+    p.add_argument("--admin", action="store_true",
+                   help="as a person: sign in asking for administrator rights (see `grantd login --admin`); a stored "
+                        "sign-in that did not ask for them is replaced by a new one")
     p.add_argument("--bell", action="store_true", help="ring the terminal bell when a new grant arrives")
     p.add_argument("--confirm-root", action="store_true",
                    help="ask before approving a command that runs as root (run as unset or root)")
@@ -139,20 +142,23 @@ def cmd_tui(args: argparse.Namespace) -> int:
     if connection.token is not None:
         credential = ManagementTokenCredential(connection.token)
     else:
-        credential = person_credential(connection.url, connection.session_file)
+        credential = person_credential(connection.url, connection.session_file, admin=args.admin)
     client = GrantdClient(connection.url, credential)
     GrantConsole(client, bell=args.bell, theme=args.theme, poll_interval=args.poll_interval,
                  confirm_root=args.confirm_root).run()
     return 0
 
 
-def person_credential(url: str, session_file: Path | None) -> Credential:
+def person_credential(url: str, session_file: Path | None, *, admin: bool = False) -> Credential:
     """The stored session for ``url`` (refreshed when first used), or an empty one: the console then
-    starts on its sign-in screen."""
-    from grantd.tui.signin import DeviceSignIn, SessionCredential, SessionFile
+    starts on its sign-in screen. With ``admin`` the sign-in asks for administrator rights (D12), and
+    a stored session that did not ask for them is not used."""
+    from grantd.tui.signin import ADMIN_SCOPE, SCOPE, DeviceSignIn, SessionCredential, SessionFile
 
     store = SessionFile(session_file)
     stored = store.load()
     if stored is not None and stored.issuer.rstrip("/") != url.rstrip("/"):
         stored = None  # a session with another server: sign in here (it is replaced once this one succeeds)
-    return SessionCredential(DeviceSignIn(url), store, stored)
+    if stored is not None and admin and not stored.asked_admin:
+        stored = None  # signed in without administrator rights: sign in again, asking for them
+    return SessionCredential(DeviceSignIn(url), store, stored, scope=ADMIN_SCOPE if admin else SCOPE)

@@ -7,7 +7,9 @@ honouring ``interval`` and ``slow_down`` until the person approves (or denies, o
 on ``/device`` in a browser; then read who signed in from ``userinfo_endpoint``.
 
 The session is one JSON file, ``{issuer, client_id, refresh_token, access_token, expires_at, email,
-name}``, created 0600 in a directory made 0700 (default ``~/.config/grantd/session.json``, or
+name, scope}`` (``scope`` names ``admin`` when `grantd login --admin` asked for administrator
+rights: D12, a device token has them only then, and only if an administrator approved), created
+0600 in a directory made 0700 (default ``~/.config/grantd/session.json``, or
 ``$XDG_CONFIG_HOME/grantd/session.json``; ``--session-file`` or ``$GRANTD_SESSION_FILE``). It is
 written atomically (a new file, then a rename) so a crash never leaves half a token. Refresh tokens
 rotate: every refresh stores the new one; a refused refresh deletes the stored session (the person
@@ -40,6 +42,7 @@ from grantd.tui.client import Credential
 CLIENT_ID = "grantd-cli"
 DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 SCOPE = "openid email profile offline_access"
+ADMIN_SCOPE = SCOPE + " admin"  # --admin: administrator rights, if an administrator approves (D12)
 SESSION_ENV = "GRANTD_SESSION_FILE"
 ISSUER_ENV = "GRANTD_ISSUER"
 CONFIG_ENV = "GRANTD_CONFIG"
@@ -70,6 +73,11 @@ class StoredSession:
     email: str
     name: str
     client_id: str = CLIENT_ID
+    scope: str = SCOPE  # what the server granted (an "admin" in it: administrator rights were asked for)
+
+    @property
+    def asked_admin(self) -> bool:
+        return "admin" in self.scope.split()
 
     @classmethod
     def from_json(cls, data: Any) -> StoredSession:
@@ -82,7 +90,9 @@ class StoredSession:
         if not isinstance(expires_at, int):
             raise ValueError("expires_at")
         client_id = data.get("client_id") if isinstance(data.get("client_id"), str) else CLIENT_ID
-        return cls(expires_at=expires_at, client_id=str(client_id), **{k: str(v) for k, v in fields.items()})
+        scope = data.get("scope") if isinstance(data.get("scope"), str) else SCOPE  # files from before scopes were kept
+        return cls(expires_at=expires_at, client_id=str(client_id), scope=str(scope),
+                   **{k: str(v) for k, v in fields.items()})
 
     def fresh(self, now: float) -> bool:
         return bool(self.access_token) and now < self.expires_at - REFRESH_MARGIN
@@ -338,7 +348,7 @@ class DeviceSignIn:
                 return body["email"], name if isinstance(name, str) and name else body["email"]
         raise SignInError("signed in, but the server did not say who you are")
 
-    async def session_of(self, tokens: dict[str, Any]) -> StoredSession:
+    async def session_of(self, tokens: dict[str, Any], scope: str = SCOPE) -> StoredSession:
         access = tokens.get("access_token")
         refresh = tokens.get("refresh_token")
         if not isinstance(access, str) or not isinstance(refresh, str) or not access or not refresh:
@@ -347,7 +357,7 @@ class DeviceSignIn:
         return StoredSession(
             issuer=self.issuer, refresh_token=refresh, access_token=access,
             expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0), email=email, name=name,
-            client_id=self.client_id,
+            client_id=self.client_id, scope=str(tokens["scope"]) if isinstance(tokens.get("scope"), str) else scope,
         )
 
     async def sign_in(self, show: Callable[[DeviceAuthorization], object], scope: str = SCOPE) -> StoredSession:
@@ -356,7 +366,7 @@ class DeviceSignIn:
         shown = show(authorization)
         if asyncio.iscoroutine(shown):
             await shown
-        return await self.session_of(await self.wait(authorization))
+        return await self.session_of(await self.wait(authorization), scope)
 
     async def refresh(self, session: StoredSession, store: SessionFile | None = None) -> StoredSession:
         """A new access token (and, rotated, a new refresh token, stored at once). A refused refresh
@@ -380,7 +390,7 @@ class DeviceSignIn:
             issuer=session.issuer,
             refresh_token=new_refresh if isinstance(new_refresh, str) and new_refresh else session.refresh_token,
             access_token=access, expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0),
-            email=session.email, name=session.name, client_id=session.client_id,
+            email=session.email, name=session.name, client_id=session.client_id, scope=session.scope,
         )
         if store is not None:
             store.save(renewed)
@@ -423,7 +433,8 @@ class SessionCredential(Credential):
     file's lock): one refresh token is never presented twice (that would revoke the whole family)."""
 
     def __init__(self, signin: DeviceSignIn, store: SessionFile, session: StoredSession | None = None,
-                 *, wall_clock: Callable[[], float] = time.time):
+                 *, wall_clock: Callable[[], float] = time.time, scope: str = SCOPE):
+        self.scope = scope  # what a sign-in from the console asks for (ADMIN_SCOPE with `grantd tui --admin`)
         self.signin = signin
         self.store = store
         self.session = session
@@ -492,6 +503,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _common(login)
     login.add_argument("--force", action="store_true", help="sign in again even if a session is stored")
+    login.add_argument("--admin", action="store_true",
+                       help="ask for administrator rights (the `admin` scope): the browser page says so, and only an "
+                            "administrator's approval gives them; without it the session acts as you but cannot "
+                            "administer people, agents or keys")
     login.set_defaults(func=cmd_login)
     logout = subparsers.add_parser("logout", help="revoke and delete the stored terminal sign-in")
     _common(logout)
@@ -538,16 +553,19 @@ def _person(session: StoredSession) -> str:
     return json.dumps({"issuer": session.issuer, "email": session.email, "name": session.name})
 
 
-async def login(issuer: str, store: SessionFile, *, force: bool = False,
+async def login(issuer: str, store: SessionFile, *, force: bool = False, admin: bool = False,
                 show: Callable[[DeviceAuthorization], object] = _show) -> tuple[StoredSession, bool]:
-    """The stored session if it still works (unless ``force``), else a new sign-in; (session, new?)."""
+    """The stored session if it still works (unless ``force``, or ``admin`` and the stored one did
+    not ask for administrator rights), else a new sign-in; (session, new?)."""
     async with DeviceSignIn(issuer) as signin:
         if not force:
             try:
-                return await current_session(signin, store), False
+                session = await current_session(signin, store)
+                if session.asked_admin or not admin:
+                    return session, False
             except SignInRequired:
                 pass
-        session = await signin.sign_in(show)
+        session = await signin.sign_in(show, ADMIN_SCOPE if admin else SCOPE)
         store.save(session)
         return session, True
 
@@ -570,7 +588,7 @@ def cmd_login(args: argparse.Namespace) -> int:
     store = SessionFile(args.session_file)
     try:
         issuer = issuer_of(args, store)
-        session, new = asyncio.run(login(issuer, store, force=args.force))
+        session, new = asyncio.run(login(issuer, store, force=args.force, admin=args.admin))
     except SignInError as exc:
         print(f"grantd: {exc}", file=sys.stderr)
         return 1

@@ -77,3 +77,19 @@ def person_is_admin(person: Person, admin_emails: frozenset[str]) -> bool:
 def for_person(person: Person, admin_emails: frozenset[str]) -> Principal:
     """A signed-in person (a ``Person`` record): id = ``person_id``."""
     return Principal(Kind.PERSON, person["person_id"], person["email"].lower(), admin=person_is_admin(person, admin_emails))
+
+
+ADMIN_SCOPE = "admin"
+
+
+def for_access_token(person: Person, admin_emails: frozenset[str], scope: str) -> Principal:
+    """A person acting through an OAuth access token (``grantd login``, ``grantd tui``, a client with
+    API access): the person, with administrator rights only when they are an administrator *and*
+    the token's scope names ``admin`` (D12). Only the device grant offers that scope, and only after
+    the /device page told the person so; a token without it acts as the person in every other way
+    (deciding grants they may decide), so an administrator tricked into approving a stranger's user
+    code hands out no administrator rights."""
+    principal = for_person(person, admin_emails)
+    if principal.admin and ADMIN_SCOPE not in scope.split():
+        return Principal(principal.kind, principal.id, principal.email, admin=False)
+    return principal

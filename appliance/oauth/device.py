@@ -12,6 +12,12 @@ and the terminal, polling ``/token``, receives the person's tokens.
   interval grows by 5 s, RFC 8628 §3.5), ``access_denied``, ``expired_token``, ``invalid_grant`` for
   an unknown code or another client's; an approved code is taken once (the store's single winner),
   then the tokens are issued for the person who approved it.
+
+Administrator rights (D12, issue 19 item 7): a device token carries them only when the device asked
+for the ``admin`` scope at ``/device_authorization`` — the /device page then says so, in the words
+of what the device may do for the person approving — and the approving person is an administrator
+(``grantd.core.principals.for_access_token``). Without it, an administrator who approves a phished
+user code hands out a token that acts as them but cannot reach an admin route.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import re
 import secrets
 from typing import TYPE_CHECKING, Any
 
+from grantd.core import principals
 from grantd.oauth.errors import OAuthError
 from grantd.oauth.issue import issue_tokens, secret_hash
 from grantd.store import Conflict
@@ -32,8 +39,9 @@ GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code"
 USER_CODE_ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"
 USER_CODE_LENGTH = 8
 SLOW_DOWN_STEP = 5  # seconds added to the interval on each slow_down (RFC 8628 §3.5)
-SUPPORTED_SCOPES = frozenset({"openid", "email", "profile", "offline_access"})
-DEFAULT_SCOPE = "openid email profile offline_access"
+ADMIN_SCOPE = principals.ADMIN_SCOPE  # D12: administrator rights, only when asked for and shown on /device
+SUPPORTED_SCOPES = frozenset({"openid", "email", "profile", "offline_access", ADMIN_SCOPE})
+DEFAULT_SCOPE = "openid email profile offline_access"  # never admin: a device asks for it explicitly
 MAX_SCOPE_LENGTH = 1000
 _DRAWS = 8  # user codes drawn before giving up on a collision (each one is ~1 in 2.6e10)
 _SEPARATORS = re.compile(r"[\s\-‐-―−]+")
@@ -86,8 +94,9 @@ def poll_interval(services: Services) -> int:
     return int(services.config.oauth.device_poll_interval)
 
 
-async def start(services: Services, client: Any, scope: object) -> dict[str, Any]:
-    """``POST /device_authorization`` for a known client: a new code pair (RFC 8628 §3.2)."""
+async def start(services: Services, client: Any, scope: object, client_address: str | None) -> dict[str, Any]:
+    """``POST /device_authorization`` for a known client: a new code pair (RFC 8628 §3.2). The
+    client address is kept with the request: the /device page shows where it came from."""
     if not allows_device_grant(client):
         raise OAuthError("unauthorized_client", "this client may not use the device authorization grant")
     granted = requested_scope(scope)
@@ -100,7 +109,7 @@ async def start(services: Services, client: Any, scope: object) -> dict[str, Any
         record = DeviceCode(
             device_code_hash=secret_hash(device_code), user_code=user_code, client_id=client.client_id, scope=granted,
             created_at=now, expires_at=now + ttl * 1000, interval=interval, last_polled_at=None, status="pending",
-            person_id=None, decided_at=None,
+            person_id=None, decided_at=None, client_address=client_address,
         )
         try:
             await services.store.device_codes.create(record)

@@ -75,6 +75,16 @@ class ManagementToken:
         return principals.management(services.config.admin.management_identity)
 
 
+def could_be_management_token(services: Services, bearer: str | None) -> bool:
+    """Whether a presented bearer could be a guess of the management token: anything but a signed
+    token (three dot-separated parts, verified by signature, which no guess passes) — unless the
+    management token itself has that shape."""
+    if bearer is None:
+        return False
+    expected = services.config.admin.management_token or ""
+    return bearer.count(".") != 2 or expected.count(".") == 2
+
+
 class AgentIdentityToken:
     name = "agent-identity-token"
 
@@ -130,7 +140,7 @@ class AccessToken:
         person, refusal = await access_token_holder(services, claims)
         if person is None:
             raise unauthorized(f"invalid token: {refusal}", invalid_token=True)
-        return principals.for_person(person, services.admin_emails)
+        return principals.for_access_token(person, services.admin_emails, str(claims.get("scope", "")))
 
 
 async def access_token_holder(services: Services, claims: dict[str, Any]) -> tuple[Person | None, str]:
@@ -162,9 +172,11 @@ class AuthnChain:
     async def principal(self, services: Services, credentials: Credentials) -> Principal | None:
         presented = credentials.bearer is not None
         if presented:
-            # D12: an address that had too many bearers refused is shut out before its bearer is
-            # even looked at, so guessing on learns nothing; each refusal below counts against it.
-            await services.limits.bearer_allowed(credentials.client)
+            # D12: every bearer is checked and a valid one accepted, whatever others at the same
+            # address did; while the address is over its budget, possible management-token guesses
+            # are slowed, and each refusal below counts against the address (429 once over it).
+            await services.limits.bearer_allowed(
+                credentials.client, could_be_management_token=could_be_management_token(services, credentials.bearer))
         try:
             for authenticator in self.authenticators:
                 found = await authenticator.authenticate(services, credentials)

@@ -8,9 +8,13 @@ LISTEN/NOTIFY through ``grants.wait_for_events`` — and at the latest every
 ``Last-Event-ID`` and the backlog is replayed from the table.
 
 Bounds (D12): each subscription queues at most ``QUEUE_SIZE`` live events (more, and the reader
-is cut off); a principal may hold ``limits.streams_per_principal`` open streams and the process
-``limits.streams_per_process`` in all — counted per process, so a principal may hold that many in
-each process it reaches.
+is cut off; the events are shared by every subscription, so a full queue holds references, not
+copies), and a stream holds at most one replay page; a principal may hold
+``limits.streams_per_principal`` open streams, an owner — a person with every agent they own, and
+the management token with the agents of the management identity — ``limits.streams_per_owner``
+together, and the process ``limits.streams_per_process`` in all. All counted per process, so a
+principal may hold that many in each process it reaches. Memory therefore grows with the number
+of people, not with the number of agents one person enrols.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from grantd.store import Store
 from grantd.store.records import GrantEvent
 
 if TYPE_CHECKING:
+    from grantd.core.principals import Principal
     from grantd.services.limits import Limits
 
 log = logging.getLogger(LOGGER)
@@ -35,9 +40,22 @@ QUEUE_SIZE = 256  # live events one stream may have waiting; a reader further be
 BATCH = 500
 
 
+async def stream_owner(store: Store, principal: Principal) -> str:
+    """Whose budget of open streams a principal's stream counts against (``streams_per_owner``): an
+    agent's owner, anyone else's own e-mail (the management token's is the management identity, so
+    it shares a budget with the agents enrolled for it). An agent that has vanished counts on its own."""
+    if principal.agent_id is not None:
+        agent = await store.agents.get_by_id(principal.agent_id)
+        if agent is not None:
+            return "owner:" + str(agent["owner"]).lower()
+        return "agent:" + principal.agent_id
+    return "owner:" + principal.email.lower()
+
+
 class Subscription:
-    def __init__(self, principal_id: str) -> None:
+    def __init__(self, principal_id: str, owner: str | None = None) -> None:
         self.principal_id = principal_id
+        self.owner = owner
         self.queue: asyncio.Queue[GrantEvent | None] = asyncio.Queue(QUEUE_SIZE)
         self.overflowed = False
         self.ended = False
@@ -55,6 +73,7 @@ class GrantEventHub:
         self.poll_seconds = poll_ms / 1000
         self.subscribers: set[Subscription] = set()
         self.open_per_principal: Counter[str] = Counter()
+        self.open_per_owner: Counter[str] = Counter()
         self.last_seq = 0
         self.closing = False
         self._wake = asyncio.Event()
@@ -91,24 +110,29 @@ class GrantEventHub:
                 sub.offer(None)
 
     @contextlib.asynccontextmanager
-    async def subscription(self, principal_id: str, limits: Limits | None = None) -> AsyncIterator[Subscription]:
+    async def subscription(self, principal_id: str, limits: Limits | None = None,
+                           owner: str | None = None) -> AsyncIterator[Subscription]:
         """A live subscription; with ``limits``, a 429/503 Problem (before anything is sent) when the
-        principal or this process already holds as many open streams as allowed."""
+        principal, its ``owner`` (``stream_owner``; None: the principal is its own owner) or this
+        process already holds as many open streams as allowed."""
+        owner = owner if owner is not None else "principal:" + principal_id
         if not self.subscribers:
             # Idle hubs do not poll; start from what exists now (streams replay older events themselves).
             self.last_seq = await self.store.grants.last_event_seq()
         if limits is not None:  # checked and taken with no await in between: concurrent opens cannot both pass
-            limits.stream_slots(self.open_per_principal[principal_id], len(self.subscribers))
-        sub = Subscription(principal_id)
+            limits.stream_slots(self.open_per_principal[principal_id], self.open_per_owner[owner], len(self.subscribers))
+        sub = Subscription(principal_id, owner)
         self.subscribers.add(sub)
         self.open_per_principal[principal_id] += 1
+        self.open_per_owner[owner] += 1
         try:
             yield sub
         finally:
             self.subscribers.discard(sub)
-            self.open_per_principal[principal_id] -= 1
-            if self.open_per_principal[principal_id] <= 0:
-                del self.open_per_principal[principal_id]
+            for counter, key in ((self.open_per_principal, principal_id), (self.open_per_owner, owner)):
+                counter[key] -= 1
+                if counter[key] <= 0:
+                    del counter[key]
 
     async def _wait(self) -> None:
         """Until a local write (``changed``), a store's word that another process or node wrote

@@ -13,11 +13,25 @@ What is counted where:
 - grant requests: per agent, plus a bound on the agent's pending grants (counted, not rated);
 - grant verification: per client address;
 - refused bearer tokens (the authentication chain, ``grantd.services.authn``): per client
-  address; once the limit is reached, every request that presents a bearer from that address is
-  429 until the window ends, whether or not its bearer is good (so a guess that would succeed is
-  not told apart from one that would not). Accepted bearers are never counted.
+  address. A presented bearer is always checked, and a valid one always accepted: a valid
+  credential is never refused because of other callers' failures from the same address (a NAT,
+  an untrusted proxy). Once an address has had ``failed_bearer_per_address`` bearers refused in
+  the window, every further refused bearer from it is 429 instead of 401, and a bearer that could
+  be the management token is compared only after ``BEARER_TARPIT_S`` (one second), so guessing
+  the management token from that address goes at one guess per second per connection, and a
+  guess learns no more from the wait than from the answer. Accepted bearers are never counted.
+  The tarpit slows, it does not cap: parallel connections wait their second each (a cap would let
+  a guesser lock the real token out again); what makes guessing hopeless is the management
+  token's length (at least 16 characters, `grantd config init` makes a random one).
 
-Open event streams are bounded by the hub (``grantd.services.events``), per process.
+Client addresses are counted by ``grantd.client_address.limit_key``: IPv4 addresses one by one
+(IPv4-mapped IPv6 ones as IPv4), IPv6 addresses per ``limits.ipv6_prefix`` network (default /64),
+since one IPv6 client usually owns a whole /64. A rule counts addresses when its name ends in
+``.address`` (``Rule.per_address``).
+
+Open event streams are bounded by the hub (``grantd.services.events``), per process: per principal,
+per owner (a person together with every agent they own, so streaming as many agents does not
+escape the per-principal bound) and per process.
 
 A fixed window lets a client spend up to twice a limit around a window boundary; that is the
 price of one counter per key and window, and still bounds every client to a small multiple of
@@ -26,10 +40,12 @@ the limit over any longer time.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grantd.client_address import limit_key
 from grantd.config import Config
 from grantd.core.clock import Clock
 from grantd.core.errors import Problem
@@ -41,6 +57,7 @@ if TYPE_CHECKING:
     from grantd.services.context import Services
 
 WINDOW_MS = 60_000
+BEARER_TARPIT_S = 1.0  # the wait before a possible management-token guess from a shut-out address
 PENDING_RETRY_AFTER = 60  # seconds: pending grants clear only when decided, withdrawn or expired
 
 
@@ -51,6 +68,12 @@ class Rule:
     name: str  # the counter's key prefix, e.g. "authenticate.address"
     limit: int
     what: str  # "too many authentication attempts"
+
+    @property
+    def per_address(self) -> bool:
+        """A rule whose name ends in ``.address`` counts client addresses: its subject is keyed by
+        ``grantd.client_address.limit_key`` (IPv6 per ``limits.ipv6_prefix`` network)."""
+        return self.name.endswith(".address")
 
 
 def _ignore(limit: str) -> None:
@@ -79,10 +102,13 @@ class Limits:
         self.failed_bearer_address = Rule(
             "bearer-failed.address", limits.failed_bearer_per_address, "too many failed authentication attempts"
         )
+        self.ipv6_prefix: int = limits.ipv6_prefix
         self.pending_per_agent: int = limits.pending_per_agent
         self.streams_per_principal: int = limits.streams_per_principal
+        self.streams_per_owner: int = limits.streams_per_owner
         self.streams_per_process: int = limits.streams_per_process
-        # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise).
+        # Told the name of every limit that refuses a request (the metrics count them; no-op otherwise),
+        # and "bearer-failed.tarpit" for every bearer check slowed by an address over its budget.
         self.on_refused: Callable[[str], None] = _ignore
 
     # -- the counting rule ------------------------------------------------------------------------
@@ -92,22 +118,18 @@ class Limits:
         start = now - now % WINDOW_MS
         return now, start, max(1, -(-(start + WINDOW_MS - now) // 1000))
 
+    def key(self, rule: Rule, subject: str) -> str:
+        """The counter of ``subject`` under ``rule``: client addresses by ``limit_key`` (one IPv6
+        client owns a whole prefix), everything else as it is."""
+        return f"{rule.name}:{limit_key(subject, self.ipv6_prefix) if rule.per_address else subject}"
+
     async def hit(self, rule: Rule, subject: str | None) -> None:
         """Count one attempt of ``subject``; 429 if it is over the limit (the attempt is counted
         either way, so hammering a closed door keeps it closed until the window ends)."""
         if rule.limit <= 0 or not subject:
             return
         now, start, retry_after = self._window()
-        if await self.rates.hit(f"{rule.name}:{subject}", start, WINDOW_MS, now) > rule.limit:
-            self.on_refused(rule.name)
-            raise too_many(rule.what, retry_after)
-
-    async def check(self, rule: Rule, subject: str | None) -> None:
-        """429 if ``subject`` has used up ``rule`` in this window, without counting."""
-        if rule.limit <= 0 or not subject:
-            return
-        _, start, retry_after = self._window()
-        if await self.rates.count(f"{rule.name}:{subject}", start) >= rule.limit:
+        if await self.rates.hit(self.key(rule, subject), start, WINDOW_MS, now) > rule.limit:
             self.on_refused(rule.name)
             raise too_many(rule.what, retry_after)
 
@@ -154,24 +176,38 @@ class Limits:
             raise too_many(f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
                            PENDING_RETRY_AFTER)
 
-    async def bearer_allowed(self, address: str | None) -> None:
-        """Before a presented bearer is checked: 429 while the address is shut out."""
-        await self.check(self.failed_bearer_address, address)
+    async def bearer_allowed(self, address: str | None, *, could_be_management_token: bool) -> None:
+        """Before a presented bearer is checked. Nothing is refused here: a valid bearer is always
+        checked and accepted, whoever else failed from the same address (D12). While the address is
+        over its budget of refused bearers, a bearer that could be the management token (anything
+        but a signed token, which no guess passes) is compared only after ``BEARER_TARPIT_S``, so
+        guesses from that address are slowed — a right one too, so the wait tells nothing."""
+        if not could_be_management_token or self.failed_bearer_address.limit <= 0 or not address:
+            return
+        _, start, _ = self._window()
+        key = self.key(self.failed_bearer_address, address)
+        if await self.rates.count(key, start) >= self.failed_bearer_address.limit:
+            self.on_refused("bearer-failed.tarpit")
+            await asyncio.sleep(BEARER_TARPIT_S)
 
     async def bearer_refused(self, address: str | None) -> None:
-        """A presented bearer was refused (401): count it against the address."""
-        if self.failed_bearer_address.limit <= 0 or not address:
-            return
-        now, start, _ = self._window()
-        await self.rates.hit(f"{self.failed_bearer_address.name}:{address}", start, WINDOW_MS, now)
+        """A presented bearer was refused: count it against the address; 429 instead of 401 once
+        the address has had more than ``failed_bearer_per_address`` refused in this window."""
+        await self.hit(self.failed_bearer_address, address)
 
-    def stream_slots(self, open_of_principal: int, open_in_process: int) -> None:
-        """Another event stream for a principal that has ``open_of_principal`` open in this process
-        (of ``open_in_process`` in all): 429 beyond ``streams_per_principal``, 503 beyond
+    def stream_slots(self, open_of_principal: int, open_of_owner: int, open_in_process: int) -> None:
+        """Another event stream for a principal that has ``open_of_principal`` open in this process,
+        whose owner (the person answerable for it: ``grantd.services.events.stream_owner``) has
+        ``open_of_owner`` open across themselves and all their agents, of ``open_in_process`` in all:
+        429 beyond ``streams_per_principal`` or ``streams_per_owner``, 503 beyond
         ``streams_per_process``. Counted per process: a principal may hold that many in each."""
         if 0 < self.streams_per_principal <= open_of_principal:
             self.on_refused("streams.principal")
             raise too_many(f"too many open event streams (at most {self.streams_per_principal} per identity)", 10)
+        if 0 < self.streams_per_owner <= open_of_owner:
+            self.on_refused("streams.owner")
+            raise too_many(f"too many open event streams (at most {self.streams_per_owner} per person across "
+                           "their agents)", 10)
         if 0 < self.streams_per_process <= open_in_process:
             self.on_refused("streams.process")
             raise Problem(503, "too many open event streams on this server; retry in 10 s", headers={"Retry-After": "10"})

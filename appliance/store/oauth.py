@@ -81,7 +81,8 @@ class RefreshTokenStore(Protocol):
 
 @runtime_checkable
 class DeviceCodeStore(Protocol):
-    """Device authorization requests (RFC 8628)."""
+    """Device authorization requests (RFC 8628). ``client_address`` is stored and returned as it
+    was given (the /device page shows where the request came from)."""
 
     async def create(self, device: DeviceCode) -> DeviceCode:
         """Insert. ``Conflict("user_code")`` if a live request has the user code (the caller draws

@@ -158,6 +158,7 @@ class DeviceCode(TypedDict):
     status: str  # pending | approved | denied
     person_id: str | None
     decided_at: int | None
+    client_address: str | None  # where the request came from (shown on /device: D12), None if unknown
 
 
 class Consent(TypedDict):

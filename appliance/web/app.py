@@ -16,7 +16,7 @@ from sanic.exceptions import BadRequest, SanicException
 from sanic.models.server_types import ConnInfo
 from sanic.response import HTTPResponse, json
 
-from grantd.client_address import client_address
+from grantd.client_address import client_address, shared_address_warning
 from grantd.config import Config, load
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
@@ -201,6 +201,8 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
 
     # Read once: the config of a running app does not change (issue 14: no per-request work that can be done once).
     trusted_proxies = config.server.trusted_proxies
+    # D12: without trusted proxies, the first request that looks like it came through one warns once.
+    proxy_warned: list[str] = ["trusted proxies are configured"] if trusted_proxies else []
     access_log_on = bool(config.log.access)
 
     @app.on_request(priority=100)  # type: ignore[call-arg]
@@ -213,6 +215,12 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         # client_address answers the peer itself unless a trusted proxy forwarded the request, so
         # without proxies or without the header there is nothing to parse.
         ctx.client_ip = client_address(request.ip, forwarded, trusted_proxies) if trusted_proxies and forwarded else request.ip
+        if not proxy_warned:
+            warning = shared_address_warning(
+                request.ip, bool(forwarded or headers.get("forwarded") or headers.get("x-real-ip")))
+            if warning is not None:
+                proxy_warned.append(warning)  # once per process: the first such request says it
+                log.warning("%s", warning)
 
     origins = csrf.own_origins(config.server.issuer, config.webauthn.origin)
 

@@ -324,7 +324,8 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "DeviceAuthorizationRequest": obj(
         {"client_id": {"type": "string", "minLength": 1, "maxLength": 255, "description": "grantd-cli (built in)"},
-         "scope": {"type": "string", "description": "space-separated, of: openid email profile offline_access"}},
+         "scope": {"type": "string", "description": "space-separated, of: openid email profile offline_access admin (admin: administrator rights, "
+                                   "only if an administrator approves; never by default)"}},
         ("client_id",),
     ),
     "DeviceDecision": obj(

@@ -120,6 +120,10 @@ async def test_the_tui_signs_a_person_in_who_approves_in_chromium(tmp_path: Path
             await page.get_by_role("textbox", name="Code").fill(code.lower().replace("-", " "))
             await page.get_by_role("button", name="Continue").click()
             await page.get_by_role("heading", name=re.compile("grantd \\(terminal\\) asks to sign in as you")).wait_for()
+            # D12 (issue 19): where and when the request came from, and no administrator rights
+            await expect(page.locator('[data-field="client_address"]')).to_have_text(re.compile(r"^(127\.0\.0\.1|::1)$"))
+            await expect(page.locator('[data-field="created_at"] time')).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
+            await expect(page.locator("[data-device-admin]")).to_have_attribute("data-device-admin", "none")
             await shoot(page, "device-approve")
             await page.get_by_role("button", name="Approve").click()
             await page.locator("[data-status]").filter(has_text="Approved").wait_for()

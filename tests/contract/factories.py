@@ -173,7 +173,7 @@ def device_code(secret: str, user_code: str = "BCDFGHJK", *, created_at: int = N
     record: DeviceCode = {
         "device_code_hash": sha(secret), "user_code": user_code, "client_id": "grantd-cli", "scope": "openid",
         "created_at": created_at, "expires_at": expires_at, "interval": 5, "last_polled_at": None,
-        "status": "pending", "person_id": None, "decided_at": None,
+        "status": "pending", "person_id": None, "decided_at": None, "client_address": "192.0.2.10",
     }
     record.update(changes)  # type: ignore[typeddict-item]
     return record

@@ -12,7 +12,7 @@ from grantd.plugins import storage_sqlite
 from grantd.plugins.storage_sqlite import SQLiteStore
 
 from .conftest import postgres_server
-from .factories import HOUR, NOW, first_page, guest_session, refresh_token, sha
+from .factories import HOUR, NOW, device_code, first_page, guest_session, refresh_token, sha
 
 pytestmark = pytest.mark.anyio
 
@@ -86,6 +86,61 @@ async def test_postgres_migration_3_upgrades_a_people_database():
         await store._db.loop.run(seed())
         assert 3 in await store.migrate()
         await _check_upgraded(store)
+    finally:
+        store.close()
+        server.drop_schema(dsn)
+
+
+# -- device codes remember the client address (issue 19 item 7): SQLite 7, PostgreSQL 4 ------------------
+
+OLD_DEVICE = ("dev_old", "BCDFGHJK", "grantd-cli", "openid", NOW, NOW + HOUR, 5, None, "pending", None, None)
+
+
+async def _check_device_address(store) -> None:
+    old = await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 1)
+    assert old is not None and old["client_address"] is None and old["scope"] == "openid"
+    fresh = await store.device_codes.create(device_code("d_new", "MNPQRSTV", created_at=NOW + 1, client_address="2001:db8::5"))
+    assert (await store.device_codes.get_by_user_code("MNPQRSTV", NOW + 2)) == fresh
+    assert fresh["client_address"] == "2001:db8::5"
+
+
+async def test_sqlite_migration_7_adds_the_device_client_address(tmp_path):
+    store = SQLiteStore(tmp_path / "grantd.db")
+    try:
+        with store._db.write():
+            store._db.conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)")
+            for version, name, migration in storage_sqlite.MIGRATIONS[:6]:
+                migration(store.db)
+                store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            store._db.conn.execute("INSERT INTO device_codes VALUES (?,?,?,?,?,?,?,?,?,?,?)", OLD_DEVICE)
+        assert await store.migrate() == [7]
+        await _check_device_address(store)
+    finally:
+        store.close()
+
+
+async def test_postgres_migration_4_adds_the_device_client_address():
+    from grantd.plugins import storage_postgres
+    from grantd.plugins.storage_postgres import PostgresStore
+
+    server = postgres_server()
+    dsn = server.create_schema()
+    store = PostgresStore(dsn)
+    try:
+        saved = list(storage_postgres.MIGRATIONS)
+        storage_postgres.MIGRATIONS[:] = saved[:3]
+        try:
+            assert await store.migrate() == [1, 2, 3]
+        finally:
+            storage_postgres.MIGRATIONS[:] = saved
+
+        async def seed() -> None:
+            async with store._db.tx() as cur:
+                await cur.execute("INSERT INTO device_codes VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", OLD_DEVICE)
+
+        await store._db.loop.run(seed())
+        assert await store.migrate() == [4]
+        await _check_device_address(store)
     finally:
         store.close()
         server.drop_schema(dsn)

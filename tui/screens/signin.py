@@ -64,7 +64,7 @@ class SignInScreen(Screen[None]):
     async def run_sign_in(self) -> None:
         self.error = None
         try:
-            session = await self.credential.signin.sign_in(self._show)
+            session = await self.credential.signin.sign_in(self._show, self.credential.scope)
             self.credential.store.save(session)
         except (SignInError, OSError) as exc:
             self.error = str(exc)

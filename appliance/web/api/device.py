@@ -5,8 +5,11 @@
   errors are ``{error, error_description}`` (``invalid_request``, ``invalid_client``,
   ``unauthorized_client``, ``invalid_scope``), always ``Cache-Control: no-store``.
 - ``GET /device`` (the page; a signed-in person, else ``/login?next=``): a form for the user code;
-  with ``?user_code=`` (typed, or from ``verification_uri_complete``) it shows which client asks
-  for what, with Approve and Deny buttons. Nothing is decided by opening the page.
+  with ``?user_code=`` (typed, or from ``verification_uri_complete``) it shows which client asks,
+  from which address and since when, and what the device will be able to do for the signed-in
+  person — administrator rights spelled out when it asked for the ``admin`` scope and the person
+  is an administrator, "no administrator rights" otherwise (D12) — with Approve and Deny buttons.
+  Nothing is decided by opening the page.
 - ``POST /api/device/decide {user_code, approve}`` (the page's script; a person's browser session
   only: a bearer, even a person's access token, cannot approve another device) → 200
   ``{status, client_id, client_name, scope}``; 404 unknown or expired code, 409 already decided.
@@ -40,7 +43,13 @@ SCOPE_TEXT = {
     "email": "see your e-mail address",
     "profile": "see your name",
     "offline_access": "stay signed in until you sign out there",
+    device.ADMIN_SCOPE: "administer grantd as you",
 }
+# What a device that asked for the admin scope may do for an administrator (the page says it in full).
+ADMIN_POWERS = ("create, change and delete people, their sessions and registration links",
+                "enrol, change, disable and delete any agent",
+                "approve, deny and revoke every agent's grants",
+                "manage signing keys and delegations")
 
 
 @bp.post("/device_authorization")
@@ -61,7 +70,7 @@ async def device_authorization(request: Request) -> HTTPResponse:
         if not client.public:
             # RFC 8628 §3.1: confidential clients authenticate; grantd's device clients are public.
             raise OAuthError("unauthorized_client", "only public clients may use the device authorization grant")
-        answer = await device.start(services, client, params.get("scope"))
+        answer = await device.start(services, client, params.get("scope"), getattr(request.ctx, "client_ip", None))
     except OAuthError as exc:
         return oauth_error(exc)
     return json(answer, headers={**NO_STORE, **CORS})
@@ -85,16 +94,26 @@ async def _count_attempt(request: Request) -> None:
     await services.limits.hit(code_rule(services), getattr(request.ctx, "client_ip", None))
 
 
-async def request_view(services: Services, record: Any) -> dict[str, Any]:
+async def request_view(services: Services, record: Any, viewer_admin: bool = False) -> dict[str, Any]:
+    """What /device shows about a request (D12): the client, where and when the request started,
+    and what the device will be able to do for *this* person (``viewer_admin``): with the ``admin``
+    scope an administrator hands over administrator rights (spelled out); without it, none."""
     client = await services.oauth_clients.get(record["client_id"])
     scopes = [s for s in record["scope"].split(" ") if s]
+    asks_admin = device.ADMIN_SCOPE in scopes
     return {
         "user_code": device.display_user_code(record["user_code"]),
         "client_id": record["client_id"],
         "client_name": (client.name if client is not None and client.name else record["client_id"]),
         "api_access": bool(client is not None and client.api_access),
         "scope": record["scope"],
-        "scopes": [{"name": s, "text": SCOPE_TEXT.get(s, s)} for s in scopes],
+        "scopes": [{"name": s, "text": SCOPE_TEXT.get(s, s)} for s in scopes if s != device.ADMIN_SCOPE],
+        "asks_admin": asks_admin,
+        "gets_admin": asks_admin and viewer_admin and bool(client is not None and client.api_access),
+        "viewer_admin": viewer_admin,
+        "admin_powers": ADMIN_POWERS,
+        "client_address": record.get("client_address") or "",
+        "created_at": record["created_at"],
         "status": record["status"],
         "expires_at": record["expires_at"],
     }
@@ -116,7 +135,7 @@ async def device_page(request: Request, viewer: pages.Viewer) -> HTTPResponse:
             if record is None:
                 problem = "No sign-in is waiting for that code (it may have expired). Check the code on your terminal."
             else:
-                found = await request_view(services, record)
+                found = await request_view(services, record, viewer.admin)
     shown = typed if (typed and len(typed) <= 20 and typed.isprintable()) else ""
     return pages.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
                         typed=shown, problem=problem)
@@ -144,6 +163,6 @@ async def decide(request: Request) -> HTTPResponse:
     decided = await device.decide(services, code, principal.id, approve)
     if decided is None:
         raise Problem(409, "that sign-in was already decided")
-    view = await request_view(services, decided)
+    view = await request_view(services, decided, principal.admin)
     return json({"status": decided["status"], "client_id": view["client_id"], "client_name": view["client_name"],
                  "scope": decided["scope"]})

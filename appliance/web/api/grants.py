@@ -15,6 +15,7 @@ from grantd.core.fields import field_error
 from grantd.core.principals import Principal
 from grantd.services import grants
 from grantd.services.context import Services
+from grantd.services.events import stream_owner
 from grantd.services.grants import Operation
 from grantd.store.records import GrantEvent
 from grantd.web.api.common import body_of, credentials_of, principal_of, services_of
@@ -170,7 +171,8 @@ async def events(request: Request) -> HTTPResponse | None:
     visibility = _Visibility(services, principal)
     credential = _CredentialCheck(services, request)
     heartbeat = services.config.grants.events_heartbeat
-    async with hub.subscription(principal.id, services.limits) as sub:  # 429 beyond the open-stream bounds
+    owner = await stream_owner(services.store, principal)  # D12: a person and their agents share one budget
+    async with hub.subscription(principal.id, services.limits, owner) as sub:  # 429 beyond the open-stream bounds
         last = await services.store.grants.last_event_seq()
         sent = resume if resume is not None else last
         reset = await _replay_refused(services, resume, last) if resume is not None else None
