@@ -297,3 +297,17 @@ def test_argv_matching_never_joins_arguments(argv, pattern):
     built = ArgvPattern.build(pattern)
     if built.matches(argv):
         assert len(argv) == len(built.elements) or (built.any_rest and len(argv) >= len(built.elements))
+
+
+def test_each_matched_set_is_pinned_once_per_configuration_and_stays_right():
+    """`evaluate` remembers the combined review per matched set; the remembered one is the one a
+    fresh combination gives, and another matched set never gets it."""
+    from grantd.core.review.evaluate import pin
+
+    cfg = config(RULES_AND_POLICIES)
+    both = evaluate(cfg, request(("ls",)))
+    one = evaluate(cfg, request(("ls",), run_as="www"))
+    assert evaluate(cfg, request(("cat",))).review is both.review  # remembered
+    assert both.review == pin(tuple(cfg.policies)) and one.review == pin((cfg.policies[1],))
+    assert both.review != one.review and both.policy_hash != one.policy_hash
+    assert config(RULES_AND_POLICIES).pinned == {}  # per configuration: a reload starts afresh

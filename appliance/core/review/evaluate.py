@@ -25,6 +25,7 @@ GRANT_TYPE_RANK = {"once": 0, "timed": 1, "always": 2}
 AUTO_APPROVE, AUTO_DENY, NEEDS_REVIEW = "auto_approve", "auto_deny", "needs_review"
 DEFAULT_REQUIREMENT_ID = "default"
 DEFAULT_GROUPS = ("@owner", "@approver", "@admins")
+PIN_CACHE = 4096  # distinct matched policy sets remembered per configuration
 
 
 def canonical_json(value: Any) -> bytes:
@@ -193,7 +194,13 @@ def evaluate(config: ReviewConfig, request: RequestFacts) -> Evaluation:
     """Deny rules (the first match is final; every matching deny rule is listed), then approve rules
     (the first match in file order decides), then the matched policies (or the default one)."""
     policies = tuple(p for p in config.policies if p.match.matches(request))
-    review = pin(policies)
+    key = tuple(p.id for p in policies)
+    review = config.pinned.get(key)
+    if review is None:
+        review = pin(policies)
+        if len(config.pinned) >= PIN_CACHE:
+            config.pinned.clear()
+        config.pinned[key] = review
     policy_ids = review.policy_ids
     denying = [r for r in config.deny_rules if r.match.matches(request)]
     if denying:

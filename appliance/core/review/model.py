@@ -129,6 +129,9 @@ class ReviewConfig:
     rules: tuple[Rule, ...] = ()
     policies: tuple[Policy, ...] = ()
     members: Mapping[str, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
+    # matched policy ids -> their pinned review (grantd.core.review.evaluate.pin): requests fall into
+    # few distinct matched sets, so each set is combined and hashed once per loaded configuration
+    pinned: dict[tuple[str, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.members:
