@@ -311,3 +311,36 @@ def test_each_matched_set_is_pinned_once_per_configuration_and_stays_right():
     assert both.review == pin(tuple(cfg.policies)) and one.review == pin((cfg.policies[1],))
     assert both.review != one.review and both.policy_hash != one.policy_hash
     assert config(RULES_AND_POLICIES).pinned == {}  # per configuration: a reload starts afresh
+
+
+def test_the_examples_in_docs_policies_md_parse_and_do_what_the_page_says(tmp_path, monkeypatch, capsys):
+    import re as regex
+
+    from conftest import ROOT
+
+    page = (ROOT / "docs" / "policies.md").read_text()
+    blocks = regex.findall(r"```toml\n(.*?)```", page, flags=regex.S)
+    assert len(blocks) >= 5
+    defined = 'members = ["alice@example.com", "bob@example.com", "carol@example.com", "sec@example.com"]\n'
+    for block in blocks:
+        groups = "".join(f'[[groups]]\nid = "{g}"\n{defined}' for g in ("sre", "dba", "security", "sre-leads", "managers")
+                         if f'id = "{g}"\nmembers' not in block)
+        parsed = parse_review_config(tomllib.loads(groups + block))
+        assert parsed.problems == (), (block, parsed.problems)
+    rules = config(blocks[3])
+    staging = request(("journalctl", "-u", "nginx"), target_host="staging-3")
+    assert evaluate(rules, staging).rules_matched == ("staging-journal",)
+    vacuum = evaluate(rules, request(("journalctl", "--vacuum-size=1M"), target_host="staging-3"))
+    assert (vacuum.outcome, vacuum.rules_matched) == (AUTO_DENY, ("journal-vacuum",))
+    assert evaluate(rules, request(("journalctl",), target_host="staging-3", grant_type="always")).outcome == NEEDS_REVIEW
+    assert evaluate(rules, request(("/bin/journalctl",), target_host="staging-3")).outcome == NEEDS_REVIEW
+    # the office-hours key beyond.md sketches is refused, not ignored
+    assert parse_review_config(tomllib.loads(blocks[3].replace('max_grant_type = "once"',
+                                                               'max_grant_type = "once"\nschedule = {days = "mon-fri"}'))
+                               ).problems == ("rules[0].schedule: unknown key",)
+    # the page's dry-run snippet runs as printed, on the page's first example
+    snippet = regex.search(r"```python\n(.*?)```", page, flags=regex.S).group(1)
+    (tmp_path / "grantd.toml").write_text(blocks[0])
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, "docs/policies.md", "exec"), {})  # noqa: S102 (the page's own example)
+    assert capsys.readouterr().out == "ok\nneeds_review () ('prod-root',) None ['prod-root/sre']\n"
