@@ -357,3 +357,23 @@ def test_overrides_are_the_most_restrictive(drawn):
             assert rank[final.grant_type] <= rank[b.grant_type]
         if b.duration is not None:
             assert final.duration <= b.duration
+
+
+def test_a_callers_bad_value_is_a_programming_error_not_a_silent_vote():
+    """The routes validate decision, via and grant_type (400 naming the field) before calling;
+    here a bad value raises instead of counting as something else."""
+    for bad in (ballot("bob@example.com", "abstain"), ballot("bob@example.com", via="email"),
+                ballot("bob@example.com", grant_type="forever")):
+        with pytest.raises(ValueError):
+            cast_vote(STAGING, facts(), PEOPLE, [], bad, CREATED)
+
+
+def test_the_denial_that_decided_names_the_decider():
+    """Carol (sre) denies the sre block with its default deny = 1 after sec approved: carol decided."""
+    results, _ = run(PROD, [ballot("sec@example.com"), ballot("carol@example.com", "deny")])
+    assert results[-1].tally.status == "denied" and results[-1].tally.decided_by == "carol@example.com"
+    # with deny = 2, the second denier of the block decides, not a later one of another block
+    review = replace(PROD, requirements=(replace(PROD.requirements[0], deny=2), replace(PROD.requirements[1], deny=5)))
+    votes = [ballot("bob@example.com", "deny"), ballot("carol@example.com", "deny"), ballot("sec@example.com", "deny")]
+    final = tally(review, facts(), PEOPLE, votes, CREATED + 60)
+    assert final.status == "denied" and final.decided_by == "carol@example.com"

@@ -279,7 +279,7 @@ def _assign(eligibility: list[tuple[int, ...]], capacity: list[int]) -> list[int
 def _effective(review: Review, grant: GrantFacts, approvals: Sequence[Ballot]) -> tuple[str, int | None]:
     grant_type, duration = grant.grant_type, grant.duration
     for ballot in approvals:
-        if ballot.grant_type is not None and GRANT_TYPE_RANK.get(ballot.grant_type, 0) < GRANT_TYPE_RANK[grant_type]:
+        if ballot.grant_type is not None and GRANT_TYPE_RANK[ballot.grant_type] < GRANT_TYPE_RANK[grant_type]:
             grant_type = ballot.grant_type
         if ballot.duration is not None:
             duration = ballot.duration if duration is None else min(duration, ballot.duration)
@@ -321,7 +321,9 @@ def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Bal
     grant_type, duration = _effective(review, grant, [b for b, _ in approvers])
     status, decided_by = PENDING, None
     if any(s.denied for s in states):
-        status, decided_by = DENIED, deniers[-1][0].voter.email.lower()
+        denied = {i for i, s in enumerate(states) if s.denied}
+        last = [b for b, eligible in deniers if denied.intersection(eligible)][-1]
+        status, decided_by = DENIED, last.voter.email.lower()
     elif states and all(s.met for s in states):
         status, decided_by = APPROVED, approvers[-1][0].voter.email.lower()
     order = {id(b): i for i, b in enumerate(votes)}
@@ -339,8 +341,13 @@ def cast_vote(review: Review, grant: GrantFacts, people: People, votes: Sequence
         return VoteResult(False, Refusal(AGENTS_NEVER_VOTE), before)
     if any(_same_person(ballot.voter, earlier.voter) for earlier in votes):
         return VoteResult(False, Refusal(ALREADY_REVIEWED), before)
+    # The routes validate their fields (400 naming the field); a bad value here is a bug in the caller.
     if ballot.decision not in (APPROVE, DENY):
         raise ValueError(f"decision must be approve or deny, not {ballot.decision!r}")
+    if ballot.via not in VIAS:
+        raise ValueError(f"via must be one of {', '.join(VIAS)}, not {ballot.via!r}")
+    if ballot.grant_type is not None and ballot.grant_type not in GRANT_TYPE_RANK:
+        raise ValueError(f"grant_type must be once, timed or always, not {ballot.grant_type!r}")
     if ballot.decision == DENY and (ballot.grant_type is not None or ballot.duration is not None):
         ballot = replace(ballot, grant_type=None, duration=None)  # overrides shape an approval only
     refusal = check_voter(review, grant, people, ballot, escalation_level(review, grant.created_at, now))
