@@ -6,6 +6,11 @@ its key path and, for a misspelt key, a "did you mean" (the messages and the sca
 `grantd.config`'s own: `Key` and `_check_value`). Nothing here reads files or the clock.
 
 Key paths look like `policies[2].require[0].approve` (0-based, in file order).
+
+Layering note for the wiring step: this module imports `grantd.config` (for `Key` and
+`_check_value`, so there is one wording of config errors). When `grantd.config` starts calling
+`parse_review_config`, move those two into a leaf module both import (issue 21 splits config.py),
+or the two modules would import each other.
 """
 
 from __future__ import annotations
