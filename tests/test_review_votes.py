@@ -175,6 +175,11 @@ def test_self_approval_is_refused_unless_allowed_and_then_needs_a_reason():
     assert (results[0].refusal.status, results[0].refusal.reason) == (403, "reason required")
     results, _ = run(STAGING, [ballot("alice@example.com", reason="fixing the outage, INC-7")], person_request)
     assert results[0].accepted and results[0].tally.status == "approved"
+    assert results[0].tally.counted[0].self_approved  # flagged for the JWT and the log
+    assert not run(STAGING, [ballot("bob@example.com")], person_request)[0][0].tally.counted[0].self_approved
+    # who may still vote leaves the requester out where self approval is refused
+    assert "alice@example.com" not in eligible_people(PROD, person_request, PEOPLE, CREATED)[0]
+    assert "alice@example.com" in eligible_people(STAGING, person_request, PEOPLE, CREATED)[0]
 
 
 def test_require_reason():

@@ -108,6 +108,7 @@ class Counted:
 
     ballot: Ballot
     requirement: str
+    self_approved: bool = False  # the requester's own vote, where a policy allows it (flagged in the JWT and log)
 
 
 @dataclass(frozen=True)
@@ -310,12 +311,12 @@ def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Bal
     for (ballot, eligible), seat in zip(approvers, assignment, strict=True):
         index = seat if seat is not None else eligible[0]
         approvals[index].append(ballot.voter.email.lower())
-        counted.append(Counted(ballot, review.requirements[index].id))
+        counted.append(Counted(ballot, review.requirements[index].id, _is_requester(ballot.voter, grant)))
     denials: list[list[str]] = [[] for _ in review.requirements]
     for ballot, eligible in deniers:
         for index in eligible:
             denials[index].append(ballot.voter.email.lower())
-        counted.append(Counted(ballot, review.requirements[eligible[0]].id))
+        counted.append(Counted(ballot, review.requirements[eligible[0]].id, _is_requester(ballot.voter, grant)))
     states = tuple(RequirementState(r.id, r.approve, r.deny, tuple(a), tuple(d))
                    for r, a, d in zip(review.requirements, approvals, denials, strict=True))
     grant_type, duration = _effective(review, grant, [b for b, _ in approvers])
