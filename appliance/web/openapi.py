@@ -663,7 +663,7 @@ OPERATIONS: tuple[Op, ...] = (
        tag="sp"),
     Op("GET", "/api/callback", "sp.callback", "The IdP's redirect back: signs a guest in, then 303 to the page "
        "(failures: 303 to /?error=)", NONE, query=("sp_code", "sp_state", "sp_error", "sp_error_description"),
-       ok={303: Ok(None, "To the page the login started from, or /?error=<message>", headers=("Set-Cookie",))},
+       ok={303: Ok(None, "To the page the login started from, or /?error=<code> (a fixed code; the page shows its fixed message)", headers=("Set-Cookie",))},
        errors=(404,), tag="sp"),
     Op("GET", "/.well-known/oauth-client-metadata", "sp.client_metadata_document", "This SP's OAuth client metadata",
        ok={200: Ok(ref("ClientMetadata"))}, errors=(404,), tag="sp"),

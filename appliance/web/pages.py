@@ -272,19 +272,20 @@ def error_page(viewer: Viewer | None, status: int, title: str, detail: str) -> H
 @bp.get("/")
 async def home(request: Request) -> HTTPResponse:
     """People go on to their grants, visitors to /login. The page itself is shown to a guest of SP
-    login (who they are, through which IdP) and whenever ``?error=`` carries why a login failed
-    (grantd.web.api.sp sends failures here): the message escaped and bounded, never a trace."""
+    login (who they are, through which IdP) and whenever ``?error=`` carries the code of why a login
+    failed (grantd.web.api.sp sends failures here): the fixed message of a known code
+    (``grantd.sp.login.LOGIN_ERRORS``), the generic one for any other value — never the query's
+    text, so a link cannot put words of its maker's choosing on this origin (issue 19)."""
     from grantd.services.sessions import live_guest
+    from grantd.sp.login import error_message
 
     viewer = await viewer_of(request)
-    error = request.args.get("error")
+    error = error_message(request.args.get("error"))
     guest = None
     if viewer is None and request.headers.get("authorization") is None:
         guest = await live_guest(services_of(request), request.cookies.get(SESSION_COOKIE))
     if error is None and guest is None:
         return redirect(DEFAULT_NEXT if viewer else "/login", status=303, headers={"Cache-Control": "no-store"})
-    if error is not None:
-        error = "".join(c if c.isprintable() else " " for c in error).strip()[:300] or "login failed"
     response = render("home.html", viewer=viewer, title="Login failed" if error else "Signed in", error=error, guest=guest)
     response.headers["Cache-Control"] = "no-store"
     return response
