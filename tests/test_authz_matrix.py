@@ -543,8 +543,12 @@ Request = Callable[[World, str], httpx.Response]
 SESSION_ENDING = ("/api/logout", "/api/webauthn/register/verify", "/api/webauthn/login/verify")
 
 
-def _call(w: World, column: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def _call(w: World, column: str, method: str, path: str, *, binding: str | None = None, **kwargs: Any) -> httpx.Response:
+    """``binding``: the passkey ceremony's browser binding (the ``grantd_passkey`` cookie of the
+    options answer), which a browser sends back with verify (D8)."""
     with w.http_for(column) as http:
+        if binding is not None:
+            http.cookies.set("grantd_passkey", binding)
         response = http.request(method, path, **kwargs)
     if column in w.cookies and path in SESSION_ENDING:  # logout or a new sign-in ended the column's
         # session: the next cell gets a fresh one
@@ -694,9 +698,10 @@ def _register_verify(w: World, c: str) -> httpx.Response:
 
     token = _registration_token(w)
     with w.http() as http:
-        options = http.post("/api/webauthn/register/options", json={"token": token}).json()
-    response = SoftAuthenticator().create(options, w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response})
+        answer = http.post("/api/webauthn/register/options", json={"token": token})
+    response = SoftAuthenticator().create(answer.json(), w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response},
+                 binding=answer.cookies["grantd_passkey"])
 
 
 def _login_verify(w: World, c: str) -> httpx.Response:
@@ -711,9 +716,10 @@ def _login_verify(w: World, c: str) -> httpx.Response:
         assert r.status_code == 200, r.text
         w.__dict__["passkey"] = authenticator
     with w.http() as http:
-        options = http.post("/api/webauthn/login/options", json={}).json()
-    response = w.__dict__["passkey"].get(options, w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response})
+        answer = http.post("/api/webauthn/login/options", json={})
+    response = w.__dict__["passkey"].get(answer.json(), w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response},
+                 binding=answer.cookies["grantd_passkey"])
 
 
 REQUESTS.update({

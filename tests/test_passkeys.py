@@ -271,14 +271,14 @@ def test_login_options_for_unknown_and_disabled_emails(server: InProcessServer) 
 def test_a_disabled_person_cannot_sign_in_and_loses_their_session(server: InProcessServer) -> None:
     email = fresh_email("disabled")
     b, body = registered(server, email)
-    opts_before = options(PasskeyBrowser(server.url, server.url), "/api/webauthn/login/options", {})
+    fresh = PasskeyBrowser(server.url, server.url, b.authenticator)
+    opts_before = options(fresh, "/api/webauthn/login/options", {})
     services = server.services
     server.call(services.store.people.update(body["person"]["id"], {"status": "disabled", "updated_at": services.clock.now_ms()}))
     assert b.me().status_code == 401  # the session ends at once
     answer = httpx.post(server.url + "/api/webauthn/login/options", json={"email": email})
     assert answer.status_code == 403 and problem(answer)["detail"] == "account disabled"
     # discoverable: the options were fetched before the person was disabled; verify still refuses
-    fresh = PasskeyBrowser(server.url, server.url, b.authenticator)
     answer = fresh.request("POST", "/api/webauthn/login/verify",
                            json_body={"response": fresh.authenticator.get(opts_before, server.url)})
     assert answer.status_code == 403 and fresh.cookie is None

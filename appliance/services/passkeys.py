@@ -23,6 +23,13 @@ Rules kept here:
   page tell a person to ask for a registration link), and a disabled one 403. So an anonymous
   caller can learn whether an e-mail has a passkey here; the per-address limit (D12,
   ``limits.passkey_per_address``) bounds how fast. Discoverable login (no e-mail) reveals nothing.
+- **Bound to the browser** (D8, issue 19: login CSRF): a sign-in or registration challenge is kept
+  (``grantd.services.flows``, kinds ``passkey-login`` and ``passkey-register``) bound to a random
+  *binding* that only the browser which asked for the options holds, in the HttpOnly cookie
+  ``grantd_passkey`` (path ``/api/webauthn/``, 5 minutes; the web layer sets it). Verification
+  refuses a response to a challenge that another browser asked for: an attacker who signed
+  fresh options with their own passkey cannot have a victim's browser redeem them, even through a
+  route that accepted the request.
 - **Rate limits** (D12): login options, login verification and registration verification are
   counted per client address, each on its own counter, apart from the agents' counters (peer bug
   30: agents behind one address must not lock people out).
@@ -58,7 +65,7 @@ from webauthn.helpers.structs import (
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.fields import check_text
 from grantd.core.principals import Kind, Principal, person_is_admin
-from grantd.services import sessions
+from grantd.services import flows, sessions
 from grantd.services.limits import Rule
 from grantd.store import Conflict
 from grantd.store.records import PasskeyCredential, Person, RegistrationUrl, Session, WebAuthnChallenge
@@ -70,6 +77,9 @@ CHALLENGE_TTL_MS = 300_000  # 5 minutes (D8)
 REGISTRATION_GONE = "registration URL not found, expired or already used"
 CHALLENGE_GONE = "passkey challenge unknown, expired or already used; start again"
 COUNTER_BACKWARDS = "passkey counter went backwards (cloned authenticator?)"
+OTHER_BROWSER = "this passkey ceremony was started in another browser (or this browser refused its cookie); start again"
+BINDING_COOKIE = "grantd_passkey"
+BINDING_PATH = "/api/webauthn/"
 MAX_CREDENTIAL_ID = 1366  # base64url of the longest credential id WebAuthn allows (1023 bytes)
 _TRANSPORTS = {t.value for t in AuthenticatorTransport}
 
@@ -154,6 +164,27 @@ async def _new_challenge(
     }
     await services.store.webauthn_challenges.create(record, now)
     return raw
+
+
+def binding_of(cookie_value: str | None) -> str:
+    """The browser's binding: the one its ``grantd_passkey`` cookie holds if it looks like ours (so
+    ceremonies in two tabs of one browser both work), else a new one (the route sets the cookie)."""
+    if cookie_value and 40 <= len(cookie_value) <= 64 and all(c.isalnum() or c in "-_" for c in cookie_value):
+        return cookie_value
+    return flows.new_secret()
+
+
+async def _bind(services: Services, purpose: str, challenge: bytes, binding: str) -> None:
+    await flows.keep(services, f"passkey-{purpose}", _b64url(challenge), binding, {})
+
+
+async def _bound(services: Services, purpose: str, challenge: WebAuthnChallenge, binding: str | None) -> bool:
+    """Whether ``binding`` is the one of the browser that asked for ``challenge`` (used up either way)."""
+    try:
+        await flows.take(services, f"passkey-{purpose}", challenge["challenge"], binding)
+    except flows.FlowRefused:
+        return False
+    return True
 
 
 def credential_of(body: dict[str, Any]) -> dict[str, Any]:
@@ -298,7 +329,7 @@ def _creation_options(
     return _options(options)
 
 
-async def register_options(services: Services, token: Any) -> dict[str, Any]:
+async def register_options(services: Services, token: Any, binding: str) -> dict[str, Any]:
     registration = await _registration(services, token)
     person = await services.store.people.get(registration["email"])
     existing: list[PasskeyCredential] = []
@@ -309,12 +340,13 @@ async def register_options(services: Services, token: Any) -> dict[str, Any]:
             raise Problem(409, "this account already has a passkey: sign in and add one on your account page")
     person_id = person["person_id"] if person is not None else "usr_" + secrets.token_urlsafe(16)
     challenge = await _new_challenge(services, "register", person_id=person_id, registration_id=registration["id"])
+    await _bind(services, "register", challenge, binding)
     name = person["name"] if person is not None else registration["email"]
     return _creation_options(services, registration["email"], person_id, name, challenge, existing)
 
 
 async def register_verify(
-    services: Services, body: dict[str, Any], user_agent: str
+    services: Services, body: dict[str, Any], user_agent: str, binding: str | None
 ) -> tuple[Person, PasskeyCredential, str, Session]:
     """Redeem the registration URL with the new passkey; sign the person in."""
     token = body.get("token")
@@ -323,6 +355,8 @@ async def register_verify(
     challenge = await _take_challenge(services, credential, "register")
     if challenge is None or challenge["registration_id"] != registration["id"] or not challenge["person_id"]:
         raise bad_request(CHALLENGE_GONE)
+    if not await _bound(services, "register", challenge, binding):
+        raise bad_request(OTHER_BROWSER)
     verified = _verify_registration(services, credential, challenge)
     now = services.clock.now_ms()
     existing = await services.store.people.get(registration["email"])
@@ -363,7 +397,7 @@ def _person_name(body: dict[str, Any], email: str) -> str:
 
 
 # -- sign-in --------------------------------------------------------------------------------------
-async def login_options(services: Services, email: str | None) -> dict[str, Any]:
+async def login_options(services: Services, email: str | None, binding: str) -> dict[str, Any]:
     allow: list[PasskeyCredential] = []
     person_id = None
     if email is not None:
@@ -375,6 +409,7 @@ async def login_options(services: Services, email: str | None) -> dict[str, Any]
         _active(person)
         person_id = person["person_id"]
     challenge = await _new_challenge(services, "login", person_id=person_id)
+    await _bind(services, "login", challenge, binding)
     options = generate_authentication_options(
         rp_id=rp_id(services),
         challenge=challenge,
@@ -386,13 +421,15 @@ async def login_options(services: Services, email: str | None) -> dict[str, Any]
 
 
 async def login_verify(
-    services: Services, body: dict[str, Any], user_agent: str
+    services: Services, body: dict[str, Any], user_agent: str, binding: str | None
 ) -> tuple[Person, PasskeyCredential, str, Session]:
     credential = credential_of(body)
     credential_id = _credential_id(credential)
     challenge = await _take_challenge(services, credential, "login")
     if challenge is None:
         raise unauthorized(CHALLENGE_GONE)
+    if not await _bound(services, "login", challenge, binding):
+        raise unauthorized(OTHER_BROWSER)
     stored = await services.store.credentials.get(credential_id)
     if stored is None or stored["rp_id"] != rp_id(services):
         raise unauthorized("unknown passkey")

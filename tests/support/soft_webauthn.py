@@ -172,20 +172,36 @@ class PasskeyBrowser:
         self.base_url = base_url
         self.origin = origin
         self.authenticator = authenticator or SoftAuthenticator()
-        self.cookie: str | None = None
+        self.cookies: dict[str, str] = {}  # what this browser holds: the session, the passkey binding
         self._httpx = httpx
+
+    @property
+    def cookie(self) -> str | None:
+        """The session cookie's value, if any."""
+        return self.cookies.get("grantd_session")
+
+    @cookie.setter
+    def cookie(self, value: str | None) -> None:
+        if value is None:
+            self.cookies.pop("grantd_session", None)
+        else:
+            self.cookies["grantd_session"] = value
 
     def request(self, method: str, path: str, *, json_body: Any = None, headers: dict[str, str] | None = None,
                 cookie: bool = True, origin: bool = True, **kwargs: Any) -> Any:
+        """``cookie=False``: send no cookie at all (another browser)."""
         sent = {"Origin": self.origin} if origin else {}
-        if cookie and self.cookie is not None:
-            sent["Cookie"] = f"grantd_session={self.cookie}"
+        if cookie and self.cookies:
+            sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
         sent.update(headers or {})
         response = self._httpx.request(method, self.base_url + path, json=json_body, headers=sent, timeout=10, **kwargs)
-        set_cookie = response.headers.get("set-cookie")
-        if set_cookie and set_cookie.startswith("grantd_session="):
-            value = set_cookie.split(";", 1)[0].split("=", 1)[1].strip('"')
-            self.cookie = value or None
+        for set_cookie in response.headers.get_list("set-cookie"):
+            name, _, rest = set_cookie.partition("=")
+            value = rest.split(";", 1)[0].strip('"')
+            if value and "max-age=0" not in set_cookie.lower():
+                self.cookies[name.strip()] = value
+            else:
+                self.cookies.pop(name.strip(), None)
         return response
 
     def register(self, token: str, **verify_fields: Any) -> Any:

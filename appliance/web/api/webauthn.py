@@ -8,6 +8,8 @@ base64url fields, as ``{response: ...}`` or as the body itself):
   name?, person_name?}`` → 200 ``{person, credential}`` and the session cookie.
 - ``POST login/options {email?}`` → request options (by e-mail, or discoverable without one);
   ``POST login/verify {response}`` → 200 ``{person, credential}`` and the session cookie.
+- Both options answers set ``grantd_passkey`` (HttpOnly, SameSite=Strict, path /api/webauthn/, 5
+  minutes): the binding of the challenge to this browser that verify checks (D8).
 - ``GET credentials`` → ``{data: [credential, ...]}`` (own, oldest first);
   ``POST credentials/add/options`` → creation options; ``POST credentials/add/verify {response,
   name?}`` → 201 ``{credential}``; ``DELETE credentials/:id`` → 200 ``{deleted: credential}``.
@@ -66,17 +68,33 @@ async def _signed_in(request: Request, person: Any, credential: Any, cookie_valu
     return response
 
 
+def _binding_cookie(request: Request) -> str | None:
+    return request.cookies.get(_passkeys().BINDING_COOKIE)
+
+
+def _bound_options(request: Request, options: dict[str, Any], binding: str) -> HTTPResponse:
+    """The options, and the cookie that binds their challenge to this browser (D8)."""
+    passkeys = _passkeys()
+    response = json(options)
+    response.add_cookie(passkeys.BINDING_COOKIE, binding, path=passkeys.BINDING_PATH,
+                        max_age=passkeys.CHALLENGE_TTL_MS // 1000, httponly=True, samesite="Strict",
+                        secure=sessions.secure_cookie(services_of(request)))
+    return response
+
+
 @bp.post("/api/webauthn/register/options")
 async def register_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    return json(await _passkeys().register_options(services, body.get("token")))
+    binding = _passkeys().binding_of(_binding_cookie(request))
+    return _bound_options(request, await _passkeys().register_options(services, body.get("token"), binding), binding)
 
 
 @bp.post("/api/webauthn/register/verify")
 async def register_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
-    person, credential, value, _ = await _passkeys().register_verify(services, body, _user_agent(request))
+    person, credential, value, _ = await _passkeys().register_verify(
+        services, body, _user_agent(request), _binding_cookie(request))
     return await _signed_in(request, person, credential, value)
 
 
@@ -84,14 +102,17 @@ async def register_verify(request: Request) -> HTTPResponse:
 async def login_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request, required=False)
     await _passkeys().limit(services, request.ctx.client_ip, "login-options")
-    return json(await _passkeys().login_options(services, email_field(body, "email", required=False)))
+    binding = _passkeys().binding_of(_binding_cookie(request))
+    options = await _passkeys().login_options(services, email_field(body, "email", required=False), binding)
+    return _bound_options(request, options, binding)
 
 
 @bp.post("/api/webauthn/login/verify")
 async def login_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
-    person, credential, value, _ = await _passkeys().login_verify(services, body, _user_agent(request))
+    person, credential, value, _ = await _passkeys().login_verify(
+        services, body, _user_agent(request), _binding_cookie(request))
     return await _signed_in(request, person, credential, value)
 
 
