@@ -346,6 +346,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         # D3: keys of several algorithms coexist; the active key is looked up per algorithm
         "CREATE INDEX signing_keys_alg ON signing_keys (alg, retired_at)",
     ]),
+    (5, "the passkey that started each session", [
+        # Issue 19: a session records the passkey that started it; deleting the passkey ends it.
+        f"ALTER TABLE sessions ADD COLUMN credential_id {T}",
+        "CREATE INDEX sessions_credential ON sessions (credential_id)",
+    ]),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
@@ -1590,7 +1595,7 @@ class PostgresCredentials(_Part):
 
     @_nul_finds_nothing(None)
     @_on_store_loop
-    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+    async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         async with self._db.tx() as cur:
             # Lock the person's passkeys first: a concurrent delete waits here, then counts what
             # this one left (two deletes of the last two cannot both win).
@@ -1611,7 +1616,12 @@ class PostgresCredentials(_Part):
             await cur.execute(
                 "DELETE FROM passkey_credentials WHERE person_id = %s AND credential_id = %s", (person_id, credential_id)
             )
-            return int(cur.rowcount) == 1
+            if int(cur.rowcount) != 1:
+                return False
+            await cur.execute(
+                "UPDATE sessions SET revoked_at = %s WHERE credential_id = %s AND revoked_at IS NULL", (now, credential_id)
+            )
+            return True
 
 
 class PostgresSessions(_Part):

@@ -30,6 +30,14 @@ Rules kept here:
   refuses a response to a challenge that another browser asked for: an attacker who signed
   fresh options with their own passkey cannot have a victim's browser redeem them, even through a
   route that accepted the request.
+- **Adding a passkey** needs more than a session (issue 19): ``add/reauth`` asks for an assertion
+  of one of the person's passkeys with user verification *required*; ``add/options`` verifies it
+  (purpose ``reauth``, the person's own passkey, UV flag set, counter recorded) and only then
+  issues the ``add`` challenge — so a fresh user-verified assertion precedes every new passkey by
+  at most ``CHALLENGE_TTL_MS``. A person without a passkey here gets a registration link from an
+  administrator instead (purpose ``add-device``).
+- **Sessions remember their passkey**: a sign-in's session records the credential it used;
+  deleting the passkey ends those sessions in the same store transaction.
 - **Rate limits** (D12): login options, login verification and registration verification are
   counted per client address, each on its own counter, apart from the agents' counters (peer bug
   30: agents behind one address must not lock people out).
@@ -77,6 +85,9 @@ CHALLENGE_TTL_MS = 300_000  # 5 minutes (D8)
 REGISTRATION_GONE = "registration URL not found, expired or already used"
 CHALLENGE_GONE = "passkey challenge unknown, expired or already used; start again"
 COUNTER_BACKWARDS = "passkey counter went backwards (cloned authenticator?)"
+REAUTH_NEEDED = ("response is required: an assertion of one of your passkeys, with user verification, "
+                 "answering POST /api/webauthn/credentials/add/reauth")
+NO_PASSKEY_TO_CONFIRM = "you have no passkey to confirm with: ask an administrator for a registration link"
 OTHER_BROWSER = "this passkey ceremony was started in another browser (or this browser refused its cookie); start again"
 BINDING_COOKIE = "grantd_passkey"
 BINDING_PATH = "/api/webauthn/"
@@ -385,7 +396,7 @@ async def register_verify(
             raise Problem(409, "this passkey is already registered") from None
         raise Problem(409, f"registration refused: duplicate {exc.field}") from None
     _active(person)
-    value, session = await sessions.start(services, person, user_agent)
+    value, session = await sessions.start(services, person, user_agent, credential_id=new["credential_id"])
     return person, new, value, session
 
 
@@ -446,6 +457,17 @@ async def login_verify(
     if person is None or person["person_id"] != stored["person_id"]:
         raise unauthorized("unknown passkey")
     _active(person)
+    used = await _verified_assertion(services, credential, challenge, stored, user_verified=False)
+    value, session = await sessions.start(services, person, user_agent, credential_id=used["credential_id"])
+    return person, used, value, session
+
+
+async def _verified_assertion(
+    services: Services, credential: dict[str, Any], challenge: WebAuthnChallenge, stored: PasskeyCredential,
+    *, user_verified: bool,
+) -> PasskeyCredential:
+    """Check an assertion of ``stored`` against ``challenge`` (``user_verified``: the authenticator
+    must say it verified the user, by PIN or biometrics) and record its sign counter."""
     try:
         verified = verify_authentication_response(
             credential=credential,
@@ -454,17 +476,16 @@ async def login_verify(
             expected_origin=origin(services),
             credential_public_key=_unb64url(stored["public_key"], "public key"),
             credential_current_sign_count=stored["sign_count"],
-            require_user_verification=False,
+            require_user_verification=user_verified,
         )
     except (WebAuthnException, ValueError, KeyError, TypeError) as exc:
         if "sign count" in str(exc):
             raise unauthorized(COUNTER_BACKWARDS) from None
         raise unauthorized(f"passkey sign-in refused: {_reason(exc)}") from None
-    used = await services.store.credentials.use(credential_id, int(verified.new_sign_count), services.clock.now_ms())
+    used = await services.store.credentials.use(stored["credential_id"], int(verified.new_sign_count), services.clock.now_ms())
     if used is None:
         raise unauthorized(COUNTER_BACKWARDS)
-    value, session = await sessions.start(services, person, user_agent)
-    return person, used, value, session
+    return used
 
 
 # -- a signed-in person's own passkeys ------------------------------------------------------------
@@ -473,15 +494,51 @@ async def list_own(services: Services, principal: Principal | None) -> list[Pass
     return await services.store.credentials.list_for(me.id)
 
 
-async def add_options(services: Services, principal: Principal | None) -> dict[str, Any]:
+async def _own_active(services: Services, principal: Principal | None) -> tuple[Person, list[PasskeyCredential]]:
     me = _signed_in_person(principal)
     person = await services.store.people.get(me.id)
-    if person is None:
+    if person is None or person["person_id"] != me.id:
         raise unauthorized()
     _active(person)
-    existing = [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
-    challenge = await _new_challenge(services, "add", person_id=me.id)
-    return _creation_options(services, person["email"], me.id, person["name"], challenge, existing)
+    return person, [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
+
+
+async def reauth_options(services: Services, principal: Principal | None) -> dict[str, Any]:
+    """The first step of adding a passkey: request options for an assertion of one of the person's
+    passkeys here, user verification **required** (issue 19: a session alone — a stolen cookie —
+    must not be able to add a passkey of its own and so outlive every logout)."""
+    person, existing = await _own_active(services, principal)
+    if not existing:
+        raise Problem(409, NO_PASSKEY_TO_CONFIRM)
+    challenge = await _new_challenge(services, "reauth", person_id=person["person_id"])
+    options = generate_authentication_options(
+        rp_id=rp_id(services),
+        challenge=challenge,
+        timeout=CHALLENGE_TTL_MS,
+        allow_credentials=_descriptors(existing),
+        user_verification=UserVerificationRequirement.REQUIRED,
+    )
+    return _options(options)
+
+
+async def add_options(services: Services, principal: Principal | None, body: dict[str, Any]) -> dict[str, Any]:
+    """Creation options for one more passkey, only against a fresh (``CHALLENGE_TTL_MS``),
+    user-verified assertion (``body.response``) of one of the person's passkeys, answering the
+    options of ``reauth_options``."""
+    person, existing = await _own_active(services, principal)
+    if "response" not in body:
+        raise bad_request(REAUTH_NEEDED, field="response")
+    assertion = credential_of(body)
+    credential_id = _credential_id(assertion)
+    challenge = await _take_challenge(services, assertion, "reauth")
+    if challenge is None or challenge["person_id"] != person["person_id"]:
+        raise unauthorized(CHALLENGE_GONE)
+    stored = next((c for c in existing if c["credential_id"] == credential_id), None)
+    if stored is None:
+        raise unauthorized("confirm with one of your own passkeys")
+    await _verified_assertion(services, assertion, challenge, stored, user_verified=True)
+    challenge_bytes = await _new_challenge(services, "add", person_id=person["person_id"])
+    return _creation_options(services, person["email"], person["person_id"], person["name"], challenge_bytes, existing)
 
 
 async def add_verify(services: Services, principal: Principal | None, body: dict[str, Any]) -> PasskeyCredential:
@@ -504,7 +561,7 @@ async def delete_own(services: Services, principal: Principal | None, credential
     found = await services.store.credentials.get(credential_id)
     if found is None or found["person_id"] != me.id:
         raise not_found("passkey not found")
-    deleted = await services.store.credentials.delete(me.id, credential_id)
+    deleted = await services.store.credentials.delete(me.id, credential_id, services.clock.now_ms())  # and its sessions
     if deleted is None:
         raise not_found("passkey not found")
     if deleted is False:

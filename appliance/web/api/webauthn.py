@@ -11,8 +11,12 @@ base64url fields, as ``{response: ...}`` or as the body itself):
 - Both options answers set ``grantd_passkey`` (HttpOnly, SameSite=Strict, path /api/webauthn/, 5
   minutes): the binding of the challenge to this browser that verify checks (D8).
 - ``GET credentials`` → ``{data: [credential, ...]}`` (own, oldest first);
-  ``POST credentials/add/options`` → creation options; ``POST credentials/add/verify {response,
-  name?}`` → 201 ``{credential}``; ``DELETE credentials/:id`` → 200 ``{deleted: credential}``.
+  ``POST credentials/add/reauth`` → request options (user verification required) for one of the
+  person's passkeys; ``POST credentials/add/options {response}`` (that assertion) → creation
+  options; ``POST credentials/add/verify {response, name?}`` → 201 ``{credential}``;
+  ``DELETE credentials/:id`` → 200 ``{deleted: credential}`` (and the sessions it started end).
+- ``GET /api/sessions`` → ``{data: [session, ...]}`` (the person's own live sessions, newest first,
+  ``current`` marks this browser's); ``DELETE /api/sessions/:id`` → 200 ``{ended, revoked}``.
 - ``POST /api/logout`` → 200 ``{ok: true}``, revokes the session's family and clears the cookie.
 """
 
@@ -123,11 +127,18 @@ async def list_credentials(request: Request) -> HTTPResponse:
     return json({"data": [_passkeys().credential_view(c) for c in found]})
 
 
+@bp.post("/api/webauthn/credentials/add/reauth")
+async def add_reauth(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    body_of(request, required=False)  # an optional body must still be JSON
+    return json(await _passkeys().reauth_options(services, await principal_of(request)))
+
+
 @bp.post("/api/webauthn/credentials/add/options")
 async def add_options(request: Request) -> HTTPResponse:
     services = services_of(request)
-    body_of(request, required=False)  # an optional body must still be JSON
-    return json(await _passkeys().add_options(services, await principal_of(request)))
+    body = body_of(request, required=False)
+    return json(await _passkeys().add_options(services, await principal_of(request), body))
 
 
 @bp.post("/api/webauthn/credentials/add/verify")
@@ -142,6 +153,25 @@ async def delete_credential(request: Request, credential_id: str) -> HTTPRespons
     services = services_of(request)
     deleted = await _passkeys().delete_own(services, await principal_of(request), credential_id)
     return json({"deleted": _passkeys().credential_view(deleted)})
+
+
+@bp.get("/api/sessions")
+async def list_own_sessions(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    found = await sessions.own(services, await principal_of(request))
+    current = _current_session_id(request)
+    return json({"data": [sessions.own_view(s, current) for s in found]})
+
+
+@bp.delete("/api/sessions/<session_id:str>", unquote=True)
+async def end_own_session(request: Request, session_id: str) -> HTTPResponse:
+    services = services_of(request)
+    return json(await sessions.end_own(services, await principal_of(request), session_id))
+
+
+def _current_session_id(request: Request) -> str | None:
+    cookie = None if request.headers.get("authorization") else request.cookies.get(sessions.SESSION_COOKIE)
+    return sessions.session_id_of(cookie) if cookie else None
 
 
 @bp.post("/api/logout")
