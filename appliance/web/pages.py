@@ -34,6 +34,8 @@ from grantd.core.principals import Kind, Principal
 from grantd.services import agents, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE, session_id_of
+from grantd.services.sessions import own as own_sessions
+from grantd.services.sessions import own_view as own_session_view
 from grantd.tui.escape import escape_text, quote_arg, summarize_argv
 from grantd.web.api.common import principal_of, services_of
 
@@ -324,15 +326,16 @@ async def register(request: Request) -> HTTPResponse:
 @page()
 async def account(request: Request, viewer: Viewer) -> HTTPResponse:
     services = services_of(request)
-    now = services.clock.now_ms()
     credentials = await services.store.credentials.list_for(viewer.principal.id)
-    sessions, more_sessions = await services.store.sessions.list(PageRequest(LIST_LIMIT, None), viewer.principal.id, now)
+    # every live session of the person, each of which they may end (issue 19: a stolen one too)
     current = current_session_id(request)
+    own = [own_session_view(s, current) for s in await own_sessions(services, viewer.principal)]
+    names = {c["credential_id"]: c["name"] for c in credentials}
     from grantd.web.api.oauth import consents_of
 
     consents = await consents_of(services, viewer.principal.id)  # remembered OAuth consents, withdrawable (D9)
-    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=sessions,
-                  more_sessions=more_sessions, current_session=current, person=viewer.person, consents=consents)
+    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=own,
+                  passkey_names=names, person=viewer.person, consents=consents)
 
 
 # -- grants ---------------------------------------------------------------------------------------
