@@ -93,6 +93,7 @@ BINDING_COOKIE = "grantd_passkey"
 BINDING_PATH = "/api/webauthn/"
 MAX_CREDENTIAL_ID = 1366  # base64url of the longest credential id WebAuthn allows (1023 bytes)
 _TRANSPORTS = {t.value for t in AuthenticatorTransport}
+_B64URL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def rp_id(services: Services) -> str:
@@ -221,6 +222,8 @@ async def _take_challenge(services: Services, credential: dict[str, Any], purpos
     challenge = client_data.get("challenge") if isinstance(client_data, dict) else None
     if not isinstance(challenge, str) or not challenge or len(challenge) > 512:
         raise bad_request("malformed passkey response: clientDataJSON has no challenge")
+    if not set(challenge) <= _B64URL_CHARS:  # ours are base64url; anything else (a lone surrogate) is looked up nowhere
+        raise bad_request("malformed passkey response: the challenge is not base64url")
     taken = await services.store.webauthn_challenges.take(challenge, purpose, services.clock.now_ms())
     if taken is None or taken["rp_id"] != rp_id(services):
         return None
