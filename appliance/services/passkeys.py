@@ -181,7 +181,7 @@ async def _new_challenge(
 def binding_of(cookie_value: str | None) -> str:
     """The browser's binding: the one its ``grantd_passkey`` cookie holds if it looks like ours (so
     ceremonies in two tabs of one browser both work), else a new one (the route sets the cookie)."""
-    if cookie_value and 40 <= len(cookie_value) <= 64 and all(c.isalnum() or c in "-_" for c in cookie_value):
+    if cookie_value and 40 <= len(cookie_value) <= 64 and set(cookie_value) <= _B64URL_CHARS:
         return cookie_value
     return flows.new_secret()
 
