@@ -53,6 +53,12 @@ from jwt import PyJWK
 
 from grantd.hookspecs import FederatedIdentity, FederationContext, FederationError, FederationStart, hookimpl
 
+# OAuth's error codes at the redirect (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6): the only callback
+# error text a sign-in page shows.
+OAUTH_ERRORS = frozenset({"invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
+                          "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
+                          "login_required", "account_selection_required", "consent_required"})
+
 TYPE = "oidc"
 DEFAULT_SCOPES = ("openid", "email", "profile")
 KEYS = ("id", "type", "name", "issuer", "client_id", "client_secret", "scopes", "email_claim", "allowed_domains",
@@ -234,9 +240,11 @@ class OidcProvider:
     ) -> FederatedIdentity:
         error = params.get("error")
         if error:
-            described = params.get("error_description") or ""
-            detail = f"{error[:100]}" + (f" ({described[:300]})" if described else "")
-            raise FederationError(f"{self.name} did not sign you in: {detail}.", 403 if error == "access_denied" else 400)
+            # The callback's query is the browser's, not the upstream's word: only OAuth's own error
+            # codes are shown, never free text (error_description), so a link cannot put words of
+            # its maker's choosing on our page (issue 19, content spoofing).
+            shown = error if error in OAUTH_ERRORS else "an error"
+            raise FederationError(f"{self.name} did not sign you in: {shown}.", 403 if error == "access_denied" else 400)
         code = params.get("code")
         if not code or len(code) > CODE_PARAM_MAX:
             raise FederationError(f"{self.name} sent no authorization code back.")

@@ -349,6 +349,11 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (4, "device codes remember the client address that asked", [
         f"ALTER TABLE device_codes ADD COLUMN client_address {T}",  # D12: the /device page says where
     ]),
+    (5, "the passkey that started each session", [
+        # Issue 19: a session records the passkey that started it; deleting the passkey ends it.
+        f"ALTER TABLE sessions ADD COLUMN credential_id {T}",
+        "CREATE INDEX sessions_credential ON sessions (credential_id)",
+    ]),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
@@ -1593,7 +1598,7 @@ class PostgresCredentials(_Part):
 
     @_nul_finds_nothing(None)
     @_on_store_loop
-    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+    async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         async with self._db.tx() as cur:
             # Lock the person's passkeys first: a concurrent delete waits here, then counts what
             # this one left (two deletes of the last two cannot both win).
@@ -1614,7 +1619,12 @@ class PostgresCredentials(_Part):
             await cur.execute(
                 "DELETE FROM passkey_credentials WHERE person_id = %s AND credential_id = %s", (person_id, credential_id)
             )
-            return int(cur.rowcount) == 1
+            if int(cur.rowcount) != 1:
+                return False
+            await cur.execute(
+                "UPDATE sessions SET revoked_at = %s WHERE credential_id = %s AND revoked_at IS NULL", (now, credential_id)
+            )
+            return True
 
 
 class PostgresSessions(_Part):

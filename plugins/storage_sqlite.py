@@ -385,6 +385,12 @@ def _m7_device_address(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE device_codes ADD COLUMN client_address TEXT")
 
 
+def _m8_session_credentials(db: sqlite_utils.Database) -> None:
+    # Issue 19: a session records the passkey that started it; deleting the passkey ends it.
+    db.execute("ALTER TABLE sessions ADD COLUMN credential_id TEXT")
+    db.execute("CREATE INDEX sessions_credential ON sessions (credential_id)")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
@@ -393,6 +399,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (5, "people, passkeys, sessions, registration URLs, WebAuthn challenges", _m5_people),
     (6, "OAuth one-time records, refresh tokens, device codes, consents; guest sessions; keys per algorithm", _m6_oauth),
     (7, "device codes remember the client address that asked", _m7_device_address),
+    (8, "the passkey that started each session", _m8_session_credentials),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
@@ -1139,7 +1146,7 @@ class SQLiteCredentials:
             ).fetchone()
         return _credential(row) if row else None
 
-    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+    async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         # Counted and deleted under the write lock: two deletes of the last two cannot both win.
         async with self._db.awrite() as conn:
             if not conn.execute(
@@ -1151,6 +1158,10 @@ class SQLiteCredentials:
                    AND (SELECT count(*) FROM passkey_credentials WHERE person_id = :person) > 1""",
                 {"person": person_id, "id": credential_id},
             ).rowcount
+            if deleted == 1:
+                conn.execute(
+                    "UPDATE sessions SET revoked_at = ? WHERE credential_id = ? AND revoked_at IS NULL", (now, credential_id)
+                )
         return deleted == 1
 
 

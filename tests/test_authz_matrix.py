@@ -133,9 +133,12 @@ POST /api/webauthn/register/verify             | 200 | 200 | 200 | 200 | 200 | 2
 POST /api/webauthn/login/options               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /api/webauthn/login/verify                | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /api/webauthn/credentials                  | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+POST /api/webauthn/credentials/add/reauth      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 POST /api/webauthn/credentials/add/options     | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 POST /api/webauthn/credentials/add/verify      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 201 | 201 | 201 | 201 | 201 | 403
 DELETE /api/webauthn/credentials/:credential_id| 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/sessions                              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+DELETE /api/sessions/:session_id               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 POST /api/logout                               | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /api/admin/users                           | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
 POST /api/admin/users                          | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403 | 403
@@ -213,7 +216,10 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/webauthn/login/options": "public; discoverable (no e-mail)",
     "POST /api/webauthn/login/verify": "public; a registered person's software authenticator signs fresh options",
     "GET /api/webauthn/credentials": "a signed-in person's own passkeys",
-    "POST /api/webauthn/credentials/add/options": "a signed-in person's own passkeys",
+    "POST /api/webauthn/credentials/add/reauth": "a signed-in person's own passkeys (the person has one)",
+    "POST /api/webauthn/credentials/add/options": "a fresh user-verified assertion of the person's own passkey",
+    "GET /api/sessions": "a signed-in person's own sessions",
+    "DELETE /api/sessions/:session_id": "another session of the column's own person",
     "POST /api/webauthn/credentials/add/verify": "a signed-in person's own passkeys",
     "DELETE /api/webauthn/credentials/:credential_id": "a signed-in person's own passkeys",
     "POST /api/logout": "ends the browser session if the request carries one; 200 either way",
@@ -543,8 +549,12 @@ Request = Callable[[World, str], httpx.Response]
 SESSION_ENDING = ("/api/logout", "/api/webauthn/register/verify", "/api/webauthn/login/verify")
 
 
-def _call(w: World, column: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+def _call(w: World, column: str, method: str, path: str, *, binding: str | None = None, **kwargs: Any) -> httpx.Response:
+    """``binding``: the passkey ceremony's browser binding (the ``grantd_passkey`` cookie of the
+    options answer), which a browser sends back with verify (D8)."""
     with w.http_for(column) as http:
+        if binding is not None:
+            http.cookies.set("grantd_passkey", binding)
         response = http.request(method, path, **kwargs)
     if column in w.cookies and path in SESSION_ENDING:  # logout or a new sign-in ended the column's
         # session: the next cell gets a fresh one
@@ -694,9 +704,10 @@ def _register_verify(w: World, c: str) -> httpx.Response:
 
     token = _registration_token(w)
     with w.http() as http:
-        options = http.post("/api/webauthn/register/options", json={"token": token}).json()
-    response = SoftAuthenticator().create(options, w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response})
+        answer = http.post("/api/webauthn/register/options", json={"token": token})
+    response = SoftAuthenticator().create(answer.json(), w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response},
+                 binding=answer.cookies["grantd_passkey"])
 
 
 def _login_verify(w: World, c: str) -> httpx.Response:
@@ -711,9 +722,10 @@ def _login_verify(w: World, c: str) -> httpx.Response:
         assert r.status_code == 200, r.text
         w.__dict__["passkey"] = authenticator
     with w.http() as http:
-        options = http.post("/api/webauthn/login/options", json={}).json()
-    response = w.__dict__["passkey"].get(options, w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response})
+        answer = http.post("/api/webauthn/login/options", json={})
+    response = w.__dict__["passkey"].get(answer.json(), w.srv.url)
+    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response},
+                 binding=answer.cookies["grantd_passkey"])
 
 
 REQUESTS.update({
@@ -746,15 +758,57 @@ REQUESTS.update({
         w, c, "POST", "/api/device/decide", json={"user_code": _user_code(w), "approve": True}),
 })
 
+def _passkey_of(w: World, c: str) -> Any:
+    """A SoftAuthenticator holding a passkey of the column's person (registered once through an
+    ``add-device`` registration URL), or None for a column that is no person."""
+    from support.soft_webauthn import SoftAuthenticator, make_registration
+
+    if c not in w.persons:
+        return None
+    held = w.__dict__.setdefault("person_passkeys", {})
+    if c not in held:
+        authenticator, token = SoftAuthenticator(), make_registration(w.srv, w.persons[c]["email"], purpose="add-device")
+        with w.http() as http:
+            options = http.post("/api/webauthn/register/options", json={"token": token}).json()
+            r = http.post("/api/webauthn/register/verify",
+                          json={"token": token, "response": authenticator.create(options, w.srv.url)})
+        assert r.status_code == 200, r.text
+        held[c] = authenticator
+    return held[c]
+
+
+def _reauth(w: World, c: str) -> httpx.Response:
+    _passkey_of(w, c)
+    return _call(w, c, "POST", "/api/webauthn/credentials/add/reauth", json={})
+
+
+def _confirmed_add_options(w: World, c: str) -> httpx.Response:
+    """add/reauth, the person's passkey signs it (user verified), add/options with that assertion
+    (a column refused the reauth posts an empty response: it is refused before the body is read)."""
+    authenticator = _passkey_of(w, c)
+    with w.http_for(c) as http:
+        reauth = http.post("/api/webauthn/credentials/add/reauth", json={})
+    assertion = authenticator.get(reauth.json(), w.srv.url) if reauth.status_code == 200 else {}
+    return _call(w, c, "POST", "/api/webauthn/credentials/add/options", json={"response": assertion})
+
+
 def _add_passkey(w: World, c: str) -> httpx.Response:
-    """add/options then add/verify with a new software authenticator, as the column's caller (a
-    caller refused the options posts an empty response: it is refused before the body is read)."""
+    """add/reauth, add/options, add/verify with a new software authenticator, as the column's caller."""
     from support.soft_webauthn import SoftAuthenticator
 
-    with w.http_for(c) as http:
-        options = http.post("/api/webauthn/credentials/add/options", json={})
+    options = _confirmed_add_options(w, c)
     response = SoftAuthenticator().create(options.json(), w.srv.url) if options.status_code == 200 else {}
     return _call(w, c, "POST", "/api/webauthn/credentials/add/verify", json={"response": response})
+
+
+def _end_own_session(w: World, c: str) -> httpx.Response:
+    """End another session of the column's person (a second browser), by its id from the list."""
+    family = "fam_not-yours"
+    if c in w.persons:
+        other = w.session(w.persons[c])
+        with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: other}, timeout=10) as http:
+            family = next(s["id"] for s in http.get("/api/sessions").json()["data"] if s["current"])
+    return _call(w, c, "DELETE", f"/api/sessions/{family}")
 
 
 def _spare_passkey(w: World, c: str) -> str:
@@ -774,8 +828,10 @@ REQUESTS.update({
     "POST /api/webauthn/login/options": lambda w, c: _call(w, c, "POST", "/api/webauthn/login/options", json={}),
     "POST /api/webauthn/login/verify": _login_verify,
     "GET /api/webauthn/credentials": _get("/api/webauthn/credentials"),
-    "POST /api/webauthn/credentials/add/options": lambda w, c: _call(
-        w, c, "POST", "/api/webauthn/credentials/add/options", json={}),
+    "POST /api/webauthn/credentials/add/reauth": _reauth,
+    "POST /api/webauthn/credentials/add/options": _confirmed_add_options,
+    "GET /api/sessions": _get("/api/sessions"),
+    "DELETE /api/sessions/:session_id": _end_own_session,
     "POST /api/webauthn/credentials/add/verify": lambda w, c: _add_passkey(w, c),
     "DELETE /api/webauthn/credentials/:credential_id": lambda w, c: _call(
         w, c, "DELETE", f"/api/webauthn/credentials/{_spare_passkey(w, c)}"),

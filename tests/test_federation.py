@@ -268,6 +268,7 @@ class Upstream:
         self.claims: dict[str, Any] = {}  # merged into the id_token's claims (None deletes one)
         self.mint: Callable[[dict[str, Any]], str] | None = None  # replaces the signing
         self.authorize_error: str | None = None
+        self.authorize_error_description: str | None = None
         self.token_error: str | None = None  # /token answers 400 {error: this}
         self.userinfo: dict[str, Any] | None = None
         self.codes: dict[str, dict[str, Any]] = {}
@@ -342,7 +343,10 @@ class Upstream:
                     assert query["code_challenge_method"] == "S256" and set(query["scope"].split()) >= {"openid", "email"}
                     back = query["redirect_uri"]
                     if upstream.authorize_error:
-                        self._redirect(back + "?" + urlencode({"error": upstream.authorize_error, "state": query["state"]}))
+                        refusal = {"error": upstream.authorize_error, "state": query["state"]}
+                        if upstream.authorize_error_description:
+                            refusal["error_description"] = upstream.authorize_error_description
+                        self._redirect(back + "?" + urlencode(refusal))
                         return
                     code = secrets.token_urlsafe(16)
                     upstream.codes[code] = query
@@ -781,6 +785,21 @@ def test_an_upstream_that_refuses_is_a_readable_page(fed, up):
     create_person(fed, up.email)
     up.authorize_error = "access_denied"
     _refused(Flow(fed), 403, "did not sign you in: access_denied")
+
+
+def test_a_refusal_shows_only_oauth_error_codes_never_free_text(fed, up):
+    """Content spoofing (issue 19): the callback's ``error_description`` and unknown ``error``
+    values are the query's words, not ours: they never reach the page."""
+    create_person(fed, up.email)
+    up.authorize_error, up.authorize_error_description = "server_error", "Your account is locked, call +1 555 0100"
+    flow = Flow(fed)
+    _refused(flow, 400, "did not sign you in: server_error")
+    assert "locked" not in flow.callback.text
+    up.authorize_error, up.authorize_error_description = "Your_account_is_locked_call_+1_555_0100", None
+    flow = Flow(fed)
+    _refused(flow, 400, "did not sign you in: an error")
+    assert "locked" not in flow.callback.text
+    up.authorize_error = None
 
 
 def test_a_refused_code_exchange_is_a_readable_page(fed, up):

@@ -271,14 +271,14 @@ def test_login_options_for_unknown_and_disabled_emails(server: InProcessServer) 
 def test_a_disabled_person_cannot_sign_in_and_loses_their_session(server: InProcessServer) -> None:
     email = fresh_email("disabled")
     b, body = registered(server, email)
-    opts_before = options(PasskeyBrowser(server.url, server.url), "/api/webauthn/login/options", {})
+    fresh = PasskeyBrowser(server.url, server.url, b.authenticator)
+    opts_before = options(fresh, "/api/webauthn/login/options", {})
     services = server.services
     server.call(services.store.people.update(body["person"]["id"], {"status": "disabled", "updated_at": services.clock.now_ms()}))
     assert b.me().status_code == 401  # the session ends at once
     answer = httpx.post(server.url + "/api/webauthn/login/options", json={"email": email})
     assert answer.status_code == 403 and problem(answer)["detail"] == "account disabled"
     # discoverable: the options were fetched before the person was disabled; verify still refuses
-    fresh = PasskeyBrowser(server.url, server.url, b.authenticator)
     answer = fresh.request("POST", "/api/webauthn/login/verify",
                            json_body={"response": fresh.authenticator.get(opts_before, server.url)})
     assert answer.status_code == 403 and fresh.cookie is None
@@ -369,7 +369,7 @@ def test_add_list_and_delete_own_passkeys_never_the_last(server: InProcessServer
     # the new passkey signs in
     assert PasskeyBrowser(server.url, server.url, phone).login().status_code == 200
     # adding again with an authenticator that already holds one is excluded by the options
-    opts = options(b, "/api/webauthn/credentials/add/options", {})
+    opts = b.confirm().json()
     assert {c["id"] for c in opts["excludeCredentials"]} == {first, second}
 
     other, other_body = registered(server)
@@ -379,9 +379,12 @@ def test_add_list_and_delete_own_passkeys_never_the_last(server: InProcessServer
     assert answer.status_code == 400 and problem(answer)["detail"] == "cannot delete your last passkey"
 
     assert b.request("DELETE", f"/api/webauthn/credentials/{first}").status_code == 200
-    answer = b.request("DELETE", f"/api/webauthn/credentials/{second}")
+    assert b.me().status_code == 401  # this session was started with that passkey: it ended with it
+    on_phone = PasskeyBrowser(server.url, server.url, phone)
+    assert on_phone.login().status_code == 200
+    answer = on_phone.request("DELETE", f"/api/webauthn/credentials/{second}")
     assert answer.status_code == 400 and problem(answer)["detail"] == "cannot delete your last passkey"
-    assert [c["id"] for c in b.request("GET", "/api/webauthn/credentials").json()["data"]] == [second]
+    assert [c["id"] for c in on_phone.request("GET", "/api/webauthn/credentials").json()["data"]] == [second]
     # the deleted passkey no longer signs in
     gone = PasskeyBrowser(server.url, server.url, b.authenticator)
     opts = options(gone, "/api/webauthn/login/options", {})
@@ -394,7 +397,7 @@ def test_add_list_and_delete_own_passkeys_never_the_last(server: InProcessServer
 def test_an_add_challenge_is_bound_to_the_person(server: InProcessServer) -> None:
     alice, _ = registered(server)
     mallory, _ = registered(server)
-    opts = options(alice, "/api/webauthn/credentials/add/options", {})
+    opts = alice.confirm().json()
     made = SoftAuthenticator().create(opts, server.url)
     answer = mallory.request("POST", "/api/webauthn/credentials/add/verify", json_body={"response": made})
     assert answer.status_code == 400

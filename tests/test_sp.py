@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import httpx
 import pytest
 from inproc import InProcessServer
+from markupsafe import escape
 from people_support import cookie_client, create_person, signed_in_person, start_session
 
 from dns_server import TxtDnsServer
@@ -96,7 +98,11 @@ def error_of(response: httpx.Response) -> str:
     assert response.status_code == 303, (response.status_code, response.text[:300])
     location = response.headers["location"]
     assert location.startswith("/?error="), location
-    return unquote(location[len("/?error="):])
+    from grantd.sp.login import LOGIN_ERRORS
+
+    code = unquote(location[len("/?error="):])
+    assert code in LOGIN_ERRORS, code  # a code of the fixed table, never free text (issue 19)
+    return LOGIN_ERRORS[code]
 
 
 def person_at(idp: InProcessServer, email: str) -> str:
@@ -295,18 +301,39 @@ def test_a_refusal_at_the_idp_comes_back_readably(sp: InProcessServer, idp: InPr
     with browser(sp) as http:
         url = begin(http, "leo@a.test").json()["redirectUrl"]
         location = at_idp(idp, person_at(idp, "leo@a.test"), url, approve=False)
-        message = error_of(http.get(callback_path(location, sp)))
-        assert message.startswith("the IdP refused the login: access_denied"), message
-        page = http.get("/?error=" + httpx.QueryParams({"e": message})["e"])
-        assert page.status_code == 200 and "access_denied" in page.text
+        answer = http.get(callback_path(location, sp))
+        assert error_of(answer) == "the IdP refused the login: access_denied"
+        page = http.get(answer.headers["location"])
+        assert page.status_code == 200 and "the IdP refused the login: access_denied" in page.text
 
 
-def test_the_error_page_escapes_what_it_shows(sp: InProcessServer) -> None:
+SPOOFS = ("Your account is locked, call +1 555 0100", "<script>alert(1)</script>\x1b[31m",
+          "LOGIN_FAILED", "login_failed ", "__class__", "a" * 5000)
+SPOOF_IDS = ("phone", "script", "upper-case", "trailing-space", "dunder", "long")
+
+
+@pytest.mark.parametrize("text", SPOOFS, ids=SPOOF_IDS)
+def test_the_home_page_never_shows_the_query_text(sp: InProcessServer, text: str) -> None:
+    """Content spoofing (issue 19): ``/?error=`` shows the fixed message of a known code, and the
+    generic one for anything else — the link's own words never appear on our origin."""
+    from grantd.sp.login import LOGIN_ERRORS
+
     with browser(sp) as http:
-        r = http.get("/", params={"error": "<script>alert(1)</script>\x1b[31m"})
+        r = http.get("/", params={"error": text})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert "<script>alert(1)</script>" not in r.text and "&lt;script&gt;" in r.text
-    assert "Traceback" not in r.text
+    shown = re.search(r"<p class=\"error-detail\" data-login-error>(.*?)</p>", r.text, re.S)
+    assert shown is not None and shown.group(1) == LOGIN_ERRORS["login_failed"]
+    for fragment in ("locked", "+1 555", "alert(", "aaaaaaaa", "\x1b", "__class__"):
+        assert fragment not in r.text.lower()
+
+
+def test_the_home_page_shows_the_message_of_each_known_code(sp: InProcessServer) -> None:
+    from grantd.sp.login import LOGIN_ERRORS
+
+    with browser(sp) as http:
+        for code, message in LOGIN_ERRORS.items():
+            r = http.get("/", params={"error": code})
+            assert r.status_code == 200 and str(escape(message)) in r.text, code
 
 
 # -- a guest has no rights at B ---------------------------------------------------------------------

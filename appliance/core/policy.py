@@ -163,6 +163,20 @@ def may_delete_person(principal: Principal, person_id: str) -> bool:
     return principal.admin and principal.id != person_id
 
 
+def may_manage_own_sessions(principal: Principal | None) -> Principal:
+    """A person's own browser sessions (/account, ``/api/sessions``): the person themselves only
+    (an agent, the management token or a guest has none)."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON:
+        raise forbidden("only a signed-in person has sessions")
+    return principal
+
+
+def may_end_session(principal: Principal, session: Mapping[str, Any]) -> bool:
+    """A person may end any of their own sessions (this browser's or another's), nobody else's."""
+    return principal.kind is Kind.PERSON and session.get("person_id") == principal.id
+
+
 # -- delegations --------------------------------------------------------------------------------
 
 

@@ -23,6 +23,21 @@ Rules kept here:
   page tell a person to ask for a registration link), and a disabled one 403. So an anonymous
   caller can learn whether an e-mail has a passkey here; the per-address limit (D12,
   ``limits.passkey_per_address``) bounds how fast. Discoverable login (no e-mail) reveals nothing.
+- **Bound to the browser** (D8, issue 19: login CSRF): a sign-in or registration challenge is kept
+  (``grantd.services.flows``, kinds ``passkey-login`` and ``passkey-register``) bound to a random
+  *binding* that only the browser which asked for the options holds, in the HttpOnly cookie
+  ``grantd_passkey`` (path ``/api/webauthn/``, 5 minutes; the web layer sets it). Verification
+  refuses a response to a challenge that another browser asked for: an attacker who signed
+  fresh options with their own passkey cannot have a victim's browser redeem them, even through a
+  route that accepted the request.
+- **Adding a passkey** needs more than a session (issue 19): ``add/reauth`` asks for an assertion
+  of one of the person's passkeys with user verification *required*; ``add/options`` verifies it
+  (purpose ``reauth``, the person's own passkey, UV flag set, counter recorded) and only then
+  issues the ``add`` challenge — so a fresh user-verified assertion precedes every new passkey by
+  at most ``CHALLENGE_TTL_MS``. A person without a passkey here gets a registration link from an
+  administrator instead (purpose ``add-device``).
+- **Sessions remember their passkey**: a sign-in's session records the credential it used;
+  deleting the passkey ends those sessions in the same store transaction.
 - **Rate limits** (D12): login options, login verification and registration verification are
   counted per client address, each on its own counter, apart from the agents' counters (peer bug
   30: agents behind one address must not lock people out).
@@ -58,7 +73,7 @@ from webauthn.helpers.structs import (
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.fields import check_text
 from grantd.core.principals import Kind, Principal, person_is_admin
-from grantd.services import sessions
+from grantd.services import flows, sessions
 from grantd.services.limits import Rule
 from grantd.store import Conflict
 from grantd.store.records import PasskeyCredential, Person, RegistrationUrl, Session, WebAuthnChallenge
@@ -70,8 +85,15 @@ CHALLENGE_TTL_MS = 300_000  # 5 minutes (D8)
 REGISTRATION_GONE = "registration URL not found, expired or already used"
 CHALLENGE_GONE = "passkey challenge unknown, expired or already used; start again"
 COUNTER_BACKWARDS = "passkey counter went backwards (cloned authenticator?)"
+REAUTH_NEEDED = ("response is required: an assertion of one of your passkeys, with user verification, "
+                 "answering POST /api/webauthn/credentials/add/reauth")
+NO_PASSKEY_TO_CONFIRM = "you have no passkey to confirm with: ask an administrator for a registration link"
+OTHER_BROWSER = "this passkey ceremony was started in another browser (or this browser refused its cookie); start again"
+BINDING_COOKIE = "grantd_passkey"
+BINDING_PATH = "/api/webauthn/"
 MAX_CREDENTIAL_ID = 1366  # base64url of the longest credential id WebAuthn allows (1023 bytes)
 _TRANSPORTS = {t.value for t in AuthenticatorTransport}
+_B64URL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 def rp_id(services: Services) -> str:
@@ -156,6 +178,27 @@ async def _new_challenge(
     return raw
 
 
+def binding_of(cookie_value: str | None) -> str:
+    """The browser's binding: the one its ``grantd_passkey`` cookie holds if it looks like ours (so
+    ceremonies in two tabs of one browser both work), else a new one (the route sets the cookie)."""
+    if cookie_value and 40 <= len(cookie_value) <= 64 and set(cookie_value) <= _B64URL_CHARS:
+        return cookie_value
+    return flows.new_secret()
+
+
+async def _bind(services: Services, purpose: str, challenge: bytes, binding: str) -> None:
+    await flows.keep(services, f"passkey-{purpose}", _b64url(challenge), binding, {})
+
+
+async def _bound(services: Services, purpose: str, challenge: WebAuthnChallenge, binding: str | None) -> bool:
+    """Whether ``binding`` is the one of the browser that asked for ``challenge`` (used up either way)."""
+    try:
+        await flows.take(services, f"passkey-{purpose}", challenge["challenge"], binding)
+    except flows.FlowRefused:
+        return False
+    return True
+
+
 def credential_of(body: dict[str, Any]) -> dict[str, Any]:
     """The PublicKeyCredential JSON a browser produced: ``{response: <credential>}`` or the
     credential itself as the body."""
@@ -179,6 +222,8 @@ async def _take_challenge(services: Services, credential: dict[str, Any], purpos
     challenge = client_data.get("challenge") if isinstance(client_data, dict) else None
     if not isinstance(challenge, str) or not challenge or len(challenge) > 512:
         raise bad_request("malformed passkey response: clientDataJSON has no challenge")
+    if not set(challenge) <= _B64URL_CHARS:  # ours are base64url; anything else (a lone surrogate) is looked up nowhere
+        raise bad_request("malformed passkey response: the challenge is not base64url")
     taken = await services.store.webauthn_challenges.take(challenge, purpose, services.clock.now_ms())
     if taken is None or taken["rp_id"] != rp_id(services):
         return None
@@ -298,7 +343,7 @@ def _creation_options(
     return _options(options)
 
 
-async def register_options(services: Services, token: Any) -> dict[str, Any]:
+async def register_options(services: Services, token: Any, binding: str) -> dict[str, Any]:
     registration = await _registration(services, token)
     person = await services.store.people.get(registration["email"])
     existing: list[PasskeyCredential] = []
@@ -309,12 +354,13 @@ async def register_options(services: Services, token: Any) -> dict[str, Any]:
             raise Problem(409, "this account already has a passkey: sign in and add one on your account page")
     person_id = person["person_id"] if person is not None else "usr_" + secrets.token_urlsafe(16)
     challenge = await _new_challenge(services, "register", person_id=person_id, registration_id=registration["id"])
+    await _bind(services, "register", challenge, binding)
     name = person["name"] if person is not None else registration["email"]
     return _creation_options(services, registration["email"], person_id, name, challenge, existing)
 
 
 async def register_verify(
-    services: Services, body: dict[str, Any], user_agent: str
+    services: Services, body: dict[str, Any], user_agent: str, binding: str | None
 ) -> tuple[Person, PasskeyCredential, str, Session]:
     """Redeem the registration URL with the new passkey; sign the person in."""
     token = body.get("token")
@@ -323,6 +369,8 @@ async def register_verify(
     challenge = await _take_challenge(services, credential, "register")
     if challenge is None or challenge["registration_id"] != registration["id"] or not challenge["person_id"]:
         raise bad_request(CHALLENGE_GONE)
+    if not await _bound(services, "register", challenge, binding):
+        raise bad_request(OTHER_BROWSER)
     verified = _verify_registration(services, credential, challenge)
     now = services.clock.now_ms()
     existing = await services.store.people.get(registration["email"])
@@ -351,7 +399,7 @@ async def register_verify(
             raise Problem(409, "this passkey is already registered") from None
         raise Problem(409, f"registration refused: duplicate {exc.field}") from None
     _active(person)
-    value, session = await sessions.start(services, person, user_agent)
+    value, session = await sessions.start(services, person, user_agent, credential_id=new["credential_id"])
     return person, new, value, session
 
 
@@ -363,7 +411,7 @@ def _person_name(body: dict[str, Any], email: str) -> str:
 
 
 # -- sign-in --------------------------------------------------------------------------------------
-async def login_options(services: Services, email: str | None) -> dict[str, Any]:
+async def login_options(services: Services, email: str | None, binding: str) -> dict[str, Any]:
     allow: list[PasskeyCredential] = []
     person_id = None
     if email is not None:
@@ -375,6 +423,7 @@ async def login_options(services: Services, email: str | None) -> dict[str, Any]
         _active(person)
         person_id = person["person_id"]
     challenge = await _new_challenge(services, "login", person_id=person_id)
+    await _bind(services, "login", challenge, binding)
     options = generate_authentication_options(
         rp_id=rp_id(services),
         challenge=challenge,
@@ -386,13 +435,15 @@ async def login_options(services: Services, email: str | None) -> dict[str, Any]
 
 
 async def login_verify(
-    services: Services, body: dict[str, Any], user_agent: str
+    services: Services, body: dict[str, Any], user_agent: str, binding: str | None
 ) -> tuple[Person, PasskeyCredential, str, Session]:
     credential = credential_of(body)
     credential_id = _credential_id(credential)
     challenge = await _take_challenge(services, credential, "login")
     if challenge is None:
         raise unauthorized(CHALLENGE_GONE)
+    if not await _bound(services, "login", challenge, binding):
+        raise unauthorized(OTHER_BROWSER)
     stored = await services.store.credentials.get(credential_id)
     if stored is None or stored["rp_id"] != rp_id(services):
         raise unauthorized("unknown passkey")
@@ -409,6 +460,17 @@ async def login_verify(
     if person is None or person["person_id"] != stored["person_id"]:
         raise unauthorized("unknown passkey")
     _active(person)
+    used = await _verified_assertion(services, credential, challenge, stored, user_verified=False)
+    value, session = await sessions.start(services, person, user_agent, credential_id=used["credential_id"])
+    return person, used, value, session
+
+
+async def _verified_assertion(
+    services: Services, credential: dict[str, Any], challenge: WebAuthnChallenge, stored: PasskeyCredential,
+    *, user_verified: bool,
+) -> PasskeyCredential:
+    """Check an assertion of ``stored`` against ``challenge`` (``user_verified``: the authenticator
+    must say it verified the user, by PIN or biometrics) and record its sign counter."""
     try:
         verified = verify_authentication_response(
             credential=credential,
@@ -417,17 +479,16 @@ async def login_verify(
             expected_origin=origin(services),
             credential_public_key=_unb64url(stored["public_key"], "public key"),
             credential_current_sign_count=stored["sign_count"],
-            require_user_verification=False,
+            require_user_verification=user_verified,
         )
     except (WebAuthnException, ValueError, KeyError, TypeError) as exc:
         if "sign count" in str(exc):
             raise unauthorized(COUNTER_BACKWARDS) from None
         raise unauthorized(f"passkey sign-in refused: {_reason(exc)}") from None
-    used = await services.store.credentials.use(credential_id, int(verified.new_sign_count), services.clock.now_ms())
+    used = await services.store.credentials.use(stored["credential_id"], int(verified.new_sign_count), services.clock.now_ms())
     if used is None:
         raise unauthorized(COUNTER_BACKWARDS)
-    value, session = await sessions.start(services, person, user_agent)
-    return person, used, value, session
+    return used
 
 
 # -- a signed-in person's own passkeys ------------------------------------------------------------
@@ -436,15 +497,51 @@ async def list_own(services: Services, principal: Principal | None) -> list[Pass
     return await services.store.credentials.list_for(me.id)
 
 
-async def add_options(services: Services, principal: Principal | None) -> dict[str, Any]:
+async def _own_active(services: Services, principal: Principal | None) -> tuple[Person, list[PasskeyCredential]]:
     me = _signed_in_person(principal)
     person = await services.store.people.get(me.id)
-    if person is None:
+    if person is None or person["person_id"] != me.id:
         raise unauthorized()
     _active(person)
-    existing = [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
-    challenge = await _new_challenge(services, "add", person_id=me.id)
-    return _creation_options(services, person["email"], me.id, person["name"], challenge, existing)
+    return person, [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
+
+
+async def reauth_options(services: Services, principal: Principal | None) -> dict[str, Any]:
+    """The first step of adding a passkey: request options for an assertion of one of the person's
+    passkeys here, user verification **required** (issue 19: a session alone — a stolen cookie —
+    must not be able to add a passkey of its own and so outlive every logout)."""
+    person, existing = await _own_active(services, principal)
+    if not existing:
+        raise Problem(409, NO_PASSKEY_TO_CONFIRM)
+    challenge = await _new_challenge(services, "reauth", person_id=person["person_id"])
+    options = generate_authentication_options(
+        rp_id=rp_id(services),
+        challenge=challenge,
+        timeout=CHALLENGE_TTL_MS,
+        allow_credentials=_descriptors(existing),
+        user_verification=UserVerificationRequirement.REQUIRED,
+    )
+    return _options(options)
+
+
+async def add_options(services: Services, principal: Principal | None, body: dict[str, Any]) -> dict[str, Any]:
+    """Creation options for one more passkey, only against a fresh (``CHALLENGE_TTL_MS``),
+    user-verified assertion (``body.response``) of one of the person's passkeys, answering the
+    options of ``reauth_options``."""
+    person, existing = await _own_active(services, principal)
+    if "response" not in body:
+        raise bad_request(REAUTH_NEEDED, field="response")
+    assertion = credential_of(body)
+    credential_id = _credential_id(assertion)
+    challenge = await _take_challenge(services, assertion, "reauth")
+    if challenge is None or challenge["person_id"] != person["person_id"]:
+        raise unauthorized(CHALLENGE_GONE)
+    stored = next((c for c in existing if c["credential_id"] == credential_id), None)
+    if stored is None:
+        raise unauthorized("confirm with one of your own passkeys")
+    await _verified_assertion(services, assertion, challenge, stored, user_verified=True)
+    challenge_bytes = await _new_challenge(services, "add", person_id=person["person_id"])
+    return _creation_options(services, person["email"], person["person_id"], person["name"], challenge_bytes, existing)
 
 
 async def add_verify(services: Services, principal: Principal | None, body: dict[str, Any]) -> PasskeyCredential:
@@ -467,7 +564,7 @@ async def delete_own(services: Services, principal: Principal | None, credential
     found = await services.store.credentials.get(credential_id)
     if found is None or found["person_id"] != me.id:
         raise not_found("passkey not found")
-    deleted = await services.store.credentials.delete(me.id, credential_id)
+    deleted = await services.store.credentials.delete(me.id, credential_id, services.clock.now_ms())  # and its sessions
     if deleted is None:
         raise not_found("passkey not found")
     if deleted is False:

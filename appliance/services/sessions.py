@@ -5,6 +5,10 @@
 - Each sign-in (a passkey login or registration) starts a new session in a new family; logging out
   or an administrator's revocation revokes the whole family, and the next request carrying the
   cookie finds no live session: it is answered as unauthenticated and told to drop the cookie.
+- A session records the passkey that started it (``credential_id``); deleting that passkey ends
+  it (``store.credentials.delete``, one transaction). A person sees their own live sessions and
+  ends any of them (``own``, ``end_own``: /account and ``/api/sessions``) — issue 19: a stolen
+  session is not allowed to outlive what its owner can see and stop.
 - Lifetime: ``sessions.ttl`` seconds from sign-in, **absolute** (activity does not extend it; the
   cookie's Max-Age is the same). An absolute lifetime bounds what a stolen cookie is worth, and a
   sign-in with a passkey takes a second. ``last_seen_at`` is recorded (at most once a minute) for
@@ -25,9 +29,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from grantd.core import principals
+from grantd.core import policy, principals
+from grantd.core.errors import not_found
+from grantd.core.fields import check_identifier
+from grantd.core.paging import Cursor, PageRequest
 from grantd.core.principals import Principal
 from grantd.store.records import Person, Session
 
@@ -58,9 +65,10 @@ def secure_cookie(services: Services) -> bool:
     return services.issuer.startswith("https://")
 
 
-async def start(services: Services, person: Person, user_agent: str) -> tuple[str, Session]:
-    """Sign ``person`` in: a new session in a new family. Returns the cookie value and the record."""
-    return await _start(services, user_agent, person_id=person["person_id"])
+async def start(services: Services, person: Person, user_agent: str, *, credential_id: str | None = None) -> tuple[str, Session]:
+    """Sign ``person`` in: a new session in a new family. Returns the cookie value and the record.
+    ``credential_id``: the passkey the person signed in with (deleting it ends the session)."""
+    return await _start(services, user_agent, person_id=person["person_id"], credential_id=credential_id)
 
 
 async def start_guest(services: Services, *, idp: str, email: str, name: str | None, user_agent: str) -> tuple[str, Session]:
@@ -70,7 +78,8 @@ async def start_guest(services: Services, *, idp: str, email: str, name: str | N
 
 
 async def _start(services: Services, user_agent: str, *, person_id: str | None = None, idp: str | None = None,
-                 email: str | None = None, name: str | None = None) -> tuple[str, Session]:
+                 email: str | None = None, name: str | None = None,
+                 credential_id: str | None = None) -> tuple[str, Session]:
     value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
     now = services.clock.now_ms()
     session: Session = {
@@ -85,6 +94,7 @@ async def _start(services: Services, user_agent: str, *, person_id: str | None =
         "idp": idp,
         "email": email,
         "name": name,
+        "credential_id": credential_id,
     }
     return value, await services.store.sessions.create(session)
 
@@ -130,6 +140,44 @@ async def live_guest(services: Services, cookie_value: str | None) -> Session | 
         return None
     await _touch(services, session)
     return session
+
+
+# -- a person's own sessions (/account, /api/sessions) ---------------------------------------------
+OWN_PAGE = 100  # sessions read per store call while listing one person's
+
+
+def own_view(session: Session, current_session_id: str | None) -> dict[str, Any]:
+    """What a person sees of one of their sessions; ``id`` is its family (what ends it)."""
+    return {
+        "id": session["family_id"], "created_at": session["created_at"], "expires_at": session["expires_at"],
+        "last_seen_at": session["last_seen_at"], "user_agent": session["user_agent"],
+        "credential_id": session.get("credential_id"), "current": session["session_id"] == current_session_id,
+    }
+
+
+async def own(services: Services, principal: Principal | None) -> list[Session]:
+    """Every live session of the signed-in person, newest first."""
+    me = policy.may_manage_own_sessions(principal)
+    found: list[Session] = []
+    cursor: Cursor | None = None
+    while True:
+        rows, more = await services.store.sessions.list(PageRequest(OWN_PAGE, cursor), me.id, services.clock.now_ms())
+        found.extend(rows)
+        if not more or not rows:
+            return found
+        cursor = Cursor(rows[-1]["created_at"], rows[-1]["session_id"])
+
+
+async def end_own(services: Services, principal: Principal | None, family_id: str) -> dict[str, Any]:
+    """End one of the signed-in person's sessions (its family), this browser's or another's; 404 for
+    one that is not theirs or no longer live."""
+    family_id = check_identifier("id", family_id)
+    me = policy.may_manage_own_sessions(principal)
+    mine = [s for s in await own(services, me) if s["family_id"] == family_id and policy.may_end_session(me, s)]
+    if not mine:
+        raise not_found("session not found")
+    count = await services.store.sessions.revoke_family(family_id, services.clock.now_ms())
+    return {"ended": family_id, "revoked": count}
 
 
 class SessionCookie:

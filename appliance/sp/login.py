@@ -18,7 +18,10 @@ the e-mail the IdP asserts equal to the one the login started with (an IdP is on
 domain that named it). Then the browser gets a guest session (``sessions.start_guest``).
 
 Every failure is a ``LoginError`` carrying a readable message (the specification's where it has
-one); the routes turn it into problem+json (``begin``) or a redirect to ``/?error=`` (``finish``).
+one); the routes turn it into problem+json (``begin``) or a redirect to ``/?error=<code>``
+(``finish``). The code is one of ``LOGIN_ERRORS`` (issue 19: the home page shows only the fixed
+message of a known code, never text from the query, so nobody can put words on our origin with a
+link); a message outside the table (none today) goes out as ``login_failed``, the generic one.
 """
 
 from __future__ import annotations
@@ -76,6 +79,56 @@ DENIED_DOMAIN = "the e-mail domain's DDISA record refuses logins (mode=deny)"
 IDP_UNREACHABLE = "could not reach the IdP"
 WRONG_EMAIL = "the IdP signed in another e-mail address than the one entered"
 NOT_HUMAN = "only people sign in here (the ID token's act is not human)"
+REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat", "sub")
+# OAuth's error codes an IdP may send back to the callback (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6):
+# shown by name; anything else an IdP sends, and its error_description, are only logged.
+IDP_ERRORS = ("invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
+              "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
+              "login_required", "account_selection_required", "consent_required")
+GENERIC_ERROR = "login_failed"
+
+# The only messages /?error= can show: code -> message.
+LOGIN_ERRORS: dict[str, str] = {
+    GENERIC_ERROR: "the login did not complete",
+    "state": BAD_STATE,
+    "other_browser": OTHER_BROWSER,
+    "code_exchange": CODE_EXCHANGE,
+    "code_exchange_unreachable": f"{CODE_EXCHANGE}: {IDP_UNREACHABLE}",
+    "no_id_token": f"{CODE_EXCHANGE}: the IdP sent no ID token",
+    "no_code": f"{CODE_EXCHANGE}: the IdP sent no code",
+    "expired_code": EXPIRED_CODE,
+    "bad_signature": BAD_SIGNATURE,
+    "jwks_unreachable": f"{BAD_SIGNATURE}: {IDP_UNREACHABLE}",
+    "unknown_key": f"{BAD_SIGNATURE} (unknown key)",
+    "bad_algorithm": f"{BAD_SIGNATURE} (its algorithm is not accepted)",
+    "key_algorithm": f"{BAD_SIGNATURE} (the key is not for its algorithm)",
+    "wrong_issuer": WRONG_ISSUER,
+    "wrong_audience": WRONG_AUDIENCE,
+    "wrong_nonce": WRONG_NONCE,
+    "bad_times": "the ID token's iat and exp must be numbers",
+    "expired_jwt": EXPIRED_JWT,
+    "future_jwt": "the ID token was issued in the future",
+    "long_jwt": LONG_JWT,
+    "not_human": NOT_HUMAN,
+    "wrong_email": WRONG_EMAIL,
+    "idp_refused": "the IdP refused the login",
+    **{f"no_{claim}": f"the ID token has no {claim} claim" for claim in REQUIRED_CLAIMS},
+    **{f"idp_refused_{error}": f"the IdP refused the login: {error}" for error in IDP_ERRORS},
+}
+_CODE_OF = {message: code for code, message in LOGIN_ERRORS.items()}
+
+
+def error_code(message: str) -> str:
+    """The ``/?error=`` code of a login failure's message (``login_failed`` for one not in the table)."""
+    return _CODE_OF.get(message, GENERIC_ERROR)
+
+
+def error_message(code: str | None) -> str | None:
+    """What the home page shows for ``?error=code``: a fixed message, the generic one for an unknown
+    code, None without one. Never the query's own text."""
+    if code is None:
+        return None
+    return LOGIN_ERRORS.get(code, LOGIN_ERRORS[GENERIC_ERROR])
 
 
 class LoginError(Exception):
@@ -297,15 +350,16 @@ class SpLogin:
             raise LoginError(BAD_SIGNATURE) from None
         alg = header.get("alg")
         if alg not in ALGORITHMS:
-            raise LoginError(f"{BAD_SIGNATURE} (algorithm {str(alg)[:20]!r} is not accepted)")
+            log.info("SP login: an ID token with algorithm %r", str(alg)[:20])
+            raise LoginError(LOGIN_ERRORS["bad_algorithm"])
         key = await self._key_for(flow, header)
         if key.algorithm_name != alg:
-            raise LoginError(f"{BAD_SIGNATURE} (the key is not for {alg})")
+            raise LoginError(LOGIN_ERRORS["key_algorithm"])
         try:
             claims = jwt.decode(
                 token, key.key, algorithms=[alg],
                 options={"verify_exp": False, "verify_iat": False, "verify_nbf": False, "verify_aud": False,
-                         "verify_iss": False, "require": ["iss", "aud", "exp", "iat", "sub"]},
+                         "verify_iss": False, "require": list(REQUIRED_CLAIMS)},
             )
         except jwt.MissingRequiredClaimError as exc:
             raise LoginError(f"the ID token has no {exc.claim} claim") from None
@@ -344,8 +398,8 @@ class SpLogin:
         flow = await self.take_flow(services, state, binding)
         if error:
             described = params.get("error_description") or ""
-            text = f"{error}: {described}" if described else error
-            raise LoginError("the IdP refused the login: " + readable(text))
+            log.info("SP login: the IdP refused: %s", readable(f"{error}: {described}" if described else error))
+            raise LoginError(LOGIN_ERRORS["idp_refused_" + error] if error in IDP_ERRORS else LOGIN_ERRORS["idp_refused"])
         if not code or len(code) > 2048:
             raise LoginError(f"{CODE_EXCHANGE}: the IdP sent no code")
         claims = await self.verify(flow, await self.exchange(flow, code))

@@ -51,10 +51,12 @@ class CredentialStore(Protocol):
         cloned authenticator or a replay), or if unknown: exactly one of concurrent users of one
         count above 0 wins."""
 
-    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+    async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         """Delete one of the person's passkeys unless it is their last one. True if deleted, False
         if it is the last one (kept), None if the person has no such passkey. Decided in the
-        transaction, so two concurrent deletes of a person's last two passkeys cannot both win."""
+        transaction, so two concurrent deletes of a person's last two passkeys cannot both win.
+        In the same transaction, every unrevoked session started with it (``credential_id``) is
+        revoked at ``now``: a stolen session cannot outlive the passkey it came from."""
 
 
 @runtime_checkable

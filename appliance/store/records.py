@@ -109,6 +109,7 @@ class Session(TypedDict):
     idp: str | None  # None: signed in here (passkey, federation); else the issuer of the IdP that vouched (SP login)
     email: str | None  # a guest's e-mail as that IdP asserted it (None for people of this grantd)
     name: str | None  # a guest's name as that IdP asserted it
+    credential_id: str | None  # the passkey that started it (deleting the passkey ends it); None: another way in
 
 
 class RegistrationUrl(TypedDict):

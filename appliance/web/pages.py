@@ -35,6 +35,8 @@ from grantd.core.principals import Kind, Principal
 from grantd.services import agents, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE, session_id_of
+from grantd.services.sessions import own as own_sessions
+from grantd.services.sessions import own_view as own_session_view
 from grantd.web.api.common import principal_of, services_of
 
 bp = Blueprint("pages")
@@ -298,19 +300,20 @@ def error_page(viewer: Viewer | None, status: int, title: str, detail: str) -> H
 @bp.get("/")
 async def home(request: Request) -> HTTPResponse:
     """People go on to their grants, visitors to /login. The page itself is shown to a guest of SP
-    login (who they are, through which IdP) and whenever ``?error=`` carries why a login failed
-    (grantd.web.api.sp sends failures here): the message escaped and bounded, never a trace."""
+    login (who they are, through which IdP) and whenever ``?error=`` carries the code of why a login
+    failed (grantd.web.api.sp sends failures here): the fixed message of a known code
+    (``grantd.sp.login.LOGIN_ERRORS``), the generic one for any other value — never the query's
+    text, so a link cannot put words of its maker's choosing on this origin (issue 19)."""
     from grantd.services.sessions import live_guest
+    from grantd.sp.login import error_message
 
     viewer = await viewer_of(request)
-    error = request.args.get("error")
+    error = error_message(request.args.get("error"))
     guest = None
     if viewer is None and request.headers.get("authorization") is None:
         guest = await live_guest(services_of(request), request.cookies.get(SESSION_COOKIE))
     if error is None and guest is None:
         return redirect(DEFAULT_NEXT if viewer else "/login", status=303, headers={"Cache-Control": "no-store"})
-    if error is not None:
-        error = "".join(c if c.isprintable() else " " for c in error).strip()[:300] or "login failed"
     response = render("home.html", viewer=viewer, title="Login failed" if error else "Signed in", error=error, guest=guest)
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -349,15 +352,16 @@ async def register(request: Request) -> HTTPResponse:
 @page()
 async def account(request: Request, viewer: Viewer) -> HTTPResponse:
     services = services_of(request)
-    now = services.clock.now_ms()
     credentials = await services.store.credentials.list_for(viewer.principal.id)
-    sessions, more_sessions = await services.store.sessions.list(PageRequest(LIST_LIMIT, None), viewer.principal.id, now)
+    # every live session of the person, each of which they may end (issue 19: a stolen one too)
     current = current_session_id(request)
+    own = [own_session_view(s, current) for s in await own_sessions(services, viewer.principal)]
+    names = {c["credential_id"]: c["name"] for c in credentials}
     from grantd.web.api.oauth import consents_of
 
     consents = await consents_of(services, viewer.principal.id)  # remembered OAuth consents, withdrawable (D9)
-    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=sessions,
-                  more_sessions=more_sessions, current_session=current, person=viewer.person, consents=consents)
+    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=own,
+                  passkey_names=names, person=viewer.person, consents=consents)
 
 
 # -- grants ---------------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ def session(sid: str, person_id: str = "usr_alice", *, family_id: str | None = N
             expires_at: int = NOW + HOUR, **changes: Any) -> Session:
     record: Session = {"session_id": sid, "family_id": family_id or f"fam_{sid}", "person_id": person_id,
                        "created_at": created_at, "expires_at": expires_at, "last_seen_at": created_at,
-                       "user_agent": "Firefox", "revoked_at": None, "idp": None, "email": None, "name": None}
+                       "user_agent": "Firefox", "revoked_at": None, "idp": None, "email": None, "name": None,
+                       "credential_id": None}
     record.update(changes)  # type: ignore[typeddict-item]
     return record
 

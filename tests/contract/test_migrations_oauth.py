@@ -23,7 +23,8 @@ async def _check_upgraded(store) -> None:
     old = await store.sessions.get("s_old", NOW + 1)
     assert old == {"session_id": "s_old", "family_id": "fam_old", "person_id": "usr_alice", "created_at": NOW,
                    "expires_at": NOW + HOUR, "last_seen_at": NOW, "user_agent": "Firefox", "revoked_at": None,
-                   "idp": None, "email": None, "name": None}
+                   "idp": None, "email": None, "name": None,
+                   "credential_id": None}  # a later migration (issue 19): older sessions name no passkey
     guest = await store.sessions.create(guest_session("g1", created_at=NOW + 1))
     assert await store.sessions.get("g1", NOW + 2) == guest
     rows, _ = await store.sessions.list(first_page(), "usr_alice", NOW + 2)

@@ -241,15 +241,43 @@ async def test_credential_delete_never_deletes_the_last_one(store):
     for cid in ("c1", "c2"):
         await store.credentials.add(credential(cid))
     await store.credentials.add(credential("b1", "usr_bob"))
-    assert await store.credentials.delete("usr_alice", "nope") is None
-    assert await store.credentials.delete("usr_alice", "b1") is None  # not hers
+    assert await store.credentials.delete("usr_alice", "nope", NOW) is None
+    assert await store.credentials.delete("usr_alice", "b1", NOW) is None  # not hers
     assert await store.credentials.get("b1") is not None
-    assert await store.credentials.delete("usr_alice", "c1") is True
+    assert await store.credentials.delete("usr_alice", "c1", NOW) is True
     assert await store.credentials.get("c1") is None
-    assert await store.credentials.delete("usr_alice", "c1") is None
-    assert await store.credentials.delete("usr_alice", "c2") is False  # the last one: kept
+    assert await store.credentials.delete("usr_alice", "c1", NOW) is None
+    assert await store.credentials.delete("usr_alice", "c2", NOW) is False  # the last one: kept
     assert [c["credential_id"] for c in await store.credentials.list_for("usr_alice")] == ["c2"]
-    assert await store.credentials.delete("usr_bob", "b1") is False
+    assert await store.credentials.delete("usr_bob", "b1", NOW) is False
+
+
+async def test_deleting_a_passkey_revokes_the_sessions_it_started_and_only_those(store):
+    """Issue 19: a session records the passkey that started it; deleting that passkey ends it in
+    the same transaction. Sessions of the person's other passkeys, of other ways in (None) and of
+    other people stay; a session already revoked keeps its time."""
+    for cid in ("c1", "c2"):
+        await store.credentials.add(credential(cid))
+    await store.credentials.add(credential("b1", "usr_bob"))
+    await store.credentials.add(credential("b2", "usr_bob"))
+    await store.sessions.create(session("by-c1", credential_id="c1"))
+    await store.sessions.create(session("by-c1-too", credential_id="c1", family_id="fam_other"))
+    await store.sessions.create(session("by-c1-revoked", credential_id="c1", revoked_at=NOW - 5))
+    await store.sessions.create(session("by-c2", credential_id="c2"))
+    await store.sessions.create(session("federated"))
+    await store.sessions.create(session("bob-by-b1", "usr_bob", credential_id="b1"))
+    assert (await store.sessions.get("by-c1", NOW))["credential_id"] == "c1"
+    assert (await store.sessions.get("federated", NOW))["credential_id"] is None
+    assert await store.credentials.delete("usr_bob", "c1", NOW + 1) is None  # not his: nothing ends
+    assert await store.sessions.get("by-c1", NOW + 1) is not None
+    assert await store.credentials.delete("usr_alice", "c1", NOW + 1) is True
+    assert await store.sessions.get("by-c1", NOW + 1) is None
+    assert await store.sessions.get("by-c1-too", NOW + 1) is None
+    live = {s["session_id"] for s in (await store.sessions.list(first_page(), None, NOW + 1))[0]}
+    assert {"by-c2", "federated", "bob-by-b1"} <= live and not {"by-c1", "by-c1-too"} & live
+    # the last passkey is kept, and so are its sessions
+    assert await store.credentials.delete("usr_alice", "c2", NOW + 2) is False
+    assert await store.sessions.get("by-c2", NOW + 2) is not None
 
 
 async def test_concurrent_deletes_of_the_last_two_keep_one(store):
@@ -258,8 +286,8 @@ async def test_concurrent_deletes_of_the_last_two_keep_one(store):
         await store.credentials.add(credential(f"{pid}-a", pid))
         await store.credentials.add(credential(f"{pid}-b", pid))
         results = await asyncio.gather(
-            store.credentials.delete(pid, f"{pid}-a"), store.credentials.delete(pid, f"{pid}-b"),
-            store.credentials.delete(pid, f"{pid}-a"), store.credentials.delete(pid, f"{pid}-b"),
+            store.credentials.delete(pid, f"{pid}-a", NOW), store.credentials.delete(pid, f"{pid}-b", NOW),
+            store.credentials.delete(pid, f"{pid}-a", NOW), store.credentials.delete(pid, f"{pid}-b", NOW),
         )
         assert results.count(True) == 1
         assert len(await store.credentials.list_for(pid)) == 1

@@ -474,7 +474,7 @@ class MemoryCredentials:
             found["sign_count"], found["last_used_at"] = int(sign_count), now
             return copy.deepcopy(found)
 
-    async def delete(self, person_id: str, credential_id: str) -> bool | None:
+    async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         async with self._d.tx:  # counted and deleted together: the last passkey always stays
             found = self._d.credentials.get(credential_id)
             if found is None or found["person_id"] != person_id:
@@ -482,6 +482,9 @@ class MemoryCredentials:
             if len(self._d.credentials_of(person_id)) <= 1:
                 return False
             del self._d.credentials[credential_id]
+            for session in self._d.sessions.values():  # its sessions end with it, in the same step
+                if session.get("credential_id") == credential_id and session["revoked_at"] is None:
+                    session["revoked_at"] = now
             return True
 
 

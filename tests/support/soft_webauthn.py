@@ -11,7 +11,7 @@ post to /api/webauthn/*, made from the server's options JSON.
   ``allowCredentials`` (or, without any, a resident one for the RP), increments its counter (unless
   ``counter=False``: such authenticators always report 0) and signs authenticatorData ||
   SHA-256(clientDataJSON).
-- Knobs for attacks: ``rp_id=`` overrides the RP id the authenticator scopes to (the hash it
+- Knobs for attacks: ``user_verified=False`` leaves the UV flag out, ``rp_id=`` overrides the RP id the authenticator scopes to (the hash it
   signs), ``origin`` is whatever the caller says, ``Credential.sign_count`` can be set back,
   ``user_handle=`` overrides the returned user handle.
 """
@@ -70,14 +70,16 @@ def _cose_key(private_key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 class SoftAuthenticator:
-    def __init__(self, *, counter: bool = True, backed_up: bool = False, aaguid: bytes = bytes(16)):
+    def __init__(self, *, counter: bool = True, backed_up: bool = False, aaguid: bytes = bytes(16),
+                 user_verified: bool = True):
         self.counter = counter
+        self.user_verified = user_verified  # False: assertions carry UP only (no PIN, no biometrics)
         self.backed_up = backed_up
         self.aaguid = aaguid
         self.credentials: list[Credential] = []
 
     def _flags(self, *, attested: bool) -> int:
-        flags = FLAG_UP | FLAG_UV
+        flags = FLAG_UP | (FLAG_UV if self.user_verified else 0)
         if self.backed_up:
             flags |= FLAG_BE | FLAG_BS
         if attested:
@@ -172,20 +174,36 @@ class PasskeyBrowser:
         self.base_url = base_url
         self.origin = origin
         self.authenticator = authenticator or SoftAuthenticator()
-        self.cookie: str | None = None
+        self.cookies: dict[str, str] = {}  # what this browser holds: the session, the passkey binding
         self._httpx = httpx
+
+    @property
+    def cookie(self) -> str | None:
+        """The session cookie's value, if any."""
+        return self.cookies.get("grantd_session")
+
+    @cookie.setter
+    def cookie(self, value: str | None) -> None:
+        if value is None:
+            self.cookies.pop("grantd_session", None)
+        else:
+            self.cookies["grantd_session"] = value
 
     def request(self, method: str, path: str, *, json_body: Any = None, headers: dict[str, str] | None = None,
                 cookie: bool = True, origin: bool = True, **kwargs: Any) -> Any:
+        """``cookie=False``: send no cookie at all (another browser)."""
         sent = {"Origin": self.origin} if origin else {}
-        if cookie and self.cookie is not None:
-            sent["Cookie"] = f"grantd_session={self.cookie}"
+        if cookie and self.cookies:
+            sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
         sent.update(headers or {})
         response = self._httpx.request(method, self.base_url + path, json=json_body, headers=sent, timeout=10, **kwargs)
-        set_cookie = response.headers.get("set-cookie")
-        if set_cookie and set_cookie.startswith("grantd_session="):
-            value = set_cookie.split(";", 1)[0].split("=", 1)[1].strip('"')
-            self.cookie = value or None
+        for set_cookie in response.headers.get_list("set-cookie"):
+            name, _, rest = set_cookie.partition("=")
+            value = rest.split(";", 1)[0].strip('"')
+            if value and "max-age=0" not in set_cookie.lower():
+                self.cookies[name.strip()] = value
+            else:
+                self.cookies.pop(name.strip(), None)
         return response
 
     def register(self, token: str, **verify_fields: Any) -> Any:
@@ -202,8 +220,16 @@ class PasskeyBrowser:
         return self.request("POST", "/api/webauthn/login/verify",
                             json_body={"response": self.authenticator.get(options.json(), self.origin)})
 
+    def confirm(self, authenticator: SoftAuthenticator | None = None) -> Any:
+        """The fresh user-verified assertion adding a passkey needs: add/reauth, the authenticator
+        (this browser's unless told), add/options; the add/options answer (creation options)."""
+        reauth = self.request("POST", "/api/webauthn/credentials/add/reauth", json_body={})
+        assert reauth.status_code == 200, reauth.text
+        assertion = (authenticator or self.authenticator).get(reauth.json(), self.origin)
+        return self.request("POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion})
+
     def add_passkey(self, authenticator: SoftAuthenticator | None = None, **fields: Any) -> Any:
-        options = self.request("POST", "/api/webauthn/credentials/add/options", json_body={})
+        options = self.confirm()
         assert options.status_code == 200, options.text
         response = (authenticator or self.authenticator).create(options.json(), self.origin)
         return self.request("POST", "/api/webauthn/credentials/add/verify", json_body={"response": response, **fields})

@@ -6,7 +6,7 @@ enabled = false`` (the default) every one of them answers 404.
   e-mail, 403 the domain's DDISA record says ``mode=deny``, 404 "could not discover IdP for this
   email domain", 503 the IdP cannot be reached or its discovery document is unusable (retry later).
 - ``GET /api/callback?code&state`` (or ``?error``) → 303 to the flow's ``returnTo`` (default ``/``)
-  with the guest session cookie; every failure → 303 to ``/?error=<message>``.
+  with the guest session cookie; every failure → 303 to ``/?error=<code>`` (``grantd.sp.login.LOGIN_ERRORS``).
 - ``/.well-known/oauth-client-metadata``, ``/.well-known/auth.md``, ``/.well-known/grantd.json``
   (= ``/.well-known/service.json``): public, CORS ``*``, cached an hour.
 """
@@ -34,6 +34,7 @@ from grantd.sp.login import (
     SpLogin,
     client_id_of,
     client_metadata,
+    error_code,
 )
 from grantd.web.api.common import body_of, services_of, set_session_cookie
 
@@ -88,7 +89,8 @@ async def login(request: Request) -> HTTPResponse:
 
 
 def _failed(request: Request, message: str) -> HTTPResponse:
-    response = redirect("/?error=" + quote(message, safe=""), status=303, headers={"Cache-Control": "no-store"})
+    """To the home page with the failure's code (grantd.sp.login.LOGIN_ERRORS), never its text."""
+    response = redirect("/?error=" + quote(error_code(message), safe=""), status=303, headers={"Cache-Control": "no-store"})
     response.add_cookie(FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax",
                         secure=_secure(request))
     return response
@@ -177,7 +179,7 @@ The IdP of `alice@example.com` is named by the TXT record `_ddisa.example.com`:
    `scope={scope}`, `login_hint` = your e-mail). It sends you back to `{issuer}{callback}`.
 3. The callback checks the state, exchanges the code, verifies the ID token (signature against the
    IdP's JWKS, `iss` = the IdP, `aud` = `{client_id}`, nonce, expiry) and sets the session cookie
-   `grantd_session`. On failure you land on `{issuer}/?error=<message>`.
+   `grantd_session`. On failure you land on `{issuer}/?error=<code>` (the page shows that code's fixed message).
 
 Then `GET {issuer}/api/me` answers `{{"sub", "email", "name", "act": "human", "kind": "guest",
 "idp"}}` and `POST {issuer}/api/logout` ends the session.

@@ -8,9 +8,15 @@ base64url fields, as ``{response: ...}`` or as the body itself):
   name?, person_name?}`` → 200 ``{person, credential}`` and the session cookie.
 - ``POST login/options {email?}`` → request options (by e-mail, or discoverable without one);
   ``POST login/verify {response}`` → 200 ``{person, credential}`` and the session cookie.
+- Both options answers set ``grantd_passkey`` (HttpOnly, SameSite=Strict, path /api/webauthn/, 5
+  minutes): the binding of the challenge to this browser that verify checks (D8).
 - ``GET credentials`` → ``{data: [credential, ...]}`` (own, oldest first);
-  ``POST credentials/add/options`` → creation options; ``POST credentials/add/verify {response,
-  name?}`` → 201 ``{credential}``; ``DELETE credentials/:id`` → 200 ``{deleted: credential}``.
+  ``POST credentials/add/reauth`` → request options (user verification required) for one of the
+  person's passkeys; ``POST credentials/add/options {response}`` (that assertion) → creation
+  options; ``POST credentials/add/verify {response, name?}`` → 201 ``{credential}``;
+  ``DELETE credentials/:id`` → 200 ``{deleted: credential}`` (and the sessions it started end).
+- ``GET /api/sessions`` → ``{data: [session, ...]}`` (the person's own live sessions, newest first,
+  ``current`` marks this browser's); ``DELETE /api/sessions/:id`` → 200 ``{ended, revoked}``.
 - ``POST /api/logout`` → 200 ``{ok: true}``, revokes the session's family and clears the cookie.
 """
 
@@ -66,17 +72,33 @@ async def _signed_in(request: Request, person: Any, credential: Any, cookie_valu
     return response
 
 
+def _binding_cookie(request: Request) -> str | None:
+    return request.cookies.get(_passkeys().BINDING_COOKIE)
+
+
+def _bound_options(request: Request, options: dict[str, Any], binding: str) -> HTTPResponse:
+    """The options, and the cookie that binds their challenge to this browser (D8)."""
+    passkeys = _passkeys()
+    response = json(options)
+    response.add_cookie(passkeys.BINDING_COOKIE, binding, path=passkeys.BINDING_PATH,
+                        max_age=passkeys.CHALLENGE_TTL_MS // 1000, httponly=True, samesite="Strict",
+                        secure=sessions.secure_cookie(services_of(request)))
+    return response
+
+
 @bp.post("/api/webauthn/register/options")
 async def register_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
-    return json(await _passkeys().register_options(services, body.get("token")))
+    binding = _passkeys().binding_of(_binding_cookie(request))
+    return _bound_options(request, await _passkeys().register_options(services, body.get("token"), binding), binding)
 
 
 @bp.post("/api/webauthn/register/verify")
 async def register_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
-    person, credential, value, _ = await _passkeys().register_verify(services, body, _user_agent(request))
+    person, credential, value, _ = await _passkeys().register_verify(
+        services, body, _user_agent(request), _binding_cookie(request))
     return await _signed_in(request, person, credential, value)
 
 
@@ -84,14 +106,17 @@ async def register_verify(request: Request) -> HTTPResponse:
 async def login_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request, required=False)
     await _passkeys().limit(services, request.ctx.client_ip, "login-options")
-    return json(await _passkeys().login_options(services, email_field(body, "email", required=False)))
+    binding = _passkeys().binding_of(_binding_cookie(request))
+    options = await _passkeys().login_options(services, email_field(body, "email", required=False), binding)
+    return _bound_options(request, options, binding)
 
 
 @bp.post("/api/webauthn/login/verify")
 async def login_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
-    person, credential, value, _ = await _passkeys().login_verify(services, body, _user_agent(request))
+    person, credential, value, _ = await _passkeys().login_verify(
+        services, body, _user_agent(request), _binding_cookie(request))
     return await _signed_in(request, person, credential, value)
 
 
@@ -102,11 +127,18 @@ async def list_credentials(request: Request) -> HTTPResponse:
     return json({"data": [_passkeys().credential_view(c) for c in found]})
 
 
+@bp.post("/api/webauthn/credentials/add/reauth")
+async def add_reauth(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    body_of(request, required=False)  # an optional body must still be JSON
+    return json(await _passkeys().reauth_options(services, await principal_of(request)))
+
+
 @bp.post("/api/webauthn/credentials/add/options")
 async def add_options(request: Request) -> HTTPResponse:
     services = services_of(request)
-    body_of(request, required=False)  # an optional body must still be JSON
-    return json(await _passkeys().add_options(services, await principal_of(request)))
+    body = body_of(request, required=False)
+    return json(await _passkeys().add_options(services, await principal_of(request), body))
 
 
 @bp.post("/api/webauthn/credentials/add/verify")
@@ -121,6 +153,25 @@ async def delete_credential(request: Request, credential_id: str) -> HTTPRespons
     services = services_of(request)
     deleted = await _passkeys().delete_own(services, await principal_of(request), credential_id)
     return json({"deleted": _passkeys().credential_view(deleted)})
+
+
+@bp.get("/api/sessions")
+async def list_own_sessions(request: Request) -> HTTPResponse:
+    services = services_of(request)
+    found = await sessions.own(services, await principal_of(request))
+    current = _current_session_id(request)
+    return json({"data": [sessions.own_view(s, current) for s in found]})
+
+
+@bp.delete("/api/sessions/<session_id:str>", unquote=True)
+async def end_own_session(request: Request, session_id: str) -> HTTPResponse:
+    services = services_of(request)
+    return json(await sessions.end_own(services, await principal_of(request), session_id))
+
+
+def _current_session_id(request: Request) -> str | None:
+    cookie = None if request.headers.get("authorization") else request.cookies.get(sessions.SESSION_COOKIE)
+    return sessions.session_id_of(cookie) if cookie else None
 
 
 @bp.post("/api/logout")

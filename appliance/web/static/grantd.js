@@ -186,8 +186,13 @@
 
   async function addCredential() {
     const nameField = document.getElementById("new-passkey-name");
-    say("Waiting for your device…");
-    const options = await api("POST", "/api/webauthn/credentials/add/options", {});
+    // First confirm it is you, with a passkey you already have (user verification required):
+    // a signed-in session alone cannot add a passkey.
+    say("Confirm with one of your passkeys…");
+    const reauth = await api("POST", "/api/webauthn/credentials/add/reauth", {});
+    const assertion = await getPasskey(reauth);
+    const options = await api("POST", "/api/webauthn/credentials/add/options", { response: assertion });
+    say("Now create the new passkey on your device…");
     const response = await createPasskey(options);
     const body = { response: response };
     if (nameField && nameField.value.trim()) body.name = nameField.value.trim();
@@ -396,6 +401,10 @@
     "add-credential": addCredential,
     "delete-credential": async function (b) {
       await api("DELETE", "/api/webauthn/credentials/" + encodeURIComponent(b.dataset.id));
+      location.reload();
+    },
+    "end-session": async function (b) {
+      await api("DELETE", "/api/sessions/" + encodeURIComponent(b.dataset.id));
       location.reload();
     },
     "consent-approve": function () { return answerConsent(true); },
