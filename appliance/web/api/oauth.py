@@ -186,6 +186,7 @@ async def authorize_get(request: Request) -> HTTPResponse:
             "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
             scopes=authorize.scope_descriptions(req), query=req.query, person=person,
             redirect_host=req.redirect_uri.split("/")[2] if "//" in req.redirect_uri else req.redirect_uri,
+            always_asks=authorize.always_asks(req.client),
         ))
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return _back(location)
