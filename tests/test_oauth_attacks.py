@@ -320,6 +320,139 @@ def test_a_consent_post_with_a_bearer_and_the_cookie_uses_no_cookie(srv: InProce
     assert answer.status_code == 401
 
 
+# -- apes-cli: never a code without the person's click (issue 19 item 4; RFC 8252 §8.6, D8) ----------
+
+
+@pytest.mark.parametrize("client_id, redirect_uri", [("apes-cli", "http://127.0.0.1:{port}/callback"),
+                                                     ("apes-cli", "http://localhost:{port}/callback"),
+                                                     ("tool", TOOL)])
+def test_apes_cli_never_gets_a_code_without_the_persons_click(srv: InProcessServer, person: Person, client_id: str,
+                                                              redirect_uri: str) -> None:
+    """After one consent, a web page navigating the person's browser to /authorize for a public
+    client with API access (any loopback port, the attacker's code_challenge) gets no code: the
+    consent page is shown again, and prompt=none answers consent_required."""
+    login(srv, person, client_id=client_id, redirect_uri=redirect_uri.format(port=9876))  # consented once
+    with person.http() as http:
+        assert [c["client_id"] for c in http.get("/api/account/consents").json()["data"]] == [client_id]
+    _, attackers_challenge = pkce()
+    uri = redirect_uri.format(port=49152 + uuid.uuid4().int % 10000)
+    for extra in ({}, {"prompt": "none"}, {"scope": "openid"}, {"scope": "openid email profile offline_access"}):
+        answer = person.authorize(authorize_params(client_id, uri, attackers_challenge, **extra))
+        if extra.get("prompt") == "none":
+            assert answer.status_code == 302, answer.text
+            found = query_of(answer.headers["location"])
+            assert found["error"] in ("consent_required", "interaction_required") and "code" not in found
+        else:
+            assert answer.status_code == 200 and "data-consent" in answer.text, (answer.status_code, answer.headers)
+            assert "code=" not in answer.headers.get("location", "")
+            assert "asks you every time" in answer.text
+
+
+def test_a_remembered_consent_still_spares_a_confidential_client_the_page(srv: InProcessServer, person: Person) -> None:
+    """The control: the rule is about public clients with API access, not every client."""
+    code_login(srv, person, "wiki", WIKI, scope="openid email")
+    again = person.authorize(authorize_params("wiki", WIKI, scope="openid email", prompt="none"))
+    assert again.status_code == 302 and "code" in query_of(again.headers["location"])
+
+
+# -- a replayed authorization code ends what it issued (issue 19 item 9; RFC 6749 §4.1.2) ------------
+
+
+@pytest.mark.parametrize("client_id, redirect_uri, scope", [
+    ("apes-cli", APES_REDIRECT, "openid email profile offline_access"),  # API bearer + refresh token
+    ("tool", TOOL, "openid email"),  # API bearer, no refresh token
+    ("wiki", WIKI, "openid email"),  # /userinfo only, no refresh token
+    ("wiki", WIKI, "openid email offline_access"),  # /userinfo + refresh token
+])
+def test_a_replayed_code_revokes_every_token_it_issued(srv: InProcessServer, person: Person, client_id: str,
+                                                       redirect_uri: str, scope: str) -> None:
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(client_id, redirect_uri, challenge, scope=scope))
+    secret = {"client_secret": SECRET} if client_id == "wiki" else {}
+    first = exchange(srv, code, verifier, client_id=client_id, redirect_uri=redirect_uri, **secret)
+    assert first.status_code == 200, first.text
+    tokens = first.json()
+    api = client_id != "wiki"
+    assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 200
+    if api:
+        assert bearer(srv, tokens["access_token"]).status_code == 200
+    replay = exchange(srv, code, verifier, client_id=client_id, redirect_uri=redirect_uri, **secret)
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401
+    if api:
+        assert bearer(srv, tokens["access_token"]).status_code == 401
+    if "refresh_token" in tokens:
+        refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                     "client_id": client_id, **secret})
+        assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
+    else:
+        assert client_id != "apes-cli"
+
+
+def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(srv: InProcessServer,
+                                                                               person: Person) -> None:
+    """The replay proves the code leaked, whoever presents it (RFC 6749 §4.1.2: "SHOULD revoke")."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    tokens = exchange(srv, code, verifier).json()
+    wrong_verifier, _ = pkce()
+    assert exchange(srv, code, wrong_verifier).json()["error"] == "invalid_grant"
+    assert bearer(srv, tokens["access_token"]).status_code == 401
+    assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                            "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+
+
+def test_a_replay_ends_only_that_codes_sign_in(srv: InProcessServer, person: Person) -> None:
+    other = login(srv, person)
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    assert exchange(srv, code, verifier).status_code == 200
+    assert exchange(srv, code, verifier).status_code == 400
+    assert bearer(srv, other["access_token"]).status_code == 200
+    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": other["refresh_token"],
+                                 "client_id": "apes-cli"})
+    assert refreshed.status_code == 200, refreshed.text
+
+
+def test_racing_replays_of_one_code_leave_no_live_token(srv: InProcessServer, person: Person) -> None:
+    """Whoever wins the race, once the code was presented twice nothing it issued works."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    answers: list[httpx.Response] = []
+
+    def go() -> None:
+        answers.append(exchange(srv, code, verifier))
+
+    threads = [threading.Thread(target=go) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    issued = [a.json() for a in answers if a.status_code == 200]
+    assert len(issued) <= 1
+    for tokens in issued:
+        assert bearer(srv, tokens["access_token"]).status_code == 401
+        assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+
+
+def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(srv: InProcessServer, person: Person) -> None:
+    """The interleaving a race can produce, forced: the replay is seen after the first redeemer took
+    the code but before it recorded its family; the redeemer then finds the replay and revokes."""
+    from grantd.oauth import token as oauth_token
+    from grantd.oauth.issue import secret_hash
+
+    tokens = login(srv, person)
+    family_id = claims_of(tokens["access_token"])["sid"]
+    services = srv.services
+    code_hash = secret_hash("a code that was taken a moment ago " + uuid.uuid4().hex)
+    now = srv.clock.now_ms()
+    srv.call(oauth_token._code_replayed(services, code_hash, now))  # finds no family yet
+    assert bearer(srv, tokens["access_token"]).status_code == 200
+    assert srv.call(oauth_token._code_redeemed(services, code_hash, family_id, now)) is True
+    assert bearer(srv, tokens["access_token"]).status_code == 401
+
+
 # -- refresh tokens ---------------------------------------------------------------------------------
 
 
@@ -397,9 +530,9 @@ def test_a_device_clients_token_cannot_approve_another_terminal(srv: InProcessSe
     assert refused.status_code == 403
 
 
-def test_a_withdrawn_consent_ends_a_familyless_token_at_userinfo(srv: InProcessServer, person: Person) -> None:
-    tokens = code_login(srv, person, "wiki", WIKI, scope="openid email")  # no offline_access: no family
-    assert claims_of(tokens["access_token"])["sid"] == ""
+def test_a_withdrawn_consent_ends_a_refreshless_token_at_userinfo(srv: InProcessServer, person: Person) -> None:
+    tokens = code_login(srv, person, "wiki", WIKI, scope="openid email")  # no offline_access: no refresh token
+    assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]  # but a family all the same
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 200
     with person.http() as http:
         assert http.delete("/api/account/consents/wiki", headers={"Origin": srv.url}).status_code == 200
@@ -410,9 +543,9 @@ def test_a_withdrawn_consent_ends_a_familyless_token_at_userinfo(srv: InProcessS
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401  # the old one stays dead
 
 
-def test_a_withdrawn_consent_ends_a_familyless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
+def test_a_withdrawn_consent_ends_a_refreshless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
     tokens = code_login(srv, person, "tool", TOOL, scope="openid email")
-    assert claims_of(tokens["access_token"])["sid"] == ""
+    assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]
     assert bearer(srv, tokens["access_token"]).status_code == 200
     with person.http() as http:
         assert http.delete("/api/account/consents/tool", headers={"Origin": srv.url}).status_code == 200
