@@ -962,7 +962,9 @@ def test_deep_json_at_the_consent_and_device_routes_is_a_4xx(srv: InProcessServe
 def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_path: Path) -> None:
     """Wildcard DNS gives an attacker endless client_ids: each unknown one costs grantd a DNS lookup
     and an HTTPS request. They count against the address (``limits.sp_login_per_address``, the
-    limit of the other "a DNS lookup and a request" route) at /authorize and /revoke."""
+    limit of the other "a DNS lookup and a request" route) at /authorize and /revoke. (Each under
+    its own registrable domain here: names under one failed domain are not fetched at all, see
+    test_a_failing_domain_is_not_fetched_again_under_any_name.)"""
     server = InProcessServer(tmp_path, extra="[limits]\nsp_login_per_address = 5\n").start()
     try:
         resolved: list[str] = []
@@ -975,17 +977,17 @@ def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_pat
         statuses = []
         with httpx.Client(base_url=server.url, timeout=10) as http:
             for n in range(8):
-                statuses.append(http.get("/authorize", params={"client_id": f"x{n}.attacker.example",
+                statuses.append(http.get("/authorize", params={"client_id": f"x{n}.attacker{n}.example",
                                                                "redirect_uri": "https://x/cb"}).status_code)
             for n in range(8):
-                statuses.append(http.post("/revoke", data={"client_id": f"r{n}.attacker.example", "token": "t"}).status_code)
+                statuses.append(http.post("/revoke", data={"client_id": f"r{n}.attacker-r{n}.example", "token": "t"}).status_code)
             for n in range(4):
-                basic = base64.b64encode(f"b{n}.attacker.example:s".encode()).decode()
+                basic = base64.b64encode(f"b{n}.attacker-b{n}.example:s".encode()).decode()
                 statuses.append(http.post("/revoke", data={"token": "t"}, headers={"Authorization": f"Basic {basic}"}).status_code)
                 statuses.append(http.post("/token", data={"grant_type": "refresh_token", "refresh_token": "t",
-                                                          "client_id": f"t{n}.attacker.example"}).status_code)
+                                                          "client_id": f"t{n}.attacker-t{n}.example"}).status_code)
             # a client already known (cached, even negatively) costs nothing: no count
-            again = http.get("/authorize", params={"client_id": "x0.attacker.example", "redirect_uri": "https://x/cb"})
+            again = http.get("/authorize", params={"client_id": "x0.attacker0.example", "redirect_uri": "https://x/cb"})
         assert len(resolved) <= 5, resolved
         assert statuses.count(429) >= 19 and again.status_code == 400
     finally:
@@ -999,3 +1001,171 @@ def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(srv
     with httpx.Client(base_url=srv.url) as http:
         answer = http.post(path, content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_request", answer.text
+
+
+# -- slow client metadata (issue 19 item 5; D12): one deadline, a bound, failures per domain ------------
+
+
+class DrippingServer:
+    """A real HTTP server on 127.0.0.1 that answers 200 with a promised body and then sends one byte
+    of it every ``every`` seconds, as long as the reader stays (a per-read timeout never fires)."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        import socket
+
+        self.every = every
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.open = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: Any) -> None:
+        import time
+
+        self.open += 1
+        try:
+            conn.settimeout(5)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
+            while not self._stop.is_set():
+                conn.sendall(b" ")
+                time.sleep(self.every)
+        except OSError:
+            pass  # the reader went away: what grantd must do
+        finally:
+            self.open -= 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(srv: InProcessServer, person: Person) -> None:
+    """One byte a second never trips a 3 s read timeout; the whole fetch still ends at 5 s, the
+    unauthenticated /authorize answers with a clear page, and grantd hangs up on the server."""
+    import time
+
+    drip = DrippingServer(every=1.0)
+    try:
+        client_id = f"127.0.0.1:{drip.port}"
+        started = time.monotonic()
+        with httpx.Client(base_url=srv.url, timeout=20) as http:
+            answer = http.get("/authorize", params=authorize_params(client_id, f"http://{client_id}/cb"))
+        took = time.monotonic() - started
+        assert answer.status_code == 400 and "within 5 s" in answer.text, answer.text[-600:]
+        assert 4.5 <= took < 9, took
+        deadline = time.monotonic() + 5
+        while drip.open and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert drip.open == 0, "grantd still holds the connection"
+        # remembered: asking again fetches nothing and answers at once
+        started = time.monotonic()
+        with httpx.Client(base_url=srv.url, timeout=20) as http:
+            again = http.get("/authorize", params=authorize_params(client_id, f"http://{client_id}/cb"))
+        assert again.status_code == 400 and time.monotonic() - started < 2 and drip.connections == 1
+    finally:
+        drip.close()
+
+
+def _registry(config_text: str, directory: Path, resolver: Any) -> tuple[Any, Any]:
+    from grantd.config import load
+    from grantd.core.clock import ManualClock
+
+    path = directory / "grantd.toml"
+    path.write_text(f'version = 1\n[server]\nissuer = "http://127.0.0.1:1"\n[admin]\nmanagement_token = "{"m" * 32}"\n'
+                    f"[oauth]\nallow_private_metadata_hosts = true\n{config_text}")
+    clock = ManualClock()
+    return oauth_clients.ClientRegistry(load(path), clock, resolver=resolver), clock
+
+
+def test_a_failing_domain_is_not_fetched_again_under_any_name(tmp_path: Path) -> None:
+    """Wildcard DNS: every name under evil.example resolves (here to a real local server that fails).
+    The first failure keeps the whole registrable domain from being fetched for
+    ``oauth.metadata_failure_ttl``; then it is asked again. Other domains are not affected."""
+    import asyncio
+
+    sp = MetadataServer()
+    sp.mode = "status"
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    try:
+        registry, clock = _registry("metadata_failure_ttl = 60\n", tmp_path, resolver)
+
+        async def scenario() -> None:
+            assert await registry.get(f"a.evil.example:{sp.port}") is None
+            assert sp.hits == 1
+            for name in ("b.evil.example", "c.d.evil.example", "evil.example", "x.EVIL.example".lower()):
+                assert await registry.get(f"{name}:{sp.port}") is None
+                assert "failed recently" in registry.why_unknown(f"{name}:{sp.port}")
+                assert not registry.would_fetch(f"{name}:{sp.port}")
+            assert sp.hits == 1 and asked == ["a.evil.example"]
+            sp.mode = "ok"
+            sp.document = {**sp.document, "client_id": f"good.other.example:{sp.port}"}
+            assert await registry.get(f"good.other.example:{sp.port}") is not None  # another domain
+            clock.advance(61)
+            sp.document = {**sp.document, "client_id": f"b.evil.example:{sp.port}"}
+            assert await registry.get(f"b.evil.example:{sp.port}") is not None  # asked again after the ttl
+
+        asyncio.run(scenario())
+        assert sp.hits == 3
+    finally:
+        sp.close()
+
+
+def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -> None:
+    """``oauth.fetches_at_once``: with the bound taken by dripping fetches, one more client is
+    refused at once (a clear reason), and it is not remembered as the domain's failure."""
+    import asyncio
+    import time
+
+    drip = DrippingServer(every=0.5)
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    try:
+        registry, _ = _registry("fetches_at_once = 2\n", tmp_path, resolver)
+
+        async def scenario() -> None:
+            slow = [asyncio.create_task(registry.get(f"s{n}.slow{n}.example:{drip.port}")) for n in range(2)]
+            while drip.open < 2:
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            assert await registry.get(f"one.more.example:{drip.port}") is None
+            assert time.monotonic() - started < 1
+            assert "too many fetches at once" in registry.why_unknown(f"one.more.example:{drip.port}")
+            assert registry.fetches.failed("more.example") is None
+            assert await asyncio.gather(*slow) == [None, None]  # the deadline ended them
+            assert registry.fetches.running == 0
+
+        asyncio.run(scenario())
+    finally:
+        drip.close()
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("a.b.example.com", "example.com"), ("example.com", "example.com"), ("x.example.co.uk", "example.co.uk"),
+    ("deep.x.example.com.au", "example.com.au"), ("127.0.0.1", "127.0.0.1:8443"), ("localhost", "localhost:8443"),
+    ("EXAMPLE.com.", "example.com"),
+])
+def test_failures_are_remembered_per_registrable_domain(host: str, expected: str) -> None:
+    from grantd.oauth.outbound import registrable_domain
+
+    assert registrable_domain(host, 8443 if expected.endswith(":8443") else None) == expected

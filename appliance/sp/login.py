@@ -36,6 +36,7 @@ import jwt
 
 from grantd.core.errors import Problem
 from grantd.logs import LOGGER
+from grantd.oauth.outbound import FetchGuard
 from grantd.services import flows, sessions
 from grantd.sp import ddisa
 from grantd.sp.fetch import FetchError, request
@@ -139,8 +140,9 @@ def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
 class SpLogin:
     """One per server process (``app.ctx``): the DNS, discovery-document and JWKS caches."""
 
-    def __init__(self, config: Config, clock: Clock):
+    def __init__(self, config: Config, clock: Clock, fetches: FetchGuard | None = None):
         sp = config.sp
+        self.fetches = fetches  # the process's FetchGuard (grantd.oauth.outbound), shared with client metadata
         self.config = config
         self.clock = clock
         self.allow_http = bool(sp.allow_http_idp)
@@ -184,7 +186,7 @@ class SpLogin:
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded)
+            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded, guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: discovery of %r failed: %s", idp, exc)
             raise LoginError(IDP_UNREACHABLE, 503) from None
@@ -239,7 +241,7 @@ class SpLogin:
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow["redirect_uri"],
                 "client_id": flow["client_id"], "code_verifier": flow["verifier"]}
         try:
-            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form)
+            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form, guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: token endpoint of %r failed: %s", flow["idp"], exc)
             raise LoginError(f"{CODE_EXCHANGE}: {IDP_UNREACHABLE}") from None
@@ -260,7 +262,7 @@ class SpLogin:
         if cached is not None and cached[0] > now_ms and (not refresh or now_s - cached[1] < JWKS_REFETCH_S):
             return cached[2]
         try:
-            status, document = await request("GET", jwks_uri, allow_private=not guarded)
+            status, document = await request("GET", jwks_uri, allow_private=not guarded, guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: JWKS %r failed: %s", jwks_uri, exc)
             raise LoginError(f"{BAD_SIGNATURE}: {IDP_UNREACHABLE}") from None
