@@ -595,8 +595,8 @@ OPERATIONS: tuple[Op, ...] = (
        "DecisionBody", False, ok={200: Ok(ref("GrantToken"))}, tag="grants"),
     Op("POST", GRANT_ID + "/consume", "grants.consume", "Use the grant (the target host, with its AuthZ-JWT)", AUTHZ,
        "DecisionBody", False, ok={200: Ok(ref("Consumed"))}, tag="grants"),
-    Op("POST", "/api/grants/verify", "grants.verify", "Check an AuthZ-JWT without side effects", NONE, "VerifyBody", False,
-       ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),
+    Op("POST", "/api/grants/verify", "grants.verify", "Check an AuthZ-JWT without side effects", NONE, "VerifyBody",
+       ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),  # D2: the body is required
     Op("POST", "/api/grants/batch", "grants.batch", "Approve, deny or revoke many grants", BEARER, "BatchBody",
        ok={200: Ok(ref("BatchResult"))}, tag="grants"),
     # delegations
