@@ -7,7 +7,9 @@ import base64
 import hashlib
 import json
 import secrets
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -198,3 +200,46 @@ class MetadataServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class DrippingServer:
+    """A real HTTP server on 127.0.0.1 that answers 200 with a promised body and then sends one byte
+    of it every ``every`` seconds, as long as the reader stays (a per-read timeout never fires)."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.open = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: Any) -> None:
+        self.open += 1
+        try:
+            conn.settimeout(5)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
+            while not self._stop.is_set():
+                conn.sendall(b" ")
+                time.sleep(self.every)
+        except OSError:
+            pass  # the reader went away: what grantd must do
+        finally:
+            self.open -= 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()

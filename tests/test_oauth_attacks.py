@@ -27,6 +27,7 @@ from oauth_support import (
     TOOL,
     WIKI,
     WIKI_SECRET,
+    DrippingServer,
     MetadataServer,
     Person,
     authorize_params,
@@ -1004,53 +1005,6 @@ def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(srv
 
 
 # -- slow client metadata (issue 19 item 5; D12): one deadline, a bound, failures per domain ------------
-
-
-class DrippingServer:
-    """A real HTTP server on 127.0.0.1 that answers 200 with a promised body and then sends one byte
-    of it every ``every`` seconds, as long as the reader stays (a per-read timeout never fires)."""
-
-    def __init__(self, every: float = 1.0) -> None:
-        import socket
-
-        self.every = every
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.open = 0
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
-
-    def _drip(self, conn: Any) -> None:
-        import time
-
-        self.open += 1
-        try:
-            conn.settimeout(5)
-            conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
-            while not self._stop.is_set():
-                conn.sendall(b" ")
-                time.sleep(self.every)
-        except OSError:
-            pass  # the reader went away: what grantd must do
-        finally:
-            self.open -= 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
 
 
 def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(srv: InProcessServer, person: Person) -> None:

@@ -36,7 +36,7 @@ import jwt
 
 from grantd.core.errors import Problem
 from grantd.logs import LOGGER
-from grantd.oauth.outbound import FetchGuard
+from grantd.oauth.outbound import FetchGuard, registrable_domain
 from grantd.services import flows, sessions
 from grantd.sp import ddisa
 from grantd.sp.fetch import FetchError, request
@@ -130,6 +130,15 @@ def client_metadata(config: Config) -> dict[str, Any]:
     }
 
 
+def _domain_of(url: str) -> str:
+    """The registrable domain an IdP's failures are remembered under (``grantd.oauth.outbound``)."""
+    try:
+        parts = urlsplit(url)
+        return registrable_domain(parts.hostname or "", parts.port)
+    except ValueError:
+        return url
+
+
 def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -185,12 +194,22 @@ class SpLogin:
         now = self.clock.now_ms()
         if cached is not None and cached[0] > now:
             return cached[1]
+        # D12: an IdP named by DNS (by whoever controls a zone) whose discovery failed is not asked
+        # again for a while, under any name of its registrable domain (FetchGuard, shared with
+        # client metadata); the IdP the operator configured (sp.fallback_idp) is always asked.
+        domain = _domain_of(idp)
+        remember = idp != self.fallback_idp
+        if remember and self.fetches is not None and self.fetches.failed(domain) is not None:
+            raise LoginError(f"{IDP_UNREACHABLE} (it failed moments ago; try again later)", 503)
         try:
-            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded, guard=self.fetches)
+            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded,
+                                             guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: discovery of %r failed: %s", idp, exc)
+            self._remember_failure(remember, domain, str(exc))
             raise LoginError(IDP_UNREACHABLE, 503) from None
         if status != 200 or not isinstance(document, dict):
+            self._remember_failure(remember, domain, f"discovery answered {status}")
             raise LoginError(f"{IDP_UNREACHABLE} (its discovery document answered {status})", 503)
         if document.get("issuer", idp) != idp:
             raise LoginError("the IdP's discovery document names another issuer", 503)
@@ -204,6 +223,10 @@ class SpLogin:
         )
         _bounded_put(self._endpoints, idp, (now + METADATA_TTL_MS, found))
         return found
+
+    def _remember_failure(self, remember: bool, domain: str, why: str) -> None:
+        if remember and self.fetches is not None and not str(why).startswith("too many fetches"):
+            self.fetches.remember_failure(domain, why)
 
     # -- begin ------------------------------------------------------------------------------------
 
