@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 import socket
 import threading
@@ -70,6 +71,12 @@ def authorize_params(client_id: str | None = "apes-cli", redirect_uri: str | Non
     return params
 
 
+def ticket_of(page: str) -> str | None:
+    """The one-time approval ticket of a consent page (clients that are asked every time), or None."""
+    found = re.search(r'data-ticket="([A-Za-z0-9_-]+)"', page)
+    return found.group(1) if found else None
+
+
 def query_of(location: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(location).query, keep_blank_values=True).items()}
 
@@ -91,16 +98,18 @@ class Person:
         with self.http() as http:
             return http.get("/authorize?" + urlencode(params))
 
-    def consent(self, query: str, approve: bool = True) -> httpx.Response:
+    def consent(self, query: str, approve: bool = True, ticket: str | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"request": query, "approve": approve}
+        if ticket is not None:
+            body["ticket"] = ticket
         with self.http() as http:
-            return http.post("/authorize/consent", json={"request": query, "approve": approve},
-                             headers={"Origin": self.srv.url})
+            return http.post("/authorize/consent", json=body, headers={"Origin": self.srv.url})
 
     def code_for(self, params: dict[str, str]) -> str:
         """Authorize, consenting if asked; the code the client receives."""
         answer = self.authorize(params)
         if answer.status_code == 200 and "data-consent" in answer.text:
-            answer = self.consent(urlencode(params))
+            answer = self.consent(urlencode(params), ticket=ticket_of(answer.text))
             assert answer.status_code == 200, answer.text
             location = answer.json()["location"]
         else:

@@ -225,7 +225,7 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /device": "the page of a fresh pending user code (`?user_code=`)",
     "POST /api/device/decide": "approve a fresh pending user code: a person's browser session only (not a bearer)",
     "GET /authorize": "apes-cli code + PKCE; the people have consented before, yet apes-cli (public, API access) is asked every time: the consent page; bearers are ignored",
-    "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request: a person's session only",
+    "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request, with the page's one-time ticket: a person's session only",
     "POST /token": "public; a fresh code of the `person` column exchanged by apes-cli (the column's credential is ignored)",
     "POST /revoke": "public; an unknown token (RFC 7009: 200)",
     "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
@@ -812,6 +812,22 @@ def _apes_authorize(challenge: str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-c
                       "scope": "openid email profile offline_access"})
 
 
+def _consent_ticket(w: World, c: str) -> str | None:
+    """The one-time ticket of the consent page the column's person is shown for apes-cli (None for
+    columns without a session: their POST is refused before any ticket is looked at)."""
+    if c not in w.cookies:
+        return None
+    from oauth_support import ticket_of
+
+    with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies[c]}, timeout=10) as http:
+        return ticket_of(http.get("/authorize?" + _apes_authorize()).text)
+
+
+def _consent(w: World, c: str) -> httpx.Response:
+    return _call(w, c, "POST", "/authorize/consent",
+                 json={"request": _apes_authorize(), "approve": True, "ticket": _consent_ticket(w, c)})
+
+
 def _code_exchange(w: World) -> dict[str, str]:
     """A fresh code of the `person` column for apes-cli, as /token form fields."""
     from urllib.parse import parse_qs, urlsplit
@@ -820,7 +836,8 @@ def _code_exchange(w: World) -> dict[str, str]:
     _remember_consent(w, "person")
     with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies["person"]}, timeout=10) as http:
         # apes-cli is asked every time (RFC 8252 §8.6): the consent page's approval gives the code
-        location = http.post("/authorize/consent", json={"request": _apes_authorize(), "approve": True},
+        ticket = _consent_ticket(w, "person")
+        location = http.post("/authorize/consent", json={"request": _apes_authorize(), "approve": True, "ticket": ticket},
                              headers={"Origin": w.srv.url}).json()["location"]
     code = parse_qs(urlsplit(location).query)["code"][0]
     return {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": "apes-cli",
@@ -835,8 +852,7 @@ def _withdraw_consent(w: World, c: str) -> httpx.Response:
 REQUESTS.update({
     # The OAuth provider (grantd.web.api.oauth)
     "GET /authorize": lambda w, c: (_remember_consent(w, c), _call(w, c, "GET", "/authorize?" + _apes_authorize()))[1],
-    "POST /authorize/consent": lambda w, c: _call(w, c, "POST", "/authorize/consent",
-                                                  json={"request": _apes_authorize(), "approve": True}),
+    "POST /authorize/consent": _consent,
     "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
     "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
     "GET /userinfo": _get("/userinfo"),

@@ -36,6 +36,7 @@ from oauth_support import (
     pkce,
     query_of,
     start_with_secrets,
+    ticket_of,
     token_post,
     wiki_and_tool_clients,
 )
@@ -347,6 +348,39 @@ def test_apes_cli_never_gets_a_code_without_the_persons_click(srv: InProcessServ
             assert answer.status_code == 200 and "data-consent" in answer.text, (answer.status_code, answer.headers)
             assert "code=" not in answer.headers.get("location", "")
             assert "asks you every time" in answer.text
+
+
+def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_request(srv: InProcessServer,
+                                                                                  person: Person) -> None:
+    """The click must be on the consent page grantd showed for this very request: an approval
+    POST without its one-time ticket, with the ticket of another request or person, or with a
+    used one, gets no code (403) and remembers nothing."""
+    _, challenge = pkce()
+    params = authorize_params("apes-cli", "http://127.0.0.1:51234/callback", challenge)
+    query = urlencode(params)
+    page = person.authorize(params)
+    ticket = ticket_of(page.text)
+    assert page.status_code == 200 and ticket
+    other_page = person.authorize(authorize_params("apes-cli", "http://127.0.0.1:51235/callback", challenge))
+    other_person = Person(srv)
+    theirs = ticket_of(other_person.authorize(params).text)
+    for wrong in (None, "", "x" * 101, ticket_of(other_page.text), theirs, ["a"], 7):
+        refused = person.consent(query, ticket=wrong) if not isinstance(wrong, list | int) else None
+        if refused is None:
+            with person.http() as http:
+                refused = http.post("/authorize/consent", json={"request": query, "approve": True, "ticket": wrong},
+                                    headers={"Origin": srv.url})
+        assert refused.status_code == 403, (wrong, refused.text)
+        assert "code=" not in refused.text
+    with person.http() as http:
+        assert http.get("/api/account/consents").json()["data"] == []  # nothing remembered either
+    approved = person.consent(query, ticket=ticket)
+    assert approved.status_code == 200 and "code" in query_of(approved.json()["location"])
+    again = person.consent(query, ticket=ticket)  # single use
+    assert again.status_code == 403
+    # denying needs no ticket: it gives nothing away
+    denied = person.consent(query, approve=False)
+    assert query_of(denied.json()["location"])["error"] == "access_denied"
 
 
 def test_a_remembered_consent_still_spares_a_confidential_client_the_page(srv: InProcessServer, person: Person) -> None:
@@ -863,9 +897,10 @@ def test_token_answers_are_never_cached(srv: InProcessServer, person: Person) ->
 
 def test_state_is_returned_verbatim_and_cannot_split_headers(srv: InProcessServer, person: Person) -> None:
     for state in ("a&code=injected", "x\r\nSet-Cookie: a=b", "é%20/?#", "<script>"):
-        answer = person.authorize(authorize_params(state=state, scope="openid email profile offline_access"))
-        if answer.status_code == 200:  # consent first: answer it
-            location = person.consent(urlencode(authorize_params(state=state))).json()["location"]
+        params = authorize_params(state=state, scope="openid email profile offline_access")
+        answer = person.authorize(params)
+        if answer.status_code == 200:  # consent first: answer it (on the page of this very request)
+            location = person.consent(urlencode(params), ticket=ticket_of(answer.text)).json()["location"]
         else:
             location = answer.headers["location"]
         found = query_of(location)

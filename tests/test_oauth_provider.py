@@ -26,6 +26,7 @@ from oauth_support import (
     pkce,
     query_of,
     start_with_secrets,
+    ticket_of,
     token_post,
     wiki_and_tool_clients,
 )
@@ -699,7 +700,7 @@ def test_apes_login_browser_as_apes_sends_it(srv: InProcessServer, person: Perso
     params = authorize_params(challenge=challenge, scope="openid email profile offline_access")
     page = httpx.get(srv.url + "//authorize?" + urlencode(params), headers={"Cookie": f"grantd_session={person.cookie}"})
     assert page.status_code == 200 and "data-consent" in page.text
-    location = person.consent(urlencode(params)).json()["location"]
+    location = person.consent(urlencode(params), ticket=ticket_of(page.text)).json()["location"]
     assert location.startswith("http://localhost:9876/callback?code=")
     node = {"Accept": "*/*", "User-Agent": "node", "Content-Type": "application/json", "Sec-Fetch-Mode": "cors"}
     with httpx.Client() as http:
@@ -734,7 +735,8 @@ def test_codes_and_refresh_tokens_are_single_use_across_processes(server_factory
         params = authorize_params(challenge=challenge)
         answer = browser.request("GET", "/authorize?" + urlencode(params), follow_redirects=False)
         if answer.status_code == 200:
-            answer = browser.request("POST", "/authorize/consent", json_body={"request": urlencode(params), "approve": True})
+            answer = browser.request("POST", "/authorize/consent",
+                                     json_body={"request": urlencode(params), "approve": True, "ticket": ticket_of(answer.text)})
             return query_of(answer.json()["location"])["code"], verifier
         return query_of(answer.headers["location"])["code"], verifier
 

@@ -223,6 +223,35 @@ async def needs_consent(services: Services, req: AuthorizationRequest, person: P
     return consent is None or not set(req.scopes) <= set(consent["scope"].split())
 
 
+CONSENT_TICKET_TTL_S = 600
+
+
+def _request_digest(req: AuthorizationRequest) -> str:
+    return secret_hash(f"{req.client.client_id}\n{req.redirect_uri}\n{req.query}")
+
+
+async def consent_ticket(services: Services, req: AuthorizationRequest, person: Person) -> str:
+    """A one-time ticket for the consent page shown to ``person`` for ``req`` (``store.onetime``
+    kind ``consent``, 10 min): approving a client that ``always_asks`` needs it, so a code only
+    follows a click on a page grantd showed for this very request (not a POST built elsewhere)."""
+    ticket = secrets.token_urlsafe(24)
+    now = services.clock.now_ms()
+    await services.store.onetime.put("consent", secret_hash(ticket), {
+        "person_id": person["person_id"], "request": _request_digest(req),
+    }, now + CONSENT_TICKET_TTL_S * 1000, now)
+    return ticket
+
+
+async def take_consent_ticket(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> bool:
+    """True if ``ticket`` was issued with the consent page of ``req`` to ``person`` and is unused;
+    it is used up either way (single use, whatever follows)."""
+    if not isinstance(ticket, str) or not 0 < len(ticket) <= 100:
+        return False
+    found = await services.store.onetime.take("consent", secret_hash(ticket), services.clock.now_ms())
+    return (found is not None and found.get("person_id") == person["person_id"]
+            and found.get("request") == _request_digest(req))
+
+
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
     now = services.clock.now_ms()
     await services.store.consents.remember({
@@ -252,5 +281,5 @@ def scope_descriptions(req: AuthorizationRequest) -> list[str]:
     return [SCOPE_TEXT[s] for s in req.scopes if s in SCOPE_TEXT]
 
 
-__all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "error_location", "issue_code", "needs_consent",
-           "validate"]
+__all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "consent_ticket", "error_location",
+           "issue_code", "needs_consent", "take_consent_ticket", "validate"]
