@@ -424,6 +424,18 @@ def test_a_replayed_code_revokes_every_token_it_issued(srv: InProcessServer, per
         assert client_id != "apes-cli"
 
 
+def test_a_code_replayed_long_after_still_ends_the_refresh_family(srv: InProcessServer, person: Person) -> None:
+    """The code lived 60 s, but its refresh token lives for weeks: a replay while it is alive ends it."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    tokens = exchange(srv, code, verifier).json()
+    srv.clock.advance(1200)  # past the code's record (600 s) and its access token (600 s here)
+    assert exchange(srv, code, verifier).json()["error"] == "invalid_grant"
+    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                 "client_id": "apes-cli"})
+    assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
+
+
 def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(srv: InProcessServer,
                                                                                person: Person) -> None:
     """The replay proves the code leaked, whoever presents it (RFC 6749 §4.1.2: "SHOULD revoke")."""
@@ -484,7 +496,7 @@ def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(srv: InPro
     now = srv.clock.now_ms()
     srv.call(oauth_token._code_replayed(services, code_hash, now))  # finds no family yet
     assert bearer(srv, tokens["access_token"]).status_code == 200
-    assert srv.call(oauth_token._code_redeemed(services, code_hash, family_id, now)) is True
+    assert srv.call(oauth_token._code_redeemed(services, code_hash, family_id, now + 60_000, now)) is True
     assert bearer(srv, tokens["access_token"]).status_code == 401
 
 

@@ -177,7 +177,7 @@ async def authorization_code(services: Services, client: Client, params: dict[st
                                                 refresh=wants_refresh(client, scope))
     answer = await issue_tokens(services, client, person, scope=scope, nonce=record["nonce"], auth_time=auth_time,
                                 family=family, refresh_token=refresh_secret)
-    if await _code_redeemed(services, code_hash, family["family_id"], now):
+    if await _code_redeemed(services, code_hash, family["family_id"], int(family["expires_at"]), now):
         raise invalid_grant("the authorization code was presented twice; every token it issued is revoked")
     return answer
 
@@ -186,15 +186,16 @@ REDEEMED = "code-redeemed"  # store.onetime kinds: which family a redeemed code 
 REPLAYED = "code-replayed"  # ... and that a code was presented after it was taken
 
 
-async def _code_redeemed(services: Services, code_hash: str, family_id: str, now: int) -> bool:
-    """After the family exists: record which family the code started, then look for a replay.
-    True (and the family revoked) if the code was presented again meanwhile.
+async def _code_redeemed(services: Services, code_hash: str, family_id: str, family_end: int, now: int) -> bool:
+    """After the family exists: record which family the code started (kept as long as the family
+    can live, so a replay at any time while a token it issued works still ends them), then look
+    for a replay. True (and the family revoked) if the code was presented again meanwhile.
 
     With ``_code_replayed`` this is decided by the database across processes: the redeemer writes
     its mark and then reads the replayer's; the replayer writes its mark and then reads the
     redeemer's. Whichever order the store runs the four transactions in, at least one side sees
     the other's mark and revokes the family (which exists before the redeemer's mark does)."""
-    keep = now + CODE_KEEP_S * 1000
+    keep = max(now + CODE_KEEP_S * 1000, family_end)
     try:
         await services.store.onetime.put(REDEEMED, code_hash, {"family_id": family_id}, keep, now)
     except Conflict:  # cannot happen (one taker per code); refuse rather than guess
