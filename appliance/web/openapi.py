@@ -389,7 +389,9 @@ SCHEMAS: dict[str, Schema] = {
     "UserInfo": obj({"sub": STRING, "email": STRING, "email_verified": BOOL, "name": STRING}, ("sub",)),
     "ConsentDecision": obj(
         {"request": {"type": "string", "description": "the authorization request's query string, as the consent page got it"},
-         "approve": BOOL},
+         "approve": BOOL,
+         "ticket": {"type": "string", "description": "the consent page's one-time ticket (data-ticket): required to "
+                    "approve a client that is asked every time (a public client with API access, such as apes-cli)"}},
         ("request", "approve"),
     ),
     "Location": obj({"location": {"type": "string", "description": "where the browser goes next (the client's redirect URI)"}},
