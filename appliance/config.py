@@ -317,6 +317,17 @@ client_secret = "file:corp-sso-secret"   # optional when the upstream offers "no
             int, 300, "Seconds a domain client's fetched /.well-known/oauth-client-metadata (or the failure to "
             "fetch it) is remembered.", minimum=0, maximum=86_400,
         ),
+        "metadata_failure_ttl": Key(
+            int, 120, "Seconds a registrable domain whose client metadata could not be fetched (not resolvable, "
+            "no complete answer within 5 s, an error status, not JSON) is not asked again: every client_id under it is refused "
+            "meanwhile (wildcard DNS makes endless names of one domain). 0: only the client_id's own cache.",
+            minimum=0, maximum=86_400,
+        ),
+        "fetches_at_once": Key(
+            int, 32, "How many fetches made for callers (client metadata; IdP discovery documents, JWKS and token "
+            "requests of SP login) may run at once in one server process; one more is refused at once with a "
+            "clear error, never queued. Each has one overall deadline of 5 s.", minimum=1, maximum=10_000,
+        ),
         "device_code_ttl": Key(
             int, 600, "Seconds a device authorization request (RFC 8628: grantd login, grantd tui) waits for a "
             "person to enter its user code on /device.", minimum=60, maximum=3600,

@@ -6,8 +6,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -68,6 +71,12 @@ def authorize_params(client_id: str | None = "apes-cli", redirect_uri: str | Non
     return params
 
 
+def ticket_of(page: str) -> str | None:
+    """The one-time approval ticket of a consent page (clients that are asked every time), or None."""
+    found = re.search(r'data-ticket="([A-Za-z0-9_-]+)"', page)
+    return found.group(1) if found else None
+
+
 def query_of(location: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(location).query, keep_blank_values=True).items()}
 
@@ -89,16 +98,18 @@ class Person:
         with self.http() as http:
             return http.get("/authorize?" + urlencode(params))
 
-    def consent(self, query: str, approve: bool = True) -> httpx.Response:
+    def consent(self, query: str, approve: bool = True, ticket: str | None = None) -> httpx.Response:
+        body: dict[str, Any] = {"request": query, "approve": approve}
+        if ticket is not None:
+            body["ticket"] = ticket
         with self.http() as http:
-            return http.post("/authorize/consent", json={"request": query, "approve": approve},
-                             headers={"Origin": self.srv.url})
+            return http.post("/authorize/consent", json=body, headers={"Origin": self.srv.url})
 
     def code_for(self, params: dict[str, str]) -> str:
         """Authorize, consenting if asked; the code the client receives."""
         answer = self.authorize(params)
         if answer.status_code == 200 and "data-consent" in answer.text:
-            answer = self.consent(urlencode(params))
+            answer = self.consent(urlencode(params), ticket=ticket_of(answer.text))
             assert answer.status_code == 200, answer.text
             location = answer.json()["location"]
         else:
@@ -198,3 +209,46 @@ class MetadataServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class DrippingServer:
+    """A real HTTP server on 127.0.0.1 that answers 200 with a promised body and then sends one byte
+    of it every ``every`` seconds, as long as the reader stays (a per-read timeout never fires)."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.open = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: Any) -> None:
+        self.open += 1
+        try:
+            conn.settimeout(5)
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
+            while not self._stop.is_set():
+                conn.sendall(b" ")
+                time.sleep(self.every)
+        except OSError:
+            pass  # the reader went away: what grantd must do
+        finally:
+            self.open -= 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()

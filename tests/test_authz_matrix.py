@@ -170,7 +170,7 @@ GET /.well-known/oauth-client-metadata         | 200 | 200 | 200 | 200 | 200 | 2
 GET /.well-known/auth.md                       | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /.well-known/grantd.json                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /.well-known/service.json                  | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
-GET /authorize                                 | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 302 | 302 | 302 | 302 | 302 | 303 login
+GET /authorize                                 | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 POST /authorize/consent                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 401
 POST /token                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /revoke                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
@@ -230,8 +230,8 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /device_authorization": "public; form-encoded `client_id=grantd-cli` (RFC 8628)",
     "GET /device": "the page of a fresh pending user code (`?user_code=`)",
     "POST /api/device/decide": "approve a fresh pending user code: a person's browser session only (not a bearer)",
-    "GET /authorize": "apes-cli code + PKCE; the people have consented before: a code (302); bearers are ignored",
-    "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request: a person's session only",
+    "GET /authorize": "apes-cli code + PKCE; the people have consented before, yet apes-cli (public, API access) is asked every time: the consent page; bearers are ignored",
+    "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request, with the page's one-time ticket: a person's session only",
     "POST /token": "public; a fresh code of the `person` column exchanged by apes-cli (the column's credential is ignored)",
     "POST /revoke": "public; an unknown token (RFC 7009: 200)",
     "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
@@ -868,6 +868,22 @@ def _apes_authorize(challenge: str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-c
                       "scope": "openid email profile offline_access"})
 
 
+def _consent_ticket(w: World, c: str) -> str | None:
+    """The one-time ticket of the consent page the column's person is shown for apes-cli (None for
+    columns without a session: their POST is refused before any ticket is looked at)."""
+    if c not in w.cookies:
+        return None
+    from oauth_support import ticket_of
+
+    with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies[c]}, timeout=10) as http:
+        return ticket_of(http.get("/authorize?" + _apes_authorize()).text)
+
+
+def _consent(w: World, c: str) -> httpx.Response:
+    return _call(w, c, "POST", "/authorize/consent",
+                 json={"request": _apes_authorize(), "approve": True, "ticket": _consent_ticket(w, c)})
+
+
 def _code_exchange(w: World) -> dict[str, str]:
     """A fresh code of the `person` column for apes-cli, as /token form fields."""
     from urllib.parse import parse_qs, urlsplit
@@ -875,7 +891,10 @@ def _code_exchange(w: World) -> dict[str, str]:
     verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
     _remember_consent(w, "person")
     with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies["person"]}, timeout=10) as http:
-        location = http.get("/authorize?" + _apes_authorize()).headers["location"]
+        # apes-cli is asked every time (RFC 8252 §8.6): the consent page's approval gives the code
+        ticket = _consent_ticket(w, "person")
+        location = http.post("/authorize/consent", json={"request": _apes_authorize(), "approve": True, "ticket": ticket},
+                             headers={"Origin": w.srv.url}).json()["location"]
     code = parse_qs(urlsplit(location).query)["code"][0]
     return {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": "apes-cli",
             "redirect_uri": "http://localhost:9876/callback"}
@@ -889,8 +908,7 @@ def _withdraw_consent(w: World, c: str) -> httpx.Response:
 REQUESTS.update({
     # The OAuth provider (grantd.web.api.oauth)
     "GET /authorize": lambda w, c: (_remember_consent(w, c), _call(w, c, "GET", "/authorize?" + _apes_authorize()))[1],
-    "POST /authorize/consent": lambda w, c: _call(w, c, "POST", "/authorize/consent",
-                                                  json={"request": _apes_authorize(), "approve": True}),
+    "POST /authorize/consent": _consent,
     "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
     "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
     "GET /userinfo": _get("/userinfo"),

@@ -472,3 +472,93 @@ def test_a_key_made_elsewhere_never_reaches_the_jwks(kit: Kit) -> None:
     with kit.srv.client() as http:
         xs = {k["x"] for k in http.get("/.well-known/jwks.json").json()["keys"]}
     assert _foreign_jwk(kit)["x"] not in xs
+
+
+# -- token kinds (D3, issue 19 item 12): one kind is never accepted for another -----------------------
+#
+# Four kinds of token of ours, four places that accept one: the API bearer (/api/me: identity
+# tokens and API-capable access tokens), /userinfo (access tokens), consume and verify (AuthZ-JWTs).
+# Every real token is tried at every place: where it does not belong it is refused, where it
+# belongs it is accepted (the positive controls of the same table). Then each kind's own claims,
+# signed with our key under the other kind's `typ` (`JWT` <-> `at+jwt`, RFC 9068), are refused at
+# the kind's own place: the `typ` is checked, not only the claims.
+
+PLACES = ("bearer", "userinfo", "consume", "verify")
+BELONGS = {("identity", "bearer"), ("access", "bearer"), ("access", "userinfo"), ("authz", "consume"),
+           ("authz", "verify")}
+
+
+@pytest.fixture(scope="module")
+def kinds(kit: Kit) -> dict[str, str]:
+    from oauth_support import Person, login
+
+    if "access" not in kit.tokens:
+        answer = login(kit.srv, Person(kit.srv))  # apes-cli: an API-capable access token and an ID token
+        kit.tokens["access"], kit.tokens["id"] = answer["access_token"], answer["id_token"]
+    return {kind: kit.tokens[kind] for kind in ("identity", "authz", "access", "id")}
+
+
+def at_userinfo(kit: Kit, token: str) -> Any:
+    with kit.srv.client(token) as http:
+        return http.get("/userinfo")
+
+
+def accepted_at(kit: Kit, place: str, token: str) -> bool:
+    """True if ``place`` accepted the token; asserts the refusal has the place's shape."""
+    if place == "verify":
+        r = at_verify(kit, token)
+        assert r.status_code == 200, r.text
+        return r.json()["valid"] is True  # type: ignore[no-any-return]
+    r = {"bearer": at_me, "userinfo": at_userinfo, "consume": at_consume}[place](kit, token)
+    assert r.status_code in (200, 401), r.text
+    if r.status_code == 401:
+        assert r.headers.get("www-authenticate", "").startswith("Bearer"), r.headers
+        return False
+    return place != "consume" or r.json().get("status") in ("valid", "consumed")
+
+
+def test_each_kind_is_minted_with_its_typ(kinds: dict[str, str]) -> None:
+    typs = {kind: jwt.get_unverified_header(token)["typ"] for kind, token in kinds.items()}
+    assert typs == {"identity": "JWT", "authz": "JWT", "access": "at+jwt", "id": "JWT"}
+
+
+@pytest.mark.parametrize("kind", ["identity", "authz", "access", "id"])
+@pytest.mark.parametrize("place", PLACES)
+def test_a_kind_is_accepted_only_where_it_belongs(kit: Kit, kinds: dict[str, str], kind: str, place: str) -> None:
+    assert accepted_at(kit, place, kinds[kind]) is ((kind, place) in BELONGS)
+
+
+SWAPPED_TYP = {"identity": "at+jwt", "authz": "at+jwt", "access": "JWT", "id": "at+jwt"}
+
+
+@pytest.mark.parametrize("spelling", ["swapped", "missing", "media type of the other kind"])
+@pytest.mark.parametrize("kind", ["identity", "authz", "access", "id"])
+def test_a_kinds_claims_under_another_typ_are_refused_everywhere(kit: Kit, kinds: dict[str, str], kind: str,
+                                                                 spelling: str) -> None:
+    claims = jwt.decode(kinds[kind], options={"verify_signature": False})
+    typ = {"swapped": SWAPPED_TYP[kind], "missing": None,
+           "media type of the other kind": "application/" + SWAPPED_TYP[kind]}[spelling]
+    token = kit.ours(claims, typ=typ)
+    assert all(not accepted_at(kit, place, token) for place in PLACES)
+    # the same claims under the kind's own typ (media-type spelling too) are accepted: the typ decided
+    own = "at+jwt" if kind == "access" else "JWT"
+    for spelled in (own, "application/" + own):
+        places = [p for k, p in BELONGS if k == kind]
+        assert all(accepted_at(kit, place, kit.ours(claims, typ=spelled)) for place in places)
+
+
+def test_an_authz_jwt_typed_as_an_access_token_is_refused_by_elevate(kit: Kit, kinds: dict[str, str],
+                                                                     target: Target) -> None:
+    claims = jwt.decode(kinds["authz"], options={"verify_signature": False})
+    result = elevate(target, ARGV, token=kit.ours(claims, typ="at+jwt"))
+    assert result.returncode == 5 and result.stdout.strip() != "0", (result.stdout, result.stderr)
+    assert "access token" in result.stderr
+
+
+@pytest.mark.parametrize("body", [b"", b"[]", b'"x"', b"null", b"1", b"   "])
+def test_verify_without_a_json_object_is_a_400_problem(kit: Kit, body: bytes) -> None:
+    """D2: verify's body is required; a missing, empty or non-object body is a 400, not 200 {valid: false}."""
+    with kit.srv.client() as http:
+        r = http.post("/api/grants/verify", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"].startswith("application/problem+json")

@@ -27,6 +27,7 @@ from oauth_support import (
     TOOL,
     WIKI,
     WIKI_SECRET,
+    DrippingServer,
     MetadataServer,
     Person,
     authorize_params,
@@ -35,6 +36,7 @@ from oauth_support import (
     pkce,
     query_of,
     start_with_secrets,
+    ticket_of,
     token_post,
     wiki_and_tool_clients,
 )
@@ -320,6 +322,184 @@ def test_a_consent_post_with_a_bearer_and_the_cookie_uses_no_cookie(srv: InProce
     assert answer.status_code == 401
 
 
+# -- apes-cli: never a code without the person's click (issue 19 item 4; RFC 8252 §8.6, D8) ----------
+
+
+@pytest.mark.parametrize("client_id, redirect_uri", [("apes-cli", "http://127.0.0.1:{port}/callback"),
+                                                     ("apes-cli", "http://localhost:{port}/callback"),
+                                                     ("tool", TOOL)])
+def test_apes_cli_never_gets_a_code_without_the_persons_click(srv: InProcessServer, person: Person, client_id: str,
+                                                              redirect_uri: str) -> None:
+    """After one consent, a web page navigating the person's browser to /authorize for a public
+    client with API access (any loopback port, the attacker's code_challenge) gets no code: the
+    consent page is shown again, and prompt=none answers consent_required."""
+    login(srv, person, client_id=client_id, redirect_uri=redirect_uri.format(port=9876))  # consented once
+    with person.http() as http:
+        assert [c["client_id"] for c in http.get("/api/account/consents").json()["data"]] == [client_id]
+    _, attackers_challenge = pkce()
+    uri = redirect_uri.format(port=49152 + uuid.uuid4().int % 10000)
+    for extra in ({}, {"prompt": "none"}, {"scope": "openid"}, {"scope": "openid email profile offline_access"}):
+        answer = person.authorize(authorize_params(client_id, uri, attackers_challenge, **extra))
+        if extra.get("prompt") == "none":
+            assert answer.status_code == 302, answer.text
+            found = query_of(answer.headers["location"])
+            assert found["error"] in ("consent_required", "interaction_required") and "code" not in found
+        else:
+            assert answer.status_code == 200 and "data-consent" in answer.text, (answer.status_code, answer.headers)
+            assert "code=" not in answer.headers.get("location", "")
+            assert "asks you every time" in answer.text
+
+
+def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_request(srv: InProcessServer,
+                                                                                  person: Person) -> None:
+    """The click must be on the consent page grantd showed for this very request: an approval
+    POST without its one-time ticket, with the ticket of another request or person, or with a
+    used one, gets no code (403) and remembers nothing."""
+    _, challenge = pkce()
+    params = authorize_params("apes-cli", "http://127.0.0.1:51234/callback", challenge)
+    query = urlencode(params)
+    page = person.authorize(params)
+    ticket = ticket_of(page.text)
+    assert page.status_code == 200 and ticket
+    other_page = person.authorize(authorize_params("apes-cli", "http://127.0.0.1:51235/callback", challenge))
+    other_person = Person(srv)
+    theirs = ticket_of(other_person.authorize(params).text)
+    for wrong in (None, "", "x" * 101, ticket_of(other_page.text), theirs, ["a"], 7):
+        refused = person.consent(query, ticket=wrong) if not isinstance(wrong, list | int) else None
+        if refused is None:
+            with person.http() as http:
+                refused = http.post("/authorize/consent", json={"request": query, "approve": True, "ticket": wrong},
+                                    headers={"Origin": srv.url})
+        assert refused.status_code == 403, (wrong, refused.text)
+        assert "code=" not in refused.text
+    with person.http() as http:
+        assert http.get("/api/account/consents").json()["data"] == []  # nothing remembered either
+    approved = person.consent(query, ticket=ticket)
+    assert approved.status_code == 200 and "code" in query_of(approved.json()["location"])
+    again = person.consent(query, ticket=ticket)  # single use
+    assert again.status_code == 403
+    # denying needs no ticket: it gives nothing away
+    denied = person.consent(query, approve=False)
+    assert query_of(denied.json()["location"])["error"] == "access_denied"
+
+
+def test_a_remembered_consent_still_spares_a_confidential_client_the_page(srv: InProcessServer, person: Person) -> None:
+    """The control: the rule is about public clients with API access, not every client."""
+    code_login(srv, person, "wiki", WIKI, scope="openid email")
+    again = person.authorize(authorize_params("wiki", WIKI, scope="openid email", prompt="none"))
+    assert again.status_code == 302 and "code" in query_of(again.headers["location"])
+
+
+# -- a replayed authorization code ends what it issued (issue 19 item 9; RFC 6749 §4.1.2) ------------
+
+
+@pytest.mark.parametrize("client_id, redirect_uri, scope", [
+    ("apes-cli", APES_REDIRECT, "openid email profile offline_access"),  # API bearer + refresh token
+    ("tool", TOOL, "openid email"),  # API bearer, no refresh token
+    ("wiki", WIKI, "openid email"),  # /userinfo only, no refresh token
+    ("wiki", WIKI, "openid email offline_access"),  # /userinfo + refresh token
+])
+def test_a_replayed_code_revokes_every_token_it_issued(srv: InProcessServer, person: Person, client_id: str,
+                                                       redirect_uri: str, scope: str) -> None:
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(client_id, redirect_uri, challenge, scope=scope))
+    secret = {"client_secret": SECRET} if client_id == "wiki" else {}
+    first = exchange(srv, code, verifier, client_id=client_id, redirect_uri=redirect_uri, **secret)
+    assert first.status_code == 200, first.text
+    tokens = first.json()
+    api = client_id != "wiki"
+    assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 200
+    if api:
+        assert bearer(srv, tokens["access_token"]).status_code == 200
+    replay = exchange(srv, code, verifier, client_id=client_id, redirect_uri=redirect_uri, **secret)
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401
+    if api:
+        assert bearer(srv, tokens["access_token"]).status_code == 401
+    if "refresh_token" in tokens:
+        refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                     "client_id": client_id, **secret})
+        assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
+    else:
+        assert client_id != "apes-cli"
+
+
+def test_a_code_replayed_long_after_still_ends_the_refresh_family(srv: InProcessServer, person: Person) -> None:
+    """The code lived 60 s, but its refresh token lives for weeks: a replay while it is alive ends it."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    tokens = exchange(srv, code, verifier).json()
+    srv.clock.advance(1200)  # past the code's record (600 s) and its access token (600 s here)
+    assert exchange(srv, code, verifier).json()["error"] == "invalid_grant"
+    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                 "client_id": "apes-cli"})
+    assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
+
+
+def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(srv: InProcessServer,
+                                                                               person: Person) -> None:
+    """The replay proves the code leaked, whoever presents it (RFC 6749 §4.1.2: "SHOULD revoke")."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    tokens = exchange(srv, code, verifier).json()
+    wrong_verifier, _ = pkce()
+    assert exchange(srv, code, wrong_verifier).json()["error"] == "invalid_grant"
+    assert bearer(srv, tokens["access_token"]).status_code == 401
+    assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                            "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+
+
+def test_a_replay_ends_only_that_codes_sign_in(srv: InProcessServer, person: Person) -> None:
+    other = login(srv, person)
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    assert exchange(srv, code, verifier).status_code == 200
+    assert exchange(srv, code, verifier).status_code == 400
+    assert bearer(srv, other["access_token"]).status_code == 200
+    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": other["refresh_token"],
+                                 "client_id": "apes-cli"})
+    assert refreshed.status_code == 200, refreshed.text
+
+
+def test_racing_replays_of_one_code_leave_no_live_token(srv: InProcessServer, person: Person) -> None:
+    """Whoever wins the race, once the code was presented twice nothing it issued works."""
+    verifier, challenge = pkce()
+    code = person.code_for(authorize_params(challenge=challenge))
+    answers: list[httpx.Response] = []
+
+    def go() -> None:
+        answers.append(exchange(srv, code, verifier))
+
+    threads = [threading.Thread(target=go) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    issued = [a.json() for a in answers if a.status_code == 200]
+    assert len(issued) <= 1
+    for tokens in issued:
+        assert bearer(srv, tokens["access_token"]).status_code == 401
+        assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
+                                "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+
+
+def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(srv: InProcessServer, person: Person) -> None:
+    """The interleaving a race can produce, forced: the replay is seen after the first redeemer took
+    the code but before it recorded its family; the redeemer then finds the replay and revokes."""
+    from grantd.oauth import token as oauth_token
+    from grantd.oauth.issue import secret_hash
+
+    tokens = login(srv, person)
+    family_id = claims_of(tokens["access_token"])["sid"]
+    services = srv.services
+    code_hash = secret_hash("a code that was taken a moment ago " + uuid.uuid4().hex)
+    now = srv.clock.now_ms()
+    srv.call(oauth_token._code_replayed(services, code_hash, now))  # finds no family yet
+    assert bearer(srv, tokens["access_token"]).status_code == 200
+    assert srv.call(oauth_token._code_redeemed(services, code_hash, family_id, now + 60_000, now)) is True
+    assert bearer(srv, tokens["access_token"]).status_code == 401
+
+
 # -- refresh tokens ---------------------------------------------------------------------------------
 
 
@@ -400,9 +580,9 @@ def test_a_device_clients_token_cannot_approve_another_terminal(srv: InProcessSe
     assert refused.status_code == 403
 
 
-def test_a_withdrawn_consent_ends_a_familyless_token_at_userinfo(srv: InProcessServer, person: Person) -> None:
-    tokens = code_login(srv, person, "wiki", WIKI, scope="openid email")  # no offline_access: no family
-    assert claims_of(tokens["access_token"])["sid"] == ""
+def test_a_withdrawn_consent_ends_a_refreshless_token_at_userinfo(srv: InProcessServer, person: Person) -> None:
+    tokens = code_login(srv, person, "wiki", WIKI, scope="openid email")  # no offline_access: no refresh token
+    assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]  # but a family all the same
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 200
     with person.http() as http:
         assert http.delete("/api/account/consents/wiki", headers={"Origin": srv.url}).status_code == 200
@@ -413,9 +593,9 @@ def test_a_withdrawn_consent_ends_a_familyless_token_at_userinfo(srv: InProcessS
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401  # the old one stays dead
 
 
-def test_a_withdrawn_consent_ends_a_familyless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
+def test_a_withdrawn_consent_ends_a_refreshless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
     tokens = code_login(srv, person, "tool", TOOL, scope="openid email")
-    assert claims_of(tokens["access_token"])["sid"] == ""
+    assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]
     assert bearer(srv, tokens["access_token"]).status_code == 200
     with person.http() as http:
         assert http.delete("/api/account/consents/tool", headers={"Origin": srv.url}).status_code == 200
@@ -732,9 +912,10 @@ def test_token_answers_are_never_cached(srv: InProcessServer, person: Person) ->
 
 def test_state_is_returned_verbatim_and_cannot_split_headers(srv: InProcessServer, person: Person) -> None:
     for state in ("a&code=injected", "x\r\nSet-Cookie: a=b", "é%20/?#", "<script>"):
-        answer = person.authorize(authorize_params(state=state, scope="openid email profile offline_access"))
-        if answer.status_code == 200:  # consent first: answer it
-            location = person.consent(urlencode(authorize_params(state=state))).json()["location"]
+        params = authorize_params(state=state, scope="openid email profile offline_access")
+        answer = person.authorize(params)
+        if answer.status_code == 200:  # consent first: answer it (on the page of this very request)
+            location = person.consent(urlencode(params), ticket=ticket_of(answer.text)).json()["location"]
         else:
             location = answer.headers["location"]
         found = query_of(location)
@@ -832,7 +1013,9 @@ def test_deep_json_at_the_consent_and_device_routes_is_a_4xx(srv: InProcessServe
 def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_path: Path) -> None:
     """Wildcard DNS gives an attacker endless client_ids: each unknown one costs grantd a DNS lookup
     and an HTTPS request. They count against the address (``limits.sp_login_per_address``, the
-    limit of the other "a DNS lookup and a request" route) at /authorize and /revoke."""
+    limit of the other "a DNS lookup and a request" route) at /authorize and /revoke. (Each under
+    its own registrable domain here: names under one failed domain are not fetched at all, see
+    test_a_failing_domain_is_not_fetched_again_under_any_name.)"""
     server = InProcessServer(tmp_path, extra="[limits]\nsp_login_per_address = 5\n").start()
     try:
         resolved: list[str] = []
@@ -845,17 +1028,17 @@ def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_pat
         statuses = []
         with httpx.Client(base_url=server.url, timeout=10) as http:
             for n in range(8):
-                statuses.append(http.get("/authorize", params={"client_id": f"x{n}.attacker.example",
+                statuses.append(http.get("/authorize", params={"client_id": f"x{n}.attacker{n}.example",
                                                                "redirect_uri": "https://x/cb"}).status_code)
             for n in range(8):
-                statuses.append(http.post("/revoke", data={"client_id": f"r{n}.attacker.example", "token": "t"}).status_code)
+                statuses.append(http.post("/revoke", data={"client_id": f"r{n}.attacker-r{n}.example", "token": "t"}).status_code)
             for n in range(4):
-                basic = base64.b64encode(f"b{n}.attacker.example:s".encode()).decode()
+                basic = base64.b64encode(f"b{n}.attacker-b{n}.example:s".encode()).decode()
                 statuses.append(http.post("/revoke", data={"token": "t"}, headers={"Authorization": f"Basic {basic}"}).status_code)
                 statuses.append(http.post("/token", data={"grant_type": "refresh_token", "refresh_token": "t",
-                                                          "client_id": f"t{n}.attacker.example"}).status_code)
+                                                          "client_id": f"t{n}.attacker-t{n}.example"}).status_code)
             # a client already known (cached, even negatively) costs nothing: no count
-            again = http.get("/authorize", params={"client_id": "x0.attacker.example", "redirect_uri": "https://x/cb"})
+            again = http.get("/authorize", params={"client_id": "x0.attacker0.example", "redirect_uri": "https://x/cb"})
         assert len(resolved) <= 5, resolved
         assert statuses.count(429) >= 19 and again.status_code == 400
     finally:
@@ -869,3 +1052,124 @@ def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(srv
     with httpx.Client(base_url=srv.url) as http:
         answer = http.post(path, content=body, headers={"Content-Type": "application/json"})
     assert answer.status_code == 400 and answer.json()["error"] == "invalid_request", answer.text
+
+
+# -- slow client metadata (issue 19 item 5; D12): one deadline, a bound, failures per domain ------------
+
+
+def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(srv: InProcessServer, person: Person) -> None:
+    """One byte a second never trips a 3 s read timeout; the whole fetch still ends at 5 s, the
+    unauthenticated /authorize answers with a clear page, and grantd hangs up on the server."""
+    import time
+
+    drip = DrippingServer(every=1.0)
+    try:
+        client_id = f"127.0.0.1:{drip.port}"
+        started = time.monotonic()
+        with httpx.Client(base_url=srv.url, timeout=20) as http:
+            answer = http.get("/authorize", params=authorize_params(client_id, f"http://{client_id}/cb"))
+        took = time.monotonic() - started
+        assert answer.status_code == 400 and "within 5 s" in answer.text, answer.text[-600:]
+        assert 4.5 <= took < 9, took
+        deadline = time.monotonic() + 5
+        while drip.open and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert drip.open == 0, "grantd still holds the connection"
+        # remembered: asking again fetches nothing and answers at once
+        started = time.monotonic()
+        with httpx.Client(base_url=srv.url, timeout=20) as http:
+            again = http.get("/authorize", params=authorize_params(client_id, f"http://{client_id}/cb"))
+        assert again.status_code == 400 and time.monotonic() - started < 2 and drip.connections == 1
+    finally:
+        drip.close()
+
+
+def _registry(config_text: str, directory: Path, resolver: Any) -> tuple[Any, Any]:
+    from grantd.config import load
+    from grantd.core.clock import ManualClock
+
+    path = directory / "grantd.toml"
+    path.write_text(f'version = 1\n[server]\nissuer = "http://127.0.0.1:1"\n[admin]\nmanagement_token = "{"m" * 32}"\n'
+                    f"[oauth]\nallow_private_metadata_hosts = true\n{config_text}")
+    clock = ManualClock()
+    return oauth_clients.ClientRegistry(load(path), clock, resolver=resolver), clock
+
+
+def test_a_failing_domain_is_not_fetched_again_under_any_name(tmp_path: Path) -> None:
+    """Wildcard DNS: every name under evil.example resolves (here to a real local server that fails).
+    The first failure keeps the whole registrable domain from being fetched for
+    ``oauth.metadata_failure_ttl``; then it is asked again. Other domains are not affected."""
+    import asyncio
+
+    sp = MetadataServer()
+    sp.mode = "status"
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    try:
+        registry, clock = _registry("metadata_failure_ttl = 60\n", tmp_path, resolver)
+
+        async def scenario() -> None:
+            assert await registry.get(f"a.evil.example:{sp.port}") is None
+            assert sp.hits == 1
+            for name in ("b.evil.example", "c.d.evil.example", "evil.example", "x.EVIL.example".lower()):
+                assert await registry.get(f"{name}:{sp.port}") is None
+                assert "failed recently" in registry.why_unknown(f"{name}:{sp.port}")
+                assert not registry.would_fetch(f"{name}:{sp.port}")
+            assert sp.hits == 1 and asked == ["a.evil.example"]
+            sp.mode = "ok"
+            sp.document = {**sp.document, "client_id": f"good.other.example:{sp.port}"}
+            assert await registry.get(f"good.other.example:{sp.port}") is not None  # another domain
+            clock.advance(61)
+            sp.document = {**sp.document, "client_id": f"b.evil.example:{sp.port}"}
+            assert await registry.get(f"b.evil.example:{sp.port}") is not None  # asked again after the ttl
+
+        asyncio.run(scenario())
+        assert sp.hits == 3
+    finally:
+        sp.close()
+
+
+def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -> None:
+    """``oauth.fetches_at_once``: with the bound taken by dripping fetches, one more client is
+    refused at once (a clear reason), and it is not remembered as the domain's failure."""
+    import asyncio
+    import time
+
+    drip = DrippingServer(every=0.5)
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    try:
+        registry, _ = _registry("fetches_at_once = 2\n", tmp_path, resolver)
+
+        async def scenario() -> None:
+            slow = [asyncio.create_task(registry.get(f"s{n}.slow{n}.example:{drip.port}")) for n in range(2)]
+            while drip.open < 2:
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            assert await registry.get(f"one.more.example:{drip.port}") is None
+            assert time.monotonic() - started < 1
+            assert "too many fetches at once" in registry.why_unknown(f"one.more.example:{drip.port}")
+            assert registry.fetches.failed("more.example") is None
+            assert await asyncio.gather(*slow) == [None, None]  # the deadline ended them
+            assert registry.fetches.running == 0
+
+        asyncio.run(scenario())
+    finally:
+        drip.close()
+
+
+@pytest.mark.parametrize("host, expected", [
+    ("a.b.example.com", "example.com"), ("example.com", "example.com"), ("x.example.co.uk", "example.co.uk"),
+    ("deep.x.example.com.au", "example.com.au"), ("127.0.0.1", "127.0.0.1:8443"), ("localhost", "localhost:8443"),
+    ("EXAMPLE.com.", "example.com"),
+])
+def test_failures_are_remembered_per_registrable_domain(host: str, expected: str) -> None:
+    from grantd.oauth.outbound import registrable_domain
+
+    assert registrable_domain(host, 8443 if expected.endswith(":8443") else None) == expected

@@ -26,6 +26,7 @@ from oauth_support import (
     pkce,
     query_of,
     start_with_secrets,
+    ticket_of,
 )
 
 SECRET = "authlib-rp-secret-0123456789"
@@ -94,7 +95,8 @@ def browser_part(person: Person, url: str) -> str:
             return answer.headers["location"]
         assert answer.status_code == 200 and "data-consent" in answer.text, answer.text[:300]
         query = url.split("?", 1)[1]
-        approved = http.post("/authorize/consent", json={"request": query, "approve": True}, headers={"Origin": person.srv.url})
+        approved = http.post("/authorize/consent", json={"request": query, "approve": True, "ticket": ticket_of(answer.text)},
+                             headers={"Origin": person.srv.url})
         assert approved.status_code == 200, approved.text
         return approved.json()["location"]  # type: ignore[no-any-return]
 

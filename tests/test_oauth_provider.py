@@ -26,6 +26,7 @@ from oauth_support import (
     pkce,
     query_of,
     start_with_secrets,
+    ticket_of,
     token_post,
     wiki_and_tool_clients,
 )
@@ -184,23 +185,30 @@ def test_nothing_is_approved_by_a_get(srv: InProcessServer, person: Person) -> N
 
 
 def test_consent_is_remembered_denied_forced_and_withdrawn(srv: InProcessServer, person: Person) -> None:
-    params = authorize_params()
+    """Remembered consent, for a client that may have it (a confidential one; apes-cli always asks:
+    test_oauth_attacks.test_apes_cli_never_gets_a_code_without_the_persons_click)."""
+    wiki = "https://wiki.example.com/cb"
+
+    def params_for(**extra: str) -> dict[str, str]:
+        return authorize_params("wiki", wiki, **{"scope": "openid email", **extra})
+
+    params = params_for()
     denied = person.consent(urlencode(params), approve=False)
     found = query_of(denied.json()["location"])
     assert found["error"] == "access_denied" and found["state"] == params["state"]
     person.code_for(params)  # consents
-    second = person.authorize(authorize_params())
+    second = person.authorize(params_for())
     assert second.status_code == 302 and "code" in query_of(second.headers["location"])
-    assert person.authorize(authorize_params(prompt="none")).status_code == 302
-    assert "data-consent" in person.authorize(authorize_params(prompt="consent")).text
+    assert person.authorize(params_for(prompt="none")).status_code == 302
+    assert "data-consent" in person.authorize(params_for(prompt="consent")).text
     # more scopes than consented to: asked again
-    assert "data-consent" in person.authorize(authorize_params("wiki", "https://wiki.example.com/cb")).text
+    assert "data-consent" in person.authorize(params_for(scope="openid email profile offline_access")).text
     with person.http() as http:
         listed = http.get("/api/account/consents").json()["data"]
-        assert [c["client_id"] for c in listed] == ["apes-cli"]
-        assert http.delete("/api/account/consents/apes-cli", headers={"Origin": srv.url}).status_code == 200
-        assert http.delete("/api/account/consents/apes-cli", headers={"Origin": srv.url}).status_code == 404
-    assert "data-consent" in person.authorize(authorize_params()).text
+        assert [c["client_id"] for c in listed] == ["wiki"]
+        assert http.delete("/api/account/consents/wiki", headers={"Origin": srv.url}).status_code == 200
+        assert http.delete("/api/account/consents/wiki", headers={"Origin": srv.url}).status_code == 404
+    assert "data-consent" in person.authorize(params_for()).text
 
 
 def test_withdrawing_consent_ends_the_clients_tokens(srv: InProcessServer, person: Person) -> None:
@@ -231,10 +239,11 @@ def test_the_consent_page_escapes_the_client_name(srv: InProcessServer, person: 
 
 def test_login_hint_is_compared_normalised(srv: InProcessServer) -> None:
     person = Person(srv)
-    person.code_for(authorize_params())  # consent once
-    answer = person.authorize(authorize_params(login_hint=f"  {person.email.upper()} "))
+    wiki = "https://wiki.example.com/cb"
+    person.code_for(authorize_params("wiki", wiki))  # consent once (remembered: a confidential client)
+    answer = person.authorize(authorize_params("wiki", wiki, login_hint=f"  {person.email.upper()} "))
     assert answer.status_code == 302 and "code" in query_of(answer.headers["location"])
-    other = person.authorize(authorize_params(login_hint="someone-else@example.com", prompt="none"))
+    other = person.authorize(authorize_params("wiki", wiki, login_hint="someone-else@example.com", prompt="none"))
     assert query_of(other.headers["location"])["error"] == "login_required"
 
 
@@ -714,7 +723,7 @@ def test_apes_login_browser_as_apes_sends_it(srv: InProcessServer, person: Perso
     params = authorize_params(challenge=challenge, scope="openid email profile offline_access")
     page = httpx.get(srv.url + "//authorize?" + urlencode(params), headers={"Cookie": f"grantd_session={person.cookie}"})
     assert page.status_code == 200 and "data-consent" in page.text
-    location = person.consent(urlencode(params)).json()["location"]
+    location = person.consent(urlencode(params), ticket=ticket_of(page.text)).json()["location"]
     assert location.startswith("http://localhost:9876/callback?code=")
     node = {"Accept": "*/*", "User-Agent": "node", "Content-Type": "application/json", "Sec-Fetch-Mode": "cors"}
     with httpx.Client() as http:
@@ -749,7 +758,8 @@ def test_codes_and_refresh_tokens_are_single_use_across_processes(server_factory
         params = authorize_params(challenge=challenge)
         answer = browser.request("GET", "/authorize?" + urlencode(params), follow_redirects=False)
         if answer.status_code == 200:
-            answer = browser.request("POST", "/authorize/consent", json_body={"request": urlencode(params), "approve": True})
+            answer = browser.request("POST", "/authorize/consent",
+                                     json_body={"request": urlencode(params), "approve": True, "ticket": ticket_of(answer.text)})
             return query_of(answer.json()["location"])["code"], verifier
         return query_of(answer.headers["location"])["code"], verifier
 

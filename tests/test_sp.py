@@ -666,3 +666,28 @@ def test_a_new_login_replaces_the_browsers_session(sp: InProcessServer, idp: InP
         assert http.get("/api/me").json()["email"] == "rita@a.test"
     with httpx.Client(base_url=sp.url, cookies={"grantd_session": first}, timeout=10) as old:
         assert old.get("/api/me").status_code == 401
+
+
+def test_a_dripping_idp_is_cut_off_at_the_deadline_and_not_asked_again(sp: InProcessServer, dns: TxtDnsServer) -> None:
+    """D12, issue 19 item 5: the IdP a DNS record names drips its discovery document a byte a
+    second (no read timeout fires); the login answers 503 at the 5 s deadline, and for a while the
+    IdP's domain is not asked again (no new connection)."""
+    import time
+
+    from oauth_support import DrippingServer
+
+    drip = DrippingServer(every=1.0)
+    dns.records["_ddisa.drip.test"] = [f"v=ddisa1 idp=http://127.0.0.1:{drip.port}"]
+    try:
+        with browser(sp) as http:
+            started = time.monotonic()
+            r = begin(http, "dee@drip.test")
+            took = time.monotonic() - started
+            assert r.status_code == 503 and r.json()["detail"] == "could not reach the IdP", r.text
+            assert 4.5 <= took < 9, took
+            started = time.monotonic()
+            again = begin(http, "dee@drip.test")
+            assert again.status_code == 503 and time.monotonic() - started < 2
+        assert drip.connections == 1
+    finally:
+        drip.close()

@@ -599,6 +599,10 @@ def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
         raise refused("malformed_token", "malformed token (not a JWT)") from None
     if not isinstance(claims, dict) or not isinstance(claims.get("iss"), str):
         raise refused("malformed_token", "malformed token (no iss)")
+    typ = header.get("typ")
+    if isinstance(typ, str) and typ.strip().lower().removeprefix("application/") == "at+jwt":
+        # an OAuth access token (RFC 9068, D3) is never a grant token, whatever claims it carries
+        raise refused("malformed_token", "malformed token (an access token, not a grant token)")
     return header, claims
 
 

@@ -12,7 +12,9 @@ Validation happens in two stages, and the stage decides where an error goes:
 
 Nothing is approved by a GET: a person who has not consented to this client (or to these scopes)
 sees the consent page, whose script approves with a JSON POST (``approve``) answering
-``{location}`` (peer bug 16). Codes: ``secrets.token_urlsafe(32)``, stored as SHA-256 in
+``{location}`` (peer bug 16). A public client with API access (``apes-cli``) sees the consent
+page every time, remembered consent or not, and ``prompt=none`` never yields it a code
+(``always_asks``; RFC 8252 §8.6, D8). Codes: ``secrets.token_urlsafe(32)``, stored as SHA-256 in
 ``store.onetime`` kind ``code``, good for 60 s, single use, bound to client, redirect URI, PKCE
 challenge, nonce, scope, person and auth_time.
 """
@@ -203,13 +205,51 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     return AuthorizationRequest(client, redirect_uri, state, scope, nonce, challenge, prompt, login_hint, query)
 
 
+def always_asks(client: Client) -> bool:
+    """A public client with API access (``apes-cli``) never gets a code without the person's
+    interaction (RFC 8252 §8.6, D8): anyone can listen on a loopback port and name any
+    ``code_challenge``, so a remembered consent would let any web page navigate a signed-in
+    browser to /authorize and have an API-capable code delivered to its own listener."""
+    return client.public and client.api_access
+
+
 async def needs_consent(services: Services, req: AuthorizationRequest, person: Person) -> bool:
     """True unless the person already allowed this client every requested scope (remembered
-    consent, peer bug 14) and the client did not ask to be asked again (prompt=consent)."""
-    if "consent" in req.prompt:
+    consent, peer bug 14) and the client did not ask to be asked again (prompt=consent). Always
+    True for a client that ``always_asks``."""
+    if "consent" in req.prompt or always_asks(req.client):
         return True
     consent = await services.store.consents.get(person["person_id"], req.client.client_id)
     return consent is None or not set(req.scopes) <= set(consent["scope"].split())
+
+
+CONSENT_TICKET_TTL_S = 600
+
+
+def _request_digest(req: AuthorizationRequest) -> str:
+    return secret_hash(f"{req.client.client_id}\n{req.redirect_uri}\n{req.query}")
+
+
+async def consent_ticket(services: Services, req: AuthorizationRequest, person: Person) -> str:
+    """A one-time ticket for the consent page shown to ``person`` for ``req`` (``store.onetime``
+    kind ``consent``, 10 min): approving a client that ``always_asks`` needs it, so a code only
+    follows a click on a page grantd showed for this very request (not a POST built elsewhere)."""
+    ticket = secrets.token_urlsafe(24)
+    now = services.clock.now_ms()
+    await services.store.onetime.put("consent", secret_hash(ticket), {
+        "person_id": person["person_id"], "request": _request_digest(req),
+    }, now + CONSENT_TICKET_TTL_S * 1000, now)
+    return ticket
+
+
+async def take_consent_ticket(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> bool:
+    """True if ``ticket`` was issued with the consent page of ``req`` to ``person`` and is unused;
+    it is used up either way (single use, whatever follows)."""
+    if not isinstance(ticket, str) or not 0 < len(ticket) <= 100:
+        return False
+    found = await services.store.onetime.take("consent", secret_hash(ticket), services.clock.now_ms())
+    return (found is not None and found.get("person_id") == person["person_id"]
+            and found.get("request") == _request_digest(req))
 
 
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
@@ -241,5 +281,5 @@ def scope_descriptions(req: AuthorizationRequest) -> list[str]:
     return [SCOPE_TEXT[s] for s in req.scopes if s in SCOPE_TEXT]
 
 
-__all__ = ["AuthorizationRequest", "PageError", "RedirectError", "error_location", "issue_code", "needs_consent",
-           "validate"]
+__all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "consent_ticket", "error_location",
+           "issue_code", "needs_consent", "take_consent_ticket", "validate"]

@@ -16,7 +16,11 @@ The metadata fetch is guarded against SSRF: the host is resolved once, every add
 to must be public (not loopback, private, link-local, multicast, reserved, unspecified, or an
 IPv4-mapped/6to4 form of those) and the connection goes to the address that was checked (the URL
 names the IP; ``Host`` and TLS SNI/certificate checks use the name), so a DNS answer that changes
-between check and connect (rebinding) changes nothing. Short timeouts, a size cap, no redirects.
+between check and connect (rebinding) changes nothing. Short timeouts, a size cap, no redirects,
+and the rules of every fetch made for a caller (``grantd.oauth.outbound``, D12): one overall
+deadline of 5 s, a bound on fetches at once (``oauth.fetches_at_once``: one more is refused, not
+queued), and a failed fetch keeps its whole registrable domain from being fetched again for
+``oauth.metadata_failure_ttl`` seconds.
 ``oauth.allow_private_metadata_hosts`` (tests only) lifts the address rule and allows http.
 The document is validated (its ``client_id`` must be the one asked for, redirect URIs absolute
 http(s) without userinfo or fragment, text bounded: peer bugs 11, 12) and cached, successes and
@@ -40,6 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from grantd.logs import LOGGER
+from grantd.oauth.outbound import Busy, FetchGuard, registrable_domain
 
 if TYPE_CHECKING:
     from grantd.config import Config
@@ -138,6 +143,12 @@ def config_clients(config: Config) -> dict[str, Client]:
             secret=secret,
         )
     return found
+
+
+def domain_of(client_id: str) -> str:
+    """The registrable domain a domain client's fetch failures are remembered under."""
+    host, _, port = client_id.partition(":")
+    return registrable_domain(host, int(port) if port.isdigit() else None)
 
 
 def is_domain_client_id(client_id: str) -> bool:
@@ -274,8 +285,10 @@ def client_from_metadata(client_id: str, document: dict[str, Any]) -> Client:
 class ClientRegistry:
     """``await registry.get(client_id)``: the client, or None (unknown, or metadata unusable)."""
 
-    def __init__(self, config: Config, clock: Clock, *, resolver: Any = resolve):
+    def __init__(self, config: Config, clock: Clock, *, resolver: Any = resolve, fetches: FetchGuard | None = None):
         self.clock = clock
+        self.fetches = fetches or FetchGuard(clock, at_once=int(config.oauth.fetches_at_once),
+                                             failure_ttl_s=int(config.oauth.metadata_failure_ttl))
         self.builtin = builtin_clients()
         self.configured = config_clients(config)
         self.allow_private = bool(config.oauth.allow_private_metadata_hosts)
@@ -283,7 +296,7 @@ class ClientRegistry:
         self.resolver = resolver
         self._cache: OrderedDict[str, tuple[int, Client | None]] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[Client | None]] = {}
-        self.last_error: dict[str, str] = {}
+        self.last_error: OrderedDict[str, str] = OrderedDict()
 
     async def get(self, client_id: str | None) -> Client | None:
         if not client_id or len(client_id) > 260:
@@ -308,21 +321,46 @@ class ClientRegistry:
 
     async def _load(self, client_id: str) -> Client | None:
         client: Client | None = None
+        domain = domain_of(client_id)
+        failed = self.fetches.failed(domain)
+        if failed is not None:  # not fetched, and nothing cached for this client_id: the domain decides
+            self._note_error(client_id, f"{domain} failed recently ({failed}); not asked again yet")
+            return None
         try:
-            document = await fetch_metadata(client_id, allow_private=self.allow_private, resolver=self.resolver)
+            try:
+                async with self.fetches.slot():
+                    document = await fetch_metadata(client_id, allow_private=self.allow_private,
+                                                    resolver=self.resolver)
+            except Busy as exc:  # not the domain's fault: nothing is remembered
+                self._note_error(client_id, str(exc))
+                return None
+            except Exception as exc:  # noqa: BLE001 - whatever the remote side does, the fetch failed
+                reason = self._reason(exc)
+                self.fetches.remember_failure(domain, reason)
+                raise MetadataError(reason) from None
             client = client_from_metadata(client_id, document)
             self.last_error.pop(client_id, None)
         except Exception as exc:  # noqa: BLE001 - whatever the remote side does, the client is just unusable
-            reason = str(exc) if isinstance(exc, MetadataError) else f"cannot fetch metadata: {type(exc).__name__}"
-            log.info("client metadata of %r refused: %s", client_id, reason)
-            self.last_error[client_id] = reason
-            while len(self.last_error) > CACHE_ENTRIES:
-                self.last_error.pop(next(iter(self.last_error)))
+            self._note_error(client_id, self._reason(exc))
         self._cache[client_id] = (self.clock.now_ms() + self.ttl_ms, client)
         self._cache.move_to_end(client_id)
         while len(self._cache) > CACHE_ENTRIES:
             self._cache.popitem(last=False)
         return client
+
+    def _reason(self, exc: BaseException) -> str:
+        if isinstance(exc, MetadataError):
+            return str(exc)
+        if isinstance(exc, TimeoutError):
+            return f"cannot fetch metadata: no complete answer within {self.fetches.deadline_s:g} s"
+        return f"cannot fetch metadata: {type(exc).__name__}"
+
+    def _note_error(self, client_id: str, reason: str) -> None:
+        log.info("client metadata of %r refused: %s", client_id, reason)
+        self.last_error[client_id] = reason
+        self.last_error.move_to_end(client_id)
+        while len(self.last_error) > CACHE_ENTRIES:
+            self.last_error.popitem(last=False)
 
     def would_fetch(self, client_id: str | None) -> bool:
         """True when ``get(client_id)`` would start a metadata fetch (a domain client neither cached
@@ -330,6 +368,8 @@ class ClientRegistry:
         if not client_id or len(client_id) > 260 or client_id in self.builtin or client_id in self.configured:
             return False
         if not is_domain_client_id(client_id) or client_id in self._inflight:
+            return False
+        if self.fetches.failed(domain_of(client_id)) is not None:
             return False
         cached = self._cache.get(client_id)
         return cached is None or cached[0] <= self.clock.now_ms()

@@ -29,6 +29,32 @@ def wants_refresh(client: Client, scope: str) -> bool:
     return "offline_access" in scope.split() or client.client_id in REFRESH_FOR_CLIENTS
 
 
+async def start_family(services: Services, client: Client, person: Person, *, scope: str, auth_time: int,
+                       refresh: bool) -> tuple[RefreshToken, str | None]:
+    """A new refresh family (one sign-in) and the secret of its first token, or None for it when
+    ``refresh`` is False: then the family only names the sign-in its access tokens speak for
+    (``sid``), so ending it ends them (a replayed code, RFC 6749 §4.1.2; a withdrawn consent). Its
+    secret is never handed out, and it ends with the access token (``oauth.access_token_ttl``).
+    A family with a refresh token ends ``oauth.refresh_token_ttl`` from now."""
+    oauth = services.config.oauth
+    now = services.clock.now_ms()
+    secret = secrets.token_urlsafe(32)
+    lifetime = int(oauth.refresh_token_ttl) if refresh else int(oauth.access_token_ttl)
+    family = await services.store.refresh_tokens.create({
+        "token_hash": secret_hash(secret),
+        "family_id": new_family_id(),
+        "client_id": client.client_id,
+        "person_id": person["person_id"],
+        "scope": scope,
+        "auth_time": auth_time,
+        "created_at": now,
+        "expires_at": now + lifetime * 1000,
+        "used_at": None,
+        "revoked_at": None,
+    })
+    return family, (secret if refresh else None)
+
+
 async def issue_tokens(
     services: Services,
     client: Client,
@@ -44,24 +70,13 @@ async def issue_tokens(
     refresh_token (scope offline_access, or a CLI client)}``.
 
     ``family``/``refresh_token``: the refresh grant passes the record it just stored by rotation
-    and its secret; otherwise a new family is started here when a refresh token is due (its absolute
+    and its secret, the code grant the family it started (``start_family``; ``refresh_token`` None
+    when none is due); otherwise a new family is started here when a refresh token is due (its absolute
     end is ``oauth.refresh_token_ttl`` from now)."""
     oauth = services.config.oauth
-    now = services.clock.now_ms()
     if family is None and wants_refresh(client, scope):
-        refresh_token = secrets.token_urlsafe(32)
-        family = await services.store.refresh_tokens.create({
-            "token_hash": secret_hash(refresh_token),
-            "family_id": new_family_id(),
-            "client_id": client.client_id,
-            "person_id": person["person_id"],
-            "scope": scope,
-            "auth_time": auth_time,
-            "created_at": now,
-            "expires_at": now + int(oauth.refresh_token_ttl) * 1000,
-            "used_at": None,
-            "revoked_at": None,
-        })
+        family, refresh_token = await start_family(services, client, person, scope=scope, auth_time=auth_time,
+                                                   refresh=True)
     ttl = int(oauth.access_token_ttl)
     answer: dict[str, Any] = {
         "access_token": await services.tokens.mint_access(
@@ -83,4 +98,4 @@ async def issue_tokens(
     return answer
 
 
-__all__ = ["issue_tokens", "secret_hash", "wants_refresh"]
+__all__ = ["issue_tokens", "secret_hash", "start_family", "wants_refresh"]

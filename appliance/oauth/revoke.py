@@ -3,10 +3,11 @@
 - A refresh token: its whole family is revoked (every rotation of that sign-in), and with it every
   access token minted from the family: access tokens name their family in ``sid`` and every
   verifier of them (the API's ``AccessToken`` authenticator, /userinfo) checks the family is live.
-- An access token (a JWT of ours): its family is revoked the same way when it has one. An access
-  token minted without a refresh token (``sid`` = "") cannot be revoked on its own: it lives until
-  its ``exp`` (``oauth.access_token_ttl``, 15 minutes by default); withdrawing the consent or
-  disabling the person ends its use at grantd's API and /userinfo at once anyway.
+- An access token (a JWT of ours): its family is revoked the same way. Every code exchange starts
+  a family, also when no refresh token is handed out (``grantd.oauth.issue.start_family``), so
+  its access tokens can be revoked too; only tokens minted before that (``sid`` = "") cannot be
+  revoked on their own: they live until their ``exp`` (``oauth.access_token_ttl``, 15 minutes by
+  default); withdrawing the consent or disabling the person ends their use at once anyway.
 - Anything else, an unknown token, or a token of another client: nothing happens, and the answer
   is still 200 (RFC 7009 §2.2: the client learns nothing about tokens that are not its own).
 

@@ -4,7 +4,9 @@
 
 - ``authorization_code``: the code is taken (burnt) on its first presentation, whatever follows;
   then client, ``redirect_uri`` and the PKCE verifier (S256) must match what the code is bound to,
-  and the person must still be active.
+  and the person must still be active. Every redeemed code starts a refresh family (with or
+  without a refresh token); presenting the code again ends that family, and with it every token
+  the code issued (RFC 6749 §4.1.2; ``_code_redeemed``/``_code_replayed``).
 - ``refresh_token``: the token must belong to the presenting client (peer bug 6); a request that
   names no client at all stands for the family's client when that client is public (RFC 6749
   §3.2.1, D9: the peer CLI refreshes so), while a confidential client still authenticates; its person
@@ -24,22 +26,27 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import jwt
 
+from grantd.logs import LOGGER
 from grantd.oauth import device
+from grantd.oauth.authorize import CODE_KEEP_S
 from grantd.oauth.clients import DEVICE_GRANT, Client
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
-from grantd.oauth.issue import issue_tokens, secret_hash
+from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
 from grantd.sshkeys import KeyFormatError, load_public_key
 from grantd.store import Conflict
 from grantd.store.records import RefreshToken
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
+
+log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 ASSERTION_MAX_AHEAD_S = 300
@@ -185,8 +192,10 @@ async def authorization_code(services: Services, client: Client, params: dict[st
     code = param(params, "code", required=True)
     assert code is not None
     now = services.clock.now_ms()
-    record = await services.store.onetime.take("code", secret_hash(code), now)  # burnt, whatever follows
+    code_hash = secret_hash(code)
+    record = await services.store.onetime.take("code", code_hash, now)  # burnt, whatever follows
     if record is None:
+        await _code_replayed(services, code_hash, now)
         raise invalid_grant("authorization code is invalid or was already used")
     if record["expires_at"] <= now:
         raise invalid_grant("expired authorization code")
@@ -203,8 +212,56 @@ async def authorization_code(services: Services, client: Client, params: dict[st
     person = await services.store.people.get(record["person_id"])
     if person is None or person["status"] != "active":
         raise invalid_grant("the person is unknown or disabled")
-    return await issue_tokens(services, client, person, scope=record["scope"], nonce=record["nonce"],
-                              auth_time=int(record["auth_time"]))
+    scope = str(record["scope"])
+    auth_time = int(record["auth_time"])
+    # Every code starts a family, refresh token or not: its access tokens name it (``sid``), so a
+    # replay of the code can end them (RFC 6749 §4.1.2).
+    family, refresh_secret = await start_family(services, client, person, scope=scope, auth_time=auth_time,
+                                                refresh=wants_refresh(client, scope))
+    answer = await issue_tokens(services, client, person, scope=scope, nonce=record["nonce"], auth_time=auth_time,
+                                family=family, refresh_token=refresh_secret)
+    if await _code_redeemed(services, code_hash, family["family_id"], int(family["expires_at"]), now):
+        raise invalid_grant("the authorization code was presented twice; every token it issued is revoked")
+    return answer
+
+
+REDEEMED = "code-redeemed"  # store.onetime kinds: which family a redeemed code started ...
+REPLAYED = "code-replayed"  # ... and that a code was presented after it was taken
+
+
+async def _code_redeemed(services: Services, code_hash: str, family_id: str, family_end: int, now: int) -> bool:
+    """After the family exists: record which family the code started (kept as long as the family
+    can live, so a replay at any time while a token it issued works still ends them), then look
+    for a replay. True (and the family revoked) if the code was presented again meanwhile.
+
+    With ``_code_replayed`` this is decided by the database across processes: the redeemer writes
+    its mark and then reads the replayer's; the replayer writes its mark and then reads the
+    redeemer's. Whichever order the store runs the four transactions in, at least one side sees
+    the other's mark and revokes the family (which exists before the redeemer's mark does)."""
+    keep = max(now + CODE_KEEP_S * 1000, family_end)
+    try:
+        await services.store.onetime.put(REDEEMED, code_hash, {"family_id": family_id}, keep, now)
+    except Conflict:  # cannot happen (one taker per code); refuse rather than guess
+        await services.store.refresh_tokens.revoke_family(family_id, now)
+        return True
+    if await services.store.onetime.take(REPLAYED, code_hash, now) is not None:
+        await services.store.refresh_tokens.revoke_family(family_id, now)
+        return True
+    return False
+
+
+async def _code_replayed(services: Services, code_hash: str, now: int) -> None:
+    """A code presented that is not (or no longer) there: if it was redeemed, the family it
+    started ends — refresh tokens and the access tokens naming it (RFC 6749 §4.1.2)."""
+    try:
+        await services.store.onetime.put(REPLAYED, code_hash, {}, now + CODE_KEEP_S * 1000, now)
+    except Conflict:
+        pass  # presented again before: the mark is there already
+    redeemed = await services.store.onetime.take(REDEEMED, code_hash, now)
+    if redeemed is not None and isinstance(redeemed.get("family_id"), str):
+        revoked = await services.store.refresh_tokens.revoke_family(redeemed["family_id"], now)
+        log.info("authorization code presented again: its sign-in %s is revoked (%d live tokens)",
+                 redeemed["family_id"], revoked)
 
 
 async def refresh(services: Services, client: Client, params: dict[str, str]) -> dict[str, Any]:

@@ -14,6 +14,11 @@ Kinds, by their claims:
   ``token_use``); EdDSA, or ES256/RS256 when the client asks (D3). Never a bearer anywhere (peer
   bug 27): every verifier of ours wants another kind. Refresh tokens are opaque (not JWTs).
 
+Each kind also says what it is in its header's ``typ`` (D3): access tokens ``at+jwt`` (RFC 9068
+§2.1), every other kind the peer's ``JWT``. Every verifier checks both the claims and the ``typ``
+of the kind it expects (``typ_of``), so no kind is ever accepted for another, whichever claims
+a minting bug or a signer/verifier difference put into it.
+
 Time comes from the injected clock (PyJWT checks signature, issuer and audience; expiry is checked
 here against the clock, with PyJWT's semantics).
 """
@@ -35,6 +40,8 @@ from grantd.core.clock import Clock
 from grantd.services.keys import KeyRing
 from grantd.store.records import Agent, Grant, Person
 
+TYP_JWT = "JWT"
+TYP_ACCESS = "at+jwt"  # RFC 9068 §2.1
 ONCE_TOKEN_TTL = 300
 ALWAYS_TOKEN_TTL = 3600
 ID_TOKEN_TTL = 300
@@ -65,6 +72,26 @@ def kind_of(claims: dict[str, Any]) -> TokenKind | None:
     return None
 
 
+TYP_OF_KIND = {TokenKind.IDENTITY: TYP_JWT, TokenKind.AUTHZ: TYP_JWT, TokenKind.ID: TYP_JWT,
+               TokenKind.ACCESS: TYP_ACCESS}
+
+
+def typ_of(header: dict[str, Any]) -> str | None:
+    """The header's ``typ`` as compared (RFC 7515 §4.1.9: media types without ``application/``,
+    case-insensitive); None when missing or not a string."""
+    typ = header.get("typ")
+    if not isinstance(typ, str):
+        return None
+    typ = typ.strip().lower()
+    return typ.removeprefix("application/")
+
+
+def check_kind(claims: dict[str, Any], header: dict[str, Any], expected: TokenKind, refusal: str) -> None:
+    """``TokenError(refusal)`` unless the token is of the ``expected`` kind by its claims and its ``typ``."""
+    if kind_of(claims) is not expected or typ_of(header) != TYP_OF_KIND[expected].lower():
+        raise TokenError(refusal)
+
+
 def new_jti() -> str:
     return str(uuid.uuid4())
 
@@ -85,10 +112,10 @@ class Tokens:
         self._headers: dict[str, dict[str, Any]] = {}
 
     # -- minting ----------------------------------------------------------------------------------
-    async def _sign(self, claims: dict[str, Any], alg: str = "EdDSA") -> str:
+    async def _sign(self, claims: dict[str, Any], alg: str = "EdDSA", typ: str = TYP_JWT) -> str:
         key = await self.keyring.signing_key(alg)
         assert key.private is not None  # the active key always has its private half
-        return jwt.encode(claims, key.private, algorithm=alg, headers={"kid": key.kid, "typ": "JWT"})
+        return jwt.encode(claims, key.private, algorithm=alg, headers={"kid": key.kid, "typ": typ})
 
     def userinfo_audience(self) -> str:
         return f"{self.issuer}/userinfo"
@@ -110,7 +137,7 @@ class Tokens:
             "iat": now,
             "exp": now + ttl,
             "jti": new_jti(),
-        })
+        }, typ=TYP_ACCESS)
 
     async def mint_id_token(self, person: Person, *, client_id: str, scope: str, nonce: str | None, auth_time: int,
                             alg: str = "EdDSA") -> str:
@@ -199,6 +226,10 @@ class Tokens:
         return (await self._verify(token, audience=audience))[0]
 
     async def _verify(self, token: str, *, audience: str | None) -> tuple[dict[str, Any], str]:
+        claims, header = await self._verify_with_header(token, audience=audience)
+        return claims, header["kid"]
+
+    async def _verify_with_header(self, token: str, *, audience: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
         """The claims and the ``kid`` of a token of ours: signature (a published key of ours),
         issuer, audience (if given), expiry by the clock.
 
@@ -236,7 +267,7 @@ class Tokens:
         _check_claim_shapes(claims, self.clock.now_s())
         if segment not in self._headers and len(self._headers) < 64:
             self._headers[segment] = header
-        return claims, header["kid"]
+        return claims, header
 
     async def verify_identity(self, token: str) -> dict[str, Any]:
         """An agent identity token's claims. Verified tokens are remembered for their lifetime (an
@@ -244,12 +275,13 @@ class Tokens:
         remembered = await self._remembered(self._verified, token)
         if remembered is not None:
             return remembered
-        claims, kid = await self._verify(token, audience=self.agent_audience)
+        claims, header = await self._verify_with_header(token, audience=self.agent_audience)
         # Only identity tokens are bearers: an AuthZ-JWT or any other token we sign is refused even
-        # if its audience happens to match (peer bug 27).
-        if kind_of(claims) is not TokenKind.IDENTITY or not isinstance(claims.get("key_generation"), int):
+        # if its audience happens to match (peer bug 27), and so is one whose typ says another kind.
+        check_kind(claims, header, TokenKind.IDENTITY, "not an identity token")
+        if not isinstance(claims.get("key_generation"), int):
             raise TokenError("not an identity token")
-        self._verified.put(token, claims, kid)
+        self._verified.put(token, claims, header["kid"])
         return claims
 
     async def _remembered(self, cache: _VerifiedCache, token: str) -> dict[str, Any] | None:
@@ -273,9 +305,8 @@ class Tokens:
     async def verify_access(self, token: str) -> dict[str, Any]:
         """An OAuth access token's claims (signature, issuer, expiry, kind); the caller checks the
         audience, the person and the family."""
-        claims = await self.verify(token, audience=None)
-        if kind_of(claims) is not TokenKind.ACCESS:
-            raise TokenError("not an access token")
+        claims, header = await self._verify_with_header(token, audience=None)
+        check_kind(claims, header, TokenKind.ACCESS, "not an access token")
         return claims
 
     async def verify_authz(self, token: str) -> dict[str, Any]:
@@ -290,10 +321,9 @@ class Tokens:
         remembered = await self._remembered(self._verified_authz, token)
         if remembered is not None:
             return dict(remembered)  # a copy: callers never share the remembered claims
-        claims, kid = await self._verify(token, audience=None)
-        if kind_of(claims) is not TokenKind.AUTHZ:
-            raise TokenError("not a grant token")
-        self._verified_authz.put(token, claims, kid)
+        claims, header = await self._verify_with_header(token, audience=None)
+        check_kind(claims, header, TokenKind.AUTHZ, "not a grant token")
+        self._verified_authz.put(token, claims, header["kid"])
         return dict(claims)
 
 

@@ -4,12 +4,15 @@ An IdP found through DNS is named by whoever controls that DNS zone, so requests
 the way client metadata fetches are (``grantd.oauth.clients``): the host is resolved once, every
 address must be public, and the connection goes to the checked address (the URL names the IP;
 ``Host`` and TLS SNI/certificate checks use the name), so DNS rebinding changes nothing. No
-redirects, short timeouts, bodies capped. ``allow_private`` (``sp.allow_http_idp``, tests only, or
+redirects, short timeouts, bodies capped, and the rules of every fetch made for a caller
+(``grantd.oauth.outbound``, D12): one overall deadline of 5 s for the whole request, and a bound on
+requests at once shared with client-metadata fetches (one more is refused, not queued). ``allow_private`` (``sp.allow_http_idp``, tests only, or
 an IdP the operator configured as ``sp.fallback_idp``) lifts the address rule.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from grantd.oauth.clients import MetadataError, public_address, resolve
+from grantd.oauth.outbound import DEADLINE_S, Busy, FetchGuard
 
 TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 MAX_BODY = 256 * 1024
@@ -46,8 +50,25 @@ async def _targets(url: str, allow_private: bool) -> tuple[httpx.URL, list[str],
     return httpx.URL(url), addresses[:4], host, port
 
 
-async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None) -> tuple[int, Any]:
-    """(status, parsed JSON body or None) of one request to ``url``, guarded (module docstring)."""
+async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None,
+                  guard: FetchGuard | None = None) -> tuple[int, Any]:
+    """(status, parsed JSON body or None) of one request to ``url``, guarded (module docstring).
+    ``guard``: the process's ``FetchGuard`` (overall deadline, requests at once); without one, the
+    deadline alone (``grantd.oauth.outbound.DEADLINE_S``)."""
+    try:
+        if guard is None:
+            async with asyncio.timeout(DEADLINE_S):
+                return await _request(method, url, allow_private=allow_private, form=form)
+        async with guard.slot():
+            return await _request(method, url, allow_private=allow_private, form=form)
+    except Busy as exc:
+        raise FetchError(str(exc)) from None
+    except TimeoutError:
+        raise FetchError(f"no complete answer from {urlsplit(url).hostname} within "
+                         f"{guard.deadline_s if guard else DEADLINE_S:g} s") from None
+
+
+async def _request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None) -> tuple[int, Any]:
     target, addresses, host, port = await _targets(url, allow_private)
     parts = urlsplit(url)
     netloc_host = parts.netloc

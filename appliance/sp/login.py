@@ -39,6 +39,7 @@ import jwt
 
 from grantd.core.errors import Problem
 from grantd.logs import LOGGER
+from grantd.oauth.outbound import FetchGuard, registrable_domain
 from grantd.services import flows, sessions
 from grantd.sp import ddisa
 from grantd.sp.fetch import FetchError, request
@@ -182,6 +183,15 @@ def client_metadata(config: Config) -> dict[str, Any]:
     }
 
 
+def _domain_of(url: str) -> str:
+    """The registrable domain an IdP's failures are remembered under (``grantd.oauth.outbound``)."""
+    try:
+        parts = urlsplit(url)
+        return registrable_domain(parts.hostname or "", parts.port)
+    except ValueError:
+        return url
+
+
 def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
     cache[key] = value
     cache.move_to_end(key)
@@ -192,8 +202,9 @@ def _bounded_put(cache: OrderedDict[str, Any], key: str, value: Any) -> None:
 class SpLogin:
     """One per server process (``app.ctx``): the DNS, discovery-document and JWKS caches."""
 
-    def __init__(self, config: Config, clock: Clock):
+    def __init__(self, config: Config, clock: Clock, fetches: FetchGuard | None = None):
         sp = config.sp
+        self.fetches = fetches  # the process's FetchGuard (grantd.oauth.outbound), shared with client metadata
         self.config = config
         self.clock = clock
         self.allow_http = bool(sp.allow_http_idp)
@@ -236,12 +247,22 @@ class SpLogin:
         now = self.clock.now_ms()
         if cached is not None and cached[0] > now:
             return cached[1]
+        # D12: an IdP named by DNS (by whoever controls a zone) whose discovery failed is not asked
+        # again for a while, under any name of its registrable domain (FetchGuard, shared with
+        # client metadata); the IdP the operator configured (sp.fallback_idp) is always asked.
+        domain = _domain_of(idp)
+        remember = idp != self.fallback_idp
+        if remember and self.fetches is not None and self.fetches.failed(domain) is not None:
+            raise LoginError(f"{IDP_UNREACHABLE} (it failed moments ago; try again later)", 503)
         try:
-            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded)
+            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded,
+                                             guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: discovery of %r failed: %s", idp, exc)
+            self._remember_failure(remember, domain, str(exc))
             raise LoginError(IDP_UNREACHABLE, 503) from None
         if status != 200 or not isinstance(document, dict):
+            self._remember_failure(remember, domain, f"discovery answered {status}")
             raise LoginError(f"{IDP_UNREACHABLE} (its discovery document answered {status})", 503)
         if document.get("issuer", idp) != idp:
             raise LoginError("the IdP's discovery document names another issuer", 503)
@@ -255,6 +276,10 @@ class SpLogin:
         )
         _bounded_put(self._endpoints, idp, (now + METADATA_TTL_MS, found))
         return found
+
+    def _remember_failure(self, remember: bool, domain: str, why: str) -> None:
+        if remember and self.fetches is not None and not str(why).startswith("too many fetches"):
+            self.fetches.remember_failure(domain, why)
 
     # -- begin ------------------------------------------------------------------------------------
 
@@ -292,7 +317,7 @@ class SpLogin:
         form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow["redirect_uri"],
                 "client_id": flow["client_id"], "code_verifier": flow["verifier"]}
         try:
-            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form)
+            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form, guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: token endpoint of %r failed: %s", flow["idp"], exc)
             raise LoginError(f"{CODE_EXCHANGE}: {IDP_UNREACHABLE}") from None
@@ -313,7 +338,7 @@ class SpLogin:
         if cached is not None and cached[0] > now_ms and (not refresh or now_s - cached[1] < JWKS_REFETCH_S):
             return cached[2]
         try:
-            status, document = await request("GET", jwks_uri, allow_private=not guarded)
+            status, document = await request("GET", jwks_uri, allow_private=not guarded, guard=self.fetches)
         except FetchError as exc:
             log.info("SP login: JWKS %r failed: %s", jwks_uri, exc)
             raise LoginError(f"{BAD_SIGNATURE}: {IDP_UNREACHABLE}") from None

@@ -397,7 +397,9 @@ SCHEMAS: dict[str, Schema] = {
     "UserInfo": obj({"sub": STRING, "email": STRING, "email_verified": BOOL, "name": STRING}, ("sub",)),
     "ConsentDecision": obj(
         {"request": {"type": "string", "description": "the authorization request's query string, as the consent page got it"},
-         "approve": BOOL},
+         "approve": BOOL,
+         "ticket": {"type": "string", "description": "the consent page's one-time ticket (data-ticket): required to "
+                    "approve a client that is asked every time (a public client with API access, such as apes-cli)"}},
         ("request", "approve"),
     ),
     "Location": obj({"location": {"type": "string", "description": "where the browser goes next (the client's redirect URI)"}},
@@ -604,8 +606,8 @@ OPERATIONS: tuple[Op, ...] = (
        "DecisionBody", False, ok={200: Ok(ref("GrantToken"))}, tag="grants"),
     Op("POST", GRANT_ID + "/consume", "grants.consume", "Use the grant (the target host, with its AuthZ-JWT)", AUTHZ,
        "DecisionBody", False, ok={200: Ok(ref("Consumed"))}, tag="grants"),
-    Op("POST", "/api/grants/verify", "grants.verify", "Check an AuthZ-JWT without side effects", NONE, "VerifyBody", False,
-       ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),
+    Op("POST", "/api/grants/verify", "grants.verify", "Check an AuthZ-JWT without side effects", NONE, "VerifyBody",
+       ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),  # D2: the body is required
     Op("POST", "/api/grants/batch", "grants.batch", "Approve, deny or revoke many grants", BEARER, "BatchBody",
        ok={200: Ok(ref("BatchResult"))}, tag="grants"),
     # delegations

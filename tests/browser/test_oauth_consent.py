@@ -78,3 +78,20 @@ def test_consent_in_the_browser_remembered_withdrawn_and_asked_again(idp: Server
     expect(person.page.get_by_role("heading", name="Tiny SP wants to sign you in")).to_be_visible()
     person.page.get_by_role("button", name="Deny").click()
     expect(person.page).to_have_url(re.compile(re.escape(sp.redirect_uri) + r"\?error=access_denied"))
+
+
+def test_apes_cli_is_asked_in_the_browser_every_time(idp: Server, sp: MetadataServer, new_person: Any) -> None:
+    """Issue 19 item 4 in Chromium: apes-cli's consent page comes every time, even after an Allow,
+    and its Allow (the page's script, with the page's one-time ticket) delivers the code to the
+    loopback redirect; nothing reaches the listener before the click."""
+    person = new_person(idp)
+    person.register(registration_url(idp, person.email, name="Cli User"))
+    loopback = f"http://127.0.0.1:{sp.port}/callback"  # a real listener (the SP's tiny server)
+    for _ in range(2):
+        hits = sp.hits
+        person.goto("/authorize?" + urlencode(authorize_params("apes-cli", loopback)))
+        expect(person.page.get_by_role("heading", name=re.compile("wants to sign you in"))).to_be_visible()
+        expect(person.page.locator("[data-consent]")).to_contain_text("asks you every time")
+        assert sp.hits == hits  # no request reached the loopback listener before the click
+        person.page.get_by_role("button", name="Allow").click()
+        expect(person.page).to_have_url(re.compile(re.escape(loopback) + r"\?code="))

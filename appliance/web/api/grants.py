@@ -95,7 +95,7 @@ async def consume(request: Request, grant_id: str) -> HTTPResponse:
 async def verify(request: Request) -> HTTPResponse:
     services = services_of(request)
     await services.limits.verify(request.ctx.client_ip)
-    return json(await grants.verify_token(services, body_of(request, required=False)))
+    return json(await grants.verify_token(services, body_of(request)))  # D2: its body is required
 
 
 @bp.post("/api/grants/batch")

@@ -182,10 +182,12 @@ async def authorize_get(request: Request) -> HTTPResponse:
                                                   services.issuer))
         from grantd.web.pages import render, viewer_of
 
+        ticket = await authorize.consent_ticket(services, req, person) if authorize.always_asks(req.client) else None
         return _no_store(render(
             "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
             scopes=authorize.scope_descriptions(req), query=req.query, person=person,
             redirect_host=req.redirect_uri.split("/")[2] if "//" in req.redirect_uri else req.redirect_uri,
+            always_asks=authorize.always_asks(req.client), ticket=ticket,
         ))
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return _back(location)
@@ -217,6 +219,12 @@ async def consent(request: Request) -> HTTPResponse:
     if not approve:
         location = authorize.error_location(req.fail("access_denied", "the person denied access"), services.issuer)
         return json({"location": location}, headers=NO_STORE)
+    if authorize.always_asks(req.client) and not await authorize.take_consent_ticket(services, req, person,
+                                                                                     body.get("ticket")):
+        # RFC 8252 §8.6: a code for a public client with API access follows only a click on the
+        # consent page grantd showed for this very request
+        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
+                           "used or expired: open the sign-in again)")
     await authorize.remember_consent(services, req, person)
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return json({"location": location}, headers=NO_STORE)

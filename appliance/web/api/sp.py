@@ -51,7 +51,8 @@ def _sp(request: Request) -> SpLogin:
         raise not_found("SP login is not enabled on this server ([sp] enabled = false)")
     found = getattr(request.app.ctx, "sp_login", None)
     if found is None:
-        found = request.app.ctx.sp_login = SpLogin(config, services_of(request).clock)
+        services = services_of(request)
+        found = request.app.ctx.sp_login = SpLogin(config, services.clock, services.oauth_clients.fetches)
     return found  # type: ignore[no-any-return]
 
 

@@ -384,7 +384,9 @@
   // -- OAuth consent (a JSON POST answering {location}: nothing is approved by a GET) --------------
   async function answerConsent(approve) {
     const card = document.querySelector("[data-consent]");
-    const answer = await api("POST", "/authorize/consent", { request: card.dataset.consent, approve: approve });
+    const body = { request: card.dataset.consent, approve: approve };
+    if (card.dataset.ticket) body.ticket = card.dataset.ticket;  // this page's one-time approval ticket
+    const answer = await api("POST", "/authorize/consent", body);
     location.assign(answer.location);
   }
 
