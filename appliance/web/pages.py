@@ -341,7 +341,7 @@ async def inbox(services: Services, viewer: Viewer) -> dict[str, Any]:
     """The grants waiting for this person's decision (those of the agents they own or approve;
     all of them for an administrator), and the latest decided ones they could see."""
     principal = viewer.principal
-    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.email))
+    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable).requester_ids  # the rule the API's list uses
     reader = grants.Reader(services)
     pending: list[Any] = []
