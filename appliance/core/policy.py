@@ -56,9 +56,18 @@ def person_may_decide(
     person_id: str | None, email: str, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
 ) -> bool:
     """A person may decide an agent's grants: an administrator (by ``admin_emails``), or the agent's
-    owner or approver by id. Used for a person acting now and for a delegator whose delegation is used."""
+    owner or approver by id. Used for a person acting now and for a delegator whose delegation is used.
+
+    ``person_id`` None is a delegator the management token named who has no person record: it
+    stands for the agent's owner/approver only where that party is the same e-mail and is bound to
+    no person either (an address nobody has registered yet; once someone registers it, the agent is
+    bound to them and only they, by id, decide)."""
     if email in admin_emails:
         return True
+    if person_id is None:
+        return agent is not None and any(
+            agent.get(party + "_id") is None and agent.get(party) == email for party in ("owner", "approver")
+        )
     return is_party(person_id, agent)
 
 
