@@ -35,11 +35,12 @@ from people_support import (
 )
 from test_authz_matrix import NO_LIMITS
 
-from conftest import problem
 from grantd.core.fields import is_email
 from grantd.hookspecs import FederatedIdentity, FederationError
 from grantd.plugin_manager import FederationProvider
 from grantd.services import federation
+
+from conftest import problem
 
 COMMAND = {"target_host": "web-1", "audience": "escapes", "command": ["bash"], "grant_type": "timed", "duration": 2_592_000}
 

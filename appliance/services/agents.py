@@ -19,8 +19,8 @@ from grantd.core.fields import (
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal
 from grantd.services.context import Services
-from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
 from grantd.services.limits import PENDING_RETRY_AFTER, too_many
+from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
 from grantd.store import Conflict, LimitReached
 from grantd.store.records import Agent
 
