@@ -193,6 +193,12 @@ def test_a_person_recreated_with_a_deleted_owners_email_decides_nothing(srv: InP
     assert (shown["owner_state"], shown["approver_state"], shown["ownerless"]) == ("deleted", "deleted", True)
     listed = _admin(srv, "GET", "/api/admin/agents", params={"limit": 100}).json()["data"]
     assert next(a for a in listed if a["agent_id"] == bot["agent_id"])["ownerless"] is True
+    _, admin_page = signed_in_person(srv, admin=True)
+    with admin_page:
+        html = admin_page.get("/admin").text
+    row = html[html.index(f'data-agent="{bot["agent_id"]}"'):]
+    row = row[:row.index("</tr>")]
+    assert ">deleted</span>" in row and ">ownerless</span>" in row
 
     newcomer, http = signed_in_person(srv, owner["email"])  # an administrator re-creates the address
     assert newcomer["person_id"] != owner["person_id"]

@@ -444,7 +444,8 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     first = PageRequest(LIST_LIMIT, None)
     search = (request.args.get("q") or "").strip()[:200] or None
     persons, more_people = await store.people.list(first, search)
-    agents, more_agents = await store.agents.list(first)
+    agent_rows, more_agents = await store.agents.list(first)
+    states = await agents.party_states(services, agent_rows)  # D11: ownerless agents wait for an administrator
     registrations, more_registrations = await store.registrations.list(first)
     sessions, more_sessions = await store.sessions.list(first, None, now)
     emails: dict[str, str | None] = {p["person_id"]: p["email"] for p in persons}
@@ -456,7 +457,7 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     return render(
         "admin.html", viewer=viewer, title="Administration", search=search or "",
         people=[people.person_view(p, services.admin_emails) for p in persons], more_people=more_people,
-        agents=agents, more_agents=more_agents,
+        agents=[agents.admin_view(a, states) for a in agent_rows], more_agents=more_agents,
         registrations=[people.registration_view(r, now) for r in registrations], more_registrations=more_registrations,
         sessions=[{**people.session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
                    "current": s["session_id"] == current} for s in sessions],
