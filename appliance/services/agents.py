@@ -44,19 +44,17 @@ def public_view(agent: Agent) -> dict[str, Any]:
     }
 
 
-def admin_view(agent: Agent, parties: dict[str, str] | None = None) -> dict[str, Any]:
-    """What administrators see; ``parties`` (from :func:`party_states`) adds ``owner_state``,
-    ``approver_state`` and ``ownerless``."""
-    extra: dict[str, Any] = {}
-    if parties is not None:
-        owner_state = parties[_party_key(agent, "owner")]
-        approver_state = parties[_party_key(agent, "approver")]
-        extra = {
-            "owner_state": owner_state,
-            "approver_state": approver_state,
-            # D11: nobody but an administrator can decide its grants
-            "ownerless": not ({owner_state, approver_state} & DECIDING_STATES),
-        }
+def admin_view(agent: Agent, parties: dict[str, str]) -> dict[str, Any]:
+    """What administrators see; ``parties`` (from :func:`party_states`) gives ``owner_state``,
+    ``approver_state`` and ``ownerless`` (D11)."""
+    owner_state = parties[_party_key(agent, "owner")]
+    approver_state = parties[_party_key(agent, "approver")]
+    extra = {
+        "owner_state": owner_state,
+        "approver_state": approver_state,
+        # nobody but an administrator can decide its grants
+        "ownerless": not ({owner_state, approver_state} & DECIDING_STATES),
+    }
     return {
         **public_view(agent),
         "owner_id": agent.get("owner_id"),
