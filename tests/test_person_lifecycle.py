@@ -145,6 +145,11 @@ def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(s
         "person_id": person["person_id"], "scope": "openid", "auth_time": now // 1000, "created_at": now,
         "expires_at": now + 86_400_000, "used_at": None, "revoked_at": None,
     }))
+    record = srv.call(srv.services.store.people.get(person["person_id"]))
+    access = srv.call(srv.services.tokens.mint_access(record, client_id="apes-cli", api_access=True, scope="openid",
+                                                      sid=family, ttl=3600))
+    with srv.client(access) as bearer:
+        assert bearer.get("/api/me").status_code == 200
     stream = CookieStream(srv, cookie)
     assert stream.status == 200
     seq = srv.call(srv.services.store.grants.last_event_seq())
@@ -163,6 +168,8 @@ def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(s
         ended = srv.call(srv.services.store.delegations.get(delegation["id"]))
         assert (ended["status"], ended["revoked_by"]) == ("revoked", "admin@example.com"), ended
     assert not srv.call(srv.services.store.refresh_tokens.family_live(family, srv.clock.now_ms()))
+    with srv.client(access) as bearer:
+        assert bearer.get("/api/me").status_code == 401
     assert stream.ended_within(5), "the retired person's event stream stayed open"
     with cookie_client(srv, cookie) as dead:
         assert dead.get("/api/me").status_code == 401
