@@ -16,7 +16,18 @@ from grantd.core.paging import PageRequest
 
 from . import _workers
 from .conftest import postgres_server
-from .factories import HOUR, NOW, agent, device_code, grant, person, refresh_token, registration, sha, token_hash
+from .factories import (
+    HOUR,
+    NOW,
+    agent,
+    device_code,
+    grant,
+    person,
+    refresh_token,
+    registration,
+    sha,
+    token_hash,
+)
 
 PROCESSES = 3
 pytestmark = pytest.mark.anyio
