@@ -58,6 +58,8 @@ async def person_for(services: Services, entry: FederationProvider, identity: Fe
             # (a deleted person's, or one an administrator has not created yet)
             person = await people.create_person(services, email, name=display_name(identity.name), unnamed=True)
         except Problem as exc:
+            if not exc.extra.get("named"):
+                raise
             raise FederationError(f"There is no account for {email} here, and this address is still named on "
                                   f"agents or delegations. Ask an administrator to add you.", 403) from exc
         log.info("federated sign-in through %s created person %s", entry.id, person["person_id"])

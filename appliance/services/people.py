@@ -156,8 +156,8 @@ async def create_person(
         return await services.store.people.create(person, unnamed=unnamed)
     except Conflict as exc:
         if exc.field == "named":
-            raise conflict("this e-mail still names an agent's owner or approver or a delegation's party; "
-                           "an administrator must create this person") from None
+            raise Problem(409, "this e-mail still names an agent's owner or approver or a delegation's party; "
+                          "an administrator must create this person", extra={"field": "email", "named": True}) from None
         raise _email_conflict() from None
 
 
