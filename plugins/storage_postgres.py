@@ -131,6 +131,11 @@ R = TypeVar("R")
 # Text compares byte-wise, as in SQLite: ids page and sort the same on every backend and locale.
 T = 'TEXT COLLATE "C"'
 
+# A deleted person's e-mail (migration 4): no person or agent has it, a registration URL was redeemed for it.
+_GONE = """(NOT EXISTS (SELECT 1 FROM people p WHERE p.email = lower({email}))
+            AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.email = lower({email}))
+            AND EXISTS (SELECT 1 FROM registration_urls r WHERE r.email = lower({email}) AND r.used_at IS NOT NULL))"""
+
 # Numbered migrations, each a list of statements run in one transaction. Never edit a released one.
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "signing keys, agents, challenges, grants, grant events, delegations, rate counters", [
@@ -355,6 +360,15 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         f"ALTER TABLE agents ADD COLUMN approver_id {T}",
         "UPDATE agents SET owner_id = (SELECT person_id FROM people WHERE people.email = lower(agents.owner))",
         "UPDATE agents SET approver_id = (SELECT person_id FROM people WHERE people.email = lower(agents.approver))",
+        # An e-mail that names no person now but redeemed a registration URL once was a person
+        # deleted before this migration: a tombstone id (nobody's), and their delegations end.
+        f"UPDATE agents SET owner_id = 'usr_deleted:' || owner WHERE owner_id IS NULL AND {_GONE.format(email='agents.owner')}",  # noqa: S608 - fixed names
+        f"""UPDATE agents SET approver_id = 'usr_deleted:' || approver
+            WHERE approver_id IS NULL AND {_GONE.format(email='agents.approver')}""",  # noqa: S608 - fixed names
+        f"""UPDATE delegations SET status = 'revoked', revoked_by = 'grantd migration 4',
+                revoked_at = (extract(epoch from clock_timestamp()) * 1000)::bigint
+            WHERE status = 'active' AND ({_GONE.format(email='delegations.delegator')}
+                                         OR {_GONE.format(email='delegations.delegate')})""",  # noqa: S608 - fixed names
         "CREATE INDEX agents_owner_id ON agents (owner_id)",
         "CREATE INDEX agents_approver_id ON agents (approver_id)",
         "CREATE INDEX grants_pending_requester ON grants (requester_id) WHERE status = 'pending'",

@@ -380,6 +380,12 @@ def _m6_oauth(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX signing_keys_alg ON signing_keys (alg, retired_at, created_at)")
 
 
+# A deleted person's e-mail (migration 7): no person or agent has it, a registration URL was redeemed for it.
+_GONE = """(NOT EXISTS (SELECT 1 FROM people p WHERE p.email = lower({email}))
+            AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.email = lower({email}))
+            AND EXISTS (SELECT 1 FROM registration_urls r WHERE r.email = lower({email}) AND r.used_at IS NOT NULL))"""
+
+
 def _m7_bound_parties(db: sqlite_utils.Database) -> None:
     # Issue 19 (D11): owners and approvers are bound to the person's id, not the e-mail. Existing
     # rows are bound to the persons their e-mails name today (lowercase, as stored); e-mails that
@@ -389,6 +395,20 @@ def _m7_bound_parties(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE agents ADD COLUMN approver_id TEXT")
     db.execute("UPDATE agents SET owner_id = (SELECT person_id FROM people WHERE people.email = lower(agents.owner))")
     db.execute("UPDATE agents SET approver_id = (SELECT person_id FROM people WHERE people.email = lower(agents.approver))")
+    # An e-mail that names no person now but redeemed a registration URL once was a person who was
+    # deleted before this migration: bind it to a tombstone id (nobody's), and end the delegations
+    # that still name that person, so nobody created later with the e-mail inherits them.
+    for party in ("owner", "approver"):
+        db.execute(
+            f"""UPDATE agents SET {party}_id = 'usr_deleted:' || {party}
+                WHERE {party}_id IS NULL AND {_GONE.format(email=f"agents.{party}")}"""  # noqa: S608 - fixed names
+        )
+    db.execute(
+        f"""UPDATE delegations SET status = 'revoked', revoked_by = 'grantd migration 7', revoked_at = ?
+            WHERE status = 'active' AND ({_GONE.format(email="delegations.delegator")}
+                                         OR {_GONE.format(email="delegations.delegate")})""",  # noqa: S608 - fixed names
+        [_now_ms()],
+    )
     db.execute("CREATE INDEX agents_owner_id ON agents (owner_id)")
     db.execute("CREATE INDEX agents_approver_id ON agents (approver_id)")
     db.execute("CREATE INDEX grants_pending_requester ON grants (requester_id) WHERE status = 'pending'")

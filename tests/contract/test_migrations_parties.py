@@ -20,7 +20,14 @@ PEOPLE = [("usr_olivia", "olivia@example.com"), ("usr_amir", "amir@example.com")
 # agent_id, email, owner, approver
 AGENTS = [("agt_a", "a@agents.example.com", "olivia@example.com", "amir@example.com"),
           ("agt_b", "b@agents.example.com", "olivia@example.com", "nobody@example.com"),
-          ("agt_c", "c@agents.example.com", "later@example.com", "later@example.com")]
+          ("agt_c", "c@agents.example.com", "later@example.com", "later@example.com"),
+          ("agt_d", "d@agents.example.com", "gone@example.com", "olivia@example.com")]
+# gone@ redeemed a registration URL and was deleted before the migration: a person once
+USED_URL = ("reg_gone", "hash-gone", "gone@example.com", 0, "register", "localhost", "admin", NOW, NOW + 1, NOW)
+# id, delegator, delegate
+DELEGATIONS = [("d_by_gone", "gone@example.com", "a@agents.example.com"),
+               ("d_to_gone", "root@example.com", "gone@example.com"),
+               ("d_later", "root@example.com", "later@example.com")]
 
 
 def _agent_row(agent_id: str, email: str, owner: str, approver: str) -> dict[str, object]:
@@ -30,10 +37,16 @@ def _agent_row(agent_id: str, email: str, owner: str, approver: str) -> dict[str
 
 
 async def _check_upgraded(store) -> None:
-    bound = {a: (r["owner_id"], r["approver_id"]) for a in ("agt_a", "agt_b", "agt_c")
+    bound = {a: (r["owner_id"], r["approver_id"]) for a in ("agt_a", "agt_b", "agt_c", "agt_d")
              for r in [await store.agents.get(a)]}
-    assert bound == {"agt_a": ("usr_olivia", "usr_amir"), "agt_b": ("usr_olivia", None), "agt_c": (None, None)}
-    assert sorted(await store.agents.decidable_by("usr_olivia")) == ["agt_a", "agt_b"]
+    assert bound == {"agt_a": ("usr_olivia", "usr_amir"), "agt_b": ("usr_olivia", None), "agt_c": (None, None),
+                     "agt_d": ("usr_deleted:gone@example.com", "usr_olivia")}
+    # the deleted person's delegations end; one naming an address nobody ever registered stays
+    for did, status in (("d_by_gone", "revoked"), ("d_to_gone", "revoked"), ("d_later", "active")):
+        assert (await store.delegations.get(did))["status"] == status
+    await store.people.create(person("gone"))
+    assert await store.agents.decidable_by("usr_gone") == []
+    assert sorted(await store.agents.decidable_by("usr_olivia")) == ["agt_a", "agt_b", "agt_d"]
     await store.people.create(person("later"))
     assert (await store.agents.get("agt_c"))["owner_id"] == "usr_later"
     bound_pending = OwnerBound(1, lapse(NOW))
@@ -59,6 +72,10 @@ async def test_sqlite_migration_7_binds_existing_agents(tmp_path):
                     f"INSERT INTO agents ({', '.join(values)}) VALUES ({', '.join(':' + k for k in values)})",  # noqa: S608 - test data
                     values,
                 )
+            conn.execute("INSERT INTO registration_urls VALUES (?,?,?,?,?,?,?,?,?,?)", USED_URL)
+            for did, delegator, delegate in DELEGATIONS:
+                conn.execute("INSERT INTO delegations VALUES (?, ?, ?, 'host', '[]', 'once', NULL, ?, NULL, 'active', NULL, NULL)",
+                             (did, delegator, delegate, NOW))
         assert store.schema_version() == 6
         assert 7 in await store.migrate()
         await _check_upgraded(store)
@@ -96,6 +113,14 @@ async def test_postgres_migration_4_binds_existing_agents():
                         f"INSERT INTO agents ({', '.join(values)}) VALUES ({', '.join(f'%({k})s' for k in values)})",  # noqa: S608 - test data
                         values,
                     )
+                await cur.execute(
+                    """INSERT INTO registration_urls (id, token_hash, email, admin, purpose, rp_id, created_by, created_at,
+                                                      expires_at, used_at)
+                       VALUES (%s, %s, %s, %s::int::boolean, %s, %s, %s, %s, %s, %s)""", USED_URL)
+                for did, delegator, delegate in DELEGATIONS:
+                    await cur.execute(
+                        """INSERT INTO delegations (id, delegator, delegate, audience, scopes, approval, created_at, status)
+                           VALUES (%s, %s, %s, 'host', '[]', 'once', %s, 'active')""", (did, delegator, delegate, NOW))
 
         await store._db.loop.run(seed())
         assert 4 in await store.migrate()
