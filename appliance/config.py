@@ -218,6 +218,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "pending_per_agent": Key(
             int, 100, "Pending (undecided, not expired) grants one agent may have at once.", minimum=0, maximum=1000,
         ),
+        "agents_per_person": Key(
+            int, 100, "Agents one owner may have enrolled at once (D11; counted in the database; 0 turns it off).",
+            minimum=0,
+        ),
+        "pending_per_owner": Key(
+            int, 200, "Pending grants across all agents of one owner (D11; counted in the database; 0 turns it off).",
+            minimum=0,
+        ),
         "verify_per_address": Key(int, 6000, "POST /api/grants/verify requests per client address per minute.", minimum=0),
         "streams_per_principal": Key(
             int, 8, "Open GET /api/grants/events streams per principal, per server process.", minimum=0,

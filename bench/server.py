@@ -57,7 +57,7 @@ def _disable_access_log(config_path: Path) -> None:
 RATE_LIMIT_KEYS = ("authenticate_per_agent", "authenticate_per_address", "enroll_per_address",
                    "failed_bearer_per_address", "grants_per_agent", "verify_per_address", "passkey_per_address",
                    "device_code_per_address", "sp_login_per_address", "token_per_address")
-BOUND_KEYS = ("pending_per_agent", "streams_per_principal", "streams_per_process")
+BOUND_KEYS = ("pending_per_agent", "pending_per_owner", "agents_per_person", "streams_per_principal", "streams_per_process")
 LIMIT_MODES = ("off", "counted")
 OUT_OF_REACH = 1_000_000_000
 

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
-from grantd.store import Conflict, StoreError
+from grantd.store import Conflict, LimitReached, OwnerBound, StoreError
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     AGENT_COLUMNS,
@@ -112,6 +112,8 @@ PRINCIPALS_LOCK = 0x6772616E7464_0004
 # Per-person locks of refresh families: pg_advisory_xact_lock(REFRESH_LOCKS, hashtext(person_id)),
 # the two-int4 key space (it never meets the bigint keys above).
 REFRESH_LOCKS = 0x67726E74
+# Per-owner locks of the pending-grant bound (pending_per_owner): (OWNER_LOCKS, hashtext(owner key)).
+OWNER_LOCKS = 0x676F776E
 CONNECT_TIMEOUT = 10.0  # seconds to wait for a pooled connection
 PING_TIMEOUT = 2.0
 CLOSE_TIMEOUT = 10.0
@@ -128,6 +130,11 @@ R = TypeVar("R")
 
 # Text compares byte-wise, as in SQLite: ids page and sort the same on every backend and locale.
 T = 'TEXT COLLATE "C"'
+
+# A deleted person's e-mail (migration 6): no person or agent has it, a registration URL was redeemed for it.
+_GONE = """(NOT EXISTS (SELECT 1 FROM people p WHERE p.email = lower({email}))
+            AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.email = lower({email}))
+            AND EXISTS (SELECT 1 FROM registration_urls r WHERE r.email = lower({email}) AND r.used_at IS NOT NULL))"""
 
 # Numbered migrations, each a list of statements run in one transaction. Never edit a released one.
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -353,6 +360,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         # Issue 19: a session records the passkey that started it; deleting the passkey ends it.
         f"ALTER TABLE sessions ADD COLUMN credential_id {T}",
         "CREATE INDEX sessions_credential ON sessions (credential_id)",
+    ]),
+    (6, "owners and approvers bound to person ids; pending grants per requester", [
+        # Issue 19 (D11): existing rows are bound to the persons their e-mails name today; e-mails
+        # that name no person stay unbound until that person is created.
+        f"ALTER TABLE agents ADD COLUMN owner_id {T}",
+        f"ALTER TABLE agents ADD COLUMN approver_id {T}",
+        "UPDATE agents SET owner_id = (SELECT person_id FROM people WHERE people.email = lower(agents.owner))",
+        "UPDATE agents SET approver_id = (SELECT person_id FROM people WHERE people.email = lower(agents.approver))",
+        # An e-mail that names no person now but redeemed a registration URL once was a person
+        # deleted before this migration: a tombstone id (nobody's), and their delegations end.
+        f"UPDATE agents SET owner_id = 'usr_deleted:' || owner WHERE owner_id IS NULL AND {_GONE.format(email='agents.owner')}",  # noqa: S608 - fixed names
+        f"""UPDATE agents SET approver_id = 'usr_deleted:' || approver
+            WHERE approver_id IS NULL AND {_GONE.format(email='agents.approver')}""",  # noqa: S608 - fixed names
+        f"""UPDATE delegations SET status = 'revoked', revoked_by = 'grantd migration 6',
+                revoked_at = (extract(epoch from clock_timestamp()) * 1000)::bigint
+            WHERE status = 'active' AND ({_GONE.format(email='delegations.delegator')}
+                                         OR {_GONE.format(email='delegations.delegate')})""",  # noqa: S608 - fixed names
+        "CREATE INDEX agents_owner_id ON agents (owner_id)",
+        "CREATE INDEX agents_approver_id ON agents (approver_id)",
+        "CREATE INDEX grants_pending_requester ON grants (requester_id) WHERE status = 'pending'",
     ]),
 ]
 
@@ -1041,7 +1068,7 @@ class PostgresAgents(_Part):
             raise Conflict("publicKey")
 
     @_on_store_loop
-    async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
@@ -1051,6 +1078,17 @@ class PostgresAgents(_Part):
             await _lock(cur, PRINCIPALS_LOCK)  # e-mails are unique across tables: one checker at a time
             if await _email_taken(cur, email):
                 raise Conflict("email")
+            row["owner_id"] = await _person_id_of(cur, row["owner"])
+            row["approver_id"] = await _person_id_of(cur, row["approver"])
+            if max_per_owner > 0:  # PRINCIPALS_LOCK serialises enrolments: the count holds
+                await cur.execute(
+                    "SELECT count(*) AS n FROM agents WHERE owner_id = %s" if row["owner_id"] else
+                    "SELECT count(*) AS n FROM agents WHERE owner_id IS NULL AND owner = %s",
+                    (row["owner_id"] or row["owner"],),
+                )
+                counted = await cur.fetchone()
+                if counted is not None and int(counted["n"]) >= max_per_owner:
+                    raise LimitReached("agents_per_person", max_per_owner)
             await self._check_key(cur, row["key_id"], row["agent_id"])
             await self._check_people(cur, row["owner"], row["approver"])
             try:
@@ -1100,12 +1138,17 @@ class PostgresAgents(_Part):
                 return cast(Agent, current)
             new_key = "public_key" in changes and changes["public_key"] != current["public_key"]
             sets = [f"{c} = %(set_{c})s" for c in cols]
+            values = {f"set_{c}": changes[c] for c in cols}
+            for party in ("owner", "approver"):  # a new e-mail is bound to its person now (D11)
+                if party in changes and changes[party] != current[party]:
+                    sets.append(f"{party}_id = %(set_{party}_id)s")
+                    values[f"set_{party}_id"] = await _person_id_of(cur, changes[party])
             if new_key:
                 sets.append("key_generation = key_generation + 1")  # tokens of the old key stop working (D11)
             try:
                 await cur.execute(
                     f"UPDATE agents SET {', '.join(sets)} WHERE agent_id = %(agent_id)s RETURNING *",  # noqa: S608 - column names from a fixed set
-                    {**{f"set_{c}": changes[c] for c in cols}, "agent_id": agent_id},
+                    {**values, "agent_id": agent_id},
                 )
             except _unique_violation():
                 raise Conflict("publicKey") from None
@@ -1150,9 +1193,10 @@ class PostgresAgents(_Part):
 
     @_nul_finds_nothing(list)
     @_on_store_loop
-    async def decidable_by(self, email: str) -> builtins.list[str]:
+    async def decidable_by(self, person_id: str) -> builtins.list[str]:
         rows = await self._db.all(
-            "SELECT agent_id FROM agents WHERE owner = %s OR approver = %s ORDER BY created_at, agent_id", (email, email)
+            "SELECT agent_id FROM agents WHERE owner_id = %s OR approver_id = %s ORDER BY created_at, agent_id",
+            (person_id, person_id),
         )
         return [str(r["agent_id"]) for r in rows]
 
@@ -1184,11 +1228,15 @@ GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(
 
 class PostgresGrants(_Part):
     @_on_store_loop
-    async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         values = [row[k] for k in GRANT_COLUMNS]
         values[GRANT_COLUMNS.index("request")] = _json(row["request"])
+        if bound is not None and bound.limit > 0 and row["status"] == "pending":
+            owner = await self._db.one("SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],))
+            if owner is not None:
+                return await self._create_bounded(row, values, events, owner, bound)
         # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
@@ -1199,6 +1247,31 @@ class PostgresGrants(_Part):
                 await batch.send()
             except _unique_violation():
                 raise Conflict("id") from None
+        return cast(Grant, row)
+
+    async def _create_bounded(
+        self, row: dict[str, Any], values: builtins.list[Any], events: Sequence[str], owner: dict[str, Any], bound: OwnerBound
+    ) -> Grant:
+        """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
+        count and the insert across processes and nodes (several round trips, only for this case)."""
+        key = owner["owner_id"] or owner["owner"]
+        same_owner = "owner_id = %(owner)s" if owner["owner_id"] else "owner_id IS NULL AND owner = %(owner)s"
+        live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS, paramstyle=PG)
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCKS, key))
+            await cur.execute(
+                f"""SELECT count(*) AS n FROM grants WHERE status = 'pending' AND {live}
+                    AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
+                {**params, "owner": key},
+            )
+            counted = await cur.fetchone()
+            if counted is not None and int(counted["n"]) >= bound.limit:
+                raise LimitReached("pending_per_owner", bound.limit)
+            try:
+                await cur.execute(GRANT_INSERT, values)
+            except _unique_violation():
+                raise Conflict("id") from None
+            await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
         return cast(Grant, row)
 
     @_nul_finds_nothing(None)
@@ -1465,8 +1538,28 @@ def _registration(row: dict[str, Any]) -> RegistrationUrl:
     return cast(RegistrationUrl, row)
 
 
-async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person) -> Person:
-    """In the caller's transaction: an e-mail is unique across persons and agents (D11)."""
+async def _person_id_of(cur: psycopg.AsyncCursor[Any], email: Any) -> str | None:
+    """The person an owner/approver e-mail names now (D11), in the caller's transaction."""
+    if not email:
+        return None
+    await cur.execute("SELECT person_id FROM people WHERE email = %s", (str(email).lower(),))
+    found = await cur.fetchone()
+    return str(found["person_id"]) if found else None
+
+
+async def _bind_parties(cur: psycopg.AsyncCursor[Any], email: str, person_id: str) -> None:
+    """Agents that name ``email`` as owner/approver without an id are bound to ``person_id`` (D11)."""
+    for party in ("owner", "approver"):
+        await cur.execute(
+            f"UPDATE agents SET {party}_id = %s WHERE {party} = %s AND {party}_id IS NULL",  # noqa: S608 - fixed names
+            (person_id, email),
+        )
+
+
+async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person, *, unnamed: bool = False) -> Person:
+    """In the caller's transaction: an e-mail is unique across persons and agents (D11); agents that
+    name the e-mail without an id are bound to the new person, or with ``unnamed`` any naming
+    refuses the insert (``Conflict("named")``)."""
     row: dict[str, Any] = {c: person.get(c) for c in PERSON_COLUMNS}
     row["email"] = str(row["email"]).lower()
     row["admin"] = bool(row["admin"])
@@ -1474,6 +1567,15 @@ async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person) -> Perso
     await cur.execute("SELECT 1 AS x FROM agents WHERE email = %s", (row["email"],))
     if await cur.fetchone():
         raise Conflict("email")
+    if unnamed:
+        await cur.execute(
+            """SELECT 1 AS x FROM agents WHERE owner = %(email)s OR approver = %(email)s
+               UNION ALL SELECT 1 FROM delegations
+               WHERE status = 'active' AND (delegator = %(email)s OR delegate = %(email)s) LIMIT 1""",
+            {"email": row["email"]},
+        )
+        if await cur.fetchone():
+            raise Conflict("named")
     columns = (*PERSON_COLUMNS, "email_fold", "name_fold")
     try:
         await cur.execute(
@@ -1481,6 +1583,7 @@ async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person) -> Perso
         )
     except _unique_violation() as exc:
         raise Conflict("email" if _constraint(exc) == "people_email_key" else "id") from None
+    await _bind_parties(cur, row["email"], row["person_id"])
     return cast(Person, row)
 
 
@@ -1497,9 +1600,9 @@ async def _insert_credential(cur: psycopg.AsyncCursor[Any], credential: PasskeyC
 
 class PostgresPeople(_Part):
     @_on_store_loop
-    async def create(self, person: Person) -> Person:
+    async def create(self, person: Person, *, unnamed: bool = False) -> Person:
         async with self._db.tx() as cur:
-            return await _insert_person(cur, person)
+            return await _insert_person(cur, person, unnamed=unnamed)
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -1560,6 +1663,52 @@ class PostgresPeople(_Part):
             await cur.execute("DELETE FROM refresh_tokens WHERE person_id = %s", (person_id,))
             await cur.execute("DELETE FROM consents WHERE person_id = %s", (person_id,))
         return _person(row)
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def retire(
+        self, person_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
+    ) -> tuple[Person, builtins.list[Grant]] | None:
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+        async with self._db.tx() as cur:
+            await cur.execute(f"{PERSON_SELECT} WHERE person_id = %s FOR UPDATE", (person_id,))
+            found = await cur.fetchone()
+            if found is None:
+                return None
+            person = _person(dict(found))
+            email = person["email"]
+            await cur.execute(
+                f"""UPDATE grants SET status = 'revoked', revoked_by = %(by)s, revoked_at = %(now)s,
+                       decision_reason = %(reason)s, version = version + 1
+                    WHERE requester_id = %(person_id)s AND status IN ('pending', 'approved') AND {live}
+                    RETURNING *""",  # noqa: S608 - generated from the Lapse over a column allow-list
+                {**params, "by": by, "now": now, "reason": reason, "person_id": person_id},
+            )
+            revoked = [dict(r) for r in await cur.fetchall()]
+            revoked.sort(key=lambda g: (g["created_at"], g["id"]))
+            await cur.execute(
+                """UPDATE delegations SET status = 'revoked', revoked_by = %(by)s, revoked_at = %(now)s
+                   WHERE status = 'active' AND (delegator = %(email)s OR delegate = %(email)s)""",
+                {"by": by, "now": now, "email": email},
+            )
+            await cur.execute("UPDATE sessions SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL", (now, person_id))
+            await _lock_person_refresh(cur, person_id)
+            await cur.execute(
+                "UPDATE refresh_tokens SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL", (now, person_id)
+            )
+            await _bind_parties(cur, email, person_id)
+            if delete:
+                await cur.execute("DELETE FROM people WHERE person_id = %s", (person_id,))
+                await cur.execute("DELETE FROM passkey_credentials WHERE person_id = %s", (person_id,))
+                await cur.execute("DELETE FROM sessions WHERE person_id = %s", (person_id,))
+                await cur.execute("DELETE FROM webauthn_challenges WHERE person_id = %s", (person_id,))
+                await cur.execute("DELETE FROM registration_urls WHERE email = %s AND used_at IS NULL", (email,))
+                await cur.execute("DELETE FROM refresh_tokens WHERE person_id = %s", (person_id,))
+                await cur.execute("DELETE FROM consents WHERE person_id = %s", (person_id,))
+            else:
+                await cur.execute("UPDATE people SET status = 'disabled', updated_at = %s WHERE person_id = %s", (now, person_id))
+            await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
+        return person, [_grant(g) for g in revoked]
 
 
 class PostgresCredentials(_Part):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
-from grantd.store import Conflict, StoreError
+from grantd.store import Conflict, LimitReached, OwnerBound, StoreError
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     AGENT_COLUMNS,
@@ -391,6 +391,40 @@ def _m8_session_credentials(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX sessions_credential ON sessions (credential_id)")
 
 
+# A deleted person's e-mail (migration 9): no person or agent has it, a registration URL was redeemed for it.
+_GONE = """(NOT EXISTS (SELECT 1 FROM people p WHERE p.email = lower({email}))
+            AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.email = lower({email}))
+            AND EXISTS (SELECT 1 FROM registration_urls r WHERE r.email = lower({email}) AND r.used_at IS NOT NULL))"""
+
+
+def _m9_bound_parties(db: sqlite_utils.Database) -> None:
+    # Issue 19 (D11): owners and approvers are bound to the person's id, not the e-mail. Existing
+    # rows are bound to the persons their e-mails name today (lowercase, as stored); e-mails that
+    # name no person stay unbound until that person is created. Pending grants are counted per
+    # owner (pending_per_owner): a partial index keeps the count to the pending rows.
+    db.execute("ALTER TABLE agents ADD COLUMN owner_id TEXT")
+    db.execute("ALTER TABLE agents ADD COLUMN approver_id TEXT")
+    db.execute("UPDATE agents SET owner_id = (SELECT person_id FROM people WHERE people.email = lower(agents.owner))")
+    db.execute("UPDATE agents SET approver_id = (SELECT person_id FROM people WHERE people.email = lower(agents.approver))")
+    # An e-mail that names no person now but redeemed a registration URL once was a person who was
+    # deleted before this migration: bind it to a tombstone id (nobody's), and end the delegations
+    # that still name that person, so nobody created later with the e-mail inherits them.
+    for party in ("owner", "approver"):
+        db.execute(
+            f"""UPDATE agents SET {party}_id = 'usr_deleted:' || {party}
+                WHERE {party}_id IS NULL AND {_GONE.format(email=f"agents.{party}")}"""  # noqa: S608 - fixed names
+        )
+    db.execute(
+        f"""UPDATE delegations SET status = 'revoked', revoked_by = 'grantd migration 9', revoked_at = ?
+            WHERE status = 'active' AND ({_GONE.format(email="delegations.delegator")}
+                                         OR {_GONE.format(email="delegations.delegate")})""",  # noqa: S608 - fixed names
+        [_now_ms()],
+    )
+    db.execute("CREATE INDEX agents_owner_id ON agents (owner_id)")
+    db.execute("CREATE INDEX agents_approver_id ON agents (approver_id)")
+    db.execute("CREATE INDEX grants_pending_requester ON grants (requester_id) WHERE status = 'pending'")
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (1, "signing keys, agents, challenges", _m1_core),
     (2, "grants, grant events, delegations", _m2_grants),
@@ -400,6 +434,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[sqlite_utils.Database], None]]] = [
     (6, "OAuth one-time records, refresh tokens, device codes, consents; guest sessions; keys per algorithm", _m6_oauth),
     (7, "device codes remember the client address that asked", _m7_device_address),
     (8, "the passkey that started each session", _m8_session_credentials),
+    (9, "owners and approvers bound to person ids; pending grants per requester", _m9_bound_parties),
 ]
 
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
@@ -651,13 +686,23 @@ class SQLiteAgents:
         if conn.execute("SELECT 1 FROM agents WHERE key_id = ? AND agent_id != ?", (key_id, agent_id)).fetchone():
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
         if email.lower() in {e.lower() for e in reserved_emails}:
             raise Conflict("email")
         async with self._db.awrite() as conn:
+            row["owner_id"] = _person_id_of(conn, row["owner"])
+            row["approver_id"] = _person_id_of(conn, row["approver"])
+            if max_per_owner > 0:
+                owned = conn.execute(
+                    "SELECT count(*) FROM agents WHERE owner_id = ?" if row["owner_id"] else
+                    "SELECT count(*) FROM agents WHERE owner_id IS NULL AND owner = ?",
+                    (row["owner_id"] or row["owner"],),
+                ).fetchone()[0]
+                if owned >= max_per_owner:
+                    raise LimitReached("agents_per_person", max_per_owner)
             if conn.execute(
                 """SELECT 1 FROM agents WHERE email = :email OR owner = :email OR approver = :email
                    UNION ALL SELECT 1 FROM delegations WHERE delegator = :email
@@ -706,11 +751,16 @@ class SQLiteAgents:
                 return cast(Agent, dict(current))
             new_key = "public_key" in changes and changes["public_key"] != current["public_key"]
             sets = [f"{c} = :set_{c}" for c in cols]
+            values = {f"set_{c}": changes[c] for c in cols}
+            for party in ("owner", "approver"):  # a new e-mail is bound to its person now (D11)
+                if party in changes and changes[party] != current[party]:
+                    sets.append(f"{party}_id = :set_{party}_id")
+                    values[f"set_{party}_id"] = _person_id_of(conn, changes[party])
             if new_key:
                 sets.append("key_generation = key_generation + 1")  # tokens of the old key stop working (D11)
             row = conn.execute(
                 f"UPDATE agents SET {', '.join(sets)} WHERE agent_id = :agent_id RETURNING *",  # noqa: S608 - column names from a fixed set
-                {**{f"set_{c}": changes[c] for c in cols}, "agent_id": agent_id},
+                {**values, "agent_id": agent_id},
             ).fetchone()
         return cast(Agent, dict(row))
 
@@ -747,9 +797,10 @@ class SQLiteAgents:
                 conn.execute("UPDATE agents SET status = 'disabled', key_generation = key_generation + 1, updated_at = ? WHERE agent_id = ?", (now, agent_id))
         return cast(Agent, agent), [_grant(g) for g in revoked]
 
-    async def decidable_by(self, email: str) -> builtins.list[str]:
+    async def decidable_by(self, person_id: str) -> builtins.list[str]:
         rows = self._db.all(
-            "SELECT agent_id FROM agents WHERE owner = ? OR approver = ? ORDER BY created_at, agent_id", (email, email)
+            "SELECT agent_id FROM agents WHERE owner_id = ? OR approver_id = ? ORDER BY created_at, agent_id",
+            (person_id, person_id),
         )
         return [str(r["agent_id"]) for r in rows]
 
@@ -779,11 +830,13 @@ class SQLiteGrants:
     def __init__(self, db: _Database):
         self._db = db
 
-    async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         stored = {**row, "request": _json(row["request"])}
-        async with self._db.awrite() as conn:
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: one writer at a time, so the count holds
+            if bound is not None and bound.limit > 0 and row["status"] == "pending":
+                self._check_owner_bound(conn, str(row["requester_id"]), bound)
             try:
                 conn.execute(
                     f"INSERT INTO grants ({', '.join(GRANT_COLUMNS)}) VALUES ({', '.join(':' + c for c in GRANT_COLUMNS)})",  # noqa: S608 - fixed column list
@@ -794,6 +847,21 @@ class SQLiteGrants:
             for event in events:
                 _record_event(conn, event, row, int(row["created_at"]))
         return cast(Grant, row)
+
+    @staticmethod
+    def _check_owner_bound(conn: sqlite3.Connection, requester_id: str, bound: OwnerBound) -> None:
+        agent = conn.execute("SELECT owner_id, owner FROM agents WHERE agent_id = ?", (requester_id,)).fetchone()
+        if agent is None:
+            return  # a person's own request, or the management token's for someone not enrolled
+        live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS)
+        same_owner = "owner_id = :owner" if agent["owner_id"] else "owner_id IS NULL AND owner = :owner"
+        count = conn.execute(
+            f"""SELECT count(*) FROM grants WHERE status = 'pending' AND {live}
+                AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
+            {**params, "owner": agent["owner_id"] or agent["owner"]},
+        ).fetchone()[0]
+        if count >= bound.limit:
+            raise LimitReached("pending_per_owner", bound.limit)
 
     async def get(self, grant_id: str) -> Grant | None:
         row = self._db.one("SELECT * FROM grants WHERE id = ?", (grant_id,))
@@ -1038,17 +1106,39 @@ def _registration(row: Any) -> RegistrationUrl:
     return cast(RegistrationUrl, registration)
 
 
-def _insert_person(conn: sqlite3.Connection, person: Person) -> Person:
-    """In the caller's transaction: an e-mail is unique across persons and agents (D11)."""
+def _person_id_of(conn: sqlite3.Connection, email: Any) -> str | None:
+    """The person an owner/approver e-mail names now (D11), in the caller's transaction."""
+    if not email:
+        return None
+    found = conn.execute("SELECT person_id FROM people WHERE email = ?", (str(email).lower(),)).fetchone()
+    return str(found[0]) if found else None
+
+
+def _insert_person(conn: sqlite3.Connection, person: Person, *, unnamed: bool = False) -> Person:
+    """In the caller's transaction: an e-mail is unique across persons and agents (D11); agents that
+    name the e-mail without an id are bound to the new person, or with ``unnamed`` any naming
+    refuses the insert (``Conflict("named")``)."""
     row: dict[str, Any] = {c: person.get(c) for c in PERSON_COLUMNS}
     row["email"] = str(row["email"]).lower()
     row["admin"] = bool(row["admin"])
     if conn.execute("SELECT 1 FROM agents WHERE email = ?", (row["email"],)).fetchone():
         raise Conflict("email")
+    if unnamed and conn.execute(
+        """SELECT 1 FROM agents WHERE owner = :email OR approver = :email
+           UNION ALL SELECT 1 FROM delegations WHERE status = 'active' AND (delegator = :email OR delegate = :email)
+           LIMIT 1""",
+        {"email": row["email"]},
+    ).fetchone():
+        raise Conflict("named")
     try:
         _insert(conn, "people", PERSON_COLUMNS, row)
     except sqlite3.IntegrityError as exc:
         raise Conflict("email" if "people.email" in str(exc) else "id") from None
+    for party in ("owner", "approver"):
+        conn.execute(
+            f"UPDATE agents SET {party}_id = ? WHERE {party} = ? AND {party}_id IS NULL",  # noqa: S608 - fixed names
+            (row["person_id"], row["email"]),
+        )
     return cast(Person, row)
 
 
@@ -1067,9 +1157,9 @@ class SQLitePeople:
     def __init__(self, db: _Database):
         self._db = db
 
-    async def create(self, person: Person) -> Person:
+    async def create(self, person: Person, *, unnamed: bool = False) -> Person:
         async with self._db.awrite() as conn:
-            return _insert_person(conn, person)
+            return _insert_person(conn, person, unnamed=unnamed)
 
     async def get(self, ident: str) -> Person | None:
         row = self._db.one("SELECT * FROM people WHERE person_id = ? OR email = ?", (ident, ident.lower()))
@@ -1115,6 +1205,53 @@ class SQLitePeople:
             conn.execute("DELETE FROM refresh_tokens WHERE person_id = ?", (person_id,))
             conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
         return _person(row)
+
+    async def retire(
+        self, person_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
+    ) -> tuple[Person, builtins.list[Grant]] | None:
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS)
+        async with self._db.awrite() as conn:
+            found = conn.execute("SELECT * FROM people WHERE person_id = ?", (person_id,)).fetchone()
+            if found is None:
+                return None
+            person = _person(found)
+            email = person["email"]
+            revoked = [
+                dict(r)
+                for r in conn.execute(
+                    f"""UPDATE grants SET status = 'revoked', revoked_by = :by, revoked_at = :now,
+                           decision_reason = :reason, version = version + 1
+                        WHERE requester_id = :person_id AND status IN ('pending', 'approved') AND {live}
+                        RETURNING *""",  # noqa: S608 - generated from the Lapse over a column allow-list
+                    {**params, "by": by, "now": now, "reason": reason, "person_id": person_id},
+                ).fetchall()
+            ]
+            revoked.sort(key=lambda g: (g["created_at"], g["id"]))
+            for grant in revoked:
+                _record_event(conn, "grant.revoked", grant, now)
+            conn.execute(
+                """UPDATE delegations SET status = 'revoked', revoked_by = :by, revoked_at = :now
+                   WHERE status = 'active' AND (delegator = :email OR delegate = :email)""",
+                {"by": by, "now": now, "email": email},
+            )
+            conn.execute("UPDATE sessions SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL", (now, person_id))
+            conn.execute("UPDATE refresh_tokens SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL", (now, person_id))
+            for party in ("owner", "approver"):
+                conn.execute(
+                    f"UPDATE agents SET {party}_id = ? WHERE {party} = ? AND {party}_id IS NULL",  # noqa: S608 - fixed names
+                    (person_id, email),
+                )
+            if delete:
+                conn.execute("DELETE FROM people WHERE person_id = ?", (person_id,))
+                conn.execute("DELETE FROM passkey_credentials WHERE person_id = ?", (person_id,))
+                conn.execute("DELETE FROM sessions WHERE person_id = ?", (person_id,))
+                conn.execute("DELETE FROM webauthn_challenges WHERE person_id = ?", (person_id,))
+                conn.execute("DELETE FROM registration_urls WHERE email = ? AND used_at IS NULL", (email,))
+                conn.execute("DELETE FROM refresh_tokens WHERE person_id = ?", (person_id,))
+                conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
+            else:
+                conn.execute("UPDATE people SET status = 'disabled', updated_at = ? WHERE person_id = ?", (now, person_id))
+        return person, [_grant(g) for g in revoked]
 
 
 class SQLiteCredentials:

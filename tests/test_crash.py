@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 THREADS = 4
 KILL_AFTER = (0.6, 1.5, 2.7)  # seconds of load before each kill -9
 LIMITS_OFF = "\n[limits]\n" + "".join(
-    f"{k} = 0\n" for k in ("grants_per_agent", "pending_per_agent", "authenticate_per_agent", "authenticate_per_address",
+    f"{k} = 0\n" for k in ("grants_per_agent", "pending_per_agent", "pending_per_owner", "authenticate_per_agent", "authenticate_per_address",
                            "enroll_per_address", "verify_per_address", "failed_bearer_per_address")
 )
 

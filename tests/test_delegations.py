@@ -141,11 +141,14 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
 
 def test_owner_and_approver_may_decide_others_may_not() -> None:
     agent = {"agent_id": "agt_1", "email": "agent+x@example.com", "owner": "owner@example.com",
-             "approver": "approver@example.com"}
+             "approver": "approver@example.com", "owner_id": "usr_owner", "approver_id": "usr_approver"}
     admins = frozenset({"root@example.com", "admin@example.com"})
     cases = {
-        principals.person("owner@example.com", admins): True,
-        principals.person("approver@example.com", admins): True,
+        principals.Principal(principals.Kind.PERSON, "usr_owner", "owner@example.com"): True,
+        principals.Principal(principals.Kind.PERSON, "usr_approver", "approver@example.com"): True,
+        # D11 (issue 19): decided by the stable id; a later person with the owner's e-mail is nobody here
+        principals.Principal(principals.Kind.PERSON, "usr_recreated", "owner@example.com"): False,
+        principals.person("owner@example.com", admins): False,  # known by e-mail only: not the bound owner
         principals.person("root@example.com", admins): True,  # listed in admin.emails
         principals.person("stranger@example.com", admins): False,
         principals.agent("agt_1", "agent+x@example.com"): False,  # never its own approver

@@ -282,6 +282,7 @@ def test_defaults_are_documented():
         "verify_per_address": 6000, "streams_per_principal": 8, "streams_per_process": 1000,
         "passkey_per_address": 60, "device_code_per_address": 30, "token_per_address": 300, "sp_login_per_address": 60,
         "ipv6_prefix": 64, "streams_per_owner": 32,
+        "agents_per_person": 100, "pending_per_owner": 200,
     }
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "[limits]" in readme

@@ -37,7 +37,7 @@ from grants_support import grant_body
 EXAMPLES_PER_ROUTE = 40
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 LIMITS_OFF = ["authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-              "grants_per_agent", "pending_per_agent", "verify_per_address", "device_code_per_address",
+              "grants_per_agent", "pending_per_agent", "pending_per_owner", "agents_per_person", "verify_per_address", "device_code_per_address",
               "sp_login_per_address"]
 LOGGERS = ["grantd", "grantd.access", "sanic.root", "sanic.error", "sanic.server", "sanic.websockets", "asyncio", ""]
 

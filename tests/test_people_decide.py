@@ -88,20 +88,21 @@ def test_a_persons_agent_is_always_their_own(srv: InProcessServer) -> None:
         assert r.status_code == 201 and r.json()["owner"] == person["email"]
 
 
-def test_a_person_may_name_another_registered_person_as_approver(srv: InProcessServer) -> None:
-    _, http = signed_in_person(srv)
+def test_a_person_names_only_themselves_as_approver(srv: InProcessServer) -> None:
+    """D11 (issue 19, item 11): a plain person may not make anyone else (the first administrator
+    included) the approver of their agents, so they cannot flood another person with requests."""
+    me, http = signed_in_person(srv)
     approver = create_person(srv)
     owner_of_bots = create_person(srv)
     bot, _ = enrol_agent(srv, owner=owner_of_bots["email"])
     with http:
-        r = enrol_as(http, name=f"appr-{approver['person_id'][-6:]}", approver=approver["email"])
-        assert r.status_code == 201 and r.json()["approver"] == approver["email"]
-        for who in ("nobody-registered@example.com", bot["email"], "admin@example.com"):
+        for who in (approver["email"], "nobody-registered@example.com", bot["email"], "admin@example.com"):
             r = enrol_as(http, name="refused", approver=who)
-            if who == "admin@example.com":  # the management identity counts as a person (D11)
-                assert r.status_code == 201, r.text
-                continue
-            assert r.status_code == 400 and problem(r)["field"] == "approver", r.text
+            assert r.status_code == 403 and "approver" in problem(r)["detail"], r.text
+        r = enrol_as(http, name=f"mine-{approver['person_id'][-6:]}", approver=me["email"].upper())
+        assert r.status_code == 201 and r.json()["approver"] == me["email"]
+        r = enrol_as(http, name=f"default-{approver['person_id'][-6:]}")
+        assert r.status_code == 201 and r.json()["approver"] == me["email"]
 
 
 def test_bad_enrolment_fields_from_a_person_are_400_naming_the_field(srv: InProcessServer) -> None:

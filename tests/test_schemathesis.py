@@ -47,7 +47,7 @@ EXAMPLES = {"management": (8, 4, 8), "agent": (5, 3, 5), "person": (4, 2, 4)}
 MIN_SUCCEEDED = {"management": 25, "agent": 10, "person": 8}  # lower bounds, well below what a run reaches
 STREAMING = {"grants.events"}
 LIMITS_OFF = ["authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-              "grants_per_agent", "pending_per_agent", "verify_per_address", "challenge_per_agent",
+              "grants_per_agent", "pending_per_agent", "pending_per_owner", "agents_per_person", "verify_per_address", "challenge_per_agent",
               "challenge_per_address", "token_per_address"]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           response_headers_conformance]

@@ -431,7 +431,7 @@ def cmd_users_delete(args: argparse.Namespace) -> int:
     async def work(services: Any) -> dict[str, Any]:
         person = await people.delete_person(services, None, args.email)
         return {"json": {"deleted": True, "user": people.person_view(person, services.admin_emails)},
-                "text": f"deleted {person['email']} (their passkeys and sessions too)"}
+                "text": f"deleted {person['email']} (their passkeys and sessions too; their grants and delegations revoked)"}
 
     return _users(args, work)
 

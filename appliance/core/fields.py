@@ -14,6 +14,14 @@ MAX_DEPTH = 32  # arrays and objects nested deeper than this in a request body a
 
 EMAIL_RE = re.compile(r"[^@\s]+@[^@\s]+")  # always used with fullmatch: the whole value
 
+
+def is_email(value: str) -> bool:
+    """The one rule for what grantd takes as an e-mail identifier (people, agents, owners, approvers,
+    delegators, delegates, federated sign-ins): ``local@domain`` without white space, and no trailing
+    dot on the domain (issue 19: ``alice@example.com.`` names the same mailbox in DNS terms but is
+    another string, so it could pose as a second identity of alice)."""
+    return bool(EMAIL_RE.fullmatch(value)) and not value.endswith(".")
+
 # D12: identifiers refuse control (Cc) and format (Cf) characters; so does free text, except tab
 # and newline. Lone surrogates (Cs) and the Unicode line/paragraph separators (Zl, Zp) go with them:
 # none has a place in a name, and all of them can forge or hide text where the value is shown.
@@ -146,8 +154,8 @@ def email_field(body: dict[str, Any], name: str, *, required: bool = True) -> st
     if value is None:
         return None
     value = value.strip().lower()
-    if not EMAIL_RE.fullmatch(value):
-        raise field_error(name, f"{name} must be an e-mail address")
+    if not is_email(value):
+        raise field_error(name, f"{name} must be an e-mail address (without a trailing dot)")
     return value
 
 

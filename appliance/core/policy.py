@@ -43,19 +43,39 @@ def require_admin(principal: Principal | None) -> Principal:
 # -- deciding -----------------------------------------------------------------------------------
 
 
-def person_may_decide(email: str, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]) -> bool:
-    """A person (by e-mail) may decide an agent's grants: an administrator, or the agent's owner or
-    approver. Used for a person acting now and for a delegator whose delegation is used."""
+def is_party(person_id: str | None, agent: Mapping[str, Any] | None) -> bool:
+    """Is the person with this id the agent's owner or approver? By the stable id only (D11): the
+    e-mail an agent names is never enough, so a person created later with a deleted owner's e-mail
+    inherits nothing. An owner/approver bound to no person (None) is nobody's."""
+    if person_id is None or agent is None:
+        return False
+    return person_id in (agent.get("owner_id"), agent.get("approver_id"))
+
+
+def person_may_decide(
+    person_id: str | None, email: str, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
+) -> bool:
+    """A person may decide an agent's grants: an administrator (by ``admin_emails``), or the agent's
+    owner or approver by id. Used for a person acting now and for a delegator whose delegation is used.
+
+    ``person_id`` None is a delegator the management token named who has no person record: it
+    stands for the agent's owner/approver only where that party is the same e-mail and is bound to
+    no person either (an address nobody has registered yet; once someone registers it, the agent is
+    bound to them and only they, by id, decide)."""
     if email in admin_emails:
         return True
-    return agent is not None and email in (agent["owner"], agent["approver"])
+    if person_id is None:
+        return agent is not None and any(
+            agent.get(party + "_id") is None and agent.get(party) == email for party in ("owner", "approver")
+        )
+    return is_party(person_id, agent)
 
 
 def may_decide(principal: Principal, agent: Mapping[str, Any] | None, admin_emails: frozenset[str]) -> bool:
     """Approve or deny a grant the agent requested. Never an agent (D11)."""
     if not principal.is_person:
         return False
-    return principal.admin or person_may_decide(principal.email, agent, admin_emails)
+    return principal.admin or person_may_decide(principal.id, principal.email, agent, admin_emails)
 
 
 def may_see_grant(
@@ -131,10 +151,12 @@ def enrolment_owner(principal: Principal, owner: str | None) -> str:
     return principal.email
 
 
-def may_name_approver(principal: Principal, approver: str, approver_is_person: bool) -> bool:
-    """A person may make another registered person the approver of their agent (never an agent, an
-    unknown address or the management identity); administrators name anyone."""
-    return principal.admin or approver == principal.email or approver_is_person
+def may_name_approver(principal: Principal, approver: str) -> bool:
+    """D11 (issue 19): a plain person names only themselves as the approver of their agent (or
+    leaves it out: then it is themselves, and an administrator may change it); administrators name
+    anyone. Naming another person would let anyone flood that person (the first administrator
+    included) with approval requests."""
+    return principal.admin or approver == principal.email
 
 
 def may_enrol_as(principal: Principal, agent_email: str) -> bool:

@@ -19,8 +19,9 @@ from grantd.core.fields import (
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal
 from grantd.services.context import Services
+from grantd.services.limits import PENDING_RETRY_AFTER, too_many
 from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
-from grantd.store import Conflict
+from grantd.store import Conflict, LimitReached
 from grantd.store.records import Agent
 
 AGENT_STATUSES = ("active", "disabled")
@@ -43,15 +44,58 @@ def public_view(agent: Agent) -> dict[str, Any]:
     }
 
 
-def admin_view(agent: Agent) -> dict[str, Any]:
+def admin_view(agent: Agent, parties: dict[str, str]) -> dict[str, Any]:
+    """What administrators see; ``parties`` (from :func:`party_states`) gives ``owner_state``,
+    ``approver_state`` and ``ownerless`` (D11)."""
+    owner_state = parties[_party_key(agent, "owner")]
+    approver_state = parties[_party_key(agent, "approver")]
+    extra = {
+        "owner_state": owner_state,
+        "approver_state": approver_state,
+        # nobody but an administrator can decide its grants
+        "ownerless": not ({owner_state, approver_state} & DECIDING_STATES),
+    }
     return {
         **public_view(agent),
+        "owner_id": agent.get("owner_id"),
+        "approver_id": agent.get("approver_id"),
+        **extra,
         "publicKey": agent["public_key"],
         "key_fingerprint": agent["key_id"],
         "key_generation": agent["key_generation"],
         "created_at": agent["created_at"],
         "updated_at": agent["updated_at"],
     }
+
+
+# What an owner/approver e-mail stands for now (D11): a live person ("person"), a disabled one, a
+# deleted one (its id names nobody any more), an administrator by configuration without a person
+# record (admin.emails, the management identity), or an address that names nobody yet.
+DECIDING_STATES = frozenset({"person", "administrator"})
+
+
+def _party_key(agent: Agent, party: str) -> str:
+    return f"{agent.get(party + '_id') or ''}|{agent[party]}"  # type: ignore[literal-required]
+
+
+async def party_states(services: Services, agents: list[Agent]) -> dict[str, str]:
+    """``owner_state``/``approver_state`` of each agent's owner and approver, keyed by id and e-mail."""
+    states: dict[str, str] = {}
+    for agent in agents:
+        for party in ("owner", "approver"):
+            key = _party_key(agent, party)
+            if key in states:
+                continue
+            person_id = agent.get(party + "_id")  # type: ignore[misc]
+            email = agent[party]  # type: ignore[literal-required]
+            if person_id:
+                person = await services.store.people.get(str(person_id))
+                states[key] = "deleted" if person is None else "person" if person["status"] == "active" else "disabled"
+            elif email in services.admin_emails:
+                states[key] = "administrator"
+            else:
+                states[key] = "unregistered"
+    return states
 
 
 def _parse_key(body: dict[str, Any]) -> tuple[str, str]:
@@ -88,15 +132,13 @@ def default_agent_email(person_email: str, name: str) -> str:
     return f"{policy.AGENT_EMAIL_PREFIX}{slug}@{person_email.rpartition('@')[2]}"
 
 
-async def _enrolment_parties(services: Services, principal: Principal, body: dict[str, Any]) -> tuple[str, str]:
+def _enrolment_parties(principal: Principal, body: dict[str, Any]) -> tuple[str, str]:
     """(owner, approver) of a new agent, by grantd.core.policy: administrators name anyone; a person's
-    agent is their own, approved by them or by another registered person."""
+    agent is their own, approved by them (D11, issue 19)."""
     owner = policy.enrolment_owner(principal, email_field(body, "owner", required=False))
     approver = email_field(body, "approver", required=False) or principal.email
-    if not principal.admin and approver != principal.email:
-        is_person = approver in services.admin_emails or await services.store.people.get(approver) is not None
-        if not policy.may_name_approver(principal, approver, is_person):
-            raise field_error("approver", "the approver must be a registered person (or you)")
+    if not policy.may_name_approver(principal, approver):
+        raise forbidden("a person names only themselves as the approver of their agents; an administrator may name another")
     return owner, approver
 
 
@@ -112,7 +154,7 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
     if not policy.may_enrol_as(principal, email):
         raise forbidden(f"a person's agents have e-mails {policy.AGENT_EMAIL_PREFIX}NAME@{principal.email.rpartition('@')[2]}")
     normalized, key_id = _parse_key(body)
-    owner, approver = await _enrolment_parties(services, principal, body)
+    owner, approver = _enrolment_parties(principal, body)
     now = services.clock.now_ms()
     agent: Agent = {
         "agent_id": new_agent_id(),
@@ -126,11 +168,18 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
         "status": "active",
         "created_at": now,
         "updated_at": now,
+        "owner_id": None,  # bound by the store (D11)
+        "approver_id": None,
     }
+    bound = services.config.limits.agents_per_person
     try:
-        return await services.store.agents.create(agent, services.admin_emails)
+        return await services.store.agents.create(agent, services.admin_emails, max_per_owner=bound)
     except Conflict as exc:
         raise _conflict(exc) from None
+    except LimitReached:
+        services.limits.on_refused("agents.owner")
+        raise too_many(f"{owner} already owns {bound} agents (limits.agents_per_person): delete some first",
+                       PENDING_RETRY_AFTER) from None
 
 
 async def find_agent(services: Services, ident: str) -> Agent:
@@ -241,9 +290,15 @@ async def delete(services: Services, principal: Principal, ident: str) -> Agent:
     return await _retire(services, principal, agent, delete=True, reason="agent deleted")
 
 
+async def described(services: Services, agent: Agent) -> dict[str, Any]:
+    """One agent as administrators see it, with the state of its owner and approver (D11)."""
+    return admin_view(agent, await party_states(services, [agent]))
+
+
 async def list_agents(services: Services, args: Any) -> dict[str, Any]:
     rows, has_more = await services.store.agents.list(page_request(args))
-    return page(rows, has_more, admin_view, id_key="agent_id")
+    states = await party_states(services, rows)
+    return page(rows, has_more, lambda a: admin_view(a, states), id_key="agent_id")
 
 
 

@@ -28,7 +28,7 @@ from grantd.core.fields import (
     seconds_field,
 )
 from grantd.core.lifecycle import GRANT_TYPES
-from grantd.core.paging import MAX_LIMIT, Cursor, PageRequest, page, page_request
+from grantd.core.paging import page, page_request
 from grantd.core.principals import Principal, person_is_admin
 from grantd.services.context import Services
 from grantd.store import Conflict
@@ -88,31 +88,19 @@ def _expires_at(body: dict[str, Any], now: int, max_seconds: int) -> int | None:
 
 async def _delegator_may_decide(services: Services, delegator: str, delegate: str) -> bool:
     """Whether the delegator may decide the delegate's grants now: a registered person must be active
-    (their admin flag counts like admin.emails); an owner known only by e-mail follows the e-mail rules."""
+    (their admin flag counts like admin.emails) and is the delegate's owner or approver by id (D11);
+    a delegator without a person record decides only as an administrator by configuration
+    (admin.emails, the management identity)."""
     admins = services.admin_emails
+    person_id = None
     person = await services.store.people.get(delegator)
     if person is not None:
         if person["status"] != "active":
             return False
+        person_id = person["person_id"]
         if person_is_admin(person, admins):
             admins = admins | {person["email"]}
-    return policy.person_may_decide(delegator, await services.store.agents.get(delegate), admins)
-
-
-async def end_delegations_of(services: Services, delegator: str, by: str) -> int:
-    """Revoke every active delegation a person made (the person was deleted)."""
-    ended = 0
-    now = services.clock.now_ms()
-    after: Cursor | None = None
-    while True:
-        rows, has_more = await services.store.delegations.list(party=delegator, page=PageRequest(MAX_LIMIT, after))
-        for delegation in rows:
-            if delegation["delegator"] == delegator and delegation["status"] == "active":
-                if await services.store.delegations.revoke(delegation["id"], by, now) is not None:
-                    ended += 1
-        if not has_more or not rows:
-            return ended
-        after = Cursor(rows[-1]["created_at"], rows[-1]["id"])
+    return policy.person_may_decide(person_id, delegator, await services.store.agents.get(delegate), admins)
 
 
 async def create(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from grantd.core.errors import Problem
-from grantd.core.fields import check_identifier
+from grantd.core.fields import check_identifier, is_email
 from grantd.hookspecs import FederatedIdentity, FederationError
 from grantd.logs import LOGGER
 from grantd.services import people
@@ -38,7 +38,7 @@ async def person_for(services: Services, entry: FederationProvider, identity: Fe
     if identity.email_verified is not True:
         raise FederationError(f"{entry.name} has not verified the e-mail address {email}.", 403)
     local, _, domain = email.rpartition("@")
-    if not local or not domain or len(email) > 254 or not email.isprintable():
+    if not local or not domain or len(email) > 254 or not email.isprintable() or not is_email(email):
         raise FederationError(f"{entry.name} sent an e-mail address grantd cannot use.", 403)
     allowed = tuple(getattr(entry.provider, "allowed_domains", ()) or ())
     if allowed and domain not in allowed:
@@ -53,7 +53,15 @@ async def person_for(services: Services, entry: FederationProvider, identity: Fe
         if email in services.admin_emails:
             raise FederationError(f"There is no account for {email} here yet, and an administrator's account is "
                                   f"never created by a sign-in. Ask an administrator to add it.", 403)
-        person = await people.create_person(services, email, name=display_name(identity.name))
+        try:
+            # D11: never a person whose e-mail still names an owner, approver or delegation party
+            # (a deleted person's, or one an administrator has not created yet)
+            person = await people.create_person(services, email, name=display_name(identity.name), unnamed=True)
+        except Problem as exc:
+            if not exc.extra.get("named"):
+                raise
+            raise FederationError(f"There is no account for {email} here, and this address is still named on "
+                                  f"agents or delegations. Ask an administrator to add you.", 403) from exc
         log.info("federated sign-in through %s created person %s", entry.id, person["person_id"])
     if person.get("status", "active") != "active":
         raise FederationError("This account is disabled. Ask an administrator.", 403)

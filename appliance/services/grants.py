@@ -33,7 +33,9 @@ from grantd.core.paging import page, page_request
 from grantd.core.principals import Principal
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
+from grantd.services.limits import PENDING_RETRY_AFTER, too_many
 from grantd.services.tokens import TokenError
+from grantd.store import LimitReached, OwnerBound
 from grantd.store.records import Agent, Grant
 
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
@@ -312,7 +314,13 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         grant["delegation_id"] = delegation["id"]
         grant["decision_reason"] = f"delegation {delegation['id']}"
         events.append("grant.approved")
-    stored = await services.store.grants.create(grant, events)
+    bound = OwnerBound(services.config.limits.pending_per_owner, reader.lapse)
+    try:
+        stored = await services.store.grants.create(grant, events, bound=bound)
+    except LimitReached:
+        services.limits.on_refused("pending.owner")
+        raise too_many(f"too many pending grants across this agent's owner's agents (at most {bound.limit}): "
+                       "wait for decisions or withdraw some", PENDING_RETRY_AFTER) from None
     services.events.changed()
     answer = reader.view(stored)
     if delegation is not None:
@@ -339,7 +347,7 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
         if principal.is_agent and requester != principal.email:
             raise forbidden("an agent may list only its own grants")
     request = page_request(args)
-    decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.email))
+    decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable)
     reader = Reader(services)
     rows, has_more = await services.store.grants.list(

@@ -3,8 +3,12 @@
 - A person is created by an administrator (the admin API, ``grantd users add``) or at first start
   for the development config's first admin; their e-mail is unique across persons and agents, and
   may not be the management identity (D11).
-- Deleting a person ends their sessions and passkeys and their unused registration URLs, in one
-  store call; disabling one ends their sessions at once.
+- Disabling or deleting a person (D11, issue 19) is one store call (``store.people.retire``): the
+  grants they requested are revoked, their sessions, refresh families (and so their access tokens)
+  and every delegation they made or that names them end; deleting also removes their passkeys and
+  unused registration URLs. Their event streams in this process end at once (other processes' at
+  their next credential check). Agents they own or approve stay bound to their id: a person created
+  later with the e-mail inherits nothing, and those agents wait for an administrator.
 - A registration URL is ``{issuer}/register?token=T``: T is 32 random bytes (base64url), the store
   keeps only its SHA-256 (hex); it is single use and expires (``people.registration_ttl``, 24 h by
   default). ``register`` URLs are for an account's first passkey (the store refuses one for an
@@ -26,7 +30,6 @@ from grantd.core.fields import check_identifier, email_field, field_error, ident
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Principal, person_is_admin
 from grantd.services.context import Services
-from grantd.services.delegations import end_delegations_of
 from grantd.store import Conflict
 from grantd.store.records import PasskeyCredential, Person, RegistrationUrl, Session
 
@@ -134,9 +137,10 @@ def check_new_email(services: Services, email: str) -> None:
 
 
 async def create_person(
-    services: Services, email: str, *, name: str | None = None, admin: bool = False
+    services: Services, email: str, *, name: str | None = None, admin: bool = False, unnamed: bool = False
 ) -> Person:
-    """A new person (409 if a person or an agent has the e-mail, D11)."""
+    """A new person (409 if a person or an agent has the e-mail, D11). ``unnamed`` (federation):
+    refused too while an agent or a live delegation names the e-mail (``Conflict("named")``)."""
     check_new_email(services, email)
     now = services.clock.now_ms()
     person: Person = {
@@ -149,8 +153,11 @@ async def create_person(
         "updated_at": now,
     }
     try:
-        return await services.store.people.create(person)
-    except Conflict:
+        return await services.store.people.create(person, unnamed=unnamed)
+    except Conflict as exc:
+        if exc.field == "named":
+            raise Problem(409, "this e-mail still names an agent's owner or approver or a delegation's party; "
+                          "an administrator must create this person", extra={"field": "email", "named": True}) from None
         raise _email_conflict() from None
 
 
@@ -206,12 +213,23 @@ async def delete_person(services: Services, principal: Principal | None, ident: 
     person = await get_person(services, ident)
     if principal is not None and principal.id == person["person_id"]:
         raise bad_request("you cannot delete yourself; another administrator can")
-    deleted = await services.store.people.delete(person["person_id"], services.clock.now_ms())
+    deleted = await retire(services, principal.email if principal else "grantd users delete", person,
+                           delete=True, reason="person deleted")
     if deleted is None:
         raise not_found("user not found")
-    # A deleted person's delegations end with them (their e-mail may still name an agent's owner).
-    await end_delegations_of(services, deleted["email"], principal.email if principal else "grantd users delete")
     return deleted
+
+
+async def retire(services: Services, by: str, person: Person, *, delete: bool, reason: str) -> Person | None:
+    """D11: a person disabled or deleted loses everything they could still use (one store call),
+    then their event streams end. None if the person is gone."""
+    retired = await services.store.people.retire(
+        person["person_id"], delete=delete, by=by, reason=reason, now=services.clock.now_ms(),
+        lapse=services.grant_lapse(),
+    )
+    services.events.changed()
+    services.events.end_streams_of(person["person_id"])
+    return retired[0] if retired is not None else None
 
 
 async def update_person(services: Services, principal: Principal, ident: str, body: dict[str, Any]) -> Person:
@@ -242,11 +260,16 @@ async def update_person(services: Services, principal: Principal, ident: str, bo
         return person
     now = services.clock.now_ms()
     changes["updated_at"] = now
+    disabling = changes.get("status") == "disabled"
+    if disabling:
+        changes.pop("status")  # disabling is retire (D11): the status changes with everything it ends
     updated = await services.store.people.update(person["person_id"], changes)
     if updated is None:
         raise not_found("user not found")
-    if updated["status"] == "disabled":
-        await services.store.sessions.revoke_person(updated["person_id"], now)
+    if disabling:
+        if await retire(services, principal.email, updated, delete=False, reason="person disabled") is None:
+            raise not_found("user not found")
+        updated["status"] = "disabled"
     return updated
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
@@ -65,6 +66,26 @@ class Conflict(StoreError):
     def __init__(self, field: str):
         self.field = field
         super().__init__(f"duplicate {field}")
+
+
+class LimitReached(StoreError):
+    """A count bound was reached inside the transaction (``agents_per_person``,
+    ``pending_per_owner``): nothing was written."""
+
+    def __init__(self, limit: str, bound: int):
+        self.limit = limit
+        self.bound = bound
+        super().__init__(f"{limit} reached ({bound})")
+
+
+@dataclass(frozen=True)
+class OwnerBound:
+    """D11: at most ``limit`` pending grants (not lapsed under ``lapse``) across the agents of one
+    owner (the owner of the requesting agent: the same ``owner_id``, or for an owner bound to no
+    person the same ``owner`` e-mail). ``limit`` 0 turns it off."""
+
+    limit: int
+    lapse: Lapse
 
 
 @runtime_checkable
@@ -99,13 +120,17 @@ class KeyStore(Protocol):
 class AgentStore(Protocol):
     """Agents: ``Agent`` records. E-mails are unique across agents and persons (D11)."""
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
         """Insert. Raise ``Conflict("email")`` if the e-mail is another agent's, is in
         ``reserved_emails`` (administrators, the management identity), is a person's
         (``store.people``) or is used as a person's (any agent's owner or approver, any
         delegation's delegator); ``Conflict("publicKey")`` for a
         key already enrolled; ``Conflict("owner")``/``Conflict("approver")`` if that e-mail is an
-        agent's. All checked in the transaction of the insert."""
+        agent's. ``owner_id``/``approver_id`` are set here (the caller's values are ignored): the
+        ``person_id`` of the person with that e-mail, else None (D11). With ``max_per_owner`` > 0,
+        ``LimitReached("agents_per_person")`` if the owner (by ``owner_id``, or by ``owner`` e-mail
+        when it names no person) already has that many agents. All checked in the transaction of
+        the insert, so concurrent enrolments in any process cannot pass the bound together."""
 
     async def get(self, ident: str) -> Agent | None:
         """By ``agent_id`` or (lowercased) e-mail."""
@@ -134,8 +159,9 @@ class AgentStore(Protocol):
         old ``requester_id``. Returns the agent as it was before and the revoked grants; None if
         the agent does not exist (or is already disabled and ``delete`` is false: nothing to do)."""
 
-    async def decidable_by(self, email: str) -> builtins.list[str]:
-        """Ids of the agents whose owner or approver is ``email``."""
+    async def decidable_by(self, person_id: str) -> builtins.list[str]:
+        """Ids of the agents whose ``owner_id`` or ``approver_id`` is ``person_id`` (D11: bound by id,
+        never by the e-mail)."""
 
 
 @runtime_checkable
@@ -152,9 +178,12 @@ class ChallengeStore(Protocol):
 class GrantStore(Protocol):
     """Grants (``Grant``; ``status`` is the stored one — readers apply ``Lapse``) and their events."""
 
-    async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
-        in the same transaction."""
+        in the same transaction. With ``bound``, a ``pending`` grant whose requester is an agent is
+        refused with ``LimitReached("pending_per_owner")`` when that agent's owner already has
+        ``bound.limit`` pending grants across their agents; counted in the insert's transaction
+        (serialised per owner), so concurrent requests in any process cannot pass it together."""
 
     async def get(self, grant_id: str) -> Grant | None: ...
 
@@ -294,5 +323,5 @@ class Store(Protocol):
 
 __all__ = [
     "AgentStore", "ChallengeStore", "Conflict", "ConsentStore", "CredentialStore", "DelegationStore", "DeviceCodeStore",
-    "GrantStore", "KeyStore", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
+    "GrantStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
 ]

@@ -9,15 +9,23 @@ from __future__ import annotations
 import builtins
 from typing import Any, Protocol, runtime_checkable
 
+from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
-from grantd.store.records import PasskeyCredential, Person, RegistrationUrl, Session, WebAuthnChallenge
+from grantd.store.records import Grant, PasskeyCredential, Person, RegistrationUrl, Session, WebAuthnChallenge
 
 
 @runtime_checkable
 class PersonStore(Protocol):
-    async def create(self, person: Person) -> Person:
+    async def create(self, person: Person, *, unnamed: bool = False) -> Person:
         """Insert (the e-mail lowercased). ``Conflict("email")`` if a person or an agent has the e-mail
-        (D11), ``Conflict("id")`` if the ``person_id`` exists; checked in the transaction of the insert."""
+        (D11), ``Conflict("id")`` if the ``person_id`` exists; checked in the transaction of the insert.
+
+        D11, in the same transaction: agents whose owner/approver e-mail is this one and is bound to
+        no person yet (``owner_id``/``approver_id`` None) become bound to the new person; ids already
+        bound (to a deleted person) stay as they are, so a person re-created with an e-mail inherits
+        nothing. With ``unnamed`` (federation's ``create_unknown``) ``Conflict("named")`` instead if
+        any agent names the e-mail as owner or approver or an active delegation as delegator or
+        delegate. Every backend binds the same way when ``registrations.complete`` creates a person."""
 
     async def get(self, ident: str) -> Person | None:
         """By ``person_id`` or (lowercased) e-mail."""
@@ -33,6 +41,19 @@ class PersonStore(Protocol):
         """Delete the person and, in the same transaction, their passkeys, sessions and WebAuthn
         challenges, and the unused registration URLs for their e-mail (used ones stay as history).
         Returns the person as it was; None if unknown."""
+
+    async def retire(
+        self, person_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
+    ) -> tuple[Person, builtins.list[Grant]] | None:
+        """D11, a person disabled or deleted, in one transaction: revoke the grants they requested
+        (``requester_id`` = their ``person_id``) that are pending or approved and have not lapsed
+        (``status = 'revoked'``, ``revoked_by = by``, ``revoked_at = now``, ``decision_reason =
+        reason``, one ``grant.revoked`` event each); revoke every active delegation whose delegator
+        or delegate is their e-mail (``revoked_by = by``); revoke their live sessions and refresh
+        tokens (``revoked_at = now``); bind agents that still name their e-mail without an id to
+        their ``person_id`` (so that nobody created later with it inherits them). Then either set
+        ``status = 'disabled'`` (``updated_at = now``) or, with ``delete``, do what ``delete`` does.
+        Returns the person as it was and the revoked grants; None if unknown."""
 
 
 @runtime_checkable

@@ -26,6 +26,12 @@ class Agent(TypedDict):
     status: str  # active | disabled
     created_at: int
     updated_at: int
+    # D11: the person_id the owner/approver e-mail was bound to (set by the store from the people
+    # table, in the transaction that names them or that creates that person); None while the
+    # e-mail names no person (the management identity, an administrator of admin.emails, a person
+    # not yet created). A deleted person's id stays: nobody later created with the e-mail inherits it.
+    owner_id: str | None
+    approver_id: str | None
 
 
 class Grant(TypedDict):
@@ -188,7 +194,7 @@ REFRESH_TOKEN_COLUMNS = columns(RefreshToken)
 DEVICE_CODE_COLUMNS = columns(DeviceCode)
 CONSENT_COLUMNS = columns(Consent)
 # What the contract's update methods may change (agents.update, grants.update_if, people.update).
-AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")
+AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")  # ids: the store
 GRANT_CHANGEABLE = frozenset({
     "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
     "delegation_id", "revoked_by", "revoked_at", "reuse_key",

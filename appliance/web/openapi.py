@@ -65,6 +65,10 @@ def nullable(schema: Schema) -> Schema:
     return {**schema, "type": [*(kind if isinstance(kind, list) else [kind]), "null"]}
 
 
+PARTY_STATE: Schema = {"type": "string", "enum": ["person", "disabled", "deleted", "administrator", "unregistered"],
+                       "description": "what the owner/approver e-mail stands for now (D11)"}
+
+
 def array(items: Schema, **extra: Any) -> Schema:
     return {"type": "array", "items": items, **extra}
 
@@ -113,7 +117,14 @@ SCHEMAS: dict[str, Schema] = {
         "allOf": [
             ref("Agent"),
             obj({"publicKey": STRING, "key_fingerprint": STRING, "key_generation": INT, "created_at": MS,
-                 "updated_at": MS}, ("publicKey", "key_fingerprint", "key_generation", "created_at", "updated_at")),
+                 "updated_at": MS,
+                 "owner_id": nullable({"type": "string", "description": "the person_id the owner is bound to (D11)"}),
+                 "approver_id": nullable({"type": "string", "description": "the person_id the approver is bound to"}),
+                 "owner_state": PARTY_STATE, "approver_state": PARTY_STATE,
+                 "ownerless": {"type": "boolean",
+                               "description": "neither owner nor approver can decide: its grants wait for an administrator"}},
+                ("publicKey", "key_fingerprint", "key_generation", "created_at", "updated_at", "owner_id", "approver_id",
+                 "owner_state", "approver_state", "ownerless")),
         ]
     },
     "Enrolment": obj(

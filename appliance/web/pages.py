@@ -371,7 +371,7 @@ async def inbox(services: Services, viewer: Viewer) -> dict[str, Any]:
     """The grants waiting for this person's decision (those of the agents they own or approve;
     all of them for an administrator), and the latest decided ones they could see."""
     principal = viewer.principal
-    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.email))
+    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable).requester_ids  # the rule the API's list uses
     reader = grants.Reader(services)
     pending: list[Any] = []
@@ -474,7 +474,8 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     first = PageRequest(LIST_LIMIT, None)
     search = (request.args.get("q") or "").strip()[:200] or None
     persons, more_people = await store.people.list(first, search)
-    agents, more_agents = await store.agents.list(first)
+    agent_rows, more_agents = await store.agents.list(first)
+    states = await agents.party_states(services, agent_rows)  # D11: ownerless agents wait for an administrator
     registrations, more_registrations = await store.registrations.list(first)
     sessions, more_sessions = await store.sessions.list(first, None, now)
     emails: dict[str, str | None] = {p["person_id"]: p["email"] for p in persons}
@@ -486,7 +487,7 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     return render(
         "admin.html", viewer=viewer, title="Administration", search=search or "",
         people=[people.person_view(p, services.admin_emails) for p in persons], more_people=more_people,
-        agents=agents, more_agents=more_agents,
+        agents=[agents.admin_view(a, states) for a in agent_rows], more_agents=more_agents,
         registrations=[people.registration_view(r, now) for r in registrations], more_registrations=more_registrations,
         sessions=[{**people.session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
                    "current": s["session_id"] == current} for s in sessions],

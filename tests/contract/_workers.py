@@ -136,3 +136,50 @@ def decide_device(path: str, start_at: float, user_code: str, tag: str, now: int
         return [d["person_id"] if d is not None else None for d in decided]
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def request_bounded(path: str, start_at: float, tag: str, now: int, limit: int) -> list[str]:
+    """TAKERS pending grants of agt_a and agt_b (one owner) at once under ``pending_per_owner`` =
+    ``limit``: each result is "created" or the limit that refused it."""
+    from grantd.store import LimitReached, OwnerBound
+
+    bound = OwnerBound(limit, grant_lapse(now, 3600))
+
+    async def one(store: SQLiteStore, i: int) -> str:
+        record = {"id": f"{tag}{i}", "type": "command", "requester": "a@agents.example.com",
+                  "requester_id": "agt_a" if i % 2 else "agt_b", "request": {"command": ["ls"]},
+                  "grant_type": "once", "status": "pending", "created_at": now, "decided_by": None,
+                  "decided_at": None, "expires_at": None, "used_at": None, "decision_reason": None,
+                  "delegation_id": None, "revoked_by": None, "revoked_at": None, "reuse_key": None, "version": 1}
+        try:
+            await store.grants.create(record, ["grant.created"], bound=bound)
+        except LimitReached as exc:
+            return exc.limit
+        return "created"
+
+    async def work(store: SQLiteStore) -> list[str]:
+        return list(await asyncio.gather(*(one(store, i) for i in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def enrol_bounded(path: str, start_at: float, tag: str, now: int, limit: int) -> list[str]:
+    """TAKERS agents of olivia at once under ``agents_per_person`` = ``limit``."""
+    from grantd.store import LimitReached
+
+    async def one(store: SQLiteStore, i: int) -> str:
+        name = f"{tag}{i}"
+        record = {"agent_id": f"agt_{name}", "email": f"{name}@agents.example.com", "name": name,
+                  "public_key": f"ssh-ed25519 K{name}", "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
+                  "key_generation": 1, "owner": "olivia@example.com", "approver": "olivia@example.com",
+                  "status": "active", "created_at": now, "updated_at": now, "owner_id": None, "approver_id": None}
+        try:
+            await store.agents.create(record, frozenset(), max_per_owner=limit)
+        except LimitReached as exc:
+            return exc.limit
+        return "created"
+
+    async def work(store: SQLiteStore) -> list[str]:
+        return list(await asyncio.gather(*(one(store, i) for i in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]

@@ -68,6 +68,7 @@ def agent(name: str, *, created_at: int = NOW, owner: str = "owner@example.com",
         "public_key": f"ssh-ed25519 KEY{name}", "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
         "key_generation": 1, "owner": owner, "approver": approver or owner, "status": "active",
         "created_at": created_at, "updated_at": created_at,
+        "owner_id": None, "approver_id": None,  # the store binds them to persons (D11)
     }
     record.update(changes)  # type: ignore[typeddict-item]
     return record

@@ -6,7 +6,7 @@ import pytest
 
 from grantd.store import Conflict
 
-from .factories import HOUR, NOW, agent, delegation, first_page, grant, lapse, walk
+from .factories import HOUR, NOW, agent, delegation, first_page, grant, lapse, person, walk
 
 pytestmark = pytest.mark.anyio
 
@@ -159,9 +159,13 @@ async def test_retire_twice_and_unknown(store):
 
 
 async def test_decidable_by(store):
+    """By the person's id (D11), never by the e-mail."""
+    await store.people.create(person("amir"))
+    await store.people.create(person("olivia"))
     await store.agents.create(agent("a", owner="olivia@example.com", approver="amir@example.com"), ADMINS)
     await store.agents.create(agent("b", owner="amir@example.com", created_at=NOW + 1), ADMINS)
     await store.agents.create(agent("c", owner="zoe@example.com"), ADMINS)
-    assert sorted(await store.agents.decidable_by("amir@example.com")) == ["agt_a", "agt_b"]
-    assert await store.agents.decidable_by("olivia@example.com") == ["agt_a"]
-    assert await store.agents.decidable_by("nobody@example.com") == []
+    assert sorted(await store.agents.decidable_by("usr_amir")) == ["agt_a", "agt_b"]
+    assert await store.agents.decidable_by("usr_olivia") == ["agt_a"]
+    assert await store.agents.decidable_by("amir@example.com") == []  # an e-mail is not an id
+    assert await store.agents.decidable_by("usr_nobody") == []

@@ -17,7 +17,18 @@ from grantd.core.paging import PageRequest
 
 from . import _workers
 from .conftest import postgres_server
-from .factories import HOUR, NOW, device_code, grant, refresh_token, registration, sha, token_hash
+from .factories import (
+    HOUR,
+    NOW,
+    agent,
+    device_code,
+    grant,
+    person,
+    refresh_token,
+    registration,
+    sha,
+    token_hash,
+)
 
 PROCESSES = 3
 pytestmark = pytest.mark.anyio
@@ -195,5 +206,28 @@ async def test_device_code_decided_once_across_processes(target, pool):
         assert stored["person_id"] == winners[0] and stored["decided_at"] == NOW + 1
         # the winner's choice is what is stored: even indexes approve, odd ones deny
         assert stored["status"] == ("approved" if int(winners[0].rsplit("_", 1)[1]) % 2 == 0 else "denied")
+    finally:
+        store.close()
+
+
+async def test_per_owner_bounds_hold_across_processes(target, pool):
+    """Issue 19 (D11): agents_per_person and pending_per_owner are decided in the database, so
+    processes racing for the last places together never pass them."""
+    path = target
+    store = _workers.open_store(path)
+    await store.migrate()
+    await store.people.create(person("olivia"))
+    try:
+        at = start_soon()
+        results = pool.starmap(_workers.enrol_bounded, [(path, at, f"p{i}_", NOW, 7) for i in range(PROCESSES)])
+        flat = [r for rs in results for r in rs]
+        assert flat.count("created") == 7 and flat.count("agents_per_person") == len(flat) - 7
+        assert len(await store.agents.decidable_by("usr_olivia")) == 7
+        for name in ("a", "b"):
+            await store.agents.create(agent(name, owner="olivia@example.com"), frozenset())
+        at = start_soon()
+        results = pool.starmap(_workers.request_bounded, [(path, at, f"g{i}_", NOW, 5) for i in range(PROCESSES)])
+        flat = [r for rs in results for r in rs]
+        assert flat.count("created") == 5 and flat.count("pending_per_owner") == len(flat) - 5
     finally:
         store.close()

@@ -31,7 +31,7 @@ from typing import Any
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
-from grantd.store import Conflict, StoreError
+from grantd.store import Conflict, LimitReached, OwnerBound, StoreError
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     GRANT_CHANGEABLE,
@@ -103,10 +103,29 @@ class _Data:
         if person["person_id"] in self.people:
             raise Conflict("id")
 
-    def insert_person(self, person: Person) -> Person:
+    def person_id_of(self, email: str | None) -> str | None:
+        """The person an owner/approver e-mail names now (D11); call it inside ``tx``."""
+        found = self.person_by_email(email) if email else None
+        return found["person_id"] if found else None
+
+    def bind(self, email: str, person_id: str) -> None:
+        """Agents naming ``email`` without an id are bound to ``person_id`` (D11); inside ``tx``."""
+        for agent in self.agents.values():
+            for party in ("owner", "approver"):
+                if agent[party] == email and agent[f"{party}_id"] is None:  # type: ignore[literal-required]
+                    agent[f"{party}_id"] = person_id  # type: ignore[literal-required]
+
+    def insert_person(self, person: Person, *, unnamed: bool = False) -> Person:
         row: Person = {**copy.deepcopy(person), "email": person["email"].lower(), "admin": bool(person["admin"])}
         self.check_person(row)
+        email = row["email"]
+        if unnamed and (
+            any(email in (a["owner"], a["approver"]) for a in self.agents.values())
+            or any(d["status"] == "active" and email in (d["delegator"], d["delegate"]) for d in self.delegations.values())
+        ):
+            raise Conflict("named")
         self.people[row["person_id"]] = row
+        self.bind(email, row["person_id"])
         return copy.deepcopy(row)
 
     def credentials_of(self, person_id: str) -> list[PasskeyCredential]:
@@ -177,11 +196,19 @@ class MemoryAgents:
         if any(a["key_id"] == key_id and a["agent_id"] != agent_id for a in self._d.agents.values()):
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str]) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
         row: Agent = {**copy.deepcopy(agent)}
         row["key_generation"] = row.get("key_generation") or 1
         email = row["email"]
         async with self._d.tx:
+            row["owner_id"] = self._d.person_id_of(row["owner"])
+            row["approver_id"] = self._d.person_id_of(row["approver"])
+            if max_per_owner > 0:
+                owned = [a for a in self._d.agents.values()
+                         if (a["owner_id"] == row["owner_id"] if row["owner_id"]
+                             else a["owner_id"] is None and a["owner"] == row["owner"])]
+                if len(owned) >= max_per_owner:
+                    raise LimitReached("agents_per_person", max_per_owner)
             if email.lower() in {e.lower() for e in reserved_emails}:
                 raise Conflict("email")
             if any(email in (a["email"], a["owner"], a["approver"]) for a in self._d.agents.values()):
@@ -217,6 +244,9 @@ class MemoryAgents:
                 self._check_key(changes["key_id"], agent_id)
             if "public_key" in changes and changes["public_key"] != agent["public_key"]:
                 agent["key_generation"] += 1
+            for party in ("owner", "approver"):  # a new e-mail is bound to its person now (D11)
+                if party in changes and changes[party] != agent[party]:  # type: ignore[literal-required]
+                    agent[f"{party}_id"] = self._d.person_id_of(changes[party])  # type: ignore[literal-required]
             for column in AGENT_CHANGEABLE:
                 if column in changes:
                     agent[column] = changes[column]  # type: ignore[literal-required]
@@ -248,9 +278,9 @@ class MemoryAgents:
                 agent.update({"status": "disabled", "key_generation": agent["key_generation"] + 1, "updated_at": now})
             return before, revoked
 
-    async def decidable_by(self, email: str) -> builtins.list[str]:
+    async def decidable_by(self, person_id: str) -> builtins.list[str]:
         agents = sorted(self._d.agents.values(), key=lambda a: (a["created_at"], a["agent_id"]))
-        return [a["agent_id"] for a in agents if email in (a["owner"], a["approver"])]
+        return [a["agent_id"] for a in agents if person_id in (a["owner_id"], a["approver_id"])]
 
 
 class MemoryChallenges:
@@ -275,15 +305,30 @@ class MemoryGrants:
     def __init__(self, data: _Data):
         self._d = data
 
-    async def create(self, grant: Grant, events: Sequence[str]) -> Grant:
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
         row: Grant = {**copy.deepcopy(grant), "version": 1}
         async with self._d.tx:
             if row["id"] in self._d.grants:
                 raise Conflict("id")
+            if bound is not None and bound.limit > 0 and row["status"] == "pending":
+                self._check_owner_bound(row["requester_id"], bound)
             self._d.grants[row["id"]] = row
             for event in events:
                 self._d.record(event, row, row["created_at"])
         return copy.deepcopy(row)
+
+    def _check_owner_bound(self, requester_id: str, bound: OwnerBound) -> None:
+        agent = self._d.agents.get(requester_id)
+        if agent is None:
+            return  # a person's own request, or the management token's for someone not enrolled
+        if agent["owner_id"]:
+            same = {a["agent_id"] for a in self._d.agents.values() if a["owner_id"] == agent["owner_id"]}
+        else:
+            same = {a["agent_id"] for a in self._d.agents.values() if a["owner_id"] is None and a["owner"] == agent["owner"]}
+        pending = sum(1 for g in self._d.grants.values()
+                      if g["requester_id"] in same and g["status"] == "pending" and not bound.lapse.lapsed(g))
+        if pending >= bound.limit:
+            raise LimitReached("pending_per_owner", bound.limit)
 
     async def get(self, grant_id: str) -> Grant | None:
         return copy.deepcopy(self._d.grants.get(grant_id))
@@ -412,9 +457,9 @@ class MemoryPeople:
     def __init__(self, data: _Data):
         self._d = data
 
-    async def create(self, person: Person) -> Person:
+    async def create(self, person: Person, *, unnamed: bool = False) -> Person:
         async with self._d.tx:
-            return self._d.insert_person(person)
+            return self._d.insert_person(person, unnamed=unnamed)
 
     async def get(self, ident: str) -> Person | None:
         return copy.deepcopy(self._d.people.get(ident) or self._d.person_by_email(ident))
@@ -450,6 +495,47 @@ class MemoryPeople:
             d.refresh_tokens = {k: t for k, t in d.refresh_tokens.items() if t["person_id"] != person_id}
             d.consents = {k: c for k, c in d.consents.items() if c["person_id"] != person_id}
             return person
+
+    async def retire(
+        self, person_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
+    ) -> tuple[Person, builtins.list[Grant]] | None:
+        async with self._d.tx:  # everything of the person in one critical section
+            d = self._d
+            person = d.people.get(person_id)
+            if person is None:
+                return None
+            before = copy.deepcopy(person)
+            email = person["email"]
+            revoked: list[Grant] = []
+            for grant in sorted(d.grants.values(), key=lambda g: (g["created_at"], g["id"])):
+                if (grant["requester_id"] == person_id and grant["status"] in ("pending", "approved")
+                        and not lapse.lapsed(grant)):
+                    grant.update({"status": "revoked", "revoked_by": by, "revoked_at": now,
+                                  "decision_reason": reason, "version": grant["version"] + 1})
+                    d.record("grant.revoked", grant, now)
+                    revoked.append(copy.deepcopy(grant))
+            for delegation in d.delegations.values():
+                if delegation["status"] == "active" and email in (delegation["delegator"], delegation["delegate"]):
+                    delegation.update({"status": "revoked", "revoked_by": by, "revoked_at": now})
+            for session in d.sessions.values():
+                if session["person_id"] == person_id and session["revoked_at"] is None:
+                    session["revoked_at"] = now
+            for token in d.refresh_tokens.values():
+                if token["person_id"] == person_id and token["revoked_at"] is None:
+                    token["revoked_at"] = now
+            d.bind(email, person_id)
+            if delete:
+                del d.people[person_id]
+                d.credentials = {k: c for k, c in d.credentials.items() if c["person_id"] != person_id}
+                d.sessions = {k: s for k, s in d.sessions.items() if s["person_id"] != person_id}
+                d.webauthn = {k: c for k, c in d.webauthn.items() if c["person_id"] != person_id}
+                d.registrations = {k: r for k, r in d.registrations.items()
+                                   if not (r["email"] == email and r["used_at"] is None)}
+                d.refresh_tokens = {k: t for k, t in d.refresh_tokens.items() if t["person_id"] != person_id}
+                d.consents = {k: c for k, c in d.consents.items() if c["person_id"] != person_id}
+            else:
+                person.update({"status": "disabled", "updated_at": now})
+            return before, revoked
 
 
 class MemoryCredentials:

@@ -19,20 +19,23 @@ async def list_agents(request: Request) -> HTTPResponse:
 @bp.post("/api/admin/agents")
 async def create_agent(request: Request) -> HTTPResponse:
     principal = policy.may_manage_agents(await principal_of(request))
-    agent = await agents.enroll(services_of(request), principal, body_of(request))
-    return json(agents.admin_view(agent), status=201)
+    services = services_of(request)
+    agent = await agents.enroll(services, principal, body_of(request))
+    return json(await agents.described(services, agent), status=201)
 
 
 @bp.get("/api/admin/agents/<ident:str>", unquote=True)
 async def get_agent(request: Request, ident: str) -> HTTPResponse:
     policy.may_manage_agents(await principal_of(request))
-    return json(agents.admin_view(await agents.find_agent(services_of(request), ident)))
+    services = services_of(request)
+    return json(await agents.described(services, await agents.find_agent(services, ident)))
 
 
 @bp.put("/api/admin/agents/<ident:str>", unquote=True)
 async def update_agent(request: Request, ident: str) -> HTTPResponse:
     principal = policy.may_manage_agents(await principal_of(request))
-    return json(agents.admin_view(await agents.update(services_of(request), principal, ident, body_of(request))))
+    services = services_of(request)
+    return json(await agents.described(services, await agents.update(services, principal, ident, body_of(request))))
 
 
 @bp.delete("/api/admin/agents/<ident:str>", unquote=True)
