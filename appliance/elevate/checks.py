@@ -11,8 +11,6 @@ from grantd.elevate.errors import EXIT_ERROR, Stop, config_error, refused
 from grantd.elevate.jwks import JwksCache
 
 GRANT_TYPES = ("once", "timed", "always")
-
-
 # Reason texts (the specification's Errors section) -> stable codes for the JSON line.
 REASON_CODES = {
     "issuer not in allowed issuers": "issuer_not_allowed",

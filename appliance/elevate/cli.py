@@ -3,29 +3,34 @@
     sudo -n grantd elevate [--config FILE] (--grant-stdin | --grant-fd N | --grant-file F | --grant JWT) -- CMD ARGS...
 
 It runs as root through a narrow sudoers rule (packaging/sudoers.grantd, installed by packaging/install), never setuid.
-Order of work, every step fail-closed:
+Order of work, every step fail-closed (this module runs them in `_elevate`; the module doing each
+is named in brackets):
 
   1. must be root; config (/etc/grantd/elevate.toml) root-owned, not group/world-writable;
      the audit log is opened before anything else can happen (no audit -> no elevation)
+     [config, audit]
   2. the grant is read: never from argv under sudo (/proc/PID/cmdline is readable by every local
      user); a --grant-file is opened as the calling user and must be theirs and private (0600)
+     [grant, caller]
   3. issuer allowed -> signature (JWKS of the issuer, cached on disk with a bound) -> exp
      -> the `elevate_verify` hook: audience -> target_host -> approver -> exact command, then
-     any site plugin's checks
-  4. the run_as user exists and the command is found (before consuming a `once` grant)
+     any site plugin's checks [checks, jwks, net; the standard checks: plugins/elevate_default.py]
+  4. the run_as user exists and the command is found (before consuming a `once` grant) [run]
   5. consume at the issuer: only a 200 answer with a JSON object counts. A 5xx, a timeout, a
      redirect or a body that is not JSON fails (exit 1). A `timed`/`always` grant runs without the
      issuer only when the config's `offline_grant_types` (default empty) names its type and the
      issuer cannot be connected to at all (refused, unresolvable, no route); `once` never does
+     [consume, net]
   6. one audit line (event "attempt", result "allowed"), then the command as a child: fork, then
      in the child a sanitised environment, fixed PATH, initgroups + setgid + setuid and execve;
      the parent (still root, holding nothing the child can reach) forwards signals to it, waits,
      writes a second audit line (event "exit": the status or the signal) and exits with the
-     command's status (128+N when a signal N ended it)
+     command's status (128+N when a signal N ended it) [env, run, audit]
 
 Exit codes: 5 refused (one JSON line on stderr: {"error": code, "reason": text}); 1 config,
 usage or network errors; 126 not executable; 127 not found; otherwise the command's own. Every
 attempt is one JSON line in the audit log, and an allowed one gets a second when the command ends.
+How an attempt ends (Stop, exit codes, the stderr line) lives in grantd.elevate.errors.
 """
 
 from __future__ import annotations
@@ -49,13 +54,13 @@ from grantd.elevate.checks import (
     run_checks,
     verify_signature,
 )
-from grantd.elevate.config import DEFAULT_AUDIT_LOG, DEFAULT_CONFIG, config_error, load_config
+from grantd.elevate.config import DEFAULT_AUDIT_LOG, DEFAULT_CONFIG, load_config
 from grantd.elevate.consume import consume
 from grantd.elevate.env import sanitized_env
-from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, _emit, refused
+from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, config_error, emit, refused
 from grantd.elevate.grant import GRANT_IN_ARGV, read_grant
 from grantd.elevate.jwks import JwksCache
-from grantd.elevate.run import _group_name, resolve_command, run_command
+from grantd.elevate.run import group_name, resolve_command, run_command
 
 
 def cmd_elevate(args: argparse.Namespace) -> int:
@@ -75,7 +80,7 @@ def cmd_elevate(args: argparse.Namespace) -> int:
     try:
         return _elevate(args, argv, config_path, audit)
     except Stop as stop:
-        _emit(stop)
+        emit(stop)
         if audit.fd is None and config_path == DEFAULT_CONFIG:
             with contextlib.suppress(OSError, Stop):
                 audit.open()  # the default log, so that a broken installation or call is still audited
@@ -156,7 +161,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     # 8. consume
     note = consume(cfg, claims, token)
     env = sanitized_env(dict(os.environ), user, cfg)
-    groups = sorted({_group_name(g) for g in os.getgrouplist(user.pw_name, user.pw_gid)})
+    groups = sorted({group_name(g) for g in os.getgrouplist(user.pw_name, user.pw_gid)})
     try:
         audit.write("allowed", None, uid=user.pw_uid, gid=user.pw_gid, groups=groups, program=program,
                     jwks=cache.note, consume=note)

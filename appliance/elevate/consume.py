@@ -11,8 +11,6 @@ from grantd.elevate.errors import EXIT_ERROR, Stop, refused
 from grantd.elevate.net import NetworkError, http_request
 
 MAX_CONSUME_BYTES = 16 * 1024
-
-
 CONSUME_ERRORS = {
     "already_consumed": "grant already consumed",
     "revoked": "grant revoked",
@@ -20,8 +18,7 @@ CONSUME_ERRORS = {
     "expired": "grant expired",
     "not_approved": "grant not approved",
 }
-
-
+# What a 200 answer must say for each grant type.
 CONSUME_ANSWERS = {"once": "consumed", "timed": "valid", "always": "valid"}
 
 

@@ -36,8 +36,8 @@ def config_error(reason: str) -> Stop:
     return Stop(EXIT_ERROR, "config", reason)
 
 
-class _Timeout(Exception):
-    pass
+class DeadlineExceeded(Exception):
+    """Raised inside a ``deadline`` block when its time is up (the caller turns it into a Stop)."""
 
 
 @contextlib.contextmanager
@@ -45,7 +45,7 @@ def deadline(seconds: float) -> Iterator[None]:
     """A hard bound on blocking work in the main thread (DNS, a FIFO nobody writes, a slow peer)."""
 
     def expired(signum: int, frame: Any) -> None:
-        raise _Timeout()
+        raise DeadlineExceeded()
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
@@ -56,7 +56,8 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def _emit(stop: Stop) -> None:
+def emit(stop: Stop) -> None:
+    """The one JSON line on stderr for a refusal or an error (none for a quiet Stop)."""
     if stop.quiet:
         return
     line: dict[str, Any] = {"error": stop.error, "reason": stop.reason}

@@ -9,11 +9,9 @@ import os
 import stat
 
 from grantd.elevate.caller import as_caller, caller_ids
-from grantd.elevate.errors import EXIT_ERROR, Stop, _Timeout, deadline
+from grantd.elevate.errors import EXIT_ERROR, DeadlineExceeded, Stop, deadline
 
 MAX_TOKEN_BYTES = 16 * 1024
-
-
 GRANT_IN_ARGV = ("--grant puts the token into the process list (/proc/PID/cmdline), where every local user can "
                  "read and reuse it: under sudo use --grant-stdin, --grant-fd N or --grant-file FILE (0600, yours)")
 
@@ -84,7 +82,7 @@ def read_grant(args: argparse.Namespace, timeout: float) -> str:
                     os.close(fd)
             else:
                 raise Stop(EXIT_ERROR, "usage", "no grant given (--grant-stdin, --grant-fd, --grant-file or --grant)")
-    except _Timeout:
+    except DeadlineExceeded:
         raise Stop(EXIT_ERROR, "usage", f"no grant arrived within {timeout:g} s") from None
     except OSError as exc:
         raise Stop(EXIT_ERROR, "usage", f"cannot read the grant: {exc.strerror}") from None

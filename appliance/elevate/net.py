@@ -8,7 +8,7 @@ import socket
 from typing import Any
 
 from grantd.elevate.config import ElevateConfig
-from grantd.elevate.errors import _Timeout, deadline
+from grantd.elevate.errors import DeadlineExceeded, deadline
 
 
 class NetworkError(Exception):
@@ -58,7 +58,7 @@ def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str
                     if len(body) > max_bytes:
                         raise NetworkError(f"{url}: answer larger than {max_bytes} bytes")
                 return response.status_code, bytes(body)
-    except _Timeout:
+    except DeadlineExceeded:
         raise NetworkError(f"{url}: no answer within {cfg.timeout:g} s") from None
     except httpx.TimeoutException:
         raise NetworkError(f"{url}: timed out after {cfg.timeout:g} s") from None

@@ -13,7 +13,7 @@ import time
 from typing import NoReturn
 
 from grantd.elevate.audit import Audit
-from grantd.elevate.errors import EXIT_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Stop, _emit
+from grantd.elevate.errors import EXIT_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Stop, emit
 
 
 def resolve_command(name: str, search_path: str) -> str:
@@ -90,7 +90,7 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         code_text, _, reason = bytes(report).decode("utf-8", "replace").partition(":")
         code = int(code_text) if code_text.isdigit() else EXIT_ERROR
         stop = Stop(code, {EXIT_NOT_FOUND: "not_found", EXIT_NOT_EXECUTABLE: "not_executable"}.get(code, "exec"), reason)
-        _emit(stop)
+        emit(stop)
         audit.exit("error", reason, child_pid=pid, status=code, exit_code=code,
                    duration_ms=int((time.monotonic() - started) * 1000))
         return code
@@ -155,7 +155,7 @@ def _signal_name(number: int) -> str:
         return str(number)
 
 
-def _group_name(gid: int) -> str:
+def group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
