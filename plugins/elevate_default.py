@@ -17,7 +17,7 @@ from grantd.elevate.hookspecs import hookimpl
 __all__ = ["cmd_hash"]
 
 # The reasons, worded as the specification's Errors section names them. `grantd elevate` maps
-# each to a stable error code for its JSON line (grantd.elevate.cli.REASON_CODES).
+# each to a stable error code for its JSON line (grantd.elevate.checks.REASON_CODES).
 ISSUER_NOT_ALLOWED = "issuer not in allowed issuers"
 AUDIENCE_MISMATCH = "audience mismatch"
 HOST_MISMATCH = "target_host differs from the system host name"

@@ -5,22 +5,49 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from conftest import ROOT
 
 # The folders and the import names differ (pyproject: appliance/ is `grantd`, plugins/ is
-# `grantd.plugins`); mypy resolves modules by path, so it checks a tree of links in that shape.
+# `grantd.plugins`, tui/ is `grantd.tui`); mypy resolves modules by path, so it checks a tree of
+# links in that shape, made from pyproject's package-dir: every mapped folder is checked.
 
 
-def _import_tree(base: Path) -> Path:
-    package = base / "grantd"
-    package.mkdir(parents=True)
-    for entry in (ROOT / "appliance").iterdir():
-        if entry.name != "__pycache__":
-            (package / entry.name).symlink_to(entry)
-    (package / "plugins").symlink_to(ROOT / "plugins")
+def _package_dir() -> dict[str, str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+
+
+def _import_tree(base: Path, package_dir: dict[str, str] | None = None) -> Path:
+    folders = {name: ROOT / folder for name, folder in (package_dir or _package_dir()).items()}
+    for name, folder in sorted(folders.items(), key=lambda item: item[0].count(".")):
+        target = base.joinpath(*name.split("."))
+        nested = {other.rpartition(".")[2] for other in folders if other.rpartition(".")[0] == name}
+        if nested:  # a package with mapped subpackages: a real folder linking each other entry
+            target.mkdir(parents=True)
+            for entry in folder.iterdir():
+                if entry.name != "__pycache__" and entry.name not in nested:
+                    (target / entry.name).symlink_to(entry)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(folder, target_is_directory=True)
     return base
+
+
+def test_mypy_checks_every_folder_pyproject_maps(tmp_path):
+    """The server, its plugins and the console (tui/, issue 21.5): each mapped folder is in the tree."""
+    package_dir = _package_dir()
+    assert {"grantd", "grantd.plugins", "grantd.tui"} <= set(package_dir)
+    tree = _import_tree(tmp_path)
+    for name, folder in package_dir.items():
+        linked = tmp_path.joinpath(*name.split("."))
+        assert (linked / "__init__.py").resolve() == (ROOT / folder / "__init__.py").resolve(), name
+    # The modules mypy is given (-p grantd) are every Python file of every mapped folder.
+    seen = {(Path(folder) / name).relative_to(tree).with_suffix("").as_posix().replace("/", ".")
+            for folder, _, files in os.walk(tree / "grantd", followlinks=True) if "__pycache__" not in folder
+            for name in files if name.endswith(".py")}
+    assert {"grantd.tui.app", "grantd.tui.screens.main", "grantd.plugins.elevate_default", "grantd.elevate.cli"} <= seen
 
 
 def test_ruff_is_clean():

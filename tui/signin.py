@@ -443,8 +443,14 @@ class SessionCredential(Credential):
         self.ended: str | None = None  # why the server refused the refresh: no more attempts
 
     @property
-    def label(self) -> str:
-        return self.session.label if self.session is not None else "not signed in"
+    def session(self) -> StoredSession | None:
+        return self._session
+
+    @session.setter
+    def session(self, session: StoredSession | None) -> None:
+        # `label` stays the plain attribute Credential declares, set with the session it names.
+        self._session = session
+        self.label = session.label if session is not None else "not signed in"
 
     def use(self, session: StoredSession) -> None:
         self.session = session

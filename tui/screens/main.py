@@ -363,7 +363,7 @@ class MainScreen(Screen[None]):
             return None
         return grant
 
-    def _as_root(self, grant: Grant, act: Callable[[], None]) -> None:
+    def _as_root(self, grant: Grant, act: Callable[[], object]) -> None:
         """With --confirm-root, approving a command that runs as root (run_as unset or "root") asks
         first, naming the grant; otherwise it acts at once."""
         if not (self.confirm_root and grant.runs_as_root):
