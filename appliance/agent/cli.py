@@ -108,6 +108,7 @@ def agent_settings() -> dict[str, Any]:
 @dataclass
 class State:
     idp: str = ""
+    issuer: str = ""  # the token's `iss`: where people go (links are printed on it, D18), may differ from idp
     email: str = ""
     key_path: str = ""
     agent_id: str = ""
@@ -134,7 +135,7 @@ class State:
         write_private(self.path(), json.dumps(asdict(self), indent=2).encode())
 
     def public(self) -> dict[str, Any]:
-        return {"idp": self.idp, "email": self.email, "agent_id": self.agent_id, "key_path": self.key_path,
+        return {"idp": self.idp, "issuer": self.issuer or self.idp, "email": self.email, "agent_id": self.agent_id, "key_path": self.key_path,
                 "expires_at": self.expires_at, "logged_in": bool(self.token) and self.expires_at > time.time()}
 
 
@@ -210,6 +211,24 @@ class Api:
     def close(self) -> None:
         self.client.close()
 
+    @property
+    def issuer(self) -> str:
+        """The server's issuer, the base of every link printed for a person (D18): the agent may reach
+        the server at another address (``--idp http://127.0.0.1:8000`` for ``http://localhost:8000``),
+        where passkeys do not work. From the token's ``iss``, else from discovery, else the IdP URL."""
+        state = self.state
+        if state is not None and state.idp == self.idp:
+            if not state.issuer and state.token:
+                state.issuer = issuer_of(state.token)
+            if state.issuer:
+                return state.issuer
+        try:
+            answer = self.client.get("/.well-known/openid-configuration", headers={"Accept": "application/json"})
+            found = answer.json().get("issuer") if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            found = None
+        return found.rstrip("/") if isinstance(found, str) and found.startswith(("http://", "https://")) else self.idp
+
     def _transport_error(self, exc: Exception) -> CliError:
         if isinstance(exc, httpx.TimeoutException):
             return CliError(f"the IdP {self.idp} did not answer in time ({exc.__class__.__name__})", kind="unreachable")
@@ -263,6 +282,18 @@ def expect_json(response: httpx.Response, *, what: str) -> Any:
         raise CliError(f"{what}: the IdP answered HTTP {response.status_code} without JSON", kind="http") from None
 
 
+def issuer_of(token: str) -> str:
+    """The ``iss`` claim of a JWT, read without checking the signature: the agent only prints links on
+    it (the server that issued the token is the one the agent already talks to)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return ""
+    iss = claims.get("iss") if isinstance(claims, dict) else None
+    return iss.rstrip("/") if isinstance(iss, str) and iss.startswith(("http://", "https://")) else ""
+
+
 def login(api: Api, email: str, key_path: str) -> State:
     """Challenge-response (D5): sign the challenge string with the agent's Ed25519 key."""
     key = load_private_key(key_path)
@@ -281,6 +312,7 @@ def login(api: Api, email: str, key_path: str) -> State:
     state = api.state or State()
     state.idp, state.email, state.key_path = api.idp, email, str(Path(key_path).resolve())
     state.token = answer["token"]
+    state.issuer = issuer_of(state.token) or state.issuer
     state.agent_id = answer.get("agent_id") or state.agent_id
     state.expires_at = int(time.time()) + int(answer.get("expires_in") or 3600)
     state.save()
@@ -316,14 +348,14 @@ def describe_grant(grant: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def approval_hint(idp: str, grant_id: str) -> str:
+def approval_hint(issuer: str, grant_id: str) -> str:
     return (f"grantd: grant {grant_id} waits for a human decision. An approver can decide\n"
             f"  in the console:  grantd tui\n"
-            f"  in a browser:    {idp}/grant-approval?grant_id={quote(grant_id)}")
+            f"  in a browser:    {approval_url(issuer, grant_id)}")
 
 
-def approval_url(idp: str, grant_id: str) -> str:
-    return f"{idp}/grant-approval?grant_id={quote(grant_id)}"
+def approval_url(issuer: str, grant_id: str) -> str:
+    return f"{issuer}/grant-approval?grant_id={quote(grant_id)}"
 
 
 def not_usable(grant: dict[str, Any]) -> CliError:
@@ -696,8 +728,6 @@ def _grant_body(args: argparse.Namespace, *, audience: str, host: str, argv: lis
         body["permissions"] = args.permission
     if not argv and not body.get("permissions"):
         raise CliError("nothing to grant: give a command after -- (or --permission)", kind="usage", exit_code=EXIT_USAGE)
-    if args.type == "timed" and not args.duration:
-        raise CliError("--type timed needs --duration (e.g. 1h)", kind="usage", exit_code=EXIT_USAGE)
     if args.duration:
         body["duration"] = args.duration
     run_as = getattr(args, "run_as", None)
@@ -705,6 +735,18 @@ def _grant_body(args: argparse.Namespace, *, audience: str, host: str, argv: lis
         body["run_as"] = run_as
     body["reason"] = args.reason or (shlex.join(argv) if argv else "")
     return body
+
+
+def request_grant(api: Api, args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /api/grants. A timed request without --duration is fine when it reuses an approved grant;
+    the server refuses it only for a new one, which the CLI then words as a usage error."""
+    try:
+        return dict(api.json("POST", "/api/grants", json=body))
+    except CliError as exc:
+        if args.type == "timed" and "duration" not in body and exc.extra.get("status") == 400 and "duration" in exc.message:
+            raise CliError("--type timed needs --duration (e.g. 1h): no approved timed grant for this command to reuse",
+                           kind="usage", exit_code=EXIT_USAGE) from None
+        raise
 
 
 def _wait(api: Api, args: argparse.Namespace, grant: dict[str, Any]) -> dict[str, Any]:
@@ -718,15 +760,15 @@ def cmd_grant_request(args: argparse.Namespace) -> int:
     api = _api(args)
     try:
         body = _grant_body(args, audience=args.audience, host=args.host, argv=argv)
-        grant = api.json("POST", "/api/grants", json=body)
+        grant = request_grant(api, args, body)
         if grant.get("status") == "pending" and args.wait:
-            _info(args, approval_hint(api.idp, grant["id"]), event="pending", id=grant["id"],
-                  approval_url=approval_url(api.idp, grant["id"]))
+            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"],
+                  approval_url=approval_url(api.issuer, grant["id"]))
             grant = _wait(api, args, grant)
         _emit(args, grant, describe_grant(grant))
         if grant.get("status") == "pending":
             if not args.json:
-                print(approval_hint(api.idp, grant["id"]), file=sys.stderr)
+                print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
             return EXIT_PENDING
         return EXIT_OK if grant.get("status") == "approved" else EXIT_ERROR
     finally:
@@ -820,17 +862,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         args.run_as = args.as_user
         body = _grant_body(args, audience=audience, host=host, argv=argv)
-        grant = api.json("POST", "/api/grants", json=body)
+        grant = request_grant(api, args, body)
         if grant.get("status") == "pending":
-            url = approval_url(api.idp, grant["id"])
+            url = approval_url(api.issuer, grant["id"])
             if not args.wait:
                 data = {"id": grant["id"], "status": "pending", "approval_url": url, "exit_code": EXIT_PENDING}
                 _emit(args, data, "")
                 if not args.json:
-                    print(approval_hint(api.idp, grant["id"]), file=sys.stderr)
+                    print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
                     print(f"grantd: run again when it is approved, or: grantd grant wait {grant['id']}", file=sys.stderr)
                 return EXIT_PENDING
-            _info(args, approval_hint(api.idp, grant["id"]), event="pending", id=grant["id"], approval_url=url)
+            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"], approval_url=url)
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
@@ -861,18 +903,21 @@ def _run_safely(func: Any) -> Any:
                 if exc.kind == "pending" and exc.extra.get("grant"):
                     grant = exc.extra["grant"]
                     print(f"grantd: still waiting after the timeout; approve it at "
-                          f"{approval_url(_safe_idp(args), str(grant.get('id')))}", file=sys.stderr)
+                          f"{approval_url(_safe_issuer(args), str(grant.get('id')))}", file=sys.stderr)
             return exc.exit_code
 
     wrapper.__doc__ = func.__doc__
     return wrapper
 
 
-def _safe_idp(args: argparse.Namespace) -> str:
+def _safe_issuer(args: argparse.Namespace) -> str:
+    """The issuer for a link in an error message, without asking the server again."""
     try:
-        return _idp_for(args, State.load(), agent_settings())
+        state = State.load()
+        idp = _idp_for(args, state, agent_settings())
     except CliError:
-        return "IDP"
+        return "ISSUER"
+    return (state.issuer or issuer_of(state.token) or idp) if state.idp == idp else idp
 
 
 def _common(p: argparse.ArgumentParser, *, idp: bool = True) -> argparse.ArgumentParser:

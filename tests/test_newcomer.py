@@ -1,0 +1,154 @@
+"""Issue 20: what a newcomer and an operator meet in their first hour (D18).
+
+Real `grantd serve` processes on free ports and the real `grantd` CLI as subprocesses. The server
+here is reached by the agent at 127.0.0.1 while its issuer is ``http://localhost:PORT``, the
+situation of the README (``--idp http://127.0.0.1:8000`` against ``scripts/serve``'s localhost
+issuer), where a link on the address the agent used leads to "This is an invalid domain".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import GRANTD, ROOT, Server, make_server, unique_email
+
+HOST = "web-1"
+
+
+@pytest.fixture(scope="module")
+def localhost_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose issuer is http://localhost:PORT; the tests reach it at http://127.0.0.1:PORT."""
+    srv = make_server(tmp_path_factory.mktemp("newcomer"))
+    config = srv.config_path.read_text()
+    srv.config_path.write_text(config.replace("[server]\n", f'[server]\nissuer = "http://localhost:{srv.port}"\n', 1))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def issuer_of(srv: Server) -> str:
+    return f"http://localhost:{srv.port}"
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST", "XDG_", "SUDO_"))}
+    env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "PYTHONPATH": str(ROOT)})
+    return env
+
+
+class Agent:
+    def __init__(self, srv: Server, home: Path):
+        self.srv, self.home, self.email = srv, home, unique_email("newcomer")
+        self.env = cli_env(home)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*GRANTD, *args], env=self.env, capture_output=True, text=True, timeout=60, cwd="/")
+
+
+@pytest.fixture(scope="module")
+def agent(localhost_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Agent:
+    """Logged in at http://127.0.0.1:PORT, the address the README's agent uses."""
+    a = Agent(localhost_server, tmp_path_factory.mktemp("agent-home"))
+    made = a.run("agent", "keygen", "--comment", a.email, "--json")
+    assert made.returncode == 0, made.stderr
+    with localhost_server.admin() as http:
+        r = http.post("/api/agent/enroll", json={"email": a.email, "name": "newcomer",
+                                                 "publicKey": json.loads(made.stdout)["public_key"]})
+        assert r.status_code == 201, r.text
+    login = a.run("agent", "login", "--idp", localhost_server.url, "--email", a.email)
+    assert login.returncode == 0, login.stderr
+    return a
+
+
+def approve(srv: Server, grant_id: str) -> dict[str, Any]:
+    with srv.admin() as http:
+        r = http.post(f"/api/grants/{grant_id}/approve", json={})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+# -- item 1: links on the issuer --------------------------------------------------------------------
+
+
+def test_run_prints_the_approval_link_on_the_issuer_not_on_the_address_it_used(localhost_server, agent):
+    argv = ["echo", "issuer", uuid.uuid4().hex[:8]]
+    result = agent.run("run", "--", *argv)
+    assert result.returncode == 75, result.stderr
+    link = re.search(r"(http://\S+)/grant-approval\?grant_id=(\S+)", result.stderr)
+    assert link is not None, result.stderr
+    assert link[1] == issuer_of(localhost_server)  # not http://127.0.0.1:PORT, where passkeys fail
+    assert localhost_server.url not in result.stderr
+
+    as_json = agent.run("run", "--json", "--", *argv)
+    assert as_json.returncode == 75, as_json.stderr
+    answer = json.loads(as_json.stdout)
+    assert answer["approval_url"] == f"{issuer_of(localhost_server)}/grant-approval?grant_id={answer['id']}"
+
+    asked = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--", *argv)
+    assert asked.returncode == 75 and f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in asked.stderr
+    who = json.loads(agent.run("agent", "whoami", "--json").stdout)
+    assert who["idp"] == localhost_server.url and who["issuer"] == issuer_of(localhost_server)
+
+
+def test_a_state_file_from_before_knows_the_issuer_from_its_token(localhost_server, agent):
+    """agent.json written by an older grantd has no `issuer`: it is read from the cached token."""
+    path = agent.home / ".config" / "grantd" / "agent.json"
+    state = json.loads(path.read_text())
+    state.pop("issuer", None)
+    path.write_text(json.dumps(state))
+    result = agent.run("run", "--", "echo", "old-state", uuid.uuid4().hex[:8])
+    assert result.returncode == 75, result.stderr
+    assert f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in result.stderr
+
+
+def test_login_at_another_address_of_the_server_points_to_the_issuer(localhost_server):
+    issuer = issuer_of(localhost_server)
+    r = httpx.get(f"{localhost_server.url}/login", params={"next": "/grants?status=pending"})
+    assert r.status_code == 200
+    assert "data-elsewhere" in r.text
+    assert f'href="{issuer}/login?next=/grants%3Fstatus%3Dpending"' in r.text
+    at_issuer = httpx.get(f"{localhost_server.url}/login", headers={"Host": f"localhost:{localhost_server.port}"})
+    assert at_issuer.status_code == 200 and "data-elsewhere" not in at_issuer.text
+    same_case = httpx.get(f"{localhost_server.url}/login", headers={"Host": f"LocalHost:{localhost_server.port}"})
+    assert "data-elsewhere" not in same_case.text
+
+
+def test_registration_links_printed_by_the_cli_are_on_the_issuer(localhost_server):
+    added = localhost_server.grantd("users", "add", unique_email("person"), "--config", str(localhost_server.config_path))
+    assert f"{issuer_of(localhost_server)}/register?token=" in added.stdout + added.stderr
+
+
+# -- item 10: the smaller ones ------------------------------------------------------------------------
+
+
+def test_a_timed_run_reuses_an_approved_grant_without_duration(localhost_server, agent):
+    argv = ["echo", "timed", uuid.uuid4().hex[:8]]
+    fresh = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv)
+    assert fresh.returncode == 2, fresh.stderr  # a new timed grant still needs its duration
+    assert "--duration" in json.loads(fresh.stderr)["message"]
+    asked = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--duration", "1h",
+                      "--json", "--", *argv)
+    assert asked.returncode == 75, asked.stderr
+    grant_id = json.loads(asked.stdout)["id"]
+    approve(localhost_server, grant_id)
+    again = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv)
+    assert again.returncode == 0, again.stderr
+    reused = json.loads(again.stdout)
+    assert reused["id"] == grant_id and reused["reused"] is True and reused["status"] == "approved"
+
+
+def test_a_bogus_registration_link_says_so_before_any_click(localhost_server):
+    r = httpx.get(f"{localhost_server.url}/register", params={"token": "bogus"})
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "This registration link is not valid" in r.text
+    assert 'data-action="register"' not in r.text  # no form to click
