@@ -16,7 +16,9 @@ PAGES = ["/grants", "/account", "/enroll?name=bot&key=ssh-ed25519%20AAAA", "/adm
 
 @pytest.fixture(scope="module")
 def http(site):
-    with httpx.Client(base_url=site.url, timeout=10, follow_redirects=False) as client:
+    # At the issuer's address (Host), as a browser has it: elsewhere /login points there (D18).
+    with httpx.Client(base_url=site.url, timeout=10, follow_redirects=False,
+                      headers={"Host": f"localhost:{site.port}"}) as client:
         yield client
 
 
