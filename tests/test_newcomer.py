@@ -152,3 +152,89 @@ def test_a_bogus_registration_link_says_so_before_any_click(localhost_server):
     assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
     assert "This registration link is not valid" in r.text
     assert 'data-action="register"' not in r.text  # no form to click
+
+
+# -- item 3: what `grantd config validate` accepts, `grantd serve` starts (D18) ----------------------
+
+BASE = """version = 1
+[server]
+host = "127.0.0.1"
+port = {port}
+[admin]
+management_token = "file:token"
+"""
+OIDC = """
+[[federation.providers]]
+id = "corp"
+type = "{kind}"
+issuer = "https://sso.example.com"
+client_id = "grantd"
+client_secret = "file:{secret}"
+"""
+
+# (name, extra TOML, every problem `config validate` must list in one run)
+BAD_CONFIGS = [
+    ("unknown storage plugin", '[storage]\nplugin = "sqlight"\n',
+     ['storage.plugin: no storage plugin named \'sqlight\' (did you mean "sqlite"?)']),
+    ("unknown provider type beside a bad key", "[log]\nformt = 'json'\n" + OIDC.format(kind="odic", secret="token"),
+     ['log.formt: unknown key (did you mean "log.format"?)',
+      "federation.providers[0].type: no provider type named 'odic' (did you mean \"oidc\"?)"]),
+    ("unknown storage plugin and an unreadable token file", '[storage]\nplugin = "mysql"\n',
+     ["storage.plugin: no storage plugin named 'mysql'", "admin.management_token:"]),
+    ("a plugin module that is not there and an unknown provider type",
+     '[plugins]\nmodules = ["no_such_grantd_plugin"]\n' + OIDC.format(kind="saml", secret="token"),
+     ["plugins.modules: cannot import 'no_such_grantd_plugin'", "federation.providers[0].type: no provider type named 'saml'"]),
+    ("a provider secret that cannot be read", OIDC.format(kind="oidc", secret="no-such-secret"),
+     ["federation.providers[0].client_secret:"]),
+    ("postgres without a dsn", '[storage]\nplugin = "postgres"\n', ["storage.dsn: missing"]),
+    ("a database path under a file", '[storage]\npath = "token/grantd.db"\n', ["storage.path: cannot create"]),
+]
+
+
+@pytest.mark.parametrize(("name", "extra", "problems"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp_path, name, extra, problems):
+    from conftest import free_port
+
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    text = BASE.format(port=free_port()) + extra
+    if name == "unknown storage plugin and an unreadable token file":
+        text = text.replace('"file:token"', '"file:missing-token"')
+    path = tmp_path / "grantd.toml"
+    path.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    validated = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                               env=env, timeout=60)
+    assert validated.returncode == 1, validated.stdout
+    listed = [line.strip()[2:] for line in validated.stderr.splitlines() if line.strip().startswith("- ")]
+    for problem in problems:
+        assert any(line.startswith(problem) for line in listed), (problem, validated.stderr)
+    assert f"({len(listed)} problem" in validated.stderr
+
+    served = subprocess.run([*GRANTD, "serve", "--config", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                            env=env, timeout=60)
+    assert served.returncode == 1, served.stderr
+    assert validated.stderr in served.stderr  # the same list, word for word
+
+
+def test_config_validate_accepts_what_serve_starts(tmp_path):
+    from conftest import free_port
+
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    (tmp_path / "secret").write_text("s" * 32)
+    (tmp_path / "secret").chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    port = free_port()
+    path.write_text(BASE.format(port=port) + OIDC.format(kind="oidc", secret="secret"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    validated = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path,
+                               env=env, timeout=60)
+    assert validated.returncode == 0, validated.stderr
+    srv = Server(tmp_path, port, "t" * 32, GRANTD, env)
+    srv.start()
+    try:
+        listed = httpx.get(f"{srv.url}/api/federation/providers").json()["providers"]
+        assert [p["id"] for p in listed] == ["corp"]
+    finally:
+        assert srv.stop() == 0

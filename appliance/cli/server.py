@@ -77,8 +77,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"grantd: no config given; wrote a development config to {path}", file=sys.stderr)
             print(f"grantd: management token (shown once, kept in {token_path}):", file=sys.stderr)
             print(f"\n    {token}\n", file=sys.stderr)
+    from grantd.plugin_manager import check_startup
+
     try:
-        config = load(path)
+        config = check_startup(path)  # the same checks as `grantd config validate` (D18)
     except ConfigError as exc:
         if _log_format_of(path) != "json":
             raise  # the dispatcher lists every problem
@@ -182,10 +184,11 @@ def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
 
 # -- config ------------------------------------------------------------------------------------
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    config = load(args.file)
-    from grantd.plugin_manager import build_federation_providers, build_plugin_manager
+    """Every check `grantd serve` makes before it opens the storage and binds the port, every problem
+    at once (D18): what this accepts, serve starts."""
+    from grantd.plugin_manager import check_startup
 
-    build_federation_providers(build_plugin_manager(config), config)  # each type's own keys and secrets
+    config = check_startup(args.file)
     for warning in config.warnings:
         print(f"warning: {warning}")
     print(f"{args.file}: valid (issuer {config.server.issuer}, storage {config.storage.plugin})")
