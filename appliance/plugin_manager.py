@@ -171,12 +171,15 @@ def _plugins_only(raw: dict[str, Any], path: Path) -> Config | None:
         return None
 
 
-def check_startup(path: str | os.PathLike[str]) -> Config:
-    """D18: everything ``grantd serve`` checks before it opens the storage and binds the port, for
-    ``serve`` and ``grantd config validate`` alike, every problem in one ConfigError: the file's keys
-    (and the secrets and files they name), the plugins (modules importable, paths safe), the storage
-    plugin known with its own preconditions, each federation provider's type known and its table and
-    secrets accepted by that type. Plugin checks run even when other keys are wrong."""
+def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Config:
+    """D18: everything ``grantd serve`` checks short of binding the port, for ``serve`` and ``grantd
+    config validate`` alike, every problem in one ConfigError: the file's keys (and the secrets and
+    files they name), the plugins (modules importable, paths safe), the storage plugin known, each
+    federation provider's type known and its table and secrets accepted by that type. Plugin checks
+    run even when other keys are wrong. ``storage``: also the storage plugin's own preconditions
+    (its ``check_config``: a driver installed, a database file or directory usable) without opening
+    it; ``serve`` leaves them to its preflight, which opens the storage right after and says what
+    is wrong in its one start-up line."""
     p, raw = read_toml(path)
     problems: list[str] = []
     config: Config | None = None
@@ -190,7 +193,7 @@ def check_startup(path: str | os.PathLike[str]) -> Config:
         problems.extend(q for q in exc.problems if q not in problems)
         pm = build_plugin_manager(None)
     if config is not None:
-        problems.extend(_storage_problems(pm, config.storage.plugin, config))
+        problems.extend(_storage_problems(pm, config.storage.plugin, config if storage else None))
         try:
             build_federation_providers(pm, config)
         except ConfigError as exc:

@@ -1738,6 +1738,13 @@ class _SQLiteBackend:
 
     def check_config(self, config: Any) -> list[str]:
         file = Path(config.resolve_path(config.storage.path))
+        try:
+            return self._problems(file)
+        except OSError as exc:
+            return [f"storage.path: {_cannot_open(file, exc)}"]
+
+    @staticmethod
+    def _problems(file: Path) -> list[str]:
         if file.exists():
             if file.is_dir():
                 return [f"storage.path: {file} is a directory, not a database file"]

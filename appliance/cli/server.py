@@ -80,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from grantd.plugin_manager import check_startup
 
     try:
-        config = check_startup(path)  # the same checks as `grantd config validate` (D18)
+        config = check_startup(path, storage=False)  # `config validate`'s checks (D18); preflight opens the storage
     except ConfigError as exc:
         if _log_format_of(path) != "json":
             raise  # the dispatcher lists every problem
