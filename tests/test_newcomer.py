@@ -246,3 +246,89 @@ def test_config_validate_accepts_what_serve_starts(tmp_path):
         assert [p["id"] for p in listed] == ["corp"]
     finally:
         assert srv.stop() == 0
+
+
+# -- item 8: the first start's management token, last and framed; a quiet install -------------------
+
+
+def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
+    import signal
+    import threading
+    import time
+
+    from conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    lines: list[str] = []
+    assert proc.stderr is not None
+    threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("listening on" in line for line in lines):
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        time.sleep(0.2)
+    token = (tmp_path / "management-token").read_text().strip()
+    text = "".join(lines)
+    assert text.count(token) == 1, text
+    ours = [line.rstrip("\n") for line in lines if line.startswith("grantd:")]  # the banner, before the server's log
+    at = next(i for i, line in enumerate(ours) if token in line)
+    frame = ours[at - 3:at + 5]
+    assert frame[0] == frame[-1] == "grantd: " + "=" * 72, "\n".join(ours)
+    assert "management token (shown once" in frame[1] and str(tmp_path / "management-token") in frame[1]
+    assert "acts as admin@grantd.local (admin.management_identity)" in "\n".join(frame)
+    after = ours[at + 5:]
+    assert after == [], f"the token is the banner's last word, found after it: {after}"
+    before = "\n".join(ours[:at])
+    assert "grantd: serving http://localhost:" in before and "first administrator admin@localhost" in before
+    assert f"{ROOT / 'README.md'}, 'Sign in an agent with curl and ssh-keygen'" in before
+
+
+def test_building_grantd_gives_no_setuptools_warnings(tmp_path):
+    """The first `scripts/serve` showed 92 setuptools warnings about grantd's own pyproject.toml
+    (grantd.web.static and grantd.web.templates missing from the package list)."""
+    import sys
+
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                            str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert built.returncode == 0, built.stdout + built.stderr
+    output = built.stdout + built.stderr
+    assert "absent from the `packages` configuration" not in output and "Warning" not in output, output
+    import zipfile
+
+    [wheel] = tmp_path.glob("grantd-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "grantd/web/templates/login.html" in names and "grantd/web/static/grantd.js" in names
+
+
+def _fake_venv_bootstrap(tmp_path: Path, pip_exit: int) -> subprocess.CompletedProcess[str]:
+    """scripts/bootstrap in a copy of the checkout whose .venv/bin/python is a stand-in that writes
+    200 lines of install noise and exits with ``pip_exit`` (what pip's build warnings looked like)."""
+    import shutil
+
+    checkout = tmp_path / f"checkout-{pip_exit}"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "bootstrap", checkout / "scripts" / "bootstrap")
+    shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    stand_in = checkout / ".venv" / "bin" / "python"
+    stand_in.write_text(f"#!/bin/sh\ncase \"$*\" in *pip*) for i in $(seq 200); do echo \"noise $i\" >&2; done; "
+                        f"exit {pip_exit};; esac\nexit 0\n")
+    stand_in.chmod(0o755)
+    return subprocess.run(["bash", str(checkout / "scripts" / "bootstrap")], capture_output=True, text=True, timeout=60)
+
+
+def test_the_install_is_quiet_unless_it_fails(tmp_path):
+    quiet = _fake_venv_bootstrap(tmp_path, 0)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "noise" not in quiet.stdout + quiet.stderr
+    assert quiet.stdout == "" and quiet.stderr.count("\n") == 1 and "installing grantd" in quiet.stderr
+    failed = _fake_venv_bootstrap(tmp_path, 1)
+    assert failed.returncode == 1
+    assert "noise 200" in failed.stderr and "the install failed" in failed.stderr

@@ -66,17 +66,32 @@ def grantd_program() -> tuple[str, bool]:
     return str(here.absolute()), False
 
 
+def readme_path() -> str:
+    """Where this grantd's README is: beside an installed bundle (packaging/install puts it in
+    /opt/grantd/docs/), or in the source checkout it runs from; else the name of the file in
+    grantd's source."""
+    if getattr(sys, "frozen", False):
+        candidates = [Path(sys.executable).resolve().parent / "docs" / "README.md"]
+    else:
+        import grantd
+
+        candidates = [Path(grantd.__file__).resolve().parent.parent / "README.md"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    return "README.md of grantd's source"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     path = config_path_from(args)
+    new_token: tuple[str, Path] | None = None  # printed last, framed, once the banner is out
     if path is None:
         path = Path(DEFAULT_CONFIG_NAME).resolve()
         if not path.exists():
-            token, token_path = write_new_config(
+            new_token = write_new_config(
                 path, host=args.host or "127.0.0.1", port=args.port or 8000, first_admin=DEV_FIRST_ADMIN
             )
             print(f"grantd: no config given; wrote a development config to {path}", file=sys.stderr)
-            print(f"grantd: management token (shown once, kept in {token_path}):", file=sys.stderr)
-            print(f"\n    {token}\n", file=sys.stderr)
     from grantd.plugin_manager import check_startup
 
     try:
@@ -108,7 +123,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_STARTUP
     issuer = config.server.issuer
     print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
-    print("grantd: enroll an agent: see README.md, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
+    print(f"grantd: enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
     program, on_path = grantd_program()
     print(f"grantd: decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
           file=sys.stderr)
@@ -117,11 +132,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
     try:
         _print_first_admin_link(config)
+        if new_token is not None:
+            _print_token_frame(config, *new_token)
         serve(config, checked=True)
     except Exception as exc:  # e.g. the port was taken between the check and the bind
         _startup_failed(config.log.format, describe_startup_error(exc))
         return EXIT_STARTUP
     return EXIT_OK
+
+
+def _print_token_frame(config: Config, token: str, token_path: Path) -> None:
+    """The development config's management token, once, as the banner's last lines in a frame (so
+    it is not lost above the install and start-up lines), with who it acts as."""
+    rule = "grantd: " + "=" * 72
+    lines = [
+        rule,
+        f"grantd: management token (shown once; kept in {token_path}, mode 0600):",
+        "grantd:",
+        f"grantd:     {token}",
+        "grantd:",
+        f"grantd: it acts as {config.admin.management_identity} (admin.management_identity), an administrator",
+        "grantd: that is no person: people sign in with a passkey, like the first administrator above.",
+        rule,
+    ]
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _log_format_of(path: Path) -> str:
