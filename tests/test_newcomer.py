@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -332,3 +333,54 @@ def test_the_install_is_quiet_unless_it_fails(tmp_path):
     failed = _fake_venv_bootstrap(tmp_path, 1)
     assert failed.returncode == 1
     assert "noise 200" in failed.stderr and "the install failed" in failed.stderr
+
+
+# -- item 5: trying grantd elevate without writing to /etc -------------------------------------------
+
+
+def test_run_names_what_is_missing_to_reach_elevate_before_asking_anyone(localhost_server, agent):
+    argv = ["echo", "no-elevate", uuid.uuid4().hex[:8]]
+    result = agent.run("run", "--elevate-command", "/nonexistent/grantd", "--", *argv)
+    assert result.returncode == 1
+    assert "cannot run grantd elevate: /nonexistent/grantd not found" in result.stderr
+    assert "--elevate-command" in result.stderr and "GRANTD_ELEVATE_COMMAND" in result.stderr
+    with localhost_server.admin() as http:
+        mine = http.get("/api/grants", params={"requester": agent.email, "limit": 100}).json()["data"]
+    assert not [g for g in mine if g["request"].get("command") == argv]  # nobody was asked
+
+
+def test_the_sudo_path_of_a_source_checkout_is_named_when_it_is_missing():
+    from grantd.agent.cli import elevate_missing
+
+    said = elevate_missing(["sudo", "-n", "/nonexistent/bin/grantd"])
+    assert said is not None
+    assert "reached through `sudo -n /nonexistent/bin/grantd elevate`" in said and "does not exist" in said
+    assert "--elevate-command" in said and "packaging/install" in said
+    assert elevate_missing(["sudo", "-n", "/bin/sh"]) is None  # sudo (scripts/bootstrap test installs it) and the program
+    assert "names no program after sudo" in str(elevate_missing(["sudo", "-n"]))
+    assert "no-such-program-grantd not found" in str(elevate_missing(["no-such-program-grantd"]))
+
+
+def test_run_hands_its_elevate_config_to_elevate(server, tmp_path):
+    """`grantd run --elevate-config FILE` (or GRANTD_ELEVATE_CONFIG): elevate reads FILE, so trying
+    the whole path needs no /etc/grantd/elevate.toml (as root, grantd run starts elevate itself)."""
+    from test_elevate_support import make_target
+
+    target = make_target(tmp_path / "target", [server.url])
+    a = Agent(server, tmp_path / "home")
+    made = a.run("agent", "keygen", "--comment", a.email, "--json")
+    with server.admin() as http:
+        assert http.post("/api/agent/enroll", json={"email": a.email, "name": "newcomer",
+                                                    "publicKey": json.loads(made.stdout)["public_key"]}).status_code == 201
+    assert a.run("agent", "login", "--idp", server.url, "--email", a.email).returncode == 0
+    argv = ["echo", "elevated", uuid.uuid4().hex[:8]]
+    asked = a.run("grant", "request", "--audience", "grantd", "--host", socket.gethostname(), "--type",
+                  "always", "--json", "--", *argv)
+    approve(server, json.loads(asked.stdout)["id"])
+    ran = a.run("run", "--type", "always", "--elevate-config", str(target.config), "--", *argv)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == " ".join(argv[1:]) + "\n"
+    assert json.loads(target.audit_log.read_text().splitlines()[0])["result"] == "allowed"
+    a.env["GRANTD_ELEVATE_CONFIG"] = str(tmp_path / "no-such-elevate.toml")
+    refused = a.run("run", "--type", "always", "--", *argv)
+    assert refused.returncode == 1 and "no-such-elevate.toml" in refused.stderr, refused.stderr

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -521,9 +522,13 @@ def self_command() -> list[str]:
     return [sys.executable, "-I", "-m", "grantd"]
 
 
-def elevate_prefix(settings: dict[str, Any]) -> tuple[list[str], bool]:
-    """(command that runs `grantd`, whether we may exec it directly with an inherited pipe)."""
-    configured = os.environ.get("GRANTD_ELEVATE_COMMAND") or settings.get("elevate_command")
+def elevate_prefix(settings: dict[str, Any], given: str | None = None) -> tuple[list[str], bool]:
+    """(command that runs `grantd`, whether we may exec it directly with an inherited pipe).
+
+    The command is, first found: ``--elevate-command``, ``GRANTD_ELEVATE_COMMAND``, agent.toml's
+    ``elevate_command``; else, as root, this very program; else ``sudo -n`` and agent.toml's
+    ``elevate_path`` (default /usr/local/bin/grantd, where packaging/install puts it)."""
+    configured = given or os.environ.get("GRANTD_ELEVATE_COMMAND") or settings.get("elevate_command")
     if configured:
         return (shlex.split(configured) if isinstance(configured, str) else [str(c) for c in configured]), False
     if os.geteuid() == 0:
@@ -531,8 +536,34 @@ def elevate_prefix(settings: dict[str, Any]) -> tuple[list[str], bool]:
     return ["sudo", "-n", str(settings.get("elevate_path") or DEFAULT_ELEVATE_PATH)], False
 
 
-def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
-    prefix, direct = elevate_prefix(settings)
+ELEVATE_HOW = ("name the command that runs grantd with --elevate-command CMD, GRANTD_ELEVATE_COMMAND or "
+               "elevate_command in agent.toml (e.g. \"sudo -n /opt/grantd/grantd\"; as root, grantd run starts "
+               "elevate itself), or install the bundle (sudo packaging/install)")
+
+
+def elevate_missing(prefix: list[str]) -> str | None:
+    """What is missing to start ``grantd elevate`` through ``prefix``, said before any grant is
+    requested (a source checkout has no /usr/local/bin/grantd); None when every program is there."""
+    if not prefix:
+        return f"the elevate command is empty: {ELEVATE_HOW}"
+    program = prefix[0]
+    found = shutil.which(program)
+    if found is None:
+        return f"cannot run grantd elevate: {program} not found; {ELEVATE_HOW}"
+    if os.path.basename(program) == "sudo":
+        target = next((a for a in prefix[1:] if not a.startswith("-")), None)
+        if target is None:
+            return f"cannot run grantd elevate: {shlex.join(prefix)} names no program after sudo; {ELEVATE_HOW}"
+        if os.path.isabs(target) and not os.access(target, os.X_OK):
+            return (f"cannot run grantd elevate: it is reached through `{shlex.join(prefix)} elevate`, and {target} "
+                    f"does not exist or is not executable; {ELEVATE_HOW}")
+    return None
+
+
+def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, command: str | None = None,
+             config: str | None = None) -> int:
+    prefix, direct = elevate_prefix(settings, command)
+    elevate_args = ["elevate", *(["--config", config] if config else [])]
     sys.stdout.flush()
     sys.stderr.flush()
     if direct:
@@ -541,7 +572,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
         os.write(write_fd, token.encode())
         os.close(write_fd)
         os.set_inheritable(read_fd, True)
-        command = [*prefix, "elevate", "--grant-fd", str(read_fd), "--", *argv]
+        command = [*prefix, *elevate_args, "--grant-fd", str(read_fd), "--", *argv]
         try:
             os.execv(command[0], command)  # noqa: S606 - a fixed program and the user's argv, no shell
         except OSError as exc:
@@ -551,7 +582,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
     directory = tempfile.mkdtemp(prefix="grantd-run-")
     fifo = os.path.join(directory, "grant")
     os.mkfifo(fifo, 0o600)
-    command = [*prefix, "elevate", "--grant-file", fifo, "--", *argv]
+    command = [*prefix, *elevate_args, "--grant-file", fifo, "--", *argv]
     try:
         try:
             child = subprocess.Popen(command)
@@ -858,6 +889,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = agent_settings()
     audience = args.audience or os.environ.get("GRANTD_AUDIENCE") or settings.get("audience") or DEFAULT_AUDIENCE
     host = args.host or socket.gethostname()
+    elevate_config = args.elevate_config or os.environ.get("GRANTD_ELEVATE_CONFIG") or None
+    missing = elevate_missing(elevate_prefix(settings, args.elevate_command)[0])
+    if missing:  # before a person is asked to approve something that cannot run
+        raise CliError(missing, kind="elevate", exit_code=EXIT_ERROR)
     api = _api(args)
     try:
         args.run_as = args.as_user
@@ -884,7 +919,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {grant['id']} ({kind}) approved by "
                 f"{grant.get('decided_by') or 'delegation'}; running as {args.as_user or 'root'}",
           event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
-    return hand_off(token, argv, settings)
+    return hand_off(token, argv, settings, command=args.elevate_command, config=elevate_config)
 
 
 # -- wiring ------------------------------------------------------------------------------------------
@@ -981,11 +1016,19 @@ def register(subparsers: Any) -> None:
         "run", help="run a command with a grant: request (or reuse), wait, then grantd elevate",
         description="Requests a grant for CMD on this host (audience 'grantd'), reuses an approved timed/always "
                     "grant, waits with --wait (else exits 75), then runs `grantd elevate` (directly as root, "
-                    "else through sudo -n) and passes the token through a pipe. Exit status: the command's; "
-                    "5 refused by elevate; 75 pending; 1 errors."))
+                    "else through `sudo -n /usr/local/bin/grantd`, or the command --elevate-command names) and "
+                    "passes the token through a pipe. Exit status: the command's; 5 refused by elevate; "
+                    "75 pending; 1 errors."))
     p.add_argument("--as", dest="as_user", metavar="USER", help="run as USER (default root)")
     p.add_argument("--audience", help=f"grant audience (default {DEFAULT_AUDIENCE}; agent.toml audience)")
     p.add_argument("--host", help="target host (default: this host's name)")
+    p.add_argument("--elevate-command", metavar="CMD",
+                   help="the command that runs grantd for `grantd elevate` (e.g. \"sudo -n /opt/grantd/grantd\"; "
+                        "env GRANTD_ELEVATE_COMMAND, agent.toml elevate_command; default: this grantd as root, "
+                        f"else sudo -n {DEFAULT_ELEVATE_PATH})")
+    p.add_argument("--elevate-config", metavar="FILE",
+                   help="elevate.toml for `grantd elevate --config` (env GRANTD_ELEVATE_CONFIG; default "
+                        "/etc/grantd/elevate.toml; through sudo only files in /etc/grantd/)")
     _grant_options(p)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=_run_safely(cmd_run))
