@@ -384,3 +384,36 @@ def test_run_hands_its_elevate_config_to_elevate(server, tmp_path):
     a.env["GRANTD_ELEVATE_CONFIG"] = str(tmp_path / "no-such-elevate.toml")
     refused = a.run("run", "--type", "always", "--", *argv)
     assert refused.returncode == 1 and "no-such-elevate.toml" in refused.stderr, refused.stderr
+
+
+# -- item 10: JWKS (and every route) answer 503, not 500, while PostgreSQL is down ---------------------
+
+
+@pytest.mark.slow  # starts a PostgreSQL server of its own
+def test_jwks_says_503_while_postgresql_is_down(tmp_path):
+    from support import postgres as pg
+
+    pg.require()
+    database = pg.Postgres().start()
+    srv = None
+    try:
+        dsn = database.create_database()
+        (tmp_path / "srv").mkdir()
+        (tmp_path / "srv" / "dsn").write_text(dsn)
+        srv = make_server(tmp_path / "srv", storage='plugin = "postgres"\ndsn = "file:dsn"')
+        srv.start()
+        assert httpx.get(f"{srv.url}/.well-known/jwks.json").status_code == 200
+        pg_ctl = pg.find_bin("pg_ctl")
+        assert pg_ctl
+        database._run([pg_ctl, "-D", str(database.data), "-m", "immediate", "-w", "stop"], timeout=60)
+        database.started = False
+        assert httpx.get(f"{srv.url}/readyz").status_code == 503
+        for path in ("/.well-known/jwks.json", "/api/grants"):
+            r = httpx.get(f"{srv.url}{path}", headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert r.json()["detail"] == "database unreachable; retry later" and r.headers["retry-after"] == "5"
+    finally:
+        if srv is not None:
+            srv.stop()
+        database.stop()
