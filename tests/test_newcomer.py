@@ -417,3 +417,15 @@ def test_jwks_says_503_while_postgresql_is_down(tmp_path):
         if srv is not None:
             srv.stop()
         database.stop()
+
+
+def test_an_unknown_route_is_a_page_for_a_browser_and_problem_json_for_the_api(localhost_server):
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    r = httpx.get(f"{localhost_server.url}/no-such-page", headers=browser)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "There is no page at this address." in r.text and "<html" in r.text.lower()
+    assert r.headers["content-security-policy"].startswith("default-src 'self'")
+    for path, headers in (("/no-such-page", {"Accept": "*/*"}), ("/api/no-such-route", browser)):
+        r = httpx.get(f"{localhost_server.url}{path}", headers=headers)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json"), path
+        assert r.json()["detail"] == "no such route"

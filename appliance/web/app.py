@@ -124,6 +124,13 @@ def _problem_from_exception(request: Request, exc: Exception) -> Problem:
     return Problem(500, "internal server error")
 
 
+def _wants_a_page(request: Request) -> bool:
+    """A browser asking for a page (``Accept`` names text/html) outside the JSON API: it gets an
+    HTML error page for an unknown route; API clients keep their problem+json."""
+    accept = (request.headers.get("accept") or "").lower()
+    return "text/html" in accept and not request.path.startswith("/api/")
+
+
 STORE_RETRY_AFTER = 5  # seconds a client is asked to wait when the database does not answer
 STORE_PING_TIMEOUT = 2.0
 
@@ -275,6 +282,14 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             # The database is down (e.g. PostgreSQL restarting): a 503 to retry, as /readyz says, not a 500.
             problem = Problem(503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)})
         request_id = getattr(request.ctx, "request_id", None) if request else None
+        if problem.status in (404, 405) and isinstance(exc, SanicException) and _wants_a_page(request):
+            from grantd.web.pages import error_page
+
+            title = "Page not found" if problem.status == 404 else "Not allowed here"
+            page = error_page(None, problem.status, title, "There is no page at this address." if problem.status == 404
+                              else problem.detail)
+            page.headers.update(problem.headers)
+            return page
         if problem.status >= 500:
             log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc, extra={"request_id": request_id})
         return problem_response(problem, request_id)
