@@ -429,3 +429,27 @@ def test_an_unknown_route_is_a_page_for_a_browser_and_problem_json_for_the_api(l
         r = httpx.get(f"{localhost_server.url}{path}", headers=headers)
         assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json"), path
         assert r.json()["detail"] == "no such route"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
+    srv = make_server(tmp_path / "srv", log_format="json", workers=workers)
+    config = srv.config_path.read_text().replace('management_token = "file:management-token"',
+                                                 f'management_token = "{srv.token}"')  # inline: a warning
+    srv.config_path.write_text(config)
+    srv.start()
+    with httpx.Client(base_url=srv.url) as http:
+        http.get("/readyz")
+        http.get("/no-such-route")
+    srv.stop()
+    lines = [line for line in srv.log().splitlines() if line.strip()]
+    not_json = []
+    for line in lines:
+        try:
+            assert isinstance(json.loads(line), dict)
+        except (ValueError, AssertionError):
+            not_json.append(line)
+    assert not not_json, "\n".join(not_json)
+    entries = [json.loads(line) for line in lines]
+    assert any(e.get("event") == "config_warning" and e["level"] == "warning" and "inline" in e["message"] for e in entries)
+    assert any(e.get("event") == "banner" and e["message"].startswith("serving http://127.0.0.1:") for e in entries)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -103,7 +104,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         problems=exc.problems)
         return EXIT_CONFIG
     for warning in config.warnings:
-        print(f"grantd: warning: {warning}", file=sys.stderr)
+        _say(config.log.format, f"warning: {warning}", level=logging.WARNING, event="config_warning")
     if args.host or args.port:
         # Command-line overrides for a quick run; the issuer follows unless the config sets one.
         raw_server = dict(config.raw.get("server", {}))
@@ -122,14 +123,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _startup_failed(config.log.format, describe_startup_error(exc))
         return EXIT_STARTUP
     issuer = config.server.issuer
-    print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
-    print(f"grantd: enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
+    fmt = config.log.format
+    _say(fmt, f"serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", event="banner")
+    _say(fmt, f"enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", event="banner")
     program, on_path = grantd_program()
-    print(f"grantd: decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
-          file=sys.stderr)
+    _say(fmt, f"decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
+         event="banner")
     if not on_path:
-        print(f"grantd: ('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
-              file=sys.stderr)
+        _say(fmt, f"('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
+             event="banner")
     try:
         _print_first_admin_link(config)
         if new_token is not None:
@@ -171,18 +173,23 @@ def _log_format_of(path: Path) -> str:
     return "json" if fmt == "json" else "text"
 
 
-def _startup_failed(fmt: str, message: str, **fields: Any) -> None:
-    """The one line of a start that failed, on stderr: text, or a JSON object like every log line."""
+def _say(fmt: str, message: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """One banner line on stderr: ``grantd: message``, or in ``[log] format = "json"`` a JSON object
+    like every log line (so that every line of a JSON-logging server parses). Printed, not logged:
+    the first administrator's link must not reach a log handler's file."""
     if fmt != "json":
-        print(f"grantd: cannot start: {message}", file=sys.stderr)
+        print(f"grantd: {message}", file=sys.stderr, flush=True)
         return
-    import logging
-
     from grantd.logs import LOGGER, JsonFormatter
 
-    record = logging.LogRecord(LOGGER, logging.ERROR, __file__, 0, "cannot start: %s", (message,), None)
+    record = logging.LogRecord(LOGGER, level, __file__, 0, "%s", (message,), None)
     line = json.loads(JsonFormatter().format(record))
-    print(json.dumps({**line, "event": "startup_failed", **fields}, separators=(",", ":")), file=sys.stderr)
+    print(json.dumps({**line, **fields}, separators=(",", ":")), file=sys.stderr, flush=True)
+
+
+def _startup_failed(fmt: str, message: str, **fields: Any) -> None:
+    """The one line of a start that failed, on stderr: text, or a JSON object like every log line."""
+    _say(fmt, f"cannot start: {message}", level=logging.ERROR, event="startup_failed", **fields)
 
 
 DEV_FIRST_ADMIN = "admin@localhost"
@@ -203,8 +210,8 @@ def _print_first_admin_link(config: Config) -> None:
     link = asyncio.run(_with_services(config, work))
     if link:
         hours = config.people.registration_ttl / 3600
-        print(f"grantd: first administrator {email}: open {link} to register your passkey "
-              f"(single use, valid {hours:g} h; a new link at each start until then)", file=sys.stderr)
+        _say(config.log.format, f"first administrator {email}: open {link} to register your passkey "
+                                f"(single use, valid {hours:g} h; a new link at each start until then)", event="first_admin")
 
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
