@@ -453,3 +453,20 @@ def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
     entries = [json.loads(line) for line in lines]
     assert any(e.get("event") == "config_warning" and e["level"] == "warning" and "inline" in e["message"] for e in entries)
     assert any(e.get("event") == "banner" and e["message"].startswith("serving http://127.0.0.1:") for e in entries)
+
+
+def test_every_command_says_what_it_does_in_its_help():
+    import sys
+
+    from grantd.cli import COMMANDS
+
+    for name in COMMANDS:
+        shown = subprocess.run([sys.executable, "-m", "grantd", name, "--help"], capture_output=True, text=True, timeout=60,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert shown.returncode == 0, (name, shown.stderr)
+        text = shown.stdout.split("\n\n")
+        assert text[0].startswith("usage: grantd"), (name, shown.stdout)
+        description = text[1].strip() if len(text) > 1 else ""
+        assert description and not description.startswith(("options:", "positional arguments:")), (name, shown.stdout)
+    serve = subprocess.run([sys.executable, "-m", "grantd", "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert "SIGTERM" in serve.stdout and "admin@localhost" in serve.stdout

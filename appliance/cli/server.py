@@ -507,7 +507,14 @@ def register(sub: Any) -> None:
         p.add_argument("--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
         return p
 
-    p = with_config(sub.add_parser("serve", help=COMMANDS["serve"].help))
+    p = with_config(sub.add_parser(
+        "serve", help=COMMANDS["serve"].help,
+        description="Run the grantd server until SIGTERM or SIGINT (in-flight requests get [server] "
+                    "graceful_shutdown_timeout). The config is --config, else $GRANTD_CONFIG, else ./grantd.toml; "
+                    "without any, a development config is written to ./grantd.toml with a fresh management token "
+                    "(printed once) and a first administrator, admin@localhost, whose passkey registration link is "
+                    "printed. The config is checked as `grantd config validate` checks it; problems are listed and "
+                    "the exit status is 1."))
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.set_defaults(func=cmd_serve)
@@ -576,9 +583,13 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_users_link)
 
-    p = with_config(sub.add_parser("plugins", help=COMMANDS["plugins"].help))
-    p.add_argument("--json", action="store_true")
+    p = with_config(sub.add_parser(
+        "plugins", help=COMMANDS["plugins"].help,
+        description="List the plugins grantd loads (built-in, entry points, and the config's [plugins] modules "
+                    "when a config is given) with their versions and the hooks each implements."))
+    p.add_argument("--json", action="store_true", help="one JSON list: name, source, version, hooks")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("version", help=COMMANDS["version"].help)
+    p = sub.add_parser("version", help=COMMANDS["version"].help,
+                       description="Print grantd's version (the same as grantd --version).")
     p.set_defaults(func=cmd_version)
