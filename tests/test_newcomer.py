@@ -483,3 +483,58 @@ def test_every_markdown_file_the_docs_name_is_in_the_repository():
             if not any(c.is_file() for c in candidates):
                 missing.append(f"{doc.relative_to(ROOT)} names {name}")
     assert not missing, missing
+
+
+# -- item 6: the operator's path in docs/operations.md ---------------------------------------------
+
+
+def _operations_section() -> str:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    start = text.index("\n## From an empty machine to an approved command on a second host\n")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def test_the_operator_paths_elevate_toml_is_accepted_by_elevate(tmp_path):
+    """The target host's elevate.toml exactly as docs/operations.md writes it (its audit log moved
+    into a temporary directory) passes `grantd elevate --check-config`."""
+    import sys
+
+    [block] = re.findall(r"```toml\n(.*?)```", _operations_section(), flags=re.S)
+    audit = tmp_path / "log" / "elevate.log"
+    config = tmp_path / "etc" / "elevate.toml"
+    config.parent.mkdir()
+    config.write_text(block.replace("/var/log/grantd/elevate.log", str(audit)))
+    config.chmod(0o644)
+    checked = subprocess.run([sys.executable, "-m", "grantd", "elevate", "--config", str(config), "--check-config"],
+                             capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    shown = checked.stdout
+    assert "https://idp.example.com" in shown and "alice@example.com" in shown, shown
+
+
+def test_the_operator_paths_first_administrator_gets_a_link_on_the_issuer(tmp_path):
+    """Step 1 and 2: `grantd config init`, the issuer set, `config validate`, then `grantd users add
+    EMAIL --admin` prints the one-time registration link on the issuer, as the page shows it."""
+    import sys
+
+    grantd = [sys.executable, "-m", "grantd"]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}, "PYTHONPATH": str(ROOT)}
+    path = tmp_path / "grantd.toml"
+    made = subprocess.run([*grantd, "config", "init", "--path", str(path)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    text = path.read_text()
+    text = re.sub(r'(?m)^issuer = .*$', 'issuer = "https://idp.example.com"', text)
+    assert 'issuer = "https://idp.example.com"' in text
+    path.write_text(text)
+    checked = subprocess.run([*grantd, "config", "validate", str(path)], capture_output=True, text=True, env=env, timeout=60)
+    assert checked.returncode == 0, checked.stderr
+    added = subprocess.run([*grantd, "users", "add", "alice@example.com", "--admin", "--config", str(path)],
+                           capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    lines = added.stdout.splitlines()
+    assert lines[0] == "created administrator alice@example.com"
+    assert lines[1] == "registration link for alice@example.com, single use, valid 24 h:"
+    assert lines[2].strip().startswith("https://idp.example.com/register?token=")
+    documented = _operations_section()
+    assert "created administrator alice@example.com" in documented and lines[1] in documented
