@@ -199,8 +199,8 @@ def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Conf
         except ConfigError as exc:
             problems.extend(exc.problems)
     else:  # only what can be told from the raw tables
-        storage = raw.get("storage")
-        name = storage.get("plugin", "sqlite") if isinstance(storage, dict) else "sqlite"
+        storage_table = raw.get("storage")
+        name = storage_table.get("plugin", "sqlite") if isinstance(storage_table, dict) else "sqlite"
         if isinstance(name, str) and name:
             problems.extend(_storage_problems(pm, name, None))
         federation = raw.get("federation")

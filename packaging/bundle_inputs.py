@@ -1,7 +1,7 @@
 """The content hash of everything the bundle is built from; packaging/build rebuilds only when it changes.
 
-    .venv/bin/python packaging/bundle_inputs.py           # the digest (hex), one line
-    .venv/bin/python packaging/bundle_inputs.py --list    # every input with its own digest
+    build/bundle-venv/bin/python packaging/bundle_inputs.py           # the digest (hex), one line
+    build/bundle-venv/bin/python packaging/bundle_inputs.py --list    # every input with its own digest
 
 Inputs: every file under appliance/, plugins/, tui/ and packaging/ (path and content; __pycache__
 left out), pyproject.toml, the Python that runs this (version and platform) and the name and version

@@ -26,7 +26,6 @@ import signal
 import stat
 import struct
 import subprocess
-import sys
 import termios
 import time
 from collections.abc import Iterator

@@ -560,9 +560,9 @@ def elevate_missing(prefix: list[str]) -> str | None:
     return None
 
 
-def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, command: str | None = None,
+def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_command: str | None = None,
              config: str | None = None) -> int:
-    prefix, direct = elevate_prefix(settings, command)
+    prefix, direct = elevate_prefix(settings, elevate_command)
     elevate_args = ["elevate", *(["--config", config] if config else [])]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -919,7 +919,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {grant['id']} ({kind}) approved by "
                 f"{grant.get('decided_by') or 'delegation'}; running as {args.as_user or 'root'}",
           event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
-    return hand_off(token, argv, settings, command=args.elevate_command, config=elevate_config)
+    return hand_off(token, argv, settings, elevate_command=args.elevate_command, config=elevate_config)
 
 
 # -- wiring ------------------------------------------------------------------------------------------
