@@ -563,7 +563,7 @@ def elevate_missing(prefix: list[str]) -> str | None:
 def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_command: str | None = None,
              config: str | None = None) -> int:
     prefix, direct = elevate_prefix(settings, elevate_command)
-    elevate_args = ["elevate", *(["--config", config] if config else [])]
+    config_args = ["--config", config] if config else []
     sys.stdout.flush()
     sys.stderr.flush()
     if direct:
@@ -572,7 +572,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_c
         os.write(write_fd, token.encode())
         os.close(write_fd)
         os.set_inheritable(read_fd, True)
-        command = [*prefix, *elevate_args, "--grant-fd", str(read_fd), "--", *argv]
+        command = [*prefix, "elevate", "--grant-fd", str(read_fd), *config_args, "--", *argv]
         try:
             os.execv(command[0], command)  # noqa: S606 - a fixed program and the user's argv, no shell
         except OSError as exc:
@@ -582,7 +582,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_c
     directory = tempfile.mkdtemp(prefix="grantd-run-")
     fifo = os.path.join(directory, "grant")
     os.mkfifo(fifo, 0o600)
-    command = [*prefix, *elevate_args, "--grant-file", fifo, "--", *argv]
+    command = [*prefix, "elevate", "--grant-file", fifo, *config_args, "--", *argv]
     try:
         try:
             child = subprocess.Popen(command)
