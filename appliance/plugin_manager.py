@@ -151,7 +151,7 @@ def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
 def _storage_problems(pm: pluggy.PluginManager, name: str, config: Config | None) -> list[str]:
     """The storage plugin is known and, when the rest of the file is valid, its own preconditions
     hold (a backend factory may have ``check_config(config) -> list[str]``: a driver installed, a
-    database file or directory usable) -- without opening the store."""
+    database file or directory usable, a server reachable) -- without creating or writing anything."""
     backends = _storage_backends(pm)
     if name not in backends:
         return [_unknown_storage(name, backends)]
@@ -177,8 +177,8 @@ def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Conf
     files they name), the plugins (modules importable, paths safe), the storage plugin known, each
     federation provider's type known and its table and secrets accepted by that type. Plugin checks
     run even when other keys are wrong. ``storage``: also the storage plugin's own preconditions
-    (its ``check_config``: a driver installed, a database file or directory usable) without opening
-    it; ``serve`` leaves them to its preflight, which opens the storage right after and says what
+    (its ``check_config``: a driver installed, a database file or directory usable, a database server
+    reachable) without creating or writing anything; ``serve`` leaves them to its preflight, which opens the storage right after and says what
     is wrong in its one start-up line."""
     p, raw = read_toml(path)
     problems: list[str] = []

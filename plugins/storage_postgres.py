@@ -2347,10 +2347,12 @@ def _restore_list_without_schema(source: Path) -> Path:
 
 
 class _PostgresBackend:
-    """The ``postgres`` storage backend: opens a PostgresStore; ``check_config`` says, without
-    connecting, what would stop it (``grantd config validate`` and ``serve`` alike, D18)."""
+    """The ``postgres`` storage backend: opens a PostgresStore. ``check_config`` (``grantd config
+    validate``, D18) says what would stop ``serve``: psycopg missing, no DSN, or a database that
+    cannot be reached or refuses the DSN (one connection, closed at once; nothing is written)."""
 
-    def check_config(self, config: Any) -> list[str]:
+    @staticmethod
+    def _preconditions(config: Any) -> list[str]:
         problems = []
         try:
             import psycopg  # noqa: F401
@@ -2361,10 +2363,23 @@ class _PostgresBackend:
             problems.append('storage.dsn: missing (e.g. dsn = "file:postgres-dsn" or "env:GRANTD_DSN")')
         return problems
 
+    def check_config(self, config: Any) -> list[str]:
+        problems = self._preconditions(config)
+        if problems:
+            return problems
+        import psycopg
+
+        try:
+            psycopg.connect(config.storage.dsn, connect_timeout=int(CONNECT_TIMEOUT),
+                            application_name="grantd config validate").close()
+        except psycopg.Error as exc:
+            return [f"storage.dsn: cannot connect to PostgreSQL ({' '.join(str(exc).split())})"]
+        return []
+
     def __call__(self, config: Any) -> PostgresStore:
         from grantd.config import ConfigError
 
-        problems = self.check_config(config)
+        problems = self._preconditions(config)
         if problems:
             raise ConfigError(problems, config.path)
         return PostgresStore(config.storage.dsn, config.storage.pool_size)

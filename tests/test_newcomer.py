@@ -177,7 +177,8 @@ client_secret = "file:{secret}"
 # list, except for the storage's own preconditions, which its preflight reports in its one start-up
 # line when it opens the storage (STORAGE_CASES: what that line says).
 STORAGE_CASES = {"postgres without a dsn": "storage.dsn: missing",
-                 "a database path under a file": "cannot open the SQLite database"}
+                 "a database path under a file": "cannot open the SQLite database",
+                 "a PostgreSQL that cannot be reached": "cannot connect to PostgreSQL"}
 BAD_CONFIGS = [
     ("unknown storage plugin", '[storage]\nplugin = "sqlight"\n',
      ['storage.plugin: no storage plugin named \'sqlight\' (did you mean "sqlite"?)']),
@@ -192,6 +193,9 @@ BAD_CONFIGS = [
     ("a provider secret that cannot be read", OIDC.format(kind="oidc", secret="no-such-secret"),
      ["federation.providers[0].client_secret:"]),
     ("postgres without a dsn", '[storage]\nplugin = "postgres"\n', ["storage.dsn: missing"]),
+    ("a PostgreSQL that cannot be reached",
+     '[storage]\nplugin = "postgres"\ndsn = "host=/nonexistent-grantd-socket-dir dbname=grantd connect_timeout=2"\n',
+     ["storage.dsn: cannot connect to PostgreSQL"]),
     ("a database path under a file", '[storage]\npath = "token/grantd.db"\n', ["storage.path: cannot create"]),
 ]
 
