@@ -542,3 +542,31 @@ def test_the_operator_paths_first_administrator_gets_a_link_on_the_issuer(tmp_pa
     assert lines[2].strip().startswith("https://idp.example.com/register?token=")
     documented = _operations_section()
     assert "created administrator alice@example.com" in documented and lines[1] in documented
+
+
+@pytest.mark.slow  # a fresh venv and about 50 wheels
+def test_the_postgres_extra_installs_offline_as_the_readme_says(tmp_path):
+    """README, Storage: `pip download -d wheels ".[postgres]" "setuptools>=68"` where an index is
+    reachable, then `pip install --no-index --find-links wheels ".[postgres]"` with no index and no
+    pip configuration at all (PIP_CONFIG_FILE=/dev/null: not even this machine's local mirror)."""
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip download -d wheels ".[postgres]" "setuptools>=68"' in readme
+    assert 'pip install --no-index --find-links wheels ".[postgres]"' in readme
+    online = tmp_path / "online"
+    subprocess.run([sys.executable, "-m", "venv", str(online)], check=True, timeout=120)
+    fetched = subprocess.run([str(online / "bin" / "pip"), "download", "-q", "-d", str(tmp_path / "wheels"),
+                              ".[postgres]", "setuptools>=68"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    offline = tmp_path / "offline"
+    subprocess.run([sys.executable, "-m", "venv", str(offline)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    installed = subprocess.run([str(offline / "bin" / "pip"), "install", "-q", "--no-index", "--find-links",
+                                str(tmp_path / "wheels"), ".[postgres]"], cwd=ROOT, env=env, capture_output=True,
+                               text=True, timeout=600)
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    works = subprocess.run([str(offline / "bin" / "python"), "-c", "import psycopg, grantd.plugins.storage_postgres"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert works.returncode == 0, works.stderr
