@@ -709,16 +709,22 @@ def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warni
     return tuple(checked)
 
 
-def load(path: str | os.PathLike[str]) -> Config:
+def read_toml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
+    """The config file's absolute path and its parsed TOML (ConfigError when it cannot be read)."""
     p = Path(path).expanduser().resolve()
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"cannot read config file: {exc.strerror or exc}"], p) from None
     try:
-        raw = tomllib.loads(text)
+        return p, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"not valid TOML: {exc}"], p) from None
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """The file's keys checked (grantd.plugin_manager.check_startup adds what needs the plugins)."""
+    p, raw = read_toml(path)
     return validate(raw, p)
 
 

@@ -6,16 +6,18 @@ import difflib
 import importlib
 import importlib.metadata
 import inspect
+import os
 import re
 import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from grantd import hookspecs
-from grantd.config import ConfigError, resolve_secret
+from grantd.config import CURRENT_VERSION, ConfigError, read_toml, resolve_secret, validate
 
 if TYPE_CHECKING:
     from grantd.config import Config
@@ -125,21 +127,93 @@ async def call_async_hook(hook: Any, **kwargs: Any) -> list[Any]:
     return results
 
 
-def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
+def _storage_backends(pm: pluggy.PluginManager) -> dict[str, Any]:
     backends: dict[str, Any] = {}
     for provided in pm.hook.storage_backends():
         backends.update(provided or {})
+    return backends
+
+
+def _unknown_storage(name: str, backends: dict[str, Any]) -> str:
+    hint = difflib.get_close_matches(name, list(backends), n=1)
+    extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+    return f"storage.plugin: no storage plugin named {name!r}{extra}; available: {', '.join(sorted(backends))}"
+
+
+def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
+    backends = _storage_backends(pm)
     name = config.storage.plugin
     if name not in backends:
-        import difflib
-
-        hint = difflib.get_close_matches(name, list(backends), n=1)
-        extra = f' (did you mean "{hint[0]}"?)' if hint else ""
-        raise ConfigError(
-            [f"storage.plugin: no storage plugin named {name!r}{extra}; available: {', '.join(sorted(backends))}"],
-            config.path,
-        )
+        raise ConfigError([_unknown_storage(name, backends)], config.path)
     return backends[name]
+
+
+def _storage_problems(pm: pluggy.PluginManager, name: str, config: Config | None) -> list[str]:
+    """The storage plugin is known and, when the rest of the file is valid, its own preconditions
+    hold (a backend factory may have ``check_config(config) -> list[str]``: a driver installed, a
+    database file or directory usable, a server reachable) -- without creating or writing anything."""
+    backends = _storage_backends(pm)
+    if name not in backends:
+        return [_unknown_storage(name, backends)]
+    check = getattr(backends[name], "check_config", None)
+    return list(check(config)) if check is not None and config is not None else []
+
+
+def _plugins_only(raw: dict[str, Any], path: Path) -> Config | None:
+    """The ``[plugins]`` table of a file whose other keys do not validate, as a Config of its own, so
+    that plugin problems are reported with the others; None when that table itself is wrong."""
+    plugins = raw.get("plugins")
+    if not isinstance(plugins, dict):
+        return None
+    try:
+        return validate({"version": CURRENT_VERSION, "admin": {"management_token": "-" * 16}, "plugins": plugins}, path)
+    except ConfigError:
+        return None
+
+
+def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Config:
+    """D18: everything ``grantd serve`` checks short of binding the port, for ``serve`` and ``grantd
+    config validate`` alike, every problem in one ConfigError: the file's keys (and the secrets and
+    files they name), the plugins (modules importable, paths safe), the storage plugin known, each
+    federation provider's type known and its table and secrets accepted by that type. Plugin checks
+    run even when other keys are wrong. ``storage``: also the storage plugin's own preconditions
+    (its ``check_config``: a driver installed, a database file or directory usable, a database server
+    reachable) without creating or writing anything; ``serve`` leaves them to its preflight, which opens the storage right after and says what
+    is wrong in its one start-up line."""
+    p, raw = read_toml(path)
+    problems: list[str] = []
+    config: Config | None = None
+    try:
+        config = validate(raw, p)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    try:
+        pm = build_plugin_manager(config if config is not None else _plugins_only(raw, p))
+    except ConfigError as exc:
+        problems.extend(q for q in exc.problems if q not in problems)
+        pm = build_plugin_manager(None)
+    if config is not None:
+        problems.extend(_storage_problems(pm, config.storage.plugin, config if storage else None))
+        try:
+            build_federation_providers(pm, config)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    else:  # only what can be told from the raw tables
+        storage_table = raw.get("storage")
+        name = storage_table.get("plugin", "sqlite") if isinstance(storage_table, dict) else "sqlite"
+        if isinstance(name, str) and name:
+            problems.extend(_storage_problems(pm, name, None))
+        federation = raw.get("federation")
+        tables = federation.get("providers") if isinstance(federation, dict) else None
+        types = _provider_types(pm)
+        for index, table in enumerate(tables if isinstance(tables, list) else []):
+            kind = table.get("type") if isinstance(table, dict) else None
+            if isinstance(kind, str) and kind and kind not in types:
+                problems.append(_unknown_type(f"federation.providers[{index}]", kind, types))
+    if problems:
+        raise ConfigError(problems, p)
+    assert config is not None
+    return config
 
 
 @dataclass(frozen=True)
@@ -160,6 +234,20 @@ class FederationProvider:
 _PROBLEM_KEY = re.compile(r"^[A-Za-z0-9_.\[\]-]+$")
 
 
+def _provider_types(pm: pluggy.PluginManager) -> dict[str, Any]:
+    types: dict[str, Any] = {}
+    for provided in pm.hook.federation_provider_types():
+        types.update(provided or {})
+    return types
+
+
+def _unknown_type(where: str, kind: str, types: dict[str, Any]) -> str:
+    hint = difflib.get_close_matches(kind, list(types), n=1)
+    extra = f' (did you mean "{hint[0]}"?)' if hint else ""
+    available = ", ".join(sorted(types)) or "none"
+    return f"{where}.type: no provider type named {kind!r}{extra}; available: {available}"
+
+
 def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tuple[FederationProvider, ...]:
     """Build every configured upstream provider through its type's factory.
 
@@ -168,9 +256,7 @@ def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tupl
     (with a "did you mean"), a factory's ``ValueError("key: what is wrong")`` (one problem per
     line), a ``KeyError(key)`` (a missing key) and a secret that cannot be read.
     """
-    types: dict[str, Any] = {}
-    for provided in pm.hook.federation_provider_types():
-        types.update(provided or {})
+    types = _provider_types(pm)
     problems: list[str] = []
     built: list[FederationProvider] = []
     for index, table in enumerate(config.federation.providers):
@@ -178,10 +264,7 @@ def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tupl
         kind = table["type"]
         factory = types.get(kind)
         if factory is None:
-            hint = difflib.get_close_matches(kind, list(types), n=1)
-            extra = f' (did you mean "{hint[0]}"?)' if hint else ""
-            available = ", ".join(sorted(types)) or "none"
-            problems.append(f"{where}.type: no provider type named {kind!r}{extra}; available: {available}")
+            problems.append(_unknown_type(where, kind, types))
             continue
 
         def read_secret(key: str, table: dict[str, Any] = table, where: str = where) -> str:

@@ -1,12 +1,13 @@
 """The content hash of everything the bundle is built from; packaging/build rebuilds only when it changes.
 
-    .venv/bin/python packaging/bundle_inputs.py           # the digest (hex), one line
-    .venv/bin/python packaging/bundle_inputs.py --list    # every input with its own digest
+    build/bundle-venv/bin/python packaging/bundle_inputs.py           # the digest (hex), one line
+    build/bundle-venv/bin/python packaging/bundle_inputs.py --list    # every input with its own digest
 
 Inputs: every file under appliance/, plugins/, tui/ and packaging/ (path and content; __pycache__
 left out), pyproject.toml, the Python that runs this (version and platform) and the name and version
 of every distribution installed beside it (the dependencies and PyInstaller). Run it with the
-interpreter that builds the bundle (.venv/bin/python): that is the environment it describes.
+interpreter that builds the bundle (build/bundle-venv/bin/python, which packaging/build makes from
+packaging/requirements-bundle.txt): that is the environment it describes.
 Not seen: a dependency reinstalled at the same version with other content (use packaging/build --force).
 """
 

@@ -2508,19 +2508,45 @@ def _restore_list_without_schema(source: Path) -> Path:
     return Path(name)
 
 
-@hookimpl
-def storage_backends() -> dict[str, Callable[[Any], PostgresStore]]:
-    def open_postgres(config: Any) -> PostgresStore:
-        from grantd.config import ConfigError
+class _PostgresBackend:
+    """The ``postgres`` storage backend: opens a PostgresStore. ``check_config`` (``grantd config
+    validate``, D18) says what would stop ``serve``: psycopg missing, no DSN, or a database that
+    cannot be reached or refuses the DSN (one connection, closed at once; nothing is written)."""
 
+    @staticmethod
+    def _preconditions(config: Any) -> list[str]:
+        problems = []
         try:
             import psycopg  # noqa: F401
         except ImportError:
-            raise ConfigError(
-                ['storage.plugin: "postgres" needs psycopg 3: pip install "grantd[postgres]"'], config.path
-            ) from None
+            problems.append('storage.plugin: "postgres" needs psycopg 3: pip install "grantd[postgres]" '
+                            "(offline: pip install --no-index --find-links DIR \"grantd[postgres]\")")
         if not config.storage.dsn:
-            raise ConfigError(['storage.dsn: missing (e.g. dsn = "file:postgres-dsn" or "env:GRANTD_DSN")'], config.path)
+            problems.append('storage.dsn: missing (e.g. dsn = "file:postgres-dsn" or "env:GRANTD_DSN")')
+        return problems
+
+    def check_config(self, config: Any) -> list[str]:
+        problems = self._preconditions(config)
+        if problems:
+            return problems
+        import psycopg
+
+        try:
+            psycopg.connect(config.storage.dsn, connect_timeout=int(CONNECT_TIMEOUT),
+                            application_name="grantd config validate").close()
+        except psycopg.Error as exc:
+            return [f"storage.dsn: cannot connect to PostgreSQL ({' '.join(str(exc).split())})"]
+        return []
+
+    def __call__(self, config: Any) -> PostgresStore:
+        from grantd.config import ConfigError
+
+        problems = self._preconditions(config)
+        if problems:
+            raise ConfigError(problems, config.path)
         return PostgresStore(config.storage.dsn, config.storage.pool_size)
 
-    return {"postgres": open_postgres}
+
+@hookimpl
+def storage_backends() -> dict[str, Callable[[Any], PostgresStore]]:
+    return {"postgres": _PostgresBackend()}

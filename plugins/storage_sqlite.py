@@ -1886,9 +1886,36 @@ def _backup_schema_version(source: Path) -> int:
     return int(row[0])
 
 
-@hookimpl
-def storage_backends() -> dict[str, Callable[[Any], SQLiteStore]]:
-    def open_sqlite(config: Any) -> SQLiteStore:
+class _SQLiteBackend:
+    """The ``sqlite`` storage backend: opens an SQLiteStore; ``check_config`` says, without creating
+    anything, what would stop it (``grantd config validate`` and ``serve`` alike, D18)."""
+
+    def check_config(self, config: Any) -> list[str]:
+        file = Path(config.resolve_path(config.storage.path))
+        try:
+            return self._problems(file)
+        except OSError as exc:
+            return [f"storage.path: {_cannot_open(file, exc)}"]
+
+    @staticmethod
+    def _problems(file: Path) -> list[str]:
+        if file.exists():
+            if file.is_dir():
+                return [f"storage.path: {file} is a directory, not a database file"]
+            if not os.access(file, os.R_OK | os.W_OK):
+                return [f"storage.path: {file} must be readable and writable by this user"]
+            return []
+        directory = file.parent
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
+        if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
+            return [f"storage.path: cannot create {file}: {directory} is not a directory this user may write to"]
+        return []
+
+    def __call__(self, config: Any) -> SQLiteStore:
         return SQLiteStore(config.resolve_path(config.storage.path))
 
-    return {"sqlite": open_sqlite}
+
+@hookimpl
+def storage_backends() -> dict[str, Callable[[Any], SQLiteStore]]:
+    return {"sqlite": _SQLiteBackend()}

@@ -201,7 +201,7 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /api/grants/events": "opens the stream (status and headers only)",
     "GET /grant-approval": "the page of a pending grant of the requesting agent",
     "GET /login": "signed-in people are sent on to `?next=` (here /grants)",
-    "GET /register": "the page only carries the token to its script (the ceremony checks it)",
+    "GET /register": "the page for a fresh registration URL's token (an unusable token gets 404 at once)",
     "POST /api/delegations": "delegate = the requesting agent, a private audience",
     "DELETE /api/delegations/:delegation_id": "a delegation to the requesting agent by the management identity",
     "POST /api/delegations/:delegation_id/validate": "a delegation to the requesting agent by the management identity",
@@ -734,7 +734,7 @@ REQUESTS.update({
     # The browser pages (grantd.web.pages): read-only GETs; redirects are not followed.
     "GET /": _get("/"),
     "GET /login": _get("/login"),
-    "GET /register": _get("/register?token=not-checked-by-the-page"),
+    "GET /register": lambda w, c: _call(w, c, "GET", f"/register?token={_registration_token(w)}"),
     "GET /account": _get("/account"),
     "GET /grants": _get("/grants"),
     "GET /grant-approval": lambda w, c: _call(w, c, "GET", f"/grant-approval?grant_id={_pending(w)}"),

@@ -26,7 +26,6 @@ import signal
 import stat
 import struct
 import subprocess
-import sys
 import termios
 import time
 from collections.abc import Iterator
@@ -55,6 +54,8 @@ INSTALL = ROOT / "packaging" / "install"
 SUDOERS = ROOT / "packaging" / "sudoers.grantd"
 INPUTS = ROOT / "packaging" / "bundle_inputs.py"
 STAMP = ROOT / "dist" / "grantd.inputs"
+BUILD_VENV_PYTHON = ROOT / "build" / "bundle-venv" / "bin" / "python"  # packaging/build's own venv
+REQUIREMENTS = ROOT / "packaging" / "requirements-bundle.txt"
 FOLDERS = {"appliance": "grantd", "plugins": "grantd.plugins", "tui": "grantd.tui"}  # pyproject's package-dir
 PLUGIN_CONFIG = '[plugins]\nmodules = ["sample_plugin"]\n'
 ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
@@ -64,8 +65,8 @@ ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b
 
 
 def inputs_digest() -> str:
-    """packaging/bundle_inputs.py: the hash of our sources, the packaging and the installed dependencies."""
-    return subprocess.run([sys.executable, str(INPUTS)], capture_output=True, text=True, check=True).stdout.strip()
+    """packaging/bundle_inputs.py: the hash of our sources, the packaging and the build venv's distributions."""
+    return subprocess.run([str(BUILD_VENV_PYTHON), str(INPUTS)], capture_output=True, text=True, check=True).stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -98,11 +99,35 @@ def test_the_build_is_skipped_while_the_inputs_are_unchanged(bundle, tmp_path):
         pytest.skip("a source changed during the check (an editor at work)")
     assert "up to date" in result.stdout, result.stdout
     assert PROGRAM.stat().st_mtime_ns == built
-    listed = subprocess.run([sys.executable, str(INPUTS), "--list"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run([str(BUILD_VENV_PYTHON), str(INPUTS), "--list"], capture_output=True, text=True,
+                            check=True).stdout
     names = {line.split("  ", 1)[1] for line in listed.splitlines()}
     assert {"file pyproject.toml", "file appliance/cli/__init__.py", "file plugins/elevate_default.py",
             "file tui/console.tcss", "file packaging/grantd.spec", "python"} <= names
     assert {"distribution sanic", "distribution textual", "distribution pyinstaller"} <= names
+
+
+def test_the_bundle_is_built_from_the_pinned_requirements_only(bundle):
+    """Issue 20 item 7: the bundle packed whatever .venv held (psycopg after the postgres extra). It is
+    built in its own venv from packaging/requirements-bundle.txt: exactly those distributions, at
+    those versions, and nothing of .venv's extras reaches the bundle."""
+    import importlib.metadata
+
+    pinned = {}
+    for line in REQUIREMENTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            pinned[name.split("[")[0].lower()] = version
+    listed = subprocess.run([str(BUILD_VENV_PYTHON), "-m", "pip", "list", "--format", "json"], capture_output=True,
+                            text=True, check=True).stdout
+    installed = {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(listed)}
+    installed.pop("pip", None)  # the venv's own installer
+    assert installed == pinned
+    internal = DIST / "_internal"
+    assert not (internal / "psycopg").exists() and not (internal / "psycopg_binary").exists()
+    if any(d.metadata["Name"].lower() == "psycopg" for d in importlib.metadata.distributions()):
+        assert "psycopg" not in pinned  # .venv has it here (the test extras): the bundle still does not
 
 
 def run(bundle: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,

@@ -9,6 +9,7 @@ import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from grantd.config import SCHEMA
 
@@ -106,3 +107,38 @@ def test_install_without_the_switch_installs_no_unit(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (root / "etc" / "systemd").exists()
+
+
+def test_every_file_the_unit_and_the_banner_point_to_is_installed(tmp_path: Path) -> None:
+    """Issue 20 item 6: the unit's Documentation= named a file the install did not ship, and the
+    installed server's banner said "see README.md". Both now name files under /opt/grantd/docs/."""
+    root = tmp_path / "root"
+    result = subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path)), "--with-service"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    documentation = [url for line in UNIT.read_text().splitlines() if line.startswith("Documentation=")
+                     for url in line.split("=", 1)[1].split()]
+    assert documentation
+    for url in documentation:
+        assert url.startswith("file:///"), url
+        shipped = root / url.removeprefix("file:///")
+        assert shipped.is_file(), f"{url} is not installed"
+        assert shipped.read_text() == (ROOT / ("README.md" if shipped.name == "README.md" else f"docs/{shipped.name}")).read_text()
+    docs = root / "opt" / "grantd" / "docs"
+    assert (docs / "README.md").is_file() and (docs / "operations.md").is_file()
+    assert all(not stat.S_IMODE(p.stat().st_mode) & 0o022 for p in docs.iterdir())  # nothing writable by others
+
+
+def test_a_frozen_grantd_names_the_installed_readme(tmp_path: Path, monkeypatch: Any) -> None:
+    import sys
+
+    from grantd.cli.server import readme_path
+
+    root = tmp_path / "root"
+    subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path))], check=True,
+                   capture_output=True, timeout=120)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(root / "opt" / "grantd" / "grantd"))
+    assert readme_path() == str(root / "opt" / "grantd" / "docs" / "README.md")
+    monkeypatch.delattr(sys, "frozen")
+    assert readme_path() == str(ROOT / "README.md")  # a source checkout

@@ -385,3 +385,116 @@ def test_a_server_process_that_cannot_start_stops_the_server_with_one_line(tmp_p
     assert "Traceback" not in output, output
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", srv.port))  # nothing left listening
+
+
+# -- issue 20 item 2: the race around "ready", repeated ---------------------------------------------------
+RACE_RUNS = 30
+
+
+def _serve_once(srv: Server, rng: Any, ready_after: float) -> tuple[str, float, int | None, str, str]:
+    """Start `grantd serve`, send SIGTERM at a random moment near the one it becomes ready, and
+    return (moment, seconds it took to end, exit code or None if it kept running, what it left
+    behind, log). Whatever is left is killed afterwards, not before it is counted."""
+    srv.log_path.write_bytes(b"")
+    log = open(srv.log_path, "ab")  # noqa: SIM115 - closed below
+    started = time.monotonic()
+    proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
+                            stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+    try:
+        kind = rng.choice(["from-start", "listening", "ready"])
+        delay = rng.uniform(0.0, ready_after * 1.2 if kind == "from-start" else 0.4)
+        if kind == "listening":  # the first process is about to serve (and start the others)
+            _wait_for_log(srv, "listening on")
+        elif kind == "ready":  # a server answers: where the signal used to be used up
+            _wait_ready(srv)
+        time.sleep(max(0.0, delay - (time.monotonic() - started) if kind == "from-start" else delay))
+        moment = f"{kind}+{delay:.3f}s"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = proc.wait(ALLOWED + 10)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - sent
+        left = []
+        if not _group_gone(proc.pid, timeout=2):
+            left.append("processes of its group still running")
+        if _listening_sockets(srv.port):
+            left.append(f"a socket still listening on {srv.port}")
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.get(f"{srv.url}/readyz", timeout=1)
+            left.append("a server still answering /readyz")
+        return moment, took, code, ", ".join(left), srv.log()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # an orphan the assertions below would name
+        log.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_near_ready_is_never_lost_in_many_tries(tmp_path: Path, workers: int) -> None:
+    """Issue 20 item 2 (D18): 3 of 37 tries once left a server answering /readyz after SIGTERM. Here
+    RACE_RUNS starts, each signalled at a random moment just before or after it becomes ready (a
+    fixed seed per worker count, printed with any failure): every one ends within the grace, with
+    no process of its group and nothing listening left behind."""
+    import random
+
+    rng = random.Random(20_02 + workers)
+    srv = make_server(tmp_path / "srv", workers=workers)
+    srv.start()  # the database exists and is migrated; how long a start takes here
+    srv.stop()
+    started = time.monotonic()
+    srv.start()
+    ready_after = time.monotonic() - started
+    srv.stop()
+    failures = []
+    for run in range(RACE_RUNS):
+        moment, took, code, left, log_text = _serve_once(srv, rng, ready_after)
+        if code is None or took >= ALLOWED or code not in (0, -signal.SIGTERM) or left or "Traceback" in log_text:
+            failures.append(f"run {run} (SIGTERM at {moment}): exit {code} after {took:.1f} s; "
+                            f"left behind: {left or 'nothing'}\n{log_text}")
+    assert not failures, f"{len(failures)} of {RACE_RUNS} runs with {workers} worker(s) did not stop:\n" + "\n".join(failures)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_while_after_start_listeners_run_is_not_lost(tmp_path: Path, workers: int) -> None:
+    """The race of issue 20 item 2 made certain: a plugin's after-start listener sleeps, and SIGTERM
+    reaches the first process while that listener of a process (the first with one worker, the
+    other one with two, which the first then stops) still runs. Five runs at random moments in it."""
+    import random
+
+    rng = random.Random(2020 + workers)
+    srv = make_server(tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["slow_after_start"]\n')
+    for run in range(5):
+        for marker in srv.directory.glob("after-start-*"):
+            marker.unlink()
+        log = open(srv.log_path, "wb")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
+                                stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+        try:
+            def in_after_start() -> bool:
+                pids = {int(m.name.rsplit("-", 1)[1]) for m in srv.directory.glob("after-start-*")}
+                return any(pid != proc.pid for pid in pids) if workers > 1 else proc.pid in pids
+
+            _wait_for(in_after_start, 60, srv.log())
+            time.sleep(rng.uniform(0.0, 0.5))  # the listener sleeps 1 s
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(ALLOWED + 5)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"run {run}: SIGTERM during the after-start listeners was lost:\n{srv.log()}")
+            assert time.monotonic() - sent < ALLOWED, srv.log()
+            assert code == 0, srv.log()
+            assert _group_gone(proc.pid), f"run {run}: processes left behind:\n{srv.log()}"
+            assert not _listening_sockets(srv.port), srv.log()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()

@@ -26,6 +26,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,6 +111,7 @@ def agent_settings() -> dict[str, Any]:
 @dataclass
 class State:
     idp: str = ""
+    issuer: str = ""  # the token's `iss`: where people go (links are printed on it, D18), may differ from idp
     email: str = ""
     key_path: str = ""
     agent_id: str = ""
@@ -136,7 +138,7 @@ class State:
         write_private(self.path(), json.dumps(asdict(self), indent=2).encode())
 
     def public(self) -> dict[str, Any]:
-        return {"idp": self.idp, "email": self.email, "agent_id": self.agent_id, "key_path": self.key_path,
+        return {"idp": self.idp, "issuer": self.issuer or self.idp, "email": self.email, "agent_id": self.agent_id, "key_path": self.key_path,
                 "expires_at": self.expires_at, "logged_in": bool(self.token) and self.expires_at > time.time()}
 
 
@@ -212,6 +214,24 @@ class Api:
     def close(self) -> None:
         self.client.close()
 
+    @property
+    def issuer(self) -> str:
+        """The server's issuer, the base of every link printed for a person (D18): the agent may reach
+        the server at another address (``--idp http://127.0.0.1:8000`` for ``http://localhost:8000``),
+        where passkeys do not work. From the token's ``iss``, else from discovery, else the IdP URL."""
+        state = self.state
+        if state is not None and state.idp == self.idp:
+            if not state.issuer and state.token:
+                state.issuer = issuer_of(state.token)
+            if state.issuer:
+                return state.issuer
+        try:
+            answer = self.client.get("/.well-known/openid-configuration", headers={"Accept": "application/json"})
+            found = answer.json().get("issuer") if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            found = None
+        return found.rstrip("/") if isinstance(found, str) and found.startswith(("http://", "https://")) else self.idp
+
     def _transport_error(self, exc: Exception) -> CliError:
         if isinstance(exc, httpx.TimeoutException):
             return CliError(f"the IdP {self.idp} did not answer in time ({exc.__class__.__name__})", kind="unreachable")
@@ -265,6 +285,18 @@ def expect_json(response: httpx.Response, *, what: str) -> Any:
         raise CliError(f"{what}: the IdP answered HTTP {response.status_code} without JSON", kind="http") from None
 
 
+def issuer_of(token: str) -> str:
+    """The ``iss`` claim of a JWT, read without checking the signature: the agent only prints links on
+    it (the server that issued the token is the one the agent already talks to)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return ""
+    iss = claims.get("iss") if isinstance(claims, dict) else None
+    return iss.rstrip("/") if isinstance(iss, str) and iss.startswith(("http://", "https://")) else ""
+
+
 def login(api: Api, email: str, key_path: str) -> State:
     """Challenge-response (D5): sign the challenge string with the agent's Ed25519 key."""
     key = load_private_key(key_path)
@@ -283,6 +315,7 @@ def login(api: Api, email: str, key_path: str) -> State:
     state = api.state or State()
     state.idp, state.email, state.key_path = api.idp, email, str(Path(key_path).resolve())
     state.token = answer["token"]
+    state.issuer = issuer_of(state.token) or state.issuer
     state.agent_id = answer.get("agent_id") or state.agent_id
     state.expires_at = int(time.time()) + int(answer.get("expires_in") or 3600)
     state.save()
@@ -330,14 +363,14 @@ def describe_grant(grant: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def approval_hint(idp: str, grant_id: str) -> str:
+def approval_hint(issuer: str, grant_id: str) -> str:
     return (f"grantd: grant {shown(grant_id)} waits for a human decision. An approver can decide\n"
             f"  in the console:  grantd tui\n"
-            f"  in a browser:    {idp}/grant-approval?grant_id={quote(grant_id)}")
+            f"  in a browser:    {shown(approval_url(issuer, grant_id))}")
 
 
-def approval_url(idp: str, grant_id: str) -> str:
-    return f"{idp}/grant-approval?grant_id={quote(grant_id)}"
+def approval_url(issuer: str, grant_id: str) -> str:
+    return f"{issuer}/grant-approval?grant_id={quote(grant_id)}"
 
 
 def not_usable(grant: dict[str, Any]) -> CliError:
@@ -503,9 +536,13 @@ def self_command() -> list[str]:
     return [sys.executable, "-I", "-m", "grantd"]
 
 
-def elevate_prefix(settings: dict[str, Any]) -> tuple[list[str], bool]:
-    """(command that runs `grantd`, whether we may exec it directly with an inherited pipe)."""
-    configured = os.environ.get("GRANTD_ELEVATE_COMMAND") or settings.get("elevate_command")
+def elevate_prefix(settings: dict[str, Any], given: str | None = None) -> tuple[list[str], bool]:
+    """(command that runs `grantd`, whether we may exec it directly with an inherited pipe).
+
+    The command is, first found: ``--elevate-command``, ``GRANTD_ELEVATE_COMMAND``, agent.toml's
+    ``elevate_command``; else, as root, this very program; else ``sudo -n`` and agent.toml's
+    ``elevate_path`` (default /usr/local/bin/grantd, where packaging/install puts it)."""
+    configured = given or os.environ.get("GRANTD_ELEVATE_COMMAND") or settings.get("elevate_command")
     if configured:
         return (shlex.split(configured) if isinstance(configured, str) else [str(c) for c in configured]), False
     if os.geteuid() == 0:
@@ -513,8 +550,34 @@ def elevate_prefix(settings: dict[str, Any]) -> tuple[list[str], bool]:
     return ["sudo", "-n", str(settings.get("elevate_path") or DEFAULT_ELEVATE_PATH)], False
 
 
-def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
-    prefix, direct = elevate_prefix(settings)
+ELEVATE_HOW = ("name the command that runs grantd with --elevate-command CMD, GRANTD_ELEVATE_COMMAND or "
+               "elevate_command in agent.toml (e.g. \"sudo -n /opt/grantd/grantd\"; as root, grantd run starts "
+               "elevate itself), or install the bundle (sudo packaging/install)")
+
+
+def elevate_missing(prefix: list[str]) -> str | None:
+    """What is missing to start ``grantd elevate`` through ``prefix``, said before any grant is
+    requested (a source checkout has no /usr/local/bin/grantd); None when every program is there."""
+    if not prefix:
+        return f"the elevate command is empty: {ELEVATE_HOW}"
+    program = prefix[0]
+    found = shutil.which(program)
+    if found is None:
+        return f"cannot run grantd elevate: {program} not found; {ELEVATE_HOW}"
+    if os.path.basename(program) == "sudo":
+        target = next((a for a in prefix[1:] if not a.startswith("-")), None)
+        if target is None:
+            return f"cannot run grantd elevate: {shlex.join(prefix)} names no program after sudo; {ELEVATE_HOW}"
+        if os.path.isabs(target) and not os.access(target, os.X_OK):
+            return (f"cannot run grantd elevate: it is reached through `{shlex.join(prefix)} elevate`, and {target} "
+                    f"does not exist or is not executable; {ELEVATE_HOW}")
+    return None
+
+
+def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_command: str | None = None,
+             config: str | None = None) -> int:
+    prefix, direct = elevate_prefix(settings, elevate_command)
+    config_args = ["--config", config] if config else []
     sys.stdout.flush()
     sys.stderr.flush()
     if direct:
@@ -523,7 +586,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
         os.write(write_fd, token.encode())
         os.close(write_fd)
         os.set_inheritable(read_fd, True)
-        command = [*prefix, "elevate", "--grant-fd", str(read_fd), "--", *argv]
+        command = [*prefix, "elevate", "--grant-fd", str(read_fd), *config_args, "--", *argv]
         try:
             os.execv(command[0], command)  # noqa: S606 - a fixed program and the user's argv, no shell
         except OSError as exc:
@@ -533,7 +596,7 @@ def hand_off(token: str, argv: list[str], settings: dict[str, Any]) -> int:
     directory = tempfile.mkdtemp(prefix="grantd-run-")
     fifo = os.path.join(directory, "grant")
     os.mkfifo(fifo, 0o600)
-    command = [*prefix, "elevate", "--grant-file", fifo, "--", *argv]
+    command = [*prefix, "elevate", "--grant-file", fifo, *config_args, "--", *argv]
     try:
         try:
             child = subprocess.Popen(command)
@@ -710,8 +773,6 @@ def _grant_body(args: argparse.Namespace, *, audience: str, host: str, argv: lis
         body["permissions"] = args.permission
     if not argv and not body.get("permissions"):
         raise CliError("nothing to grant: give a command after -- (or --permission)", kind="usage", exit_code=EXIT_USAGE)
-    if args.type == "timed" and not args.duration:
-        raise CliError("--type timed needs --duration (e.g. 1h)", kind="usage", exit_code=EXIT_USAGE)
     if args.duration:
         body["duration"] = args.duration
     run_as = getattr(args, "run_as", None)
@@ -719,6 +780,18 @@ def _grant_body(args: argparse.Namespace, *, audience: str, host: str, argv: lis
         body["run_as"] = run_as
     body["reason"] = args.reason or (shlex.join(argv) if argv else "")
     return body
+
+
+def request_grant(api: Api, args: argparse.Namespace, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /api/grants. A timed request without --duration is fine when it reuses an approved grant;
+    the server refuses it only for a new one, which the CLI then words as a usage error."""
+    try:
+        return dict(api.json("POST", "/api/grants", json=body))
+    except CliError as exc:
+        if args.type == "timed" and "duration" not in body and exc.extra.get("status") == 400 and "duration" in exc.message:
+            raise CliError("--type timed needs --duration (e.g. 1h): no approved timed grant for this command to reuse",
+                           kind="usage", exit_code=EXIT_USAGE) from None
+        raise
 
 
 def _wait(api: Api, args: argparse.Namespace, grant: dict[str, Any]) -> dict[str, Any]:
@@ -732,15 +805,15 @@ def cmd_grant_request(args: argparse.Namespace) -> int:
     api = _api(args)
     try:
         body = _grant_body(args, audience=args.audience, host=args.host, argv=argv)
-        grant = api.json("POST", "/api/grants", json=body)
+        grant = request_grant(api, args, body)
         if grant.get("status") == "pending" and args.wait:
-            _info(args, approval_hint(api.idp, grant["id"]), event="pending", id=grant["id"],
-                  approval_url=approval_url(api.idp, grant["id"]))
+            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"],
+                  approval_url=approval_url(api.issuer, grant["id"]))
             grant = _wait(api, args, grant)
         _emit(args, grant, describe_grant(grant))
         if grant.get("status") == "pending":
             if not args.json:
-                print(approval_hint(api.idp, grant["id"]), file=sys.stderr)
+                print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
             return EXIT_PENDING
         return EXIT_OK if grant.get("status") == "approved" else EXIT_ERROR
     finally:
@@ -830,22 +903,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = agent_settings()
     audience = args.audience or os.environ.get("GRANTD_AUDIENCE") or settings.get("audience") or DEFAULT_AUDIENCE
     host = args.host or socket.gethostname()
+    elevate_config = args.elevate_config or os.environ.get("GRANTD_ELEVATE_CONFIG") or None
+    missing = elevate_missing(elevate_prefix(settings, args.elevate_command)[0])
+    if missing:  # before a person is asked to approve something that cannot run
+        raise CliError(missing, kind="elevate", exit_code=EXIT_ERROR)
     api = _api(args)
     try:
         args.run_as = args.as_user
         body = _grant_body(args, audience=audience, host=host, argv=argv)
-        grant = api.json("POST", "/api/grants", json=body)
+        grant = request_grant(api, args, body)
         if grant.get("status") == "pending":
-            url = approval_url(api.idp, grant["id"])
+            url = approval_url(api.issuer, grant["id"])
             if not args.wait:
                 data = {"id": grant["id"], "status": "pending", "approval_url": url, "exit_code": EXIT_PENDING}
                 _emit(args, data, "")
                 if not args.json:
-                    print(approval_hint(api.idp, grant["id"]), file=sys.stderr)
+                    print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
                     print(f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
                           file=sys.stderr)
                 return EXIT_PENDING
-            _info(args, approval_hint(api.idp, grant["id"]), event="pending", id=grant["id"], approval_url=url)
+            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"], approval_url=url)
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
@@ -857,7 +934,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
                 f"{shown(grant.get('decided_by') or 'delegation')}; running as {shown(args.as_user or 'root')}",
           event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
-    return hand_off(token, argv, settings)
+    return hand_off(token, argv, settings, elevate_command=args.elevate_command, config=elevate_config)
 
 
 # -- wiring ------------------------------------------------------------------------------------------
@@ -876,18 +953,21 @@ def _run_safely(func: Any) -> Any:
                 if exc.kind == "pending" and exc.extra.get("grant"):
                     grant = exc.extra["grant"]
                     print(f"grantd: still waiting after the timeout; approve it at "
-                          f"{shown(approval_url(_safe_idp(args), str(grant.get('id'))))}", file=sys.stderr)
+                          f"{shown(approval_url(_safe_issuer(args), str(grant.get('id'))))}", file=sys.stderr)
             return exc.exit_code
 
     wrapper.__doc__ = func.__doc__
     return wrapper
 
 
-def _safe_idp(args: argparse.Namespace) -> str:
+def _safe_issuer(args: argparse.Namespace) -> str:
+    """The issuer for a link in an error message, without asking the server again."""
     try:
-        return _idp_for(args, State.load(), agent_settings())
+        state = State.load()
+        idp = _idp_for(args, state, agent_settings())
     except CliError:
-        return "IDP"
+        return "ISSUER"
+    return (state.issuer or issuer_of(state.token) or idp) if state.idp == idp else idp
 
 
 def _common(p: argparse.ArgumentParser, *, idp: bool = True) -> argparse.ArgumentParser:
@@ -951,11 +1031,19 @@ def register(subparsers: Any) -> None:
         "run", help="run a command with a grant: request (or reuse), wait, then grantd elevate",
         description="Requests a grant for CMD on this host (audience 'grantd'), reuses an approved timed/always "
                     "grant, waits with --wait (else exits 75), then runs `grantd elevate` (directly as root, "
-                    "else through sudo -n) and passes the token through a pipe. Exit status: the command's; "
-                    "5 refused by elevate; 75 pending; 1 errors."))
+                    "else through `sudo -n /usr/local/bin/grantd`, or the command --elevate-command names) and "
+                    "passes the token through a pipe. Exit status: the command's; 5 refused by elevate; "
+                    "75 pending; 1 errors."))
     p.add_argument("--as", dest="as_user", metavar="USER", help="run as USER (default root)")
     p.add_argument("--audience", help=f"grant audience (default {DEFAULT_AUDIENCE}; agent.toml audience)")
     p.add_argument("--host", help="target host (default: this host's name)")
+    p.add_argument("--elevate-command", metavar="CMD",
+                   help="the command that runs grantd for `grantd elevate` (e.g. \"sudo -n /opt/grantd/grantd\"; "
+                        "env GRANTD_ELEVATE_COMMAND, agent.toml elevate_command; default: this grantd as root, "
+                        f"else sudo -n {DEFAULT_ELEVATE_PATH})")
+    p.add_argument("--elevate-config", metavar="FILE",
+                   help="elevate.toml for `grantd elevate --config` (env GRANTD_ELEVATE_CONFIG; default "
+                        "/etc/grantd/elevate.toml; through sudo only files in /etc/grantd/)")
     _grant_options(p)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=_run_safely(cmd_run))

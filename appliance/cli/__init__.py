@@ -71,6 +71,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             missing = {name for name, c in COMMANDS.items() if c.module == module_name}
         else:
             module.register(sub)
+            for name, parser_of in sub.choices.items():  # `grantd CMD --help` says what CMD does
+                if parser_of.description is None and name in COMMANDS:
+                    parser_of.description = COMMANDS[name].help[0].upper() + COMMANDS[name].help[1:] + "."
     for name, entry in COMMANDS.items():
         if name not in sub.choices and name not in missing:
             sub.add_parser(name, help=entry.help, add_help=False)  # a placeholder: never parsed here

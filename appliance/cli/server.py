@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -67,19 +68,36 @@ def grantd_program() -> tuple[str, bool]:
     return str(here.absolute()), False
 
 
+def readme_path() -> str:
+    """Where this grantd's README is: beside an installed bundle (packaging/install puts it in
+    /opt/grantd/docs/), or in the source checkout it runs from; else the name of the file in
+    grantd's source."""
+    if getattr(sys, "frozen", False):
+        candidates = [Path(sys.executable).resolve().parent / "docs" / "README.md"]
+    else:
+        import grantd
+
+        candidates = [Path(grantd.__file__).resolve().parent.parent / "README.md"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    return "README.md of grantd's source"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     path = config_path_from(args)
+    new_token: tuple[str, Path] | None = None  # printed last, framed, once the banner is out
     if path is None:
         path = Path(DEFAULT_CONFIG_NAME).resolve()
         if not path.exists():
-            token, token_path = write_new_config(
+            new_token = write_new_config(
                 path, host=args.host or "127.0.0.1", port=args.port or 8000, first_admin=DEV_FIRST_ADMIN
             )
             print(f"grantd: no config given; wrote a development config to {path}", file=sys.stderr)
-            print(f"grantd: management token (shown once, kept in {token_path}):", file=sys.stderr)
-            print(f"\n    {token}\n", file=sys.stderr)
+    from grantd.plugin_manager import check_startup
+
     try:
-        config = load(path)
+        config = check_startup(path, storage=False)  # `config validate`'s checks (D18); preflight opens the storage
     except ConfigError as exc:
         if _log_format_of(path) != "json":
             raise  # the dispatcher lists every problem
@@ -87,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         problems=exc.problems)
         return EXIT_CONFIG
     for warning in config.warnings:
-        print(f"grantd: warning: {warning}", file=sys.stderr)
+        _say(config.log.format, f"warning: {warning}", level=logging.WARNING, event="config_warning")
     if args.host or args.port:
         # Command-line overrides for a quick run; the issuer follows unless the config sets one.
         raw_server = dict(config.raw.get("server", {}))
@@ -106,21 +124,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _startup_failed(config.log.format, describe_startup_error(exc))
         return EXIT_STARTUP
     issuer = config.server.issuer
-    print(f"grantd: serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", file=sys.stderr)
-    print("grantd: enroll an agent: see README.md, 'Sign in an agent with curl and ssh-keygen'", file=sys.stderr)
+    fmt = config.log.format
+    _say(fmt, f"serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", event="banner")
+    _say(fmt, f"enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", event="banner")
     program, on_path = grantd_program()
-    print(f"grantd: decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
-          file=sys.stderr)
+    _say(fmt, f"decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
+         event="banner")
     if not on_path:
-        print(f"grantd: ('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
-              file=sys.stderr)
+        _say(fmt, f"('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
+             event="banner")
     try:
         _print_first_admin_link(config)
+        if new_token is not None:
+            _print_token_frame(config, *new_token)
         serve(config, checked=True)
     except Exception as exc:  # e.g. the port was taken between the check and the bind
         _startup_failed(config.log.format, describe_startup_error(exc))
         return EXIT_STARTUP
     return EXIT_OK
+
+
+def _print_token_frame(config: Config, token: str, token_path: Path) -> None:
+    """The development config's management token, once, as the banner's last lines in a frame (so
+    it is not lost above the install and start-up lines), with who it acts as."""
+    rule = "grantd: " + "=" * 72
+    lines = [
+        rule,
+        f"grantd: management token (shown once; kept in {token_path}, mode 0600):",
+        "grantd:",
+        f"grantd:     {token}",
+        "grantd:",
+        f"grantd: it acts as {config.admin.management_identity} (admin.management_identity), an administrator",
+        "grantd: that is no person: people sign in with a passkey, like the first administrator above.",
+        rule,
+    ]
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _log_format_of(path: Path) -> str:
@@ -136,18 +174,23 @@ def _log_format_of(path: Path) -> str:
     return "json" if fmt == "json" else "text"
 
 
-def _startup_failed(fmt: str, message: str, **fields: Any) -> None:
-    """The one line of a start that failed, on stderr: text, or a JSON object like every log line."""
+def _say(fmt: str, message: str, *, level: int = logging.INFO, **fields: Any) -> None:
+    """One banner line on stderr: ``grantd: message``, or in ``[log] format = "json"`` a JSON object
+    like every log line (so that every line of a JSON-logging server parses). Printed, not logged:
+    the first administrator's link must not reach a log handler's file."""
     if fmt != "json":
-        print(f"grantd: cannot start: {message}", file=sys.stderr)
+        print(f"grantd: {message}", file=sys.stderr, flush=True)
         return
-    import logging
-
     from grantd.logs import LOGGER, JsonFormatter
 
-    record = logging.LogRecord(LOGGER, logging.ERROR, __file__, 0, "cannot start: %s", (message,), None)
+    record = logging.LogRecord(LOGGER, level, __file__, 0, "%s", (message,), None)
     line = json.loads(JsonFormatter().format(record))
-    print(json.dumps({**line, "event": "startup_failed", **fields}, separators=(",", ":")), file=sys.stderr)
+    print(json.dumps({**line, **fields}, separators=(",", ":")), file=sys.stderr, flush=True)
+
+
+def _startup_failed(fmt: str, message: str, **fields: Any) -> None:
+    """The one line of a start that failed, on stderr: text, or a JSON object like every log line."""
+    _say(fmt, f"cannot start: {message}", level=logging.ERROR, event="startup_failed", **fields)
 
 
 DEV_FIRST_ADMIN = "admin@localhost"
@@ -168,8 +211,8 @@ def _print_first_admin_link(config: Config) -> None:
     link = asyncio.run(_with_services(config, work))
     if link:
         hours = config.people.registration_ttl / 3600
-        print(f"grantd: first administrator {email}: open {link} to register your passkey "
-              f"(single use, valid {hours:g} h; a new link at each start until then)", file=sys.stderr)
+        _say(config.log.format, f"first administrator {email}: open {link} to register your passkey "
+                                f"(single use, valid {hours:g} h; a new link at each start until then)", event="first_admin")
 
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
@@ -183,10 +226,11 @@ def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
 
 # -- config ------------------------------------------------------------------------------------
 def cmd_config_validate(args: argparse.Namespace) -> int:
-    config = load(args.file)
-    from grantd.plugin_manager import build_federation_providers, build_plugin_manager
+    """Every check `grantd serve` makes before it opens the storage and binds the port, every problem
+    at once (D18): what this accepts, serve starts."""
+    from grantd.plugin_manager import check_startup
 
-    build_federation_providers(build_plugin_manager(config), config)  # each type's own keys and secrets
+    config = check_startup(args.file)
     for warning in config.warnings:
         print(f"warning: {warning}")
     print(f"{args.file}: valid (issuer {config.server.issuer}, storage {config.storage.plugin})")
@@ -480,7 +524,14 @@ def register(sub: Any) -> None:
         p.add_argument("--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
         return p
 
-    p = with_config(sub.add_parser("serve", help=COMMANDS["serve"].help))
+    p = with_config(sub.add_parser(
+        "serve", help=COMMANDS["serve"].help,
+        description="Run the grantd server until SIGTERM or SIGINT (in-flight requests get [server] "
+                    "graceful_shutdown_timeout). The config is --config, else $GRANTD_CONFIG, else ./grantd.toml; "
+                    "without any, a development config is written to ./grantd.toml with a fresh management token "
+                    "(printed once) and a first administrator, admin@localhost, whose passkey registration link is "
+                    "printed. The config is checked as `grantd config validate` checks it; problems are listed and "
+                    "the exit status is 1."))
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.set_defaults(func=cmd_serve)
@@ -553,9 +604,13 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_users_link)
 
-    p = with_config(sub.add_parser("plugins", help=COMMANDS["plugins"].help))
-    p.add_argument("--json", action="store_true")
+    p = with_config(sub.add_parser(
+        "plugins", help=COMMANDS["plugins"].help,
+        description="List the plugins grantd loads (built-in, entry points, and the config's [plugins] modules "
+                    "when a config is given) with their versions and the hooks each implements."))
+    p.add_argument("--json", action="store_true", help="one JSON list: name, source, version, hooks")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("version", help=COMMANDS["version"].help)
+    p = sub.add_parser("version", help=COMMANDS["version"].help,
+                       description="Print grantd's version (the same as grantd --version).")
     p.set_defaults(func=cmd_version)

@@ -201,8 +201,6 @@ async def parse_request(services: Services, principal: Principal | None, body: d
         raise field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
     grant_type = _grant_type(body, "once")
     duration = seconds_field(body, "duration", services.config.grants.max_duration)
-    if grant_type == "timed" and duration is None:
-        raise field_error("duration", "duration is required for timed grants")
     command = _string_list(body, "command", max_items=MAX_ARGS, max_len=MAX_ARG)
     if command is not None:
         if not command:
@@ -280,6 +278,10 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         existing = await services.store.grants.find_reusable(requester_id, key, reader.lapse)
         if existing is not None:
             return {**reader.view(existing), "reused": True}, 200
+    if request["grant_type"] == "timed" and request.get("duration") is None:
+        # Checked after the reuse lookup: a request for an approved timed grant need not repeat its
+        # duration (the duration is not part of what makes two requests the same grant).
+        raise field_error("duration", "duration is required for a new timed grant")
     grant: Grant = {
         "id": str(uuid.uuid4()),
         "type": "command" if "command" in request else "permissions",

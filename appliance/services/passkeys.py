@@ -305,6 +305,16 @@ async def _registration(services: Services, token: Any) -> RegistrationUrl:
     return registration
 
 
+async def registration_usable(services: Services, token: str) -> bool:
+    """Whether ``token`` names a registration URL that can still be used (the /register page says at
+    once when it cannot, instead of after the click). Reads only; the ceremony checks again."""
+    try:
+        await _registration(services, token)
+    except Problem:
+        return False
+    return True
+
+
 def _active(person: Person) -> Person:
     if person["status"] != "active":
         raise forbidden("account disabled")

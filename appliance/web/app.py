@@ -124,6 +124,29 @@ def _problem_from_exception(request: Request, exc: Exception) -> Problem:
     return Problem(500, "internal server error")
 
 
+def _wants_a_page(request: Request) -> bool:
+    """A browser asking for a page (``Accept`` names text/html) outside the JSON API: it gets an
+    HTML error page for an unknown route; API clients keep their problem+json."""
+    accept = (request.headers.get("accept") or "").lower()
+    return "text/html" in accept and not request.path.startswith("/api/")
+
+
+STORE_RETRY_AFTER = 5  # seconds a client is asked to wait when the database does not answer
+STORE_PING_TIMEOUT = 2.0
+
+
+async def _store_answers(app: Sanic) -> bool:
+    """After an unexpected error: does the database still answer (``store.ping``, bounded)?"""
+    services = getattr(app.ctx, "services", None)
+    if services is None:
+        return True
+    try:
+        async with asyncio.timeout(STORE_PING_TIMEOUT):
+            return bool(await services.store.ping())
+    except Exception:  # noqa: BLE001 - a ping that fails or hangs is a database that does not answer
+        return False
+
+
 def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Clock = SYSTEM_CLOCK) -> Sanic:
     """The server app. ``clock`` is the source of time for everything it decides (tests pass a
     ManualClock to an in-process server)."""
@@ -263,7 +286,18 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     @app.exception(Exception)
     async def render_error(request: Request, exc: Exception) -> HTTPResponse:
         problem = _problem_from_exception(request, exc)
+        if problem.status == 500 and not isinstance(exc, Problem | SanicException) and not await _store_answers(app):
+            # The database is down (e.g. PostgreSQL restarting): a 503 to retry, as /readyz says, not a 500.
+            problem = Problem(503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)})
         request_id = getattr(request.ctx, "request_id", None) if request else None
+        if problem.status in (404, 405) and isinstance(exc, SanicException) and _wants_a_page(request):
+            from grantd.web.pages import error_page
+
+            title = "Page not found" if problem.status == 404 else "Not allowed here"
+            page = error_page(None, problem.status, title, "There is no page at this address." if problem.status == 404
+                              else problem.detail)
+            page.headers.update(problem.headers)
+            return page
         if problem.status >= 500:
             log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc, extra={"request_id": request_id})
         return problem_response(problem, request_id)

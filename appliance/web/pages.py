@@ -319,13 +319,33 @@ async def home(request: Request) -> HTTPResponse:
     return response
 
 
+def _authority(scheme: str, netloc: str) -> str:
+    """``host:port`` in lower case with the scheme's default port made explicit."""
+    netloc = netloc.strip().lower()
+    if netloc.startswith("[") and "]:" in netloc or not netloc.startswith("[") and ":" in netloc:
+        return netloc
+    return f"{netloc}:{443 if scheme == 'https' else 80}"
+
+
+def issuer_login_elsewhere(request: Request, target: str) -> str | None:
+    """The issuer's /login when this request reached the server at another address (D18): passkeys
+    and session cookies belong to the issuer's origin, so signing in here would fail."""
+    issuer = services_of(request).issuer.rstrip("/")
+    parts = urlsplit(issuer)
+    host = request.headers.get("host") or ""
+    if not host or _authority(parts.scheme, host) == _authority(parts.scheme, parts.netloc):
+        return None
+    return f"{issuer}/login" + ("" if target == DEFAULT_NEXT else "?next=" + quote(target, safe="/"))
+
+
 @bp.get("/login")
 async def login(request: Request) -> HTTPResponse:
     target = safe_next(request.args.get("next"))
     if await viewer_of(request) is not None:
         return redirect(target, status=303, headers={"Cache-Control": "no-store"})
     return render("login.html", viewer=None, title="Sign in", next=target, providers=federation_buttons(request, target),
-                  sp_login=bool(request.app.ctx.config.sp.enabled))
+                  sp_login=bool(request.app.ctx.config.sp.enabled), elsewhere=issuer_login_elsewhere(request, target),
+                  issuer=services_of(request).issuer.rstrip("/"))
 
 
 def federation_buttons(request: Request, target: str) -> list[dict[str, str]]:
@@ -339,13 +359,17 @@ def federation_buttons(request: Request, target: str) -> list[dict[str, str]]:
 
 @bp.get("/register")
 async def register(request: Request) -> HTTPResponse:
-    """The registration URL's page. The token is checked by the ceremony itself
-    (POST /api/webauthn/register/options); this page only carries it to the script."""
+    """The registration URL's page. A token that names no usable registration URL (unknown, used,
+    expired, another RP) is said at once (404) instead of after the click; the ceremony itself
+    (POST /api/webauthn/register/options) checks it again."""
+    from grantd.services.passkeys import registration_usable
+
     token = request.args.get("token") or ""
-    valid = 0 < len(token) <= 200 and token.isascii() and token.isprintable()
+    well_formed = 0 < len(token) <= 200 and token.isascii() and token.isprintable()
+    usable = well_formed and await registration_usable(services_of(request), token)
     viewer = await viewer_of(request)
-    return render("register.html", status=200 if valid else 400, viewer=viewer, title="Register a passkey",
-                  token=token if valid else "")
+    return render("register.html", status=200 if usable else 400 if not well_formed else 404, viewer=viewer,
+                  title="Register a passkey", token=token if usable else "", incomplete=not well_formed)
 
 
 @bp.get("/account")

@@ -207,7 +207,12 @@ class Stopper:
     server became ready. So the stop is repeated every ``RETRY`` s until Sanic's shutdown has begun
     (the first before-stop listener says so). Sanic installs its handler just before the
     after-start listeners, where ours replace it; a signal in between reaches ``app.stop``, which
-    is therefore this stopper's too."""
+    is therefore this stopper's too.
+
+    A stop that lands while the after-start listeners still run (a plugin's, or the storage's) is
+    held until the last of them has returned (issue 20 item 2): ``loop.stop()`` inside that
+    ``run_until_complete`` ended it with "Event loop stopped before Future completed", and the
+    stop became a failed start (exit 1, no graceful shutdown)."""
 
     RETRY = 0.25
 
@@ -219,11 +224,14 @@ class Stopper:
         self.signals = 0
         self.requested = False
         self.shutting_down = False
+        self.started = False  # every after-start listener has returned
         self.loop: Any = None
         app.ctx.stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
-        # Priorities: take the signals before any other after-start listener runs, and learn that
-        # the shutdown began before any other before-stop listener awaits.
+        # Priorities: take the signals before any other after-start listener runs, learn when the
+        # last one has returned, and learn that the shutdown began before any other before-stop
+        # listener awaits.
         app.after_server_start(self._take_signals, priority=10_000)
+        app.after_server_start(self._after_start_done, priority=-10_000)
         app.before_server_stop(self._shutdown_began, priority=10_000)
 
     async def _take_signals(self, app: Any) -> None:
@@ -235,6 +243,11 @@ class Stopper:
         if self.early is not None and self.early.requested:  # the loop's handlers replace its hold
             log.info("stop signal received while starting: stopping")
             self.stop()
+
+    async def _after_start_done(self, app: Any) -> None:
+        self.started = True
+        if self.requested:  # held while the after-start listeners ran
+            self._stop_until_it_stops()
 
     async def _shutdown_began(self, app: Any) -> None:
         self.shutting_down = True
@@ -258,9 +271,10 @@ class Stopper:
     def stop(self) -> None:
         """Stop the server (also when not asked by a signal: the group stops itself this way)."""
         if self.requested:
-            return  # already repeating until the shutdown begins
+            return  # already repeating until the shutdown begins (or held until the start is done)
         self.requested = True
-        self._stop_until_it_stops()
+        if self.started:
+            self._stop_until_it_stops()
 
     def _stop_until_it_stops(self) -> None:
         import asyncio
