@@ -111,6 +111,8 @@ class WebPushChannel:
             parts.port  # noqa: B018 - raises ValueError on a bad port
         except ValueError:
             raise EndpointRefused("endpoint must be a URL") from None
+        if parts.scheme not in ("https", "http"):
+            raise EndpointRefused("endpoint must be https")
         host = (parts.hostname or "").lower()
         if not host or "@" in parts.netloc or parts.fragment:
             raise EndpointRefused("endpoint must be a URL without user information or fragment")
