@@ -168,7 +168,7 @@ class _HttpDouble:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.origin = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.lock = threading.Lock()
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
