@@ -281,9 +281,17 @@ class NotificationChannel(Protocol):
     ``options`` holds what grantd reads when it renders for this channel: ``include_command``
     (bool, default False) and ``deny_from_chat`` (bool, default False)."""
 
-    id: str
-    type: str
-    options: Mapping[str, Any]
+    @property
+    def id(self) -> str:
+        """The ``id`` of its ``[[notify.channels]]`` table."""
+
+    @property
+    def type(self) -> str:
+        """The channel type's name."""
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """``include_command`` and ``deny_from_chat`` (what grantd renders for this channel)."""
 
     def public_info(self) -> dict[str, Any]:
         """What a signed-in person may see about the channel: JSON-ready, never a secret."""

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.notify_doubles import NtfyServer, PushService, SmtpSink, WebhookReceiver
 
 from grantd.config import ConfigError
 from grantd.hookspecs import ChannelContext, ChannelType, DeliveryResult, Recipient, hookimpl
@@ -21,8 +24,6 @@ from grantd.notify import EndpointRefused, build_channels, channel_types, check_
 from grantd.notify.message import render, topic_for
 from grantd.plugin_manager import build_plugin_manager
 from grantd.plugins.notify_webpush import host_allowed
-
-from support.notify_doubles import NtfyServer, PushService, SmtpSink, WebhookReceiver
 
 ARGV = ["systemctl", "restart", "nginx", "--secret-token=hunter2"]
 GRANT = {"id": "4f1c2a9e-0000-4000-8000-000000000001", "requester": "deploy-bot@agents.example.com",
@@ -431,3 +432,23 @@ def test_webhook_receiver_refuses_a_wrong_secret_and_failures_say_whether_to_ret
     receiver.status = 400
     assert run(hook(tmp_path, receiver).send(ctx(), notice(), ALICE)).retryable is False
     assert not receiver.received
+
+
+def test_the_plugin_guides_worked_channel_type_loads_builds_and_sends(tmp_path):
+    """docs/plugins.md's example for notification_channel_types, run as written."""
+    from conftest import ROOT
+
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    section = guide.split("### `notification_channel_types")[1].split("\n### ")[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    module = types.ModuleType("jsonl_channel_example")
+    exec(compile(code, "docs/plugins.md", "exec"), module.__dict__)
+    pm = build_plugin_manager(None)
+    pm.register(module, name="jsonl_channel_example")
+    with pytest.raises(ConfigError, match=r"notify.channels\[0\].path: must be absolute"):
+        build_channels(pm, [{"id": "audit", "type": "jsonl", "path": "relative.jsonl"}], base_dir=tmp_path)
+    (channel,) = build_channels(pm, [{"id": "audit", "type": "jsonl", "path": str(tmp_path / "n.jsonl")}],
+                                base_dir=tmp_path)
+    assert run(channel.send(ctx(), notice(channel=channel), ALICE)) == DeliveryResult.sent()
+    line = json.loads((tmp_path / "n.jsonl").read_text())
+    assert line["to"] == "alice@example.com" and line["link"] == LINK and line["fields"]["Host"] == "web1"
