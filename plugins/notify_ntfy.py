@@ -97,7 +97,7 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> Nt
 
 
 CHANNEL_TYPE = ChannelType(keys=KEYS, build=make_channel, secrets=SECRETS,
-                           description="ntfy: a message to each person's own topic")
+                           description="a message to each person's own ntfy topic")
 
 
 @hookimpl

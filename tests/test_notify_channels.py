@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -452,3 +454,13 @@ def test_the_plugin_guides_worked_channel_type_loads_builds_and_sends(tmp_path):
     assert run(channel.send(ctx(), notice(channel=channel), ALICE)) == DeliveryResult.sent()
     line = json.loads((tmp_path / "n.jsonl").read_text())
     assert line["to"] == "alice@example.com" and line["link"] == LINK and line["fields"]["Host"] == "web1"
+
+
+def test_grantd_plugins_lists_the_notification_channel_types():
+    result = subprocess.run([sys.executable, "-m", "grantd", "plugins"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    listed = result.stdout.split("notification channel types:\n")[1]
+    assert "    smtp: e-mail through an SMTP server" in listed and "    webhook: a signed JSON POST" in listed
+    assert "    webpush: " in listed and "    ntfy: " in listed
+    assert "grantd.plugins.notify_smtp 0" in result.stdout and "hooks: notification_channel_types" in result.stdout
