@@ -1,7 +1,7 @@
 """pluggy hook specifications: the contract between grantd and its plugins.
 
-One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``elevate_*`` (defined in
-grantd.elevate.hookspecs and named here), plus ``startup`` and ``register_routes``. Hook
+One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``notification_*``, ``elevate_*``
+(defined in grantd.elevate.hookspecs and named here), plus ``startup`` and ``register_routes``. Hook
 implementations take only the parameters they need and never give them defaults (pluggy does
 not pass defaults). Keep imports here light: this module is imported by every plugin.
 

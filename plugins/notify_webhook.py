@@ -3,7 +3,9 @@ incoming webhook, or any receiver), signed.
 
 Every body is signed (grantd.notify.signature): ``X-Grantd-Signature: t=<ts>,v1=<hex
 HMAC-SHA256(secret, ts + "." + body)>``, so a receiver can tell grantd's messages from anyone
-else's and refuse a replay outside the window; ``secret`` comes only from ``file:``/``env:``.
+else's and refuse a replay outside the window; ``secret`` comes only from ``file:``/``env:``, and
+``url`` may too (an incoming-webhook URL of Slack or Matrix bridges embeds its token); neither is
+ever shown or put in an error.
 
 ``format``:
 
@@ -94,7 +96,7 @@ BODIES = {"generic": generic_body, "slack": slack_body, "matrix": matrix_body}
 @dataclass
 class WebhookChannel:
     id: str
-    url: str
+    url: str = field(repr=False)  # Slack's and others' incoming webhook URLs are credentials
     secret: str = field(repr=False)
     format: str = "generic"
     timeout: int = 10
@@ -125,6 +127,8 @@ class WebhookChannel:
 def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> WebhookChannel:
     read = TableReader(table)
     url = read.string("url", required=True)
+    if url and url.startswith(("file:", "env:")):  # a chat webhook URL that embeds its token is a secret
+        url = read.secret("url", read_secret)
     if url and (not transport_ok(url) or "@" in urlsplit(url).netloc):
         read.problems.append("url: must be an https URL (http only on a loopback host)")
     secret = read.secret("secret", read_secret)

@@ -464,3 +464,21 @@ def test_grantd_plugins_lists_the_notification_channel_types():
     assert "    smtp: e-mail through an SMTP server" in listed and "    webhook: a signed JSON POST" in listed
     assert "    webpush: " in listed and "    ntfy: " in listed
     assert "grantd.plugins.notify_smtp 0" in result.stdout and "hooks: notification_channel_types" in result.stdout
+
+
+def test_a_webhook_url_may_be_a_secret_and_is_then_never_shown(tmp_path, receiver, monkeypatch):
+    monkeypatch.setenv("GRANTD_TEST_HOOK_URL", f"{receiver.origin}/services/T0/B0/tok3n-in-url")
+    channel = hook(tmp_path, receiver, url="env:GRANTD_TEST_HOOK_URL")
+    assert "tok3n-in-url" not in repr(channel) and "tok3n-in-url" not in json.dumps(channel.public_info())
+    assert run(channel.send(ctx(), notice(), ALICE)).status == "sent"
+    assert receiver.received[0]["path"] == "/services/T0/B0/tok3n-in-url"
+
+
+def test_the_push_emulator_refuses_a_body_encrypted_to_other_keys(tmp_path, push_service):
+    """The emulator really decrypts: keys of another subscription give a body it cannot open."""
+    channel = push_channel(tmp_path)
+    mine, other = push_service.subscribe(channel.public_key), push_service.subscribe(channel.public_key)
+    crossed = {**mine, "keys": other["keys"]}
+    result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=crossed)))
+    assert result.status == "failed" and not result.retryable and "400" in (result.error or "")
+    assert push_service.refusals == [(400, "cannot decrypt: ECEException")] and not push_service.received

@@ -9,7 +9,9 @@ outbox, the ``[notify]`` config section, routes, review links and subscriptions
 A ``[[notify.channels]]`` table is checked here the way ``[[federation.providers]]`` tables are
 (grantd.plugin_manager.build_federation_providers): every problem at once, each at its key path
 ``notify.channels[N].key``. Secrets (``ChannelType.secrets``) come only from ``file:PATH`` or
-``env:NAME``: a password written into the config file would end up in backups and diffs.
+``env:NAME``: a password written into the config file would end up in backups and diffs. A type
+may also offer ``file:``/``env:`` for a key that is a secret only sometimes (a webhook URL that
+embeds its token) by calling ``read_secret`` for it when the value has that prefix.
 """
 
 from __future__ import annotations
@@ -103,10 +105,15 @@ def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[st
         if len(problems) > count:
             continue
 
+        for key in channel_type.secrets:
+            value = table.get(key)
+            if isinstance(value, str) and value and not value.startswith(("file:", "env:")):
+                problems.append(f"{at}.{key}: a secret must come from file:PATH or env:NAME, never written inline")
+
         def read_secret(key: str, table: Mapping[str, Any] = table, at: str = at,
-                        secrets: tuple[str, ...] = channel_type.secrets) -> str:
-            if key not in secrets:
-                raise ValueError(f"{key}: not declared a secret by its channel type")
+                        keys: tuple[str, ...] = channel_type.keys) -> str:
+            if key not in keys:
+                raise ValueError(f"{key}: not a key of this channel type")
             return _read_secret(table, key, base_dir, warnings, at)
 
         try:
@@ -119,8 +126,9 @@ def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[st
         except KeyError as exc:
             problems.append(f"{at}.{exc.args[0] if exc.args else '?'}: missing")
             continue
-        built.append(channel)
-    return built, problems
+        if len(problems) == count:  # a type that ignored an inline secret still gets no channel
+            built.append(channel)
+    return built, list(dict.fromkeys(problems))  # an inline secret is found twice: before build and by it
 
 
 class TableReader:
