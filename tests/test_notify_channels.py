@@ -482,3 +482,22 @@ def test_the_push_emulator_refuses_a_body_encrypted_to_other_keys(tmp_path, push
     result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=crossed)))
     assert result.status == "failed" and not result.retryable and "400" in (result.error or "")
     assert push_service.refusals == [(400, "cannot decrypt: ECEException")] and not push_service.received
+
+
+def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_grant_threads(tmp_path, push_service):
+    grants = [{**GRANT, "id": f"g{i}"} for i in range(3)]
+    digest = render("digest", grants, link="https://grantd.example.com/grants", options={})
+    channel = push_channel(tmp_path)
+    person = Recipient(email="alice@example.com", subscription=push_service.subscribe(channel.public_key))
+    assert run(channel.send(ctx(), digest, person)).status == "sent", push_service.refusals
+    (message,) = push_service.received
+    assert "topic" not in message.headers and message.payload["title"] == "3 requests wait for your decision"
+    sink = SmtpSink().start()
+    try:
+        (mail,) = build([{"id": "m", "type": "smtp", "host": "127.0.0.1", "port": sink.port, "starttls": False,
+                          "from": "grantd@example.com"}], tmp_path)
+        assert run(mail.send(ctx(), digest, ALICE)).status == "sent"
+    finally:
+        sink.stop()
+    received = sink.messages[0].message
+    assert received["In-Reply-To"] is None and "grantd-digest" in received["Message-ID"]
