@@ -1,7 +1,7 @@
 """pluggy hook specifications: the contract between grantd and its plugins.
 
-One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``elevate_*`` (defined in
-grantd.elevate.hookspecs and named here), plus ``startup`` and ``register_routes``. Hook
+One prefix per kind of plugin: ``storage_*``, ``federation_*``, ``notification_*``, ``elevate_*``
+(defined in grantd.elevate.hookspecs and named here), plus ``startup`` and ``register_routes``. Hook
 implementations take only the parameters they need and never give them defaults (pluggy does
 not pass defaults). Keep imports here light: this module is imported by every plugin.
 
@@ -160,3 +160,142 @@ def startup(app: Sanic, config: Config) -> None:
 @hookspec
 def register_routes(app: Sanic, config: Config) -> None:
     """Add routes or blueprints to the app. Routes under /api/ should answer problem+json errors."""
+
+
+@hookspec
+def notification_channel_types() -> dict[str, ChannelType]:
+    """Kinds of channels that tell approvers a grant waits for them: ``{type: ChannelType}``.
+
+    A ``[[notify.channels]]`` table names its type with ``type``; grantd checks ``id`` and
+    ``type``, refuses keys the type does not declare in ``ChannelType.keys`` (with a "did you
+    mean"), then calls ``ChannelType.build(table, read_secret)``, where ``read_secret(key)``
+    resolves a ``file:PATH`` / ``env:NAME`` value of that table (a secret written inline is
+    refused). ``build`` returns a :class:`NotificationChannel` or raises
+    ``ValueError("key: what is wrong")`` (several problems: one per line), reported at
+    ``notify.channels[N].key``; it must do no network I/O. grantd.notify.channel_types and
+    grantd.notify.build_channels call this hook.
+    """
+
+
+# -- notification channels (grantd.notify; docs/notifications.md) ---------------------------------
+#
+# grantd renders one message per notice with grantd.notify.message.render (every value escaped with
+# the one escaping rule, the full command only with the channel's ``include_command = true``) and
+# hands it with one recipient to the channel's ``send``. A channel turns it into its own wire format
+# (mail, an encrypted push message, JSON), escaping for its own markup on top.
+
+
+@dataclass(frozen=True)
+class ChannelType:
+    """What a ``notification_channel_types`` entry declares.
+
+    - ``keys``: the keys a table of this type may have besides ``id`` and ``type``;
+    - ``build(table, read_secret)``: the channel object (see the hook);
+    - ``secrets``: keys whose values are secrets: only ``file:PATH`` or ``env:NAME``;
+    - ``description``: one line for ``grantd plugins`` and the docs.
+    """
+
+    keys: tuple[str, ...]
+    build: Callable[[dict[str, Any], Callable[[str], str]], NotificationChannel]
+    secrets: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ChannelContext:
+    """What grantd hands ``send``: ``issuer`` (its own URL, no trailing slash) and ``now()``, seconds
+    since the epoch by grantd's clock (VAPID ``exp``, webhook timestamps; never ``time.time()``)."""
+
+    issuer: str
+    now: Callable[[], int]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One rendered message (grantd.notify.message.render). Every text value is already escaped
+    with grantd.core.display: a channel adds only the escaping of its own markup.
+
+    - ``kind``: ``review_requested``, ``escalated``, ``resolved`` or ``digest``;
+    - ``grant_ids``: the grant it is about (several for a digest);
+    - ``topic``: a key that lets a later notice replace this one (Web Push ``Topic``, at most 32
+      base64url characters; the same for every notice of one grant), or None;
+    - ``title``: one line; ``fields``: (label, value) lines: agent, host, run as, program and, only
+      with ``include_command = true``, the whole command; ``text``: a sentence for the reader;
+    - ``link``: where to review (a review link that needs the person's passkey to approve), or None;
+    - ``deny_link``: only with ``deny_from_chat = true`` on a pending notice: a single-use link
+      that denies with a POST (a GET never changes anything); nothing in a notice ever approves;
+    - ``urgency``: Web Push ``Urgency`` (``high`` while a decision is wanted, else ``normal``).
+    """
+
+    kind: str
+    grant_ids: tuple[str, ...]
+    topic: str | None
+    title: str
+    fields: tuple[tuple[str, str], ...]
+    text: str
+    link: str | None
+    deny_link: str | None = None
+    urgency: str = "normal"
+
+
+@dataclass(frozen=True)
+class Recipient:
+    """Whom one ``send`` tells: ``email`` (a person's address), ``name`` (display), and what the
+    person set up for channels that need it: ``topic`` (their ntfy topic) and ``subscription``
+    (their Web Push subscription: ``{"endpoint": ..., "keys": {"p256dh": ..., "auth": ...}}``)."""
+
+    email: str
+    name: str | None = None
+    topic: str | None = None
+    subscription: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryResult:
+    """What one ``send`` achieved: ``sent``; ``failed`` (``retryable``: a later attempt may work:
+    a timeout, a 5xx, a 429; not: the service refused the message for good); ``gone`` (the
+    recipient's address no longer exists: a push service's 404/410; grantd removes it).
+    ``error`` is shown to operators: never a secret or a response body."""
+
+    status: str  # sent | failed | gone
+    retryable: bool = False
+    error: str | None = None
+
+    @classmethod
+    def sent(cls) -> DeliveryResult:
+        return cls("sent")
+
+    @classmethod
+    def failed(cls, error: str, *, retryable: bool) -> DeliveryResult:
+        return cls("failed", retryable, error)
+
+    @classmethod
+    def gone(cls, error: str) -> DeliveryResult:
+        return cls("gone", False, error)
+
+
+@runtime_checkable
+class NotificationChannel(Protocol):
+    """The object ``ChannelType.build`` returns.
+
+    ``options`` holds what grantd reads when it renders for this channel: ``include_command``
+    (bool, default False) and ``deny_from_chat`` (bool, default False)."""
+
+    @property
+    def id(self) -> str:
+        """The ``id`` of its ``[[notify.channels]]`` table."""
+
+    @property
+    def type(self) -> str:
+        """The channel type's name."""
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """``include_command`` and ``deny_from_chat`` (what grantd renders for this channel)."""
+
+    def public_info(self) -> dict[str, Any]:
+        """What a signed-in person may see about the channel: JSON-ready, never a secret."""
+
+    async def send(self, ctx: ChannelContext, notice: Notice, recipient: Recipient) -> DeliveryResult:
+        """Deliver one notice to one recipient. Never raises for a delivery problem: returns
+        ``DeliveryResult.failed`` or ``gone``."""

@@ -29,6 +29,10 @@ BUILTIN_PLUGINS = (
     "grantd.plugins.storage_postgres",
     "grantd.plugins.federation_oidc",
     "grantd.plugins.elevate_default",
+    "grantd.plugins.notify_smtp",
+    "grantd.plugins.notify_webpush",
+    "grantd.plugins.notify_ntfy",
+    "grantd.plugins.notify_webhook",
 )
 ENTRY_POINT_GROUP = "grantd"
 

@@ -501,13 +501,19 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     path = config_path_from(args)
     config = load(path) if path else None
-    infos = describe_plugins(build_plugin_manager(config))
+    pm = build_plugin_manager(config)
+    infos = describe_plugins(pm)
     if args.json:
         print(json.dumps([info.__dict__ for info in infos]))
         return EXIT_OK
     for info in infos:
         print(f"{info.name} {info.version} ({info.source})")
         print(f"    hooks: {', '.join(info.hooks) or '-'}")
+    from grantd.notify import channel_types
+
+    print("notification channel types:")
+    for name, kind in sorted(channel_types(pm).items()):
+        print(f"    {name}: {kind.description or '-'}")
     return EXIT_OK
 
 

@@ -1,4 +1,5 @@
-"""HTTP to identity providers for SP login: discovery documents, JWKS and the token endpoint.
+"""Guarded HTTP to hosts others name: identity providers for SP login (discovery documents, JWKS,
+the token endpoint) and Web Push endpoints (grantd.plugins.notify_webpush).
 
 An IdP found through DNS is named by whoever controls that DNS zone, so requests to it are guarded
 the way client metadata fetches are (``grantd.oauth.clients``): the host is resolved once, every
@@ -50,17 +51,21 @@ async def _targets(url: str, allow_private: bool) -> tuple[httpx.URL, list[str],
     return httpx.URL(url), addresses[:4], host, port
 
 
-async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None,
-                  guard: FetchGuard | None = None) -> tuple[int, Any]:
-    """(status, parsed JSON body or None) of one request to ``url``, guarded (module docstring).
+async def send(method: str, url: str, *, allow_private: bool, headers: dict[str, str] | None = None,
+               form: dict[str, str] | None = None, content: bytes | None = None,
+               max_body: int = MAX_BODY, guard: FetchGuard | None = None) -> tuple[int, bytes]:
+    """(status, body) of one request to ``url``, guarded (module docstring): resolved once, every
+    address public unless ``allow_private``, connected to the checked address, no redirects.
     ``guard``: the process's ``FetchGuard`` (overall deadline, requests at once); without one, the
     deadline alone (``grantd.oauth.outbound.DEADLINE_S``)."""
     try:
         if guard is None:
             async with asyncio.timeout(DEADLINE_S):
-                return await _request(method, url, allow_private=allow_private, form=form)
+                return await _send(method, url, allow_private=allow_private, headers=headers, form=form,
+                                   content=content, max_body=max_body)
         async with guard.slot():
-            return await _request(method, url, allow_private=allow_private, form=form)
+            return await _send(method, url, allow_private=allow_private, headers=headers, form=form,
+                               content=content, max_body=max_body)
     except Busy as exc:
         raise FetchError(str(exc)) from None
     except TimeoutError:
@@ -68,7 +73,8 @@ async def request(method: str, url: str, *, allow_private: bool, form: dict[str,
                          f"{guard.deadline_s if guard else DEADLINE_S:g} s") from None
 
 
-async def _request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None) -> tuple[int, Any]:
+async def _send(method: str, url: str, *, allow_private: bool, headers: dict[str, str] | None,
+                form: dict[str, str] | None, content: bytes | None, max_body: int) -> tuple[int, bytes]:
     target, addresses, host, port = await _targets(url, allow_private)
     parts = urlsplit(url)
     netloc_host = parts.netloc
@@ -76,17 +82,19 @@ async def _request(method: str, url: str, *, allow_private: bool, form: dict[str
     for address in addresses:
         literal = f"[{address}]" if ":" in address else address
         direct = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
-        headers = {"Host": netloc_host, "Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+        sent = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT,
+                **(headers or {}), "Host": netloc_host}
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False) as http:
-                built = http.build_request(method, direct, headers=headers, data=form, extensions=extensions)
+                built = http.build_request(method, direct, headers=sent, data=form, content=content,
+                                           extensions=extensions)
                 response = await http.send(built, stream=True)
                 try:
                     body = bytearray()
                     async for chunk in response.aiter_raw():
                         body += chunk
-                        if len(body) > MAX_BODY:
+                        if len(body) > max_body:
                             raise FetchError("answer too large")
                 finally:
                     await response.aclose()
@@ -95,8 +103,15 @@ async def _request(method: str, url: str, *, allow_private: bool, form: dict[str
             continue
         except httpx.HTTPError as exc:
             raise FetchError(f"{type(exc).__name__} from {target.host}") from None
-        try:
-            return response.status_code, json.loads(bytes(body))
-        except (ValueError, UnicodeDecodeError):
-            return response.status_code, None
+        return response.status_code, bytes(body)
     raise FetchError(f"cannot connect to {host}: {type(last).__name__}")
+
+
+async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None,
+                  guard: FetchGuard | None = None) -> tuple[int, Any]:
+    """(status, parsed JSON body or None) of one request to ``url``, guarded as ``send``."""
+    status, body = await send(method, url, allow_private=allow_private, form=form, guard=guard)
+    try:
+        return status, json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return status, None
