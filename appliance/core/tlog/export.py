@@ -93,6 +93,7 @@ def read_export(files: Mapping[str, bytes]) -> Export:
         if isinstance(error, ExportError):
             raise
         raise ExportError(f"unreadable export: {error}") from None
+    _size_of(latest)
     notes.sort(key=_size_of)
     if latest not in notes:
         notes.append(latest)
