@@ -16,7 +16,15 @@ from grantd.core.tlog.export import ExportError, export_files, load_export, read
 from grantd.core.tlog.merkle import MemoryTree, leaf_hash
 from grantd.core.tlog.note import Checkpoint, Signer, sign_checkpoint
 from grantd.core.tlog.receipts import build_receipt, host_public_key_line
-from grantd.core.tlog.verify import CRYPTO, OK, SEMANTIC, locate_first_bad, state_of, verify_export, verify_log
+from grantd.core.tlog.verify import (
+    CRYPTO,
+    OK,
+    SEMANTIC,
+    locate_first_bad,
+    state_of,
+    verify_export,
+    verify_log,
+)
 
 ORIGIN = "idp.example.com/grantd"
 ISSUER = "https://idp.example.com"
