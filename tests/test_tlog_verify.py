@@ -345,3 +345,36 @@ def test_malformed_exports_are_refused(files):
 def test_state_round_trip():
     checkpoint = Checkpoint(ORIGIN, 5, bytes(range(32)))
     assert state_of(checkpoint) == {"origin": ORIGIN, "size": 5, "root": base64.b64encode(bytes(range(32))).decode()}
+
+
+def test_passkey_evidence_must_name_a_logged_credential_of_the_voter_and_pass_the_hook():
+    webauthn = {"webauthn": {"credential_id": "cred_a", "authenticator_data": "AA", "client_data_json": "e30",
+                             "signature": "sig"}}
+
+    def log_with(credential_owner: str | None, voter=ALICE) -> tuple[Log, int]:
+        log = a_busy_log()
+        if credential_owner:
+            log.add(L.person_credential_added, ALICE, email=credential_owner, credential_id="cred_a", public_key="pQE")
+        log.add(L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once")
+        return log, log.add(L.grant_reviewed, voter, "g", decision="approve", via="web", evidence=webauthn)
+
+    log, vote = log_with("alice@example.com")
+    seen = []
+    assert _semantic(log, evidence_check=lambda v, c: seen.append((v.seq, c.data["public_key"]))).code == OK
+    assert seen == [(parse_seq(log.leaves[vote]), "pQE")]
+    log, vote = log_with("alice@example.com")
+    result = _semantic(log, evidence_check=lambda v, c: "the assertion does not verify")
+    assert (result.code, result.bad_index) == (SEMANTIC, vote) and "does not verify" in result.reason
+    log, vote = log_with(None)
+    assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, vote)
+    log, vote = log_with("alice@example.com", voter=BOB)
+    result = _semantic(log)
+    assert (result.code, result.bad_index) == (SEMANTIC, vote) and "another person" in result.reason
+    log = a_busy_log()
+    log.add(L.person_credential_added, ALICE, email="alice@example.com", credential_id="cred_a", public_key="pQE")
+    bad = log.add(L.person_credential_added, BOB, email="bob@example.com", credential_id="cred_a", public_key="pQF")
+    assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, bad)
+
+
+def parse_seq(raw: bytes) -> int:
+    return json.loads(raw)["seq"]

@@ -124,15 +124,22 @@ def default_approval_check(history: GrantHistory, approved: Leaf) -> str | None:
     return None
 
 
+# The check of a vote's WebAuthn evidence: given the `grant.reviewed` leaf and the
+# `person.credential_added` leaf of the credential it names, a reason it does not verify, or None.
+EvidenceCheck = Callable[[Leaf, Leaf], str | None]
+
+
 def _voter(vote: Leaf) -> str:
     actor = vote.actor
     return str(actor.get("pid") or actor.get("email") or actor.get("agent_id") or actor.get("kind")).lower()
 
 
 class _Semantics:
-    def __init__(self, approval_check: ApprovalCheck, audience: str | None):
+    def __init__(self, approval_check: ApprovalCheck, audience: str | None, evidence_check: EvidenceCheck | None):
         self.approval_check = approval_check
+        self.evidence_check = evidence_check
         self.audience = audience
+        self.credentials: dict[str, Leaf] = {}  # credential id -> its person.credential_added leaf
         self.grants: dict[str, GrantHistory] = {}
         self.hosts: dict[str, str] = {}  # host -> enrolled key line (the latest)
         self.receipts: set[tuple[str, str, str]] = set()
@@ -147,6 +154,11 @@ class _Semantics:
             return None
         if leaf.kind == "exec.receipt":
             return self._receipt(leaf)
+        if leaf.kind == "person.credential_added":
+            if leaf.data["credential_id"] in self.credentials:
+                return f"credential {leaf.data['credential_id']} added twice"
+            self.credentials[leaf.data["credential_id"]] = leaf
+            return None
         if not leaf.kind.startswith("grant.") or leaf.grant_id is None:
             return None
         if leaf.kind == "grant.created":
@@ -158,6 +170,9 @@ class _Semantics:
         if history is None:
             return f"{leaf.kind} for grant {leaf.grant_id}, which the log never created"
         if leaf.kind == "grant.reviewed":
+            problem = self._evidence(leaf)
+            if problem:
+                return f"vote on grant {leaf.grant_id}: {problem}"
             history.votes.append(leaf)
         elif leaf.kind == "grant.auto_decided":
             history.auto = leaf
@@ -183,6 +198,21 @@ class _Semantics:
                     return f"grant.used of once grant {leaf.grant_id} (a once consume is grant.consumed)"
                 history.uses += 1
         return None
+
+    def _evidence(self, vote: Leaf) -> str | None:
+        """A passkey vote names a credential the log added earlier, for the person who voted; the
+        assertion itself is checked by ``evidence_check`` (its challenge rule comes with D15's wiring)."""
+        evidence = vote.data.get("evidence")
+        webauthn = evidence.get("webauthn") if isinstance(evidence, dict) else None
+        if webauthn is None:
+            return None
+        credential_id = webauthn.get("credential_id") if isinstance(webauthn, dict) else None
+        credential = self.credentials.get(credential_id) if isinstance(credential_id, str) else None
+        if credential is None:
+            return "its passkey evidence names a credential no earlier leaf added"
+        if str(credential.data["email"]).lower() != str(vote.actor.get("email", "")).lower():
+            return "its passkey evidence names another person's credential"
+        return self.evidence_check(vote, credential) if self.evidence_check else None
 
     def _receipt(self, leaf: Leaf) -> str | None:
         host = leaf.data["host"]
@@ -271,7 +301,8 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
                leaves: Sequence[bytes], *, origin: str | None = None, consistency_proof: Sequence[bytes] | None = None,
                claimed_leaf_hashes: Sequence[bytes] | None = None, nodes: NodeReader | None = None,
                earlier: Iterable[str | bytes] = (), audience: str | None = None,
-               approval_check: ApprovalCheck = default_approval_check) -> VerifyResult:
+               approval_check: ApprovalCheck = default_approval_check,
+               evidence_check: EvidenceCheck | None = None) -> VerifyResult:
     """Check a log: ``leaves`` are the raw leaves 0.. (at least the checkpoint's size; more are
     ignored); ``consistency_proof`` from the saved state's size to the checkpoint's (the server's; when
     absent the leaves prove it); ``earlier`` more signed checkpoints (an export's) used to check
@@ -326,7 +357,7 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
             return VerifyResult(CRYPTO, f"consistency: the log forked from the checkpoint of size {old.size}",
                                 checkpoint=checkpoint)
     # 4. The semantics.
-    semantics = _Semantics(approval_check, audience)
+    semantics = _Semantics(approval_check, audience, evidence_check)
     for index, data in enumerate(raw):
         try:
             leaf = parse_leaf(data)
@@ -340,9 +371,10 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
 
 def verify_export(export: Export, vkeys: Iterable[str | Verifier], state: Mapping[str, Any] | None, *,
                   origin: str | None = None, audience: str | None = None,
-                  approval_check: ApprovalCheck = default_approval_check) -> VerifyResult:
+                  approval_check: ApprovalCheck = default_approval_check,
+                  evidence_check: EvidenceCheck | None = None) -> VerifyResult:
     """``grantd audit verify --from-export DIR``: the newest checkpoint, checked for consistency with the
     saved state and every earlier checkpoint of the export, against the exported leaves."""
     return verify_log(export.checkpoint, vkeys, state, export.leaves, origin=origin,
                       claimed_leaf_hashes=export.leaf_hashes, earlier=[n for n in export.checkpoints if n != export.checkpoint],
-                      audience=audience, approval_check=approval_check)
+                      audience=audience, approval_check=approval_check, evidence_check=evidence_check)
