@@ -378,3 +378,26 @@ def test_passkey_evidence_must_name_a_logged_credential_of_the_voter_and_pass_th
 
 def parse_seq(raw: bytes) -> int:
     return json.loads(raw)["seq"]
+
+
+def test_backfilled_leaves_only_open_the_log():
+    """Grants that existed before the log get backfilled leaves at its start; a backfilled approval
+    is not held to a policy (no votes exist), so backfill anywhere later would be a bypass."""
+    log = Log()
+    log.add(lambda seq, ts: L.backfilled(L.grant_created(seq, ts, AGENT, "old", request={}, cmd_hash=None,
+                                                          grant_type="timed")))
+    log.add(lambda seq, ts: L.backfilled(L.grant_approved(seq, ts, ALICE, "old", grant_type="timed",
+                                                           decided_by="alice@example.com")))
+    log.add(L.grant_used, AGENT, "old")
+    assert json.loads(log.leaves[0])["data"]["backfilled"] is True
+    assert _semantic(log).code == OK
+    log.add(L.grant_created, AGENT, "new", request={}, cmd_hash=None, grant_type="once")
+    bad = log.add(lambda seq, ts: L.backfilled(L.grant_approved(seq, ts, ALICE, "new", grant_type="once",
+                                                                 decided_by="alice@example.com")))
+    result = _semantic(log)
+    assert (result.code, result.bad_index) == (SEMANTIC, bad) and "backfill" in result.reason
+    log.leaves = log.leaves[:bad]
+    log.last = None
+    bad = log.add(lambda seq, ts: L.make_leaf("grant.revoked", seq=seq, ts=ts, actor=ALICE, data={"backfilled": 1},
+                                                  grant_id="old"))
+    assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, bad)

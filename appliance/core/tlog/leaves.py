@@ -155,6 +155,16 @@ def parse_leaf(raw: bytes) -> Leaf:
     return Leaf(raw, value["seq"], value["ts"], value["kind"], value.get("grant_id"), value["actor"], value["data"])
 
 
+def backfilled(raw: bytes) -> bytes:
+    """The same leaf marked ``data.backfilled = true``: what the log's first integration writes for
+    grants, agents, hosts, ... that existed before the log (their history is not in it). The verifier
+    accepts such leaves only as the log's leading prefix, and does not hold a backfilled approval to
+    a policy (there are no votes to check)."""
+    leaf = parse_leaf(raw)
+    return make_leaf(leaf.kind, seq=leaf.seq, ts=leaf.ts, actor=leaf.actor, data={**leaf.data, "backfilled": True},
+                     grant_id=leaf.grant_id)
+
+
 # -- one function per kind (D14, beyond.md §4) -------------------------------------------------------------
 # Each takes the event's seq, its time in Unix milliseconds and who did it (an actor object such as
 # {"kind": "person", "email": ..., "pid": ...}); optional details go in `extra` and are logged verbatim.

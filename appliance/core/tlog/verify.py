@@ -144,11 +144,18 @@ class _Semantics:
         self.hosts: dict[str, str] = {}  # host -> enrolled key line (the latest)
         self.receipts: set[tuple[str, str, str]] = set()
         self.last_seq = -1
+        self.live = False  # a leaf not marked backfilled has been seen
 
     def check(self, leaf: Leaf) -> str | None:
         if leaf.seq <= self.last_seq:
             return f"seq {leaf.seq} does not grow (after {self.last_seq})"
         self.last_seq = leaf.seq
+        backfilled = leaf.data.get("backfilled", False)
+        if not isinstance(backfilled, bool):
+            return "backfilled is true or absent"
+        if backfilled and self.live:
+            return "a backfilled leaf after the log's first live leaf (backfill is only the log's start)"
+        self.live = self.live or not backfilled
         if leaf.kind == "host.enrolled":
             self.hosts[leaf.data["host"]] = leaf.data["public_key"]
             return None
@@ -179,7 +186,7 @@ class _Semantics:
         elif leaf.kind in ("grant.approved", "grant.denied"):
             if history.outcome is not None:
                 return f"grant {leaf.grant_id} decided twice ({history.outcome}, then {leaf.kind})"
-            if leaf.kind == "grant.approved":
+            if leaf.kind == "grant.approved" and not leaf.data.get("backfilled"):
                 problem = self.approval_check(history, leaf)
                 if problem:
                     return f"grant {leaf.grant_id}: {problem}"
