@@ -6,6 +6,7 @@
 - ``note``: C2SP signed notes and tlog-checkpoints (Ed25519), vkeys, and ``sign_checkpoint``, which
   never signs a checkpoint inconsistent with the previous one;
 - ``receipts``: the hosts' ``grantd-receipt+jwt`` receipts;
+- ``sequencer``: one integration step (the rows to write) and the next checkpoint, checked first;
 - ``verify``: the logic of ``grantd audit verify`` (exit 0/2/3, the first bad index);
 - ``export``: the export directory.
 
