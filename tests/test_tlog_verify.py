@@ -401,3 +401,21 @@ def test_backfilled_leaves_only_open_the_log():
     bad = log.add(lambda seq, ts: L.make_leaf("grant.revoked", seq=seq, ts=ts, actor=ALICE, data={"backfilled": 1},
                                                   grant_id="old"))
     assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, bad)
+
+
+def test_without_a_hash_reference_an_earlier_checkpoint_narrows_the_bad_leaf_down():
+    log = a_busy_log()
+    state = verify_log(log.checkpoint(), [log.vkey], None, log.leaves).state
+    kept = len(log.leaves)
+    for n in range(5):
+        log.add(L.grant_revoked, ALICE, f"gr_{n}")
+    note = log.checkpoint()
+    edited = list(log.leaves)
+    edited[kept + 3] = edited[kept + 3].replace(b"gr_3", b"gr_9")
+    result = verify_log(note, [log.vkey], state, edited)
+    assert (result.code, result.bad_index, result.exact) == (CRYPTO, kept, False)
+    assert f"index {kept} or later" in result.reason
+    edited = list(log.leaves)
+    edited[2] = edited[2].replace(b'"ls"', b'"rm"')
+    result = verify_log(note, [log.vkey], state, edited)  # before the saved head: no narrowing
+    assert (result.code, result.bad_index, result.exact) == (CRYPTO, 0, False)

@@ -29,6 +29,7 @@ from grantd.core.review.evaluate import review_from_dict
 from grantd.core.tlog.export import Export
 from grantd.core.tlog.leaves import Leaf, LeafError, parse_leaf
 from grantd.core.tlog.merkle import (
+    CompactRange,
     MemoryTree,
     NodeReader,
     ProofError,
@@ -248,6 +249,19 @@ class _Semantics:
         return None
 
 
+def prefix_roots(hashes: Sequence[bytes], sizes: Iterable[int]) -> dict[int, bytes]:
+    """The tree heads of the first ``size`` leaves for each size, in one pass and O(log n) memory."""
+    wanted = set(sizes)
+    compact = CompactRange()
+    roots = {0: compact.root()} if 0 in wanted else {}
+    last = max(wanted, default=0)
+    for digest in hashes[:last]:
+        compact.append(digest)
+        if compact.size in wanted:
+            roots[compact.size] = compact.root()
+    return roots
+
+
 # -- locating the first bad leaf ----------------------------------------------------------------------
 
 
@@ -290,14 +304,15 @@ def locate_first_bad(hashes: Sequence[bytes], size: int, root: bytes, *, claimed
     """The first leaf whose hash is not the one the signed root commits to: (index, exact)."""
     if claimed_leaf_hashes is not None and len(claimed_leaf_hashes) >= size:
         claimed = list(claimed_leaf_hashes[:size])
-        if MemoryTree(claimed).root() == root:
+        if prefix_roots(claimed, {size})[size] == root:
             return _first_difference(hashes, claimed), True
     if nodes is not None:
         found = _bisect(hashes, size, root, nodes)
         if found is not None:
             return found, True
-    tree = MemoryTree(hashes[:size])
-    matched = [c.size for c in trusted if 0 < c.size <= tree.size and tree.root(c.size) == c.root]
+    usable = [c for c in trusted if 0 < c.size <= min(size, len(hashes))]
+    roots = prefix_roots(hashes, {c.size for c in usable})
+    matched = [c.size for c in usable if roots[c.size] == c.root]
     return max(matched, default=0), False
 
 
@@ -351,8 +366,8 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
                             bad_index=len(leaves), checkpoint=checkpoint)
     raw = list(leaves[: checkpoint.size])
     hashes = [leaf_hash(leaf) for leaf in raw]
-    tree = MemoryTree(hashes)
-    if tree.root() != checkpoint.root:
+    roots = prefix_roots(hashes, {old.size for old in saved} | {checkpoint.size})
+    if roots[checkpoint.size] != checkpoint.root:
         trusted_before = [old for old in saved if old.size <= checkpoint.size]
         index, exact = locate_first_bad(hashes, checkpoint.size, checkpoint.root, claimed_leaf_hashes=claimed_leaf_hashes,
                                         nodes=nodes, trusted=trusted_before)
@@ -360,7 +375,7 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
             f"the leaves do not match the checkpoint's root; the first bad leaf is at index {index} or later"
         return VerifyResult(CRYPTO, what, bad_index=index, checkpoint=checkpoint, exact=exact)
     for old in saved:  # the leaves are now those signed; an earlier checkpoint must be their prefix
-        if old.size and tree.root(old.size) != old.root:
+        if old.size and roots[old.size] != old.root:
             return VerifyResult(CRYPTO, f"consistency: the log forked from the checkpoint of size {old.size}",
                                 checkpoint=checkpoint)
     # 4. The semantics.
