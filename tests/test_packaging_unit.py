@@ -142,3 +142,22 @@ def test_a_frozen_grantd_names_the_installed_readme(tmp_path: Path, monkeypatch:
     assert readme_path() == str(root / "opt" / "grantd" / "docs" / "README.md")
     monkeypatch.delattr(sys, "frozen")
     assert readme_path() == str(ROOT / "README.md")  # a source checkout
+
+
+def test_every_package_folder_is_in_pyprojects_package_list() -> None:
+    """A wheel (and the bundle's pinned install) holds only the packages pyproject lists: a new
+    folder with an ``__init__.py`` that is not listed works from a checkout and is missing when
+    installed (grantd.core.review was, for a while)."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    found = set()
+    for name, folder in setup["package-dir"].items():
+        base = ROOT / folder
+        for init in base.rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            relative = init.parent.relative_to(base)
+            found.add(".".join([name, *relative.parts]) if relative.parts else name)
+    assert found - listed == set(), "add these to [tool.setuptools] packages"
