@@ -15,6 +15,7 @@ import httpx
 
 from grantd.agent.errors import CliError
 from grantd.agent.state import State, load_private_key
+from grantd.client.problems import read_problem
 from grantd.core.display import escape_text
 
 RELOGIN_MARGIN = 60  # seconds before exp at which a token counts as expired
@@ -25,15 +26,8 @@ HTTP_TIMEOUT = float(os.environ.get("GRANTD_HTTP_TIMEOUT") or 15)
 
 
 def problem_text(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict):
-        for key in ("detail", "error_description", "title", "message", "error"):
-            if isinstance(body.get(key), str) and body[key]:
-                return escape_text(body[key])  # the server's words, never raw on a terminal (D18)
-    return f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    """The server's words (escaped, D18), else ``HTTP 502 Bad Gateway``."""
+    return read_problem(response).text
 
 
 class Api:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 import tomllib
 from dataclasses import asdict, dataclass
@@ -11,32 +10,22 @@ from pathlib import Path
 from typing import Any
 
 from grantd.agent.errors import CliError
+from grantd.client.files import PrivateFileError, config_dir, private_directory
+from grantd.client.files import write_private as _write_private
 
 # -- files -------------------------------------------------------------------------------------------
 
 
-def config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "grantd"
-
-
 def _private_dir() -> Path:
-    directory = config_dir()
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return directory
+    return private_directory(config_dir())
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write a file only its owner can read, atomically (no window with wider permissions)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    """Write a file only its owner can read (grantd.client.files: atomic, 0600, a private directory)."""
     try:
-        os.write(fd, data)
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        _write_private(path, data)
+    except PrivateFileError as exc:
+        raise CliError(str(exc), kind="config") from None
 
 
 def agent_settings() -> dict[str, Any]:
@@ -75,7 +64,6 @@ class State:
         return cls(**known)
 
     def save(self) -> None:
-        _private_dir()
         write_private(self.path(), json.dumps(asdict(self), indent=2).encode())
 
     def public(self) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -13,6 +12,7 @@ import httpx
 from grantd.agent.api import Api, expect_json, problem_text
 from grantd.agent.errors import EXIT_PENDING, CliError
 from grantd.agent.output import shown
+from grantd.client.sse import SseComment, SseDecoder
 
 POLL_INTERVAL = 3.0
 
@@ -22,26 +22,6 @@ POLL_INTERVAL = 3.0
 
 class EventsUnavailable(Exception):
     pass
-
-
-def sse_events(lines: Iterator[str]) -> Iterator[dict[str, str]]:
-    """Server-Sent Events: yields {"event", "data", "id"} per event and {"comment": ...} per comment line."""
-    event: dict[str, str] = {}
-    data: list[str] = []
-    for line in lines:
-        if line == "":
-            if data or event:
-                yield {**event, "data": "\n".join(data)}
-            event, data = {}, []
-        elif line.startswith(":"):
-            yield {"comment": line[1:].strip()}
-        else:
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if name == "data":
-                data.append(value)
-            elif name in ("event", "id"):
-                event[name] = value
 
 
 def transient(exc: CliError) -> bool:
@@ -132,18 +112,18 @@ class Waiter:
             grant = self.poll()
             if grant.get("status") != "pending":
                 return grant
-            for event in sse_events(response.iter_lines()):
+            decoder = SseDecoder(self.last_event_id)
+            for event in decoder.read(response.iter_lines()):
                 if self.remaining() <= 0:
                     return None
-                if "comment" in event:  # heartbeat: a cheap ETag check covers anything a proxy dropped
+                if isinstance(event, SseComment):  # heartbeat: a cheap ETag check covers anything a proxy dropped
                     grant = self.poll()
                     if grant.get("status") != "pending":
                         return grant
                     continue
-                if event.get("id"):
-                    self.last_event_id = event["id"]
+                self.last_event_id = event.id
                 try:
-                    payload = json.loads(event.get("data") or "{}")
+                    payload = json.loads(event.data or "{}")
                 except ValueError:
                     continue
                 changed = payload.get("grant") if isinstance(payload, dict) else None
