@@ -22,12 +22,13 @@ import httpx
 import pytest
 from test_agent_cli_e2e import cli_env
 
-from conftest import GRANTD
 from grantd.agent.state import State
 from grantd.client.files import PrivateFileError, config_dir, private_directory, write_private
 from grantd.client.problems import read_problem
 from grantd.client.sse import SseComment, SseDecoder, SseEvent
 from grantd.core.display import is_hidden
+
+from conftest import GRANTD
 
 HOSTILE = "\x1b]0;owned\x07gone\rsigned in \u202eexe.txt\u3164"
 HOSTILE_SHOWN = "\\x1b]0;owned\\x07gone\\rsigned in \\u202eexe.txt\\u3164"
