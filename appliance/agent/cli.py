@@ -15,6 +15,8 @@ elevate_command, wait_timeout).
 `sudo -n /usr/local/bin/grantd elevate --grant-file FIFO` and writes the token into a FIFO in a
 private (0700) directory. Exit codes: 0 ok, 1 error, 2 usage, 75 grant still pending; under
 `run` the command's own exit status (and elevate's 5/126/127).
+
+This module is the entry (the parsers and the error wiring); the rest is in grantd.agent's modules.
 """
 
 from __future__ import annotations

@@ -16,17 +16,17 @@ from urllib.parse import quote
 from grantd.agent.api import Api, login
 from grantd.agent.errors import EXIT_ERROR, EXIT_OK, EXIT_PENDING, EXIT_USAGE, CliError
 from grantd.agent.output import (
-    _emit,
-    _info,
     approval_hint,
     approval_url,
     command_line,
     describe_grant,
+    emit,
+    info,
     not_usable,
     shown,
 )
 from grantd.agent.run import elevate_missing, elevate_prefix, hand_off
-from grantd.agent.state import State, _private_dir, agent_settings, config_dir, public_line, write_private
+from grantd.agent.state import State, agent_settings, config_dir, private_dir, public_line, write_private
 from grantd.agent.wait import Waiter
 
 DEFAULT_AUDIENCE = "grantd"
@@ -57,7 +57,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    path = Path(args.output) if args.output else _private_dir() / "agent_ed25519"
+    path = Path(args.output) if args.output else private_dir() / "agent_ed25519"
     if path.exists() and not args.force:
         raise CliError(f"{path} exists; use --force to replace it (the IdP knows the old public key)", kind="exists")
     comment = args.comment or os.environ.get("GRANTD_EMAIL") or f"grantd-agent@{socket.gethostname()}"
@@ -67,7 +67,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     line = public_line(key, comment)
     pub = path.with_name(path.name + ".pub")
     pub.write_text(line + "\n")
-    _emit(args, {"private_key": str(path.resolve()), "public_key_file": str(pub.resolve()), "public_key": line},
+    emit(args, {"private_key": str(path.resolve()), "public_key_file": str(pub.resolve()), "public_key": line},
           f"{line}\n\nprivate key: {path} (0600)\npublic key:  {pub}\n"
           "Give the public key line to an admin to enrol (POST /api/agent/enroll, field publicKey),\n"
           f"then: grantd agent login --idp URL --key {path} --email AGENT_EMAIL")
@@ -92,7 +92,7 @@ def cmd_login(args: argparse.Namespace) -> int:
         state = login(api, email, key)
     finally:
         api.close()
-    _emit(args, state.public(), f"logged in as {state.email} at {state.idp} (token valid until "
+    emit(args, state.public(), f"logged in as {state.email} at {state.idp} (token valid until "
                                 f"{datetime.fromtimestamp(state.expires_at, UTC):%H:%M:%S} UTC; renewed automatically)")
     return EXIT_OK
 
@@ -113,14 +113,14 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     finally:
         api.close()
     info = {**api.state.public(), "server": me} if api.state else {"server": me}
-    _emit(args, info, f"{shown(info.get('email'))} at {shown(info.get('idp'))} (token valid until "
+    emit(args, info, f"{shown(info.get('email'))} at {shown(info.get('idp'))} (token valid until "
                       f"{datetime.fromtimestamp(int(info.get('expires_at') or 0), UTC):%Y-%m-%d %H:%M:%S} UTC)")
     return EXIT_OK
 
 
 def cmd_logout(args: argparse.Namespace) -> int:
     State.path().unlink(missing_ok=True)
-    _emit(args, {"logged_out": True}, "logged out")
+    emit(args, {"logged_out": True}, "logged out")
     return EXIT_OK
 
 
@@ -162,7 +162,7 @@ def request_grant(api: Api, args: argparse.Namespace, body: dict[str, Any]) -> d
 
 def _wait(api: Api, args: argparse.Namespace, grant: dict[str, Any]) -> dict[str, Any]:
     timeout = float(args.timeout) if getattr(args, "timeout", None) else float(agent_settings().get("wait_timeout", DEFAULT_WAIT))
-    waiter = Waiter(api, str(grant["id"]), timeout=timeout, progress=lambda m: _info(args, f"grantd: {m}"))
+    waiter = Waiter(api, str(grant["id"]), timeout=timeout, progress=lambda m: info(args, f"grantd: {m}"))
     return waiter.wait()
 
 
@@ -173,10 +173,10 @@ def cmd_grant_request(args: argparse.Namespace) -> int:
         body = _grant_body(args, audience=args.audience, host=args.host, argv=argv)
         grant = request_grant(api, args, body)
         if grant.get("status") == "pending" and args.wait:
-            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"],
+            info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"],
                   approval_url=approval_url(api.issuer, grant["id"]))
             grant = _wait(api, args, grant)
-        _emit(args, grant, describe_grant(grant))
+        emit(args, grant, describe_grant(grant))
         if grant.get("status") == "pending":
             if not args.json:
                 print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
@@ -192,7 +192,7 @@ def cmd_grant_status(args: argparse.Namespace) -> int:
         grant = api.json("GET", f"/api/grants/{quote(args.id, safe='')}")
     finally:
         api.close()
-    _emit(args, grant, describe_grant(grant))
+    emit(args, grant, describe_grant(grant))
     return EXIT_OK
 
 
@@ -224,7 +224,7 @@ def cmd_grant_wait(args: argparse.Namespace) -> int:
         grant = _wait(api, args, {"id": args.id})
     finally:
         api.close()
-    _emit(args, grant, describe_grant(grant))
+    emit(args, grant, describe_grant(grant))
     if grant.get("status") != "approved":
         raise not_usable(grant)
     return EXIT_OK
@@ -258,7 +258,7 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
         token = fetch_token(api, args.id)
     finally:
         api.close()
-    _emit(args, {"id": args.id, "authz_jwt": token}, shown(token))  # a JWT is ASCII: escaping changes only a forgery
+    emit(args, {"id": args.id, "authz_jwt": token}, shown(token))  # a JWT is ASCII: escaping changes only a forgery
     return EXIT_OK
 
 
@@ -282,13 +282,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             url = approval_url(api.issuer, grant["id"])
             if not args.wait:
                 data = {"id": grant["id"], "status": "pending", "approval_url": url, "exit_code": EXIT_PENDING}
-                _emit(args, data, "")
+                emit(args, data, "")
                 if not args.json:
                     print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
                     print(f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
                           file=sys.stderr)
                 return EXIT_PENDING
-            _info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"], approval_url=url)
+            info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"], approval_url=url)
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
@@ -297,7 +297,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)
     reused = bool(grant.get("reused"))
-    _info(args, f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
+    info(args, f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
                 f"{shown(grant.get('decided_by') or 'delegation')}; running as {shown(args.as_user or 'root')}",
           event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
     return hand_off(token, argv, settings, elevate_command=args.elevate_command, config=elevate_config)

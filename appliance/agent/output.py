@@ -80,14 +80,16 @@ def not_usable(grant: dict[str, Any]) -> CliError:
     return CliError(message, kind=str(grant.get("status")), grant=grant)
 
 
-def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+def emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    """The result on stdout: ``data`` as JSON with --json, else the ``human`` text (already escaped)."""
     if getattr(args, "json", False):
         print(json.dumps(data))
     elif human:
         print(human)
 
 
-def _info(args: argparse.Namespace, message: str, **data: Any) -> None:
+def info(args: argparse.Namespace, message: str, **data: Any) -> None:
+    """Progress on stderr: a JSON event with --json, else ``message``."""
     if getattr(args, "json", False):
         print(json.dumps({"event": data.pop("event", "info"), "message": message, **data}), file=sys.stderr)
     else:

@@ -16,7 +16,8 @@ from grantd.client.files import write_private as _write_private
 # -- files -------------------------------------------------------------------------------------------
 
 
-def _private_dir() -> Path:
+def private_dir() -> Path:
+    """``~/.config/grantd``, made or tightened to 0700 (grantd.client.files)."""
     return private_directory(config_dir())
 
 
