@@ -500,7 +500,7 @@ def test_a_pkcs8_pem_ed25519_key_logs_in(server, tmp_path):
 
 
 def test_the_token_is_renewed_silently_when_near_expiry(server_factory, tmp_path):
-    from grantd.agent.cli import RELOGIN_MARGIN
+    from grantd.agent.api import RELOGIN_MARGIN
 
     short = server_factory("short", extra="[tokens]\nagent_token_ttl = 60\n").start()
     assert RELOGIN_MARGIN >= 60  # a 60 s token counts as about to expire from the start

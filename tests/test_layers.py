@@ -58,15 +58,21 @@ CLIENT_PARTS = (
          (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
     # The agent CLI: a client of the HTTP interface (httpx, cryptography for its key); it shows what the
     # server sends with the one escaping rule (grantd.core.display, pure standard library; D18).
-    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"), ("grantd", "grantd.core", "grantd.core.display"),
+    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"),
+         ("grantd", "grantd.core", "grantd.core.display", "grantd.client", "grantd.client.*"),
          (*SERVER_THIRD_PARTY, "textual")),
+    # The client library the agent CLI, the console and `grantd login` share (problems, SSE, private
+    # files): the standard library and the escaping rule only, so each client stays as light as it was.
+    Part("the client library", ("grantd.client", "grantd.client.*"), ("grantd", "grantd.core", "grantd.core.display"),
+         (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
     # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin.
     Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
          ("grantd", "grantd.commands", "grantd.plugins"), (*SERVER_THIRD_PARTY, "textual")),
     # The approver console reads the URL and token from the server's config file.
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
     Part("the approver console", ("grantd.tui", "grantd.tui.*"),
-         ("grantd", "grantd.config", "grantd.client_address", "grantd.core", "grantd.core.display")),
+         ("grantd", "grantd.config", "grantd.client_address", "grantd.core", "grantd.core.display", "grantd.client",
+          "grantd.client.*")),
 )
 
 
@@ -194,7 +200,7 @@ def violations(part: Part, modules: list[str], graph: tuple[Import, ...]) -> lis
 
 def test_the_scan_sees_every_part():
     names = set(sources())
-    assert {"grantd", "grantd.cli", "grantd.cli.server", "grantd.agent.cli", "grantd.elevate.cli",
+    assert {"grantd", "grantd.cli", "grantd.cli.server", "grantd.agent.cli", "grantd.client.problems", "grantd.elevate.cli",
             "grantd.elevate.hookspecs", "grantd.plugins.elevate_default", "grantd.tui.cli", "grantd.hookspecs"} <= names
     unresolved = {imp.target for imp in imports() if _grantd(imp.target) and imp.target not in names}
     assert not unresolved, f"imports of grantd modules that do not exist: {sorted(unresolved)}"

@@ -354,7 +354,7 @@ def test_run_names_what_is_missing_to_reach_elevate_before_asking_anyone(localho
 
 
 def test_the_sudo_path_of_a_source_checkout_is_named_when_it_is_missing():
-    from grantd.agent.cli import elevate_missing
+    from grantd.agent.run import elevate_missing
 
     said = elevate_missing(["sudo", "-n", "/nonexistent/bin/grantd"])
     assert said is not None

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from grantd.client.sse import SseEvent
 from grantd.tui.app import GrantConsole
 from grantd.tui.client import BearerCredential, Decision
 from grantd.tui.models import AgentInfo, Grant
 from grantd.tui.signin import DeviceAuthorization, DeviceSignIn, SessionCredential, SessionFile, StoredSession
-from grantd.tui.sse import SseEvent
 
 NOW = 1_795_000_000_000  # 2026-11-18 ... (frozen)
 MIN = 60_000

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from grantd.client.sse import SseDecoder
 from grantd.core.display import describe_argv, escape_text, quote_arg, summarize_argv
 from grantd.tui.format import age, duration, parse_duration
 from grantd.tui.models import Grant
-from grantd.tui.sse import SseDecoder
 
 # -- escaping ---------------------------------------------------------------------------------------
 

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import httpx
 
-from grantd.core.display import escape_text
+from grantd.client.problems import read_problem
+from grantd.client.sse import SseDecoder, SseEvent
 from grantd.tui.models import AgentInfo, Grant
-from grantd.tui.sse import SseDecoder, SseEvent
 
 EVENT_STREAM = "text/event-stream"
 LIST_PAGE_LIMIT = 100  # the server clamps larger values to 100 (D6)
@@ -84,16 +84,9 @@ class Decision:
 
 
 def _error_of(response: httpx.Response) -> ApiError:
-    """The server's words, escaped (D18): they are shown in notifications and the status line."""
-    detail = escape_text(response.reason_phrase or "request failed")
-    body: Any = None
-    try:
-        body = response.json()
-    except (ValueError, UnicodeDecodeError):
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        detail = escape_text(body["detail"])
-    return ApiError(response.status_code, detail, body)
+    """The server's words, escaped (grantd.client.problems, D18): shown in notifications and the status line."""
+    problem = read_problem(response)
+    return ApiError(response.status_code, problem.detail or problem.reason or "request failed", problem.body)
 
 
 class GrantdClient:

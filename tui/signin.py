@@ -26,9 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
-import stat
 import sys
-import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -37,6 +35,9 @@ from typing import Any
 
 import httpx
 
+from grantd.client.files import PrivateFileError, config_dir, private_directory, write_private
+from grantd.client.problems import read_problem
+from grantd.core.display import escape_text
 from grantd.tui.client import Credential
 
 CLIENT_ID = "grantd-cli"
@@ -108,8 +109,7 @@ class StoredSession:
 def default_session_path() -> Path:
     if os.environ.get(SESSION_ENV):
         return Path(os.environ[SESSION_ENV]).expanduser()
-    base = Path(os.environ["XDG_CONFIG_HOME"]) if os.environ.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    return base / "grantd" / "session.json"
+    return config_dir() / "session.json"
 
 
 class SessionFile:
@@ -131,35 +131,20 @@ class SessionFile:
             return None  # unreadable: as good as none (signing in again replaces it)
 
     def _directory(self) -> Path:
-        """The file's directory: made 0700 when it is new or grantd's own (``~/.config/grantd``, which
-        is tightened if someone loosened it). Another existing directory (``--session-file`` somewhere
-        else) is used as it is unless others may write to it: then the file could be swapped."""
-        directory = self.path.parent
-        created = not directory.exists()
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if created or directory == default_session_path().parent:
-            os.chmod(directory, 0o700)  # owner only: it holds a refresh token
-            return directory
-        mode = directory.stat().st_mode
-        if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
-            raise SignInError(f"{directory} is writable by others: keep the session file in a private directory")
-        return directory
+        """The file's directory (grantd.client.files): made 0700 when it is new or grantd's own
+        (``~/.config/grantd``, tightened if someone loosened it); another existing directory
+        (``--session-file`` somewhere else) is refused if others may write to it."""
+        try:
+            return private_directory(self.path.parent, own=self.path.parent == default_session_path().parent)
+        except PrivateFileError as exc:
+            raise SignInError(str(exc)) from None
 
     def save(self, session: StoredSession) -> None:
-        directory = self._directory()
-        fd, temporary = tempfile.mkstemp(prefix=".session-", dir=directory)  # created 0600
+        data = (json.dumps(asdict(session), indent=2) + "\n").encode()
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                os.fchmod(handle.fileno(), 0o600)
-                json.dump(asdict(session), handle, indent=2)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+            write_private(self.path, data, own_directory=self.path.parent == default_session_path().parent)
+        except PrivateFileError as exc:
+            raise SignInError(str(exc)) from None
 
     @contextlib.asynccontextmanager
     async def locked(self) -> AsyncIterator[None]:
@@ -209,15 +194,9 @@ class DeviceAuthorization:
 
 
 def _oauth_error(response: httpx.Response) -> tuple[str, str]:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return body["error"], str(body.get("error_description") or body["error"])
-    if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        return f"http_{response.status_code}", body["detail"]
-    return f"http_{response.status_code}", response.reason_phrase or "request failed"
+    """(error code, description): the server's words, escaped (grantd.client.problems, D18)."""
+    problem = read_problem(response)
+    return problem.code, problem.detail or problem.reason or "request failed"
 
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -269,7 +248,7 @@ class DeviceSignIn:
             if not isinstance(document, dict):
                 raise SignInError(f"{self.issuer}'s discovery document is not an object")
             if document.get("issuer", self.issuer).rstrip("/") != self.issuer:
-                raise SignInError(f"the discovery document names another issuer: {str(document.get('issuer'))[:200]}")
+                raise SignInError(f"the discovery document names another issuer: {escape_text(str(document.get('issuer'))[:200])}")
             self._metadata = document
         return self._metadata
 
@@ -547,8 +526,6 @@ def issuer_of(args: argparse.Namespace, store: SessionFile) -> str:
 
 
 def _show(authorization: DeviceAuthorization) -> None:
-    from grantd.core.display import escape_text  # what the server sent, with no terminal control characters
-
     uri, code = escape_text(authorization.verification_uri), escape_text(authorization.user_code)
     print(f"To sign in, open {uri} and enter the code {code}", file=sys.stderr)
     print(f"(or open {escape_text(authorization.verification_uri_complete)})", file=sys.stderr)
@@ -598,8 +575,6 @@ def cmd_login(args: argparse.Namespace) -> int:
     except SignInError as exc:
         print(f"grantd: {exc}", file=sys.stderr)
         return 1
-    from grantd.core.display import escape_text
-
     print(("Signed in as " if new else "Already signed in as ") + escape_text(session.label), file=sys.stderr)
     print(_person(session))
     return 0

@@ -1,7 +1,13 @@
-"""A small, strict Server-Sent Events decoder (the WHATWG event-stream format, line by line)."""
+"""The one Server-Sent Events decoder of grantd's clients (the WHATWG event-stream format, line by line).
+
+The approver console (grantd.tui.client, async) feeds it line by line and ignores comments; the
+agent CLI's waiter (grantd.agent.wait) reads a whole stream with ``read`` and treats each comment
+(the server's heartbeat) as a moment to re-check its grant.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -15,10 +21,17 @@ class SseEvent:
     retry_ms: int | None = None
 
 
+@dataclass(frozen=True)
+class SseComment:
+    """A comment line (``: heartbeat``): no event, but proof the stream is alive."""
+
+    text: str
+
+
 class SseDecoder:
     """Feed it lines without their terminators; it returns an event when a blank line completes one.
 
-    Comments (lines starting with ':', the server's heartbeat) are ignored, multiple ``data`` lines
+    Comments (lines starting with ':', the server's heartbeat) dispatch nothing, multiple ``data`` lines
     join with newlines, an ``id`` containing NUL is ignored, and ``retry`` sets the reconnect delay.
     """
 
@@ -30,10 +43,23 @@ class SseDecoder:
         self._has_data = False
 
     def feed_line(self, line: str) -> SseEvent | None:
+        """The event ``line`` completes, if any (comments are ignored)."""
+        found = self.feed(line)
+        return found if isinstance(found, SseEvent) else None
+
+    def read(self, lines: Iterable[str]) -> Iterator[SseEvent | SseComment]:
+        """Every event and comment of a stream, in order."""
+        for line in lines:
+            found = self.feed(line)
+            if found is not None:
+                yield found
+
+    def feed(self, line: str) -> SseEvent | SseComment | None:
+        """The event ``line`` completes, or the comment it is, or None."""
         if line == "":
             return self._dispatch()
         if line.startswith(":"):
-            return None
+            return SseComment(line[1:].strip())
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
