@@ -113,7 +113,7 @@ async def test_sqlite_refuses_loose_modes_it_cannot_fix(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise PermissionError("not the owner")
 
-    monkeypatch.setattr(storage_sqlite.os, "chmod", refuse)
+    monkeypatch.setattr(os, "chmod", refuse)  # the private-files module calls os.chmod
     with pytest.raises(StoreError) as caught:
         SQLiteStore(path)
     assert str(path) in str(caught.value) and f"chmod 600 {path}" in str(caught.value)
