@@ -23,8 +23,6 @@ _IDLE = 0  # psycopg.pq.TransactionStatus.IDLE: no transaction open, no query in
 _TUPLES_OK = 2  # psycopg.pq.ExecStatus.TUPLES_OK: a result with rows
 LISTEN_RETRY = 1.0  # seconds between attempts to re-open the LISTEN connection
 RATE_SWEEP_LIMIT = 1000  # ended rate windows one hit deletes at most
-FILE_MODE = 0o600
-DIR_MODE = 0o700
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -13,10 +13,11 @@ from typing import Any
 
 from grantd.hookspecs import hookimpl
 from grantd.store import StoreError
+from grantd.store.files import open_backup_target
 
 from .agents import PostgresAgents, PostgresChallenges
 from .connection import _Database, _on_store_loop
-from .constants import CONNECT_TIMEOUT, DIR_MODE, FILE_MODE, MIGRATE_LOCK, PING_TIMEOUT
+from .constants import CONNECT_TIMEOUT, MIGRATE_LOCK, PING_TIMEOUT
 from .delegations import PostgresDelegations
 from .grants import PostgresGrants
 from .keys import PostgresKeys
@@ -54,19 +55,6 @@ def _tables() -> list[str]:
             if words[:2] == ["CREATE", "TABLE"]:
                 names.append(words[2])
     return names
-
-
-def _make_private_dirs(directory: Path) -> None:
-    missing: list[Path] = []
-    while not directory.exists():
-        missing.append(directory)
-        directory = directory.parent
-    for d in reversed(missing):
-        try:
-            d.mkdir(mode=DIR_MODE)
-        except FileExistsError:
-            continue
-        os.chmod(d, DIR_MODE)
 
 
 class PostgresStore:
@@ -174,15 +162,8 @@ class PostgresStore:
 
     def _backup(self, file: Path) -> None:
         dbname, env = self._tool_args()
-        _make_private_dirs(file.parent)
+        fd = open_backup_target(file)
         try:
-            fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-        except FileExistsError:
-            if file.stat().st_size:
-                raise StoreError(f"backup target {file} exists and is not empty") from None
-            fd = os.open(file, os.O_WRONLY)
-        try:
-            os.fchmod(fd, FILE_MODE)
             result = subprocess.run(  # noqa: S603 - pg_dump with our own arguments
                 [_find_pg_tool("pg_dump"), "--format=custom", "--no-password", dbname],
                 stdout=fd, stderr=subprocess.PIPE, env=env, check=False, timeout=3600,

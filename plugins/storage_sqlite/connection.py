@@ -14,8 +14,6 @@ from grantd.core.paging import PageRequest
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
-FILE_MODE = 0o600
-DIR_MODE = 0o700
 COMPANIONS = ("-wal", "-shm")
 
 

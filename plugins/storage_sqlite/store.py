@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from grantd.hookspecs import hookimpl
 from grantd.store import StoreError
+from grantd.store.files import (
+    FILE_MODE,
+    check_private,
+    create_private_file,
+    make_private_dirs,
+    open_backup_target,
+)
 
 if TYPE_CHECKING:
     # sqlite-utils runs the migrations only; a server process on a current schema never imports it
@@ -22,9 +29,8 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 from .agents import SQLiteAgents, SQLiteChallenges
-from .connection import BUSY_TIMEOUT_MS, CHECKPOINT_INTERVAL, COMPANIONS, FILE_MODE, _Database
+from .connection import BUSY_TIMEOUT_MS, CHECKPOINT_INTERVAL, COMPANIONS, _Database
 from .delegations import SQLiteDelegations
-from .files import _check_private, _create_private_file, _make_private_dirs
 from .grants import SQLiteGrants
 from .keys import SQLiteKeys
 from .migrations import MIGRATIONS, _now_ms
@@ -48,11 +54,11 @@ class SQLiteStore:
         try:
             if self.path != ":memory:":
                 file = Path(self.path)
-                _make_private_dirs(file.parent)
-                if not _create_private_file(file):
-                    _check_private(file)
+                make_private_dirs(file.parent)
+                if not create_private_file(file):
+                    check_private(file)
                 for suffix in COMPANIONS:
-                    _check_private(Path(self.path + suffix))
+                    check_private(Path(self.path + suffix))
                 if not os.access(file, os.R_OK | os.W_OK):  # SQLite would open it read-only, silently
                     raise PermissionError(13, "not writable by this user", str(file))
                 self._use_lock = _take_use_lock(file)
@@ -161,11 +167,7 @@ class SQLiteStore:
         await asyncio.to_thread(self._backup, Path(target))
 
     def _backup(self, file: Path) -> None:
-        _make_private_dirs(file.parent)
-        if not _create_private_file(file):
-            if file.stat().st_size:
-                raise StoreError(f"backup target {file} exists and is not empty")
-            os.chmod(file, FILE_MODE)
+        os.close(open_backup_target(file))  # VACUUM INTO fills the empty 0600 file
         conn = self._db.connect(BUSY_TIMEOUT_MS)
         try:
             conn.execute("VACUUM INTO ?", (str(file),))

@@ -31,6 +31,21 @@ async def test_migrate_twice_is_a_no_op(store):
     assert await store.ping() is True
 
 
+async def test_backup_never_overwrites_and_makes_an_empty_target_private(store, tmp_path):
+    # grantd.store.files.open_backup_target, shared by every backend: a backup into a file that
+    # holds anything is refused and leaves it as it was; an existing empty file ends up 0600.
+    full = tmp_path / "full.db"
+    full.write_bytes(b"someone else's data")
+    with pytest.raises(StoreError, match="exists and is not empty"):
+        await store.backup(str(full))
+    assert full.read_bytes() == b"someone else's data"
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    os.chmod(empty, 0o644)
+    await store.backup(str(empty))
+    assert mode(empty) == 0o600 and empty.stat().st_size > 0
+
+
 async def test_backup_is_a_private_copy(store, backend, tmp_path):
     await store.keys.add_first(key("k1"))
     await store.agents.create(agent("bot"), frozenset())

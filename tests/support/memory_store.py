@@ -26,12 +26,14 @@ import heapq
 import json
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
 from grantd.store import Conflict, LimitReached, OwnerBound, StoreError
+from grantd.store.files import open_backup_target
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     GRANT_CHANGEABLE,
@@ -918,8 +920,7 @@ class MemoryStore:
                 "refresh_tokens": data.refresh_tokens, "device_codes": data.device_codes,
                 # JSON objects have string keys: the pairs keyed ones are stored as lists
                 "onetime": [[k, v] for k, v in data.onetime.items()], "consents": list(data.consents.values())}
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(open_backup_target(Path(target)), "w") as f:
             json.dump(dump, f)
 
     async def restore(self, source: str) -> str:

@@ -1,4 +1,8 @@
-"""Private files and directories of the SQLite store (D12): the database, its companions, backups."""
+"""Private files and directories of a store (D12): a database file, its companions, backups.
+
+The files hold signing keys: every backend creates them, and the directories it creates for them,
+private to the service account, with these helpers (one place for the modes and the rule).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,13 @@ from pathlib import Path
 
 from grantd.store import StoreError
 
-from .connection import DIR_MODE, FILE_MODE
-
 log = logging.getLogger("grantd")
 
+FILE_MODE = 0o600
+DIR_MODE = 0o700
 
-# -- file modes (D12) ---------------------------------------------------------------------------------
-def _make_private_dirs(directory: Path) -> None:
+
+def make_private_dirs(directory: Path) -> None:
     """Create ``directory`` and any missing parents mode 0700 (only those this call creates)."""
     missing: list[Path] = []
     while not directory.exists():
@@ -29,7 +33,7 @@ def _make_private_dirs(directory: Path) -> None:
         os.chmod(d, DIR_MODE)
 
 
-def _create_private_file(path: Path) -> bool:
+def create_private_file(path: Path) -> bool:
     """Create ``path`` empty and 0600 unless it exists (SQLite then opens it as a new database and
     creates its -wal and -shm files with the same mode). True if this call created it."""
     try:
@@ -43,7 +47,7 @@ def _create_private_file(path: Path) -> bool:
     return True
 
 
-def _check_private(path: Path) -> None:
+def check_private(path: Path) -> None:
     """An existing file readable or writable by group or others is fixed to 0600 when this process
     owns it (with a warning); otherwise the store refuses to open."""
     try:
@@ -65,3 +69,21 @@ def _check_private(path: Path) -> None:
         f"{path} is mode {loose}: readable or writable by group or others, and grantd cannot change that "
         f"(it holds signing keys). Run: chmod 600 {path}"
     )
+
+
+def open_backup_target(file: Path) -> int:
+    """A file descriptor, open for writing, on ``file`` mode 0600 in private directories: created
+    here, or an existing empty file (``StoreError`` if it holds anything: a backup never overwrites)."""
+    make_private_dirs(file.parent)
+    try:
+        fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        if file.stat().st_size:
+            raise StoreError(f"backup target {file} exists and is not empty") from None
+        fd = os.open(file, os.O_WRONLY)
+    try:
+        os.fchmod(fd, FILE_MODE)  # the umask may have taken bits away; an existing file may be looser
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
