@@ -15,21 +15,19 @@ from grantd.store.records import (
     Agent,
     Grant,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import grant_row, page_rows
+from grantd.store.sql import after_sql, not_lapsed_sql
 
 from .connection import (
-    _after,
     _constraint,
     _lock,
     _nul_finds_nothing,
     _on_store_loop,
-    _page,
     _Part,
     _record_events,
     _unique_violation,
 )
 from .constants import PRINCIPALS_LOCK
-from .grants import _grant
 from .principals import _email_taken, _person_id_of
 from .sql import PG, _insert
 
@@ -100,12 +98,12 @@ class PostgresAgents(_Part):
     async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
         where = ["TRUE"]
         params: dict[str, Any] = {}
-        _after(page, "agent_id", where, params)
+        after_sql(page, "agent_id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY created_at DESC, agent_id DESC LIMIT %(limit)s",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
+        found, more = page_rows(rows, page.limit)
         return cast(list[Agent], found), more
 
     @_nul_finds_nothing(None)
@@ -176,7 +174,7 @@ class PostgresAgents(_Part):
                     (now, agent_id),
                 )
             await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
-        return cast(Agent, agent), [_grant(g) for g in revoked]
+        return cast(Agent, agent), [grant_row(g) for g in revoked]
 
     @_nul_finds_nothing(list)
     @_on_store_loop

@@ -13,16 +13,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Seque
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Concatenate, cast
 
-from grantd.core.paging import PageRequest
 from grantd.store import StoreError
 from grantd.store.records import (
     GRANT_COLUMNS,
 )
+from grantd.store.rows import to_json
 
 from .constants import _TUPLES_OK, CHANNEL, CLOSE_TIMEOUT, CONNECT_TIMEOUT, EVENTS_LOCK, P, R
 from .loop import _LoopThread
 from .pool import _Notifications, _Pool
-from .sql import AFTER, _json
 
 if TYPE_CHECKING:
     import psycopg
@@ -306,7 +305,7 @@ def _event_row(event: str, row: dict[str, Any], now: int) -> tuple[Any, ...]:
     snapshot = {k: row[k] for k in GRANT_COLUMNS}
     if isinstance(snapshot["request"], str):
         snapshot["request"] = json.loads(snapshot["request"])
-    return (event, row["id"], row["requester"], _json(snapshot), now)
+    return (event, row["id"], row["requester"], to_json(snapshot), now)
 
 
 def _add_events(batch: _Batch, events: Sequence[tuple[str, dict[str, Any], int]]) -> None:
@@ -317,17 +316,6 @@ def _add_events(batch: _Batch, events: Sequence[tuple[str, dict[str, Any], int]]
     batch.add(EVENTS_LOCK_SQL, (EVENTS_LOCK, CHANNEL))
     for event, row, now in events:
         batch.add(EVENT_INSERT, _event_row(event, row, now))
-
-
-def _page(rows: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
-    return rows[:limit], len(rows) > limit
-
-
-def _after(page: PageRequest, id_column: str, where: list[str], params: dict[str, Any]) -> None:
-    params["limit"] = page.limit + 1
-    if page.after is not None:
-        where.append(AFTER.format(id=id_column))
-        params["after_at"], params["after_id"] = page.after.created_at, page.after.id
 
 
 def _unique_violation() -> type[Exception]:

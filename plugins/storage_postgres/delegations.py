@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 from typing import Any, cast
 
 from grantd.core.lifecycle import Lapse
@@ -13,16 +12,12 @@ from grantd.store.records import (
     DELEGATION_COLUMNS,
     Delegation,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import delegation_row, page_rows, to_json
+from grantd.store.sql import after_sql, not_lapsed_sql
 
-from .connection import _after, _lock, _nul_finds_nothing, _on_store_loop, _page, _Part, _unique_violation
+from .connection import _lock, _nul_finds_nothing, _on_store_loop, _Part, _unique_violation
 from .constants import PRINCIPALS_LOCK
-from .sql import PG, _insert, _json
-
-
-def _delegation(row: dict[str, Any]) -> Delegation:
-    row["scopes"] = json.loads(row["scopes"])
-    return cast(Delegation, row)
+from .sql import PG, _insert
 
 
 class PostgresDelegations(_Part):
@@ -35,7 +30,7 @@ class PostgresDelegations(_Part):
             if await cur.fetchone():
                 raise Conflict("delegator")  # a delegator is a person (D11)
             try:
-                await cur.execute(_insert("delegations", DELEGATION_COLUMNS), {**row, "scopes": _json(row["scopes"])})
+                await cur.execute(_insert("delegations", DELEGATION_COLUMNS), {**row, "scopes": to_json(row["scopes"])})
             except _unique_violation():
                 raise Conflict("id") from None
         return cast(Delegation, row)
@@ -44,7 +39,7 @@ class PostgresDelegations(_Part):
     @_on_store_loop
     async def get(self, delegation_id: str) -> Delegation | None:
         row = await self._db.one("SELECT * FROM delegations WHERE id = %s", (delegation_id,))
-        return _delegation(row) if row else None
+        return delegation_row(row) if row else None
 
     @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
@@ -54,13 +49,13 @@ class PostgresDelegations(_Part):
         if party is not None:
             where.append("(delegator = %(party)s OR delegate = %(party)s)")
             params["party"] = party
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM delegations WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_delegation(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [delegation_row(r) for r in found], more
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -72,7 +67,7 @@ class PostgresDelegations(_Part):
                 (now, by, delegation_id),
             )
             row = await cur.fetchone()
-        return _delegation(dict(row)) if row else None
+        return delegation_row(dict(row)) if row else None
 
     @_nul_finds_nothing(list)
     @_on_store_loop
@@ -83,4 +78,4 @@ class PostgresDelegations(_Part):
                 ORDER BY created_at, id""",  # noqa: S608 - generated from the Lapse
             {**params, "delegate": delegate},
         )
-        return [_delegation(r) for r in rows]
+        return [delegation_row(r) for r in rows]

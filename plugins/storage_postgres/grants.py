@@ -17,26 +17,19 @@ from grantd.store.records import (
     Grant,
     GrantEvent,
 )
-from grantd.store.sql import lapsed_sql, not_lapsed_sql, status_sql
+from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
     _add_events,
-    _after,
     _nul_finds_nothing,
     _on_store_loop,
-    _page,
     _Part,
     _record_events,
     _unique_violation,
 )
 from .constants import OWNER_LOCKS
-from .sql import PG, _cols, _json
-
-
-def _grant(row: dict[str, Any]) -> Grant:
-    row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
-    return cast(Grant, row)
-
+from .sql import PG, _cols
 
 GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
 
@@ -47,7 +40,7 @@ class PostgresGrants(_Part):
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         values = [row[k] for k in GRANT_COLUMNS]
-        values[GRANT_COLUMNS.index("request")] = _json(row["request"])
+        values[GRANT_COLUMNS.index("request")] = to_json(row["request"])
         if bound is not None and bound.limit > 0 and row["status"] == "pending":
             owner = await self._db.one("SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],))
             if owner is not None:
@@ -93,7 +86,7 @@ class PostgresGrants(_Part):
     @_on_store_loop
     async def get(self, grant_id: str) -> Grant | None:
         row = await self._db.one("SELECT * FROM grants WHERE id = %s", (grant_id,))
-        return _grant(row) if row else None
+        return grant_row(row) if row else None
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -104,7 +97,7 @@ class PostgresGrants(_Part):
                 AND status = 'approved' AND {live} ORDER BY created_at DESC, id DESC LIMIT 1""",  # noqa: S608 - generated from the Lapse
             {**params, "requester_id": requester_id, "reuse_key": reuse_key},
         )
-        return _grant(row) if row else None
+        return grant_row(row) if row else None
 
     @_on_store_loop
     async def list(
@@ -131,13 +124,13 @@ class PostgresGrants(_Part):
                 return [], False
             where.append("requester_id = ANY(%(requester_ids)s)")
             params["requester_ids"] = ids
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - generated clauses, values bound
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_grant(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [grant_row(r) for r in found], more
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -151,7 +144,7 @@ class PostgresGrants(_Part):
         cols = [c for c in changes if c in GRANT_CHANGEABLE]
         live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
         sets = ", ".join([*(f"{c} = %(set_{c})s" for c in cols), "version = version + 1"])
-        params.update({f"set_{c}": (_json(changes[c]) if c == "request" else changes[c]) for c in cols})
+        params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
         params["expect"] = builtins.list(expect)
         params["id"] = grant_id
         # Two round trips: BEGIN and the UPDATE; then the events and COMMIT (or ROLLBACK: no row).
@@ -169,7 +162,7 @@ class PostgresGrants(_Part):
             _add_events(batch, [(event, row, now)])
             batch.plain("COMMIT")
             await batch.send()
-        return _grant(dict(row))
+        return grant_row(dict(row))
 
     @_on_store_loop
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
@@ -192,7 +185,7 @@ class PostgresGrants(_Part):
             rows.sort(key=lambda g: (g["created_at"], g["id"]))
             await cur.execute("DELETE FROM grant_events WHERE created_at < %s", (events_before,))
             await _record_events(cur, [("grant.expired", row, now) for row in rows])
-        return [_grant(r) for r in rows]
+        return [grant_row(r) for r in rows]
 
     @_on_store_loop
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:

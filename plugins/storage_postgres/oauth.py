@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from grantd.store import Conflict
+from grantd.store.oauth import union_scope, was_live
 from grantd.store.records import (
     CONSENT_COLUMNS,
     DEVICE_CODE_COLUMNS,
@@ -15,10 +16,11 @@ from grantd.store.records import (
     DeviceCode,
     RefreshToken,
 )
+from grantd.store.rows import to_json
 
 from .connection import _constraint, _nul_finds_nothing, _on_store_loop, _Part, _unique_violation
 from .constants import RATE_SWEEP_LIMIT, REFRESH_LOCKS
-from .sql import _cols, _insert, _json, _marks
+from .sql import _cols, _insert, _marks
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,18 +47,6 @@ async def _sweep(cur: psycopg.AsyncCursor[Any], table: str, key: str, cutoff: in
     )
 
 
-def _was_live(rows: builtins.list[dict[str, Any]], now: int) -> int:
-    """How many of the rows a revoking UPDATE returned were live before it."""
-    return sum(1 for r in rows if r["used_at"] is None and r["expires_at"] > now)
-
-
-def _union_scope(stored: str, new: str) -> str:
-    """The stored scopes, then the new ones not among them (order kept: the same in every backend)."""
-    scopes = stored.split()
-    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
-    return " ".join(scopes)
-
-
 REFRESH_SELECT = f"SELECT {_cols(REFRESH_TOKEN_COLUMNS)} FROM refresh_tokens"  # noqa: S608 - fixed columns
 DEVICE_COLUMNS_SQL = ", ".join('"interval"' if c == "interval" else c for c in DEVICE_CODE_COLUMNS)
 
@@ -76,7 +66,7 @@ class PostgresOneTime(_Part):
             try:
                 await cur.execute(
                     "INSERT INTO oauth_onetime (kind, key, data, expires_at) VALUES (%s, %s, %s, %s)",
-                    (kind, key, _json(data), expires_at),
+                    (kind, key, to_json(data), expires_at),
                 )
             except _unique_violation():
                 raise Conflict("key") from None
@@ -167,7 +157,7 @@ class PostgresRefreshTokens(_Part):
             f"UPDATE refresh_tokens SET revoked_at = %(now)s WHERE {where} AND revoked_at IS NULL RETURNING used_at, expires_at",  # noqa: S608 - fixed clauses
             {**params, "now": now},
         )
-        return _was_live(await cur.fetchall(), now)
+        return was_live(await cur.fetchall(), now)
 
     @_nul_finds_nothing(0)
     @_on_store_loop
@@ -285,7 +275,7 @@ class PostgresConsents(_Part):
     @_on_store_loop
     async def remember(self, consent: Consent) -> Consent:
         row: dict[str, Any] = {c: consent.get(c) for c in CONSENT_COLUMNS}
-        row["scope"] = _union_scope("", str(row["scope"]))
+        row["scope"] = union_scope("", str(row["scope"]))
         async with self._db.tx() as cur:
             # One statement inserts the first consent or locks the stored one (a concurrent first
             # insert or withdraw is waited for); then the union is written back under that lock.
@@ -297,7 +287,7 @@ class PostgresConsents(_Part):
             stored = await cur.fetchone()
             assert stored is not None
             row["created_at"] = stored["created_at"]
-            merged = _union_scope(stored["scope"], row["scope"])
+            merged = union_scope(stored["scope"], row["scope"])
             if merged != stored["scope"]:
                 row["scope"] = merged
                 await cur.execute(

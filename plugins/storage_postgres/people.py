@@ -21,30 +21,25 @@ from grantd.store.records import (
     Session,
     WebAuthnChallenge,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import credential_row, grant_row, page_rows, person_row, registration_row
+from grantd.store.sql import after_sql, not_lapsed_sql
 
 from .connection import (
-    _after,
     _constraint,
     _lock,
     _nul_finds_nothing,
     _on_store_loop,
-    _page,
     _Part,
     _record_events,
     _unique_violation,
 )
 from .constants import PRINCIPALS_LOCK
-from .grants import _grant
 from .oauth import _lock_person_refresh
 from .principals import (
     _bind_parties,
-    _credential,
-    _fold,
     _insert_credential,
     _insert_person,
-    _person,
-    _registration,
+    fold,
 )
 from .sql import PERSON_SELECT, PG, _insert
 
@@ -59,7 +54,7 @@ class PostgresPeople(_Part):
     @_on_store_loop
     async def get(self, ident: str) -> Person | None:
         row = await self._db.one(f"{PERSON_SELECT} WHERE person_id = %s OR email = %s", (ident, ident.lower()))
-        return _person(row) if row else None
+        return person_row(row) if row else None
 
     @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
@@ -69,14 +64,14 @@ class PostgresPeople(_Part):
         if search:
             # strpos(), not LIKE: the search is a literal substring (% and _ are not wildcards)
             where.append("(strpos(email_fold, %(needle)s) > 0 OR strpos(name_fold, %(needle)s) > 0)")
-            params["needle"] = _fold(search)
-        _after(page, "person_id", where, params)
+            params["needle"] = fold(search)
+        after_sql(page, "person_id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"{PERSON_SELECT} WHERE {' AND '.join(where)} ORDER BY created_at DESC, person_id DESC LIMIT %(limit)s",
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_person(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [person_row(r) for r in found], more
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -86,7 +81,7 @@ class PostgresPeople(_Part):
         sets = [f"{c} = %(set_{c})s" for c in cols]
         if "name" in changes:
             sets.append("name_fold = %(name_fold)s")
-            values["name_fold"] = _fold(str(changes["name"]))
+            values["name_fold"] = fold(str(changes["name"]))
         async with self._db.statement() as cur:
             if not cols:
                 await cur.execute("SELECT * FROM people WHERE person_id = %s", (person_id,))
@@ -96,7 +91,7 @@ class PostgresPeople(_Part):
                     {**values, "person_id": person_id},
                 )
             row = await cur.fetchone()
-        return _person(row) if row else None
+        return person_row(row) if row else None
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -113,7 +108,7 @@ class PostgresPeople(_Part):
             await _lock_person_refresh(cur, person_id)
             await cur.execute("DELETE FROM refresh_tokens WHERE person_id = %s", (person_id,))
             await cur.execute("DELETE FROM consents WHERE person_id = %s", (person_id,))
-        return _person(row)
+        return person_row(row)
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -126,7 +121,7 @@ class PostgresPeople(_Part):
             found = await cur.fetchone()
             if found is None:
                 return None
-            person = _person(dict(found))
+            person = person_row(dict(found))
             email = person["email"]
             await cur.execute(
                 f"""UPDATE grants SET status = 'revoked', revoked_by = %(by)s, revoked_at = %(now)s,
@@ -159,7 +154,7 @@ class PostgresPeople(_Part):
             else:
                 await cur.execute("UPDATE people SET status = 'disabled', updated_at = %s WHERE person_id = %s", (now, person_id))
             await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
-        return person, [_grant(g) for g in revoked]
+        return person, [grant_row(g) for g in revoked]
 
 
 class PostgresCredentials(_Part):
@@ -167,7 +162,7 @@ class PostgresCredentials(_Part):
     @_on_store_loop
     async def get(self, credential_id: str) -> PasskeyCredential | None:
         row = await self._db.one("SELECT * FROM passkey_credentials WHERE credential_id = %s", (credential_id,))
-        return _credential(row) if row else None
+        return credential_row(row) if row else None
 
     @_nul_finds_nothing(list)
     @_on_store_loop
@@ -175,7 +170,7 @@ class PostgresCredentials(_Part):
         rows = await self._db.all(
             "SELECT * FROM passkey_credentials WHERE person_id = %s ORDER BY created_at, credential_id", (person_id,)
         )
-        return [_credential(r) for r in rows]
+        return [credential_row(r) for r in rows]
 
     @_on_store_loop
     async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
@@ -194,7 +189,7 @@ class PostgresCredentials(_Part):
                 {"count": int(sign_count), "now": now, "id": credential_id},
             )
             row = await cur.fetchone()
-        return _credential(row) if row else None
+        return credential_row(row) if row else None
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -264,12 +259,12 @@ class PostgresSessions(_Part):
         if person_id is not None:
             where.append("person_id = %(person_id)s")
             params["person_id"] = person_id
-        _after(page, "session_id", where, params)
+        after_sql(page, "session_id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at DESC, session_id DESC LIMIT %(limit)s",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
+        found, more = page_rows(rows, page.limit)
         return cast(builtins.list[Session], found), more
 
     async def _revoke(self, column: str, value: str, now: int) -> int:
@@ -308,19 +303,19 @@ class PostgresRegistrations(_Part):
     @_on_store_loop
     async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
         row = await self._db.one("SELECT * FROM registration_urls WHERE token_hash = %s", (token_hash,))
-        return _registration(row) if row else None
+        return registration_row(row) if row else None
 
     @_on_store_loop
     async def list(self, page: PageRequest) -> tuple[builtins.list[RegistrationUrl], bool]:
         where = ["TRUE"]
         params: dict[str, Any] = {}
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM registration_urls WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_registration(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [registration_row(r) for r in found], more
 
     @_nul_finds_nothing(False)
     @_on_store_loop
@@ -349,7 +344,7 @@ class PostgresRegistrations(_Part):
             await _lock(cur, PRINCIPALS_LOCK)  # a concurrent redeemer for the same e-mail creates it once
             await cur.execute(f"{PERSON_SELECT} WHERE email = %s", (email,))
             found = await cur.fetchone()
-            owner = _person(found) if found else await _insert_person(cur, person)
+            owner = person_row(found) if found else await _insert_person(cur, person)
             if used["purpose"] == "register":
                 await cur.execute(
                     "SELECT 1 AS x FROM passkey_credentials WHERE person_id = %s AND rp_id = %s",

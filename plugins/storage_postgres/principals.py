@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 from typing import TYPE_CHECKING, Any, cast
 
 from grantd.store import Conflict
@@ -12,12 +11,12 @@ from grantd.store.records import (
     PERSON_COLUMNS,
     PasskeyCredential,
     Person,
-    RegistrationUrl,
 )
+from grantd.store.rows import fold, to_json
 
 from .connection import _constraint, _lock, _unique_violation
 from .constants import PRINCIPALS_LOCK
-from .sql import _insert, _json
+from .sql import _insert
 
 if TYPE_CHECKING:
     import psycopg
@@ -39,28 +38,6 @@ async def _has_table(cur: psycopg.AsyncCursor[Any], name: str) -> bool:
     await cur.execute("SELECT to_regclass(%s) IS NOT NULL AS present", (name,))
     row = await cur.fetchone()
     return bool(row and row["present"])
-
-
-# -- people (grantd.store.people) ----------------------------------------------------------------------
-def _fold(value: str) -> str:
-    return value.casefold()
-
-
-def _person(row: dict[str, Any]) -> Person:
-    person = {c: row[c] for c in PERSON_COLUMNS}
-    person["admin"] = bool(person["admin"])
-    return cast(Person, person)
-
-
-def _credential(row: dict[str, Any]) -> PasskeyCredential:
-    row["transports"] = json.loads(row["transports"])
-    row["backed_up"] = bool(row["backed_up"])
-    return cast(PasskeyCredential, row)
-
-
-def _registration(row: dict[str, Any]) -> RegistrationUrl:
-    row["admin"] = bool(row["admin"])
-    return cast(RegistrationUrl, row)
 
 
 async def _person_id_of(cur: psycopg.AsyncCursor[Any], email: Any) -> str | None:
@@ -104,7 +81,7 @@ async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person, *, unnam
     columns = (*PERSON_COLUMNS, "email_fold", "name_fold")
     try:
         await cur.execute(
-            _insert("people", columns), {**row, "email_fold": _fold(row["email"]), "name_fold": _fold(str(row["name"]))}
+            _insert("people", columns), {**row, "email_fold": fold(row["email"]), "name_fold": fold(str(row["name"]))}
         )
     except _unique_violation() as exc:
         raise Conflict("email" if _constraint(exc) == "people_email_key" else "id") from None
@@ -117,7 +94,7 @@ async def _insert_credential(cur: psycopg.AsyncCursor[Any], credential: PasskeyC
     row["transports"] = builtins.list(row["transports"] or [])
     row["backed_up"] = bool(row["backed_up"])
     try:
-        await cur.execute(_insert("passkey_credentials", CREDENTIAL_COLUMNS), {**row, "transports": _json(row["transports"])})
+        await cur.execute(_insert("passkey_credentials", CREDENTIAL_COLUMNS), {**row, "transports": to_json(row["transports"])})
     except _unique_violation():
         raise Conflict("credential_id") from None
     return cast(PasskeyCredential, row)

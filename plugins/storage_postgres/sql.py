@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from grantd.store.records import (
     PERSON_COLUMNS,
@@ -13,12 +11,6 @@ from grantd.store.records import (
 # Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
 PERSON_SELECT = f"SELECT {', '.join(PERSON_COLUMNS)} FROM people"  # noqa: S608 - fixed columns (not the fold columns)
 PG = "pyformat"  # psycopg's placeholders: %(name)s
-# Lists newest first by (created_at, id); the cursor is the last row of the previous page.
-AFTER = "(created_at < %(after_at)s OR (created_at = %(after_at)s AND {id} < %(after_id)s))"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _cols(columns: Sequence[str]) -> str:

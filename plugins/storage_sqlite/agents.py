@@ -16,10 +16,11 @@ from grantd.store.records import (
     Agent,
     Grant,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import grant_row, page_rows
+from grantd.store.sql import after_sql, not_lapsed_sql
 
-from .connection import _after, _Database, _page
-from .grants import _grant, _record_event
+from .connection import _Database
+from .grants import _record_event
 from .people import _person_id_of
 
 
@@ -83,12 +84,12 @@ class SQLiteAgents:
     async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
         where = ["1 = 1"]
         params: dict[str, Any] = {}
-        _after(page, "agent_id", where, params)
+        after_sql(page, "agent_id", where, params)
         rows = self._db.all(
             f"SELECT * FROM agents WHERE {' AND '.join(where)} ORDER BY created_at DESC, agent_id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
+        found, more = page_rows(rows, page.limit)
         return cast(list[Agent], found), more
 
     async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
@@ -148,7 +149,7 @@ class SQLiteAgents:
                 conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,))
             else:
                 conn.execute("UPDATE agents SET status = 'disabled', key_generation = key_generation + 1, updated_at = ? WHERE agent_id = ?", (now, agent_id))
-        return cast(Agent, agent), [_grant(g) for g in revoked]
+        return cast(Agent, agent), [grant_row(g) for g in revoked]
 
     async def decidable_by(self, person_id: str) -> builtins.list[str]:
         rows = self._db.all(

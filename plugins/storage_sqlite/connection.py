@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from grantd.core.paging import PageRequest
+from grantd.store.rows import fold
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
 COMPANIONS = ("-wal", "-shm")
-
-
-# Column allow-lists (grantd.store.records): the only names that ever reach SQL text.
-# Lists newest first by (created_at, id); the cursor is the last row of the previous page.
-AFTER = "(created_at < :after_at OR (created_at = :after_at AND {id} < :after_id))"
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
 
 
 class _Database:
@@ -53,7 +43,7 @@ class _Database:
         # answer unchanged within the bench's noise (issue 14, docs/performance.md).
         conn.execute("PRAGMA cache_size = -512")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.create_function("grantd_fold", 1, _fold, deterministic=True)
+        conn.create_function("grantd_fold", 1, fold, deterministic=True)
         return conn
 
     @staticmethod
@@ -113,23 +103,6 @@ class _Database:
 
     def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(sql, params).fetchall()]
-
-
-def _page(rows: list[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
-    return rows[:limit], len(rows) > limit
-
-
-def _after(page: PageRequest, id_column: str, where: list[str], params: dict[str, Any]) -> None:
-    params["limit"] = page.limit + 1
-    if page.after is not None:
-        where.append(AFTER.format(id=id_column))
-        params["after_at"], params["after_id"] = page.after.created_at, page.after.id
-
-
-# -- people (grantd.store.people) ----------------------------------------------------------------------
-def _fold(value: Any) -> Any:
-    """Case folding for search, the same in SQL as in Python (SQLite's lower() is ASCII-only)."""
-    return value.casefold() if isinstance(value, str) else value
 
 
 def _insert(conn: sqlite3.Connection, table: str, columns: Sequence[str], row: dict[str, Any]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import sqlite3
 from typing import Any, cast
 
@@ -14,14 +13,10 @@ from grantd.store.records import (
     DELEGATION_COLUMNS,
     Delegation,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import delegation_row, page_rows, to_json
+from grantd.store.sql import after_sql, not_lapsed_sql
 
-from .connection import _after, _Database, _json, _page
-
-
-def _delegation(row: dict[str, Any]) -> Delegation:
-    row["scopes"] = json.loads(row["scopes"])
-    return cast(Delegation, row)
+from .connection import _Database
 
 
 class SQLiteDelegations:
@@ -36,7 +31,7 @@ class SQLiteDelegations:
             try:
                 conn.execute(
                     f"INSERT INTO delegations ({', '.join(DELEGATION_COLUMNS)}) VALUES ({', '.join(':' + c for c in DELEGATION_COLUMNS)})",  # noqa: S608 - fixed column list
-                    {**row, "scopes": _json(row["scopes"])},
+                    {**row, "scopes": to_json(row["scopes"])},
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
@@ -44,7 +39,7 @@ class SQLiteDelegations:
 
     async def get(self, delegation_id: str) -> Delegation | None:
         row = self._db.one("SELECT * FROM delegations WHERE id = ?", (delegation_id,))
-        return _delegation(row) if row else None
+        return delegation_row(row) if row else None
 
     async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
         where = ["1 = 1"]
@@ -52,13 +47,13 @@ class SQLiteDelegations:
         if party is not None:
             where.append("(delegator = :party OR delegate = :party)")
             params["party"] = party
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params)
         rows = self._db.all(
             f"SELECT * FROM delegations WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_delegation(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [delegation_row(r) for r in found], more
 
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
         async with self._db.awrite() as conn:
@@ -67,7 +62,7 @@ class SQLiteDelegations:
                    WHERE id = ? AND status = 'active' RETURNING *""",
                 (now, by, delegation_id),
             ).fetchone()
-        return _delegation(dict(row)) if row else None
+        return delegation_row(dict(row)) if row else None
 
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:
         live, params = not_lapsed_sql(lapse, DELEGATION_COLUMNS)
@@ -76,4 +71,4 @@ class SQLiteDelegations:
                 ORDER BY created_at, id""",  # noqa: S608 - generated from the Lapse
             {**params, "delegate": delegate},
         )
-        return [_delegation(r) for r in rows]
+        return [delegation_row(r) for r in rows]

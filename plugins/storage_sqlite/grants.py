@@ -18,14 +18,10 @@ from grantd.store.records import (
     Grant,
     GrantEvent,
 )
-from grantd.store.sql import lapsed_sql, not_lapsed_sql, status_sql
+from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
-from .connection import _after, _Database, _json, _page
-
-
-def _grant(row: dict[str, Any]) -> Grant:
-    row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
-    return cast(Grant, row)
+from .connection import _Database
 
 
 def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
@@ -36,7 +32,7 @@ def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now
         snapshot["request"] = json.loads(snapshot["request"])
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
-        (event, row["id"], row["requester"], _json(snapshot), now),
+        (event, row["id"], row["requester"], to_json(snapshot), now),
     )
 
 
@@ -47,7 +43,7 @@ class SQLiteGrants:
     async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
-        stored = {**row, "request": _json(row["request"])}
+        stored = {**row, "request": to_json(row["request"])}
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: one writer at a time, so the count holds
             if bound is not None and bound.limit > 0 and row["status"] == "pending":
                 self._check_owner_bound(conn, str(row["requester_id"]), bound)
@@ -79,7 +75,7 @@ class SQLiteGrants:
 
     async def get(self, grant_id: str) -> Grant | None:
         row = self._db.one("SELECT * FROM grants WHERE id = ?", (grant_id,))
-        return _grant(row) if row else None
+        return grant_row(row) if row else None
 
     async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
         live, params = not_lapsed_sql(lapse, GRANT_COLUMNS)
@@ -88,7 +84,7 @@ class SQLiteGrants:
                 AND status = 'approved' AND {live} ORDER BY created_at DESC, id DESC LIMIT 1""",  # noqa: S608 - generated from the Lapse
             {**params, "requester_id": requester_id, "reuse_key": reuse_key},
         )
-        return _grant(row) if row else None
+        return grant_row(row) if row else None
 
     async def list(
         self,
@@ -114,13 +110,13 @@ class SQLiteGrants:
                 return [], False
             where.append(f"requester_id IN ({', '.join(f':rid_{i}' for i in range(len(ids)))})")
             params.update({f"rid_{i}": v for i, v in enumerate(ids)})
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params)
         rows = self._db.all(
             f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - generated clauses, values bound
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_grant(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [grant_row(r) for r in found], more
 
     async def update_if(
         self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
@@ -132,7 +128,7 @@ class SQLiteGrants:
         live, params = not_lapsed_sql(lapse, GRANT_COLUMNS)
         sets = ", ".join([*(f"{c} = :set_{c}" for c in cols), "version = version + 1"])
         marks = ", ".join(f":expect_{i}" for i in range(len(expect)))
-        params.update({f"set_{c}": (_json(changes[c]) if c == "request" else changes[c]) for c in cols})
+        params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
         params.update({f"expect_{i}": s for i, s in enumerate(expect)})
         params["id"] = grant_id
         async with self._db.awrite() as conn:
@@ -144,7 +140,7 @@ class SQLiteGrants:
                 return None
             updated = dict(row)
             _record_event(conn, event, updated, now)
-        return _grant(updated)
+        return grant_row(updated)
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
         # Each lapse term is an index range (grants_lapse on (status, expires_at), grants_status on
@@ -167,7 +163,7 @@ class SQLiteGrants:
             for row in rows:
                 _record_event(conn, "grant.expired", row, now)
             conn.execute("DELETE FROM grant_events WHERE created_at < ?", (events_before,))
-        return [_grant(r) for r in rows]
+        return [grant_row(r) for r in rows]
 
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
         rows = self._db.all("SELECT * FROM grant_events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))

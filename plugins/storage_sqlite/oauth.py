@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any, cast
 
 from grantd.store import Conflict
+from grantd.store.oauth import union_scope, was_live
 from grantd.store.records import (
     CONSENT_COLUMNS,
     DEVICE_CODE_COLUMNS,
@@ -16,21 +17,9 @@ from grantd.store.records import (
     DeviceCode,
     RefreshToken,
 )
+from grantd.store.rows import to_json
 
-from .connection import _Database, _insert, _json
-
-
-# -- OAuth (grantd.store.oauth) --------------------------------------------------------------------------
-def _was_live(rows: builtins.list[Any], now: int) -> int:
-    """How many of the rows a revoking UPDATE returned (as they are now) were live before it."""
-    return sum(1 for r in rows if r["used_at"] is None and r["expires_at"] > now)
-
-
-def _union_scope(stored: str, new: str) -> str:
-    """The stored scopes, then the new ones not among them (order kept: the same in every backend)."""
-    scopes = stored.split()
-    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
-    return " ".join(scopes)
+from .connection import _Database, _insert
 
 
 class SQLiteOneTime:
@@ -43,7 +32,7 @@ class SQLiteOneTime:
             try:
                 conn.execute(
                     "INSERT INTO oauth_onetime (kind, key, data, expires_at) VALUES (?, ?, ?, ?)",
-                    (kind, key, _json(data), expires_at),
+                    (kind, key, to_json(data), expires_at),
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("key") from None
@@ -115,7 +104,7 @@ class SQLiteRefreshTokens:
 
     async def _revoke(self, where: str, params: dict[str, Any], now: int) -> int:
         async with self._db.awrite() as conn:
-            return _was_live(conn.execute(
+            return was_live(conn.execute(
                 f"UPDATE refresh_tokens SET revoked_at = :now WHERE {where} AND revoked_at IS NULL RETURNING used_at, expires_at",  # noqa: S608 - fixed clauses
                 {**params, "now": now},
             ).fetchall(), now)
@@ -207,9 +196,9 @@ class SQLiteConsents:
                 "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (consent["person_id"], consent["client_id"])
             ).fetchone()
             row: dict[str, Any] = {c: consent.get(c) for c in CONSENT_COLUMNS}
-            row["scope"] = _union_scope("", str(row["scope"]))
+            row["scope"] = union_scope("", str(row["scope"]))
             if found is not None:
-                row["scope"] = _union_scope(found["scope"], row["scope"])
+                row["scope"] = union_scope(found["scope"], row["scope"])
                 row["created_at"] = found["created_at"]
             conn.execute(
                 f"INSERT OR REPLACE INTO consents ({', '.join(CONSENT_COLUMNS)}) VALUES ({', '.join(':' + c for c in CONSENT_COLUMNS)})",  # noqa: S608 - fixed column list

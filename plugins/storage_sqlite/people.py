@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import sqlite3
 from typing import Any, cast
 
@@ -25,29 +24,11 @@ from grantd.store.records import (
     Session,
     WebAuthnChallenge,
 )
-from grantd.store.sql import not_lapsed_sql
+from grantd.store.rows import credential_row, grant_row, page_rows, person_row, registration_row, to_json
+from grantd.store.sql import after_sql, not_lapsed_sql
 
-from .connection import _after, _Database, _fold, _insert, _json, _page
-from .grants import _grant, _record_event
-
-
-def _person(row: Any) -> Person:
-    person = dict(row)
-    person["admin"] = bool(person["admin"])
-    return cast(Person, person)
-
-
-def _credential(row: Any) -> PasskeyCredential:
-    credential = dict(row)
-    credential["transports"] = json.loads(credential["transports"])
-    credential["backed_up"] = bool(credential["backed_up"])
-    return cast(PasskeyCredential, credential)
-
-
-def _registration(row: Any) -> RegistrationUrl:
-    registration = dict(row)
-    registration["admin"] = bool(registration["admin"])
-    return cast(RegistrationUrl, registration)
+from .connection import _Database, _insert, fold
+from .grants import _record_event
 
 
 def _person_id_of(conn: sqlite3.Connection, email: Any) -> str | None:
@@ -91,7 +72,7 @@ def _insert_credential(conn: sqlite3.Connection, credential: PasskeyCredential) 
     row["transports"] = list(row["transports"] or [])
     row["backed_up"] = bool(row["backed_up"])
     try:
-        _insert(conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": _json(row["transports"])})
+        _insert(conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": to_json(row["transports"])})
     except sqlite3.IntegrityError:
         raise Conflict("credential_id") from None
     return cast(PasskeyCredential, row)
@@ -107,7 +88,7 @@ class SQLitePeople:
 
     async def get(self, ident: str) -> Person | None:
         row = self._db.one("SELECT * FROM people WHERE person_id = ? OR email = ?", (ident, ident.lower()))
-        return _person(row) if row else None
+        return person_row(row) if row else None
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         where = ["1 = 1"]
@@ -115,14 +96,14 @@ class SQLitePeople:
         if search:
             # instr(), not LIKE: the search is a literal substring (% and _ are not wildcards)
             where.append("(instr(grantd_fold(email), :needle) > 0 OR instr(grantd_fold(name), :needle) > 0)")
-            params["needle"] = _fold(search)
-        _after(page, "person_id", where, params)
+            params["needle"] = fold(search)
+        after_sql(page, "person_id", where, params)
         rows = self._db.all(
             f"SELECT * FROM people WHERE {' AND '.join(where)} ORDER BY created_at DESC, person_id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_person(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [person_row(r) for r in found], more
 
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         cols = [c for c in PERSON_CHANGEABLE if c in changes]
@@ -135,7 +116,7 @@ class SQLitePeople:
                     f"UPDATE people SET {', '.join(f'{c} = :set_{c}' for c in cols)} WHERE person_id = :person_id RETURNING *",  # noqa: S608 - column names from a fixed set
                     {**values, "person_id": person_id},
                 ).fetchone()
-        return _person(row) if row else None
+        return person_row(row) if row else None
 
     async def delete(self, person_id: str, now: int) -> Person | None:
         async with self._db.awrite() as conn:
@@ -148,7 +129,7 @@ class SQLitePeople:
             conn.execute("DELETE FROM registration_urls WHERE email = ? AND used_at IS NULL", (row["email"],))
             conn.execute("DELETE FROM refresh_tokens WHERE person_id = ?", (person_id,))
             conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
-        return _person(row)
+        return person_row(row)
 
     async def retire(
         self, person_id: str, *, delete: bool, by: str, reason: str, now: int, lapse: Lapse
@@ -158,7 +139,7 @@ class SQLitePeople:
             found = conn.execute("SELECT * FROM people WHERE person_id = ?", (person_id,)).fetchone()
             if found is None:
                 return None
-            person = _person(found)
+            person = person_row(found)
             email = person["email"]
             revoked = [
                 dict(r)
@@ -195,7 +176,7 @@ class SQLitePeople:
                 conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
             else:
                 conn.execute("UPDATE people SET status = 'disabled', updated_at = ? WHERE person_id = ?", (now, person_id))
-        return person, [_grant(g) for g in revoked]
+        return person, [grant_row(g) for g in revoked]
 
 
 class SQLiteCredentials:
@@ -204,13 +185,13 @@ class SQLiteCredentials:
 
     async def get(self, credential_id: str) -> PasskeyCredential | None:
         row = self._db.one("SELECT * FROM passkey_credentials WHERE credential_id = ?", (credential_id,))
-        return _credential(row) if row else None
+        return credential_row(row) if row else None
 
     async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
         rows = self._db.all(
             "SELECT * FROM passkey_credentials WHERE person_id = ? ORDER BY created_at, credential_id", (person_id,)
         )
-        return [_credential(r) for r in rows]
+        return [credential_row(r) for r in rows]
 
     async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
         async with self._db.awrite() as conn:
@@ -225,7 +206,7 @@ class SQLiteCredentials:
                    RETURNING *""",
                 {"count": int(sign_count), "now": now, "id": credential_id},
             ).fetchone()
-        return _credential(row) if row else None
+        return credential_row(row) if row else None
 
     async def delete(self, person_id: str, credential_id: str, now: int) -> bool | None:
         # Counted and deleted under the write lock: two deletes of the last two cannot both win.
@@ -279,12 +260,12 @@ class SQLiteSessions:
         if person_id is not None:
             where.append("person_id = :person_id")
             params["person_id"] = person_id
-        _after(page, "session_id", where, params)
+        after_sql(page, "session_id", where, params)
         rows = self._db.all(
             f"SELECT * FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at DESC, session_id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
+        found, more = page_rows(rows, page.limit)
         return cast(list[Session], found), more
 
     async def _revoke(self, column: str, value: str, now: int) -> int:
@@ -318,18 +299,18 @@ class SQLiteRegistrations:
 
     async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
         row = self._db.one("SELECT * FROM registration_urls WHERE token_hash = ?", (token_hash,))
-        return _registration(row) if row else None
+        return registration_row(row) if row else None
 
     async def list(self, page: PageRequest) -> tuple[builtins.list[RegistrationUrl], bool]:
         where = ["1 = 1"]
         params: dict[str, Any] = {}
-        _after(page, "id", where, params)
+        after_sql(page, "id", where, params)
         rows = self._db.all(
             f"SELECT * FROM registration_urls WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - fixed clauses
             params,
         )
-        found, more = _page(rows, page.limit)
-        return [_registration(r) for r in found], more
+        found, more = page_rows(rows, page.limit)
+        return [registration_row(r) for r in found], more
 
     async def delete(self, registration_id: str) -> bool:
         async with self._db.awrite() as conn:
@@ -351,7 +332,7 @@ class SQLiteRegistrations:
             if str(person["email"]).lower() != email:
                 raise Conflict("email")  # the record must be for the URL's e-mail
             found = conn.execute("SELECT * FROM people WHERE email = ?", (email,)).fetchone()
-            owner = _person(found) if found else _insert_person(conn, person)
+            owner = person_row(found) if found else _insert_person(conn, person)
             if used["purpose"] == "register" and conn.execute(
                 "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND rp_id = ?", (owner["person_id"], used["rp_id"])
             ).fetchone():

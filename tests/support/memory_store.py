@@ -34,6 +34,7 @@ from grantd.core.paging import PageRequest
 from grantd.hookspecs import hookimpl
 from grantd.store import Conflict, LimitReached, OwnerBound, StoreError
 from grantd.store.files import open_backup_target
+from grantd.store.oauth import union_scope, was_live
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     GRANT_CHANGEABLE,
@@ -52,6 +53,7 @@ from grantd.store.records import (
     SigningKey,
     WebAuthnChallenge,
 )
+from grantd.store.rows import page_rows
 
 
 def _newest_first(rows: list[Any], id_key: str, page: PageRequest) -> tuple[list[Any], bool]:
@@ -60,7 +62,7 @@ def _newest_first(rows: list[Any], id_key: str, page: PageRequest) -> tuple[list
     if page.after is not None:
         mark = (page.after.created_at, page.after.id)
         rows = [r for r in rows if (r["created_at"], r[id_key]) < mark]
-    return [copy.deepcopy(r) for r in rows[: page.limit]], len(rows) > page.limit
+    return page_rows([copy.deepcopy(r) for r in rows[: page.limit + 1]], page.limit)
 
 
 class _Data:
@@ -711,13 +713,6 @@ class MemoryOneTime:
         return found[0]
 
 
-def _union_scope(stored: str, new: str) -> str:
-    """The stored scopes, then the new ones not among them (the order every backend keeps)."""
-    scopes = stored.split()
-    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
-    return " ".join(scopes)
-
-
 class MemoryRefreshTokens:
     def __init__(self, data: _Data):
         self._d = data
@@ -767,12 +762,10 @@ class MemoryRefreshTokens:
 
     async def _revoke(self, match: Callable[[RefreshToken], bool], now: int) -> int:
         async with self._d.tx:
-            live = 0
-            for t in self._d.refresh_tokens.values():
-                if match(t) and t["revoked_at"] is None:
-                    live += self._live(t, now)
-                    t["revoked_at"] = now
-            return live
+            ended = [t for t in self._d.refresh_tokens.values() if match(t) and t["revoked_at"] is None]
+            for t in ended:
+                t["revoked_at"] = now
+            return was_live(ended, now)
 
     async def revoke_family(self, family_id: str, now: int) -> int:
         return await self._revoke(lambda t: t["family_id"] == family_id, now)
@@ -847,9 +840,9 @@ class MemoryConsents:
         async with self._d.tx:
             key = (consent["person_id"], consent["client_id"])
             found = self._d.consents.get(key)
-            row: Consent = {**copy.deepcopy(consent), "scope": _union_scope("", consent["scope"])}
+            row: Consent = {**copy.deepcopy(consent), "scope": union_scope("", consent["scope"])}
             if found is not None:
-                row["scope"] = _union_scope(found["scope"], row["scope"])
+                row["scope"] = union_scope(found["scope"], row["scope"])
                 row["created_at"] = found["created_at"]
             self._d.consents[key] = row
             return copy.deepcopy(row)
