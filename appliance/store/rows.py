@@ -9,7 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar, cast
 
-from grantd.store.records import PERSON_COLUMNS, Delegation, Grant, PasskeyCredential, Person, RegistrationUrl
+from grantd.store.records import (
+    PERSON_COLUMNS,
+    Delegation,
+    Grant,
+    PasskeyCredential,
+    Person,
+    RegistrationUrl,
+    SigningKey,
+)
 
 Row = TypeVar("Row")
 
@@ -27,6 +35,11 @@ def fold(value: Any) -> Any:
 def page_rows(rows: list[Row], limit: int) -> tuple[list[Row], bool]:
     """A page from ``limit + 1`` rows read newest first: the first ``limit``, and whether there are more."""
     return rows[:limit], len(rows) > limit
+
+
+def key_row(row: dict[str, Any]) -> SigningKey:
+    row["public_jwk"] = json.loads(row["public_jwk"])
+    return cast(SigningKey, row)
 
 
 def grant_row(row: dict[str, Any]) -> Grant:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from grantd.store.records import (
     KEY_COLUMNS,
     SigningKey,
 )
+from grantd.store.rows import key_row
 
 from .connection import _lock, _nul_finds_nothing, _on_store_loop, _Part
 from .constants import KEYS_LOCK
@@ -20,15 +21,10 @@ if TYPE_CHECKING:
 
 # -- parts ------------------------------------------------------------------------------------------------
 class PostgresKeys(_Part):
-    @staticmethod
-    def _key(row: dict[str, Any]) -> SigningKey:
-        row["public_jwk"] = json.loads(row["public_jwk"])
-        return cast(SigningKey, row)
-
     @_on_store_loop
     async def all(self) -> list[SigningKey]:
         rows = await self._db.all(f"SELECT {_cols(KEY_COLUMNS)} FROM signing_keys ORDER BY created_at DESC, seq DESC")  # noqa: S608 - fixed columns
-        return [self._key(r) for r in rows]
+        return [key_row(r) for r in rows]
 
     @_nul_finds_nothing(None)
     @_on_store_loop

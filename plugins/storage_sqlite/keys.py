@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, cast
 
 from grantd.store.records import (
     SigningKey,
 )
+from grantd.store.rows import key_row
 
 from .connection import _Database
 
@@ -18,13 +18,8 @@ class SQLiteKeys:
     def __init__(self, db: _Database):
         self._db = db
 
-    @staticmethod
-    def _key(row: dict[str, Any]) -> SigningKey:
-        row["public_jwk"] = json.loads(row["public_jwk"])
-        return cast(SigningKey, row)
-
     async def all(self) -> list[SigningKey]:
-        return [self._key(r) for r in self._db.all("SELECT * FROM signing_keys ORDER BY created_at DESC, rowid DESC")]
+        return [key_row(r) for r in self._db.all("SELECT * FROM signing_keys ORDER BY created_at DESC, rowid DESC")]
 
     async def active_kid(self, alg: str = "EdDSA") -> str | None:
         row = self._db.one(
