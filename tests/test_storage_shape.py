@@ -49,7 +49,7 @@ def test_each_backend_is_a_package_with_a_module_per_record_kind():
 def test_no_helper_is_written_twice():
     sqlite = {n: code for p in (ROOT / "plugins" / "storage_sqlite").glob("*.py") for n, code in _functions(p).items()}
     postgres = {n: code for p in (ROOT / "plugins" / "storage_postgres").glob("*.py") for n, code in _functions(p).items()}
-    memory = _functions(ROOT / "tests" / "support" / "memory_store.py")
+    memory = _functions(ROOT / "appliance" / "testing" / "memory_store.py")
     trivial = ast.dump(ast.Module(body=[ast.Pass()], type_ignores=[]))
     by_code: dict[str, list[str]] = {}
     for name, code in {**sqlite, **postgres}.items():

@@ -12,9 +12,10 @@ Written from docs/plugins.md as a plugin author would, to show two things a back
   does the same with a conditional ``UPDATE``/``DELETE`` and its row count, which also holds across
   processes — this backend only serves one process, so it is for tests and examples, not production.
 
-It registers like any plugin (a ``storage_backends`` hookimpl): with tests/ on ``PYTHONPATH``,
-``[plugins] modules = ["support.memory_store"]`` and ``[storage] plugin = "memory"``. The contract
-suite (tests/contract/) runs against it as the ``example`` backend.
+It ships with grantd as ``grantd.testing.memory_store`` and registers like any plugin (a
+``storage_backends`` hookimpl): ``[plugins] modules = ["grantd.testing.memory_store"]`` and
+``[storage] plugin = "memory"``. The contract suite (``grantd.testing``) runs against it as the
+``example`` backend.
 """
 
 from __future__ import annotations
