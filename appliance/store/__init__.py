@@ -9,7 +9,7 @@ counters), and for people (``grantd.store.people``) ``store.people``, ``store.cr
 ``store.consents``.
 Records are the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
 
-What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
+What every backend must guarantee (``grantd.testing`` checks it; run it against a new backend):
 
 - **One call, one transaction.** Each method is atomic: it happens completely or not at all, and a
   concurrent reader never sees half of it.
