@@ -31,10 +31,12 @@ def _functions(path: Path) -> dict[str, str]:
     return found
 
 
-def test_no_file_under_plugins_is_over_600_lines():
-    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "plugins").rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > 600}
-    assert long == {}
+def test_no_file_under_plugins_is_over_600_lines_nor_one_of_grantd_store_and_grantd_testing_over_800():
+    def longer(folder: str, most: int) -> dict[str, int]:
+        return {str(p.relative_to(ROOT)): n for p in (ROOT / folder).rglob("*.py") if (n := len(p.read_text().splitlines())) > most}
+
+    assert longer("plugins", 600) == {}
+    assert longer("appliance/store", 800) == {} and longer("appliance/testing", 800) == {}
 
 
 def test_each_backend_is_a_package_with_a_module_per_record_kind():
@@ -49,7 +51,7 @@ def test_each_backend_is_a_package_with_a_module_per_record_kind():
 def test_no_helper_is_written_twice():
     sqlite = {n: code for p in (ROOT / "plugins" / "storage_sqlite").glob("*.py") for n, code in _functions(p).items()}
     postgres = {n: code for p in (ROOT / "plugins" / "storage_postgres").glob("*.py") for n, code in _functions(p).items()}
-    memory = _functions(ROOT / "appliance" / "testing" / "memory_store.py")
+    memory = {n: code for p in (ROOT / "appliance" / "testing" / "memory_store").glob("*.py") for n, code in _functions(p).items()}
     trivial = ast.dump(ast.Module(body=[ast.Pass()], type_ignores=[]))
     by_code: dict[str, list[str]] = {}
     for name, code in {**sqlite, **postgres}.items():
