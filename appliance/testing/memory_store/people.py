@@ -19,6 +19,7 @@ from grantd.store.records import (
     Session,
     WebAuthnChallenge,
 )
+from grantd.store.rows import fold
 
 from .data import _Data, _newest_first
 
@@ -36,9 +37,9 @@ class MemoryPeople:
         return copy.deepcopy(self._d.people.get(ident) or self._d.person_by_email(ident))
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
-        needle = search.casefold() if search else None  # a literal substring: no wildcards
+        needle = fold(search) if search else None  # a literal substring: no wildcards
         rows = [p for p in self._d.people.values()
-                if needle is None or needle in p["email"].casefold() or needle in p["name"].casefold()]
+                if needle is None or needle in fold(p["email"]) or needle in fold(p["name"])]
         return _newest_first(rows, "person_id", page)
 
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
