@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract.factories import NOW, grant, lapse
 from support import postgres as pg
 
 from grantd.store import Conflict
+from grantd.testing.factories import NOW, grant, lapse
 
 pytest.importorskip("psycopg")
 

@@ -9,7 +9,7 @@ counters), and for people (``grantd.store.people``) ``store.people``, ``store.cr
 ``store.consents``.
 Records are the typed dictionaries of ``grantd.store.records`` (JSON-ready values).
 
-What every backend must guarantee (``tests/contract/`` checks it; run it against a new backend):
+What every backend must guarantee (``grantd.testing`` checks it; run it against a new backend):
 
 - **One call, one transaction.** Each method is atomic: it happens completely or not at all, and a
   concurrent reader never sees half of it.
@@ -33,6 +33,11 @@ What every backend must guarantee (``tests/contract/`` checks it; run it against
   page (``grantd.core.paging.Cursor``). A list call returns ``(rows, has_more)``.
 - **Uniqueness** violations raise :class:`Conflict` naming the field.
 - All methods are coroutines, so a network database does not block the event loop.
+
+What backends share lives here once, not in each backend: ``grantd.store.rows`` (record
+conversion, JSON, case folding, pages), ``grantd.store.sql`` (the lapse clauses, the paging
+condition), ``grantd.store.oauth`` (``union_scope``, ``was_live``), ``grantd.store.files``
+(private files, D12) and ``grantd.store.migrations`` (numbered ``.sql`` files).
 """
 
 from __future__ import annotations

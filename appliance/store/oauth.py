@@ -14,6 +14,21 @@ from typing import Any, Protocol, runtime_checkable
 from grantd.store.records import Consent, DeviceCode, RefreshToken
 
 
+def union_scope(stored: str, new: str) -> str:
+    """Remembered consent grows: the stored scopes, then the new ones not among them (order kept,
+    duplicates dropped: the same string in every backend)."""
+    scopes = stored.split()
+    scopes += [s for s in dict.fromkeys(new.split()) if s not in scopes]
+    return " ".join(scopes)
+
+
+def was_live(tokens: builtins.list[Any], now: int) -> int:
+    """How many of the refresh tokens a revocation ended were live before it (not yet rotated, not
+    expired at ``now``): the count ``revoke_family`` and ``revoke_person`` return. The tokens are
+    those that were not revoked yet."""
+    return sum(1 for t in tokens if t["used_at"] is None and t["expires_at"] > now)
+
+
 @runtime_checkable
 class OneTimeStore(Protocol):
     """Records redeemed at most once, by kind: ``code`` (authorization codes, key = SHA-256 of the

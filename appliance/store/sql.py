@@ -16,6 +16,7 @@ from collections.abc import Collection
 from typing import Any
 
 from grantd.core.lifecycle import EXPIRED, Lapse
+from grantd.core.paging import PageRequest
 
 Clause = tuple[str, dict[str, Any]]
 
@@ -69,4 +70,17 @@ def status_sql(lapse: Lapse, status: str, columns: Collection[str], *, paramstyl
     return f"status = {mark}", params
 
 
-__all__ = ["Clause", "lapsed_sql", "not_lapsed_sql", "status_sql"]
+def after_sql(page: PageRequest, id_column: str, where: list[str], params: dict[str, Any], *, paramstyle: str = "named") -> None:
+    """Lists run newest first by (created_at, id): ask for ``page.limit + 1`` rows (``limit``) and,
+    after a cursor, add the condition for the rows after the last one of the previous page.
+    ``id_column`` is one of the caller's fixed column names, never from a request."""
+    if not id_column.isidentifier():
+        raise ValueError(f"id column {id_column!r} is not a column name")
+    params["limit"] = page.limit + 1
+    if page.after is not None:
+        at, last = _mark("after_at", paramstyle), _mark("after_id", paramstyle)
+        where.append(f"(created_at < {at} OR (created_at = {at} AND {id_column} < {last}))")
+        params["after_at"], params["after_id"] = page.after.created_at, page.after.id
+
+
+__all__ = ["Clause", "after_sql", "lapsed_sql", "not_lapsed_sql", "status_sql"]

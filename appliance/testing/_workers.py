@@ -12,6 +12,7 @@ from typing import Any
 from grantd.core.lifecycle import grant_lapse
 from grantd.plugins.storage_sqlite import SQLiteStore
 from grantd.store import Conflict
+from grantd.store.records import Agent, Grant
 
 TAKERS = 10
 
@@ -146,7 +147,7 @@ def request_bounded(path: str, start_at: float, tag: str, now: int, limit: int) 
     bound = OwnerBound(limit, grant_lapse(now, 3600))
 
     async def one(store: SQLiteStore, i: int) -> str:
-        record = {"id": f"{tag}{i}", "type": "command", "requester": "a@agents.example.com",
+        record: Grant = {"id": f"{tag}{i}", "type": "command", "requester": "a@agents.example.com",
                   "requester_id": "agt_a" if i % 2 else "agt_b", "request": {"command": ["ls"]},
                   "grant_type": "once", "status": "pending", "created_at": now, "decided_by": None,
                   "decided_at": None, "expires_at": None, "used_at": None, "decision_reason": None,
@@ -169,7 +170,7 @@ def enrol_bounded(path: str, start_at: float, tag: str, now: int, limit: int) ->
 
     async def one(store: SQLiteStore, i: int) -> str:
         name = f"{tag}{i}"
-        record = {"agent_id": f"agt_{name}", "email": f"{name}@agents.example.com", "name": name,
+        record: Agent = {"agent_id": f"agt_{name}", "email": f"{name}@agents.example.com", "name": name,
                   "public_key": f"ssh-ed25519 K{name}", "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
                   "key_generation": 1, "owner": "olivia@example.com", "approver": "olivia@example.com",
                   "status": "active", "created_at": now, "updated_at": now, "owner_id": None, "approver_id": None}

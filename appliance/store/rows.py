@@ -1,0 +1,71 @@
+"""Rows and records, shared by the backends: JSON columns, flags, case folding, pages of rows.
+
+A backend reads a row as a dict of column -> value; these turn it into the record the contract
+returns (``grantd.store.records``), the same way in every backend.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar, cast
+
+from grantd.store.records import (
+    PERSON_COLUMNS,
+    Delegation,
+    Grant,
+    PasskeyCredential,
+    Person,
+    RegistrationUrl,
+    SigningKey,
+)
+
+Row = TypeVar("Row")
+
+
+def to_json(value: Any) -> str:
+    """The JSON text a backend stores (compact: the same bytes in every backend)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def fold(value: Any) -> Any:
+    """Case folding for search, the same in SQL as in Python (SQLite's lower() is ASCII-only)."""
+    return value.casefold() if isinstance(value, str) else value
+
+
+def page_rows(rows: list[Row], limit: int) -> tuple[list[Row], bool]:
+    """A page from ``limit + 1`` rows read newest first: the first ``limit``, and whether there are more."""
+    return rows[:limit], len(rows) > limit
+
+
+def key_row(row: dict[str, Any]) -> SigningKey:
+    row["public_jwk"] = json.loads(row["public_jwk"])
+    return cast(SigningKey, row)
+
+
+def grant_row(row: dict[str, Any]) -> Grant:
+    row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
+    return cast(Grant, row)
+
+
+def delegation_row(row: dict[str, Any]) -> Delegation:
+    row["scopes"] = json.loads(row["scopes"])
+    return cast(Delegation, row)
+
+
+def person_row(row: Any) -> Person:
+    person = {c: row[c] for c in PERSON_COLUMNS}  # a row may carry more (PostgreSQL's fold columns)
+    person["admin"] = bool(person["admin"])
+    return cast(Person, person)
+
+
+def credential_row(row: Any) -> PasskeyCredential:
+    credential = dict(row)
+    credential["transports"] = json.loads(credential["transports"])
+    credential["backed_up"] = bool(credential["backed_up"])
+    return cast(PasskeyCredential, credential)
+
+
+def registration_row(row: Any) -> RegistrationUrl:
+    registration = dict(row)
+    registration["admin"] = bool(registration["admin"])
+    return cast(RegistrationUrl, registration)

@@ -1,0 +1,184 @@
+"""store.grants and their events (D6): lapse as data, single winners, events with their change."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from .factories import HOUR, NOW, first_page, grant, lapse, walk
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_create_records_its_events_in_order(store):
+    assert await store.grants.last_event_seq() == 0
+    created = await store.grants.create(grant("g1", version=7), ["grant.created", "grant.approved"])
+    assert created == grant("g1")  # version 1, whatever was handed in
+    assert await store.grants.get("g1") == created
+    assert await store.grants.get("nope") is None
+    events = await store.grants.events_after(0, 10)
+    assert [e["event"] for e in events] == ["grant.created", "grant.approved"]
+    assert events[0]["seq"] < events[1]["seq"] == await store.grants.last_event_seq()
+    assert all(e["grant_id"] == "g1" and e["requester"] == created["requester"] and e["created_at"] == NOW
+               and e["grant"] == created for e in events)
+
+
+async def test_events_after_orders_and_limits(store):
+    for i in range(5):
+        await store.grants.create(grant(f"g{i}"), ["grant.created"])
+    every = await store.grants.events_after(0, 100)
+    assert [e["grant_id"] for e in every] == [f"g{i}" for i in range(5)]
+    seqs = [e["seq"] for e in every]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 5
+    assert [e["grant_id"] for e in await store.grants.events_after(seqs[1], 2)] == ["g2", "g3"]
+    assert await store.grants.events_after(seqs[-1], 10) == []
+
+
+async def test_find_reusable_honours_lapse(store):
+    mine = {"requester_id": "agt_bot", "reuse_key": "rk"}
+    await store.grants.create(grant("old", status="approved", created_at=NOW - 2, **mine), [])
+    await store.grants.create(grant("new", status="approved", created_at=NOW - 1, expires_at=NOW + HOUR, **mine), [])
+    await store.grants.create(grant("pending", created_at=NOW, **mine), [])
+    await store.grants.create(grant("other", status="approved", requester_id="agt_other", reuse_key="rk"), [])
+    assert (await store.grants.find_reusable("agt_bot", "rk", lapse(NOW)))["id"] == "new"
+    assert (await store.grants.find_reusable("agt_bot", "rk", lapse(NOW + HOUR)))["id"] == "old"  # "new" lapsed
+    assert await store.grants.find_reusable("agt_bot", "other-key", lapse(NOW)) is None
+    assert await store.grants.find_reusable("agt_nobody", "rk", lapse(NOW)) is None
+
+
+async def _statuses(store):
+    rows = [
+        grant("P1"), grant("P2", created_at=NOW - HOUR),  # pending; P2 is pending_ttl old: lapsed
+        grant("A1", status="approved"), grant("A2", status="approved", expires_at=NOW + 1),
+        grant("A3", status="approved", expires_at=NOW),  # lapsed exactly at its expiry
+        grant("E1", status="expired"), grant("D1", status="denied"), grant("C1", status="consumed"),
+        grant("R1", status="revoked", expires_at=NOW - HOUR),  # no lapse rule for revoked
+    ]
+    for row in rows:
+        await store.grants.create(row, ["grant.created"])
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ("pending", {"P1"}), ("approved", {"A1", "A2"}), ("expired", {"P2", "A3", "E1"}), ("denied", {"D1"}),
+    ("consumed", {"C1"}), ("revoked", {"R1"}), ("unknown", set()),
+    (None, {"P1", "P2", "A1", "A2", "A3", "E1", "D1", "C1", "R1"}),
+])
+async def test_list_filters_on_the_status_as_read(store, status, expected):
+    await _statuses(store)
+    rows, more = await store.grants.list(lapse=lapse(NOW), page=first_page(), status=status)
+    assert {g["id"] for g in rows} == expected and more is False
+    for g in rows:  # rows carry the stored status; readers apply the lapse
+        assert g == grant(g["id"], **{k: v for k, v in g.items() if k != "id"})
+
+
+async def test_list_under_a_later_lapse(store):
+    await _statuses(store)
+    later = lapse(NOW + 1)
+    assert {g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="approved"))[0]} == {"A1"}
+    assert {g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="expired"))[0]} == {
+        "P2", "A2", "A3", "E1"}
+
+
+async def test_list_by_requester_and_scope(store):
+    await store.grants.create(grant("b1", requester="bot@e.com", requester_id="agt_bot"), [])
+    await store.grants.create(grant("b2", requester="bot@e.com", requester_id="agt_bot_old"), [])
+    await store.grants.create(grant("p1", requester="pat@e.com"), [])
+    await store.grants.create(grant("q1", requester="quinn@e.com"), [])
+
+    async def ids(**kw):
+        rows, _ = await store.grants.list(lapse=lapse(), page=first_page(), **kw)
+        return {g["id"] for g in rows}
+
+    assert await ids(requester="bot@e.com") == {"b1", "b2"}
+    assert await ids(requester_ids=["agt_bot"]) == {"b1"}
+    assert await ids(requester_ids=["agt_bot", "pat@e.com"]) == {"b1", "p1"}
+    assert await ids(requester_ids=[]) == set()
+    assert await ids(requester_ids=None) == {"b1", "b2", "p1", "q1"}
+    assert await ids(requester="bot@e.com", requester_ids=["pat@e.com"]) == set()
+    assert await ids(status="pending", requester_ids=["quinn@e.com"]) == {"q1"}
+
+
+async def test_list_pages_newest_first(store):
+    for i in range(8):
+        await store.grants.create(grant(f"g{i}", created_at=NOW - 10 + i // 3), [])  # ties on created_at
+    pages = await walk(lambda p: store.grants.list(lapse=lapse(), page=p), 3)
+    assert [len(p) for p in pages] == [3, 3, 2]
+    listed = [(g["created_at"], g["id"]) for p in pages for g in p]
+    assert listed == sorted(listed, reverse=True) and len(set(listed)) == 8
+    expired_pages = await walk(lambda p: store.grants.list(lapse=lapse(NOW + HOUR), page=p, status="expired"), 5)
+    assert [len(p) for p in expired_pages] == [5, 3]
+
+
+async def test_update_if(store):
+    await store.grants.create(grant("g1"), ["grant.created"])
+    seq = await store.grants.last_event_seq()
+    kwargs = {"changes": {"status": "approved", "decided_by": "amir@example.com", "decided_at": NOW,
+                          "expires_at": NOW + HOUR, "version": 99, "id": "evil"},
+              "event": "grant.approved", "lapse": lapse(NOW), "now": NOW}
+    assert await store.grants.update_if("g1", expect=["approved"], **kwargs) is None
+    assert await store.grants.update_if("nope", expect=["pending"], **kwargs) is None
+    assert await store.grants.last_event_seq() == seq
+    updated = await store.grants.update_if("g1", expect=["pending", "approved"], **kwargs)
+    assert updated == grant("g1", status="approved", decided_by="amir@example.com", decided_at=NOW,
+                            expires_at=NOW + HOUR, version=2)
+    assert await store.grants.get("g1") == updated
+    [event] = await store.grants.events_after(seq, 10)
+    assert (event["event"], event["grant"], event["created_at"]) == ("grant.approved", updated, NOW)
+    consumed = await store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": NOW},
+                                            event="grant.consumed", lapse=lapse(NOW), now=NOW)
+    assert consumed["version"] == 3 and consumed["status"] == "consumed"
+
+
+async def test_update_if_refuses_lapsed_grants(store):
+    await store.grants.create(grant("old_pending", created_at=NOW - HOUR), [])
+    await store.grants.create(grant("over", status="approved", expires_at=NOW), [])
+    for gid, expect in [("old_pending", ["pending"]), ("over", ["approved"])]:
+        assert await store.grants.update_if(gid, expect=expect, changes={"status": "revoked"}, event="grant.revoked",
+                                            lapse=lapse(NOW), now=NOW) is None
+        assert (await store.grants.get(gid))["version"] == 1
+    assert await store.grants.last_event_seq() == 0
+    # a second earlier, neither had lapsed
+    assert await store.grants.update_if("over", expect=["approved"], changes={"status": "revoked"},
+                                        event="grant.revoked", lapse=lapse(NOW - 1), now=NOW - 1) is not None
+
+
+async def test_update_if_has_exactly_one_winner(store):
+    await store.grants.create(grant("g1", status="approved", grant_type="once", expires_at=NOW + HOUR), [])
+    results = await asyncio.gather(*(
+        store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": NOW + i},
+                               event="grant.consumed", lapse=lapse(NOW), now=NOW + i)
+        for i in range(20)))
+    winners = [r for r in results if r is not None]
+    assert len(winners) == 1 and winners[0]["version"] == 2
+    assert await store.grants.get("g1") == winners[0]
+    assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.consumed"]
+
+
+async def test_expire_stores_lapsed_grants_and_drops_old_events(store):
+    await store.grants.create(grant("old_event", status="denied", created_at=NOW - 2 * HOUR), ["grant.created"])
+    await _statuses(store)
+    seq = await store.grants.last_event_seq()
+    expired = await store.grants.expire(lapse(NOW), NOW, events_before=NOW - HOUR)
+    assert sorted(g["id"] for g in expired) == ["A3", "P2"]
+    for g in expired:
+        assert g["status"] == "expired" and g["version"] == 2
+        assert await store.grants.get(g["id"]) == g
+    events = await store.grants.events_after(seq, 100)
+    assert sorted((e["event"], e["grant_id"]) for e in events) == [("grant.expired", "A3"), ("grant.expired", "P2")]
+    assert all(e["created_at"] == NOW and e["grant"]["status"] == "expired" for e in events)
+    remaining = await store.grants.events_after(0, 100)
+    assert "old_event" not in {e["grant_id"] for e in remaining}  # older than events_before: dropped
+    assert len(remaining) == 9 + 2
+    # the stored status now reads the same under the lapse
+    rows, _ = await store.grants.list(lapse=lapse(NOW), page=first_page(), status="expired")
+    assert {g["id"] for g in rows} == {"P2", "A3", "E1"}
+
+
+async def test_expire_is_a_no_op_when_nothing_lapsed(store):
+    await _statuses(store)
+    await store.grants.expire(lapse(NOW), NOW, events_before=0)
+    seq = await store.grants.last_event_seq()
+    assert await store.grants.expire(lapse(NOW), NOW, events_before=0) == []
+    assert await store.grants.last_event_seq() == seq
+    assert (await store.grants.get("A2"))["version"] == 1

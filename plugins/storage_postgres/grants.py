@@ -1,0 +1,232 @@
+"""Grants and their events on PostgreSQL (``grantd.store.Grants``)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+from collections.abc import Sequence
+from typing import Any, cast
+
+from grantd.core.lifecycle import EXPIRED, Lapse
+from grantd.core.paging import PageRequest
+from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store.records import (
+    GRANT_CHANGEABLE,
+    GRANT_COLUMNS,
+    Grant,
+    GrantEvent,
+)
+from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
+
+from .connection import (
+    _add_events,
+    _nul_finds_nothing,
+    _on_store_loop,
+    _Part,
+    _record_events,
+    _unique_violation,
+)
+from .constants import OWNER_LOCKS
+from .sql import PG, _cols
+
+GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
+
+
+class PostgresGrants(_Part):
+    @_on_store_loop
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+        row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
+        row["version"] = 1
+        values = [row[k] for k in GRANT_COLUMNS]
+        values[GRANT_COLUMNS.index("request")] = to_json(row["request"])
+        if bound is not None and bound.limit > 0 and row["status"] == "pending":
+            owner = await self._db.one("SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],))
+            if owner is not None:
+                return await self._create_bounded(row, values, events, owner, bound)
+        # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(GRANT_INSERT, values)
+            _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
+            batch.plain("COMMIT")
+            try:
+                await batch.send()
+            except _unique_violation():
+                raise Conflict("id") from None
+        return cast(Grant, row)
+
+    async def _create_bounded(
+        self, row: dict[str, Any], values: builtins.list[Any], events: Sequence[str], owner: dict[str, Any], bound: OwnerBound
+    ) -> Grant:
+        """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
+        count and the insert across processes and nodes (several round trips, only for this case)."""
+        key = owner["owner_id"] or owner["owner"]
+        same_owner = "owner_id = %(owner)s" if owner["owner_id"] else "owner_id IS NULL AND owner = %(owner)s"
+        live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS, paramstyle=PG)
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCKS, key))
+            await cur.execute(
+                f"""SELECT count(*) AS n FROM grants WHERE status = 'pending' AND {live}
+                    AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
+                {**params, "owner": key},
+            )
+            counted = await cur.fetchone()
+            if counted is not None and int(counted["n"]) >= bound.limit:
+                raise LimitReached("pending_per_owner", bound.limit)
+            try:
+                await cur.execute(GRANT_INSERT, values)
+            except _unique_violation():
+                raise Conflict("id") from None
+            await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
+        return cast(Grant, row)
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def get(self, grant_id: str) -> Grant | None:
+        row = await self._db.one("SELECT * FROM grants WHERE id = %s", (grant_id,))
+        return grant_row(row) if row else None
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+        row = await self._db.one(
+            f"""SELECT * FROM grants WHERE requester_id = %(requester_id)s AND reuse_key = %(reuse_key)s
+                AND status = 'approved' AND {live} ORDER BY created_at DESC, id DESC LIMIT 1""",  # noqa: S608 - generated from the Lapse
+            {**params, "requester_id": requester_id, "reuse_key": reuse_key},
+        )
+        return grant_row(row) if row else None
+
+    @_on_store_loop
+    async def list(
+        self,
+        *,
+        lapse: Lapse,
+        page: PageRequest,
+        status: str | None = None,
+        requester: str | None = None,
+        requester_ids: Sequence[str] | None = None,
+    ) -> tuple[list[Grant], bool]:
+        where = ["TRUE"]
+        params: dict[str, Any] = {}
+        if status:
+            clause, extra = status_sql(lapse, status, GRANT_COLUMNS, paramstyle=PG)
+            where.append(clause)
+            params.update(extra)
+        if requester:
+            where.append("requester = %(requester)s")
+            params["requester"] = requester
+        if requester_ids is not None:
+            ids = builtins.list(dict.fromkeys(requester_ids))
+            if not ids:
+                return [], False
+            where.append("requester_id = ANY(%(requester_ids)s)")
+            params["requester_ids"] = ids
+        after_sql(page, "id", where, params, paramstyle=PG)
+        rows = await self._db.all(
+            f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - generated clauses, values bound
+            params,
+        )
+        found, more = page_rows(rows, page.limit)
+        return [grant_row(r) for r in found], more
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def update_if(
+        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+    ) -> Grant | None:
+        """One conditional UPDATE: a concurrent caller on any node waits for the row lock, re-checks
+        the WHERE clause on the row the winner left, and gets no row."""
+        if not expect:
+            return None
+        cols = [c for c in changes if c in GRANT_CHANGEABLE]
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+        sets = ", ".join([*(f"{c} = %(set_{c})s" for c in cols), "version = version + 1"])
+        params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
+        params["expect"] = builtins.list(expect)
+        params["id"] = grant_id
+        # Two round trips: BEGIN and the UPDATE; then the events and COMMIT (or ROLLBACK: no row).
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(
+                f"UPDATE grants SET {sets} WHERE id = %(id)s AND status = ANY(%(expect)s) AND {live} RETURNING *",  # noqa: S608 - column names from a fixed set
+                params,
+            )
+            row = await batch.send()
+            if row is None:
+                batch.plain("ROLLBACK")
+                await batch.send()
+                return None
+            _add_events(batch, [(event, row, now)])
+            batch.plain("COMMIT")
+            await batch.send()
+        return grant_row(dict(row))
+
+    @_on_store_loop
+    async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
+        lapsed, params = lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+        found = await self._db.one(
+            f"""SELECT EXISTS (SELECT 1 FROM grants WHERE {lapsed}) AS lapsed,
+                       EXISTS (SELECT 1 FROM grant_events WHERE created_at < %(events_before)s) AS old""",  # noqa: S608 - generated from the Lapse
+            {**params, "events_before": events_before},
+        )
+        if not found or not (found["lapsed"] or found["old"]):
+            return []
+        async with self._db.tx() as cur:
+            # Several nodes may sweep at once: a row another sweep expired first no longer matches
+            # (re-checked after its row lock), so each grant expires, with its event, once.
+            await cur.execute(
+                f"UPDATE grants SET status = %(expired)s, version = version + 1 WHERE {lapsed} RETURNING *",  # noqa: S608 - generated from the Lapse
+                {**params, "expired": EXPIRED},
+            )
+            rows = [dict(r) for r in await cur.fetchall()]
+            rows.sort(key=lambda g: (g["created_at"], g["id"]))
+            await cur.execute("DELETE FROM grant_events WHERE created_at < %s", (events_before,))
+            await _record_events(cur, [("grant.expired", row, now) for row in rows])
+        return [grant_row(r) for r in rows]
+
+    @_on_store_loop
+    async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
+        rows = await self._db.all("SELECT * FROM grant_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit))
+        events: list[GrantEvent] = []
+        for row in rows:
+            row["grant"] = json.loads(row.pop("grant_json"))
+            events.append(cast(GrantEvent, row))
+        return events
+
+    @_on_store_loop
+    async def last_event_seq(self) -> int:
+        row = await self._db.one("SELECT max(seq) AS seq FROM grant_events")
+        return int(row["seq"] or 0) if row else 0
+
+    @_on_store_loop
+    async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
+        # One statement: stored counts per status (grants_status), lapsed ones moved to expired
+        # (index ranges on grants_lapse / grants_status), the oldest live pending one.
+        lapsed, params = lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+        pending, extra = status_sql(lapse, "pending", GRANT_COLUMNS, paramstyle=PG)
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT status, count(*) AS n FROM grants GROUP BY status")
+            counts = {str(r["status"]): int(r["n"]) for r in await cur.fetchall()}
+            await cur.execute(f"SELECT status, count(*) AS n FROM grants WHERE {lapsed} GROUP BY status", params)  # noqa: S608 - generated from the Lapse
+            moved = await cur.fetchall()
+            await cur.execute(f"SELECT min(created_at) AS oldest FROM grants WHERE {pending}", extra)  # noqa: S608 - generated from the Lapse
+            row = await cur.fetchone()
+        for r in moved:
+            counts[str(r["status"])] -= int(r["n"])
+            counts[EXPIRED] = counts.get(EXPIRED, 0) + int(r["n"])
+        oldest = row["oldest"] if row else None
+        return {k: v for k, v in counts.items() if v}, (int(oldest) if oldest is not None else None)
+
+    async def wait_for_events(self, seconds: float) -> None:
+        """Return when grant events may have been committed by any node (NOTIFY) since the last
+        call returned, or after ``seconds``. While the LISTEN connection is down it just
+        waits the timeout (the hub then polls)."""
+        db = self._db
+        if db.served_events is not None and asyncio.get_running_loop() is db.served_loop:
+            await db.served_events.wait(seconds)
+        else:
+            assert db.events is not None
+            await db.loop.run(db.events.wait(seconds))

@@ -1,0 +1,112 @@
+"""The SQLite file's connections: one for reads, one for writes (``BEGIN IMMEDIATE``), paging."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+from grantd.store.rows import fold
+
+BUSY_TIMEOUT_MS = 10_000
+CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
+COMPANIONS = ("-wal", "-shm")
+
+
+class _Database:
+    """The connections and the write machinery the parts share."""
+
+    def __init__(self, path: str):
+        self.path = path
+        # Reads (and the startup migration) use `conn`, which may wait in SQLite's busy handler.
+        # Server writes use `wconn`, which never waits there: SQLite's busy handler sleeps in the
+        # calling thread, i.e. it would stop this process's event loop while another process
+        # holds the write lock. `awrite` waits with asyncio.sleep instead.
+        self.conn = self.connect(BUSY_TIMEOUT_MS)
+        self.wconn = self.conn if path == ":memory:" else self.connect(0)
+        self.write_queue = asyncio.Lock()
+
+    def connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        # Opening may wait (switching a new file to WAL takes an exclusive lock another process may
+        # hold for a moment); the connection's own busy timeout applies from then on.
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # 512 KiB of page cache per connection instead of SQLite's 2 MiB: each server process holds
+        # three connections, and the pages grantd reads per request (an index path and a row) stay
+        # hot in either; the rest come from the OS page cache. Peak RSS -4 MiB per process, CPU per
+        # answer unchanged within the bench's noise (issue 14, docs/performance.md).
+        conn.execute("PRAGMA cache_size = -512")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.create_function("grantd_fold", 1, fold, deterministic=True)
+        return conn
+
+    @staticmethod
+    @contextmanager
+    def commit_or_roll_back(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """The end of a transaction begun on ``conn``: COMMIT if the body succeeded, else ROLLBACK."""
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlocks).
+        For startup work (migrations): it may wait in SQLite's busy handler, blocking the thread."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        with self.commit_or_roll_back(self.conn) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def awrite(self) -> AsyncIterator[sqlite3.Connection]:
+        """One write transaction for the server: waits for the write lock without blocking the
+        event loop. The body must not await, so nothing else in this process interleaves."""
+        if self.write_queue.locked() or not self._try_begin():
+            await self._begin_queued()
+        with self.commit_or_roll_back(self.wconn) as conn:
+            yield conn
+
+    def _try_begin(self) -> bool:
+        try:
+            self.wconn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            return False
+        return True
+
+    async def _begin_queued(self) -> None:
+        """Another process holds SQLite's write lock (for tens of microseconds at a time). This
+        process's waiting writers queue in FIFO order and only the head polls; when every waiter
+        polled on its own, some lost the race again and again (p99 of hundreds of ms)."""
+        async with self.write_queue:
+            delay = 0.0001
+            deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+            while not self._try_begin():
+                if time.monotonic() > deadline:
+                    raise sqlite3.OperationalError(f"database is locked (waited {BUSY_TIMEOUT_MS} ms)")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.001)
+
+    def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
+        row = self.conn.execute(sql, params).fetchone()
+        return dict(row) if row is not None else None
+
+    def all(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(sql, params).fetchall()]
+
+
+def _insert(conn: sqlite3.Connection, table: str, columns: Sequence[str], row: dict[str, Any]) -> None:
+    conn.execute(
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(':' + c for c in columns)})",  # noqa: S608 - fixed table and column lists
+        row,
+    )

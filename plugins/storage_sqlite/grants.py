@@ -1,0 +1,202 @@
+"""Grants and their events on SQLite (``grantd.store.Grants``)."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, cast
+
+from grantd.core.lifecycle import EXPIRED, Lapse
+from grantd.core.paging import PageRequest
+from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store.records import (
+    GRANT_CHANGEABLE,
+    GRANT_COLUMNS,
+    Grant,
+    GrantEvent,
+)
+from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
+
+from .connection import _Database
+
+
+def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
+    """One grant event, in the caller's transaction; ``seq`` grows in commit order (BEGIN IMMEDIATE
+    serialises writers, AUTOINCREMENT never reuses a number)."""
+    snapshot = {k: row[k] for k in GRANT_COLUMNS}
+    if isinstance(snapshot["request"], str):
+        snapshot["request"] = json.loads(snapshot["request"])
+    conn.execute(
+        "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
+        (event, row["id"], row["requester"], to_json(snapshot), now),
+    )
+
+
+class SQLiteGrants:
+    def __init__(self, db: _Database):
+        self._db = db
+
+    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+        row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
+        row["version"] = 1
+        stored = {**row, "request": to_json(row["request"])}
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: one writer at a time, so the count holds
+            if bound is not None and bound.limit > 0 and row["status"] == "pending":
+                self._check_owner_bound(conn, str(row["requester_id"]), bound)
+            try:
+                conn.execute(
+                    f"INSERT INTO grants ({', '.join(GRANT_COLUMNS)}) VALUES ({', '.join(':' + c for c in GRANT_COLUMNS)})",  # noqa: S608 - fixed column list
+                    stored,
+                )
+            except sqlite3.IntegrityError:
+                raise Conflict("id") from None
+            for event in events:
+                _record_event(conn, event, row, int(row["created_at"]))
+        return cast(Grant, row)
+
+    @staticmethod
+    def _check_owner_bound(conn: sqlite3.Connection, requester_id: str, bound: OwnerBound) -> None:
+        agent = conn.execute("SELECT owner_id, owner FROM agents WHERE agent_id = ?", (requester_id,)).fetchone()
+        if agent is None:
+            return  # a person's own request, or the management token's for someone not enrolled
+        live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS)
+        same_owner = "owner_id = :owner" if agent["owner_id"] else "owner_id IS NULL AND owner = :owner"
+        count = conn.execute(
+            f"""SELECT count(*) FROM grants WHERE status = 'pending' AND {live}
+                AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
+            {**params, "owner": agent["owner_id"] or agent["owner"]},
+        ).fetchone()[0]
+        if count >= bound.limit:
+            raise LimitReached("pending_per_owner", bound.limit)
+
+    async def get(self, grant_id: str) -> Grant | None:
+        row = self._db.one("SELECT * FROM grants WHERE id = ?", (grant_id,))
+        return grant_row(row) if row else None
+
+    async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS)
+        row = self._db.one(
+            f"""SELECT * FROM grants WHERE requester_id = :requester_id AND reuse_key = :reuse_key
+                AND status = 'approved' AND {live} ORDER BY created_at DESC, id DESC LIMIT 1""",  # noqa: S608 - generated from the Lapse
+            {**params, "requester_id": requester_id, "reuse_key": reuse_key},
+        )
+        return grant_row(row) if row else None
+
+    async def list(
+        self,
+        *,
+        lapse: Lapse,
+        page: PageRequest,
+        status: str | None = None,
+        requester: str | None = None,
+        requester_ids: Sequence[str] | None = None,
+    ) -> tuple[list[Grant], bool]:
+        where = ["1 = 1"]
+        params: dict[str, Any] = {}
+        if status:
+            clause, extra = status_sql(lapse, status, GRANT_COLUMNS)
+            where.append(clause)
+            params.update(extra)
+        if requester:
+            where.append("requester = :requester")
+            params["requester"] = requester
+        if requester_ids is not None:
+            ids = list(dict.fromkeys(requester_ids))
+            if not ids:
+                return [], False
+            where.append(f"requester_id IN ({', '.join(f':rid_{i}' for i in range(len(ids)))})")
+            params.update({f"rid_{i}": v for i, v in enumerate(ids)})
+        after_sql(page, "id", where, params)
+        rows = self._db.all(
+            f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - generated clauses, values bound
+            params,
+        )
+        found, more = page_rows(rows, page.limit)
+        return [grant_row(r) for r in found], more
+
+    async def update_if(
+        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+    ) -> Grant | None:
+        """The conditional UPDATE and its RETURNING decide between concurrent callers in any process."""
+        if not expect:
+            return None
+        cols = [c for c in changes if c in GRANT_CHANGEABLE]
+        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS)
+        sets = ", ".join([*(f"{c} = :set_{c}" for c in cols), "version = version + 1"])
+        marks = ", ".join(f":expect_{i}" for i in range(len(expect)))
+        params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
+        params.update({f"expect_{i}": s for i, s in enumerate(expect)})
+        params["id"] = grant_id
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                f"UPDATE grants SET {sets} WHERE id = :id AND status IN ({marks}) AND {live} RETURNING *",  # noqa: S608 - column names from a fixed set
+                params,
+            ).fetchone()
+            if row is None:
+                return None
+            updated = dict(row)
+            _record_event(conn, event, updated, now)
+        return grant_row(updated)
+
+    async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
+        # Each lapse term is an index range (grants_lapse on (status, expires_at), grants_status on
+        # (status, created_at)), so a sweep costs nothing while nothing lapsed, however many grants
+        # exist; the write lock is taken only when there is something to write.
+        lapsed, params = lapsed_sql(lapse, GRANT_COLUMNS)
+        found = self._db.one(f"SELECT 1 AS x FROM grants WHERE {lapsed} LIMIT 1", params)  # noqa: S608 - generated from the Lapse
+        old_events = self._db.one("SELECT 1 AS x FROM grant_events WHERE created_at < ? LIMIT 1", (events_before,))
+        if found is None and old_events is None:
+            return []
+        async with self._db.awrite() as conn:
+            rows = [
+                dict(r)
+                for r in conn.execute(
+                    f"UPDATE grants SET status = :expired, version = version + 1 WHERE {lapsed} RETURNING *",  # noqa: S608 - generated from the Lapse
+                    {**params, "expired": EXPIRED},
+                ).fetchall()
+            ]
+            rows.sort(key=lambda g: (g["created_at"], g["id"]))
+            for row in rows:
+                _record_event(conn, "grant.expired", row, now)
+            conn.execute("DELETE FROM grant_events WHERE created_at < ?", (events_before,))
+        return [grant_row(r) for r in rows]
+
+    async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
+        rows = self._db.all("SELECT * FROM grant_events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
+        events: list[GrantEvent] = []
+        for row in rows:
+            grant = json.loads(row.pop("grant_json"))
+            grant.setdefault("requester_id", grant["requester"])  # events recorded before migration 3
+            grant.setdefault("reuse_key", None)
+            row["grant"] = grant
+            events.append(cast(GrantEvent, row))
+        return events
+
+    async def last_event_seq(self) -> int:
+        row = self._db.one("SELECT max(seq) AS seq FROM grant_events")
+        return int(row["seq"] or 0) if row else 0
+
+    async def wait_for_events(self, seconds: float) -> None:
+        """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""
+        await asyncio.sleep(seconds)
+
+    async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
+        # Index-only: the stored counts come from grants_status, each lapse term is an index range
+        # (grants_status / grants_lapse), the oldest pending one a range scan's first entry.
+        counts = {r["status"]: int(r["n"]) for r in self._db.all("SELECT status, count(*) AS n FROM grants GROUP BY status")}
+        for stored in lapse.cutoffs:
+            if not counts.get(stored):
+                continue
+            clause, params = lapsed_sql(lapse, GRANT_COLUMNS, only=stored)
+            row = self._db.one(f"SELECT count(*) AS n FROM grants WHERE {clause}", params)  # noqa: S608 - generated from the Lapse
+            moved = int(row["n"]) if row else 0
+            counts[stored] -= moved
+            counts[EXPIRED] = counts.get(EXPIRED, 0) + moved
+        clause, params = status_sql(lapse, "pending", GRANT_COLUMNS)
+        row = self._db.one(f"SELECT min(created_at) AS oldest FROM grants WHERE {clause}", params)  # noqa: S608 - generated from the Lapse
+        oldest = row["oldest"] if row else None
+        return {k: v for k, v in counts.items() if v}, (int(oldest) if oldest is not None else None)
