@@ -116,7 +116,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if generated:  # the generated development issuer follows too, keeping its form
             raw_server["issuer"] = development_issuer(str(raw_server["host"]), int(raw_server["port"]))
         config = _revalidate(config, {"server": raw_server})
-    from grantd.web.app import describe_startup_error, preflight, serve
+    from grantd.web.app import describe_startup_error, preflight
+    from grantd.web.processes import serve
 
     try:
         preflight(config)  # storage and port: a failure is one line, before any banner
