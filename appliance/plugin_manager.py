@@ -225,6 +225,11 @@ class FederationProvider:
     name: str
     provider: Any  # what the factory returned
 
+    @property
+    def can_sign_in(self) -> bool:
+        """Provider objects without the round trip (``begin``/``finish``) are listed but not offered."""
+        return callable(getattr(self.provider, "begin", None)) and callable(getattr(self.provider, "finish", None))
+
     def public_info(self) -> dict[str, Any]:
         """What anyone may see (GET /api/federation/providers): the provider's own public_info(),
         with id, type and name always those of the config."""

@@ -43,7 +43,7 @@ from oauth_support import (
 from people_support import SESSION_COOKIE, new_public_key
 
 from grantd.oauth import clients as oauth_clients
-from grantd.web.pages import safe_next
+from grantd.web.views import safe_next
 
 SECRET = WIKI_SECRET
 CONFIG = """
@@ -185,7 +185,7 @@ def test_a_repeated_redirect_uri_or_client_id_is_a_page_not_a_redirect(srv: InPr
     "/%0a/evil.com\n", "evil.com", "/" + "a" * 5000, "/\u2028//evil.com", "\u3000//evil.com",
 ], ids=repr)
 def test_next_is_a_local_path_only(value: str) -> None:
-    from grantd.web.pages import DEFAULT_NEXT
+    from grantd.web.views import DEFAULT_NEXT
 
     assert safe_next(value) == DEFAULT_NEXT
 

@@ -283,3 +283,21 @@ def scope_descriptions(req: AuthorizationRequest) -> list[str]:
 
 __all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "consent_ticket", "error_location",
            "issue_code", "needs_consent", "take_consent_ticket", "validate"]
+
+
+# -- remembered consents (D9): the person's account page and GET /api/account/consents ----------
+
+
+def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
+    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
+            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
+
+
+async def consents_of(services: Services, person_id: str) -> list[dict[str, Any]]:
+    """The person's consents, with the names of clients known without a fetch (built in, config,
+    cached metadata; else the client_id)."""
+    views = []
+    for consent in await services.store.consents.list_for(person_id):
+        known = services.oauth_clients.known(consent["client_id"])
+        views.append(consent_view(consent, known.name if known else None))
+    return views

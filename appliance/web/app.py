@@ -27,6 +27,7 @@ from grantd.services.grants import sweep_expired
 from grantd.web import csrf
 from grantd.web.api import metrics as metrics_api
 from grantd.web.api.common import clear_stale_session_cookie
+from grantd.web.views import error_page
 
 log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -291,8 +292,6 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             problem = Problem(503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)})
         request_id = getattr(request.ctx, "request_id", None) if request else None
         if problem.status in (404, 405) and isinstance(exc, SanicException) and _wants_a_page(request):
-            from grantd.web.pages import error_page
-
             title = "Page not found" if problem.status == 404 else "Not allowed here"
             page = error_page(None, problem.status, title, "There is no page at this address." if problem.status == 404
                               else problem.detail)

@@ -32,7 +32,7 @@ from grantd.oauth import device
 from grantd.oauth.errors import OAuthError, invalid_client
 from grantd.services.context import Services
 from grantd.services.limits import Rule
-from grantd.web import pages
+from grantd.web import views
 from grantd.web.api.common import body_of, credentials_of, principal_of, services_of
 from grantd.web.api.oauth import CORS, NO_STORE, oauth_error, params_of
 
@@ -120,8 +120,8 @@ async def request_view(services: Services, record: Any, viewer_admin: bool = Fal
 
 
 @bp.get("/device")
-@pages.page()
-async def device_page(request: Request, viewer: pages.Viewer) -> HTTPResponse:
+@views.page()
+async def device_page(request: Request, viewer: views.Viewer) -> HTTPResponse:
     services = services_of(request)
     typed = request.args.get("user_code")
     found: dict[str, Any] | None = None
@@ -137,7 +137,7 @@ async def device_page(request: Request, viewer: pages.Viewer) -> HTTPResponse:
             else:
                 found = await request_view(services, record, viewer.admin)
     shown = typed if (typed and len(typed) <= 20 and typed.isprintable()) else ""
-    return pages.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
+    return views.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
                         typed=shown, problem=problem)
 
 

@@ -27,6 +27,7 @@ from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
 from grantd.web.api.common import principal_of, services_of
+from grantd.web.views import error_page, federation_buttons, render, viewer_of
 
 bp = Blueprint("oauth")
 
@@ -140,8 +141,6 @@ def _back(location: str) -> HTTPResponse:
 
 
 async def _page_error(request: Request, error: authorize.PageError) -> HTTPResponse:
-    from grantd.web.pages import error_page, viewer_of
-
     return _no_store(error_page(await viewer_of(request), error.status, error.title, error.detail))
 
 
@@ -170,8 +169,6 @@ async def authorize_get(request: Request) -> HTTPResponse:
         # Sign in again (prompt=login), or as the hinted person: the sign-in page, here, with the way
         # back minus what asked for it (no loop). The current session is left alone: a GET that
         # signed people out would let any site do it (a fresh sign-in replaces the cookie anyway).
-        from grantd.web.pages import federation_buttons, render
-
         target = "/authorize?" + _without(req.query, prompt="login", login_hint="")
         return _no_store(render("login.html", viewer=None, title="Sign in again", next=target,
                                 providers=federation_buttons(request, target),
@@ -180,8 +177,6 @@ async def authorize_get(request: Request) -> HTTPResponse:
         if "none" in req.prompt:
             return _back(authorize.error_location(req.fail("consent_required", "the person has not consented"),
                                                   services.issuer))
-        from grantd.web.pages import render, viewer_of
-
         ticket = await authorize.consent_ticket(services, req, person) if authorize.always_asks(req.client) else None
         return _no_store(render(
             "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
@@ -354,25 +349,10 @@ async def _person(request: Request) -> Any:
     return principal
 
 
-def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
-    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
-            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
-
-
-async def consents_of(services: Any, person_id: str) -> list[dict[str, Any]]:
-    """The person's consents, with the names of clients known without a fetch (built in, config,
-    cached metadata; else the client_id)."""
-    views = []
-    for consent in await services.store.consents.list_for(person_id):
-        known = services.oauth_clients.known(consent["client_id"])
-        views.append(consent_view(consent, known.name if known else None))
-    return views
-
-
 @bp.get("/api/account/consents", name="list_consents")
 async def list_consents(request: Request) -> HTTPResponse:
     principal = await _person(request)
-    return json({"data": await consents_of(services_of(request), principal.id)})
+    return json({"data": await authorize.consents_of(services_of(request), principal.id)})
 
 
 @bp.delete("/api/account/consents/<client_id:str>", name="withdraw_consent")

@@ -37,6 +37,7 @@ from grantd.sp.login import (
     error_code,
 )
 from grantd.web.api.common import body_of, services_of, set_session_cookie
+from grantd.web.views import safe_next
 
 bp = Blueprint("sp")
 log = logging.getLogger(LOGGER)
@@ -62,8 +63,6 @@ def _secure(request: Request) -> bool:
 
 @bp.post("/api/login")
 async def login(request: Request) -> HTTPResponse:
-    from grantd.web.pages import safe_next
-
     sp = _sp(request)
     services = services_of(request)
     # D12: each login costs a DNS lookup and a request to an IdP; bounded per client address
