@@ -34,9 +34,9 @@ from people_support import (
 )
 
 from grantd.core.clock import SYSTEM_CLOCK
-from grantd.oauth.clients import DEVICE_GRANT as CLIENT_DEVICE_GRANT
-from grantd.oauth.clients import Client
 from grantd.oauth.device import GRANT_TYPE, normalize_user_code
+from grantd.services.clients import DEVICE_GRANT as CLIENT_DEVICE_GRANT
+from grantd.services.clients import Client
 from grantd.tui.signin import (
     DeviceSignIn,
     SessionCredential,

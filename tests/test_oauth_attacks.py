@@ -42,7 +42,7 @@ from oauth_support import (
 )
 from people_support import SESSION_COOKIE, new_public_key
 
-from grantd.oauth import clients as oauth_clients
+from grantd.services import clients as oauth_clients
 from grantd.web.views import safe_next
 
 SECRET = WIKI_SECRET
@@ -772,7 +772,7 @@ def test_non_public_addresses_in_every_form_are_refused(address: str) -> None:
 def test_a_domain_client_resolving_to_a_private_address_is_never_fetched(srv: InProcessServer) -> None:
     import asyncio
 
-    from grantd.oauth.clients import MetadataError, fetch_metadata
+    from grantd.services.clients import MetadataError, fetch_metadata
 
     tried: list[str] = []
 
@@ -1170,6 +1170,6 @@ def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -
     ("EXAMPLE.com.", "example.com"),
 ])
 def test_failures_are_remembered_per_registrable_domain(host: str, expected: str) -> None:
-    from grantd.oauth.outbound import registrable_domain
+    from grantd.services.outbound import registrable_domain
 
     assert registrable_domain(host, 8443 if expected.endswith(":8443") else None) == expected

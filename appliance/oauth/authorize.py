@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from grantd.oauth.clients import Client
 from grantd.oauth.issue import secret_hash
+from grantd.services.clients import Client
 from grantd.store.records import Person
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import pluggy
 from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
-from grantd.oauth.clients import ClientRegistry
 from grantd.services.authn import AuthnChain, default_chain
+from grantd.services.clients import ClientRegistry
 from grantd.services.events import GrantEventHub
 from grantd.services.keys import KeyRing
 from grantd.services.limits import Limits
