@@ -256,7 +256,7 @@ def _unknown_type(where: str, kind: str, types: dict[str, Any]) -> str:
 def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tuple[FederationProvider, ...]:
     """Build every configured upstream provider through its type's factory.
 
-    config.py has checked the keys every table has (id, type, name); the factory checks the rest.
+    grantd.config has checked the keys every table has (id, type, name); the factory checks the rest.
     Every problem becomes a ConfigError line at ``federation.providers[N].key``: an unknown type
     (with a "did you mean"), a factory's ``ValueError("key: what is wrong")`` (one problem per
     line), a ``KeyError(key)`` (a missing key) and a secret that cannot be read.

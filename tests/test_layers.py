@@ -66,7 +66,8 @@ CLIENT_PARTS = (
     # The approver console reads the URL and token from the server's config file.
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
     Part("the approver console", ("grantd.tui", "grantd.tui.*"),
-         ("grantd", "grantd.config", "grantd.client_address", "grantd.core", "grantd.core.display")),
+         ("grantd", "grantd.config", "grantd.config.*", "grantd.client_address", "grantd.core", "grantd.core.display",
+          "grantd.core.config_keys")),
 )
 
 

@@ -6,7 +6,7 @@ Three sources, asked in this order by ``ClientRegistry.get``:
   ``http://localhost:9876/callback`` as apes sends it, or any port on ``127.0.0.1``, ``[::1]`` or
   ``localhost`` with the path ``/callback`` compared exactly) and ``grantd-cli`` (public, device
   grant only). Both may use grantd's API with their access tokens (``api_access``).
-- **Config**: ``[[oauth.clients]]`` tables (``grantd.config._oauth_clients`` checks them). A
+- **Config**: ``[[oauth.clients]]`` tables (``grantd.config.validation._oauth_clients`` checks them). A
   client with a ``client_secret`` is confidential: it authenticates at /token and /revoke with
   ``client_secret_basic`` or ``client_secret_post``, compared in constant time.
 - **Domain clients**: any other ``client_id`` that is a host name (with an optional port) names an
