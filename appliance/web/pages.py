@@ -145,35 +145,10 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
 # -- grants ---------------------------------------------------------------------------------------
 
 
-async def inbox(services: Services, viewer: Viewer) -> dict[str, Any]:
-    """The grants waiting for this person's decision (those of the agents they own or approve;
-    all of them for an administrator), and the latest decided ones they could see."""
-    principal = viewer.principal
-    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
-    scope = policy.grant_list_scope(principal, decidable).requester_ids  # the rule the API's list uses
-    reader = grants.Reader(services)
-    pending: list[Any] = []
-    more = False
-    recent: list[Any] = []
-    if scope is None or scope:
-        pending, more = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(LIST_LIMIT, None), status="pending", requester_ids=scope
-        )
-        latest, _ = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope
-        )
-        recent = [g for g in latest if reader.status(g) != "pending"][:10]
-    return {
-        "pending": [reader.view(g) for g in pending],
-        "more_pending": more,
-        "recent": [reader.view(g) for g in recent],
-    }
-
-
 @bp.get("/grants")
 @page()
 async def grants_page(request: Request, viewer: Viewer) -> HTTPResponse:
-    data = await inbox(services_of(request), viewer)
+    data = await grants.inbox(services_of(request), viewer.principal, LIST_LIMIT)
     if request.args.get("part") == "list":  # the live list's refresh: just the lists, same rendering
         return render("_grant_lists.html", viewer=viewer, **data)
     return render("grants.html", viewer=viewer, title="Grants", **data)
