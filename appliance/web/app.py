@@ -27,6 +27,7 @@ from grantd.services.grants import sweep_expired
 from grantd.web import csrf
 from grantd.web.api import metrics as metrics_api
 from grantd.web.api.common import clear_stale_session_cookie
+from grantd.web.state import ProcessState, state_of
 from grantd.web.views import error_page
 
 log = logging.getLogger(LOGGER)
@@ -152,8 +153,10 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     """The server app. ``clock`` is the source of time for everything it decides (tests pass a
     ManualClock to an in-process server)."""
     pm = pm or build_plugin_manager(config)
+    providers = build_federation_providers(pm, config)  # a bad provider table stops the start here
     app = GrantdApp(
-        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest
+        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest,
+        ctx=ProcessState(config, pm),
     )
     app.config.update(
         {
@@ -168,10 +171,6 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             "KEEP_ALIVE_TIMEOUT": 30,
         }
     )
-    app.ctx.config = config
-    app.ctx.pm = pm
-    app.ctx.federation = build_federation_providers(pm, config)  # a bad provider table stops the start here
-
     from grantd.web import openapi, pages
     from grantd.web.api import (
         admin,
@@ -197,7 +196,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     @app.before_server_start
     async def open_storage(app: Sanic) -> None:
         _quiet_interrupts(asyncio.get_running_loop())
-        app.ctx.services = await open_services(config, pm, clock)
+        state_of(app).services = await open_services(config, pm, clock, providers)
         await call_async_hook(pm.hook.startup, app=app, config=config)
 
     @app.after_server_start

@@ -109,7 +109,7 @@ async def login(request: Request) -> HTTPResponse:
     if await viewer_of(request) is not None:
         return redirect(target, status=303, headers={"Cache-Control": "no-store"})
     return render("login.html", viewer=None, title="Sign in", next=target, providers=federation_buttons(request, target),
-                  sp_login=bool(request.app.ctx.config.sp.enabled), elsewhere=issuer_login_elsewhere(request, target),
+                  sp_login=bool(services_of(request).config.sp.enabled), elsewhere=issuer_login_elsewhere(request, target),
                   issuer=services_of(request).issuer.rstrip("/"))
 
 

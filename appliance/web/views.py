@@ -269,4 +269,4 @@ def federation_buttons(request: Request, target: str) -> list[dict[str, str]]:
     """The upstream providers a person may sign in with (grantd.web.api.federation), as links."""
     suffix = "" if target == DEFAULT_NEXT else "?next=" + quote(target, safe="/")
     return [{"name": p.name, "href": f"/auth/federated/{quote(p.id, safe='')}{suffix}"}
-            for p in request.app.ctx.federation if p.can_sign_in]
+            for p in services_of(request).federation if p.can_sign_in]

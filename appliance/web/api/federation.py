@@ -65,7 +65,7 @@ def sign_in_rule(services: Services) -> Rule:
 
 
 def _find(request: Request, provider_id: str) -> FederationProvider | None:
-    return next((p for p in request.app.ctx.federation if p.id == provider_id and p.can_sign_in), None)
+    return next((p for p in services_of(request).federation if p.id == provider_id and p.can_sign_in), None)
 
 
 def callback_url(services: Services, provider_id: str) -> str:
@@ -106,7 +106,7 @@ def _binding_of(request: Request) -> str | None:
 @bp.get("/api/federation/providers")
 async def providers(request: Request) -> HTTPResponse:
     """No credential needed (a login page lists them); each entry is public_info(): no secrets."""
-    return json({"providers": [provider.public_info() for provider in request.app.ctx.federation]})
+    return json({"providers": [provider.public_info() for provider in services_of(request).federation]})
 
 
 @bp.get("/auth/federated/<provider_id:str>")
