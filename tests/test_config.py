@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import ipaddress
 import os
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -315,3 +317,61 @@ name = ""
         load(write(tmp_path, GOOD + "[federation]\nproviders = ['corp']\n"))
     config = load(write(tmp_path, GOOD + '[[federation.providers]]\nid = "corp"\ntype = "oidc"\nissuer = "x"\n'))
     assert config.federation.providers == ({"id": "corp", "type": "oidc", "issuer": "x", "name": "corp"},)
+
+
+# -- typed sections (issue 21.3) ------------------------------------------------------------------
+
+
+def test_each_typed_section_has_the_schemas_keys_with_types_that_agree():
+    """grantd.config.sections is checked against SCHEMA: one frozen dataclass per section, the same
+    keys in the same order, and each field's type agrees with its key's kind (a list may be parsed
+    into a tuple; a key without a default may be None unless validation always fills it in)."""
+    import dataclasses
+    import types
+    import typing
+
+    from grantd.config import SCHEMA, SECTION_TYPES
+
+    assert list(SECTION_TYPES) == list(SCHEMA)
+    for section, keys in SCHEMA.items():
+        cls = SECTION_TYPES[section]
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        assert [f.name for f in dataclasses.fields(cls)] == list(keys), section
+        hints = typing.get_type_hints(cls)
+        for name, key in keys.items():
+            hint = hints[name]
+            args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+            concrete = [typing.get_origin(a) or a for a in args if a is not type(None)]
+            allowed = (list, tuple) if key.kind is list else (key.kind,)
+            assert len(concrete) == 1 and concrete[0] in allowed, f"{section}.{name}: {hint} vs {key.kind}"
+            if type(None) in args:
+                assert key.default is None, f"{section}.{name} may be None but has a default"
+
+
+def test_a_checked_config_hands_out_typed_sections_and_hides_secrets():
+    from grantd.config.sections import AdminSection, ServerSection
+
+    config = validate({"version": 1, "admin": {"management_token": "s3cret-" * 4}, "server": {"port": 8100}})
+    assert isinstance(config.server, ServerSection) and config.server.port == 8100
+    assert config.server.issuer == "http://127.0.0.1:8100"
+    assert isinstance(config.admin, AdminSection) and "s3cret" not in repr(config.admin)
+    with pytest.raises(AttributeError):
+        config.server.prot  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.server.port = 1  # type: ignore[misc]
+
+
+def test_a_misspelt_config_key_fails_mypy(tmp_path):
+    """The point of typed sections: a typo or a wrong type in code that reads the config is a mypy
+    error, not an AttributeError at run time (before issue 21 every value was Any)."""
+    from test_quality import _import_tree
+
+    tree = _import_tree(tmp_path / "tree")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from grantd.config import Config\n\n\ndef f(config: Config) -> str:\n"
+                     "    print(config.server.prot)\n    return config.grants.pending_ttl\n")
+    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                             "--cache-dir", str(ROOT / ".mypy_cache"), str(probe)],
+                            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(tree)})
+    assert '"ServerSection" has no attribute "prot"' in result.stdout, result.stdout + result.stderr
+    assert 'Incompatible return value type (got "int", expected "str")' in result.stdout, result.stdout

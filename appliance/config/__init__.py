@@ -9,7 +9,7 @@ which the provider type's factory reads through `read_secret`) may be written as
   "env:NAME"   - read from an environment variable, or
   a literal    - accepted, but `grantd config validate` warns: keep secrets out of the file.
 
-The package, by concern: `schema` (the keys, their defaults and meanings), `model` (a checked
+The package, by concern: `schema` (the keys, their defaults and meanings), `sections` (one typed, frozen dataclass per section), `model` (a checked
 config and `ConfigError`), `validation` (checking a parsed file), `secretfiles` (file:/env: secrets,
 fresh ones), `files` (reading and writing config files); one key and its check are
 `grantd.core.config_keys` (shared with parsers of sections declared elsewhere). Import from
@@ -19,14 +19,15 @@ fresh ones), `files` (reading and writing config files); one key and its check a
 from __future__ import annotations
 
 from grantd.config.files import development_issuer, load, read_toml, render, write_new_config
-from grantd.config.model import Config, ConfigError, Section
+from grantd.config.model import Config, ConfigError
 from grantd.config.schema import CONFIG_ENV, CURRENT_VERSION, DEFAULT_CONFIG_NAME, SCHEMA, SECTION_HELP
 from grantd.config.secretfiles import new_secret, resolve_secret, write_secret_file
+from grantd.config.sections import SECTION_TYPES
 from grantd.config.validation import validate
 from grantd.core.config_keys import Key, check_value
 
 __all__ = [
     "CONFIG_ENV", "CURRENT_VERSION", "DEFAULT_CONFIG_NAME", "SCHEMA", "SECTION_HELP", "Config", "ConfigError", "Key",
-    "Section", "check_value", "development_issuer", "load", "new_secret", "read_toml", "render", "resolve_secret",
+    "SECTION_TYPES", "check_value", "development_issuer", "load", "new_secret", "read_toml", "render", "resolve_secret",
     "validate", "write_new_config", "write_secret_file",
 ]

@@ -4,7 +4,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from grantd.config.sections import (
+    AdminSection,
+    FederationSection,
+    GrantsSection,
+    LimitsSection,
+    LogSection,
+    MetricsSection,
+    OauthSection,
+    PeopleSection,
+    PluginsSection,
+    RootSection,
+    ServerSection,
+    SessionsSection,
+    SpSection,
+    StorageSection,
+    TokensSection,
+    WebauthnSection,
+)
+
+S = TypeVar("S")
 
 
 class ConfigError(Exception):
@@ -17,44 +38,85 @@ class ConfigError(Exception):
         super().__init__(where + "; ".join(problems))
 
 
-class Section:
-    """Attribute access to one section's resolved values."""
-
-    def __init__(self, name: str, values: dict[str, Any], secret_keys: set[str]):
-        self._name = name
-        self._values = values
-        self._secret_keys = secret_keys
-
-    def __getattr__(self, item: str) -> Any:
-        try:
-            return self._values[item]
-        except KeyError:
-            raise AttributeError(f"{self._name}.{item}") from None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self._values)
-
-    def __repr__(self) -> str:  # never print secrets
-        shown = {k: ("***" if k in self._secret_keys and v else v) for k, v in self._values.items()}
-        return f"Section({self._name}, {shown})"
-
-
 @dataclass
 class Config:
+    """A checked configuration: each section a typed, frozen value (grantd.config.sections), and
+    the values of sections declared by plugins and built-in parsers (``extra``, by section name)."""
+
     path: Path | None
     raw: dict[str, Any]
-    sections: dict[str, Section]
+    sections: dict[str, Any]  # section name ("" for the top level) -> its grantd.config.sections instance
     warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # declared sections (grantd.config.extensions)
 
-    def __getattr__(self, item: str) -> Any:
-        sections = self.__dict__.get("sections", {})
-        if item in sections:
-            return sections[item]
-        raise AttributeError(item)
+    def _section(self, name: str, kind: type[S]) -> S:
+        value = self.sections[name]
+        assert isinstance(value, kind)
+        return value
+
+    @property
+    def server(self) -> ServerSection:
+        return self._section("server", ServerSection)
+
+    @property
+    def log(self) -> LogSection:
+        return self._section("log", LogSection)
+
+    @property
+    def metrics(self) -> MetricsSection:
+        return self._section("metrics", MetricsSection)
+
+    @property
+    def admin(self) -> AdminSection:
+        return self._section("admin", AdminSection)
+
+    @property
+    def storage(self) -> StorageSection:
+        return self._section("storage", StorageSection)
+
+    @property
+    def tokens(self) -> TokensSection:
+        return self._section("tokens", TokensSection)
+
+    @property
+    def grants(self) -> GrantsSection:
+        return self._section("grants", GrantsSection)
+
+    @property
+    def limits(self) -> LimitsSection:
+        return self._section("limits", LimitsSection)
+
+    @property
+    def webauthn(self) -> WebauthnSection:
+        return self._section("webauthn", WebauthnSection)
+
+    @property
+    def sessions(self) -> SessionsSection:
+        return self._section("sessions", SessionsSection)
+
+    @property
+    def people(self) -> PeopleSection:
+        return self._section("people", PeopleSection)
+
+    @property
+    def federation(self) -> FederationSection:
+        return self._section("federation", FederationSection)
+
+    @property
+    def oauth(self) -> OauthSection:
+        return self._section("oauth", OauthSection)
+
+    @property
+    def sp(self) -> SpSection:
+        return self._section("sp", SpSection)
+
+    @property
+    def plugins(self) -> PluginsSection:
+        return self._section("plugins", PluginsSection)
 
     @property
     def version(self) -> int:
-        return int(self.sections[""].version)
+        return self._section("", RootSection).version
 
     @property
     def base_dir(self) -> Path:

@@ -9,9 +9,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from grantd.client_address import parse_networks
-from grantd.config.model import Config, ConfigError, Section
+from grantd.config.model import Config, ConfigError
 from grantd.config.schema import SCHEMA, _origin, _rp_id
 from grantd.config.secretfiles import resolve_secret
+from grantd.config.sections import SECTION_TYPES
 from grantd.core.config_keys import check_value
 
 
@@ -91,8 +92,7 @@ def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
 
     if problems:
         raise ConfigError(problems, path)
-    secret_keys = {name for keys in SCHEMA.values() for name, k in keys.items() if k.secret}
-    sections = {name: Section(name or "root", vals, secret_keys) for name, vals in values.items()}
+    sections = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
     return Config(path=path, raw=raw, sections=sections, warnings=warnings)
 
 
