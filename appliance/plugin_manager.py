@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from grantd import hookspecs
-from grantd.config import CURRENT_VERSION, ConfigError, read_toml, resolve_secret, validate
+from grantd.config import (
+    BUILTIN_SECTIONS,
+    CURRENT_VERSION,
+    ConfigError,
+    ConfigSection,
+    read_toml,
+    resolve_secret,
+    validate,
+)
 
 if TYPE_CHECKING:
     from grantd.config import Config
@@ -171,6 +179,21 @@ def _plugins_only(raw: dict[str, Any], path: Path) -> Config | None:
         return None
 
 
+def declared_sections(pm: pluggy.PluginManager) -> tuple[ConfigSection, ...]:
+    """The built-in declared config sections and those of the plugins (hook ``config_sections``)."""
+    declared = list(BUILTIN_SECTIONS)
+    for provided in pm.hook.config_sections():
+        declared.extend(provided or ())
+    return tuple(declared)
+
+
+def load_with_plugins(path: str | os.PathLike[str]) -> Config:
+    """The config file checked with the sections its plugins declare (the server's processes; the
+    CLI's ``load`` knows only the built-in ones)."""
+    p, raw = read_toml(path)
+    return validate(raw, p, declared_sections(build_plugin_manager(_plugins_only(raw, p))))
+
+
 def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Config:
     """D18: everything ``grantd serve`` checks short of binding the port, for ``serve`` and ``grantd
     config validate`` alike, every problem in one ConfigError: the file's keys (and the secrets and
@@ -183,8 +206,12 @@ def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Conf
     p, raw = read_toml(path)
     problems: list[str] = []
     config: Config | None = None
+    try:  # the sections the file's plugins declare (a plugin that does not load is reported below)
+        sections = declared_sections(build_plugin_manager(_plugins_only(raw, p)))
+    except ConfigError:
+        sections = declared_sections(build_plugin_manager(None))
     try:
-        config = validate(raw, p)
+        config = validate(raw, p, sections)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:

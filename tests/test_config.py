@@ -375,3 +375,45 @@ def test_a_misspelt_config_key_fails_mypy(tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(tree)})
     assert '"ServerSection" has no attribute "prot"' in result.stdout, result.stdout + result.stderr
     assert 'Incompatible return value type (got "int", expected "str")' in result.stdout, result.stdout
+
+
+# -- sections declared outside the schema (issue 21.3) --------------------------------------------
+
+
+def test_config_validate_reports_approval_policy_mistakes_with_key_paths(tmp_path):
+    """The approval policies are the first declared section (grantd.config.extensions.REVIEW): their
+    keys are known, and `grantd config validate` lists their mistakes with the rest, by key path."""
+    bad = GOOD + ('\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
+                  '\n[[policies]]\nid = "p"\nforbid = ["ownr"]\n[[policies.require]]\nid = "r"\ngroups = ["ops", "nope"]\napprove = 0\n')
+    result = subprocess.run([*GRANTD, "config", "validate", str(write(tmp_path, bad))], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "policies[0].require[0].approve: must be at least 1, got 0" in result.stderr
+    assert "policies[0].require[0].groups[1]: unknown group 'nope'" in result.stderr
+    assert "policies[0].forbid" in result.stderr
+    assert "unknown key" not in result.stderr  # groups and policies are declared keys
+
+
+def test_valid_approval_policies_are_refused_until_they_are_enforced(tmp_path, monkeypatch):
+    """Fail closed: policies that parse but that no code enforces yet would let an operator believe
+    a rule protects what nothing checks."""
+    monkeypatch.setenv("TEST_GRANTD_TOKEN", "t" * 32)
+    good_policy = GOOD + '\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
+    with pytest.raises(ConfigError, match="not yet enforced"):
+        load(write(tmp_path, good_policy))
+    assert load(write(tmp_path, GOOD)).extra["review"] is not None  # none configured: today's default policy
+
+
+def test_a_declared_section_cannot_take_a_key_of_the_schema_or_of_another_section():
+    """Sections come from grantd (the approval policies) and from plugins (hook config_sections):
+    none may take over a key of the schema or one another section owns."""
+    from grantd.config import BUILTIN_SECTIONS, ConfigSection
+
+    def nothing(raw):
+        return None, ()
+
+    doc = {"version": 1, "admin": {"management_token": "x" * 20}}
+    with pytest.raises(ConfigError, match="server: declared by the config section 'mine' but a key of grantd's own"):
+        validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("server",), nothing)))
+    with pytest.raises(ConfigError, match="policies: declared by both 'review' and 'mine'"):
+        validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("policies",), nothing)))

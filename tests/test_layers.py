@@ -68,11 +68,12 @@ CLIENT_PARTS = (
     # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin.
     Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
          ("grantd", "grantd.commands", "grantd.plugins"), (*SERVER_THIRD_PARTY, "textual")),
-    # The approver console reads the URL and token from the server's config file.
+    # The approver console reads the URL and token from the server's config file (grantd.config,
+    # which checks the whole file: its key checks and the approval-policy parser are pure core code).
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
     Part("the approver console", ("grantd.tui", "grantd.tui.*"),
          ("grantd", "grantd.config", "grantd.config.*", "grantd.client_address", "grantd.core", "grantd.core.display",
-          "grantd.core.config_keys")),
+          "grantd.core.config_keys", "grantd.core.review", "grantd.core.review.*", "grantd.core.lifecycle")),
 )
 
 

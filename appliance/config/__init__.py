@@ -11,13 +11,15 @@ which the provider type's factory reads through `read_secret`) may be written as
 
 The package, by concern: `schema` (the keys, their defaults and meanings), `sections` (one typed, frozen dataclass per section), `model` (a checked
 config and `ConfigError`), `validation` (checking a parsed file), `secretfiles` (file:/env: secrets,
-fresh ones), `files` (reading and writing config files); one key and its check are
+fresh ones), `files` (reading and writing config files), `extensions` (sections declared by plugins and
+built-in parsers: the approval policies); one key and its check are
 `grantd.core.config_keys` (shared with parsers of sections declared elsewhere). Import from
 `grantd.config`: the names below are its interface.
 """
 
 from __future__ import annotations
 
+from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection
 from grantd.config.files import development_issuer, load, read_toml, render, write_new_config
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import CONFIG_ENV, CURRENT_VERSION, DEFAULT_CONFIG_NAME, SCHEMA, SECTION_HELP
@@ -27,7 +29,7 @@ from grantd.config.validation import validate
 from grantd.core.config_keys import Key, check_value
 
 __all__ = [
-    "CONFIG_ENV", "CURRENT_VERSION", "DEFAULT_CONFIG_NAME", "SCHEMA", "SECTION_HELP", "Config", "ConfigError", "Key",
+    "BUILTIN_SECTIONS", "CONFIG_ENV", "CURRENT_VERSION", "DEFAULT_CONFIG_NAME", "SCHEMA", "SECTION_HELP", "Config", "ConfigError", "ConfigSection", "Key",
     "SECTION_TYPES", "check_value", "development_issuer", "load", "new_secret", "read_toml", "render", "resolve_secret",
     "validate", "write_new_config", "write_secret_file",
 ]

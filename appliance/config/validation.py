@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from grantd.client_address import parse_networks
+from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection, owners
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import SCHEMA, _origin, _rp_id
 from grantd.config.secretfiles import resolve_secret
@@ -16,22 +18,27 @@ from grantd.config.sections import SECTION_TYPES
 from grantd.core.config_keys import check_value
 
 
-def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
-    """Validate a parsed TOML document; raise ConfigError listing every problem."""
+def validate(raw: dict[str, Any], path: Path | None = None,
+             sections: Sequence[ConfigSection] = BUILTIN_SECTIONS) -> Config:
+    """Validate a parsed TOML document; raise ConfigError listing every problem. ``sections``: the
+    parts declared outside the schema (grantd.config.extensions; plugins add theirs through
+    grantd.plugin_manager.declared_sections)."""
     problems: list[str] = []
     warnings: list[str] = []
     base_dir = path.parent if path else Path.cwd()
     known_sections = [s for s in SCHEMA if s]
     values: dict[str, dict[str, Any]] = {name: {} for name in SCHEMA}
+    owned, clashes = owners(sections, [*known_sections, *SCHEMA[""]])
+    problems.extend(clashes)
 
     for top_key, top_value in raw.items():
-        if top_key in SCHEMA[""]:
+        if top_key in SCHEMA[""] or top_key in owned:
             continue
         if top_key in SCHEMA:
             if not isinstance(top_value, dict):
                 problems.append(f"{top_key}: must be a table ([{top_key}])")
             continue
-        hint = difflib.get_close_matches(top_key, known_sections + list(SCHEMA[""]), n=1)
+        hint = difflib.get_close_matches(top_key, known_sections + list(SCHEMA[""]) + list(owned), n=1)
         extra = f' (did you mean "{hint[0]}"?)' if hint else ""
         problems.append(f"{top_key}: unknown key{extra}")
 
@@ -90,10 +97,16 @@ def validate(raw: dict[str, Any], path: Path | None = None) -> Config:
     if isinstance(values["oauth"]["clients"], list):
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
 
+    declared: dict[str, Any] = {}
+    for section in sections:
+        value, found = section.parse(raw)
+        problems.extend(found)
+        declared[section.name] = value
+
     if problems:
         raise ConfigError(problems, path)
-    sections = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
-    return Config(path=path, raw=raw, sections=sections, warnings=warnings)
+    typed = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
+    return Config(path=path, raw=raw, sections=typed, warnings=warnings, extra=declared)
 
 
 PROVIDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -17,11 +17,16 @@ from sanic.models.server_types import ConnInfo
 from sanic.response import HTTPResponse, json
 
 from grantd.client_address import client_address, shared_address_warning
-from grantd.config import Config, load
+from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
-from grantd.plugin_manager import build_federation_providers, build_plugin_manager, call_async_hook
+from grantd.plugin_manager import (
+    build_federation_providers,
+    build_plugin_manager,
+    call_async_hook,
+    load_with_plugins,
+)
 from grantd.services.context import Services, open_services
 from grantd.services.grants import sweep_expired
 from grantd.web import csrf
@@ -333,8 +338,9 @@ async def _sweep_forever(services: Services) -> None:
 
 
 def create_app_from_path(config_path: str) -> Sanic:
-    """Factory used by each worker process (it re-reads the config; secrets come from files/env)."""
-    return create_app(load(config_path))
+    """Factory used by each worker process (it re-reads the config, with the sections its plugins
+    declare; secrets come from files/env)."""
+    return create_app(load_with_plugins(config_path))
 
 
 async def prepare_storage(config: Config, pm: pluggy.PluginManager) -> dict[str, Any]:
