@@ -446,3 +446,43 @@ def test_the_dispatchers_one_line_helps_are_the_modules_own():
         sub = parser.add_subparsers()
         __import__(module, fromlist=["register"]).register(sub)
         assert set(sub.choices) == {c for c, e in COMMANDS.items() if e.module == module}, module
+
+
+# -- where authorisation is decided ---------------------------------------------------------------
+
+# The web layer's own refusals that are not "who may": the D8 cross-site check (a request hook).
+REFUSALS_OUTSIDE_POLICY = {"grantd.web.csrf"}
+
+
+def refusals_in(source: str, module: str) -> list[str]:
+    """Calls in web code that refuse a known caller by themselves: ``forbidden(...)`` or
+    ``Problem(403, ...)``. Such a rule belongs in grantd.core.policy (or the service that loads the
+    record), where the authorisation matrix and the policy tests see it. (401, nobody or no valid
+    credential, is authentication: grantd.services.authn and the routes that need a session.)"""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
+        first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+        status = first if isinstance(first, int) else None
+        if name == "forbidden" or (name == "Problem" and status == 403):
+            found.append(f"{module}:{node.lineno} {name}({status if status is not None else ''}...)")
+    return sorted(found)
+
+
+def test_routes_and_pages_leave_authorisation_to_policy():
+    """docs/architecture.md, "Where authorisation is checked": a route asks grantd.core.policy (a
+    whole-route rule such as may_manage_people) or hands the principal to a service that does; it
+    never refuses a caller on its own."""
+    problems = []
+    for module, path in sources().items():
+        if module.startswith("grantd.web") and module not in REFUSALS_OUTSIDE_POLICY:
+            problems += refusals_in(path.read_text(encoding="utf-8"), module)
+    assert not problems, "refusals decided in the web layer (move them to grantd.core.policy):\n" + "\n".join(problems)
+
+
+def test_the_refusal_scan_sees_an_inline_rule():
+    inline = "async def f(request):\n    if not p.admin:\n        raise forbidden('no')\n    raise Problem(403, 'x')\n"
+    assert refusals_in(inline, "m") == ["m:3 forbidden(...)", "m:4 Problem(403...)"]
+    assert refusals_in("raise Problem(404, 'no such route')\n", "m") == []

@@ -197,6 +197,25 @@ def may_manage_own_sessions(principal: Principal | None) -> Principal:
     return principal
 
 
+def may_manage_own_consents(principal: Principal | None) -> Principal:
+    """A person's remembered OAuth consents (/account, ``/api/account/consents``): the person
+    themselves only."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON:
+        raise forbidden("only a signed-in person has consents")
+    return principal
+
+
+def may_decide_device_sign_in(principal: Principal | None, *, in_this_browser: bool) -> Principal:
+    """A terminal's sign-in (device grant, RFC 8628) is approved by a person signed in in the browser
+    that shows the code (a session cookie), never by a bearer token: whoever holds a token is not
+    necessarily looking at the terminal's code."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON or not in_this_browser:
+        raise forbidden("only a person signed in in this browser may approve a terminal's sign-in")
+    return principal
+
+
 def may_end_session(principal: Principal, session: Mapping[str, Any]) -> bool:
     """A person may end any of their own sessions (this browser's or another's), nobody else's."""
     return principal.kind is Kind.PERSON and session.get("person_id") == principal.id

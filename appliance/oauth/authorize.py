@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
+from grantd.core.errors import Problem
 from grantd.oauth.issue import secret_hash
 from grantd.services.clients import Client
 from grantd.store.records import Person
@@ -250,6 +251,14 @@ async def take_consent_ticket(services: Services, req: AuthorizationRequest, per
     found = await services.store.onetime.take("consent", secret_hash(ticket), services.clock.now_ms())
     return (found is not None and found.get("person_id") == person["person_id"]
             and found.get("request") == _request_digest(req))
+
+
+async def check_consent_click(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> None:
+    """RFC 8252 §8.6: a code for a public client with API access follows only a click on the
+    consent page grantd showed for this very request (its single-use ticket); 403 otherwise."""
+    if always_asks(req.client) and not await take_consent_ticket(services, req, person, ticket):
+        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
+                           "used or expired: open the sign-in again)")
 
 
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:

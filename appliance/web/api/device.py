@@ -26,8 +26,8 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.core.errors import Problem, bad_request, forbidden, unauthorized
-from grantd.core.principals import Kind
+from grantd.core import policy
+from grantd.core.errors import Problem, bad_request
 from grantd.oauth import device
 from grantd.oauth.errors import OAuthError, invalid_client
 from grantd.services.context import Services
@@ -144,11 +144,8 @@ async def device_page(request: Request, viewer: views.Viewer) -> HTTPResponse:
 @bp.post("/api/device/decide")
 async def decide(request: Request) -> HTTPResponse:
     services = services_of(request)
-    principal = await principal_of(request)
-    if principal is None:
-        raise unauthorized()
-    if principal.kind is not Kind.PERSON or credentials_of(request).session is None:
-        raise forbidden("only a person signed in in this browser may approve a terminal's sign-in")
+    principal = policy.may_decide_device_sign_in(await principal_of(request),
+                                                 in_this_browser=credentials_of(request).session is not None)
     await _count_attempt(request)
     body = body_of(request)
     approve = body.get("approve")

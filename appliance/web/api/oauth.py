@@ -16,9 +16,10 @@ from urllib.parse import parse_qsl, quote, urlencode
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json, redirect
 
+from grantd.core import policy
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.fields import json_body
-from grantd.core.principals import Kind
+from grantd.core.principals import Principal
 from grantd.oauth import authorize, revoke, token
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.services import sessions
@@ -214,12 +215,7 @@ async def consent(request: Request) -> HTTPResponse:
     if not approve:
         location = authorize.error_location(req.fail("access_denied", "the person denied access"), services.issuer)
         return json({"location": location}, headers=NO_STORE)
-    if authorize.always_asks(req.client) and not await authorize.take_consent_ticket(services, req, person,
-                                                                                     body.get("ticket")):
-        # RFC 8252 §8.6: a code for a public client with API access follows only a click on the
-        # consent page grantd showed for this very request
-        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
-                           "used or expired: open the sign-in again)")
+    await authorize.check_consent_click(services, req, person, body.get("ticket"))
     await authorize.remember_consent(services, req, person)
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return json({"location": location}, headers=NO_STORE)
@@ -340,13 +336,8 @@ async def userinfo_preflight(request: Request) -> HTTPResponse:
 # -- the person's remembered consents (/account) ----------------------------------------------------
 
 
-async def _person(request: Request) -> Any:
-    principal = await principal_of(request)
-    if principal is None:
-        raise unauthorized()
-    if principal.kind is not Kind.PERSON:
-        raise Problem(403, "only a signed-in person has consents")
-    return principal
+async def _person(request: Request) -> Principal:
+    return policy.may_manage_own_consents(await principal_of(request))
 
 
 @bp.get("/api/account/consents", name="list_consents")
