@@ -98,10 +98,10 @@ def validate(raw: dict[str, Any], path: Path | None = None,
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
 
     declared: dict[str, Any] = {}
-    for section in sections:
-        value, found = section.parse(raw)
+    for part in sections:
+        value, found = part.parse(raw)
         problems.extend(found)
-        declared[section.name] = value
+        declared[part.name] = value
 
     if problems:
         raise ConfigError(problems, path)
