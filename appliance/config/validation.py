@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,11 +26,29 @@ def validate(raw: dict[str, Any], path: Path | None = None,
     problems: list[str] = []
     warnings: list[str] = []
     base_dir = path.parent if path else Path.cwd()
-    known_sections = [s for s in SCHEMA if s]
-    values: dict[str, dict[str, Any]] = {name: {} for name in SCHEMA}
-    owned, clashes = owners(sections, [*known_sections, *SCHEMA[""]])
+    owned, clashes = owners(sections, [*(s for s in SCHEMA if s), *SCHEMA[""]])
     problems.extend(clashes)
+    _top_level(raw, owned, problems)
+    values = _schema_values(raw, base_dir, problems, warnings)
+    if "version" not in raw:
+        problems.append('version: missing (add `version = 1` at the top)')
+    _derive_server_and_webauthn(values, problems)
+    _derive_admin(raw, values, problems)
+    _parse_tables(values, base_dir, problems, warnings)
+    declared: dict[str, Any] = {}
+    for part in sections:
+        value, found = part.parse(raw)
+        problems.extend(found)
+        declared[part.name] = value
+    if problems:
+        raise ConfigError(problems, path)
+    typed = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
+    return Config(path=path, raw=raw, sections=typed, warnings=warnings, extra=declared)
 
+
+def _top_level(raw: dict[str, Any], owned: Mapping[str, ConfigSection], problems: list[str]) -> None:
+    """Unknown top-level keys (with a "did you mean"), and sections that are not tables."""
+    known_sections = [s for s in SCHEMA if s]
     for top_key, top_value in raw.items():
         if top_key in SCHEMA[""] or top_key in owned:
             continue
@@ -42,6 +60,11 @@ def validate(raw: dict[str, Any], path: Path | None = None,
         extra = f' (did you mean "{hint[0]}"?)' if hint else ""
         problems.append(f"{top_key}: unknown key{extra}")
 
+
+def _schema_values(raw: dict[str, Any], base_dir: Path, problems: list[str],
+                   warnings: list[str]) -> dict[str, dict[str, Any]]:
+    """Each section's keys checked (unknown ones reported), defaults filled in, secrets resolved."""
+    values: dict[str, dict[str, Any]] = {name: {} for name in SCHEMA}
     for section, keys in SCHEMA.items():
         table = raw if section == "" else raw.get(section, {})
         if not isinstance(table, dict):
@@ -62,10 +85,11 @@ def validate(raw: dict[str, Any], path: Path | None = None,
             else:
                 value = key.default
             values[section][name] = value
+    return values
 
-    if "version" not in raw:
-        problems.append('version: missing (add `version = 1` at the top)')
 
+def _derive_server_and_webauthn(values: dict[str, dict[str, Any]], problems: list[str]) -> None:
+    """The issuer from host and port when unset; the passkeys' origin and rp_id from the issuer."""
     server = values["server"]
     if server.get("issuer") is None and isinstance(server.get("port"), int):
         host = server["host"] if server["host"] not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
@@ -82,31 +106,30 @@ def validate(raw: dict[str, Any], path: Path | None = None,
             webauthn["rp_id"] = rp_id
             if host != rp_id and not host.endswith("." + rp_id):
                 problems.append(f"webauthn.rp_id: {rp_id!r} is neither the host of {webauthn['origin']} nor a parent domain of it")
-    if not values["admin"].get("management_token"):
+
+
+def _derive_admin(raw: dict[str, Any], values: dict[str, dict[str, Any]], problems: list[str]) -> None:
+    """The management token present and long enough; administrators' e-mails lowercased."""
+    admin = values["admin"]
+    if not admin.get("management_token"):
         if "management_token" not in raw.get("admin", {}):
             problems.append('admin.management_token: missing (e.g. management_token = "file:management-token")')
-    elif len(values["admin"]["management_token"]) < 16:
+    elif len(admin["management_token"]) < 16:
         problems.append("admin.management_token: too short (use at least 16 characters; `grantd config init` makes one)")
-    values["admin"]["emails"] = [e.lower() for e in values["admin"]["emails"] if isinstance(e, str)]
-    if isinstance(values["admin"]["management_identity"], str):
-        values["admin"]["management_identity"] = values["admin"]["management_identity"].lower()
+    admin["emails"] = [e.lower() for e in admin["emails"] if isinstance(e, str)]
+    if isinstance(admin["management_identity"], str):
+        admin["management_identity"] = admin["management_identity"].lower()
+
+
+def _parse_tables(values: dict[str, dict[str, Any]], base_dir: Path, problems: list[str], warnings: list[str]) -> None:
+    """Values that are parsed further: trusted proxies, federation providers, OAuth clients."""
+    server = values["server"]
     if isinstance(server["trusted_proxies"], list):
         server["trusted_proxies"] = parse_networks(p for p in server["trusted_proxies"] if isinstance(p, str))[0]
     if isinstance(values["federation"]["providers"], list):
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
     if isinstance(values["oauth"]["clients"], list):
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
-
-    declared: dict[str, Any] = {}
-    for part in sections:
-        value, found = part.parse(raw)
-        problems.extend(found)
-        declared[part.name] = value
-
-    if problems:
-        raise ConfigError(problems, path)
-    typed = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
-    return Config(path=path, raw=raw, sections=typed, warnings=warnings, extra=declared)
 
 
 PROVIDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
