@@ -146,6 +146,11 @@ def test_config_sections_a_plugin_declares_are_checked_with_the_rest(tmp_path):
     assert 'notify.channel: must be one of mail, matrix, got \'mial\' (did you mean "mail"?)' in result.stderr
     assert "notify.retries: must be at most 10, got 11" in result.stderr and "notify.silent: unknown key" in result.stderr
     assert 'server.prot: unknown key (did you mean "server.port"?)' in result.stderr
+    # the operator's commands read the file with its plugins' sections too
+    path.write_text(base.replace("prot", "port") + _notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n')
+    listed = subprocess.run([*GRANTD, "plugins", "--config", str(path), "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "notify_section_plugin" in {info["name"] for info in json.loads(listed.stdout)}
     path.write_text(base + '[notify]\nchannel = "mail"\n')  # no plugin declares it
     result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path)
     assert "notify: unknown key" in result.stderr
