@@ -56,7 +56,7 @@ class GrantdApp(Sanic):
     so before the stopper has taken the signals over, where a plain stop can be lost."""
 
     def stop(self, terminate: bool = True, unregister: bool = False) -> None:
-        stopper = getattr(self.ctx, "stopper", None)
+        stopper = self.ctx.stopper if isinstance(self.ctx, ProcessState) else None
         if stopper is not None and not unregister:
             stopper.stop_asked()
             return
@@ -144,7 +144,7 @@ STORE_PING_TIMEOUT = 2.0
 
 async def _store_answers(app: Sanic) -> bool:
     """After an unexpected error: does the database still answer (``store.ping``, bounded)?"""
-    services = getattr(app.ctx, "services", None)
+    services = state_of(app).services
     if services is None:
         return True
     try:
@@ -206,24 +206,27 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
 
     @app.after_server_start
     async def start_background_work(app: Sanic) -> None:
-        services = app.ctx.services
+        state = state_of(app)
+        services = state.services
+        assert services is not None  # opened before the server starts
         services.store.serving()
         services.events.start()
-        app.ctx.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
+        state.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
-        services = getattr(app.ctx, "services", None)
+        state = state_of(app)
+        services = state.services
         if services is None:
             return
-        sweeper = getattr(app.ctx, "sweeper", None)
+        sweeper = state.sweeper
         if sweeper is not None:
             sweeper.cancel()
         await services.events.close()  # open event streams end now instead of holding up the shutdown
 
     @app.after_server_stop
     async def close_storage(app: Sanic) -> None:
-        services = getattr(app.ctx, "services", None)
+        services = state_of(app).services
         if services is not None:
             services.store.close()
 

@@ -45,6 +45,7 @@ from grantd.config import Config
 from grantd.logs import LOGGER
 from grantd.web.api import metrics as metrics_api
 from grantd.web.app import StartupError, create_app_from_path, describe_startup_error, is_frozen, preflight
+from grantd.web.state import state_of
 
 log = logging.getLogger(LOGGER)
 
@@ -230,7 +231,7 @@ class Stopper:
         self.shutting_down = False
         self.started = False  # every after-start listener has returned
         self.loop: Any = None
-        app.ctx.stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
+        state_of(app).stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
         # Priorities: take the signals before any other after-start listener runs, learn when the
         # last one has returned, and learn that the shutdown began before any other before-stop
         # listener awaits.
@@ -313,7 +314,7 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
 
     @app.after_server_start
     async def start_watching(app: Any) -> None:
-        app.ctx.process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
+        state_of(app).process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
 
     @app.before_server_stop
     async def stop_the_others(app: Any) -> None:  # however this server's stop began
@@ -356,7 +357,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
             log.warning("the first server process (pid %d) is gone: stopping", parent)
             stopper.stop()
 
-        app.ctx.orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
+        state_of(app).orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
 
     Sanic.serve_single(primary=app)
 

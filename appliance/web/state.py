@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # only types: these modules import this one
     from grantd.services.context import Services
     from grantd.sp.login import SpLogin
     from grantd.web.api.metrics import Metrics
+    from grantd.web.processes import Stopper
 
 
 @dataclass(eq=False)
@@ -32,6 +33,10 @@ class ProcessState:
     metrics: Metrics | None = None  # [metrics] enabled: this process's counters
     metrics_streams: asyncio.Task[None] | None = None  # the task following the open-stream gauge
     sp_login: SpLogin | None = None  # [sp] enabled: made on the first login (its caches)
+    sweeper: asyncio.Task[None] | None = None  # the expiry sweep of this process
+    stopper: Stopper | None = None  # grantd.web.processes: how a signal stops this process
+    process_group_watch: asyncio.Task[None] | None = None  # the first process watching the others
+    orphan_check: asyncio.Task[None] | None = None  # another process watching for the first one's end
 
 
 def state_of(app_or_request: Sanic | Request) -> ProcessState:
