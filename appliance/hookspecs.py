@@ -22,12 +22,12 @@ from grantd.elevate.hookspecs import PROJECT
 from grantd.elevate.hookspecs import elevate_verify as elevate_verify
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     import httpx
     from sanic import Sanic
 
-    from grantd.config import Config
+    from grantd.config import Config, ConfigSection
     from grantd.store import Store
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -40,6 +40,17 @@ def storage_backends() -> dict[str, Callable[[Config], Store]]:
 
     The backend named by ``[storage] plugin`` in the config is used. A factory must return an
     object implementing :class:`grantd.store.Store`; it is called once per server process.
+    """
+
+
+@hookspec
+def config_sections() -> Sequence[ConfigSection]:
+    """Parts of the config file this plugin owns (grantd.config.extensions.ConfigSection): their
+    top-level keys (``notify``, ``[[channels]]``, ...) are then known, and the section's ``parse``
+    checks them with the rest of the file (every problem with its key path, reported by ``grantd
+    config validate`` and at start); its value is ``config.extra[section.name]``. It must only
+    check (no I/O beyond reading secrets). A plugin loaded through ``[plugins] modules`` declares
+    its sections for the same file that loads it.
     """
 
 

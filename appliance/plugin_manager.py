@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from grantd import hookspecs
-from grantd.config import CURRENT_VERSION, ConfigError, read_toml, resolve_secret, validate
+from grantd.config import (
+    BUILTIN_SECTIONS,
+    CURRENT_VERSION,
+    ConfigError,
+    ConfigSection,
+    read_toml,
+    resolve_secret,
+    validate,
+)
 
 if TYPE_CHECKING:
     from grantd.config import Config
@@ -175,6 +183,21 @@ def _plugins_only(raw: dict[str, Any], path: Path) -> Config | None:
         return None
 
 
+def declared_sections(pm: pluggy.PluginManager) -> tuple[ConfigSection, ...]:
+    """The built-in declared config sections and those of the plugins (hook ``config_sections``)."""
+    declared = list(BUILTIN_SECTIONS)
+    for provided in pm.hook.config_sections():
+        declared.extend(provided or ())
+    return tuple(declared)
+
+
+def load_with_plugins(path: str | os.PathLike[str]) -> Config:
+    """The config file checked with the sections its plugins declare (the server's processes; the
+    CLI's ``load`` knows only the built-in ones)."""
+    p, raw = read_toml(path)
+    return validate(raw, p, declared_sections(build_plugin_manager(_plugins_only(raw, p))))
+
+
 def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Config:
     """D18: everything ``grantd serve`` checks short of binding the port, for ``serve`` and ``grantd
     config validate`` alike, every problem in one ConfigError: the file's keys (and the secrets and
@@ -187,8 +210,12 @@ def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Conf
     p, raw = read_toml(path)
     problems: list[str] = []
     config: Config | None = None
+    try:  # the sections the file's plugins declare (a plugin that does not load is reported below)
+        sections = declared_sections(build_plugin_manager(_plugins_only(raw, p)))
+    except ConfigError:
+        sections = declared_sections(build_plugin_manager(None))
     try:
-        config = validate(raw, p)
+        config = validate(raw, p, sections)
     except ConfigError as exc:
         problems.extend(exc.problems)
     try:
@@ -229,6 +256,11 @@ class FederationProvider:
     name: str
     provider: Any  # what the factory returned
 
+    @property
+    def can_sign_in(self) -> bool:
+        """Provider objects without the round trip (``begin``/``finish``) are listed but not offered."""
+        return callable(getattr(self.provider, "begin", None)) and callable(getattr(self.provider, "finish", None))
+
     def public_info(self) -> dict[str, Any]:
         """What anyone may see (GET /api/federation/providers): the provider's own public_info(),
         with id, type and name always those of the config."""
@@ -255,7 +287,7 @@ def _unknown_type(where: str, kind: str, types: dict[str, Any]) -> str:
 def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tuple[FederationProvider, ...]:
     """Build every configured upstream provider through its type's factory.
 
-    config.py has checked the keys every table has (id, type, name); the factory checks the rest.
+    grantd.config has checked the keys every table has (id, type, name); the factory checks the rest.
     Every problem becomes a ConfigError line at ``federation.providers[N].key``: an unknown type
     (with a "did you mean"), a factory's ``ValueError("key: what is wrong")`` (one problem per
     line), a ``KeyError(key)`` (a missing key) and a secret that cannot be read.

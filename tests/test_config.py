@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import ipaddress
 import os
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -208,12 +210,12 @@ def test_validate_accepts_a_parsed_dict():
 
 def _attribute_reads() -> set[tuple[str, str]]:
     """Every `<section>.<key>` attribute read in grantd's code (appliance/, plugins/, tui/), outside
-    config.py: `config.server.port`, `services.config.grants.pending_ttl`, or `admin.emails` after
+    the config package (appliance/config/): `config.server.port`, `services.config.grants.pending_ttl`, or `admin.emails` after
     `admin = config.admin` all count as reading that key (an AST scan: strings and comments do not)."""
     reads: set[tuple[str, str]] = set()
     for folder in ("appliance", "plugins", "tui"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path == ROOT / "appliance" / "config.py":
+            if (ROOT / "appliance" / "config") in path.parents:
                 continue
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Attribute):
@@ -227,7 +229,7 @@ def _attribute_reads() -> set[tuple[str, str]]:
 def test_every_config_key_is_read_by_the_code():
     """Nothing speculative: a key in the schema that no code reads is a promise to operators that
     grantd does not keep. The rule: each `section.key` of SCHEMA appears as an attribute read
-    `<section>.<key>` (see _attribute_reads) somewhere in grantd's code outside config.py. The
+    `<section>.<key>` (see _attribute_reads) somewhere in grantd's code outside the config package. The
     top-level `version` is the format version, read by config.validate itself."""
     from grantd.config import SCHEMA
 
@@ -315,3 +317,103 @@ name = ""
         load(write(tmp_path, GOOD + "[federation]\nproviders = ['corp']\n"))
     config = load(write(tmp_path, GOOD + '[[federation.providers]]\nid = "corp"\ntype = "oidc"\nissuer = "x"\n'))
     assert config.federation.providers == ({"id": "corp", "type": "oidc", "issuer": "x", "name": "corp"},)
+
+
+# -- typed sections (issue 21.3) ------------------------------------------------------------------
+
+
+def test_each_typed_section_has_the_schemas_keys_with_types_that_agree():
+    """grantd.config.sections is checked against SCHEMA: one frozen dataclass per section, the same
+    keys in the same order, and each field's type agrees with its key's kind (a list may be parsed
+    into a tuple; a key without a default may be None unless validation always fills it in)."""
+    import dataclasses
+    import types
+    import typing
+
+    from grantd.config import SCHEMA, SECTION_TYPES
+
+    assert list(SECTION_TYPES) == list(SCHEMA)
+    for section, keys in SCHEMA.items():
+        cls = SECTION_TYPES[section]
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        assert [f.name for f in dataclasses.fields(cls)] == list(keys), section
+        hints = typing.get_type_hints(cls)
+        for name, key in keys.items():
+            hint = hints[name]
+            args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+            concrete = [typing.get_origin(a) or a for a in args if a is not type(None)]
+            allowed = (list, tuple) if key.kind is list else (key.kind,)
+            assert len(concrete) == 1 and concrete[0] in allowed, f"{section}.{name}: {hint} vs {key.kind}"
+            if type(None) in args:
+                assert key.default is None, f"{section}.{name} may be None but has a default"
+
+
+def test_a_checked_config_hands_out_typed_sections_and_hides_secrets():
+    from grantd.config.sections import AdminSection, ServerSection
+
+    config = validate({"version": 1, "admin": {"management_token": "s3cret-" * 4}, "server": {"port": 8100}})
+    assert isinstance(config.server, ServerSection) and config.server.port == 8100
+    assert config.server.issuer == "http://127.0.0.1:8100"
+    assert isinstance(config.admin, AdminSection) and "s3cret" not in repr(config.admin)
+    with pytest.raises(AttributeError):
+        config.server.prot  # type: ignore[attr-defined]  # noqa: B018
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.server.port = 1  # type: ignore[misc]
+
+
+def test_a_misspelt_config_key_fails_mypy(tmp_path):
+    """The point of typed sections: a typo or a wrong type in code that reads the config is a mypy
+    error, not an AttributeError at run time (before issue 21 every value was Any)."""
+    from test_quality import _import_tree
+
+    tree = _import_tree(tmp_path / "tree")
+    probe = tmp_path / "probe.py"
+    probe.write_text("from grantd.config import Config\n\n\ndef f(config: Config) -> str:\n"
+                     "    print(config.server.prot)\n    return config.grants.pending_ttl\n")
+    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                             "--cache-dir", str(ROOT / ".mypy_cache"), str(probe)],
+                            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(tree)})
+    assert '"ServerSection" has no attribute "prot"' in result.stdout, result.stdout + result.stderr
+    assert 'Incompatible return value type (got "int", expected "str")' in result.stdout, result.stdout
+
+
+# -- sections declared outside the schema (issue 21.3) --------------------------------------------
+
+
+def test_config_validate_reports_approval_policy_mistakes_with_key_paths(tmp_path):
+    """The approval policies are the first declared section (grantd.config.extensions.REVIEW): their
+    keys are known, and `grantd config validate` lists their mistakes with the rest, by key path."""
+    bad = GOOD + ('\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
+                  '\n[[policies]]\nid = "p"\nforbid = ["ownr"]\n[[policies.require]]\nid = "r"\ngroups = ["ops", "nope"]\napprove = 0\n')
+    result = subprocess.run([*GRANTD, "config", "validate", str(write(tmp_path, bad))], capture_output=True, text=True,
+                            cwd=ROOT, env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "policies[0].require[0].approve: must be at least 1, got 0" in result.stderr
+    assert "policies[0].require[0].groups[1]: unknown group 'nope'" in result.stderr
+    assert "policies[0].forbid" in result.stderr
+    assert "unknown key" not in result.stderr  # groups and policies are declared keys
+
+
+def test_valid_approval_policies_are_refused_until_they_are_enforced(tmp_path, monkeypatch):
+    """Fail closed: policies that parse but that no code enforces yet would let an operator believe
+    a rule protects what nothing checks."""
+    monkeypatch.setenv("TEST_GRANTD_TOKEN", "t" * 32)
+    good_policy = GOOD + '\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
+    with pytest.raises(ConfigError, match="not yet enforced"):
+        load(write(tmp_path, good_policy))
+    assert load(write(tmp_path, GOOD)).extra["review"] is not None  # none configured: today's default policy
+
+
+def test_a_declared_section_cannot_take_a_key_of_the_schema_or_of_another_section():
+    """Sections come from grantd (the approval policies) and from plugins (hook config_sections):
+    none may take over a key of the schema or one another section owns."""
+    from grantd.config import BUILTIN_SECTIONS, ConfigSection
+
+    def nothing(raw):
+        return None, ()
+
+    doc = {"version": 1, "admin": {"management_token": "x" * 20}}
+    with pytest.raises(ConfigError, match="server: declared by the config section 'mine' but a key of grantd's own"):
+        validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("server",), nothing)))
+    with pytest.raises(ConfigError, match="policies: declared by both 'review' and 'mine'"):
+        validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("policies",), nothing)))

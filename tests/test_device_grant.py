@@ -34,9 +34,9 @@ from people_support import (
 )
 
 from grantd.core.clock import SYSTEM_CLOCK
-from grantd.oauth.clients import DEVICE_GRANT as CLIENT_DEVICE_GRANT
-from grantd.oauth.clients import Client
 from grantd.oauth.device import GRANT_TYPE, normalize_user_code
+from grantd.services.clients import DEVICE_GRANT as CLIENT_DEVICE_GRANT
+from grantd.services.clients import Client
 from grantd.tui.signin import (
     DeviceSignIn,
     SessionCredential,
@@ -406,7 +406,7 @@ def test_the_page_names_the_client_the_address_and_the_time_the_request_came_fro
         assert page.status_code == 200
         assert "grantd (terminal)" in page.text
         assert '<code data-field="client_address">2001:db8:bad::66</code>' in page.text
-        from grantd.web.pages import format_ms, iso_ms
+        from grantd.web.views import format_ms, iso_ms
         assert f'datetime="{iso_ms(began)}"' in page.text and format_ms(began) in page.text
     finally:
         proxied.stop()

@@ -500,7 +500,7 @@ def test_a_known_person_signs_in_through_the_upstream(fed, up, alg):
 
 def _forget_discovery(srv: InProcessServer) -> None:
     """Drop the cached discovery documents (kept an hour), so a changed upstream is read again."""
-    for entry in srv.app.ctx.federation:
+    for entry in srv.app.ctx.services.federation:
         entry.provider._discovery = None
 
 
@@ -807,7 +807,7 @@ def test_a_refused_code_exchange_is_a_readable_page(fed, up):
     up.token_error = "invalid_grant"
     _refused(Flow(fed), 400, "refused the authorization code: invalid_grant", "Start again")
     up.token_error = None
-    corp = next(e.provider for e in fed.app.ctx.federation if e.id == "corp")
+    corp = next(e.provider for e in fed.app.ctx.services.federation if e.id == "corp")
     right, corp.client_secret = corp.client_secret, "not-the-secret"
     try:
         _refused(Flow(fed), 503, "refused to exchange the authorization code: invalid_client")
@@ -818,7 +818,7 @@ def test_a_refused_code_exchange_is_a_readable_page(fed, up):
 
 def test_a_provider_object_that_misbehaves_is_a_page_and_a_log_line(fed, up):
     """A plugin's bug (an exception, or not a FederatedIdentity) is never a 500."""
-    corp = next(e.provider for e in fed.app.ctx.federation if e.id == "corp")
+    corp = next(e.provider for e in fed.app.ctx.services.federation if e.id == "corp")
     create_person(fed, up.email)
 
     async def broken(*args, **kwargs):

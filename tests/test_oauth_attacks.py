@@ -42,8 +42,8 @@ from oauth_support import (
 )
 from people_support import SESSION_COOKIE, new_public_key
 
-from grantd.oauth import clients as oauth_clients
-from grantd.web.pages import safe_next
+from grantd.services import clients as oauth_clients
+from grantd.web.views import safe_next
 
 SECRET = WIKI_SECRET
 CONFIG = """
@@ -185,7 +185,7 @@ def test_a_repeated_redirect_uri_or_client_id_is_a_page_not_a_redirect(srv: InPr
     "/%0a/evil.com\n", "evil.com", "/" + "a" * 5000, "/\u2028//evil.com", "\u3000//evil.com",
 ], ids=repr)
 def test_next_is_a_local_path_only(value: str) -> None:
-    from grantd.web.pages import DEFAULT_NEXT
+    from grantd.web.views import DEFAULT_NEXT
 
     assert safe_next(value) == DEFAULT_NEXT
 
@@ -772,7 +772,7 @@ def test_non_public_addresses_in_every_form_are_refused(address: str) -> None:
 def test_a_domain_client_resolving_to_a_private_address_is_never_fetched(srv: InProcessServer) -> None:
     import asyncio
 
-    from grantd.oauth.clients import MetadataError, fetch_metadata
+    from grantd.services.clients import MetadataError, fetch_metadata
 
     tried: list[str] = []
 
@@ -1170,6 +1170,6 @@ def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -
     ("EXAMPLE.com.", "example.com"),
 ])
 def test_failures_are_remembered_per_registrable_domain(host: str, expected: str) -> None:
-    from grantd.oauth.outbound import registrable_domain
+    from grantd.services.outbound import registrable_domain
 
     assert registrable_domain(host, 8443 if expected.endswith(":8443") else None) == expected

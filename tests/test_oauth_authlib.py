@@ -339,7 +339,7 @@ def test_the_consent_page_names_the_domain_client(srv: InProcessServer, sp: Meta
 ])
 def test_which_addresses_the_guard_lets_through(address: str, public: bool) -> None:
     """Mapped and tunnelled IPv6 forms are judged by the IPv4 address inside them."""
-    from grantd.oauth.clients import public_address
+    from grantd.services.clients import public_address
 
     assert public_address(address) is public
 
@@ -347,7 +347,7 @@ def test_which_addresses_the_guard_lets_through(address: str, public: bool) -> N
 def test_the_fetch_connects_to_the_address_that_was_checked(sp: MetadataServer) -> None:
     """One resolution, then the connection goes to that address (a name the system resolver does
     not know works only so); ``Host`` names the client."""
-    from grantd.oauth.clients import fetch_metadata
+    from grantd.services.clients import fetch_metadata
 
     asked: list[str] = []
 
@@ -361,7 +361,7 @@ def test_the_fetch_connects_to_the_address_that_was_checked(sp: MetadataServer) 
 
 
 def test_one_private_address_among_public_ones_is_enough_to_refuse(sp: MetadataServer) -> None:
-    from grantd.oauth.clients import MetadataError, fetch_metadata
+    from grantd.services.clients import MetadataError, fetch_metadata
 
     async def resolver(host: str, port: int) -> list[str]:
         return ["8.8.8.8", "127.0.0.1"]

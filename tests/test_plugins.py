@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 
 import pytest
 
@@ -120,3 +121,44 @@ def test_plugin_paths_others_can_write_to_are_refused(tmp_path, mode):
     missing = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"paths": [str(tmp_path / "no")]}})
     with pytest.raises(ConfigError, match="not a directory"):
         build_plugin_manager(missing)
+
+
+def _notify_plugin(tmp_path):
+    site = tmp_path / "site-plugins"
+    site.mkdir(mode=0o755, exist_ok=True)
+    (site / "notify_section_plugin.py").write_text((ROOT / "tests" / "plugins" / "notify_section_plugin.py").read_text())
+    return f'[plugins]\nmodules = ["notify_section_plugin"]\npaths = ["{site}"]\n'
+
+
+def test_config_sections_a_plugin_declares_are_checked_with_the_rest(tmp_path):
+    """The hook config_sections: the plugin's `[notify]` is known and checked by `grantd config
+    validate` with every other problem, by key path; without the plugin it is an unknown key."""
+    from conftest import GRANTD
+
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    base = f'version = 1\n[admin]\nmanagement_token = "file:{token}"\n[server]\nprot = 1\n'
+    path = tmp_path / "grantd.toml"
+    path.write_text(base + _notify_plugin(tmp_path) + '[notify]\nchannel = "mial"\nretries = 11\nsilent = true\n')
+    result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1
+    assert 'notify.channel: must be one of mail, matrix, got \'mial\' (did you mean "mail"?)' in result.stderr
+    assert "notify.retries: must be at most 10, got 11" in result.stderr and "notify.silent: unknown key" in result.stderr
+    assert 'server.prot: unknown key (did you mean "server.port"?)' in result.stderr
+    # the operator's commands read the file with its plugins' sections too
+    path.write_text(base.replace("prot", "port") + _notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n')
+    listed = subprocess.run([*GRANTD, "plugins", "--config", str(path), "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "notify_section_plugin" in {info["name"] for info in json.loads(listed.stdout)}
+    path.write_text(base + '[notify]\nchannel = "mail"\n')  # no plugin declares it
+    result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    assert "notify: unknown key" in result.stderr
+
+
+def test_a_declared_section_reaches_the_running_server(server_factory, tmp_path):
+    """Every server process reads the file with the sections its plugins declare (config.extra)."""
+    srv = server_factory(extra=_notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n')
+    srv.start()
+    with srv.client() as http:
+        assert http.get("/notify-plugin/config").json() == {"channel": "matrix", "retries": 3}

@@ -11,7 +11,7 @@ import tomllib
 
 import pytest
 
-from grantd.config import SCHEMA, Key, _check_value
+from grantd.config import SCHEMA, Key, check_value
 from grantd.core.review import (
     DEFAULT_POLICY_HASH,
     ArgvPattern,
@@ -288,10 +288,10 @@ def test_every_problem_at_once():
 
 def test_the_scalar_checks_are_the_main_configs_own():
     """One wording for every config error: the policy parser reports a bad scalar exactly as the
-    main config does (it calls grantd.config's `_check_value`)."""
+    main config does (it calls `grantd.core.config_keys.check_value`)."""
     ours = problems(GROUPS + POLICY.replace('on_timeout = "deny"', 'on_timeout = "dny"'))
     theirs: list[str] = []
-    _check_value("policies[0].on_timeout", Key(str, "expire", "", choices=("expire", "deny")), "dny", theirs)
+    check_value("policies[0].on_timeout", Key(str, "expire", "", choices=("expire", "deny")), "dny", theirs)
     assert ours == theirs
     assert SCHEMA  # the module whose helpers these are
 

@@ -489,7 +489,7 @@ class FakeIdp:
 def fake(sp: InProcessServer, dns: TxtDnsServer) -> Iterator[FakeIdp]:
     idp = FakeIdp(sp.clock)
     dns.records["_ddisa.fake.test"] = [f"v=ddisa1 idp={idp.url}"]
-    made = getattr(sp.app.ctx, "sp_login", None)  # the SP's caches, once it served a login
+    made = sp.app.ctx.sp_login  # the SP's caches, once it served a login
     if made is not None:
         made.discovery._cache.pop("fake.test", None)  # a fresh fake IdP per test
     yield idp

@@ -23,7 +23,6 @@ from grantd.config import (
     Config,
     ConfigError,
     development_issuer,
-    load,
     render,
     write_new_config,
     write_secret_file,
@@ -49,7 +48,9 @@ def load_config_or_exit(args: argparse.Namespace) -> Config:
         path = Path(DEFAULT_CONFIG_NAME)
         if not path.exists():
             raise ConfigError([f"no config given (--config or {CONFIG_ENV}) and ./{DEFAULT_CONFIG_NAME} does not exist"])
-    return load(path)
+    from grantd.plugin_manager import load_with_plugins
+
+    return load_with_plugins(path)  # with the sections its plugins declare
 
 
 # -- serve -------------------------------------------------------------------------------------
@@ -116,7 +117,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if generated:  # the generated development issuer follows too, keeping its form
             raw_server["issuer"] = development_issuer(str(raw_server["host"]), int(raw_server["port"]))
         config = _revalidate(config, {"server": raw_server})
-    from grantd.web.app import describe_startup_error, preflight, serve
+    from grantd.web.app import describe_startup_error, preflight
+    from grantd.web.processes import serve
 
     try:
         preflight(config)  # storage and port: a failure is one line, before any banner
@@ -217,11 +219,12 @@ def _print_first_admin_link(config: Config) -> None:
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
     from grantd.config import validate
+    from grantd.plugin_manager import build_plugin_manager, declared_sections
 
     raw = {**config.raw}
     for section, values in changes.items():
         raw[section] = values
-    return validate(raw, config.path)
+    return validate(raw, config.path, declared_sections(build_plugin_manager(config)))
 
 
 # -- config ------------------------------------------------------------------------------------
@@ -497,10 +500,10 @@ def cmd_users_link(args: argparse.Namespace) -> int:
 
 # -- plugins -----------------------------------------------------------------------------------
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from grantd.plugin_manager import build_plugin_manager, describe_plugins
+    from grantd.plugin_manager import build_plugin_manager, describe_plugins, load_with_plugins
 
     path = config_path_from(args)
-    config = load(path) if path else None
+    config = load_with_plugins(path) if path else None
     pm = build_plugin_manager(config)
     infos = describe_plugins(pm)
     if args.json:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grantd.core.errors import forbidden, unauthorized
+from grantd.core.errors import bad_request, forbidden, unauthorized
 from grantd.core.principals import Kind, Principal
 
 
@@ -179,10 +179,13 @@ def may_manage_people(principal: Principal | None) -> Principal:
     return require_admin(principal)
 
 
-def may_delete_person(principal: Principal, person_id: str) -> bool:
+def may_delete_person(principal: Principal | None, person_id: str) -> Principal:
     """An administrator may delete anyone but themselves (so the last admin cannot lock everybody
-    out by a slip; another administrator or `grantd users delete` can)."""
-    return principal.admin and principal.id != person_id
+    out by a slip; another administrator or `grantd users delete` can): 400 for oneself."""
+    principal = may_manage_people(principal)
+    if principal.id == person_id:
+        raise bad_request("you cannot delete yourself; another administrator can")
+    return principal
 
 
 def may_manage_own_sessions(principal: Principal | None) -> Principal:
@@ -191,6 +194,25 @@ def may_manage_own_sessions(principal: Principal | None) -> Principal:
     principal = require(principal)
     if principal.kind is not Kind.PERSON:
         raise forbidden("only a signed-in person has sessions")
+    return principal
+
+
+def may_manage_own_consents(principal: Principal | None) -> Principal:
+    """A person's remembered OAuth consents (/account, ``/api/account/consents``): the person
+    themselves only."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON:
+        raise forbidden("only a signed-in person has consents")
+    return principal
+
+
+def may_decide_device_sign_in(principal: Principal | None, *, in_this_browser: bool) -> Principal:
+    """A terminal's sign-in (device grant, RFC 8628) is approved by a person signed in in the browser
+    that shows the code (a session cookie), never by a bearer token: whoever holds a token is not
+    necessarily looking at the terminal's code."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON or not in_this_browser:
+        raise forbidden("only a person signed in in this browser may approve a terminal's sign-in")
     return principal
 
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
-from grantd.oauth.clients import Client
+from grantd.core.errors import Problem
 from grantd.oauth.issue import secret_hash
+from grantd.services.clients import Client
 from grantd.store.records import Person
 
 if TYPE_CHECKING:
@@ -252,6 +253,14 @@ async def take_consent_ticket(services: Services, req: AuthorizationRequest, per
             and found.get("request") == _request_digest(req))
 
 
+async def check_consent_click(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> None:
+    """RFC 8252 §8.6: a code for a public client with API access follows only a click on the
+    consent page grantd showed for this very request (its single-use ticket); 403 otherwise."""
+    if always_asks(req.client) and not await take_consent_ticket(services, req, person, ticket):
+        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
+                           "used or expired: open the sign-in again)")
+
+
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
     now = services.clock.now_ms()
     await services.store.consents.remember({
@@ -283,3 +292,21 @@ def scope_descriptions(req: AuthorizationRequest) -> list[str]:
 
 __all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "consent_ticket", "error_location",
            "issue_code", "needs_consent", "take_consent_ticket", "validate"]
+
+
+# -- remembered consents (D9): the person's account page and GET /api/account/consents ----------
+
+
+def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
+    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
+            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
+
+
+async def consents_of(services: Services, person_id: str) -> list[dict[str, Any]]:
+    """The person's consents, with the names of clients known without a fetch (built in, config,
+    cached metadata; else the client_id)."""
+    views = []
+    for consent in await services.store.consents.list_for(person_id):
+        known = services.oauth_clients.known(consent["client_id"])
+        views.append(consent_view(consent, known.name if known else None))
+    return views

@@ -7,7 +7,7 @@ import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from grantd.oauth.clients import APES_CLI, GRANTD_CLI, Client
+from grantd.services.clients import APES_CLI, GRANTD_CLI, Client
 from grantd.store.records import Person, RefreshToken
 
 if TYPE_CHECKING:

@@ -36,9 +36,9 @@ import jwt
 from grantd.logs import LOGGER
 from grantd.oauth import device
 from grantd.oauth.authorize import CODE_KEEP_S
-from grantd.oauth.clients import DEVICE_GRANT, Client
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
+from grantd.services.clients import DEVICE_GRANT, Client
 from grantd.sshkeys import KeyFormatError, load_public_key
 from grantd.store import Conflict
 from grantd.store.records import RefreshToken

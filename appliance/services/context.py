@@ -10,8 +10,9 @@ import pluggy
 from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
-from grantd.oauth.clients import ClientRegistry
+from grantd.plugin_manager import FederationProvider, build_federation_providers, storage_factory
 from grantd.services.authn import AuthnChain, default_chain
+from grantd.services.clients import ClientRegistry
 from grantd.services.events import GrantEventHub
 from grantd.services.keys import KeyRing
 from grantd.services.limits import Limits
@@ -38,6 +39,8 @@ class Services:
     pm: pluggy.PluginManager
     admin_emails: frozenset[str]
     oauth_clients: ClientRegistry
+    # the [[federation.providers]] built by their types' factories (grantd.plugin_manager)
+    federation: tuple[FederationProvider, ...] = ()
 
     @property
     def issuer(self) -> str:
@@ -61,9 +64,10 @@ def configured_id_token_algs(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(c["id_token_signed_response_alg"]) for c in config.oauth.clients))
 
 
-async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock = SYSTEM_CLOCK) -> Services:
-    from grantd.plugin_manager import storage_factory
-
+async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock = SYSTEM_CLOCK,
+                        federation: tuple[FederationProvider, ...] | None = None) -> Services:
+    """The process's services. ``federation``: the providers already built (create_app builds them
+    first, so a bad provider table stops the start before the storage opens); else built here."""
     store = storage_factory(pm, config)(config)
     await store.migrate()
     keyring = KeyRing(store, longest_token_lifetime(config), clock)
@@ -80,4 +84,5 @@ async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock =
         pm=pm,
         admin_emails=admin_emails_of(config),
         oauth_clients=ClientRegistry(config, clock),
+        federation=build_federation_providers(pm, config) if federation is None else federation,
     )

@@ -14,6 +14,7 @@ Rules we chose where D7 is silent (docs/grants.md):
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -164,9 +165,11 @@ async def list_delegations(services: Services, principal: Principal, args: Any) 
     return page(rows, has_more, lambda d: view(d, lapse.status_of(d)))
 
 
-async def _visible(services: Services, principal: Principal, delegation_id: str) -> Delegation:
+async def _visible(services: Services, principal: Principal, delegation_id: str,
+                   may: Callable[[Principal, Delegation], bool] = policy.may_see_delegation) -> Delegation:
+    """The delegation if ``may`` lets the principal at it; else 404 (nobody else learns it exists)."""
     delegation = await services.store.delegations.get(delegation_id)
-    if delegation is None or not policy.may_see_delegation(principal, delegation):
+    if delegation is None or not may(principal, delegation):
         raise not_found("delegation not found")
     return delegation
 
@@ -205,7 +208,7 @@ async def covering_delegation(services: Services, request: dict[str, Any], reque
 
 
 async def validate(services: Services, principal: Principal, delegation_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    delegation = await _visible(services, principal, delegation_id)
+    delegation = await _visible(services, principal, delegation_id, policy.may_validate_delegation)
     status = services.delegation_lapse().status_of(delegation)
     answer: dict[str, Any] = {"valid": False, "delegation": view(delegation, status)}
     delegate = body.get("delegate")

@@ -29,7 +29,7 @@ from grantd.core.fields import (
     string_field,
 )
 from grantd.core.lifecycle import GRANT_TYPES, Lapse
-from grantd.core.paging import page, page_request
+from grantd.core.paging import PageRequest, page, page_request
 from grantd.core.principals import Principal
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
@@ -356,6 +356,25 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
         lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
     )
     return page(rows, has_more, reader.view)
+
+
+async def inbox(services: Services, principal: Principal, limit: int) -> dict[str, Any]:
+    """The grants waiting for this person's decision (those of the agents they own or approve; all
+    of them for an administrator), at most ``limit``, and the latest decided ones they could see:
+    the /grants page. The same scope as GET /api/grants (``policy.grant_list_scope``)."""
+    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
+    scope = policy.grant_list_scope(principal, decidable).requester_ids
+    reader = Reader(services)
+    pending: list[Grant] = []
+    more = False
+    recent: list[Grant] = []
+    if scope is None or scope:
+        pending, more = await services.store.grants.list(
+            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope
+        )
+        latest, _ = await services.store.grants.list(lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope)
+        recent = [g for g in latest if reader.status(g) != "pending"][:10]
+    return {"pending": [reader.view(g) for g in pending], "more_pending": more, "recent": [reader.view(g) for g in recent]}
 
 
 def _not_pending(status: str) -> Problem:

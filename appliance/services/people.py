@@ -25,6 +25,7 @@ import secrets
 from typing import Any
 from urllib.parse import urlsplit
 
+from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, conflict, forbidden, not_found
 from grantd.core.fields import check_identifier, email_field, field_error, identifier_field
 from grantd.core.paging import page, page_request
@@ -170,6 +171,22 @@ async def create_person_from(services: Services, body: dict[str, Any]) -> Person
     return await create_person(services, email, name=name, admin=bool(admin))
 
 
+async def create_user(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /api/admin/users: a person from the body and, with ``"registration": true``, their first
+    registration URL made by ``principal`` (the caller the route checked with policy)."""
+    registration = body.get("registration")
+    if registration is not None and not isinstance(registration, bool):
+        raise bad_request("registration must be true or false", field="registration")
+    person = await create_person_from(services, body)
+    answer = person_view(person, services.admin_emails)
+    if registration:
+        url, record = await create_registration_url(
+            services, person["email"], admin=person["admin"], purpose="register", created_by=creator(principal)
+        )
+        answer["registration"] = registration_answer(services, url, record)
+    return answer
+
+
 def _bool_field(body: dict[str, Any], name: str) -> bool | None:
     value = body.get(name)
     if value is not None and not isinstance(value, bool):
@@ -211,8 +228,8 @@ async def delete_person(services: Services, principal: Principal | None, ident: 
     """Delete a person with their passkeys, sessions and unused registration URLs (one store call).
     ``principal`` None is the operator's CLI (``grantd users delete``)."""
     person = await get_person(services, ident)
-    if principal is not None and principal.id == person["person_id"]:
-        raise bad_request("you cannot delete yourself; another administrator can")
+    if principal is not None:
+        policy.may_delete_person(principal, person["person_id"])
     deleted = await retire(services, principal.email if principal else "grantd users delete", person,
                            delete=True, reason="person deleted")
     if deleted is None:

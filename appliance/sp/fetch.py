@@ -2,11 +2,11 @@
 the token endpoint) and Web Push endpoints (grantd.plugins.notify_webpush).
 
 An IdP found through DNS is named by whoever controls that DNS zone, so requests to it are guarded
-the way client metadata fetches are (``grantd.oauth.clients``): the host is resolved once, every
+the way client metadata fetches are (``grantd.services.clients``): the host is resolved once, every
 address must be public, and the connection goes to the checked address (the URL names the IP;
 ``Host`` and TLS SNI/certificate checks use the name), so DNS rebinding changes nothing. No
 redirects, short timeouts, bodies capped, and the rules of every fetch made for a caller
-(``grantd.oauth.outbound``, D12): one overall deadline of 5 s for the whole request, and a bound on
+(``grantd.services.outbound``, D12): one overall deadline of 5 s for the whole request, and a bound on
 requests at once shared with client-metadata fetches (one more is refused, not queued). ``allow_private`` (``sp.allow_http_idp``, tests only, or
 an IdP the operator configured as ``sp.fallback_idp``) lifts the address rule.
 """
@@ -20,8 +20,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from grantd.oauth.clients import MetadataError, public_address, resolve
-from grantd.oauth.outbound import DEADLINE_S, Busy, FetchGuard
+from grantd.services.clients import MetadataError, public_address, resolve
+from grantd.services.outbound import DEADLINE_S, Busy, FetchGuard
 
 TIMEOUT = httpx.Timeout(5.0, connect=3.0)
 MAX_BODY = 256 * 1024
@@ -57,7 +57,7 @@ async def send(method: str, url: str, *, allow_private: bool, headers: dict[str,
     """(status, body) of one request to ``url``, guarded (module docstring): resolved once, every
     address public unless ``allow_private``, connected to the checked address, no redirects.
     ``guard``: the process's ``FetchGuard`` (overall deadline, requests at once); without one, the
-    deadline alone (``grantd.oauth.outbound.DEADLINE_S``)."""
+    deadline alone (``grantd.services.outbound.DEADLINE_S``)."""
     try:
         if guard is None:
             async with asyncio.timeout(DEADLINE_S):

@@ -39,8 +39,8 @@ import jwt
 
 from grantd.core.errors import Problem
 from grantd.logs import LOGGER
-from grantd.oauth.outbound import FetchGuard, registrable_domain
 from grantd.services import flows, sessions
+from grantd.services.outbound import FetchGuard, registrable_domain
 from grantd.sp import ddisa
 from grantd.sp.fetch import FetchError, request
 
@@ -184,7 +184,7 @@ def client_metadata(config: Config) -> dict[str, Any]:
 
 
 def _domain_of(url: str) -> str:
-    """The registrable domain an IdP's failures are remembered under (``grantd.oauth.outbound``)."""
+    """The registrable domain an IdP's failures are remembered under (``grantd.services.outbound``)."""
     try:
         parts = urlsplit(url)
         return registrable_domain(parts.hostname or "", parts.port)
@@ -204,7 +204,7 @@ class SpLogin:
 
     def __init__(self, config: Config, clock: Clock, fetches: FetchGuard | None = None):
         sp = config.sp
-        self.fetches = fetches  # the process's FetchGuard (grantd.oauth.outbound), shared with client metadata
+        self.fetches = fetches  # the process's FetchGuard (grantd.services.outbound), shared with client metadata
         self.config = config
         self.clock = clock
         self.allow_http = bool(sp.allow_http_idp)

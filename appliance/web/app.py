@@ -17,16 +17,23 @@ from sanic.models.server_types import ConnInfo
 from sanic.response import HTTPResponse, json
 
 from grantd.client_address import client_address, shared_address_warning
-from grantd.config import Config, load
+from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
-from grantd.plugin_manager import build_federation_providers, build_plugin_manager, call_async_hook
+from grantd.plugin_manager import (
+    build_federation_providers,
+    build_plugin_manager,
+    call_async_hook,
+    load_with_plugins,
+)
 from grantd.services.context import Services, open_services
 from grantd.services.grants import sweep_expired
 from grantd.web import csrf
 from grantd.web.api import metrics as metrics_api
 from grantd.web.api.common import clear_stale_session_cookie
+from grantd.web.state import ProcessState, state_of
+from grantd.web.views import error_page
 
 log = logging.getLogger(LOGGER)
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -49,7 +56,7 @@ class GrantdApp(Sanic):
     so before the stopper has taken the signals over, where a plain stop can be lost."""
 
     def stop(self, terminate: bool = True, unregister: bool = False) -> None:
-        stopper = getattr(self.ctx, "stopper", None)
+        stopper = self.ctx.stopper if isinstance(self.ctx, ProcessState) else None
         if stopper is not None and not unregister:
             stopper.stop_asked()
             return
@@ -137,7 +144,7 @@ STORE_PING_TIMEOUT = 2.0
 
 async def _store_answers(app: Sanic) -> bool:
     """After an unexpected error: does the database still answer (``store.ping``, bounded)?"""
-    services = getattr(app.ctx, "services", None)
+    services = state_of(app).services
     if services is None:
         return True
     try:
@@ -151,8 +158,10 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     """The server app. ``clock`` is the source of time for everything it decides (tests pass a
     ManualClock to an in-process server)."""
     pm = pm or build_plugin_manager(config)
+    providers = build_federation_providers(pm, config)  # a bad provider table stops the start here
     app = GrantdApp(
-        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest
+        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest,
+        ctx=ProcessState(config, pm),
     )
     app.config.update(
         {
@@ -167,10 +176,6 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             "KEEP_ALIVE_TIMEOUT": 30,
         }
     )
-    app.ctx.config = config
-    app.ctx.pm = pm
-    app.ctx.federation = build_federation_providers(pm, config)  # a bad provider table stops the start here
-
     from grantd.web import openapi, pages
     from grantd.web.api import (
         admin,
@@ -196,29 +201,32 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     @app.before_server_start
     async def open_storage(app: Sanic) -> None:
         _quiet_interrupts(asyncio.get_running_loop())
-        app.ctx.services = await open_services(config, pm, clock)
+        state_of(app).services = await open_services(config, pm, clock, providers)
         await call_async_hook(pm.hook.startup, app=app, config=config)
 
     @app.after_server_start
     async def start_background_work(app: Sanic) -> None:
-        services = app.ctx.services
+        state = state_of(app)
+        services = state.services
+        assert services is not None  # opened before the server starts
         services.store.serving()
         services.events.start()
-        app.ctx.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
+        state.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
-        services = getattr(app.ctx, "services", None)
+        state = state_of(app)
+        services = state.services
         if services is None:
             return
-        sweeper = getattr(app.ctx, "sweeper", None)
+        sweeper = state.sweeper
         if sweeper is not None:
             sweeper.cancel()
         await services.events.close()  # open event streams end now instead of holding up the shutdown
 
     @app.after_server_stop
     async def close_storage(app: Sanic) -> None:
-        services = getattr(app.ctx, "services", None)
+        services = state_of(app).services
         if services is not None:
             services.store.close()
 
@@ -291,8 +299,6 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             problem = Problem(503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)})
         request_id = getattr(request.ctx, "request_id", None) if request else None
         if problem.status in (404, 405) and isinstance(exc, SanicException) and _wants_a_page(request):
-            from grantd.web.pages import error_page
-
             title = "Page not found" if problem.status == 404 else "Not allowed here"
             page = error_page(None, problem.status, title, "There is no page at this address." if problem.status == 404
                               else problem.detail)
@@ -335,8 +341,9 @@ async def _sweep_forever(services: Services) -> None:
 
 
 def create_app_from_path(config_path: str) -> Sanic:
-    """Factory used by each worker process (it re-reads the config; secrets come from files/env)."""
-    return create_app(load(config_path))
+    """Factory used by each worker process (it re-reads the config, with the sections its plugins
+    declare; secrets come from files/env)."""
+    return create_app(load_with_plugins(config_path))
 
 
 async def prepare_storage(config: Config, pm: pluggy.PluginManager) -> dict[str, Any]:
@@ -407,53 +414,3 @@ def preflight(config: Config) -> dict[str, Any]:
     prepared = asyncio.run(prepare_storage(config, pm))
     check_listen_address(config.server.host, config.server.port)
     return prepared
-
-
-def serve(config: Config, *, checked: bool = False) -> None:
-    """Run the server until SIGTERM/SIGINT. ``checked``: ``preflight`` already ran (grantd serve
-    runs it before its banner); otherwise it runs here. With ``workers`` > 1 this process is the
-    first of a group sharing one socket (grantd.web.processes)."""
-    from grantd.web import processes
-
-    if not checked:
-        preflight(config)
-    workers = config.server.workers
-    single = is_frozen() or workers == 1
-    if is_frozen() and workers > 1:
-        log.warning("the bundle serves in one process; [server] workers = %d is ignored", workers)
-    assert config.path is not None
-    metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
-    early = None if single else processes.EarlyStop()
-    group = None
-    grace = float(config.server.graceful_shutdown_timeout)
-    try:
-        app = create_app_from_path(str(config.path))
-        if single:
-            app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
-            processes.Stopper(app, grace=grace)
-        else:
-            assert early is not None
-            sock = processes.listen_socket(config.server.host, config.server.port)
-            group = processes.ProcessGroup(str(config.path), sock, workers - 1, grace)
-            app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
-            processes.attach(app, group, early)
-        log.info(
-            "grantd listening on http://%s:%s (issuer %s, %d process%s)",
-            config.server.host,
-            config.server.port,
-            config.server.issuer,
-            1 if single else workers,
-            "" if single else "es",
-        )
-        if early is not None and early.requested:
-            log.info("stopped before the server started")
-            return
-        if group is not None:
-            group.start()
-        Sanic.serve_single(primary=app)
-        if group is not None and group.failed:
-            raise StartupError(group.failed)
-    finally:
-        if group is not None:
-            group.wait()
-        metrics_api.remove_process_dir(metrics_dir)

@@ -33,6 +33,7 @@ from sanic.response import HTTPResponse, json
 
 import grantd
 from grantd.services.sessions import SESSION_COOKIE
+from grantd.web.api.common import services_of
 
 bp = Blueprint("openapi")
 
@@ -841,7 +842,7 @@ _DOCUMENTS: dict[str, dict[str, Any]] = {}
 @bp.get("/openapi.json", name="document")
 async def document(request: Request) -> HTTPResponse:
     """No credential needed: the interface is public, the data behind it is not."""
-    issuer = request.app.ctx.services.issuer
+    issuer = services_of(request).issuer
     if issuer not in _DOCUMENTS:
         _DOCUMENTS[issuer] = build_document(issuer)
     return json(_DOCUMENTS[issuer], headers={"Cache-Control": "public, max-age=300"})

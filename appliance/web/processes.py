@@ -39,8 +39,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from sanic import Sanic
+
+from grantd.config import Config
 from grantd.logs import LOGGER
 from grantd.web.api import metrics as metrics_api
+from grantd.web.app import StartupError, create_app_from_path, describe_startup_error, is_frozen, preflight
+from grantd.web.state import state_of
 
 log = logging.getLogger(LOGGER)
 
@@ -226,7 +231,7 @@ class Stopper:
         self.shutting_down = False
         self.started = False  # every after-start listener has returned
         self.loop: Any = None
-        app.ctx.stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
+        state_of(app).stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
         # Priorities: take the signals before any other after-start listener runs, learn when the
         # last one has returned, and learn that the shutdown began before any other before-stop
         # listener awaits.
@@ -281,8 +286,6 @@ class Stopper:
 
         if self.shutting_down:
             return
-        from sanic import Sanic
-
         Sanic.stop(self.app, terminate=False)
         (self.loop or asyncio.get_event_loop()).call_later(self.RETRY, self._stop_until_it_stops)
 
@@ -311,7 +314,7 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
 
     @app.after_server_start
     async def start_watching(app: Any) -> None:
-        app.ctx.process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
+        state_of(app).process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
 
     @app.before_server_stop
     async def stop_the_others(app: Any) -> None:  # however this server's stop began
@@ -336,10 +339,6 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     """One of the other server processes: the app of ``config_path`` on the inherited socket."""
     import asyncio
 
-    from sanic import Sanic
-
-    from grantd.web.app import create_app_from_path
-
     _die_with_parent(parent)
     app = create_app_from_path(config_path)
     sock = socket.socket(fileno=fd)
@@ -358,7 +357,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
             log.warning("the first server process (pid %d) is gone: stopping", parent)
             stopper.stop()
 
-        app.ctx.orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
+        state_of(app).orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
 
     Sanic.serve_single(primary=app)
 
@@ -390,8 +389,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve_peer(args.config, args.fd, args.ready_fd, args.parent)
     except Exception as exc:
-        from grantd.web.app import describe_startup_error
-
         _log_failure(args.config, describe_startup_error(exc))
         return 1
     return 0
@@ -399,3 +396,51 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def serve(config: Config, *, checked: bool = False) -> None:
+    """Run the server until SIGTERM/SIGINT. ``checked``: ``preflight`` already ran (grantd serve
+    runs it before its banner); otherwise it runs here. With ``workers`` > 1 this process is the
+    first of a group sharing one socket (grantd.web.processes)."""
+    if not checked:
+        preflight(config)
+    workers = config.server.workers
+    single = is_frozen() or workers == 1
+    if is_frozen() and workers > 1:
+        log.warning("the bundle serves in one process; [server] workers = %d is ignored", workers)
+    assert config.path is not None
+    metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
+    early = None if single else EarlyStop()
+    group = None
+    grace = float(config.server.graceful_shutdown_timeout)
+    try:
+        app = create_app_from_path(str(config.path))
+        if single:
+            app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
+            Stopper(app, grace=grace)
+        else:
+            assert early is not None
+            sock = listen_socket(config.server.host, config.server.port)
+            group = ProcessGroup(str(config.path), sock, workers - 1, grace)
+            app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
+            attach(app, group, early)
+        log.info(
+            "grantd listening on http://%s:%s (issuer %s, %d process%s)",
+            config.server.host,
+            config.server.port,
+            config.server.issuer,
+            1 if single else workers,
+            "" if single else "es",
+        )
+        if early is not None and early.requested:
+            log.info("stopped before the server started")
+            return
+        if group is not None:
+            group.start()
+        Sanic.serve_single(primary=app)
+        if group is not None and group.failed:
+            raise StartupError(group.failed)
+    finally:
+        if group is not None:
+            group.wait()
+        metrics_api.remove_process_dir(metrics_dir)

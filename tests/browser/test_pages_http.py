@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from browser.conftest import problem_json
-from grantd.web.pages import PAGE_CSP, safe_next
+from grantd.web.views import PAGE_CSP, safe_next
 
 PAGES = ["/grants", "/account", "/enroll?name=bot&key=ssh-ed25519%20AAAA", "/admin", "/grant-approval?grant_id=abc"]
 

@@ -2,15 +2,14 @@
 
 `parse_review_config(raw)` takes the parsed TOML document (it reads only `groups`, `rules` and
 `policies`) and returns a `Parsed`: the typed `ReviewConfig`, or every problem at once, each with
-its key path and, for a misspelt key, a "did you mean" (the messages and the scalar checks are
-`grantd.config`'s own: `Key` and `_check_value`). Nothing here reads files or the clock.
+its key path and, for a misspelt key, a "did you mean" (the messages and the scalar checks are the
+config file's own: `Key` and `check_value` of `grantd.core.config_keys`). Nothing here reads files
+or the clock.
 
 Key paths look like `policies[2].require[0].approve` (0-based, in file order).
 
-Layering note for the wiring step: this module imports `grantd.config` (for `Key` and
-`_check_value`, so there is one wording of config errors). When `grantd.config` starts calling
-`parse_review_config`, move those two into a leaf module both import (issue 21 splits config.py),
-or the two modules would import each other.
+Layering: the core never imports `grantd.config`; the key and its check live in the leaf
+`grantd.core.config_keys`, which `grantd.config` imports too (one wording of config errors).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from grantd.config import Key, _check_value
+from grantd.core.config_keys import Key, check_value
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.review.matching import (
     ANY_REST,
@@ -161,7 +160,7 @@ class Parsed:
 
 # -- the parser -----------------------------------------------------------------------------------
 
-# Scalar keys, checked by grantd.config's own `_check_value` (type, choices with "did you mean",
+# Scalar keys, checked by the config file's own `check_value` (type, choices with "did you mean",
 # minimum): the messages read exactly like every other config error.
 GROUP_KEYS = {
     "id": Key(str, None, "Group id (referenced by policies)."),
@@ -253,7 +252,7 @@ class _Parser:
                 self.add(f"{path}.{name}", "missing")
         for name, key in spec.items():
             if name in table and key.kind is not object:
-                _check_value(f"{path}.{name}", key, table[name], self.problems)
+                check_value(f"{path}.{name}", key, table[name], self.problems)
         return len(self.problems) == before
 
     def identifier(self, path: str, value: Any, seen: dict[str, str], what: str) -> str | None:

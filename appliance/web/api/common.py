@@ -12,10 +12,15 @@ from grantd.core.principals import Principal
 from grantd.services.authn import Credentials, bearer_token
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE, secure_cookie, ttl_seconds
+from grantd.web.state import state_of
 
 
 def services_of(request: Request) -> Services:
-    return request.app.ctx.services  # type: ignore[no-any-return]
+    """The process's services (grantd.web.state): open from before the server starts."""
+    services = state_of(request).services
+    if services is None:
+        raise RuntimeError("the services are not open yet (before_server_start opens them)")
+    return services
 
 
 def credentials_of(request: Request) -> Credentials:

@@ -26,13 +26,13 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.core.errors import Problem, bad_request, forbidden, unauthorized
-from grantd.core.principals import Kind
+from grantd.core import policy
+from grantd.core.errors import Problem, bad_request
 from grantd.oauth import device
 from grantd.oauth.errors import OAuthError, invalid_client
 from grantd.services.context import Services
 from grantd.services.limits import Rule
-from grantd.web import pages
+from grantd.web import views
 from grantd.web.api.common import body_of, credentials_of, principal_of, services_of
 from grantd.web.api.oauth import CORS, NO_STORE, oauth_error, params_of
 
@@ -120,8 +120,8 @@ async def request_view(services: Services, record: Any, viewer_admin: bool = Fal
 
 
 @bp.get("/device")
-@pages.page()
-async def device_page(request: Request, viewer: pages.Viewer) -> HTTPResponse:
+@views.page()
+async def device_page(request: Request, viewer: views.Viewer) -> HTTPResponse:
     services = services_of(request)
     typed = request.args.get("user_code")
     found: dict[str, Any] | None = None
@@ -137,18 +137,15 @@ async def device_page(request: Request, viewer: pages.Viewer) -> HTTPResponse:
             else:
                 found = await request_view(services, record, viewer.admin)
     shown = typed if (typed and len(typed) <= 20 and typed.isprintable()) else ""
-    return pages.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
+    return views.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
                         typed=shown, problem=problem)
 
 
 @bp.post("/api/device/decide")
 async def decide(request: Request) -> HTTPResponse:
     services = services_of(request)
-    principal = await principal_of(request)
-    if principal is None:
-        raise unauthorized()
-    if principal.kind is not Kind.PERSON or credentials_of(request).session is None:
-        raise forbidden("only a person signed in in this browser may approve a terminal's sign-in")
+    principal = policy.may_decide_device_sign_in(await principal_of(request),
+                                                 in_this_browser=credentials_of(request).session is not None)
     await _count_attempt(request)
     body = body_of(request)
     approve = body.get("approve")

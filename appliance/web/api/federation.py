@@ -44,7 +44,7 @@ from grantd.services import federation, flows, sessions
 from grantd.services.context import Services
 from grantd.services.limits import Rule
 from grantd.web.api.common import services_of, set_session_cookie
-from grantd.web.pages import error_page, safe_next
+from grantd.web.views import error_page, safe_next
 
 bp = Blueprint("federation")
 log = logging.getLogger(LOGGER)
@@ -64,13 +64,8 @@ def sign_in_rule(services: Services) -> Rule:
     return Rule("federation-start.address", services.config.limits.passkey_per_address, "too many sign-in attempts")
 
 
-def can_sign_in(entry: FederationProvider) -> bool:
-    """Provider objects without the round trip (``begin``/``finish``) are listed but not offered."""
-    return callable(getattr(entry.provider, "begin", None)) and callable(getattr(entry.provider, "finish", None))
-
-
 def _find(request: Request, provider_id: str) -> FederationProvider | None:
-    return next((p for p in request.app.ctx.federation if p.id == provider_id and can_sign_in(p)), None)
+    return next((p for p in services_of(request).federation if p.id == provider_id and p.can_sign_in), None)
 
 
 def callback_url(services: Services, provider_id: str) -> str:
@@ -111,7 +106,7 @@ def _binding_of(request: Request) -> str | None:
 @bp.get("/api/federation/providers")
 async def providers(request: Request) -> HTTPResponse:
     """No credential needed (a login page lists them); each entry is public_info(): no secrets."""
-    return json({"providers": [provider.public_info() for provider in request.app.ctx.federation]})
+    return json({"providers": [provider.public_info() for provider in services_of(request).federation]})
 
 
 @bp.get("/auth/federated/<provider_id:str>")

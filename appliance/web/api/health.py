@@ -4,6 +4,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core.errors import Problem
+from grantd.web.api.common import services_of
 
 bp = Blueprint("health")
 
@@ -15,6 +16,6 @@ async def healthz(request: Request) -> HTTPResponse:
 
 @bp.get("/readyz")
 async def readyz(request: Request) -> HTTPResponse:
-    if not await request.app.ctx.services.store.ping():
+    if not await services_of(request).store.ping():
         raise Problem(503, "database unreachable")
     return json({"status": "ready"})

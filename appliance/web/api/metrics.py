@@ -39,6 +39,8 @@ from sanic.response import HTTPResponse, raw
 
 from grantd.config import Config
 from grantd.core.errors import Problem
+from grantd.web.api.common import services_of
+from grantd.web.state import state_of
 
 bp = Blueprint("metrics")
 
@@ -138,7 +140,7 @@ class Metrics:
 
 async def _store_lines(request: Request) -> str:
     """The store's figures, read now, in the text format."""
-    services = request.app.ctx.services
+    services = services_of(request)
     counts, oldest = await services.store.grants.summary(services.grant_lapse())
     lines = [
         "# HELP grantd_grants Grants by status, as clients read them (lapsed ones count as expired).",
@@ -167,8 +169,8 @@ def _authorized(request: Request, token: str) -> bool:
 
 @bp.get("/metrics")
 async def metrics(request: Request) -> HTTPResponse:
-    config = request.app.ctx.config
-    collected: Metrics | None = getattr(request.app.ctx, "metrics", None)
+    state = state_of(request)
+    config, collected = state.config, state.metrics
     if not config.metrics.enabled or collected is None:
         raise Problem(404, "no such route")
     token = config.metrics.token
@@ -185,7 +187,8 @@ def install(app: Sanic, config: Config) -> None:
     if not config.metrics.enabled:
         return
     collected = Metrics()
-    app.ctx.metrics = collected
+    state = state_of(app)
+    state.metrics = collected
 
     @app.on_response(priority=95)  # type: ignore[call-arg]
     async def count_response(request: Request, response: HTTPResponse) -> None:
@@ -193,15 +196,16 @@ def install(app: Sanic, config: Config) -> None:
 
     @app.after_server_start
     async def follow_streams(app: Sanic) -> None:
-        services = app.ctx.services
+        services = state.services
+        assert services is not None  # opened before the server starts
         services.limits.on_refused = collected.refused
-        app.ctx.metrics_streams = asyncio.get_running_loop().create_task(
+        state.metrics_streams = asyncio.get_running_loop().create_task(
             _follow_streams(services, collected), name="metrics-streams"
         )
 
     @app.before_server_stop
     async def stop_following(app: Sanic) -> None:
-        task = getattr(app.ctx, "metrics_streams", None)
+        task = state.metrics_streams
         if task is not None:
             task.cancel()
         if collected.multiprocess:

@@ -16,9 +16,10 @@ from urllib.parse import parse_qsl, quote, urlencode
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json, redirect
 
+from grantd.core import policy
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.fields import json_body
-from grantd.core.principals import Kind
+from grantd.core.principals import Principal
 from grantd.oauth import authorize, revoke, token
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.services import sessions
@@ -27,6 +28,7 @@ from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
 from grantd.web.api.common import principal_of, services_of
+from grantd.web.views import error_page, federation_buttons, render, viewer_of
 
 bp = Blueprint("oauth")
 
@@ -140,8 +142,6 @@ def _back(location: str) -> HTTPResponse:
 
 
 async def _page_error(request: Request, error: authorize.PageError) -> HTTPResponse:
-    from grantd.web.pages import error_page, viewer_of
-
     return _no_store(error_page(await viewer_of(request), error.status, error.title, error.detail))
 
 
@@ -170,8 +170,6 @@ async def authorize_get(request: Request) -> HTTPResponse:
         # Sign in again (prompt=login), or as the hinted person: the sign-in page, here, with the way
         # back minus what asked for it (no loop). The current session is left alone: a GET that
         # signed people out would let any site do it (a fresh sign-in replaces the cookie anyway).
-        from grantd.web.pages import federation_buttons, render
-
         target = "/authorize?" + _without(req.query, prompt="login", login_hint="")
         return _no_store(render("login.html", viewer=None, title="Sign in again", next=target,
                                 providers=federation_buttons(request, target),
@@ -180,8 +178,6 @@ async def authorize_get(request: Request) -> HTTPResponse:
         if "none" in req.prompt:
             return _back(authorize.error_location(req.fail("consent_required", "the person has not consented"),
                                                   services.issuer))
-        from grantd.web.pages import render, viewer_of
-
         ticket = await authorize.consent_ticket(services, req, person) if authorize.always_asks(req.client) else None
         return _no_store(render(
             "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
@@ -219,12 +215,7 @@ async def consent(request: Request) -> HTTPResponse:
     if not approve:
         location = authorize.error_location(req.fail("access_denied", "the person denied access"), services.issuer)
         return json({"location": location}, headers=NO_STORE)
-    if authorize.always_asks(req.client) and not await authorize.take_consent_ticket(services, req, person,
-                                                                                     body.get("ticket")):
-        # RFC 8252 §8.6: a code for a public client with API access follows only a click on the
-        # consent page grantd showed for this very request
-        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
-                           "used or expired: open the sign-in again)")
+    await authorize.check_consent_click(services, req, person, body.get("ticket"))
     await authorize.remember_consent(services, req, person)
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return json({"location": location}, headers=NO_STORE)
@@ -345,34 +336,14 @@ async def userinfo_preflight(request: Request) -> HTTPResponse:
 # -- the person's remembered consents (/account) ----------------------------------------------------
 
 
-async def _person(request: Request) -> Any:
-    principal = await principal_of(request)
-    if principal is None:
-        raise unauthorized()
-    if principal.kind is not Kind.PERSON:
-        raise Problem(403, "only a signed-in person has consents")
-    return principal
-
-
-def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
-    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
-            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
-
-
-async def consents_of(services: Any, person_id: str) -> list[dict[str, Any]]:
-    """The person's consents, with the names of clients known without a fetch (built in, config,
-    cached metadata; else the client_id)."""
-    views = []
-    for consent in await services.store.consents.list_for(person_id):
-        known = services.oauth_clients.known(consent["client_id"])
-        views.append(consent_view(consent, known.name if known else None))
-    return views
+async def _person(request: Request) -> Principal:
+    return policy.may_manage_own_consents(await principal_of(request))
 
 
 @bp.get("/api/account/consents", name="list_consents")
 async def list_consents(request: Request) -> HTTPResponse:
     principal = await _person(request)
-    return json({"data": await consents_of(services_of(request), principal.id)})
+    return json({"data": await authorize.consents_of(services_of(request), principal.id)})
 
 
 @bp.delete("/api/account/consents/<client_id:str>", name="withdraw_consent")

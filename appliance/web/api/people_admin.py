@@ -6,7 +6,6 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
-from grantd.core.errors import bad_request
 from grantd.services import people
 from grantd.web.api.common import body_of, principal_of, services_of
 
@@ -25,18 +24,7 @@ async def list_users(request: Request) -> HTTPResponse:
 @bp.post("/api/admin/users")
 async def create_user(request: Request) -> HTTPResponse:
     principal = policy.may_manage_people(await principal_of(request))
-    services, body = services_of(request), body_of(request)
-    registration = body.get("registration")
-    if registration is not None and not isinstance(registration, bool):
-        raise bad_request("registration must be true or false", field="registration")
-    person = await people.create_person_from(services, body)
-    answer = people.person_view(person, services.admin_emails)
-    if registration:
-        url, record = await people.create_registration_url(
-            services, person["email"], admin=person["admin"], purpose="register", created_by=people.creator(principal)
-        )
-        answer["registration"] = people.registration_answer(services, url, record)
-    return json(answer, status=201)
+    return json(await people.create_user(services_of(request), principal, body_of(request)), status=201)
 
 
 @bp.get("/api/admin/users/<ident:str>", unquote=True)

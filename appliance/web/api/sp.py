@@ -37,6 +37,8 @@ from grantd.sp.login import (
     error_code,
 )
 from grantd.web.api.common import body_of, services_of, set_session_cookie
+from grantd.web.state import state_of
+from grantd.web.views import safe_next
 
 bp = Blueprint("sp")
 log = logging.getLogger(LOGGER)
@@ -46,14 +48,13 @@ PUBLIC_HEADERS = {"Access-Control-Allow-Origin": "*", "Cache-Control": "public, 
 
 def _sp(request: Request) -> SpLogin:
     """The process's SP login (its caches), made on first use; 404 while ``[sp]`` is off."""
-    config = request.app.ctx.config
-    if not config.sp.enabled:
+    state = state_of(request)
+    if not state.config.sp.enabled:
         raise not_found("SP login is not enabled on this server ([sp] enabled = false)")
-    found = getattr(request.app.ctx, "sp_login", None)
-    if found is None:
+    if state.sp_login is None:
         services = services_of(request)
-        found = request.app.ctx.sp_login = SpLogin(config, services.clock, services.oauth_clients.fetches)
-    return found  # type: ignore[no-any-return]
+        state.sp_login = SpLogin(state.config, services.clock, services.oauth_clients.fetches)
+    return state.sp_login
 
 
 def _secure(request: Request) -> bool:
@@ -62,12 +63,10 @@ def _secure(request: Request) -> bool:
 
 @bp.post("/api/login")
 async def login(request: Request) -> HTTPResponse:
-    from grantd.web.pages import safe_next
-
     sp = _sp(request)
     services = services_of(request)
     # D12: each login costs a DNS lookup and a request to an IdP; bounded per client address
-    rule = Rule("sp-login.address", request.app.ctx.config.limits.sp_login_per_address, "too many logins")
+    rule = Rule("sp-login.address", state_of(request).config.limits.sp_login_per_address, "too many logins")
     await services.limits.hit(rule, request.ctx.client_ip)
     body = body_of(request)
     email = email_field(body, "email")
@@ -124,7 +123,7 @@ async def callback(request: Request) -> HTTPResponse:
 @bp.get("/.well-known/oauth-client-metadata")
 async def client_metadata_document(request: Request) -> HTTPResponse:
     _sp(request)
-    return json(client_metadata(request.app.ctx.config), headers=PUBLIC_HEADERS)
+    return json(client_metadata(state_of(request).config), headers=PUBLIC_HEADERS)
 
 
 def manifest(issuer: str, config: Any) -> dict[str, Any]:
@@ -153,7 +152,7 @@ def manifest(issuer: str, config: Any) -> dict[str, Any]:
 @bp.get("/.well-known/service.json", name="service_json")
 async def service_manifest(request: Request) -> HTTPResponse:
     _sp(request)
-    return json(manifest(services_of(request).issuer, request.app.ctx.config), headers=PUBLIC_HEADERS)
+    return json(manifest(services_of(request).issuer, state_of(request).config), headers=PUBLIC_HEADERS)
 
 
 AUTH_MD = """# Logging in to {issuer}
@@ -197,7 +196,7 @@ Client metadata: `{issuer}/.well-known/oauth-client-metadata`. Manifest:
 @bp.get("/.well-known/auth.md")
 async def auth_md(request: Request) -> HTTPResponse:
     _sp(request)
-    config = request.app.ctx.config
+    config = state_of(request).config
     issuer = services_of(request).issuer
     fallback = f", or at `{config.sp.fallback_idp}` when your domain has no DDISA record" if config.sp.fallback_idp else ""
     body = AUTH_MD.format(issuer=issuer, client_id=client_id_of(config), fallback=fallback, flow_cookie=FLOW_COOKIE,

@@ -3,6 +3,8 @@
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from grantd.web.api.common import services_of
+
 bp = Blueprint("wellknown")
 
 CORS = {"Access-Control-Allow-Origin": "*"}  # public documents: any web app may read them (peer §3.1)
@@ -10,14 +12,14 @@ CORS = {"Access-Control-Allow-Origin": "*"}  # public documents: any web app may
 
 @bp.get("/.well-known/jwks.json")
 async def jwks(request: Request) -> HTTPResponse:
-    services = request.app.ctx.services
+    services = services_of(request)
     # Short cache: a rotation must reach verifiers quickly; they refetch on an unknown kid anyway.
     return json(await services.keyring.jwks(), headers={"Cache-Control": "public, max-age=300", **CORS})
 
 
 @bp.get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request) -> HTTPResponse:
-    issuer = request.app.ctx.services.issuer
+    issuer = services_of(request).issuer
     doc = {
         "issuer": issuer,
         "authorization_endpoint": f"{issuer}/authorize",

@@ -6,7 +6,7 @@ Three sources, asked in this order by ``ClientRegistry.get``:
   ``http://localhost:9876/callback`` as apes sends it, or any port on ``127.0.0.1``, ``[::1]`` or
   ``localhost`` with the path ``/callback`` compared exactly) and ``grantd-cli`` (public, device
   grant only). Both may use grantd's API with their access tokens (``api_access``).
-- **Config**: ``[[oauth.clients]]`` tables (``grantd.config._oauth_clients`` checks them). A
+- **Config**: ``[[oauth.clients]]`` tables (``grantd.config.validation._oauth_clients`` checks them). A
   client with a ``client_secret`` is confidential: it authenticates at /token and /revoke with
   ``client_secret_basic`` or ``client_secret_post``, compared in constant time.
 - **Domain clients**: any other ``client_id`` that is a host name (with an optional port) names an
@@ -17,7 +17,7 @@ to must be public (not loopback, private, link-local, multicast, reserved, unspe
 IPv4-mapped/6to4 form of those) and the connection goes to the address that was checked (the URL
 names the IP; ``Host`` and TLS SNI/certificate checks use the name), so a DNS answer that changes
 between check and connect (rebinding) changes nothing. Short timeouts, a size cap, no redirects,
-and the rules of every fetch made for a caller (``grantd.oauth.outbound``, D12): one overall
+and the rules of every fetch made for a caller (``grantd.services.outbound``, D12): one overall
 deadline of 5 s, a bound on fetches at once (``oauth.fetches_at_once``: one more is refused, not
 queued), and a failed fetch keeps its whole registrable domain from being fetched again for
 ``oauth.metadata_failure_ttl`` seconds.
@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from grantd.logs import LOGGER
-from grantd.oauth.outbound import Busy, FetchGuard, registrable_domain
+from grantd.services.outbound import Busy, FetchGuard, registrable_domain
 
 if TYPE_CHECKING:
     from grantd.config import Config

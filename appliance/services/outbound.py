@@ -1,5 +1,5 @@
 """The rules of every fetch grantd makes for a caller (D12): a domain client's metadata
-(``grantd.oauth.clients``) and an IdP's discovery document, JWKS and token endpoint during SP login
+(``grantd.services.clients``) and an IdP's discovery document, JWKS and token endpoint during SP login
 (``grantd.sp.fetch``). An unauthenticated caller names what is fetched, so the fetch must never
 hold a request (or a connection slot) for longer than grantd decides:
 
