@@ -126,7 +126,7 @@ class WebPushChannel:
     async def check_endpoint(self, url: Any) -> None:
         """EndpointRefused unless grantd may send to ``url``: the URL rules and, unless
         ``allow_private_push_hosts``, every address of its host public (the SSRF guard's rule)."""
-        from grantd.oauth.clients import MetadataError, public_address, resolve
+        from grantd.services.clients import MetadataError, public_address, resolve
 
         host = self.check_endpoint_url(url)
         if self.allow_private_push_hosts:

@@ -95,18 +95,19 @@ class Layer:
 SERVER_LAYERS = (
     Layer("entry points and clients", ("grantd.__main__", "grantd.cli", "grantd.cli.*", "grantd.agent", "grantd.agent.*",
                                        "grantd.tui", "grantd.tui.*", "grantd.elevate", "grantd.elevate.*",
-                                       "grantd.testing", "grantd.testing.*")),
+                                       "grantd.testing", "grantd.testing.*", "grantd.client", "grantd.client.*")),
     Layer("web", ("grantd.web", "grantd.web.*")),
     Layer("plugins", ("grantd.plugins", "grantd.plugins.*")),
     Layer("sp", ("grantd.sp", "grantd.sp.*")),
     Layer("oauth", ("grantd.oauth", "grantd.oauth.*")),
-    Layer("services", ("grantd.services", "grantd.services.*")),
+    Layer("services", ("grantd.services", "grantd.services.*", "grantd.notify", "grantd.notify.*")),
     # What every server part stands on: config, plugin loading and hook specs (the elevation tool's
     # hook spec is shared with its built-in plugin), logging, small pure helpers.
     Layer("platform", ("grantd.plugin_manager", "grantd.hookspecs", "grantd.elevate.hookspecs", "grantd.config",
-                       "grantd.config.*", "grantd.logs", "grantd.client_address", "grantd.sshkeys", "grantd.commands")),
+                       "grantd.config.*", "grantd.logs", "grantd.client_address", "grantd.commands")),
     Layer("store", ("grantd.store", "grantd.store.*")),
-    Layer("core", ("grantd.core", "grantd.core.*", "grantd")),
+    # grantd.sshkeys: parsing an OpenSSH public key line, pure (the log's receipts name hosts by one)
+    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys")),
 )
 
 
