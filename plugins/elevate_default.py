@@ -1,6 +1,7 @@
 """The elevation tool's standard checks on a signature-verified AuthZ-JWT (D10 order).
 
-Issuer, audience, target host, approver and the exact command. Signature, expiry and
+Issuer, audience, target host, approvers (D13: rule opt-in, `approvers_mode`, `min_approvals`;
+grantd.elevate.approvals) and the exact command. Signature, expiry and
 consumption are done by `grantd elevate` itself, around this hook. This implementation runs
 first (``tryfirst``), so its reason is the one `grantd elevate` reports when several plugins
 object; site plugins add their own reasons after it.
@@ -12,16 +13,16 @@ from typing import Any
 
 # Only the tiny digest module and the elevation tool's own spec: `grantd elevate` runs this as root.
 from grantd.commands import cmd_hash
+from grantd.elevate.approvals import APPROVER_NOT_ALLOWED, approval_reasons
 from grantd.elevate.hookspecs import hookimpl
 
-__all__ = ["cmd_hash"]
+__all__ = ["APPROVER_NOT_ALLOWED", "cmd_hash"]
 
 # The reasons, worded as the specification's Errors section names them. `grantd elevate` maps
 # each to a stable error code for its JSON line (grantd.elevate.checks.REASON_CODES).
 ISSUER_NOT_ALLOWED = "issuer not in allowed issuers"
 AUDIENCE_MISMATCH = "audience mismatch"
 HOST_MISMATCH = "target_host differs from the system host name"
-APPROVER_NOT_ALLOWED = "approver not allowed"
 CMD_MISMATCH = "cmd_hash mismatch (command differs from the granted command)"
 
 
@@ -48,10 +49,12 @@ def elevate_verify(claims: dict[str, Any], argv: list[str], context: dict[str, A
     host = claims.get("target_host")
     if not isinstance(host, str) or host != context.get("host"):
         return [HOST_MISMATCH]
-    approvers = [str(a).lower() for a in context.get("allowed_approvers", [])]
     decided_by = claims.get("decided_by")
-    if not isinstance(decided_by, str) or not decided_by or ("*" not in approvers and decided_by.lower() not in approvers):
+    if not isinstance(decided_by, str) or not decided_by:
         return [APPROVER_NOT_ALLOWED]
+    refusal = approval_reasons(claims, context)
+    if refusal:
+        return refusal
     if not command_matches(claims, argv):
         return [CMD_MISMATCH]
     return []

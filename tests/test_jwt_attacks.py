@@ -562,3 +562,60 @@ def test_verify_without_a_json_object_is_a_400_problem(kit: Kit, body: bytes) ->
         r = http.post("/api/grants/verify", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.headers["content-type"].startswith("application/problem+json")
+
+
+# -- approvals claims at elevate (D13, issue 22): signed by the server's own key, still no help ----------------
+
+
+def _approvals_variant(kit: Kit, name: str) -> dict[str, Any]:
+    claims = kit.claims("authz")
+    by, other = claims["decided_by"], "second-approver@example.com"
+
+    def vote(sub: Any) -> dict[str, Any]:
+        return {"sub": sub, "at": claims["iat"], "via": "web", "req": "prod-root/sre"}
+
+    approvals: Any = {
+        "two people (control)": [vote(by), vote(other)],
+        "the same person twice": [vote(by), vote(by)],
+        "the same person in another case": [vote(by), vote(by.upper())],
+        "a non-string sub": [vote(by), vote(12345)],
+        "a list as sub": [vote(by), vote([other])],
+        "approvals not a list": {"0": vote(by), "1": vote(other)},
+        "approvals as a string": f"{by},{other}",
+        "a rule entry the host never opted in to": [vote(by), {"kind": "rule", "rule": "r1", "reason": "x"}],
+    }[name]
+    return {**claims, "approvals": approvals, "quorum": "2/2"}
+
+
+APPROVALS_REFUSALS = {
+    "the same person twice": "not_enough_approvals",
+    "the same person in another case": "not_enough_approvals",
+    "a non-string sub": "malformed_token",
+    "a list as sub": "malformed_token",
+    "approvals not a list": "malformed_token",
+    "approvals as a string": "malformed_token",
+    "a rule entry the host never opted in to": "policy_not_allowed",
+}
+
+
+@pytest.fixture(scope="module")
+def quorum_target(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    claims = kit.claims("authz")
+    return make_target(tmp_path_factory.mktemp("elevate-quorum"), [claims["iss"]], allowed_audiences=["escapes"],
+                       allowed_approvers=[claims["decided_by"], "second-approver@example.com"], min_approvals=2)
+
+
+def test_two_signed_approvals_meet_the_hosts_quorum(kit: Kit, quorum_target: Target) -> None:
+    """The positive control: the server's key, two distinct people, a host with min_approvals = 2."""
+    result = elevate(quorum_target, ARGV, token=kit.ours(_approvals_variant(kit, "two people (control)")))
+    assert result.returncode == 0 and result.stdout.strip() == "0", result.stderr
+    alone = elevate(quorum_target, ARGV, token=kit.tokens["authz"])  # the real token: one approver
+    assert alone.returncode == 5 and '"not_enough_approvals"' in alone.stderr, alone.stderr
+
+
+@pytest.mark.parametrize("variant", list(APPROVALS_REFUSALS))
+def test_forged_approvals_do_not_help_at_elevate(kit: Kit, quorum_target: Target, variant: str) -> None:
+    result = elevate(quorum_target, ARGV, token=kit.ours(_approvals_variant(kit, variant)))
+    assert result.returncode == 5, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout.strip() != "0", "the command ran"
+    assert json.loads(result.stderr.strip().splitlines()[-1])["error"] == APPROVALS_REFUSALS[variant]

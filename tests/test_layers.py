@@ -102,8 +102,10 @@ SERVER_LAYERS = (
     Layer("oauth", ("grantd.oauth", "grantd.oauth.*")),
     Layer("services", ("grantd.services", "grantd.services.*", "grantd.notify", "grantd.notify.*")),
     # What every server part stands on: config, plugin loading and hook specs (the elevation tool's
-    # hook spec is shared with its built-in plugin), logging, small pure helpers.
-    Layer("platform", ("grantd.plugin_manager", "grantd.hookspecs", "grantd.elevate.hookspecs", "grantd.config",
+    # hook spec and what a token's approvals mean, grantd.elevate.approvals, are shared with its
+    # built-in plugin), logging, small pure helpers.
+    Layer("platform", ("grantd.plugin_manager", "grantd.hookspecs", "grantd.elevate.hookspecs",
+                       "grantd.elevate.approvals", "grantd.config",
                        "grantd.config.*", "grantd.logs", "grantd.client_address", "grantd.commands")),
     Layer("store", ("grantd.store", "grantd.store.*")),
     # grantd.sshkeys: parsing an OpenSSH public key line, pure (the log's receipts name hosts by one)

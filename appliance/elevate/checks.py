@@ -6,19 +6,29 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from grantd.elevate.approvals import approvals_problem
 from grantd.elevate.config import ElevateConfig, check_root_owned
 from grantd.elevate.errors import EXIT_ERROR, Stop, config_error, refused
 from grantd.elevate.jwks import JwksCache
 
 GRANT_TYPES = ("once", "timed", "always")
-# Reason texts (the specification's Errors section) -> stable codes for the JSON line.
+# Reason texts (the specification's Errors section) -> stable codes for the JSON line. A reason
+# may add details after a colon ("not enough approvals: 1 distinct approver, ...").
 REASON_CODES = {
     "issuer not in allowed issuers": "issuer_not_allowed",
     "audience mismatch": "audience_mismatch",
     "target_host differs from the system host name": "target_host_mismatch",
     "approver not allowed": "approver_not_allowed",
+    "rule-approved grant not allowed on this host": "policy_not_allowed",
+    "not enough approvals": "not_enough_approvals",
     "cmd_hash mismatch (command differs from the granted command)": "cmd_hash_mismatch",
 }
+
+
+def reason_code(reason: str) -> str:
+    """The stable code of a reason text (with or without details after a colon); else a plugin's."""
+    head = reason.split(": ", 1)[0] if reason not in REASON_CODES else reason
+    return REASON_CODES.get(head, "refused_by_plugin")
 
 
 def decode_unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -77,6 +87,9 @@ def check_shape(claims: dict[str, Any]) -> None:
     run_as = claims.get("run_as")
     if run_as is not None and (not isinstance(run_as, str) or not run_as):
         raise refused("malformed_token", "malformed token (run_as must be a user name)")
+    problem = approvals_problem(claims)
+    if problem:
+        raise refused("malformed_token", f"malformed token ({problem})")
 
 
 def plugin_manager(cfg: ElevateConfig) -> Any:
@@ -121,6 +134,6 @@ def run_checks(pm: Any, claims: dict[str, Any], argv: list[str], context: dict[s
         elif result:
             reasons.extend(str(r) for r in result)
     if reasons:
-        stop = refused(REASON_CODES.get(reasons[0], "refused_by_plugin"), reasons[0])
+        stop = refused(reason_code(reasons[0]), reasons[0])
         stop.reasons = reasons
         raise stop

@@ -13,7 +13,8 @@ is named in brackets):
      user); a --grant-file is opened as the calling user and must be theirs and private (0600)
      [grant, caller]
   3. issuer allowed -> signature (JWKS of the issuer, cached on disk with a bound) -> exp
-     -> the `elevate_verify` hook: audience -> target_host -> approver -> exact command, then
+     -> the `elevate_verify` hook: audience -> target_host -> approvers (rule opt-in, approvers_mode,
+     min_approvals: D13) -> exact command, then
      any site plugin's checks [checks, jwks, net; the standard checks: plugins/elevate_default.py]
   4. the run_as user exists and the command is found (before consuming a `once` grant) [run]
   5. consume at the issuer: only a 200 answer with a JSON object counts. A 5xx, a timeout, a
@@ -44,6 +45,7 @@ import sys
 import time
 from typing import Any
 
+from grantd.elevate.approvals import approvers_of
 from grantd.elevate.audit import Audit
 from grantd.elevate.caller import caller_ids, through_sudo
 from grantd.elevate.checks import (
@@ -54,7 +56,7 @@ from grantd.elevate.checks import (
     run_checks,
     verify_signature,
 )
-from grantd.elevate.config import DEFAULT_AUDIT_LOG, DEFAULT_CONFIG, load_config
+from grantd.elevate.config import DEFAULT_AUDIT_LOG, DEFAULT_CONFIG, approvals_summary, load_config
 from grantd.elevate.consume import consume
 from grantd.elevate.env import sanitized_env
 from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, config_error, emit, refused
@@ -122,7 +124,8 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
                                       "cannot be connected to at all; once grants always need the issuer"
                                       if cfg.offline_grant_types else "every grant needs the issuer (consume)"),
                           "jwks_refresh": cfg.jwks_refresh, "jwks_max_stale": cfg.jwks_max_stale,
-                          "plugins": cfg.plugins}))
+                          "min_approvals": cfg.min_approvals, "approvers_mode": cfg.approvers_mode,
+                          "approvals": approvals_summary(cfg), "plugins": cfg.plugins}))
         audit.written = True  # not an attempt
         return 0
     if not argv:
@@ -145,9 +148,12 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     now = time.time()
     check_times(claims, cfg.leeway, now)
     check_shape(claims)
+    found = approvers_of(claims)  # for the audit line: who approved, as the signed token says
+    audit.record["approvers"] = [*found.people, *(f"policy:{rule}" for rule in found.rules)]
     # 4.-7. audience, host, approver, command (plugins.elevate_default), then site plugins
     context = {"allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
                "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "real_uid": audit.record["real_uid"],
+               "min_approvals": cfg.min_approvals, "approvers_mode": cfg.approvers_mode,
                "now": now, "config": cfg.raw}
     run_checks(pm, claims, argv, context)
     # Before consuming a once grant: the user exists and the program can be found.

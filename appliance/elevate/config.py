@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from grantd.elevate.approvals import MAX_APPROVALS, MODES, POLICY_PREFIX, RULE_ID
 from grantd.elevate.errors import config_error
 
 DEFAULT_CONFIG = "/etc/grantd/elevate.toml"
@@ -25,6 +26,8 @@ class ElevateConfig:
     allowed_issuers: list[str]
     allowed_approvers: list[str]
     allowed_audiences: list[str] = field(default_factory=lambda: ["escapes", "grantd"])
+    min_approvals: int = 1  # distinct approving persons a grant must name (D13)
+    approvers_mode: str = "any"  # "any": one approver allowed is enough; "all": every approver must be
     host: str = field(default_factory=socket.gethostname)
     audit_log: str = DEFAULT_AUDIT_LOG
     timeout: float = 10.0
@@ -44,7 +47,11 @@ class ElevateConfig:
 # key -> (type check, description); tables (dicts) are left to site plugins.
 _KEYS: dict[str, tuple[str, str]] = {
     "allowed_issuers": ("urls", "issuer URLs accepted, exactly as the token's iss (required)"),
-    "allowed_approvers": ("strs", "e-mails whose decisions are accepted, or \"*\" (required)"),
+    "allowed_approvers": ("approvers", "e-mails whose decisions are accepted, or \"*\"; policy:<rule id> or "
+                                       "policy:* to accept rule-approved grants (required)"),
+    "min_approvals": ("count", "distinct people who must have approved a grant (default 1)"),
+    "approvers_mode": ("mode", "\"any\" (default): one approver in allowed_approvers is enough; \"all\": every "
+                               "approver must be in it"),
     "allowed_audiences": ("strs", "token audiences accepted"),
     "host": ("str", "this host's name as grants name it (default: the system host name)"),
     "audit_log": ("str", "audit log file, one JSON line per attempt"),
@@ -116,6 +123,9 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
             "strs": isinstance(value, list) and all(isinstance(v, str) and v for v in value),
             "urls": isinstance(value, list) and all(isinstance(v, str) and urlsplit(v).scheme in ("http", "https") for v in value),
             "types": isinstance(value, list) and all(v in ("timed", "always") for v in value),
+            "approvers": isinstance(value, list) and all(isinstance(v, str) and v and _approver_ok(v) for v in value),
+            "count": isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_APPROVALS,
+            "mode": value in MODES,
         }[kind]
         if not ok:
             problems.append(f"{key}: {_describe_kind(kind)}")
@@ -129,6 +139,29 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
     return ElevateConfig(path=path, raw=raw, **values)
 
 
+def _approver_ok(value: str) -> bool:
+    """An e-mail, "*", or policy:<rule id> / policy:* (a rule id has the server's form)."""
+    if value.startswith(POLICY_PREFIX):
+        rule = value[len(POLICY_PREFIX):]
+        return rule == "*" or RULE_ID.fullmatch(rule) is not None
+    return value == value.strip()
+
+
+def approvals_summary(cfg: ElevateConfig) -> str:
+    """What --check-config says about approvals: the quorum, the mode and the rule opt-in."""
+    rules = [a[len(POLICY_PREFIX):] for a in cfg.allowed_approvers if a.startswith(POLICY_PREFIX)]
+    people = "at least " + (f"{cfg.min_approvals} distinct people" if cfg.min_approvals > 1 else "one person")
+    mode = ("every approver must be in allowed_approvers" if cfg.approvers_mode == "all"
+            else "one approver in allowed_approvers is enough")
+    if "*" in rules:
+        opt_in = "rule-approved grants run (policy:*)"
+    elif rules:
+        opt_in = "rule-approved grants run only for rules " + ", ".join(rules)
+    else:
+        opt_in = "rule-approved grants are refused (no policy:<rule id> in allowed_approvers)"
+    return f"{people} must have approved; {mode}; {opt_in}"
+
+
 def _describe_kind(kind: str) -> str:
     return {
         "str": "must be a string",
@@ -137,4 +170,8 @@ def _describe_kind(kind: str) -> str:
         "strs": "must be a list of non-empty strings",
         "urls": "must be a list of http(s) URLs",
         "types": 'must be a list of "timed" and/or "always"',
+        "approvers": ('must be a list of e-mails, "*", "policy:<rule id>" or "policy:*" (a rule id: letters, '
+                      'digits, ".", "_", "-", at most 64, no spaces)'),
+        "count": f"must be an integer from 1 to {MAX_APPROVALS}",
+        "mode": 'must be "any" or "all"',
     }[kind]

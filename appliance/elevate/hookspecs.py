@@ -25,6 +25,6 @@ def elevate_verify(claims: dict[str, Any], argv: list[str], context: dict[str, A
 
     ``claims`` are the token's claims, ``argv`` the command to run, ``context`` holds the
     elevation config (``allowed_issuers``, ``allowed_approvers``, ``allowed_audiences``,
-    ``host``), the real uid and the current time. Return a list of refusal reasons (empty or
+    ``host``, ``min_approvals``, ``approvers_mode``), the real uid and the current time. Return a list of refusal reasons (empty or
     None means "no objection"); any reason refuses the elevation with exit code 5.
     """
