@@ -60,6 +60,7 @@ from grantd.elevate.env import sanitized_env
 from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, config_error, emit, refused
 from grantd.elevate.grant import GRANT_IN_ARGV, read_grant
 from grantd.elevate.jwks import JwksCache
+from grantd.elevate.receipts import Attempt, Outbox, check_receipt_config
 from grantd.elevate.run import group_name, resolve_command, run_command
 
 
@@ -77,21 +78,32 @@ def cmd_elevate(args: argparse.Namespace) -> int:
     audit.record = {"real_uid": sudo_uid if sudo_uid is not None else uid, "sudo_user": sudo_user, "pid": os.getpid(),
                     "command": argv, "cmd_hash": None, "cwd": cwd, "agent": None, "grant_id": None, "grant_type": None,
                     "decided_by": None, "issuer": None, "audience": None, "jti": None, "run_as": None, "host": None}
+    attempt = Attempt(started_at=time.time())
+    outbox: list[Outbox] = []  # set once the config is read: where receipts go
     try:
-        return _elevate(args, argv, config_path, audit)
+        return _elevate(args, argv, config_path, audit, attempt, outbox)
     except Stop as stop:
         emit(stop)
         if audit.fd is None and config_path == DEFAULT_CONFIG:
             with contextlib.suppress(OSError, Stop):
                 audit.open()  # the default log, so that a broken installation or call is still audited
+        receipt: dict[str, Any] = {}
+        if outbox and not audit.written:  # an attempt tied to a grant: its receipt says it was refused
+            try:
+                status = outbox[0].send(attempt, "refused", stop.exit_code, stop.reason)
+            except Exception as exc:  # noqa: BLE001 - a receipt never changes how an attempt ends
+                status = f"lost: {exc.__class__.__name__}: {exc}"
+            receipt = {} if status is None else {"receipt": status}
         try:
-            audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code)
+            audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code,
+                        **receipt)
         except OSError as exc:
             print(json.dumps({"warning": f"cannot write the audit log: {exc}"}), file=sys.stderr)
         return stop.exit_code
 
 
-def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit) -> int:
+def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit, attempt: Attempt,
+             outbox: list[Outbox]) -> int:
     from grantd.commands import cmd_hash
 
     if os.geteuid() != 0:
@@ -113,8 +125,12 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     except OSError as exc:
         raise config_error(f"cannot open the audit log {cfg.audit_log}: {exc.strerror}") from None
     audit.record["host"] = cfg.host
+    if args.init_host or args.flush_receipts:
+        audit.written = True  # not an attempt
+        return _init_host(cfg) if args.init_host else _flush(cfg)
     if args.check_config:
         plugin_manager(cfg)
+        receipts = check_receipt_config(cfg)
         print(json.dumps({"config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
                           "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "audit_log": cfg.audit_log,
                           "timeout": cfg.timeout, "offline_grant_types": cfg.offline_grant_types,
@@ -122,7 +138,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
                                       "cannot be connected to at all; once grants always need the issuer"
                                       if cfg.offline_grant_types else "every grant needs the issuer (consume)"),
                           "jwks_refresh": cfg.jwks_refresh, "jwks_max_stale": cfg.jwks_max_stale,
-                          "plugins": cfg.plugins}))
+                          "plugins": cfg.plugins, **receipts}))
         audit.written = True  # not an attempt
         return 0
     if not argv:
@@ -139,6 +155,13 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     # 1. issuer, before any network call: a token never makes us talk to a server we do not trust.
     if issuer not in cfg.allowed_issuers:
         raise refused("issuer_not_allowed", "issuer not in allowed issuers")
+    # From here on the attempt is tied to a grant of an issuer we trust: it gets a receipt (D14).
+    attempt.issuer = issuer
+    attempt.grant_id = audit.record["grant_id"]
+    attempt.authz_jti = audit.record["jti"] or ""
+    attempt.cmd_hash = audit.record["cmd_hash"]
+    attempt.run_as = audit.record["run_as"]
+    outbox.append(Outbox(cfg))
     # 2. signature, 3. expiry
     cache = JwksCache(cfg)
     verify_signature(token, header, issuer, cache)
@@ -156,7 +179,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         user = pwd.getpwnam(run_as)
     except KeyError:
         raise Stop(EXIT_ERROR, "unknown_user", f"run_as user {run_as!r} does not exist on this host") from None
-    audit.record["run_as"] = user.pw_name
+    audit.record["run_as"] = attempt.run_as = user.pw_name
     program = resolve_command(argv[0], cfg.path_env)
     # 8. consume
     note = consume(cfg, claims, token)
@@ -167,7 +190,26 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
                     jwks=cache.note, consume=note)
     except OSError as exc:  # no audit, no elevation
         raise Stop(EXIT_ERROR, "audit", f"cannot write the audit log {audit.path}: {exc.strerror}") from None
-    return run_command(program, argv, env, user, audit)
+    box = outbox[0]
+    return run_command(program, argv, env, user, audit,
+                       on_end=lambda result, code, reason: box.send(attempt, result, code, reason))
+
+
+def _init_host(cfg: Any) -> int:
+    """--init-host: make the host key and print its public line (to enrol with POST /api/hosts)."""
+    from grantd.elevate.hostkey import init_host
+
+    print(init_host(cfg), flush=True)
+    print(json.dumps({"note": f"host key {cfg.host_key} made; enrol the line above as host {cfg.host!r} "
+                              "(POST /api/hosts {host, publicKey})"}), file=sys.stderr)
+    return 0
+
+
+def _flush(cfg: Any) -> int:
+    """--flush-receipts: send the spooled receipts; 0 when none is left, 1 otherwise."""
+    counts = Outbox(cfg).flush()
+    print(json.dumps({"receipt_spool": cfg.receipt_spool, **counts}))
+    return 0 if counts["kept"] == 0 else EXIT_ERROR
 
 
 def register(subparsers: Any) -> None:
@@ -189,5 +231,9 @@ def register(subparsers: Any) -> None:
     source.add_argument("--grant", metavar="JWT", help="the token itself: refused under sudo, since every local user "
                                                         "can read it in the process list")
     p.add_argument("--check-config", action="store_true", help="validate the config and plugins, print them, run nothing")
+    p.add_argument("--init-host", action="store_true", help="make this host's key (config host_key, root 0600; never "
+                                                            "overwritten) and print the ssh-ed25519 line to enrol")
+    p.add_argument("--flush-receipts", action="store_true", help="send the receipts spooled while the issuer was "
+                                                                 "unreachable (exit 1 when some are still left)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_elevate)

@@ -16,6 +16,8 @@ from grantd.elevate.errors import config_error
 DEFAULT_CONFIG = "/etc/grantd/elevate.toml"
 DEFAULT_AUDIT_LOG = "/var/log/grantd/elevate.log"
 DEFAULT_CACHE_DIR = "/var/cache/grantd"
+DEFAULT_HOST_KEY = "/etc/grantd/host_ed25519"
+DEFAULT_RECEIPT_SPOOL = "/var/lib/grantd/receipts"
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -38,6 +40,10 @@ class ElevateConfig:
     ca_bundle: str | None = None
     env_keep: list[str] = field(default_factory=list)
     path_env: str = SAFE_PATH
+    host_key: str = DEFAULT_HOST_KEY
+    receipt_spool: str = DEFAULT_RECEIPT_SPOOL
+    receipts: bool | None = None  # None: on when the host key exists (D14 "Hosts")
+    receipt_timeout: float = 3.0
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -60,6 +66,11 @@ _KEYS: dict[str, tuple[str, str]] = {
     "ca_bundle": ("str", "CA bundle for https issuers (default: the system's)"),
     "env_keep": ("strs", "extra environment variable names passed to the command"),
     "path": ("str", "PATH for the command (default: a fixed safe PATH)"),
+    "host_key": ("str", f"this host's Ed25519 key, made by --init-host, root 0600 (default {DEFAULT_HOST_KEY})"),
+    "receipt_spool": ("str", "root 0700 directory where receipts wait while the issuer cannot be reached "
+                             f"(default {DEFAULT_RECEIPT_SPOOL})"),
+    "receipts": ("bool", "post a signed receipt after every attempt (default: on when host_key exists)"),
+    "receipt_timeout": ("num", "seconds for posting one receipt (default 3); then it is spooled"),
 }
 
 
@@ -116,9 +127,13 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
             "strs": isinstance(value, list) and all(isinstance(v, str) and v for v in value),
             "urls": isinstance(value, list) and all(isinstance(v, str) and urlsplit(v).scheme in ("http", "https") for v in value),
             "types": isinstance(value, list) and all(v in ("timed", "always") for v in value),
+            "bool": isinstance(value, bool),
         }[kind]
         if not ok:
             problems.append(f"{key}: {_describe_kind(kind)}")
+            continue
+        if kind == "str" and key in ("host_key", "receipt_spool") and not value.startswith("/"):
+            problems.append(f"{key}: must be an absolute path")
             continue
         values["path_env" if key == "path" else key] = value
     for required in ("allowed_issuers", "allowed_approvers"):
@@ -137,4 +152,5 @@ def _describe_kind(kind: str) -> str:
         "strs": "must be a list of non-empty strings",
         "urls": "must be a list of http(s) URLs",
         "types": 'must be a list of "timed" and/or "always"',
+        "bool": "must be true or false",
     }[kind]
