@@ -8,6 +8,8 @@ receipt the way the server does, with grantd.core.tlog.receipts and the host's e
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.server
 import json
 import os
@@ -20,9 +22,10 @@ from typing import Any
 import pytest
 from test_elevate_support import HOST, FakeIssuer, Target, attempts, elevate, error_line, exits
 
-from conftest import free_port
 from grantd.core.tlog.receipts import BadReceipt, UnknownHost, receipt_key, verify_receipt
 from grantd.sshkeys import parse_public_key
+
+from conftest import free_port
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="grantd elevate runs as root")
 
@@ -39,6 +42,7 @@ class ReceiptIssuer:
         self.hosts: dict[str, str] = {}
         self.logged: dict[tuple[str, str, str], dict[str, Any]] = {}  # receipt_key -> claims: what a leaf would hold
         self.answers: list[int] = []
+        self.checkpoint = (7, base64.b64encode(hashlib.sha256(b"root").digest()).decode())
         self._server: Any = None
 
     def start(self) -> ReceiptIssuer:
@@ -53,6 +57,18 @@ class ReceiptIssuer:
                     self._answer(*issuer.receive(body))
                 else:
                     self._answer(404, {"detail": "no such route"})
+
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                if self.path != "/api/audit/checkpoint":
+                    self._answer(404, {"detail": "no such route"})
+                    return
+                size, root = issuer.checkpoint
+                note = f"127.0.0.1/grantd\n{size}\n{root}\n\n\u2014 127.0.0.1/grantd AAAA\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(note)))
+                self.end_headers()
+                self.wfile.write(note)
 
             def _answer(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -221,6 +237,9 @@ def test_a_run_and_a_refusal_each_post_a_receipt_the_issuer_verifies(issuer, tmp
     assert attempts(target)[-1]["result"] == "refused" and attempts(target)[-1]["receipt"] == "sent"
     assert issuer.answers == [201, 201]
     assert spooled(tmp_path / "t") == []
+    # The first receipt had seen no checkpoint yet; the second carries the one the issuer served after the first.
+    assert "seen_checkpoint" not in claims
+    assert refusal[0]["seen_checkpoint"] == {"size": issuer.checkpoint[0], "root": issuer.checkpoint[1]}
 
 
 def test_exit_status_and_signal_reach_the_receipt_unchanged(issuer, tmp_path):

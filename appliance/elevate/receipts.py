@@ -140,6 +140,7 @@ class Outbox:
         except NetworkError:
             outcome = "keep"
         if outcome == "delivered":
+            self.remember_checkpoint(attempt.issuer)
             return "sent"
         if outcome == "rejected":
             return "rejected"
@@ -151,13 +152,69 @@ class Outbox:
 
         key = load_host_key(self.cfg.host_key)
         ended = time.time()
+        seen = self.seen_checkpoint(str(attempt.issuer))
         return build_receipt(
             key, host=self.cfg.host, audience=str(attempt.issuer), grant_id=str(attempt.grant_id),
             authz_jti=attempt.authz_jti if result == "refused" or attempt.authz_jti else "",
             cmd_hash=attempt.cmd_hash, run_as=attempt.run_as, result=result, exit_code=exit_code,
             started_at=int(attempt.started_at), ended_at=max(int(ended), int(attempt.started_at)),
             duration_ms=max(0, int((ended - attempt.started_at) * 1000)), issued_at=int(ended),
-            reason=reason[:1000] if reason is not None else None)
+            reason=reason[:1000] if reason is not None else None, seen_checkpoint=seen)
+
+    # -- the last checkpoint this host saw -------------------------------------------------------
+
+    def _checkpoint_file(self, issuer: str) -> str:
+        return os.path.join(self.cfg.receipt_spool, "checkpoint-" + hashlib.sha256(issuer.encode()).hexdigest()[:32] + ".json")
+
+    def remember_checkpoint(self, issuer: str) -> None:
+        """After a delivered receipt: fetch the issuer's current checkpoint (the public
+        `GET /api/audit/checkpoint` note) and keep its size and root for the next receipt's
+        ``seen_checkpoint``. Best effort: any failure keeps the previous one. Elevate does not hold
+        the log key, so it does not check the note's signature; an auditor checks that the size and
+        root it names are a checkpoint the log signed (a host that saw another root saw a fork)."""
+        try:
+            status, body = http_request(self.cfg, "GET", f"{issuer}/api/audit/checkpoint",
+                                        headers={"Accept": "text/plain"}, max_bytes=8 * 1024,
+                                        timeout=self.cfg.receipt_timeout)
+            lines = body.decode("utf-8").split("\n")
+            if status != 200 or len(lines) < 4 or not lines[1].isdigit() or len(lines[1]) > 19:
+                return
+            if len(base64.b64decode(lines[2], validate=True)) != 32:
+                return
+            seen = {"size": int(lines[1]), "root": lines[2]}
+            if not check_spool_dir(self.cfg.receipt_spool, create=True):
+                return
+            target = self._checkpoint_file(issuer)
+            tmp = f"{target}.{os.getpid()}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(seen, fh)
+            os.replace(tmp, target)
+        except (NetworkError, Stop, OSError, ValueError):
+            return
+
+    def seen_checkpoint(self, issuer: str) -> dict[str, Any] | None:
+        """The checkpoint remembered for this issuer: {size, root}, from a root-owned 0600 file only."""
+        try:
+            fd = os.open(self._checkpoint_file(issuer), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+                return None
+            seen = json.loads(os.read(fd, 4096))
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        if not isinstance(seen, dict) or set(seen) != {"size", "root"} or isinstance(seen["size"], bool) \
+                or not isinstance(seen["size"], int) or seen["size"] < 0 or not isinstance(seen["root"], str):
+            return None
+        try:
+            return seen if len(base64.b64decode(seen["root"], validate=True)) == 32 else None
+        except ValueError:
+            return None
 
     # -- the spool -------------------------------------------------------------------------------
 
