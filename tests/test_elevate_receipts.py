@@ -347,3 +347,19 @@ def test_a_spool_with_bad_modes_is_refused_and_the_run_still_ends_the_same(issue
     issuer.start()
     result = elevate(target, [], extra_args=["--flush-receipts"])
     assert result.returncode == 1 and issuer.answers == [] and planted.exists()
+
+
+def test_a_silent_issuer_holds_a_receipt_only_for_receipt_timeout(tmp_path, black_hole):
+    import time
+
+    silent = ReceiptIssuer()
+    silent.fake = FakeIssuer(black_hole)
+    silent.url = black_hole
+    target = host_target(silent, tmp_path / "t", timeout=30, receipt_timeout=1)
+    init_host(target)
+    started = time.monotonic()
+    result = elevate(target, ARGV, token=silent.fake.token(["id", "-g"]))  # refused before consume
+    elapsed = time.monotonic() - started
+    assert result.returncode == 5 and error_line(result)["error"] == "cmd_hash_mismatch"
+    assert attempts(target)[-1]["receipt"] == "spooled" and len(spooled(tmp_path / "t")) == 1
+    assert elapsed < 10  # receipt_timeout (1 s), not timeout (30 s)

@@ -26,6 +26,9 @@ is named in brackets):
      the parent (still root, holding nothing the child can reach) forwards signals to it, waits,
      writes a second audit line (event "exit": the status or the signal) and exits with the
      command's status (128+N when a signal N ended it) [env, run, audit]
+  7. with a host key (--init-host), every attempt tied to a grant of an allowed issuer ends with a
+     signed receipt posted to the issuer (spooled ones first; spooled itself when the issuer cannot
+     take it); its fate is a field of the audit line, never a change of the exit status [receipts, hostkey]
 
 Exit codes: 5 refused (one JSON line on stderr: {"error": code, "reason": text}); 1 config,
 usage or network errors; 126 not executable; 127 not found; otherwise the command's own. Every
