@@ -168,6 +168,16 @@ def test_init_host_never_overwrites_a_key(issuer, tmp_path):
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_init_host_is_for_root_itself_not_for_sudo_callers(issuer, tmp_path):
+    """The sudoers rule lets every local user run `grantd elevate ...` as root: not --init-host."""
+    target = host_target(issuer, tmp_path / "t")
+    env = {**os.environ, "SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"}
+    env.pop("GRANTD_ELEVATE_CONFIG", None)
+    result = elevate(target, [], extra_args=["--init-host"], env=env)
+    assert result.returncode == 1 and "--init-host is for root only" in error_line(result)["reason"]
+    assert not (tmp_path / "t" / "etc" / "host_ed25519").exists()
+
+
 def test_init_host_refuses_a_folder_others_can_write(issuer, tmp_path):
     target = host_target(issuer, tmp_path / "t", host_key=str(tmp_path / "open" / "host_ed25519"))
     (tmp_path / "open").mkdir(mode=0o777)

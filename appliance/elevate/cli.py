@@ -117,6 +117,10 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         print(json.dumps({"warning": "--grant shows the token to every local user in the process list while the "
                                      "command runs; prefer --grant-stdin, --grant-fd N or --grant-file FILE"}),
               file=sys.stderr, flush=True)
+    if args.init_host and through_sudo():
+        # The sudoers rule lets every local user run `grantd elevate ...`: making the host's
+        # identity (which turns receipts on) is for root itself.
+        raise config_error("--init-host is for root only, not through sudo")
     _, sudo_uid, _ = caller_ids()
     if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(DEFAULT_CONFIG):
         # A sudo caller may pick another config only among the ones root put into /etc/grantd.
