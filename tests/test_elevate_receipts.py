@@ -373,3 +373,21 @@ def test_a_silent_issuer_holds_a_receipt_only_for_receipt_timeout(tmp_path, blac
     assert result.returncode == 5 and error_line(result)["error"] == "cmd_hash_mismatch"
     assert attempts(target)[-1]["receipt"] == "spooled" and len(spooled(tmp_path / "t")) == 1
     assert elapsed < 10  # receipt_timeout (1 s), not timeout (30 s)
+
+
+def test_the_spool_has_a_bound_and_a_full_spool_changes_no_exit_status(issuer, tmp_path):
+    from grantd.elevate.receipts import MAX_SPOOLED
+
+    target = host_target(issuer, tmp_path / "t")
+    issuer.hosts[HOST] = init_host(target)
+    spool = tmp_path / "t" / "spool"
+    spool.mkdir(mode=0o700)
+    for n in range(MAX_SPOOLED):
+        planted = spool / f"{n:032x}.jws"
+        planted.write_text("x.y.z")
+        planted.chmod(0o600)
+    six = ["sh", "-c", "exit 6"]
+    result = elevate(target, six, token=issuer.fake.token(six))  # the issuer is down
+    assert result.returncode == 6, result.stderr
+    assert exits(target)[-1]["receipt"] == "lost: spool full" and "spool full" not in result.stdout
+    assert len(spooled(tmp_path / "t")) == MAX_SPOOLED

@@ -29,6 +29,7 @@ from grantd.elevate.errors import Stop, config_error
 from grantd.elevate.net import NetworkError, http_request
 
 MAX_SPOOLED = 1000
+FLUSH_PER_ATTEMPT = 50  # an attempt sends at most this many spooled receipts; --flush-receipts sends them all
 MAX_RECEIPT_BYTES = 16 * 1024
 MAX_ID = 256  # longer grant ids or jtis come from no real grant: no receipt for them
 _KEEP = {403, 408, 429}
@@ -134,7 +135,7 @@ class Outbox:
             _warn(f"no receipt: {exc}")
             return f"lost: {exc}"
         with contextlib.suppress(Stop, OSError):
-            self.flush()
+            self.flush(limit=FLUSH_PER_ATTEMPT)
         try:
             outcome = self.post(token, attempt.issuer)
         except NetworkError:
@@ -242,10 +243,10 @@ class Outbox:
             return f"lost: {exc}"
         return "spooled"
 
-    def flush(self) -> dict[str, int]:
-        """Send what the spool holds, oldest first; one process at a time (others skip), and an
-        issuer that cannot be reached is not asked again in this flush. Raises Stop on a spool
-        with bad modes."""
+    def flush(self, limit: int | None = None) -> dict[str, int]:
+        """Send what the spool holds, oldest first (at most ``limit``); one process at a time (others
+        skip), and an issuer that cannot be reached is not asked again in this flush. Raises Stop
+        on a spool with bad modes."""
         counts = {"sent": 0, "kept": 0, "dropped": 0}
         path = self.cfg.receipt_spool
         if not check_spool_dir(path, create=False):
@@ -265,7 +266,10 @@ class Outbox:
                 if name.endswith(".jws"):
                     with contextlib.suppress(FileNotFoundError):
                         entries.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
-            for _, name in sorted(entries):
+            for position, (_, name) in enumerate(sorted(entries)):
+                if limit is not None and position >= limit:
+                    counts["kept"] += 1
+                    continue
                 token = self._read(dir_fd, name)
                 issuer = _audience(token) if token else None
                 if token is None or issuer is None or issuer not in self.cfg.allowed_issuers:

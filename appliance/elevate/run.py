@@ -83,7 +83,8 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         os.close(err_read)
         os.close(err_write)
         reason = f"cannot start the command: {exc.strerror}"
-        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0)
+        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0,
+                   **_receipt(on_end, "refused", EXIT_ERROR, reason))
         raise Stop(EXIT_ERROR, "exec", reason) from None
     if pid == 0:  # the child: never returns
         _child(program, argv, env, user, err_write, previous_mask)
