@@ -137,15 +137,15 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         return _init_host(cfg) if args.init_host else _flush(cfg)
     if args.check_config:
         plugin_manager(cfg)
-        receipts = check_receipt_config(cfg)
-        print(json.dumps({"config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
+        receipts = check_receipt_config(cfg)  # host key, spool: a bad one is a config error
+        print(json.dumps({**receipts, "config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
                           "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "audit_log": cfg.audit_log,
                           "timeout": cfg.timeout, "offline_grant_types": cfg.offline_grant_types,
                           "offline": (f"{' and '.join(cfg.offline_grant_types)} grants run on cached keys when the issuer "
                                       "cannot be connected to at all; once grants always need the issuer"
                                       if cfg.offline_grant_types else "every grant needs the issuer (consume)"),
                           "jwks_refresh": cfg.jwks_refresh, "jwks_max_stale": cfg.jwks_max_stale,
-                          "plugins": cfg.plugins, **receipts}))
+                          "plugins": cfg.plugins}))
         audit.written = True  # not an attempt
         return 0
     if not argv:

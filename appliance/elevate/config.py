@@ -121,13 +121,13 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
             continue
         kind = _KEYS[key][0]
         ok = {
+            "bool": isinstance(value, bool),
             "str": isinstance(value, str),
             "num": isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 300,
             "int": isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10 * 365 * 86400,
             "strs": isinstance(value, list) and all(isinstance(v, str) and v for v in value),
             "urls": isinstance(value, list) and all(isinstance(v, str) and urlsplit(v).scheme in ("http", "https") for v in value),
             "types": isinstance(value, list) and all(v in ("timed", "always") for v in value),
-            "bool": isinstance(value, bool),
         }[kind]
         if not ok:
             problems.append(f"{key}: {_describe_kind(kind)}")
@@ -146,11 +146,11 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
 
 def _describe_kind(kind: str) -> str:
     return {
+        "bool": "must be true or false",
         "str": "must be a string",
         "num": "must be a number of seconds between 0 and 300",
         "int": "must be a non-negative integer",
         "strs": "must be a list of non-empty strings",
         "urls": "must be a list of http(s) URLs",
         "types": 'must be a list of "timed" and/or "always"',
-        "bool": "must be true or false",
     }[kind]
