@@ -264,7 +264,7 @@ def test_exit_status_and_signal_reach_the_receipt_unchanged(issuer, tmp_path):
     assert results == [("exited", 7), ("signaled", 15)]
 
 
-def test_no_receipt_without_a_host_key_or_for_an_issuer_not_allowed(issuer, tmp_path):
+def test_no_receipt_without_a_host_key_for_an_issuer_not_allowed_or_a_forged_token(issuer, tmp_path):
     issuer.start()
     target = host_target(issuer, tmp_path / "t")
     assert elevate(target, ARGV, token=issuer.fake.token(ARGV)).returncode == 0
@@ -273,6 +273,13 @@ def test_no_receipt_without_a_host_key_or_for_an_issuer_not_allowed(issuer, tmp_
     stranger = FakeIssuer(issuer.url + "/other")
     assert elevate(target, ARGV, token=stranger.token(ARGV)).returncode == 5
     assert issuer.answers == [] and "receipt" not in attempts(target)[-1]
+    # A token naming the allowed issuer but signed by someone else names no real grant: no receipt,
+    # or any local user could add log leaves for grants nobody made.
+    forger = FakeIssuer(issuer.url)
+    forger.kid = issuer.fake.kid
+    result = elevate(target, ARGV, token=forger.token(ARGV))
+    assert result.returncode == 5 and error_line(result)["error"] == "bad_signature"
+    assert issuer.answers == [] and "receipt" not in attempts(target)[-1] and spooled(tmp_path / "t") == []
 
 
 def test_receipts_wait_in_the_spool_while_the_issuer_is_down_and_arrive_exactly_once(issuer, tmp_path):

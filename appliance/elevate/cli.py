@@ -26,7 +26,7 @@ is named in brackets):
      the parent (still root, holding nothing the child can reach) forwards signals to it, waits,
      writes a second audit line (event "exit": the status or the signal) and exits with the
      command's status (128+N when a signal N ended it) [env, run, audit]
-  7. with a host key (--init-host), every attempt tied to a grant of an allowed issuer ends with a
+  7. with a host key (--init-host), every attempt with a token an allowed issuer signed ends with a
      signed receipt posted to the issuer (spooled ones first; spooled itself when the issuer cannot
      take it); its fate is a field of the audit line, never a change of the exit status [receipts, hostkey]
 
@@ -162,16 +162,17 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     # 1. issuer, before any network call: a token never makes us talk to a server we do not trust.
     if issuer not in cfg.allowed_issuers:
         raise refused("issuer_not_allowed", "issuer not in allowed issuers")
-    # From here on the attempt is tied to a grant of an issuer we trust: it gets a receipt (D14).
+    # 2. signature, 3. expiry
+    cache = JwksCache(cfg)
+    verify_signature(token, header, issuer, cache)
+    # From here on the attempt is tied to a grant the issuer signed: it gets a receipt (D14). Not
+    # before: a forged token would let any local user add log leaves for grants nobody made.
     attempt.issuer = issuer
     attempt.grant_id = audit.record["grant_id"]
     attempt.authz_jti = audit.record["jti"] or ""
     attempt.cmd_hash = audit.record["cmd_hash"]
     attempt.run_as = audit.record["run_as"]
     outbox.append(Outbox(cfg))
-    # 2. signature, 3. expiry
-    cache = JwksCache(cfg)
-    verify_signature(token, header, issuer, cache)
     now = time.time()
     check_times(claims, cfg.leeway, now)
     check_shape(claims)
