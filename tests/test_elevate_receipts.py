@@ -398,3 +398,14 @@ def test_the_spool_has_a_bound_and_a_full_spool_changes_no_exit_status(issuer, t
     assert result.returncode == 6, result.stderr
     assert exits(target)[-1]["receipt"] == "lost: spool full" and "spool full" not in result.stdout
     assert len(spooled(tmp_path / "t")) == MAX_SPOOLED
+
+
+def test_a_spool_whose_parent_is_missing_is_made_root_0700(issuer, tmp_path):
+    target = host_target(issuer, tmp_path / "t", receipt_spool=str(tmp_path / "t" / "var" / "lib" / "spool"))
+    issuer.hosts[HOST] = init_host(target)
+    result = elevate(target, [], extra_args=["--check-config"])
+    assert result.returncode == 0 and json.loads(result.stdout)["receipts"] is True, result.stderr
+    assert elevate(target, ARGV, token=issuer.fake.token(ARGV)).returncode == 0  # the issuer is down
+    spool = tmp_path / "t" / "var" / "lib" / "spool"
+    assert exits(target)[-1]["receipt"] == "spooled" and stat.S_IMODE(spool.stat().st_mode) == 0o700
+    assert stat.S_IMODE(spool.parent.stat().st_mode) == 0o755 and len(list(spool.glob("*.jws"))) == 1

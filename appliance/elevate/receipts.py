@@ -42,8 +42,14 @@ def receipts_enabled(cfg: ElevateConfig) -> bool:
 
 def check_spool_dir(path: str, *, create: bool) -> bool:
     """The spool must be a root-owned directory of mode 0700 (not a symlink) in a root-owned folder.
-    Returns False when it does not exist (and ``create`` is False)."""
-    check_root_owned(os.path.dirname(path), "receipt spool's parent directory")
+    Returns False when it does not exist (and ``create`` is False). With ``create``, a missing parent
+    (/var/lib/grantd on a fresh host) is made root 0755."""
+    parent = os.path.dirname(path)
+    if not os.path.lexists(parent):
+        if not create:
+            return False
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+    check_root_owned(parent, "receipt spool's parent directory")
     if create and not os.path.lexists(path):
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o700)
