@@ -70,9 +70,11 @@ CLIENT_PARTS = (
     # files): the standard library and the escaping rule only, so each client stays as light as it was.
     Part("the client library", ("grantd.client", "grantd.client.*"), ("grantd", "grantd.core", "grantd.core.display"),
          (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
-    # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin.
+    # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin;
+    # the receipt format (grantd.receipts, with grantd.sshkeys) when it signs a receipt (D14 "Hosts").
     Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
-         ("grantd", "grantd.commands", "grantd.plugins"), (*SERVER_THIRD_PARTY, "textual")),
+         ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys"),
+         (*SERVER_THIRD_PARTY, "textual")),
     # The approver console reads the URL and token from the server's config file (grantd.config,
     # which checks the whole file: its key checks and the approval-policy parser are pure core code).
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
@@ -109,7 +111,8 @@ SERVER_LAYERS = (
                        "grantd.config.*", "grantd.logs", "grantd.client_address", "grantd.commands")),
     Layer("store", ("grantd.store", "grantd.store.*")),
     # grantd.sshkeys: parsing an OpenSSH public key line, pure (the log's receipts name hosts by one)
-    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys")),
+    # grantd.receipts: the execution receipts' format (the log checks them, elevate builds them)
+    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys", "grantd.receipts")),
 )
 
 

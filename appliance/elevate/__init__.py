@@ -17,5 +17,7 @@ One small module per step, each readable on its own (they import only downward, 
   consume   consuming the grant at the issuer
   env       the command's environment (an allow-list)
   run       finding the program, fork, dropping to the run_as user, exec, forwarding signals, waiting
+  hostkey   this host's key: --init-host makes it (root 0600, never overwritten), receipts load it
+  receipts  a signed receipt after every attempt (D14 "Hosts"), the spool, --flush-receipts
   cli       `grantd elevate` itself: the arguments and the order of the steps above
 """

@@ -27,6 +27,9 @@ is named in brackets):
      the parent (still root, holding nothing the child can reach) forwards signals to it, waits,
      writes a second audit line (event "exit": the status or the signal) and exits with the
      command's status (128+N when a signal N ended it) [env, run, audit]
+  7. with a host key (--init-host), every attempt with a token an allowed issuer signed ends with a
+     signed receipt posted to the issuer (spooled ones first; spooled itself when the issuer cannot
+     take it); its fate is a field of the audit line, never a change of the exit status [receipts, hostkey]
 
 Exit codes: 5 refused (one JSON line on stderr: {"error": code, "reason": text}); 1 config,
 usage or network errors; 126 not executable; 127 not found; otherwise the command's own. Every
@@ -62,6 +65,7 @@ from grantd.elevate.env import sanitized_env
 from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, config_error, emit, refused
 from grantd.elevate.grant import GRANT_IN_ARGV, read_grant
 from grantd.elevate.jwks import JwksCache
+from grantd.elevate.receipts import Attempt, Outbox, check_receipt_config
 from grantd.elevate.run import group_name, resolve_command, run_command
 
 
@@ -79,21 +83,32 @@ def cmd_elevate(args: argparse.Namespace) -> int:
     audit.record = {"real_uid": sudo_uid if sudo_uid is not None else uid, "sudo_user": sudo_user, "pid": os.getpid(),
                     "command": argv, "cmd_hash": None, "cwd": cwd, "agent": None, "grant_id": None, "grant_type": None,
                     "decided_by": None, "issuer": None, "audience": None, "jti": None, "run_as": None, "host": None}
+    attempt = Attempt(started_at=time.time())
+    outbox: list[Outbox] = []  # set once the config is read: where receipts go
     try:
-        return _elevate(args, argv, config_path, audit)
+        return _elevate(args, argv, config_path, audit, attempt, outbox)
     except Stop as stop:
         emit(stop)
         if audit.fd is None and config_path == DEFAULT_CONFIG:
             with contextlib.suppress(OSError, Stop):
                 audit.open()  # the default log, so that a broken installation or call is still audited
+        receipt: dict[str, Any] = {}
+        if outbox and not audit.written:  # an attempt tied to a grant: its receipt says it was refused
+            try:
+                status = outbox[0].send(attempt, "refused", stop.exit_code, stop.reason)
+            except Exception as exc:  # noqa: BLE001 - a receipt never changes how an attempt ends
+                status = f"lost: {exc.__class__.__name__}: {exc}"
+            receipt = {} if status is None else {"receipt": status}
         try:
-            audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code)
+            audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code,
+                        **receipt)
         except OSError as exc:
             print(json.dumps({"warning": f"cannot write the audit log: {exc}"}), file=sys.stderr)
         return stop.exit_code
 
 
-def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit) -> int:
+def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit, attempt: Attempt,
+             outbox: list[Outbox]) -> int:
     from grantd.commands import cmd_hash
 
     if os.geteuid() != 0:
@@ -104,6 +119,10 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         print(json.dumps({"warning": "--grant shows the token to every local user in the process list while the "
                                      "command runs; prefer --grant-stdin, --grant-fd N or --grant-file FILE"}),
               file=sys.stderr, flush=True)
+    if args.init_host and through_sudo():
+        # The sudoers rule lets every local user run `grantd elevate ...`: making the host's
+        # identity (which turns receipts on) is for root itself.
+        raise config_error("--init-host is for root only, not through sudo")
     _, sudo_uid, _ = caller_ids()
     if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(DEFAULT_CONFIG):
         # A sudo caller may pick another config only among the ones root put into /etc/grantd.
@@ -115,9 +134,13 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     except OSError as exc:
         raise config_error(f"cannot open the audit log {cfg.audit_log}: {exc.strerror}") from None
     audit.record["host"] = cfg.host
+    if args.init_host or args.flush_receipts:
+        audit.written = True  # not an attempt
+        return _init_host(cfg) if args.init_host else _flush(cfg)
     if args.check_config:
         plugin_manager(cfg)
-        print(json.dumps({"config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
+        receipts = check_receipt_config(cfg)  # host key, spool: a bad one is a config error
+        print(json.dumps({**receipts, "config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
                           "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "audit_log": cfg.audit_log,
                           "timeout": cfg.timeout, "offline_grant_types": cfg.offline_grant_types,
                           "offline": (f"{' and '.join(cfg.offline_grant_types)} grants run on cached keys when the issuer "
@@ -145,6 +168,14 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     # 2. signature, 3. expiry
     cache = JwksCache(cfg)
     verify_signature(token, header, issuer, cache)
+    # From here on the attempt is tied to a grant the issuer signed: it gets a receipt (D14). Not
+    # before: a forged token would let any local user add log leaves for grants nobody made.
+    attempt.issuer = issuer
+    attempt.grant_id = audit.record["grant_id"]
+    attempt.authz_jti = audit.record["jti"] or ""
+    attempt.cmd_hash = audit.record["cmd_hash"]
+    attempt.run_as = audit.record["run_as"]
+    outbox.append(Outbox(cfg))
     now = time.time()
     check_times(claims, cfg.leeway, now)
     check_shape(claims)
@@ -162,7 +193,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         user = pwd.getpwnam(run_as)
     except KeyError:
         raise Stop(EXIT_ERROR, "unknown_user", f"run_as user {run_as!r} does not exist on this host") from None
-    audit.record["run_as"] = user.pw_name
+    audit.record["run_as"] = attempt.run_as = user.pw_name
     program = resolve_command(argv[0], cfg.path_env)
     # 8. consume
     note = consume(cfg, claims, token)
@@ -173,7 +204,26 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
                     jwks=cache.note, consume=note)
     except OSError as exc:  # no audit, no elevation
         raise Stop(EXIT_ERROR, "audit", f"cannot write the audit log {audit.path}: {exc.strerror}") from None
-    return run_command(program, argv, env, user, audit)
+    box = outbox[0]
+    return run_command(program, argv, env, user, audit,
+                       on_end=lambda result, code, reason: box.send(attempt, result, code, reason))
+
+
+def _init_host(cfg: Any) -> int:
+    """--init-host: make the host key and print its public line (to enrol with POST /api/hosts)."""
+    from grantd.elevate.hostkey import init_host
+
+    print(init_host(cfg), flush=True)
+    print(json.dumps({"note": f"host key {cfg.host_key} made; enrol the line above as host {cfg.host!r} "
+                              "(POST /api/hosts {host, publicKey})"}), file=sys.stderr)
+    return 0
+
+
+def _flush(cfg: Any) -> int:
+    """--flush-receipts: send the spooled receipts; 0 when none is left, 1 otherwise."""
+    counts = Outbox(cfg).flush()
+    print(json.dumps({"receipt_spool": cfg.receipt_spool, **counts}))
+    return 0 if counts["kept"] == 0 else EXIT_ERROR
 
 
 def register(subparsers: Any) -> None:
@@ -195,5 +245,9 @@ def register(subparsers: Any) -> None:
     source.add_argument("--grant", metavar="JWT", help="the token itself: refused under sudo, since every local user "
                                                         "can read it in the process list")
     p.add_argument("--check-config", action="store_true", help="validate the config and plugins, print them, run nothing")
+    p.add_argument("--init-host", action="store_true", help="make this host's key (config host_key, root 0600; never "
+                                                            "overwritten) and print the ssh-ed25519 line to enrol")
+    p.add_argument("--flush-receipts", action="store_true", help="send the receipts spooled while the issuer was "
+                                                                 "unreachable (exit 1 when some are still left)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_elevate)

@@ -17,6 +17,8 @@ from grantd.elevate.errors import config_error
 DEFAULT_CONFIG = "/etc/grantd/elevate.toml"
 DEFAULT_AUDIT_LOG = "/var/log/grantd/elevate.log"
 DEFAULT_CACHE_DIR = "/var/cache/grantd"
+DEFAULT_HOST_KEY = "/etc/grantd/host_ed25519"
+DEFAULT_RECEIPT_SPOOL = "/var/lib/grantd/receipts"
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -41,6 +43,10 @@ class ElevateConfig:
     ca_bundle: str | None = None
     env_keep: list[str] = field(default_factory=list)
     path_env: str = SAFE_PATH
+    host_key: str = DEFAULT_HOST_KEY
+    receipt_spool: str = DEFAULT_RECEIPT_SPOOL
+    receipts: bool | None = None  # None: on when the host key exists (D14 "Hosts")
+    receipt_timeout: float = 3.0
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +73,11 @@ _KEYS: dict[str, tuple[str, str]] = {
     "ca_bundle": ("str", "CA bundle for https issuers (default: the system's)"),
     "env_keep": ("strs", "extra environment variable names passed to the command"),
     "path": ("str", "PATH for the command (default: a fixed safe PATH)"),
+    "host_key": ("str", f"this host's Ed25519 key, made by --init-host, root 0600 (default {DEFAULT_HOST_KEY})"),
+    "receipt_spool": ("str", "root 0700 directory where receipts wait while the issuer cannot be reached "
+                             f"(default {DEFAULT_RECEIPT_SPOOL})"),
+    "receipts": ("bool", "post a signed receipt after every attempt (default: on when host_key exists)"),
+    "receipt_timeout": ("num", "seconds for posting one receipt (default 3); then it is spooled"),
 }
 
 
@@ -117,6 +128,7 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
             continue
         kind = _KEYS[key][0]
         ok = {
+            "bool": isinstance(value, bool),
             "str": isinstance(value, str),
             "num": isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 300,
             "int": isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10 * 365 * 86400,
@@ -129,6 +141,9 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
         }[kind]
         if not ok:
             problems.append(f"{key}: {_describe_kind(kind)}")
+            continue
+        if kind == "str" and key in ("host_key", "receipt_spool") and not value.startswith("/"):
+            problems.append(f"{key}: must be an absolute path")
             continue
         values["path_env" if key == "path" else key] = value
     for required in ("allowed_issuers", "allowed_approvers"):
@@ -164,6 +179,7 @@ def approvals_summary(cfg: ElevateConfig) -> str:
 
 def _describe_kind(kind: str) -> str:
     return {
+        "bool": "must be true or false",
         "str": "must be a string",
         "num": "must be a number of seconds between 0 and 300",
         "int": "must be a non-negative integer",

@@ -41,17 +41,19 @@ def _could_not_connect(exc: BaseException) -> bool:
     return False
 
 
-def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str, str], max_bytes: int) -> tuple[int, bytes]:
+def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str, str], max_bytes: int,
+                 content: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]:
     """One bounded HTTP exchange: timeouts on every phase, an overall deadline, a size cap.
 
     No proxies or CA overrides from the environment (trust_env=False), no redirects."""
     import httpx
 
     verify: Any = cfg.ca_bundle or True
+    seconds = timeout or cfg.timeout
     try:
-        with deadline(cfg.timeout), httpx.Client(timeout=httpx.Timeout(cfg.timeout), trust_env=False, verify=verify,
-                                                  follow_redirects=False) as client:
-            with client.stream(method, url, headers={"Accept-Encoding": "identity", **headers}) as response:
+        with deadline(seconds), httpx.Client(timeout=httpx.Timeout(seconds), trust_env=False, verify=verify,
+                                             follow_redirects=False) as client:
+            with client.stream(method, url, headers={"Accept-Encoding": "identity", **headers}, content=content) as response:
                 body = bytearray()
                 for chunk in response.iter_raw():
                     body += chunk
@@ -59,9 +61,9 @@ def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str
                         raise NetworkError(f"{url}: answer larger than {max_bytes} bytes")
                 return response.status_code, bytes(body)
     except DeadlineExceeded:
-        raise NetworkError(f"{url}: no answer within {cfg.timeout:g} s") from None
+        raise NetworkError(f"{url}: no answer within {seconds:g} s") from None
     except httpx.TimeoutException:
-        raise NetworkError(f"{url}: timed out after {cfg.timeout:g} s") from None
+        raise NetworkError(f"{url}: timed out after {seconds:g} s") from None
     except httpx.ConnectError as exc:
         raise NetworkError(f"{url}: cannot connect: {exc}", unreachable=_could_not_connect(exc)) from None
     except httpx.HTTPError as exc:

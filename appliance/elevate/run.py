@@ -10,7 +10,8 @@ import pwd
 import signal
 import sys
 import time
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from grantd.elevate.audit import Audit
 from grantd.elevate.errors import EXIT_ERROR, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Stop, emit
@@ -58,8 +59,13 @@ FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signa
 _SI_KERNEL = 0x80  # si_code of a signal the kernel (a terminal) generated for the whole process group
 
 
-def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, audit: Audit) -> int:
+def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, audit: Audit,
+                on_end: Callable[[str, int, str | None], str | None] | None = None) -> int:
     """fork; the child drops to `user` and execs; we wait, forwarding signals, then audit how it ended.
+
+    ``on_end(result, code, reason)`` (the receipt: exited with the status, signaled with the signal
+    number, refused when the program could not be started) runs before the exit line, which records
+    what it returns as ``receipt``; it never changes the status returned.
 
     The forwarded signals stay blocked here from before the fork (the child unblocks them), so
     none is lost and each is taken with sigtimedwait together with who sent it: a signal the
@@ -77,7 +83,8 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         os.close(err_read)
         os.close(err_write)
         reason = f"cannot start the command: {exc.strerror}"
-        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0)
+        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0,
+                   **_receipt(on_end, "refused", EXIT_ERROR, reason))
         raise Stop(EXIT_ERROR, "exec", reason) from None
     if pid == 0:  # the child: never returns
         _child(program, argv, env, user, err_write, previous_mask)
@@ -92,7 +99,7 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         stop = Stop(code, {EXIT_NOT_FOUND: "not_found", EXIT_NOT_EXECUTABLE: "not_executable"}.get(code, "exec"), reason)
         emit(stop)
         audit.exit("error", reason, child_pid=pid, status=code, exit_code=code,
-                   duration_ms=int((time.monotonic() - started) * 1000))
+                   duration_ms=int((time.monotonic() - started) * 1000), **_receipt(on_end, "refused", code, reason))
         return code
     status = _wait_forwarding(pid, waited)
     duration_ms = int((time.monotonic() - started) * 1000)
@@ -100,11 +107,24 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         number = os.WTERMSIG(status)
         code = 128 + number
         audit.exit("signalled", None, child_pid=pid, signal=number, signal_name=_signal_name(number), exit_code=code,
-                   duration_ms=duration_ms)
+                   duration_ms=duration_ms, **_receipt(on_end, "signaled", number, None))
     else:
         code = os.waitstatus_to_exitcode(status)
-        audit.exit("exited", None, child_pid=pid, status=code, exit_code=code, duration_ms=duration_ms)
+        audit.exit("exited", None, child_pid=pid, status=code, exit_code=code, duration_ms=duration_ms,
+                   **_receipt(on_end, "exited", code, None))
     return code
+
+
+def _receipt(on_end: Callable[[str, int, str | None], str | None] | None, result: str, code: int,
+             reason: str | None) -> dict[str, Any]:
+    """The exit line's ``receipt`` field; nothing the receipt does may change how the run ends."""
+    if on_end is None:
+        return {}
+    try:
+        status = on_end(result, code, reason)
+    except Exception as exc:  # noqa: BLE001 - a receipt never changes the command's exit status
+        status = f"lost: {exc.__class__.__name__}: {exc}"
+    return {} if status is None else {"receipt": status}
 
 
 def _wait_forwarding(pid: int, waited: set[signal.Signals]) -> int:
