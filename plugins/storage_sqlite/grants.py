@@ -15,10 +15,13 @@ from grantd.store import Conflict, LimitReached, OwnerBound
 from grantd.store.records import (
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
+    VOTE_COLUMNS,
     Grant,
     GrantEvent,
+    GrantReview,
+    Vote,
 )
-from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
@@ -40,7 +43,10 @@ class SQLiteGrants:
     def __init__(self, db: _Database):
         self._db = db
 
-    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+    async def create(
+        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        review: dict[str, Any] | None = None,
+    ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         stored = {**row, "request": to_json(row["request"])}
@@ -54,6 +60,9 @@ class SQLiteGrants:
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
+            if review is not None:
+                conn.execute("INSERT INTO grant_reviews (grant_id, review_json) VALUES (?, ?)",
+                             (row["id"], to_json(review)))
             for event in events:
                 _record_event(conn, event, row, int(row["created_at"]))
         return cast(Grant, row)
@@ -179,6 +188,37 @@ class SQLiteGrants:
     async def last_event_seq(self) -> int:
         row = self._db.one("SELECT max(seq) AS seq FROM grant_events")
         return int(row["seq"] or 0) if row else 0
+
+    async def review_of(self, grant_id: str) -> GrantReview | None:
+        row = self._db.one("SELECT * FROM grant_reviews WHERE grant_id = ?", (grant_id,))
+        return review_row(row) if row else None
+
+    async def votes(self, grant_id: str) -> builtins.list[Vote]:
+        return [vote_row(r) for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))]
+
+    async def add_vote(self, vote: Vote) -> str:
+        values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
+        values["management"] = 1 if vote["management"] else 0
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
+            found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
+            if found is None or found["status"] != "pending":
+                return "decided"
+            try:
+                conn.execute(
+                    f"INSERT INTO grant_votes ({', '.join(VOTE_COLUMNS)}) VALUES ({', '.join(':' + c for c in VOTE_COLUMNS)})",  # noqa: S608 - fixed column list
+                    values,
+                )
+            except sqlite3.IntegrityError:
+                return "duplicate"
+        return "recorded"
+
+    async def escalate_if(self, grant_id: str, seen: int, level: int) -> bool:
+        async with self._db.awrite() as conn:
+            cur = conn.execute(
+                "UPDATE grant_reviews SET escalation_level = ? WHERE grant_id = ? AND escalation_level = ?",
+                (level, grant_id, seen),
+            )
+            return cur.rowcount == 1
 
     async def wait_for_events(self, seconds: float) -> None:
         """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""
