@@ -63,14 +63,26 @@ async def _decide(request: Request, grant_id: str, operation: Operation) -> HTTP
     return json(await operation(services_of(request), principal, grant_id, body_of(request, required=False)))
 
 
+async def _vote(request: Request, grant_id: str, operation: grants.VoteOperation, *, required: bool = False) -> HTTPResponse:
+    principal = policy.require(await principal_of(request))
+    body = body_of(request, required=required)
+    via = grants.via_of(principal, body, session=credentials_of(request).session is not None)
+    return json(await operation(services_of(request), principal, grant_id, body, via))
+
+
 @bp.post("/api/grants/<grant_id:str>/approve", unquote=True)
 async def approve(request: Request, grant_id: str) -> HTTPResponse:
-    return await _decide(request, grant_id, grants.approve)
+    return await _vote(request, grant_id, grants.approve)
 
 
 @bp.post("/api/grants/<grant_id:str>/deny", unquote=True)
 async def deny(request: Request, grant_id: str) -> HTTPResponse:
-    return await _decide(request, grant_id, grants.deny)
+    return await _vote(request, grant_id, grants.deny)
+
+
+@bp.post("/api/grants/<grant_id:str>/review", unquote=True)
+async def review(request: Request, grant_id: str) -> HTTPResponse:
+    return await _vote(request, grant_id, grants.review, required=True)
 
 
 @bp.post("/api/grants/<grant_id:str>/revoke", unquote=True)
