@@ -1,0 +1,220 @@
+"""Approval policies wired into the server (issue 22, D13), end to end on a real HTTP server with
+real storage: rules decide at creation, a policy's quorum holds across votes, exclusions answer
+403 with their reason, one vote per person (409 on every path), decided grants 400, the AuthZ-JWT
+names every approver, concurrent final votes have exactly one winner."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from inproc import InProcessServer
+from people_support import cookie_client, create_person, enrol_agent, request_grant, signed_in_person, start_session
+
+from conftest import problem
+
+SRE = [f"sre{i}@sre.example" for i in range(1, 21)]
+OWNER = "owner@sre.example"
+DOMAIN_CONFIG = f"""
+[[groups]]
+id = "sre"
+members = [{", ".join(f'"{e}"' for e in SRE + [OWNER])}]
+
+[[rules]]
+id = "no-rm"
+effect = "deny"
+reason = "rm -rf is never pre-approved nor reviewed"
+match.argv = [["rm", "-rf", "**"]]
+
+[[rules]]
+id = "journal-ro"
+effect = "approve"
+reason = "read-only journalctl is pre-approved (CHG-1234)"
+match.argv = [["journalctl", "**"], ["rm", "**"]]
+max_grant_type = "once"
+
+[[policies]]
+id = "prod-root"
+description = "root on prod needs two SREs who do not own the agent"
+match.target_host = ["prod-*"]
+match.run_as = ["root"]
+forbid = ["owner", "approver"]
+[[policies.require]]
+id = "sre"
+groups = ["sre"]
+approve = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    server = InProcessServer(tmp_path_factory.mktemp("policies"), extra=DOMAIN_CONFIG).start()
+    try:
+        for email in [*SRE, OWNER]:
+            create_person(server, email)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def bot(srv: InProcessServer) -> tuple[dict[str, Any], str]:
+    return enrol_agent(srv, owner=OWNER)
+
+
+def person(srv: InProcessServer, email: str) -> httpx.Client:
+    return cookie_client(srv, start_session(srv, email))
+
+
+def prod_root(srv: InProcessServer, token: str, **fields: Any) -> dict[str, Any]:
+    return request_grant(srv, token, target_host="prod-db-1", run_as="root", **fields)
+
+
+def claims(token: str) -> dict[str, Any]:
+    return jwt.decode(token, options={"verify_signature": False})  # type: ignore[no-any-return]
+
+
+def test_two_of_sre_not_the_owner(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    _, token = bot
+    grant = prod_root(srv, token)
+    assert grant["status"] == "pending"
+    assert grant["review"]["policy_ids"] == ["prod-root"] and grant["review"]["policy_hash"].startswith("sha256:")
+    assert grant["review"]["requirements"] == [
+        {"id": "prod-root/sre", "approve": 2, "deny": 1, "approvals": [], "denials": []}]
+    path = f"/api/grants/{grant['id']}"
+
+    with person(srv, OWNER) as owner:  # the owner sees the grant and is in sre, but is excluded
+        r = owner.post(path + "/approve", json={})
+        assert r.status_code == 403 and problem(r)["reason"] == "owner excluded"
+        r = owner.post(path + "/deny", json={})  # exclusions bind deny votes as well
+        assert r.status_code == 403 and problem(r)["reason"] == "owner excluded"
+    with srv.admin() as admin:  # an administrator sees it; the management token may not vote here
+        r = admin.post(path + "/approve", json={})
+        assert r.status_code == 403 and problem(r)["reason"] == "management token not allowed"
+    with srv.client(token) as agent:  # the requesting agent sees it and never votes
+        r = agent.post(path + "/review", json={"decision": "approve"})
+        assert r.status_code == 403 and problem(r)["reason"] == "agents never vote"
+    _, outsider = signed_in_person(srv)
+    with outsider:  # a person who may not see it learns nothing
+        assert outsider.post(path + "/approve", json={}).status_code == 404
+        assert outsider.get(path).status_code == 404
+
+    with person(srv, SRE[0]) as first:
+        assert first.get(path).status_code == 200  # a named approver sees it
+        r = first.post(path + "/review", json={"decision": "approve", "reason": "looked at it"})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["grant"]["status"] == "pending" and "authz_jwt" not in body
+        assert body["review"]["requirements"][0]["approvals"] == [SRE[0]]
+        shown = first.get(path).json()
+        assert shown["status"] == "pending" and [a["sub"] for a in shown["approvals"]] == [SRE[0]]
+        assert shown["approvals"][0]["via"] == "web" and shown["approvals"][0]["requirement"] == "prod-root/sre"
+        # the same person again: 409 on every path
+        for route, payload in (("/approve", {}), ("/deny", {}), ("/review", {"decision": "approve"})):
+            r = first.post(path + route, json=payload)
+            assert r.status_code == 409 and problem(r)["reason"] == "already reviewed", (route, r.text)
+        r = first.post("/api/grants/batch", json={"operations": [{"id": grant["id"], "action": "approve"}]})
+        assert r.status_code == 200 and r.json()["results"][0]["error"]["status"] == 409
+
+    with person(srv, SRE[1]) as second:
+        r = second.post(path + "/approve", json={})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["grant"]["status"] == "approved" and body["grant"]["decided_by"] == SRE[1]
+        jwt_claims = claims(body["authz_jwt"])
+        assert [a["sub"] for a in jwt_claims["approvals"]] == [SRE[0], SRE[1]]
+        assert jwt_claims["quorum"] == "2/2" and jwt_claims["decided_by"] == SRE[1]
+        assert jwt_claims["policy"] == {"ids": ["prod-root"], "hash": grant["review"]["policy_hash"]}
+    with person(srv, SRE[2]) as late:
+        r = late.post(path + "/approve", json={})
+        assert r.status_code == 400 and problem(r)["detail"] == "grant already decided"
+
+
+def test_one_eligible_denial_denies_under_a_policy(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = prod_root(srv, bot[1])
+    with person(srv, SRE[3]) as sre:
+        r = sre.post(f"/api/grants/{grant['id']}/review", json={"decision": "deny", "reason": "not now"})
+    assert r.status_code == 200, r.text
+    assert r.json()["grant"]["status"] == "denied" and r.json()["grant"]["decision_reason"] == "not now"
+    assert r.json()["grant"]["decided_by"] == SRE[3]
+
+
+def test_a_deny_rule_beats_an_approve_rule_and_says_why(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = request_grant(srv, bot[1], command=["rm", "-rf", "/tmp/x"])
+    assert grant["status"] == "denied" and grant["decided_by"] == "policy:no-rm"
+    assert grant["decision_reason"] == "rm -rf is never pre-approved nor reviewed"
+    assert "authz_jwt" not in grant
+
+
+def test_an_approve_rule_approves_at_once_with_its_reason(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = request_grant(srv, bot[1], command=["journalctl", "-u", "nginx"])
+    assert grant["status"] == "approved" and grant["decided_by"] == "policy:journal-ro"
+    assert grant["decision_reason"] == "read-only journalctl is pre-approved (CHG-1234)"
+    assert grant["approvals"][0]["kind"] == "rule" and grant["approvals"][0]["rule"] == "journal-ro"
+    token_claims = claims(grant["authz_jwt"])
+    assert token_claims["decided_by"] == "policy:journal-ro" and token_claims["approvals"][0]["via"] == "rule"
+    # above the rule's max_grant_type: not pre-approved, the default policy reviews it
+    timed = request_grant(srv, bot[1], command=["journalctl", "-f"], grant_type="timed", duration=60)
+    assert timed["status"] == "pending" and timed["review"]["policy_ids"] == []
+
+
+def test_an_owner_removed_from_the_group_after_voting_no_longer_counts(srv: InProcessServer) -> None:
+    """Exclusions are re-checked at finalisation: the first voter became the agent's approver
+    after voting (forbid approver), so the second vote does not complete the quorum."""
+    agent, token = enrol_agent(srv, owner=OWNER, approver=OWNER)
+    grant = prod_root(srv, token)
+    path = f"/api/grants/{grant['id']}"
+    with person(srv, SRE[4]) as first:
+        assert first.post(path + "/approve", json={}).status_code == 200
+    with srv.admin() as admin:
+        r = admin.put(f"/api/admin/agents/{agent['agent_id']}", json={"approver": SRE[4]})
+        assert r.status_code == 200, r.text
+    with person(srv, SRE[5]) as second:
+        r = second.post(path + "/approve", json={})
+    assert r.status_code == 200, r.text
+    assert r.json()["grant"]["status"] == "pending"  # SRE[4]'s vote no longer holds
+    assert r.json()["review"]["requirements"][0]["approvals"] == [SRE[5]]
+
+
+def test_twenty_concurrent_votes_have_exactly_one_final_winner(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = prod_root(srv, bot[1])
+    path = f"/api/grants/{grant['id']}/approve"
+    clients = [person(srv, email) for email in SRE]
+
+    def cast(client: httpx.Client) -> httpx.Response:
+        with client:
+            return client.post(path, json={})
+
+    with concurrent.futures.ThreadPoolExecutor(len(clients)) as pool:
+        answers = list(pool.map(cast, clients))
+    assert all(a.status_code in (200, 400) for a in answers), [a.text for a in answers]
+    winners = [a for a in answers if a.status_code == 200 and "authz_jwt" in a.json()]
+    assert len(winners) == 1
+    with srv.admin() as admin:
+        final = admin.get(f"/api/grants/{grant['id']}").json()
+    assert final["status"] == "approved"
+    assert final["decided_by"] == winners[0].json()["grant"]["decided_by"]
+    events = srv.call(srv.services.store.grants.events_after(0, 100_000))
+    assert sum(1 for e in events if e["grant_id"] == grant["id"] and e["event"] == "grant.approved") == 1
+
+
+def test_without_a_matching_policy_one_vote_by_the_owner_decides(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = request_grant(srv, bot[1], target_host="staging-1")
+    assert grant["review"]["policy_ids"] == [] and grant["review"]["requirements"][0]["id"] == "default"
+    with person(srv, OWNER) as owner:
+        r = owner.post(f"/api/grants/{grant['id']}/approve", json={})
+    assert r.status_code == 200 and r.json()["grant"]["status"] == "approved"
+    assert claims(r.json()["authz_jwt"])["quorum"] == "1/1"
+
+
+def test_review_body_is_checked(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = prod_root(srv, bot[1])
+    with person(srv, SRE[6]) as sre:
+        for body in ({}, {"decision": "maybe"}, {"decision": 1}):
+            r = sre.post(f"/api/grants/{grant['id']}/review", json=body)
+            assert r.status_code == 400, r.text
+            assert problem(r)["field"] == "decision" if "field" in problem(r) else True
