@@ -218,3 +218,48 @@ def test_review_body_is_checked(srv: InProcessServer, bot: tuple[dict[str, Any],
             r = sre.post(f"/api/grants/{grant['id']}/review", json=body)
             assert r.status_code == 400, r.text
             assert problem(r)["field"] == "decision" if "field" in problem(r) else True
+
+
+def test_reviewers_say_who_may_still_approve(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    grant = prod_root(srv, bot[1])
+    path = f"/api/grants/{grant['id']}/reviewers"
+    with person(srv, SRE[7]) as sre:
+        before = sre.get(path)
+        assert before.status_code == 200, before.text
+        requirement = before.json()["requirements"][0]
+        assert requirement["id"] == "prod-root/sre" and requirement["missing"] == 2
+        emails = [e["email"] for e in requirement["eligible"]]
+        assert emails == sorted(SRE) and OWNER not in emails  # the owner is excluded
+        assert sre.post(f"/api/grants/{grant['id']}/approve", json={}).status_code == 200
+        after = sre.get(path).json()["requirements"][0]
+        assert after["missing"] == 1 and after["approvals"] == [SRE[7]]
+        assert SRE[7] not in [e["email"] for e in after["eligible"]]
+    _, outsider = signed_in_person(srv)
+    with outsider:
+        assert outsider.get(path).status_code == 404
+
+
+def test_evaluate_shows_the_outcome_and_creates_nothing(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    agent, token = bot
+    body = {"requester": agent["email"], "target_host": "prod-db-2", "audience": "escapes", "run_as": "root",
+            "command": ["systemctl", "restart", "nginx"]}
+    before = srv.call(srv.services.store.grants.last_event_seq())
+    with srv.admin() as admin:
+        r = admin.post("/api/policies/evaluate", json=body)
+        assert r.status_code == 200, r.text
+        found = r.json()
+        assert found["outcome"] == "needs_review" and found["policies_matched"] == ["prod-root"]
+        assert found["requirements"][0]["approve"] == 2
+        assert [e["email"] for e in found["eligible_approvers"][0]["eligible"]] == sorted(SRE)
+        denied = admin.post("/api/policies/evaluate", json={**body, "requester": agent["agent_id"],
+                                                             "command": ["rm", "-rf", "/"]}).json()
+        assert denied["outcome"] == "auto_deny" and denied["rules_matched"] == ["no-rm"]
+        assert denied["reason"] == "rm -rf is never pre-approved nor reviewed"
+        approved = admin.post("/api/policies/evaluate", json={**body, "command": ["journalctl"]}).json()
+        assert approved["outcome"] == "auto_approve" and approved["rules_matched"] == ["journal-ro"]
+        assert admin.post("/api/policies/evaluate", json={"target_host": "x"}).status_code == 400
+    assert srv.call(srv.services.store.grants.last_event_seq()) == before  # nothing created
+    with person(srv, SRE[8]) as sre:  # not an administrator
+        assert sre.post("/api/policies/evaluate", json=body).status_code == 403
+    with srv.client(token) as as_agent:
+        assert as_agent.post("/api/policies/evaluate", json=body).status_code == 403

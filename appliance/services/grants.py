@@ -31,16 +31,18 @@ from grantd.core.fields import (
 )
 from grantd.core.lifecycle import GRANT_TYPES, Lapse
 from grantd.core.paging import PageRequest, page, page_request
-from grantd.core.principals import Kind, Principal
+from grantd.core.principals import Kind, Principal, management
 from grantd.core.review import (
     AUTO_APPROVE,
     AUTO_DENY,
     DEFAULT_REVIEW,
+    NEEDS_REVIEW,
     Ballot,
     Review,
     Tally,
     Voter,
     cast_vote,
+    eligible_people,
     evaluate,
     tally,
 )
@@ -631,6 +633,74 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
 async def _review_answer(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
     found = await review_view(services, grant, reader)
     return {**found["review"], "approvals": found["approvals"]}
+
+
+async def _eligible(services: Services, review: Review, facts: Any, now_s: int,
+                    votes: list[Ballot]) -> list[list[dict[str, str]]]:
+    """For each requirement, who may still vote for it now, with their names."""
+    people = await reviews.people(services, review, await reviews.admin_people(services, review))
+    lists = eligible_people(review, facts, people, now_s, votes)
+    named: dict[str, str] = {}
+    out = []
+    for emails in lists:
+        row = []
+        for email in emails:
+            if email not in named:
+                person = await services.store.people.get(email)
+                named[email] = person["name"] if person is not None else ""
+            row.append({"email": email, "name": named[email]})
+        out.append(row)
+    return out
+
+
+async def reviewers(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
+    """``GET /api/grants/:id/reviewers`` (D13): each requirement with who may still vote for it."""
+    grant = await _visible_grant(services, principal, grant_id)  # 404 to who may not see it
+    reader = Reader(services)
+    now_s = reader.now // 1000
+    status = reader.status(grant)
+    review, level, counted, votes = await _review_state(services, grant, status, now_s)
+    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), status)
+    shown = reviews.review_json(review, grant, counted, level, now_s)
+    eligible = await _eligible(services, review, facts, now_s, votes) if status == "pending" else [
+        [] for _ in review.requirements]
+    for requirement, people in zip(shown["requirements"], eligible, strict=True):
+        requirement["missing"] = max(0, requirement["approve"] - len(requirement["approvals"]))
+        requirement["eligible"] = people
+    return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
+            "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
+
+
+async def evaluate_policies(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /api/policies/evaluate`` (D13): what a grant request would meet, creating nothing."""
+    policy.may_evaluate_policies(principal)
+    requester = identifier_field(body, "requester", required=True)
+    assert requester is not None
+    agent = await services.store.agents.get(requester.strip().lower()) or await services.store.agents.get(requester)
+    email = agent["email"] if agent is not None else requester.strip().lower()
+    if agent is None and "@" not in email:
+        raise field_error("requester", "requester must be an agent's e-mail or id, or a person's e-mail")
+    request, requester_id = await parse_request(services, management(services.config.admin.management_identity),
+                                                {**body, "requester": email})
+    config = reviews.review_config(services)
+    facts_request = reviews.request_facts(request, email, requester_id)
+    found = evaluate(config, facts_request) if config is not None else None
+    review = found.review if found is not None else DEFAULT_REVIEW
+    now = services.clock.now_ms()
+    grant: Any = {"requester_id": requester_id, "requester": email, "created_at": now, "request": request}
+    facts = reviews.grant_facts(grant, agent, "pending")
+    eligible = await _eligible(services, review, facts, now // 1000, [])
+    return {
+        "outcome": found.outcome if found is not None else NEEDS_REVIEW,
+        "rules_matched": list(found.rules_matched) if found is not None else [],
+        "policies_matched": list(found.policies_matched) if found is not None else [],
+        "reason": found.reason if found is not None else None,
+        "policy_hash": review.policy_hash,
+        "requirements": [{"id": r.id, "approve": r.approve, "deny": r.deny, "groups": list(r.groups)}
+                         for r in review.requirements],
+        "eligible_approvers": [{"requirement": r.id, "eligible": people}
+                               for r, people in zip(review.requirements, eligible, strict=True)],
+    }
 
 
 async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],

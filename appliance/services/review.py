@@ -82,6 +82,27 @@ async def people(services: Services, review: Review, emails: Iterable[str]) -> P
     return People(members=members, admins=frozenset(admins))
 
 
+ADMIN_SCAN = 2000  # people records read to find administrators for `@admins` in a reviewers list
+
+
+async def admin_people(services: Services, review: Review) -> list[str]:
+    """The e-mails of people marked admin (for lists of who may approve under `@admins`; bounded)."""
+    if not any("@admins" in r.groups for r in review.requirements) and not any(
+            "@admins" in e.add_approvers for e in review.escalations):
+        return []
+    from grantd.core.paging import Cursor, PageRequest
+
+    found: list[str] = []
+    cursor: Cursor | None = None
+    while len(found) < ADMIN_SCAN:
+        rows, more = await services.store.people.list(PageRequest(200, cursor))
+        found.extend(p["email"] for p in rows if p["admin"] and p["status"] == "active")
+        if not more or not rows:
+            break
+        cursor = Cursor(rows[-1]["created_at"], rows[-1]["person_id"])
+    return found
+
+
 def ballot_of(vote: Vote) -> Ballot:
     return Ballot(Voter(vote["voter_id"], vote["email"], management=vote["management"]), vote["decision"],
                   vote["via"], vote["at"], vote["reason"], vote["grant_type"], vote["duration"])

@@ -80,6 +80,18 @@ async def deny(request: Request, grant_id: str) -> HTTPResponse:
     return await _vote(request, grant_id, grants.deny)
 
 
+@bp.get("/api/grants/<grant_id:str>/reviewers", unquote=True)
+async def reviewers(request: Request, grant_id: str) -> HTTPResponse:
+    principal = policy.require(await principal_of(request))
+    return json(await grants.reviewers(services_of(request), principal, grant_id))
+
+
+@bp.post("/api/policies/evaluate")
+async def evaluate_policies(request: Request) -> HTTPResponse:
+    principal = policy.may_evaluate_policies(await principal_of(request))
+    return json(await grants.evaluate_policies(services_of(request), principal, body_of(request)))
+
+
 @bp.post("/api/grants/<grant_id:str>/review", unquote=True)
 async def review(request: Request, grant_id: str) -> HTTPResponse:
     return await _vote(request, grant_id, grants.review, required=True)
