@@ -240,9 +240,15 @@ class GrantStore(Protocol):
         the database across processes) or ``"decided"`` (the grant is no longer pending). The
         decision itself is ``update_if`` on ``pending``: of concurrent final votes exactly one wins."""
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int) -> bool:
-        """Raise the stored escalation level from ``seen`` to ``level``; True for the one caller
-        (of any number, in any process) whose update changed it."""
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        """Raise the stored escalation level from ``seen`` to ``level`` while the grant is pending,
+        and record one ``grant.escalated`` event per level reached (the event's grant carries
+        ``escalation_level``), in one transaction; True for the one caller (of any number, in any
+        process or node) whose update changed it."""
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        """Pinned reviews of grants whose stored status is ``pending``, oldest grant first, at most
+        ``limit`` (the expiry sweep's escalations and policy timeouts)."""
 
     # Optional (not part of the protocol, so a backend without it still is a GrantStore):
     #     async def wait_for_events(self, seconds: float) -> None

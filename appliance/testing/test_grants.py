@@ -227,9 +227,19 @@ async def test_concurrent_votes_by_one_person_record_one(store):
 
 async def test_escalate_if_has_exactly_one_winner_per_level(store):
     await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
-    assert await store.grants.escalate_if("g2", 0, 1) is False
-    wins = await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1) for _ in range(10)))
+    await store.grants.create(grant("g0", created_at=NOW - 1), [], review={"policy_ids": ["p"]})
+    await store.grants.create(grant("g3", status="approved"), [], review={"policy_ids": ["p"]})
+    await store.grants.create(grant("g4"), [])
+    assert [r["grant_id"] for r in await store.grants.pending_reviews(10)] == ["g0", "g1"]
+    assert [r["grant_id"] for r in await store.grants.pending_reviews(1)] == ["g0"]
+    assert await store.grants.escalate_if("g2", 0, 1, NOW) is False
+    assert await store.grants.escalate_if("g3", 0, 1, NOW) is False  # decided: nothing to escalate
+    wins = await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, NOW) for _ in range(10)))
     assert wins.count(True) == 1
-    assert await store.grants.escalate_if("g1", 0, 2) is False  # someone else's level already
-    assert await store.grants.escalate_if("g1", 1, 2) is True
-    assert (await store.grants.review_of("g1"))["escalation_level"] == 2
+    assert await store.grants.escalate_if("g1", 0, 2, NOW) is False  # someone else's level already
+    assert await store.grants.escalate_if("g1", 1, 3, NOW + 1) is True
+    assert (await store.grants.review_of("g1"))["escalation_level"] == 3
+    events = await store.grants.events_after(0, 100)
+    assert [(e["event"], e["grant"]["escalation_level"], e["created_at"]) for e in events] == [
+        ("grant.escalated", 1, NOW), ("grant.escalated", 2, NOW + 1), ("grant.escalated", 3, NOW + 1)]
+    assert all(e["grant_id"] == "g1" and e["grant"]["status"] == "pending" for e in events)

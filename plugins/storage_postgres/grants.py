@@ -242,14 +242,29 @@ class PostgresGrants(_Part):
                                    (vote["grant_id"], vote["email"]))
         return "duplicate" if again is not None else "decided"
 
+    @_nul_finds_nothing(False)
     @_on_store_loop
-    async def escalate_if(self, grant_id: str, seen: int, level: int) -> bool:
-        async with self._db.statement() as cur:
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        async with self._db.tx() as cur:
             await cur.execute(
-                "UPDATE grant_reviews SET escalation_level = %s WHERE grant_id = %s AND escalation_level = %s",
-                (level, grant_id, seen),
+                """UPDATE grant_reviews SET escalation_level = %s WHERE grant_id = %s AND escalation_level = %s
+                   AND EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE)""",
+                (level, grant_id, seen, grant_id),
             )
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            await cur.execute("SELECT * FROM grants WHERE id = %s", (grant_id,))
+            row = dict(await cur.fetchone() or {})
+            await _record_events(cur, [("grant.escalated", {**row, "escalation_level": reached}, now)
+                                       for reached in range(seen + 1, level + 1)])
+            return True
+
+    @_on_store_loop
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        rows = await self._db.all(
+            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+               ORDER BY g.created_at, g.id LIMIT %s""", (limit,))
+        return [review_row(r) for r in rows]
 
     @_on_store_loop
     async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:

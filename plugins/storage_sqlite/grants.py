@@ -33,6 +33,8 @@ def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now
     snapshot = {k: row[k] for k in GRANT_COLUMNS}
     if isinstance(snapshot["request"], str):
         snapshot["request"] = json.loads(snapshot["request"])
+    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
+        snapshot["escalation_level"] = row["escalation_level"]
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
         (event, row["id"], row["requester"], to_json(snapshot), now),
@@ -212,13 +214,25 @@ class SQLiteGrants:
                 return "duplicate"
         return "recorded"
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int) -> bool:
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
         async with self._db.awrite() as conn:
             cur = conn.execute(
-                "UPDATE grant_reviews SET escalation_level = ? WHERE grant_id = ? AND escalation_level = ?",
-                (level, grant_id, seen),
+                """UPDATE grant_reviews SET escalation_level = ? WHERE grant_id = ? AND escalation_level = ?
+                   AND EXISTS (SELECT 1 FROM grants WHERE id = ? AND status = 'pending')""",
+                (level, grant_id, seen, grant_id),
             )
-            return cur.rowcount == 1
+            if cur.rowcount != 1:
+                return False
+            row = dict(conn.execute("SELECT * FROM grants WHERE id = ?", (grant_id,)).fetchone())
+            for reached in range(seen + 1, level + 1):
+                _record_event(conn, "grant.escalated", {**row, "escalation_level": reached}, now)
+            return True
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        rows = self._db.all(
+            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+               ORDER BY g.created_at, g.id LIMIT ?""", (limit,))
+        return [review_row(r) for r in rows]
 
     async def wait_for_events(self, seconds: float) -> None:
         """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""

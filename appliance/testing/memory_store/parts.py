@@ -226,13 +226,21 @@ class MemoryGrants:
             votes.append(copy.deepcopy(vote))
             return "recorded"
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int) -> bool:
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
         async with self._d.tx:
             review = self._d.reviews.get(grant_id)
-            if review is None or review["escalation_level"] != seen:
+            grant = self._d.grants.get(grant_id)
+            if review is None or grant is None or grant["status"] != "pending" or review["escalation_level"] != seen:
                 return False
             review["escalation_level"] = level
+            for reached in range(seen + 1, level + 1):
+                self._d.record("grant.escalated", {**grant, "escalation_level": reached}, now)  # type: ignore[typeddict-unknown-key]
             return True
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        pending = sorted((g for g in self._d.grants.values() if g["status"] == "pending" and g["id"] in self._d.reviews),
+                         key=lambda g: (g["created_at"], g["id"]))
+        return [copy.deepcopy(self._d.reviews[g["id"]]) for g in pending[:limit]]
 
     def _check_owner_bound(self, requester_id: str, bound: OwnerBound) -> None:
         agent = self._d.agents.get(requester_id)
