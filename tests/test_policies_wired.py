@@ -263,3 +263,75 @@ def test_evaluate_shows_the_outcome_and_creates_nothing(srv: InProcessServer, bo
         assert sre.post("/api/policies/evaluate", json=body).status_code == 403
     with srv.client(token) as as_agent:
         assert as_agent.post("/api/policies/evaluate", json=body).status_code == 403
+
+
+ESCALATING = """
+[[groups]]
+id = "leads"
+members = ["lead@esc.example"]
+
+[[groups]]
+id = "dbas"
+members = ["dba1@esc.example", "dba2@esc.example"]
+
+[[policies]]
+id = "db"
+match.target_host = ["db-*"]
+pending_ttl = "1h"
+on_timeout = "deny"
+[[policies.require]]
+id = "dba"
+groups = ["dbas"]
+approve = 1
+[[policies.escalate]]
+after = "15m"
+notify = ["leads"]
+add_approvers = ["leads"]
+[[policies.escalate]]
+after = "30m"
+notify = ["@admins"]
+"""
+
+
+def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) -> None:
+    from grantd.services import grants as grants_service
+
+    server = InProcessServer(tmp_path / "esc", extra=ESCALATING).start()
+    try:
+        for email in ("lead@esc.example", "dba1@esc.example", "dba2@esc.example"):
+            create_person(server, email)
+        _, token = enrol_agent(server, owner="owner@esc.example")
+        grant = request_grant(server, token, target_host="db-1")
+        other = request_grant(server, token, target_host="db-2")
+        assert grant["review"]["next_escalation_at"] == grant["created_at"] // 1000 * 1000 + 15 * 60_000
+        path = f"/api/grants/{grant['id']}"
+        with person(server, "lead@esc.example") as lead:  # not yet an approver: does not even see it
+            assert lead.post(path + "/approve", json={}).status_code == 404
+
+        def sweep() -> int:
+            return server.call(grants_service.sweep_reviews(server.services))  # type: ignore[no-any-return]
+
+        def escalations() -> list[tuple[str, int]]:
+            events = server.call(server.services.store.grants.events_after(0, 1000))
+            return [(e["grant_id"], e["grant"]["escalation_level"]) for e in events if e["event"] == "grant.escalated"]
+
+        assert sweep() == 0 and escalations() == []
+        server.clock.advance(15 * 60)
+        assert sweep() == 2 and sweep() == 0  # once per level, however often the sweep runs
+        assert sorted(escalations()) == sorted([(grant["id"], 1), (other["id"], 1)])
+        with person(server, "lead@esc.example") as lead:  # level 1 added the leads as approvers
+            r = lead.post(path + "/approve", json={})
+            assert r.status_code == 200, r.text
+            assert r.json()["grant"]["status"] == "approved"
+            assert r.json()["review"]["escalation_level"] == 1
+        server.clock.advance(15 * 60)
+        assert sweep() == 1 and escalations()[-1] == (other["id"], 2)
+        server.clock.advance(30 * 60)
+        assert sweep() == 1
+        with server.admin() as admin:
+            timed_out = admin.get(f"/api/grants/{other['id']}").json()
+        assert timed_out["status"] == "denied" and timed_out["decision_reason"] == "no quorum before timeout"
+        assert timed_out["decided_by"] is None and timed_out["approvals"] == []
+        assert sweep() == 0
+    finally:
+        server.stop()

@@ -126,7 +126,7 @@ def may_review(review: Review, grant: GrantFacts, people_now: People, email: str
 
 def rule_approval(grant: Grant) -> dict[str, Any] | None:
     decided_by = grant.get("decided_by") or ""
-    if not decided_by.startswith(RULE_PREFIX):
+    if not decided_by.startswith(RULE_PREFIX) or grant.get("status") == "denied":
         return None
     return {"kind": "rule", "rule": decided_by[len(RULE_PREFIX):], "reason": grant.get("decision_reason"),
             "via": "rule", "at": grant.get("decided_at")}

@@ -210,3 +210,12 @@ def vote(path: str, start_at: float, who: list[str], now: int) -> list[tuple[str
         return list(await asyncio.gather(*(one(store, email) for email in who)))
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def escalate(path: str, start_at: float, now: int) -> list[bool]:
+    """TAKERS concurrent raises of grant g1's escalation level from 0 to 1 (D13)."""
+
+    async def work(store: Any) -> list[bool]:
+        return list(await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, now) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]

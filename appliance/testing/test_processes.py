@@ -261,3 +261,16 @@ async def test_twenty_concurrent_votes_finalise_once_across_processes(target, po
         assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.approved"]
     finally:
         store.close()
+
+
+async def test_an_escalation_level_is_announced_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
+    await store.migrate()
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    try:
+        results = pool.starmap(_workers.escalate, [(path, start_soon(), NOW)] * PROCESSES)
+        assert [v for vs in results for v in vs].count(True) == 1
+        assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.escalated"]
+    finally:
+        store.close()
