@@ -13,7 +13,14 @@ import httpx
 import jwt
 import pytest
 from inproc import InProcessServer
-from people_support import cookie_client, create_person, enrol_agent, request_grant, signed_in_person, start_session
+from people_support import (
+    cookie_client,
+    create_person,
+    enrol_agent,
+    request_grant,
+    signed_in_person,
+    start_session,
+)
 
 from conftest import problem
 
@@ -335,3 +342,36 @@ def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) 
         assert sweep() == 0
     finally:
         server.stop()
+
+
+def test_grantd_policy_test_prints_the_outcome_and_who_could_approve(
+        srv: InProcessServer, bot: tuple[dict[str, Any], str], tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+
+    from conftest import GRANTD, ROOT
+
+    token_file = tmp_path / "token"
+    token_file.write_text(srv.token)
+    base = [*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", bot[0]["email"]]
+    env = {**os.environ, "GRANTD_CONFIG": ""}
+    before = srv.call(srv.services.store.grants.last_event_seq())
+    shown = subprocess.run([*base, "--host", "prod-db-3", "--run-as", "root", "--", "systemctl", "restart", "nginx"],
+                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "outcome: needs_review" in shown.stdout and "policies matched: prod-root" in shown.stdout
+    assert "requirement prod-root/sre: 2 approval(s) of sre" in shown.stdout and f"  {SRE[0]}" in shown.stdout
+    assert OWNER not in shown.stdout
+    as_json = subprocess.run([*base, "--json", "--host", "web-1", "--", "rm", "-rf", "/"], capture_output=True,
+                             text=True, cwd=ROOT, env=env, timeout=60)
+    assert as_json.returncode == 0, as_json.stderr
+    answer = json.loads(as_json.stdout)
+    assert answer["outcome"] == "auto_deny" and answer["rules_matched"] == ["no-rm"]
+    assert srv.call(srv.services.store.grants.last_event_seq()) == before  # nothing created
+    refused = subprocess.run([*base, "--", "id"], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                             env=env | {"GRANTD_CONFIG": ""}, input="")
+    assert refused.returncode == 0  # the default policy: still an answer
+    bad = subprocess.run([*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", "x"],
+                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert bad.returncode == 2 and "give the command after --" in bad.stderr

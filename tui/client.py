@@ -129,6 +129,14 @@ class GrantdClient:
         except ValueError:
             raise ApiError(response.status_code, "the server answered with something that is not JSON") from None
 
+    # -- approval policies (D13) -------------------------------------------------------------------
+    async def evaluate_policies(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/policies/evaluate``: a dry run; creates nothing (administrators)."""
+        answer = await self._json("POST", "/api/policies/evaluate", json=body)
+        if not isinstance(answer, dict):
+            raise ApiError(200, "the server's answer is not an object")
+        return answer
+
     # -- grants ----------------------------------------------------------------------------------
     async def list_grants(
         self, *, status: str | None = None, requester: str | None = None, max_items: int = 1000

@@ -350,14 +350,14 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         delegation = None  # D13: a delegation counts only where every matched policy allows it
     if evaluation is not None and evaluation.outcome == AUTO_DENY:
         delegation = None
-        grant.update(status="denied", decided_by=evaluation.decided_by, decided_at=reader.now,
-                     decision_reason=evaluation.reason)
+        grant["status"], grant["decided_by"], grant["decided_at"] = "denied", evaluation.decided_by, reader.now
+        grant["decision_reason"] = evaluation.reason
         events.append("grant.denied")
     elif evaluation is not None and evaluation.outcome == AUTO_APPROVE:
         delegation = None
-        grant.update(status="approved", decided_by=evaluation.decided_by, decided_at=reader.now,
-                     decision_reason=evaluation.reason,
-                     expires_at=approval_expiry(services, request["grant_type"], reader.now, request.get("duration")))
+        grant["status"], grant["decided_by"], grant["decided_at"] = "approved", evaluation.decided_by, reader.now
+        grant["decision_reason"] = evaluation.reason
+        grant["expires_at"] = approval_expiry(services, request["grant_type"], reader.now, request.get("duration"))
         events.append("grant.approved")
     delegated_vote = None
     if delegation is not None and not pinned.is_default:

@@ -142,7 +142,10 @@ def _resume_point(request: Request) -> int | None:
 
 def _frame(row: GrantEvent) -> str:
     grant = row["grant"]
-    data = jsonlib.dumps({"grant": grants.view(grant, grant["status"])}, separators=(",", ":"))
+    payload: dict[str, Any] = {"grant": grants.view(grant, grant["status"])}
+    if row["event"] == "grant.escalated":
+        payload["level"] = grant.get("escalation_level")  # type: ignore[misc]
+    data = jsonlib.dumps(payload, separators=(",", ":"))
     return f"id: {row['seq']}\nevent: {row['event']}\ndata: {data}\n\n"
 
 
