@@ -375,3 +375,27 @@ def test_grantd_policy_test_prints_the_outcome_and_who_could_approve(
     bad = subprocess.run([*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", "x"],
                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert bad.returncode == 2 and "give the command after --" in bad.stderr
+
+
+def test_the_console_votes_as_tui_and_a_browser_as_web(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+    import asyncio
+
+    from grantd.tui.client import GrantdClient, ManagementTokenCredential
+
+    grant = request_grant(srv, bot[1], target_host="staging-2")  # the default policy: the token may vote
+
+    async def approve() -> Any:
+        async with GrantdClient(srv.url, ManagementTokenCredential(srv.token)) as client:
+            return await client.approve(grant["id"])
+
+    decision = asyncio.run(approve())
+    assert decision.authz_jwt is not None
+    with srv.admin() as admin:
+        shown = admin.get(f"/api/grants/{grant['id']}").json()
+    assert shown["approvals"] == [{"sub": "admin@example.com", "at": shown["decided_at"], "via": "tui",
+                                   "requirement": "default"}]
+    assert claims(decision.authz_jwt)["approvals"][0]["via"] == "tui"
+    other = request_grant(srv, bot[1], target_host="staging-3")
+    with person(srv, OWNER) as owner:  # a browser session is `web`, whatever the body says
+        assert owner.post(f"/api/grants/{other['id']}/approve", json={"via": "tui"}).status_code == 200
+        assert owner.get(f"/api/grants/{other['id']}").json()["approvals"][0]["via"] == "web"

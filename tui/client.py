@@ -166,7 +166,7 @@ class GrantdClient:
         return Grant.from_json(await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}"))
 
     async def approve(self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None) -> Decision:
-        body: dict[str, Any] = {}
+        body: dict[str, Any] = {"via": "tui"}  # the vote's `via` (D13); servers before issue 22 ignore it
         if grant_type:
             body["grant_type"] = grant_type
         if duration is not None:
@@ -175,7 +175,7 @@ class GrantdClient:
         return Decision(grant_id, _partial_of(answer), answer.get("authz_jwt") if isinstance(answer, dict) else None)
 
     async def deny(self, grant_id: str, *, reason: str | None = None) -> Decision:
-        body = {"reason": reason} if reason else {}
+        body: dict[str, Any] = {"via": "tui", **({"reason": reason} if reason else {})}
         answer = await self._json("POST", f"/api/grants/{quote(grant_id, safe='')}/deny", json=body)
         return Decision(grant_id, _partial_of(answer))
 
