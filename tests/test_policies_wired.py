@@ -399,3 +399,66 @@ def test_the_console_votes_as_tui_and_a_browser_as_web(srv: InProcessServer, bot
     with person(srv, OWNER) as owner:  # a browser session is `web`, whatever the body says
         assert owner.post(f"/api/grants/{other['id']}/approve", json={"via": "tui"}).status_code == 200
         assert owner.get(f"/api/grants/{other['id']}").json()["approvals"][0]["via"] == "web"
+
+
+def test_a_delegation_counts_only_where_the_policy_allows_it(tmp_path: Any) -> None:
+    """D13: a delegation is one vote, and only under policies with allow_delegation = true; under
+    any other policy a covering delegation approves nothing (the grant waits for its quorum)."""
+    config = """
+[[groups]]
+id = "ops"
+members = ["ops1@deleg.example", "ops2@deleg.example"]
+
+[[policies]]
+id = "strict"
+match.target_host = ["strict-*"]
+[[policies.require]]
+id = "ops"
+groups = ["ops"]
+approve = 1
+
+[[policies]]
+id = "relaxed"
+match.target_host = ["relaxed-*"]
+allow_delegation = true
+[[policies.require]]
+id = "ops"
+groups = ["ops"]
+approve = 1
+
+[[policies]]
+id = "relaxed-two"
+match.target_host = ["relaxed2-*"]
+allow_delegation = true
+[[policies.require]]
+id = "ops"
+groups = ["ops"]
+approve = 2
+"""
+    server = InProcessServer(tmp_path / "deleg", extra=config).start()
+    try:
+        for email in ("ops1@deleg.example", "ops2@deleg.example"):
+            create_person(server, email)
+        agent, token = enrol_agent(server, owner="ops1@deleg.example", approver="ops2@deleg.example")
+        with person(server, "ops1@deleg.example") as ops1:
+            r = ops1.post("/api/delegations", json={"delegate": agent["email"], "audience": "escapes",
+                                                     "approval": "once", "duration": 3600})
+            assert r.status_code == 201, r.text
+        strict = request_grant(server, token, target_host="strict-1")
+        assert strict["status"] == "pending" and strict["approvals"] == []
+        relaxed = request_grant(server, token, target_host="relaxed-1")
+        assert relaxed["status"] == "approved" and relaxed["decided_by"] == "ops1@deleg.example"
+        assert relaxed["approvals"][0]["via"] == "delegation" and relaxed["approvals"][0]["requirement"] == "relaxed/ops"
+        two = request_grant(server, token, target_host="relaxed2-1")
+        assert two["status"] == "pending"  # the delegation is one vote of two
+        assert [(a["sub"], a["via"]) for a in two["approvals"]] == [("ops1@deleg.example", "delegation")]
+        with person(server, "ops1@deleg.example") as ops1:  # the delegator already voted through it
+            r = ops1.post(f"/api/grants/{two['id']}/approve", json={})
+            assert r.status_code == 409, r.text
+        with person(server, "ops2@deleg.example") as ops2:
+            r = ops2.post(f"/api/grants/{two['id']}/approve", json={})
+            assert r.status_code == 200, r.text
+            assert r.json()["grant"]["status"] == "approved" and r.json()["grant"]["decided_by"] == "ops2@deleg.example"
+            assert [a["via"] for a in r.json()["review"]["approvals"]] == ["delegation", "web"]
+    finally:
+        server.stop()

@@ -403,7 +403,7 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         answer.update(await review_view(services, stored, reader))
     else:  # nothing recorded yet: no need to read it back
         answer.update(review=reviews.review_json(pinned, stored, None, 0, reader.now // 1000),
-                      approvals=reviews.approvals_json(stored, None))
+                      approvals=reviews.approvals_json(stored, None, pinned))
     if evaluation is not None:
         if evaluation.outcome == AUTO_APPROVE:
             answer.update(approved_automatically=True, auto_approval_kind="rule")
@@ -513,7 +513,7 @@ async def review_view(services: Services, grant: Grant, reader: Reader) -> dict[
     now_s = reader.now // 1000
     review, level, counted, _ = await _review_state(services, grant, reader.status(grant), now_s)
     return {"review": reviews.review_json(review, grant, counted, level, now_s),
-            "approvals": reviews.approvals_json(grant, counted)}
+            "approvals": reviews.approvals_json(grant, counted, review)}
 
 
 async def mint(services: Services, grant: Grant) -> str:

@@ -132,7 +132,7 @@ def rule_approval(grant: Grant) -> dict[str, Any] | None:
             "via": "rule", "at": grant.get("decided_at")}
 
 
-def approvals_json(grant: Grant, counted: Tally | None) -> list[dict[str, Any]]:
+def approvals_json(grant: Grant, counted: Tally | None, review: Review = DEFAULT_REVIEW) -> list[dict[str, Any]]:
     """``approvals`` of the grant JSON: the approving votes that count, in order; a rule's decision;
     a delegation's approval under the default policy; the one vote of a default-policy decision."""
     rule = rule_approval(grant)
@@ -143,7 +143,7 @@ def approvals_json(grant: Grant, counted: Tally | None) -> list[dict[str, Any]]:
                  "requirement": c.requirement} for c in counted.counted if c.ballot.decision == "approve"]
     if grant.get("delegation_id") and grant.get("decided_by"):
         return [{"sub": str(grant["decided_by"]).lower(), "at": grant.get("decided_at"), "via": "delegation",
-                 "requirement": "default"}]
+                 "requirement": review.requirements[0].id}]
     return []
 
 
@@ -170,7 +170,7 @@ def _ms(seconds: int | None) -> int | None:
 def jwt_claims(review: Review, grant: Grant, counted: Tally | None) -> dict[str, Any]:
     """What the AuthZ-JWT adds (D13): approvals [{sub, at, via, req}], policy {ids, hash}, quorum."""
     approvals = []
-    for item in approvals_json(grant, counted):
+    for item in approvals_json(grant, counted, review):
         if "kind" in item:
             approvals.append({"sub": f"{RULE_PREFIX}{item['rule']}", "at": _s(item["at"]), "via": "rule",
                               "req": None, "reason": item["reason"]})
