@@ -118,8 +118,11 @@ DELETE /api/admin/agents/:ident                | 401 | 401 | 401 | 401 | 401 | 4
 POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 201 | 403
 GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
 GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+GET /api/grants/:grant_id/reviewers            | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/policies/evaluate                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
 POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+POST /api/grants/:grant_id/review              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403 | 404 | 403 | 403 | 403 | 404 | 403
 POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401 | 401 | 401 | 401 | 401 | 401 | 401
@@ -193,6 +196,9 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /api/grants/:grant_id": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/approve": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/deny": "a pending grant of the requesting agent",
+    "POST /api/grants/:grant_id/review": "`{decision: approve}` on a pending grant of the requesting agent",
+    "GET /api/grants/:grant_id/reviewers": "a pending grant of the requesting agent",
+    "POST /api/policies/evaluate": "a dry run of a `once` grant request of the requesting agent (creates nothing)",
     "POST /api/grants/:grant_id/revoke": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/token": "an approved grant of the requesting agent",
     "POST /api/grants/:grant_id/consume": "bearer = the AuthZ-JWT of the column (see below)",
@@ -655,6 +661,11 @@ REQUESTS: dict[str, Request] = {
     "GET /api/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}"),
     "POST /api/grants/:grant_id/approve": _on_pending("approve"),
     "POST /api/grants/:grant_id/deny": _on_pending("deny"),
+    "GET /api/grants/:grant_id/reviewers": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}/reviewers"),
+    "POST /api/policies/evaluate": lambda w, c: _call(w, c, "POST", "/api/policies/evaluate", json={
+        "requester": w.agents["self"].email, "target_host": "web-1", "audience": "escapes", "command": ["ls"]}),
+    "POST /api/grants/:grant_id/review": lambda w, c: _call(
+        w, c, "POST", f"/api/grants/{_pending(w)}/review", json={"decision": "approve"}),
     "POST /api/grants/:grant_id/revoke": _on_pending("revoke"),
     "POST /api/grants/:grant_id/token": lambda w, c: _call(
         w, c, "POST", f"/api/grants/{w.approved(w.agents['self'])[1]}/token"),

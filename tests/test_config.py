@@ -394,13 +394,22 @@ def test_config_validate_reports_approval_policy_mistakes_with_key_paths(tmp_pat
     assert "unknown key" not in result.stderr  # groups and policies are declared keys
 
 
-def test_valid_approval_policies_are_refused_until_they_are_enforced(tmp_path, monkeypatch):
-    """Fail closed: policies that parse but that no code enforces yet would let an operator believe
-    a rule protects what nothing checks."""
+def test_valid_approval_policies_are_loaded_into_the_typed_config(tmp_path, monkeypatch):
+    """Issue 22: the grants service enforces [[groups]], [[rules]], [[policies]], so a valid set
+    loads (the refusal of "checked but not yet enforced" is gone); a bad one is still refused."""
+    from grantd.core.review import ReviewConfig
+
     monkeypatch.setenv("TEST_GRANTD_TOKEN", "t" * 32)
-    good_policy = GOOD + '\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
-    with pytest.raises(ConfigError, match="not yet enforced"):
-        load(write(tmp_path, good_policy))
+    good_policy = GOOD + ('\n[[groups]]\nid = "ops"\nmembers = ["A@example.com", "b@example.com"]\n'
+                          '\n[[rules]]\nid = "ro"\neffect = "approve"\nreason = "read-only"\nmatch.argv = [["id"]]\n'
+                          '\n[[policies]]\nid = "p"\nmatch.run_as = ["root"]\n[[policies.require]]\nid = "r"\n'
+                          'groups = ["ops"]\napprove = 2\n')
+    review = load(write(tmp_path, good_policy)).extra["review"]
+    assert isinstance(review, ReviewConfig)
+    assert [p.id for p in review.policies] == ["p"] and [r.id for r in review.rules] == ["ro"]
+    assert review.members["ops"] == frozenset({"a@example.com", "b@example.com"})
+    with pytest.raises(ConfigError, match=r"policies\[0\]\.require\[0\]\.approve"):
+        load(write(tmp_path, good_policy.replace("approve = 2", "approve = 0")))
     assert load(write(tmp_path, GOOD)).extra["review"] is not None  # none configured: today's default policy
 
 

@@ -246,3 +246,176 @@ def test_random_operation_sequences_follow_the_state_table(sm_server: InProcessS
         agent = signed_in(sm_server, tmp_path / f"a{i}")
         agents.append(agent)
     run_machine(sm_server, agents)
+
+
+# -- votes under an approval policy (D13) ---------------------------------------------------------
+
+QUORUM_MEMBERS = [f"q{i}@quorum.example" for i in range(1, 5)]
+QUORUM_OWNER = "qowner@quorum.example"
+QUORUM_CONFIG = f"""
+[grants]
+pending_ttl = {PENDING_TTL}
+expiry_sweep_interval = 1
+
+[[groups]]
+id = "q"
+members = [{", ".join(f'"{e}"' for e in [*QUORUM_MEMBERS, QUORUM_OWNER])}]
+
+[[policies]]
+id = "two-of-q"
+forbid = ["owner", "approver"]
+[[policies.require]]
+id = "q"
+groups = ["q"]
+approve = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def quorum_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    srv = InProcessServer(tmp_path_factory.mktemp("stateful-quorum"), extra=QUORUM_CONFIG).start()
+    yield srv
+    srv.stop()
+
+
+def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path: Path) -> None:
+    """Votes, duplicate votes, concurrent votes and eligibility changes (the agent's approver moves
+    to a voter, whom `forbid = ["approver"]` then excludes) against a model of D13's counting."""
+    import concurrent.futures
+
+    from people_support import cookie_client, create_person, enrol_agent, start_session
+
+    server = quorum_server
+    clock = server.clock
+    for email in [*QUORUM_MEMBERS, QUORUM_OWNER]:
+        create_person(server, email)
+    agent, token = enrol_agent(server, owner=QUORUM_OWNER)
+    voters = {email: cookie_client(server, start_session(server, email)) for email in [*QUORUM_MEMBERS, QUORUM_OWNER]}
+    requester = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=20)
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20)
+    approver = [QUORUM_OWNER]
+
+    def set_approver(email: str) -> None:
+        r = admin.put(f"/api/admin/agents/{agent['agent_id']}", json={"approver": email})
+        assert r.status_code == 200, r.text
+        approver[0] = email
+
+    class QuorumMachine(RuleBasedStateMachine):
+        grants = Bundle("qgrants")
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model: dict[str, dict[str, Any]] = {}
+            set_approver(QUORUM_OWNER)
+
+        def excluded(self, email: str) -> str | None:
+            if email == QUORUM_OWNER:
+                return "owner excluded"
+            if email == approver[0]:
+                return "approver excluded"
+            return None
+
+        def status(self, grant: dict[str, Any]) -> str:
+            if grant["status"] == "pending" and clock.now_ms() >= grant["created_at"] + PENDING_TTL * 1000:
+                return "expired"
+            return str(grant["status"])
+
+        def expected_after(self, grant: dict[str, Any]) -> str:
+            """D13's tally of the recorded votes that still hold (exclusions re-checked now)."""
+            holding = [(e, d) for e, d in grant["votes"] if self.excluded(e) is None]
+            if any(d == "deny" for _, d in holding):
+                return "denied"
+            return "approved" if sum(1 for _, d in holding if d == "approve") >= 2 else "pending"
+
+        @rule(target=grants)
+        def create(self) -> str:
+            r = requester.post("/api/grants", json={"target_host": "q-1", "audience": "escapes",
+                                                     "command": ["id"], "grant_type": "once"})
+            assert r.status_code == 201, r.text
+            answer = r.json()
+            assert answer["review"]["policy_ids"] == ["two-of-q"]
+            self.model[answer["id"]] = {"status": "pending", "created_at": answer["created_at"], "votes": []}
+            return str(answer["id"])
+
+        def check_vote(self, gid: str, email: str, decision: str, r: httpx.Response) -> None:
+            grant = self.model[gid]
+            status = self.status(grant)
+            if status != "pending":
+                assert r.status_code == 400, r.text
+                grant["status"] = status
+                return
+            if any(e == email for e, _ in grant["votes"]):
+                assert r.status_code == 409 and r.json()["reason"] == "already reviewed", r.text
+                return
+            why = self.excluded(email)
+            if why is not None:
+                assert r.status_code == 403 and r.json()["reason"] == why, r.text
+                return
+            assert r.status_code == 200, r.text
+            grant["votes"].append((email, decision))
+            expected = self.expected_after(grant)
+            answer = r.json()
+            assert answer["grant"]["status"] == expected, (answer, grant, approver)
+            assert ("authz_jwt" in answer) == (expected == "approved")
+            grant["status"] = expected
+
+        @rule(gid=grants, voter=st.sampled_from([*QUORUM_MEMBERS, QUORUM_OWNER]),
+              decision=st.sampled_from(["approve", "approve", "approve", "deny"]),
+              path=st.sampled_from(["review", "approve", "deny"]))
+        def vote(self, gid: str, voter: str, decision: str, path: str) -> None:
+            if path != "review":
+                decision = path
+            body = {"decision": decision} if path == "review" else {}
+            self.check_vote(gid, voter, decision, voters[voter].post(f"/api/grants/{gid}/{path}", json=body))
+
+        @rule(gid=grants, pair=st.sampled_from([(a, b) for a in QUORUM_MEMBERS for b in QUORUM_MEMBERS]))
+        def concurrent_approvals(self, gid: str, pair: tuple[str, str]) -> None:
+            """Two approvals at once (the same person twice, or two people): one vote per person,
+            at most one answer approves, and the grant ends as the votes that hold say."""
+            grant = self.model[gid]
+            before_status = self.status(grant)
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                answers = list(pool.map(lambda e: voters[e].post(f"/api/grants/{gid}/approve", json={}), pair))
+            assert all(a.status_code in (200, 400, 403, 409) for a in answers), [a.text for a in answers]
+            assert sum(1 for a in answers if a.status_code == 200 and "authz_jwt" in a.json()) <= 1
+            if pair[0] == pair[1] and before_status == "pending" and self.excluded(pair[0]) is None \
+                    and all(e != pair[0] for e, _ in grant["votes"]):
+                assert sorted(a.status_code for a in answers) in ([200, 409], [200, 400]), [a.text for a in answers]
+            shown = admin.get(f"/api/grants/{gid}").json()
+            for a, email in zip(answers, pair, strict=True):
+                if a.status_code == 200 and (email, "approve") not in grant["votes"]:
+                    grant["votes"].append((email, "approve"))
+            recorded = [a["sub"] for a in shown["approvals"]]
+            assert len(recorded) == len(set(recorded))
+            grant["status"] = shown["status"]
+            if shown["status"] == "pending":
+                assert self.expected_after(grant) == "pending"
+
+        @rule(email=st.sampled_from([*QUORUM_MEMBERS, QUORUM_OWNER]))
+        def change_approver(self, email: str) -> None:
+            set_approver(email)
+
+        @rule(gid=grants)
+        def read(self, gid: str) -> None:
+            shown = admin.get(f"/api/grants/{gid}").json()
+            grant = self.model[gid]
+            status = self.status(grant)
+            assert shown["status"] == status, (shown, grant)
+            if status == "pending":
+                holding = [e for e, d in grant["votes"] if d == "approve" and self.excluded(e) is None]
+                assert sorted(shown["review"]["requirements"][0]["approvals"]) == sorted(holding)
+
+        @rule(seconds=st.sampled_from([0.5, 1]))
+        def let_time_pass(self, seconds: float) -> None:
+            clock.advance(seconds)
+
+    try:
+        run_state_machine_as_test(
+            QuorumMachine,
+            settings=settings(max_examples=25, stateful_step_count=25, deadline=None, database=None,
+                              derandomize=True, phases=(Phase.explicit, Phase.generate, Phase.shrink),
+                              suppress_health_check=list(HealthCheck)),
+        )
+    finally:
+        for http in (*voters.values(), requester, admin):
+            http.close()

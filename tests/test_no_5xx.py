@@ -142,6 +142,7 @@ FIELDS = [
     "run_as", "requester", "token", "operations", "action", "delegate", "delegator", "scopes", "scope", "approval",
     "expires_at", "authorization_details", "execution_context", "cmd_hash",
     "user_code", "approve", "client_id", "device_code",  # the device grant
+    "decision", "via",  # a vote (D13)
 ]
 SPECIAL_TEXT = [
     "", " ", "once", "timed", "always", "approve", "deny", "revoke", "active", "disabled", "root", "root\n", "\x00",
@@ -180,6 +181,7 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
     bases = {
         "create": grant_body(),
         "batch": {"operations": [{"id": world.ids[0], "action": "approve"}]},
+        "review": {"decision": "approve", "reason": "ok"},
         "challenge": {"agent_id": agent.email},
         "authenticate": {"agent_id": agent.email, "challenge": "0" * 64, "signature": "AAAA"},
         "enroll": {"email": "new@example.com", "name": "n", "publicKey": agent.public_key},

@@ -129,6 +129,14 @@ class GrantdClient:
         except ValueError:
             raise ApiError(response.status_code, "the server answered with something that is not JSON") from None
 
+    # -- approval policies (D13) -------------------------------------------------------------------
+    async def evaluate_policies(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /api/policies/evaluate``: a dry run; creates nothing (administrators)."""
+        answer = await self._json("POST", "/api/policies/evaluate", json=body)
+        if not isinstance(answer, dict):
+            raise ApiError(200, "the server's answer is not an object")
+        return answer
+
     # -- grants ----------------------------------------------------------------------------------
     async def list_grants(
         self, *, status: str | None = None, requester: str | None = None, max_items: int = 1000
@@ -158,7 +166,7 @@ class GrantdClient:
         return Grant.from_json(await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}"))
 
     async def approve(self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None) -> Decision:
-        body: dict[str, Any] = {}
+        body: dict[str, Any] = {"via": "tui"}  # the vote's `via` (D13); servers before issue 22 ignore it
         if grant_type:
             body["grant_type"] = grant_type
         if duration is not None:
@@ -167,7 +175,7 @@ class GrantdClient:
         return Decision(grant_id, _partial_of(answer), answer.get("authz_jwt") if isinstance(answer, dict) else None)
 
     async def deny(self, grant_id: str, *, reason: str | None = None) -> Decision:
-        body = {"reason": reason} if reason else {}
+        body: dict[str, Any] = {"via": "tui", **({"reason": reason} if reason else {})}
         answer = await self._json("POST", f"/api/grants/{quote(grant_id, safe='')}/deny", json=body)
         return Decision(grant_id, _partial_of(answer))
 

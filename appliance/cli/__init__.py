@@ -40,6 +40,8 @@ COMMANDS: dict[str, Command] = {
     "run": Command("grantd.agent.cli", "run a command with a grant: request (or reuse), wait, then grantd elevate"),
     "elevate": Command("grantd.elevate.cli",
                        "run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo"),
+    "policy": Command("grantd.tui.policy",
+                      "approval policies: test what a request would meet and who could approve it (creates nothing)"),
     "tui": Command("grantd.tui.cli", "approver console: live pending grants, decide with one key"),
     "login": Command("grantd.tui.signin", "sign a person in on this terminal (device code shown here, approved in a browser)"),
     "logout": Command("grantd.tui.signin", "revoke and delete the stored terminal sign-in"),

@@ -31,13 +31,8 @@ def _review(raw: Mapping[str, Any]) -> tuple[Any, Sequence[str]]:
     parsed = parse_review_config(raw)
     if parsed.problems:
         return None, parsed.problems
-    review = parsed.config
-    if review is not None and (review.groups or review.rules or review.policies):
-        # Checked but not yet enforced by the grants service: accepting them silently would let an
-        # operator believe a rule protects what nothing checks (fail closed until they are wired).
-        return None, ["policies: approval policies ([[groups]], [[rules]], [[policies]]) are checked but not yet "
-                      "enforced by this version of grantd; remove them"]
-    return review, ()
+    # Enforced by the grants service (grantd.services.grants through grantd.services.review).
+    return parsed.config, ()
 
 
 # The approval policies (D13, docs/policies.md): the first user of this mechanism.

@@ -116,6 +116,12 @@ def grant_list_scope(principal: Principal, decidable_agent_ids: tuple[str, ...] 
     return GrantScope((principal.id, *decidable_agent_ids))
 
 
+def may_evaluate_policies(principal: Principal | None) -> Principal:
+    """A dry run of the approval policies (D13: `POST /api/policies/evaluate`, `grantd policy
+    test`) shows who could approve what: administrators (management token or admin person)."""
+    return require_admin(principal)
+
+
 def may_request_for_someone_else(principal: Principal) -> bool:
     """Deployment tools with the management token may file a request naming its requester."""
     return principal.kind is Kind.MANAGEMENT

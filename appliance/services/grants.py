@@ -14,6 +14,7 @@ import json
 import re
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from grantd.commands import cmd_hash
@@ -30,7 +31,26 @@ from grantd.core.fields import (
 )
 from grantd.core.lifecycle import GRANT_TYPES, Lapse
 from grantd.core.paging import PageRequest, page, page_request
-from grantd.core.principals import Principal
+from grantd.core.principals import Kind, Principal, management
+from grantd.core.review import (
+    AUTO_APPROVE,
+    AUTO_DENY,
+    DEFAULT_REVIEW,
+    NEEDS_REVIEW,
+    Ballot,
+    Review,
+    Tally,
+    Voter,
+    cast_vote,
+    eligible_people,
+    escalations_due,
+    evaluate,
+    tally,
+    timeout_at,
+    timeout_outcome,
+)
+from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
+from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
 from grantd.services.limits import PENDING_RETRY_AFTER, too_many
@@ -81,9 +101,10 @@ def view(grant: Grant, status: str) -> dict[str, Any]:
     }
 
 
-def etag(grant: Grant, status: str) -> str:
-    """Strong validator: changes with every stored change and with expiry at read time."""
-    digest = hashlib.sha256(f"{grant['id']}\0{grant['version']}\0{status}".encode()).hexdigest()[:32]
+def etag(grant: Grant, status: str, extra: str = "") -> str:
+    """Strong validator: changes with every stored change and with expiry at read time (``extra``:
+    what else the answer shows, e.g. the votes and escalation level of D13)."""
+    digest = hashlib.sha256(f"{grant['id']}\0{grant['version']}\0{status}\0{extra}".encode()).hexdigest()[:32]
     return f'"{digest}"'
 
 
@@ -114,10 +135,26 @@ async def may_see(services: Services, principal: Principal, grant: Grant) -> boo
 
 async def _visible_grant(services: Services, principal: Principal, grant_id: str) -> Grant:
     grant = await services.store.grants.get(grant_id)
-    if grant is None or not await may_see(services, principal, grant):
+    if grant is None or not (await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)):
         # Someone who may not see a grant learns nothing about it, not even that it exists.
         raise not_found("grant not found")
     return grant
+
+
+async def _named_reviewer(services: Services, principal: Principal, grant: Grant) -> bool:
+    """A person the grant's pinned policy names as an approver (or who voted on it) sees it (D13)."""
+    if not principal.is_person:
+        return False
+    record = await services.store.grants.review_of(grant["id"])
+    if record is None:
+        return False
+    review = reviews.pinned(record)
+    email = principal.email.lower()
+    votes = await services.store.grants.votes(grant["id"])
+    people = await reviews.people(services, review, [email])
+    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), "pending")
+    return reviews.may_review(review, facts, people, email, services.clock.now_ms() // 1000,
+                              any(v["email"] == email for v in votes))
 
 
 # -- validation of a request --------------------------------------------------------------------
@@ -303,7 +340,38 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         "version": 1,
     }
     events = ["grant.created"]
+    config = reviews.review_config(services)
+    evaluation = None
+    if config is not None:
+        evaluation = evaluate(config, reviews.request_facts(request, request["requester"], requester_id))
+    pinned = evaluation.review if evaluation is not None else DEFAULT_REVIEW
     delegation = await covering_delegation(services, request, requester_id)
+    if delegation is not None and not pinned.allow_delegation:
+        delegation = None  # D13: a delegation counts only where every matched policy allows it
+    if evaluation is not None and evaluation.outcome == AUTO_DENY:
+        delegation = None
+        grant["status"], grant["decided_by"], grant["decided_at"] = "denied", evaluation.decided_by, reader.now
+        grant["decision_reason"] = evaluation.reason
+        events.append("grant.denied")
+    elif evaluation is not None and evaluation.outcome == AUTO_APPROVE:
+        delegation = None
+        grant["status"], grant["decided_by"], grant["decided_at"] = "approved", evaluation.decided_by, reader.now
+        grant["decision_reason"] = evaluation.reason
+        grant["expires_at"] = approval_expiry(services, request["grant_type"], reader.now, request.get("duration"))
+        events.append("grant.approved")
+    delegated_vote = None
+    if delegation is not None and not pinned.is_default:
+        # Under a policy a delegation is one vote by its delegator, counted like any other (D13).
+        delegated_vote = Ballot(Voter(delegation["delegator"], delegation["delegator"]), "approve", "delegation",
+                                reader.now, f"delegation {delegation['id']}")
+        agent = await services.store.agents.get_by_id(requester_id)
+        facts = reviews.grant_facts(grant, agent, "pending")
+        people = await reviews.people(services, pinned, [delegation["delegator"]])
+        result = cast_vote(pinned, facts, people, [], delegated_vote, reader.now // 1000)
+        if not result.accepted:
+            delegated_vote, delegation = None, None
+        elif result.tally.status != "approved":
+            delegation = None  # recorded below as a vote; the grant waits for the rest of its quorum
     if delegation is not None:
         expires_at = approval_expiry(services, request["grant_type"], reader.now, request.get("duration"))
         delegation_ends = delegation["expires_at"]
@@ -318,15 +386,28 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         events.append("grant.approved")
     bound = OwnerBound(services.config.limits.pending_per_owner, reader.lapse)
     try:
-        stored = await services.store.grants.create(grant, events, bound=bound)
+        stored = await services.store.grants.create(
+            grant, events, bound=bound if grant["status"] == "pending" else None,
+            review=pinned.as_dict() if not pinned.is_default else None)
     except LimitReached:
         services.limits.on_refused("pending.owner")
         raise too_many(f"too many pending grants across this agent's owner's agents (at most {bound.limit}): "
                        "wait for decisions or withdraw some", PENDING_RETRY_AFTER) from None
+    if delegated_vote is not None and delegation is None:
+        await services.store.grants.add_vote(_vote_record(stored["id"], delegated_vote))
     services.events.changed()
     answer = reader.view(stored)
     if delegation is not None:
         answer.update(approved_automatically=True, auto_approval_kind="delegation")
+    if delegated_vote is not None:
+        answer.update(await review_view(services, stored, reader))
+    else:  # nothing recorded yet: no need to read it back
+        answer.update(review=reviews.review_json(pinned, stored, None, 0, reader.now // 1000),
+                      approvals=reviews.approvals_json(stored, None, pinned))
+    if evaluation is not None:
+        if evaluation.outcome == AUTO_APPROVE:
+            answer.update(approved_automatically=True, auto_approval_kind="rule")
+            answer["authz_jwt"] = await mint(services, stored)
     return answer, 201
 
 
@@ -334,7 +415,11 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     reader = Reader(services)
     grant = await _visible_grant(services, principal, grant_id)
     status = reader.status(grant)
-    return view(grant, status), etag(grant, status)
+    answer = view(grant, status)
+    answer.update(await review_view(services, grant, reader))
+    shown = answer["review"]
+    extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json.dumps(shown['requirements'])}"
+    return answer, etag(grant, status, extra)
 
 
 async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
@@ -401,49 +486,240 @@ async def _transition(
     return updated
 
 
-async def _grant_to_decide(services: Services, principal: Principal, grant_id: str, verb: str) -> Grant:
-    grant = await _visible_grant(services, principal, grant_id)  # 404 to whoever may not even see it
-    if not policy.may_decide(principal, await requesting_agent(services, grant), services.admin_emails):
-        raise forbidden(f"not authorized to {verb}")
-    return grant
+def _vote_record(grant_id: str, ballot: Ballot) -> Any:
+    return {"grant_id": grant_id, "email": ballot.voter.email.lower(), "voter_id": ballot.voter.person_id,
+            "decision": ballot.decision, "via": ballot.via, "at": ballot.at, "reason": ballot.reason,
+            "grant_type": ballot.grant_type, "duration": ballot.duration, "management": ballot.voter.management}
 
 
-async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    grant = await _grant_to_decide(services, principal, grant_id, "approve")
-    request = dict(grant["request"])
-    grant_type = _grant_type(body, None) or request["grant_type"]
-    duration = seconds_field(body, "duration", services.config.grants.max_duration)
-    if grant_type == "timed":
-        duration = duration or request.get("duration")
-        if duration is None:
-            raise field_error("duration", "duration is required for timed grants")
-        request["duration"] = duration
-    request["grant_type"] = grant_type
+async def _review_state(services: Services, grant: Grant, status: str, now_s: int,
+                        agent: Agent | None = None) -> tuple[Review, int, Tally | None, list[Ballot]]:
+    """The pinned review, its announced escalation level, the tally of the recorded votes (None
+    when there are none) and the votes, as of now."""
+    record = await services.store.grants.review_of(grant["id"])
+    review = reviews.pinned(record)
+    votes = reviews.ballots(await services.store.grants.votes(grant["id"]))
+    if not votes:
+        return review, record["escalation_level"] if record else 0, None, votes
+    if agent is None:
+        agent = await requesting_agent(services, grant)
+    people = await reviews.people(services, review, [b.voter.email for b in votes])
+    counted = tally(review, reviews.grant_facts(grant, agent, status), people, votes, now_s)
+    return review, record["escalation_level"] if record else 0, counted, votes
+
+
+async def review_view(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
+    """The grant JSON's ``review`` and ``approvals`` (D13)."""
+    now_s = reader.now // 1000
+    review, level, counted, _ = await _review_state(services, grant, reader.status(grant), now_s)
+    return {"review": reviews.review_json(review, grant, counted, level, now_s),
+            "approvals": reviews.approvals_json(grant, counted, review)}
+
+
+async def mint(services: Services, grant: Grant) -> str:
+    """The AuthZ-JWT of an approved grant, with the approvals, policy and quorum of D13."""
+    review, _, counted, _ = await _review_state(services, grant, "approved", services.clock.now_ms() // 1000)
+    return await services.tokens.mint_authz(grant, reviews.jwt_claims(review, grant, counted))
+
+
+def _refused(reason: str, status: str) -> Problem:
+    if reason == ALREADY_DECIDED:
+        return _not_pending(status)
+    if reason == ALREADY_REVIEWED:
+        return Problem(409, "already reviewed", extra={"reason": reason})
+    return Problem(403, reason, extra={"reason": reason})
+
+
+def via_of(principal: Principal, body: dict[str, Any], *, session: bool) -> str:
+    """How a vote arrived: a browser session is ``web``; a bearer caller may say ``tui``."""
+    if session:
+        return "web"
+    return "tui" if body.get("via") == "tui" else "api"
+
+
+async def vote(services: Services, principal: Principal, grant_id: str, body: dict[str, Any], *,
+               decision: str | None = None, via: str = "api") -> dict[str, Any]:
+    """Every vote (approve, deny, review, batch; pages and the TUI call these routes) goes through
+    grantd.core.review.cast_vote; the vote is recorded (one per person per grant, only while the
+    grant is pending) and the tally of the votes up to it decides; finalising is the conditional
+    update on ``pending``, so of concurrent final votes exactly one wins (D13)."""
+    if decision is None:
+        decision = body.get("decision")
+        if decision not in ("approve", "deny"):
+            raise field_error("decision", "decision must be approve or deny")
+    verb = "approve" if decision == "approve" else "deny"
+    grant = await services.store.grants.get(grant_id)
+    if grant is None:
+        raise not_found("grant not found")
+    agent = await requesting_agent(services, grant)
     reader = Reader(services)
-    changes = {
-        "status": "approved",
-        "decided_by": principal.email,
-        "decided_at": reader.now,
-        "expires_at": approval_expiry(services, grant_type, reader.now, duration),
-        "grant_type": grant_type,
-        "request": request,
-        "reuse_key": reuse_key(request),  # an approver's override changes what the grant is reusable for
-    }
-    updated = await _transition(
-        services, grant, expect=("pending",), changes=changes, event="grant.approved", reader=reader, refuse=_not_pending
-    )
-    return {"grant": reader.view(updated), "authz_jwt": await services.tokens.mint_authz(updated)}
-
-
-async def deny(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
-    grant = await _grant_to_decide(services, principal, grant_id, "deny")
+    now_s = reader.now // 1000
+    status = reader.status(grant)
+    record = await services.store.grants.review_of(grant_id)
+    review = reviews.pinned(record)
+    recorded = await services.store.grants.votes(grant_id)
+    facts = reviews.grant_facts(grant, agent, status)
+    email = principal.email.lower()
+    people = await reviews.people(services, review, [email, *(v["email"] for v in recorded)])
+    visible = await may_see(services, principal, grant) or reviews.may_review(
+        review, facts, people, email, now_s, any(v["email"] == email for v in recorded))
+    if not visible:
+        raise not_found("grant not found")  # D6: who may not see it learns nothing
+    if review.is_default:
+        if not policy.may_decide(principal, agent, services.admin_emails):
+            raise forbidden(f"not authorized to {verb}")
+        # The default policy's approvers are exactly those grantd.core.policy lets decide (owner or
+        # approver by their bound person id, an administrator, the management token).
+        people = replace(people, admins=people.admins | {email})
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
+    grant_type = _grant_type(body, None) if decision == "approve" else None
+    duration = seconds_field(body, "duration", services.config.grants.max_duration) if decision == "approve" else None
+    if decision == "approve":
+        effective = grant_type or grant["request"]["grant_type"]
+        if effective == "timed" and (duration or grant["request"].get("duration")) is None:
+            raise field_error("duration", "duration is required for timed grants")
+    ballot = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
+                          agent=not principal.is_person), decision, via, reader.now, reason, grant_type, duration)
+    result = cast_vote(review, facts, people, reviews.ballots(recorded), ballot, now_s)
+    if not result.accepted:
+        assert result.refusal is not None
+        raise _refused(result.refusal.reason, status)
+    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot))
+    if outcome != "recorded":
+        latest = await services.store.grants.get(grant_id)
+        raise _refused(ALREADY_REVIEWED if outcome == "duplicate" else ALREADY_DECIDED,
+                       reader.status(latest) if latest else "revoked")
+    services.events.changed()
+    # Finalisation: the votes up to and including this one, re-checked against today's facts (the
+    # agent's owner and approver, group members, administrators) by the same tally.
+    votes = await services.store.grants.votes(grant_id)
+    mine = next(i for i, v in enumerate(votes) if v["email"] == email)
+    agent = await requesting_agent(services, grant)
+    facts = reviews.grant_facts(grant, agent, "pending")
+    people = await reviews.people(services, review, [v["email"] for v in votes])
+    counted = tally(review, facts, people, reviews.ballots(votes[: mine + 1]), now_s)
+    if counted.status == "pending":
+        latest = await services.store.grants.get(grant_id) or grant
+        return {"grant": reader.view(latest), "review": await _review_answer(services, latest, reader)}
+    request = dict(grant["request"])
+    if counted.status == "approved":
+        if review.is_default:  # the one vote decides, its override as given (today's behaviour)
+            new_type = grant_type or request["grant_type"]
+            new_duration = (duration or request.get("duration")) if new_type == "timed" else None
+        else:
+            new_type, new_duration = counted.grant_type, counted.duration
+        if new_type == "timed":
+            if new_duration is None:
+                raise field_error("duration", "duration is required for timed grants")
+            request["duration"] = new_duration
+        request["grant_type"] = new_type
+        changes: dict[str, Any] = {
+            "status": "approved", "decided_by": counted.decided_by if not review.is_default else principal.email,
+            "decided_at": reader.now, "expires_at": approval_expiry(services, new_type, reader.now, new_duration),
+            "grant_type": new_type, "request": request, "reuse_key": reuse_key(request),
+        }
+        event = "grant.approved"
+    else:
+        decider = counted.decided_by or email
+        deciding = next((b for b in reviews.ballots(votes[: mine + 1])[::-1] if b.voter.email.lower() == decider), None)
+        changes = {"status": "denied", "decided_by": decider if not review.is_default else principal.email,
+                   "decided_at": reader.now, "decision_reason": deciding.reason if deciding else reason}
+        event = "grant.denied"
+    updated = await _transition(services, grant, expect=("pending",), changes=changes, event=event, reader=reader,
+                                refuse=_not_pending)
+    answer: dict[str, Any] = {"grant": reader.view(updated), "review": await _review_answer(services, updated, reader)}
+    if updated["status"] == "approved":
+        answer["authz_jwt"] = await mint(services, updated)
+    return answer
+
+
+async def _review_answer(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
+    found = await review_view(services, grant, reader)
+    return {**found["review"], "approvals": found["approvals"]}
+
+
+async def _eligible(services: Services, review: Review, facts: Any, now_s: int,
+                    votes: list[Ballot]) -> list[list[dict[str, str]]]:
+    """For each requirement, who may still vote for it now, with their names."""
+    people = await reviews.people(services, review, await reviews.admin_people(services, review))
+    lists = eligible_people(review, facts, people, now_s, votes)
+    named: dict[str, str] = {}
+    out = []
+    for emails in lists:
+        row = []
+        for email in emails:
+            if email not in named:
+                person = await services.store.people.get(email)
+                named[email] = person["name"] if person is not None else ""
+            row.append({"email": email, "name": named[email]})
+        out.append(row)
+    return out
+
+
+async def reviewers(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
+    """``GET /api/grants/:id/reviewers`` (D13): each requirement with who may still vote for it."""
+    grant = await _visible_grant(services, principal, grant_id)  # 404 to who may not see it
     reader = Reader(services)
-    changes = {"status": "denied", "decided_by": principal.email, "decided_at": reader.now, "decision_reason": reason}
-    updated = await _transition(
-        services, grant, expect=("pending",), changes=changes, event="grant.denied", reader=reader, refuse=_not_pending
-    )
-    return {"grant": reader.view(updated)}
+    now_s = reader.now // 1000
+    status = reader.status(grant)
+    review, level, counted, votes = await _review_state(services, grant, status, now_s)
+    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), status)
+    shown = reviews.review_json(review, grant, counted, level, now_s)
+    eligible = await _eligible(services, review, facts, now_s, votes) if status == "pending" else [
+        [] for _ in review.requirements]
+    for requirement, people in zip(shown["requirements"], eligible, strict=True):
+        requirement["missing"] = max(0, requirement["approve"] - len(requirement["approvals"]))
+        requirement["eligible"] = people
+    return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
+            "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
+
+
+async def evaluate_policies(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /api/policies/evaluate`` (D13): what a grant request would meet, creating nothing."""
+    policy.may_evaluate_policies(principal)
+    requester = identifier_field(body, "requester", required=True)
+    assert requester is not None
+    agent = await services.store.agents.get(requester.strip().lower()) or await services.store.agents.get(requester)
+    email = agent["email"] if agent is not None else requester.strip().lower()
+    if agent is None and "@" not in email:
+        raise field_error("requester", "requester must be an agent's e-mail or id, or a person's e-mail")
+    request, requester_id = await parse_request(services, management(services.config.admin.management_identity),
+                                                {**body, "requester": email})
+    config = reviews.review_config(services)
+    facts_request = reviews.request_facts(request, email, requester_id)
+    found = evaluate(config, facts_request) if config is not None else None
+    review = found.review if found is not None else DEFAULT_REVIEW
+    now = services.clock.now_ms()
+    grant: Any = {"requester_id": requester_id, "requester": email, "created_at": now, "request": request}
+    facts = reviews.grant_facts(grant, agent, "pending")
+    eligible = await _eligible(services, review, facts, now // 1000, [])
+    return {
+        "outcome": found.outcome if found is not None else NEEDS_REVIEW,
+        "rules_matched": list(found.rules_matched) if found is not None else [],
+        "policies_matched": list(found.policies_matched) if found is not None else [],
+        "reason": found.reason if found is not None else None,
+        "policy_hash": review.policy_hash,
+        "requirements": [{"id": r.id, "approve": r.approve, "deny": r.deny, "groups": list(r.groups)}
+                         for r in review.requirements],
+        "eligible_approvers": [{"requirement": r.id, "eligible": people}
+                               for r, people in zip(review.requirements, eligible, strict=True)],
+    }
+
+
+async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
+                  via: str = "api") -> dict[str, Any]:
+    return await vote(services, principal, grant_id, body, decision="approve", via=via)
+
+
+async def deny(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
+               via: str = "api") -> dict[str, Any]:
+    return await vote(services, principal, grant_id, body, decision="deny", via=via)
+
+
+async def review(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
+                 via: str = "api") -> dict[str, Any]:
+    """``POST /api/grants/:id/review {decision, reason?, grant_type?, duration?}`` (D13)."""
+    return await vote(services, principal, grant_id, body, via=via)
 
 
 def _not_revocable(status: str) -> Problem:
@@ -483,7 +759,7 @@ async def token(services: Services, principal: Principal, grant_id: str) -> dict
     status = reader.status(grant)
     if status != "approved":
         raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
-    return {"authz_jwt": await services.tokens.mint_authz(grant), "grant": {"id": grant["id"], "status": status}}
+    return {"authz_jwt": await mint(services, grant), "grant": {"id": grant["id"], "status": status}}
 
 
 def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
@@ -548,6 +824,7 @@ async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, An
 
 
 Operation = Callable[[Services, Principal, str, dict[str, Any]], Awaitable[dict[str, Any]]]
+VoteOperation = Callable[[Services, Principal, str, dict[str, Any], str], Awaitable[dict[str, Any]]]
 
 
 async def batch(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
@@ -581,12 +858,52 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
     return {"results": results}
 
 
+SWEEP_REVIEWS = 1000  # pending grants under a policy looked at per sweep (oldest first)
+
+
 async def sweep_expired(services: Services) -> list[Grant]:
-    """Persist expiries (each with a grant.expired event) and trim old events."""
+    """Persist expiries (each with a grant.expired event) and trim old events; then the approval
+    policies' schedule (D13): escalation levels that came due and pinned ``pending_ttl`` timeouts."""
     now = services.clock.now_ms()
     expired = await services.store.grants.expire(
         services.grant_lapse(), now, now - services.config.grants.events_retention * 1000
     )
     if expired:
         services.events.changed()
+    await sweep_reviews(services)  # also without policies now: grants pinned before a reload still time out
     return expired
+
+
+async def sweep_reviews(services: Services) -> int:
+    """Escalate and time out pending grants under a policy. Every process sweeps; the conditional
+    updates (``escalate_if``, ``update_if`` on pending) make each level and each timeout happen once,
+    across processes and nodes. Returns the number of changes this process won."""
+    reader = Reader(services)
+    now_s = reader.now // 1000
+    won = 0
+    for record in await services.store.grants.pending_reviews(SWEEP_REVIEWS):
+        review = reviews.pinned(record)
+        if not review.escalations and review.pending_ttl is None:
+            continue
+        grant = await services.store.grants.get(record["grant_id"])
+        if grant is None or reader.status(grant) != "pending":
+            continue
+        created_s = grant["created_at"] // 1000
+        ends = timeout_at(review, created_s)
+        if ends is not None and now_s >= ends:
+            status, reason = timeout_outcome(review)
+            changes: dict[str, Any] = {"status": status, "decision_reason": reason}
+            if status == "denied":
+                changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
+            updated = await services.store.grants.update_if(
+                grant["id"], expect=("pending",), changes=changes, event=f"grant.{status}", lapse=reader.lapse,
+                now=reader.now)
+            won += updated is not None
+            continue
+        due = escalations_due(review, created_s, now_s, record["escalation_level"])
+        if due and await services.store.grants.escalate_if(grant["id"], record["escalation_level"], due[-1].level,
+                                                           reader.now):
+            won += 1
+    if won:
+        services.events.changed()
+    return won

@@ -179,8 +179,9 @@ class Tokens:
         })
         return token, self.agent_ttl
 
-    async def mint_authz(self, grant: Grant) -> str:
-        """The AuthZ-JWT of an approved grant (specification claims + D3, D6)."""
+    async def mint_authz(self, grant: Grant, review: dict[str, Any] | None = None) -> str:
+        """The AuthZ-JWT of an approved grant (specification claims + D3, D6); ``review``: the
+        approval claims of D13 (``approvals``, ``policy``, ``quorum``)."""
         request = grant["request"]
         now = self.clock.now_s()
         grant_type = grant["grant_type"]
@@ -217,6 +218,8 @@ class Tokens:
                 claims[extension] = request[extension]
         if grant.get("delegation_id"):
             claims["delegation_id"] = grant["delegation_id"]
+        if review is not None:
+            claims.update(review)
         return await self._sign(claims)
 
     # -- verifying --------------------------------------------------------------------------------

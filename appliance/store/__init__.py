@@ -57,7 +57,7 @@ from grantd.store.people import (
     SessionStore,
     WebAuthnChallengeStore,
 )
-from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
+from grantd.store.records import Agent, Delegation, Grant, GrantEvent, GrantReview, SigningKey, Vote
 
 
 class StoreError(Exception):
@@ -183,9 +183,13 @@ class ChallengeStore(Protocol):
 class GrantStore(Protocol):
     """Grants (``Grant``; ``status`` is the stored one — readers apply ``Lapse``) and their events."""
 
-    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+    async def create(
+        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        review: dict[str, Any] | None = None,
+    ) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
-        in the same transaction. With ``bound``, a ``pending`` grant whose requester is an agent is
+        in the same transaction. ``review``: the approval-policy review it was pinned to (D13), kept
+        in the same transaction (a grant never exists without the review it needs). With ``bound``, a ``pending`` grant whose requester is an agent is
         refused with ``LimitReached("pending_per_owner")`` when that agent's owner already has
         ``bound.limit`` pending grants across their agents; counted in the insert's transaction
         (serialised per owner), so concurrent requests in any process cannot pass it together."""
@@ -223,6 +227,28 @@ class GrantStore(Protocol):
         """Events with ``seq`` greater than ``seq``, in order, at most ``limit``."""
 
     async def last_event_seq(self) -> int: ...
+
+    async def review_of(self, grant_id: str) -> GrantReview | None:
+        """The review the grant was pinned to (None: the default policy)."""
+
+    async def votes(self, grant_id: str) -> builtins.list[Vote]:
+        """The grant's votes in the order they were recorded."""
+
+    async def add_vote(self, vote: Vote) -> str:
+        """Record a vote only while the grant's stored status is ``pending``: ``"recorded"``,
+        ``"duplicate"`` (this e-mail already voted on it: one vote per person per grant, held by
+        the database across processes) or ``"decided"`` (the grant is no longer pending). The
+        decision itself is ``update_if`` on ``pending``: of concurrent final votes exactly one wins."""
+
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        """Raise the stored escalation level from ``seen`` to ``level`` while the grant is pending,
+        and record one ``grant.escalated`` event per level reached (the event's grant carries
+        ``escalation_level``), in one transaction; True for the one caller (of any number, in any
+        process or node) whose update changed it."""
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        """Pinned reviews of grants whose stored status is ``pending``, oldest grant first, at most
+        ``limit`` (the expiry sweep's escalations and policy timeouts)."""
 
     # Optional (not part of the protocol, so a backend without it still is a GrantStore):
     #     async def wait_for_events(self, seconds: float) -> None

@@ -55,6 +55,31 @@ class Grant(TypedDict):
     version: int
 
 
+class Vote(TypedDict):
+    """One vote on a grant under an approval policy (D13); one per person per grant (``email``,
+    lowercased). ``management``: cast with the management token (as its identity)."""
+
+    grant_id: str
+    email: str
+    voter_id: str
+    decision: str  # approve | deny
+    via: str  # api | web | tui | delegation
+    at: int
+    reason: str | None
+    grant_type: str | None
+    duration: int | None
+    management: bool
+
+
+class GrantReview(TypedDict):
+    """The review a grant was pinned to at creation (grantd.core.review.Review.as_dict()) and the
+    escalation levels the expiry sweep has already announced."""
+
+    grant_id: str
+    review: dict[str, Any]
+    escalation_level: int
+
+
 class GrantEvent(TypedDict):
     seq: int
     event: str  # grant.created | approved | denied | revoked | consumed | expired
@@ -193,6 +218,7 @@ WEBAUTHN_CHALLENGE_COLUMNS = columns(WebAuthnChallenge)
 REFRESH_TOKEN_COLUMNS = columns(RefreshToken)
 DEVICE_CODE_COLUMNS = columns(DeviceCode)
 CONSENT_COLUMNS = columns(Consent)
+VOTE_COLUMNS = columns(Vote)
 # What the contract's update methods may change (agents.update, grants.update_if, people.update).
 AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")  # ids: the store
 GRANT_CHANGEABLE = frozenset({

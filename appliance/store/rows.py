@@ -11,12 +11,15 @@ from typing import Any, TypeVar, cast
 
 from grantd.store.records import (
     PERSON_COLUMNS,
+    VOTE_COLUMNS,
     Delegation,
     Grant,
+    GrantReview,
     PasskeyCredential,
     Person,
     RegistrationUrl,
     SigningKey,
+    Vote,
 )
 
 Row = TypeVar("Row")
@@ -45,6 +48,17 @@ def key_row(row: dict[str, Any]) -> SigningKey:
 def grant_row(row: dict[str, Any]) -> Grant:
     row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
     return cast(Grant, row)
+
+
+def vote_row(row: Any) -> Vote:
+    vote = {c: row[c] for c in VOTE_COLUMNS}
+    vote["management"] = bool(vote["management"])
+    return cast(Vote, vote)
+
+
+def review_row(row: Any) -> GrantReview:
+    return cast(GrantReview, {"grant_id": row["grant_id"], "review": json.loads(row["review_json"]),
+                              "escalation_level": int(row["escalation_level"])})
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:

@@ -184,3 +184,38 @@ def enrol_bounded(path: str, start_at: float, tag: str, now: int, limit: int) ->
         return list(await asyncio.gather(*(one(store, i) for i in range(TAKERS))))
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def vote(path: str, start_at: float, who: list[str], now: int) -> list[tuple[str, str]]:
+    """Approval-policy votes (D13) of ``who`` on grant g1, all at once; after each recorded vote,
+    the voter finalises if two votes are in (the grants service's rule): (email, outcome) where
+    outcome is the add_vote answer, or "won" for the one finalisation that changed the grant."""
+
+    async def one(store: Any, email: str) -> tuple[str, str]:
+        outcome = await store.grants.add_vote({
+            "grant_id": "g1", "email": email, "voter_id": email, "decision": "approve", "via": "api", "at": now,
+            "reason": None, "grant_type": None, "duration": None, "management": False})
+        if outcome != "recorded":
+            return email, outcome
+        votes = await store.grants.votes("g1")
+        mine = next(i for i, v in enumerate(votes) if v["email"] == email)
+        if mine + 1 < 2:
+            return email, "recorded"
+        won = await store.grants.update_if(
+            "g1", expect=["pending"], changes={"status": "approved", "decided_by": email, "decided_at": now},
+            event="grant.approved", lapse=grant_lapse(now, 3600), now=now)
+        return email, "won" if won is not None else "recorded"
+
+    async def work(store: Any) -> list[tuple[str, str]]:
+        return list(await asyncio.gather(*(one(store, email) for email in who)))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def escalate(path: str, start_at: float, now: int) -> list[bool]:
+    """TAKERS concurrent raises of grant g1's escalation level from 0 to 1 (D13)."""
+
+    async def work(store: Any) -> list[bool]:
+        return list(await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, now) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]

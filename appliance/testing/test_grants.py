@@ -182,3 +182,64 @@ async def test_expire_is_a_no_op_when_nothing_lapsed(store):
     assert await store.grants.expire(lapse(NOW), NOW, events_before=0) == []
     assert await store.grants.last_event_seq() == seq
     assert (await store.grants.get("A2"))["version"] == 1
+
+
+# -- approval policies (D13): the pinned review, votes, escalation levels ---------------------------
+
+
+def _vote(email, decision="approve", **fields):
+    return {"grant_id": "g1", "email": email, "voter_id": "usr_" + email.split("@")[0], "decision": decision,
+            "via": "api", "at": NOW, "reason": None, "grant_type": None, "duration": None, "management": False,
+            **fields}
+
+
+async def test_a_pinned_review_is_kept_with_its_grant(store):
+    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": [{"id": "prod-root/sre"}]}
+    await store.grants.create(grant("g1"), ["grant.created"], review=review)
+    await store.grants.create(grant("g2"), ["grant.created"])
+    assert await store.grants.review_of("g1") == {"grant_id": "g1", "review": review, "escalation_level": 0}
+    assert await store.grants.review_of("g2") is None  # the default policy
+    assert await store.grants.review_of("nope") is None
+    assert await store.grants.votes("g2") == []
+
+
+async def test_votes_one_per_person_in_order_and_only_while_pending(store):
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    first = _vote("a@example.com", reason="fine", grant_type="once", duration=60)
+    assert await store.grants.add_vote(first) == "recorded"
+    assert await store.grants.add_vote(_vote("b@example.com", "deny", management=True)) == "recorded"
+    assert await store.grants.add_vote(_vote("a@example.com", "deny")) == "duplicate"
+    votes = await store.grants.votes("g1")
+    assert votes[0] == first and [v["email"] for v in votes] == ["a@example.com", "b@example.com"]
+    assert votes[1]["management"] is True and votes[1]["decision"] == "deny"
+    assert await store.grants.update_if("g1", expect=["pending"], changes={"status": "denied"}, event="grant.denied",
+                                        lapse=lapse(NOW), now=NOW) is not None
+    assert await store.grants.add_vote(_vote("c@example.com")) == "decided"
+    assert await store.grants.add_vote(_vote("d@example.com", grant_id="nope")) == "decided"
+    assert len(await store.grants.votes("g1")) == 2
+
+
+async def test_concurrent_votes_by_one_person_record_one(store):
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    outcomes = await asyncio.gather(*(store.grants.add_vote(_vote("a@example.com")) for _ in range(20)))
+    assert sorted(outcomes) == ["duplicate"] * 19 + ["recorded"]
+
+
+async def test_escalate_if_has_exactly_one_winner_per_level(store):
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    await store.grants.create(grant("g0", created_at=NOW - 1), [], review={"policy_ids": ["p"]})
+    await store.grants.create(grant("g3", status="approved"), [], review={"policy_ids": ["p"]})
+    await store.grants.create(grant("g4"), [])
+    assert [r["grant_id"] for r in await store.grants.pending_reviews(10)] == ["g0", "g1"]
+    assert [r["grant_id"] for r in await store.grants.pending_reviews(1)] == ["g0"]
+    assert await store.grants.escalate_if("g2", 0, 1, NOW) is False
+    assert await store.grants.escalate_if("g3", 0, 1, NOW) is False  # decided: nothing to escalate
+    wins = await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, NOW) for _ in range(10)))
+    assert wins.count(True) == 1
+    assert await store.grants.escalate_if("g1", 0, 2, NOW) is False  # someone else's level already
+    assert await store.grants.escalate_if("g1", 1, 3, NOW + 1) is True
+    assert (await store.grants.review_of("g1"))["escalation_level"] == 3
+    events = await store.grants.events_after(0, 100)
+    assert [(e["event"], e["grant"]["escalation_level"], e["created_at"]) for e in events] == [
+        ("grant.escalated", 1, NOW), ("grant.escalated", 2, NOW + 1), ("grant.escalated", 3, NOW + 1)]
+    assert all(e["grant_id"] == "g1" and e["grant"]["status"] == "pending" for e in events)

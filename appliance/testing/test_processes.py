@@ -231,3 +231,46 @@ async def test_per_owner_bounds_hold_across_processes(target, pool):
         assert flat.count("created") == 5 and flat.count("pending_per_owner") == len(flat) - 5
     finally:
         store.close()
+
+
+async def test_twenty_concurrent_votes_finalise_once_across_processes(target, pool):
+    """D13: 20 votes at once from several processes (4 voters each in 5 processes, one voter
+    twice): one vote per person per grant, no vote once the grant is decided, exactly one
+    finalisation wins."""
+    path = target
+    store = _workers.open_store(path)
+    await store.migrate()
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    try:
+        voters = [f"v{i}@example.com" for i in range(19)] + ["v0@example.com"]  # v0 twice: 20 votes
+        shares = [voters[i::5] for i in range(5)]
+        at = start_soon()
+        results = [r for rs in pool.starmap(_workers.vote, [(path, at, share, NOW) for share in shares]) for r in rs]
+        assert len(results) == 20
+        assert [outcome for _, outcome in results].count("won") == 1
+        assert all(outcome in ("recorded", "won", "decided", "duplicate") for _, outcome in results)
+        votes = await store.grants.votes("g1")
+        emails = [v["email"] for v in votes]
+        assert len(emails) == len(set(emails)) >= 2  # one vote per person
+        assert sum(1 for email, outcome in results if email == "v0@example.com" and outcome == "recorded" or
+                   email == "v0@example.com" and outcome == "won") <= 1
+        stored = await store.grants.get("g1")
+        assert stored["status"] == "approved"
+        winner = next(email for email, outcome in results if outcome == "won")
+        assert stored["decided_by"] == winner and winner in emails
+        assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.approved"]
+    finally:
+        store.close()
+
+
+async def test_an_escalation_level_is_announced_once_across_processes(target, pool):
+    path = target
+    store = _workers.open_store(path)
+    await store.migrate()
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    try:
+        results = pool.starmap(_workers.escalate, [(path, start_soon(), NOW)] * PROCESSES)
+        assert [v for vs in results for v in vs].count(True) == 1
+        assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.escalated"]
+    finally:
+        store.close()

@@ -305,6 +305,8 @@ def _event_row(event: str, row: dict[str, Any], now: int) -> tuple[Any, ...]:
     snapshot = {k: row[k] for k in GRANT_COLUMNS}
     if isinstance(snapshot["request"], str):
         snapshot["request"] = json.loads(snapshot["request"])
+    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
+        snapshot["escalation_level"] = row["escalation_level"]
     return (event, row["id"], row["requester"], to_json(snapshot), now)
 
 

@@ -14,10 +14,13 @@ from grantd.store import Conflict, LimitReached, OwnerBound
 from grantd.store.records import (
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
+    VOTE_COLUMNS,
     Grant,
     GrantEvent,
+    GrantReview,
+    Vote,
 )
-from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
@@ -31,12 +34,23 @@ from .connection import (
 from .constants import OWNER_LOCKS
 from .sql import PG, _cols
 
+REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json) VALUES (%s, %s)"
+# One statement: the vote goes in only while the grant is pending. FOR SHARE makes it wait for a
+# concurrent decision (update_if) to commit and then see its status, so no vote lands on a decided grant.
+VOTE_INSERT = (
+    f"INSERT INTO grant_votes ({_cols(VOTE_COLUMNS)}) SELECT {', '.join(['%s'] * len(VOTE_COLUMNS))} "  # noqa: S608 - fixed columns
+    "WHERE EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE) "
+    "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq"
+)
 GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
 
 
 class PostgresGrants(_Part):
     @_on_store_loop
-    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+    async def create(
+        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        review: dict[str, Any] | None = None,
+    ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         values = [row[k] for k in GRANT_COLUMNS]
@@ -44,11 +58,13 @@ class PostgresGrants(_Part):
         if bound is not None and bound.limit > 0 and row["status"] == "pending":
             owner = await self._db.one("SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],))
             if owner is not None:
-                return await self._create_bounded(row, values, events, owner, bound)
+                return await self._create_bounded(row, values, events, owner, bound, review)
         # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
             batch.add(GRANT_INSERT, values)
+            if review is not None:
+                batch.add(REVIEW_INSERT, (row["id"], to_json(review)))
             _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
             batch.plain("COMMIT")
             try:
@@ -58,7 +74,8 @@ class PostgresGrants(_Part):
         return cast(Grant, row)
 
     async def _create_bounded(
-        self, row: dict[str, Any], values: builtins.list[Any], events: Sequence[str], owner: dict[str, Any], bound: OwnerBound
+        self, row: dict[str, Any], values: builtins.list[Any], events: Sequence[str], owner: dict[str, Any], bound: OwnerBound,
+        review: dict[str, Any] | None = None,
     ) -> Grant:
         """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
         count and the insert across processes and nodes (several round trips, only for this case)."""
@@ -79,6 +96,8 @@ class PostgresGrants(_Part):
                 await cur.execute(GRANT_INSERT, values)
             except _unique_violation():
                 raise Conflict("id") from None
+            if review is not None:
+                await cur.execute(REVIEW_INSERT, (row["id"], to_json(review)))
             await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
         return cast(Grant, row)
 
@@ -200,6 +219,52 @@ class PostgresGrants(_Part):
     async def last_event_seq(self) -> int:
         row = await self._db.one("SELECT max(seq) AS seq FROM grant_events")
         return int(row["seq"] or 0) if row else 0
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def review_of(self, grant_id: str) -> GrantReview | None:
+        row = await self._db.one("SELECT * FROM grant_reviews WHERE grant_id = %s", (grant_id,))
+        return review_row(row) if row else None
+
+    @_nul_finds_nothing(list)
+    @_on_store_loop
+    async def votes(self, grant_id: str) -> builtins.list[Vote]:
+        rows = await self._db.all("SELECT * FROM grant_votes WHERE grant_id = %s ORDER BY seq", (grant_id,))
+        return [vote_row(r) for r in rows]
+
+    @_on_store_loop
+    async def add_vote(self, vote: Vote) -> str:
+        values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
+        row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
+        if row is not None:
+            return "recorded"
+        again = await self._db.one("SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
+                                   (vote["grant_id"], vote["email"]))
+        return "duplicate" if again is not None else "decided"
+
+    @_nul_finds_nothing(False)
+    @_on_store_loop
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                """UPDATE grant_reviews SET escalation_level = %s WHERE grant_id = %s AND escalation_level = %s
+                   AND EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE)""",
+                (level, grant_id, seen, grant_id),
+            )
+            if cur.rowcount != 1:
+                return False
+            await cur.execute("SELECT * FROM grants WHERE id = %s", (grant_id,))
+            row = dict(await cur.fetchone() or {})
+            await _record_events(cur, [("grant.escalated", {**row, "escalation_level": reached}, now)
+                                       for reached in range(seen + 1, level + 1)])
+            return True
+
+    @_on_store_loop
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        rows = await self._db.all(
+            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+               ORDER BY g.created_at, g.id LIMIT %s""", (limit,))
+        return [review_row(r) for r in rows]
 
     @_on_store_loop
     async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:

@@ -15,10 +15,13 @@ from grantd.store import Conflict, LimitReached, OwnerBound
 from grantd.store.records import (
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
+    VOTE_COLUMNS,
     Grant,
     GrantEvent,
+    GrantReview,
+    Vote,
 )
-from grantd.store.rows import grant_row, page_rows, to_json
+from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
@@ -30,6 +33,8 @@ def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now
     snapshot = {k: row[k] for k in GRANT_COLUMNS}
     if isinstance(snapshot["request"], str):
         snapshot["request"] = json.loads(snapshot["request"])
+    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
+        snapshot["escalation_level"] = row["escalation_level"]
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
         (event, row["id"], row["requester"], to_json(snapshot), now),
@@ -40,7 +45,10 @@ class SQLiteGrants:
     def __init__(self, db: _Database):
         self._db = db
 
-    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+    async def create(
+        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        review: dict[str, Any] | None = None,
+    ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
         stored = {**row, "request": to_json(row["request"])}
@@ -54,6 +62,9 @@ class SQLiteGrants:
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
+            if review is not None:
+                conn.execute("INSERT INTO grant_reviews (grant_id, review_json) VALUES (?, ?)",
+                             (row["id"], to_json(review)))
             for event in events:
                 _record_event(conn, event, row, int(row["created_at"]))
         return cast(Grant, row)
@@ -179,6 +190,49 @@ class SQLiteGrants:
     async def last_event_seq(self) -> int:
         row = self._db.one("SELECT max(seq) AS seq FROM grant_events")
         return int(row["seq"] or 0) if row else 0
+
+    async def review_of(self, grant_id: str) -> GrantReview | None:
+        row = self._db.one("SELECT * FROM grant_reviews WHERE grant_id = ?", (grant_id,))
+        return review_row(row) if row else None
+
+    async def votes(self, grant_id: str) -> builtins.list[Vote]:
+        return [vote_row(r) for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))]
+
+    async def add_vote(self, vote: Vote) -> str:
+        values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
+        values["management"] = 1 if vote["management"] else 0
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
+            found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
+            if found is None or found["status"] != "pending":
+                return "decided"
+            try:
+                conn.execute(
+                    f"INSERT INTO grant_votes ({', '.join(VOTE_COLUMNS)}) VALUES ({', '.join(':' + c for c in VOTE_COLUMNS)})",  # noqa: S608 - fixed column list
+                    values,
+                )
+            except sqlite3.IntegrityError:
+                return "duplicate"
+        return "recorded"
+
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        async with self._db.awrite() as conn:
+            cur = conn.execute(
+                """UPDATE grant_reviews SET escalation_level = ? WHERE grant_id = ? AND escalation_level = ?
+                   AND EXISTS (SELECT 1 FROM grants WHERE id = ? AND status = 'pending')""",
+                (level, grant_id, seen, grant_id),
+            )
+            if cur.rowcount != 1:
+                return False
+            row = dict(conn.execute("SELECT * FROM grants WHERE id = ?", (grant_id,)).fetchone())
+            for reached in range(seen + 1, level + 1):
+                _record_event(conn, "grant.escalated", {**row, "escalation_level": reached}, now)
+            return True
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        rows = self._db.all(
+            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+               ORDER BY g.created_at, g.id LIMIT ?""", (limit,))
+        return [review_row(r) for r in rows]
 
     async def wait_for_events(self, seconds: float) -> None:
         """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""

@@ -16,12 +16,14 @@ from grantd.store.records import (
     DeviceCode,
     Grant,
     GrantEvent,
+    GrantReview,
     PasskeyCredential,
     Person,
     RefreshToken,
     RegistrationUrl,
     Session,
     SigningKey,
+    Vote,
     WebAuthnChallenge,
 )
 from grantd.store.rows import page_rows
@@ -45,6 +47,8 @@ class _Data:
         self.agents: dict[str, Agent] = {}
         self.challenges: dict[str, tuple[str, int]] = {}
         self.grants: dict[str, Grant] = {}
+        self.reviews: dict[str, GrantReview] = {}  # grant id -> its pinned review (D13)
+        self.votes: dict[str, list[Vote]] = {}  # grant id -> its votes, in order
         self.events: list[GrantEvent] = []
         self.seq = 0
         self.delegations: dict[str, Delegation] = {}

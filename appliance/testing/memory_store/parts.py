@@ -19,7 +19,9 @@ from grantd.store.records import (
     Delegation,
     Grant,
     GrantEvent,
+    GrantReview,
     SigningKey,
+    Vote,
 )
 
 from .data import _Data, _newest_first
@@ -189,7 +191,10 @@ class MemoryGrants:
     def __init__(self, data: _Data):
         self._d = data
 
-    async def create(self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None) -> Grant:
+    async def create(
+        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        review: dict[str, Any] | None = None,
+    ) -> Grant:
         row: Grant = {**copy.deepcopy(grant), "version": 1}
         async with self._d.tx:
             if row["id"] in self._d.grants:
@@ -197,9 +202,45 @@ class MemoryGrants:
             if bound is not None and bound.limit > 0 and row["status"] == "pending":
                 self._check_owner_bound(row["requester_id"], bound)
             self._d.grants[row["id"]] = row
+            if review is not None:
+                self._d.reviews[row["id"]] = {"grant_id": row["id"], "review": copy.deepcopy(review),
+                                              "escalation_level": 0}
             for event in events:
                 self._d.record(event, row, row["created_at"])
         return copy.deepcopy(row)
+
+    async def review_of(self, grant_id: str) -> GrantReview | None:
+        return copy.deepcopy(self._d.reviews.get(grant_id))
+
+    async def votes(self, grant_id: str) -> builtins.list[Vote]:
+        return copy.deepcopy(self._d.votes.get(grant_id, []))
+
+    async def add_vote(self, vote: Vote) -> str:
+        async with self._d.tx:
+            grant = self._d.grants.get(vote["grant_id"])
+            if grant is None or grant["status"] != "pending":
+                return "decided"
+            votes = self._d.votes.setdefault(vote["grant_id"], [])
+            if any(v["email"] == vote["email"] for v in votes):
+                return "duplicate"
+            votes.append(copy.deepcopy(vote))
+            return "recorded"
+
+    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+        async with self._d.tx:
+            review = self._d.reviews.get(grant_id)
+            grant = self._d.grants.get(grant_id)
+            if review is None or grant is None or grant["status"] != "pending" or review["escalation_level"] != seen:
+                return False
+            review["escalation_level"] = level
+            for reached in range(seen + 1, level + 1):
+                self._d.record("grant.escalated", {**grant, "escalation_level": reached}, now)  # type: ignore[typeddict-unknown-key]
+            return True
+
+    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+        pending = sorted((g for g in self._d.grants.values() if g["status"] == "pending" and g["id"] in self._d.reviews),
+                         key=lambda g: (g["created_at"], g["id"]))
+        return [copy.deepcopy(self._d.reviews[g["id"]]) for g in pending[:limit]]
 
     def _check_owner_bound(self, requester_id: str, bound: OwnerBound) -> None:
         agent = self._d.agents.get(requester_id)

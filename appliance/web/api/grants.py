@@ -63,14 +63,38 @@ async def _decide(request: Request, grant_id: str, operation: Operation) -> HTTP
     return json(await operation(services_of(request), principal, grant_id, body_of(request, required=False)))
 
 
+async def _vote(request: Request, grant_id: str, operation: grants.VoteOperation, *, required: bool = False) -> HTTPResponse:
+    principal = policy.require(await principal_of(request))
+    body = body_of(request, required=required)
+    via = grants.via_of(principal, body, session=credentials_of(request).session is not None)
+    return json(await operation(services_of(request), principal, grant_id, body, via))
+
+
 @bp.post("/api/grants/<grant_id:str>/approve", unquote=True)
 async def approve(request: Request, grant_id: str) -> HTTPResponse:
-    return await _decide(request, grant_id, grants.approve)
+    return await _vote(request, grant_id, grants.approve)
 
 
 @bp.post("/api/grants/<grant_id:str>/deny", unquote=True)
 async def deny(request: Request, grant_id: str) -> HTTPResponse:
-    return await _decide(request, grant_id, grants.deny)
+    return await _vote(request, grant_id, grants.deny)
+
+
+@bp.get("/api/grants/<grant_id:str>/reviewers", unquote=True)
+async def reviewers(request: Request, grant_id: str) -> HTTPResponse:
+    principal = policy.require(await principal_of(request))
+    return json(await grants.reviewers(services_of(request), principal, grant_id))
+
+
+@bp.post("/api/policies/evaluate")
+async def evaluate_policies(request: Request) -> HTTPResponse:
+    principal = policy.may_evaluate_policies(await principal_of(request))
+    return json(await grants.evaluate_policies(services_of(request), principal, body_of(request)))
+
+
+@bp.post("/api/grants/<grant_id:str>/review", unquote=True)
+async def review(request: Request, grant_id: str) -> HTTPResponse:
+    return await _vote(request, grant_id, grants.review, required=True)
 
 
 @bp.post("/api/grants/<grant_id:str>/revoke", unquote=True)
@@ -118,7 +142,10 @@ def _resume_point(request: Request) -> int | None:
 
 def _frame(row: GrantEvent) -> str:
     grant = row["grant"]
-    data = jsonlib.dumps({"grant": grants.view(grant, grant["status"])}, separators=(",", ":"))
+    payload: dict[str, Any] = {"grant": grants.view(grant, grant["status"])}
+    if row["event"] == "grant.escalated":
+        payload["level"] = grant.get("escalation_level")  # type: ignore[misc]
+    data = jsonlib.dumps(payload, separators=(",", ":"))
     return f"id: {row['seq']}\nevent: {row['event']}\ndata: {data}\n\n"
 
 
