@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 from grantd.oauth.errors import OAuthError, invalid_grant, invalid_request
 
 GRANT_TYPE = "urn:ietf:params:oauth:grant-type:token-exchange"
-JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
-ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
-DELEGATION_TOKEN_KIND = "delegation"  # the `token_use` claim that tells a delegation token apart
+JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"  # noqa: S105 - a token type URN, not a secret
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"  # noqa: S105 - a URN
+DELEGATION_TOKEN_KIND = "delegation"  # noqa: S105 - the `token_use` claim that tells a delegation token apart
 MAX_DEPTH = 4
 MAX_EXCHANGED_LIFETIME = 15 * 60
 MAX_DELEGATION_TOKEN_LIFETIME = 30 * 24 * 3600
