@@ -175,6 +175,7 @@ class FakeIssuer:
         self.url = url or ""
         self.answer: tuple[int, str, bytes, dict[str, str]] = (200, "application/json", b'{"status":"valid"}', {})
         self.consumed: list[str] = []
+        self.consume_headers: list[dict[str, str]] = []  # each consume request's headers
         self._server: Any = None
 
     def jwks(self) -> dict[str, Any]:
@@ -219,6 +220,7 @@ class FakeIssuer:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
                 issuer.consumed.append(self.path)
+                issuer.consume_headers.append(dict(self.headers))
                 status, content_type, body, headers = issuer.answer
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)

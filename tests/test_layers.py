@@ -71,9 +71,10 @@ CLIENT_PARTS = (
     Part("the client library", ("grantd.client", "grantd.client.*"), ("grantd", "grantd.core", "grantd.core.display"),
          (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
     # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin;
-    # the receipt format (grantd.receipts, with grantd.sshkeys) when it signs a receipt (D14 "Hosts").
+    # the receipt format (grantd.receipts, with grantd.sshkeys) when it signs a receipt (D14 "Hosts");
+    # the DPoP verifier (grantd.dpop) when a bound AuthZ-JWT comes with a proof (D16).
     Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
-         ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys"),
+         ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys", "grantd.dpop"),
          (*SERVER_THIRD_PARTY, "textual")),
     # The approver console reads the URL and token from the server's config file (grantd.config,
     # which checks the whole file: its key checks and the approval-policy parser are pure core code).
@@ -112,7 +113,8 @@ SERVER_LAYERS = (
     Layer("store", ("grantd.store", "grantd.store.*")),
     # grantd.sshkeys: parsing an OpenSSH public key line, pure (the log's receipts name hosts by one)
     # grantd.receipts: the execution receipts' format (the log checks them, elevate builds them)
-    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys", "grantd.receipts")),
+    # grantd.dpop: DPoP proofs (RFC 9449; the server and elevate share the one verifier, D16)
+    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys", "grantd.receipts", "grantd.dpop")),
 )
 
 

@@ -247,3 +247,25 @@ def may_delete_delegation(principal: Principal, delegation: Mapping[str, Any]) -
 def may_validate_delegation(principal: Principal, delegation: Mapping[str, Any]) -> bool:
     """A party to the delegation (or an administrator) may check it; nobody else learns of it."""
     return may_see_delegation(principal, delegation)
+
+
+# -- tokens that carry an actor (RFC 8693 `act`, D16) ---------------------------------------------
+
+# What a token in which someone acts for someone else may never do: it reads, it never decides,
+# reviews, delegates or administers (D16). The wiring asks `refuse_acting_token` on those routes.
+ACTIONS = frozenset({"read", "request", "approve", "deny", "review", "delegate", "admin"})
+REFUSED_TO_ACTORS = frozenset({"approve", "deny", "review", "delegate", "admin"})
+
+
+def may_act_with_token(claims: Mapping[str, Any], action: str) -> bool:
+    """May a token with these claims do ``action``? One that names an actor (an `act` member, whatever
+    its value, even null) only reads and requests."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown action {action!r}")
+    return "act" not in claims or action not in REFUSED_TO_ACTORS
+
+
+def refuse_acting_token(claims: Mapping[str, Any], action: str) -> None:
+    """403 when a token that carries an actor tries to approve, deny, review, delegate or administer."""
+    if not may_act_with_token(claims, action):
+        raise forbidden(f"a token in which an agent acts for someone (act) may not {action}")

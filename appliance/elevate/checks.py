@@ -92,6 +92,36 @@ def check_shape(claims: dict[str, Any]) -> None:
         raise refused("malformed_token", f"malformed token ({problem})")
 
 
+def consume_url(claims: dict[str, Any]) -> str:
+    """Where the grant is consumed, and so the `htu` its DPoP proof names (D16)."""
+    from urllib.parse import quote
+
+    return f"{claims['iss']}/api/grants/{quote(claims['grant_id'], safe='')}/consume"
+
+
+def check_binding(claims: dict[str, Any], token: str, proof: str | None, leeway: int, now: float) -> str | None:
+    """A bound AuthZ-JWT (`cnf.jkt`) runs only with a fresh DPoP proof by that key for
+    POST {iss}/api/grants/{id}/consume (`ath` = the token's hash); the proof is checked here and
+    forwarded to consume, where the issuer checks it again and refuses a replay. Returns the
+    proof to forward (None for an unbound token: a proof sent with one is not forwarded)."""
+    cnf = claims.get("cnf")
+    if cnf is None:
+        return None
+    if not isinstance(cnf, dict) or not isinstance(cnf.get("jkt"), str) or not cnf["jkt"]:
+        raise refused("malformed_token", "malformed token (cnf must be an object with jkt)")
+    if proof is None:
+        raise refused("dpop_required", "the grant is bound to a key (cnf.jkt): a DPoP proof is required "
+                                       '(--grant-stdin {"authz_jwt": ..., "dpop": ...})')
+    from grantd.dpop import DEFAULT_MAX_AGE, DpopError, verify_proof
+
+    try:
+        verify_proof(proof, method="POST", htu=consume_url(claims), now=now, access_token=token,
+                     expected_jkt=cnf["jkt"], max_age=DEFAULT_MAX_AGE, leeway=leeway)
+    except DpopError as exc:
+        raise refused("bad_dpop_proof", f"bad DPoP proof: {exc.reason}") from None
+    return proof
+
+
 def plugin_manager(cfg: ElevateConfig) -> Any:
     """The default checks plus the site plugins the config names; nothing picked up implicitly."""
     import importlib

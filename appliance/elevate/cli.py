@@ -52,6 +52,7 @@ from grantd.elevate.approvals import approvers_of
 from grantd.elevate.audit import Audit
 from grantd.elevate.caller import caller_ids, through_sudo
 from grantd.elevate.checks import (
+    check_binding,
     check_shape,
     check_times,
     decode_unverified,
@@ -63,7 +64,7 @@ from grantd.elevate.config import DEFAULT_AUDIT_LOG, DEFAULT_CONFIG, approvals_s
 from grantd.elevate.consume import consume
 from grantd.elevate.env import sanitized_env
 from grantd.elevate.errors import EXIT_ERROR, EXIT_REFUSED, Stop, config_error, emit, refused
-from grantd.elevate.grant import GRANT_IN_ARGV, read_grant
+from grantd.elevate.grant import GRANT_IN_ARGV, read_grant, split_grant
 from grantd.elevate.jwks import JwksCache
 from grantd.elevate.receipts import Attempt, Outbox, check_receipt_config
 from grantd.elevate.run import group_name, resolve_command, run_command
@@ -155,7 +156,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
         raise Stop(EXIT_ERROR, "usage", "no command given after --")
     audit.record["cmd_hash"] = cmd_hash(argv)
     pm = plugin_manager(cfg)
-    token = read_grant(args, cfg.timeout)
+    token, proof = split_grant(read_grant(args, cfg.timeout))
     header, claims = decode_unverified(token)
     audit.record.update({k: claims.get(c) if isinstance(claims.get(c), str) else None for k, c in (
         ("agent", "sub"), ("grant_id", "grant_id"), ("grant_type", "grant_type"), ("decided_by", "decided_by"),
@@ -179,6 +180,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     now = time.time()
     check_times(claims, cfg.leeway, now)
     check_shape(claims)
+    proof = check_binding(claims, token, proof, cfg.leeway, now)  # a bound grant needs its proof (D16)
     found = approvers_of(claims)  # for the audit line: who approved, as the signed token says
     audit.record["approvers"] = [*found.people, *(f"policy:{rule}" for rule in found.rules)]
     # 4.-7. audience, host, approver, command (plugins.elevate_default), then site plugins
@@ -196,7 +198,7 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     audit.record["run_as"] = attempt.run_as = user.pw_name
     program = resolve_command(argv[0], cfg.path_env)
     # 8. consume
-    note = consume(cfg, claims, token)
+    note = consume(cfg, claims, token, proof)
     env = sanitized_env(dict(os.environ), user, cfg)
     groups = sorted({group_name(g) for g in os.getgrouplist(user.pw_name, user.pw_gid)})
     try:

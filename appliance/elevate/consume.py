@@ -22,21 +22,25 @@ CONSUME_ERRORS = {
 CONSUME_ANSWERS = {"once": "consumed", "timed": "valid", "always": "valid"}
 
 
-def consume(cfg: ElevateConfig, claims: dict[str, Any], token: str) -> str:
+def consume(cfg: ElevateConfig, claims: dict[str, Any], token: str, dpop: str | None = None) -> str:
     """Ask the issuer; returns a note for the audit line.
 
     Only a 200 answer with a JSON object counts: ``{"status": "consumed"}`` for once grants,
     ``{"status": "valid"}`` for timed/always, ``{"error": ...}`` refuses (exit 5), and so does any
     4xx. A 5xx, a redirect, a body that is not JSON or a timeout is a failure (exit 1), never "the
     issuer is away": only a connection that cannot be made at all lets a grant whose type
-    ``offline_grant_types`` names run on its signature; a once grant never does."""
+    ``offline_grant_types`` names run on its signature; a once grant never does.
+
+    A bound grant (``dpop``: its checked proof) goes as ``Authorization: DPoP <token>`` with the
+    proof in the ``DPoP`` header (RFC 9449 §7.1); the issuer refuses a replayed proof."""
     url = f"{claims['iss']}/api/grants/{quote(claims['grant_id'], safe='')}/consume"
     grant_type = claims["grant_type"]
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"}
+    if dpop is not None:
+        headers["Authorization"] = f"DPoP {token}"
+        headers["DPoP"] = dpop
     try:
-        status, body = http_request(cfg, "POST", url, headers={"Authorization": f"Bearer {token}",
-                                                                "Content-Type": "application/json",
-                                                                "Accept": "application/json"},
-                                    max_bytes=MAX_CONSUME_BYTES)
+        status, body = http_request(cfg, "POST", url, headers=headers, max_bytes=MAX_CONSUME_BYTES)
     except NetworkError as exc:
         if exc.unreachable and grant_type in cfg.offline_grant_types:
             return f"issuer unreachable, {grant_type} grant accepted on its signature (offline_grant_types): {exc}"

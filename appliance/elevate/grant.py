@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import stat
 
@@ -50,6 +51,26 @@ def _check_grant_file(fd: int, path: str) -> None:
     if st.st_mode & 0o077:
         raise Stop(EXIT_ERROR, "usage", f"--grant-file {path} is readable or writable by others "
                                         f"(mode {stat.S_IMODE(st.st_mode):04o}): make it 0600")
+
+
+def split_grant(text: str) -> tuple[str, str | None]:
+    """The AuthZ-JWT and its DPoP proof: a bare JWT, or the JSON line ``{"authz_jwt": ..., "dpop": ...}``
+    `grantd run` writes for a bound grant (D16)."""
+    if not text.startswith("{"):
+        return text, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise Stop(EXIT_ERROR, "usage", "the grant line starts with { but is not JSON") from None
+    if not isinstance(value, dict) or not isinstance(value.get("authz_jwt"), str) or not value["authz_jwt"]:
+        raise Stop(EXIT_ERROR, "usage", 'the grant JSON line must be {"authz_jwt": JWT, "dpop": PROOF}')
+    unknown = set(value) - {"authz_jwt", "dpop"}
+    if unknown:
+        raise Stop(EXIT_ERROR, "usage", f"the grant JSON line has unknown members: {', '.join(sorted(unknown))[:100]}")
+    dpop = value.get("dpop")
+    if dpop is not None and (not isinstance(dpop, str) or not dpop):
+        raise Stop(EXIT_ERROR, "usage", "dpop must be a DPoP proof (a JWT string)")
+    return value["authz_jwt"].strip(), dpop
 
 
 def read_grant(args: argparse.Namespace, timeout: float) -> str:
