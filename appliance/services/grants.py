@@ -49,7 +49,7 @@ from grantd.core.review import (
     timeout_at,
     timeout_outcome,
 )
-from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
+from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED, check_voter, escalation_level
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
@@ -672,6 +672,49 @@ async def reviewers(services: Services, principal: Principal, grant_id: str) -> 
         requirement["eligible"] = people
     return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
             "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
+
+
+async def approval_panel(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
+    """What the approval page (and the TUI's detail view) shows about a grant's review (D13): the
+    grant, its requirements with the votes so far and who may still approve (as
+    ``GET /api/grants/:id/reviewers``), every recorded vote, a rule's decision, and whether this
+    viewer may vote now, else why not: the reason ``cast_vote`` would answer with its 403/409, so
+    the page shows it instead of buttons that would fail. 404 to who may not see the grant."""
+    grant = await _visible_grant(services, principal, grant_id)
+    reader = Reader(services)
+    now_s = reader.now // 1000
+    status = reader.status(grant)
+    agent = await requesting_agent(services, grant)
+    review = reviews.pinned(await services.store.grants.review_of(grant["id"]))
+    recorded = await services.store.grants.votes(grant["id"])
+    shown = await reviewers(services, principal, grant_id)
+    email = principal.email.lower()
+    refusal: str | None = None
+    if status != "pending":
+        refusal = ALREADY_DECIDED
+    elif review.is_default:
+        if not policy.may_decide(principal, agent, services.admin_emails):
+            refusal = "only the agent's owner or approver, or an administrator, may decide it"
+    elif any(v["email"] == email for v in recorded):
+        refusal = ALREADY_REVIEWED
+    else:
+        facts = reviews.grant_facts(grant, agent, status)
+        people = await reviews.people(services, review, [email])
+        probe = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
+                             agent=not principal.is_person), "approve", "web", reader.now, "(probe)")
+        found = check_voter(review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s))
+        refusal = found.reason if found is not None else None
+    return {
+        "grant": reader.view(grant), "policy": not review.is_default, "policy_ids": list(review.policy_ids),
+        "requirements": shown["requirements"], "escalation_level": shown["escalation_level"],
+        "votes": [{"email": v["email"], "decision": v["decision"], "at": v["at"], "via": v["via"],
+                   "reason": v["reason"]} for v in recorded],
+        "rule": reviews.rule_approval(grant) or (
+            {"rule": grant["decided_by"][len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
+            if status == "denied" and str(grant.get("decided_by") or "").startswith(reviews.RULE_PREFIX) else None),
+        "reason_required": review.require_reason,
+        "may_vote": refusal is None, "refusal": refusal,
+    }
 
 
 async def evaluate_policies(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:

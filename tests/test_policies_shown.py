@@ -1,0 +1,121 @@
+"""What people see of an approval policy (issue 22, D13): the approval page shows the requirements,
+the votes (who, when, via), who may still approve and, when the viewer may not vote, the reason
+instead of buttons that would fail; a rule's decision names the rule. A group member whom a pinned
+block names sees the grant in the lists (``GET /api/grants``, the /grants inbox). Real server, real
+SQLite, real sessions."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from inproc import InProcessServer
+from people_support import cookie_client, create_person, enrol_agent, request_grant, signed_in_person, start_session
+
+SRE = ["ann@sre.example", "ben@sre.example", "cat@sre.example"]
+OWNER = "own@sre.example"
+CONFIG = f"""
+[[groups]]
+id = "sre"
+members = [{", ".join(f'"{e}"' for e in SRE + [OWNER])}]
+
+[[rules]]
+id = "journal-ro"
+effect = "approve"
+reason = "read-only journalctl is pre-approved (CHG-1234)"
+match.argv = [["journalctl", "**"]]
+
+[[policies]]
+id = "prod-root"
+match.target_host = ["prod-*"]
+forbid = ["owner", "approver"]
+[[policies.require]]
+id = "sre"
+groups = ["sre"]
+approve = 2
+"""
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    server = InProcessServer(tmp_path_factory.mktemp("shown"), extra=CONFIG).start()
+    try:
+        for email in [*SRE, OWNER]:
+            create_person(server, email)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def bot(srv: InProcessServer) -> tuple[dict[str, Any], str]:
+    return enrol_agent(srv, owner=OWNER)
+
+
+def page(srv: InProcessServer, email: str, grant_id: str) -> tuple[int, str]:
+    with cookie_client(srv, start_session(srv, email)) as http:
+        r = http.get("/grant-approval", params={"grant_id": grant_id})
+    return r.status_code, html.unescape(r.text)
+
+
+def test_a_group_member_opens_the_page_votes_and_sees_one_of_two(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], target_host="prod-db-1")
+    status, text = page(srv, SRE[0], grant["id"])
+    # Before: the page checked only "may decide by default" and answered 404 to a named approver.
+    assert status == 200, text
+    assert 'data-form="approve"' in text and 'data-form="deny"' in text
+    assert "0 of 2" in text and SRE[1] in text and SRE[2] in text  # who may still approve
+    assert OWNER not in text.split("data-eligible")[1].split("</td>")[0]  # the owner is excluded
+    with cookie_client(srv, start_session(srv, SRE[0])) as http:
+        r = http.post(f"/api/grants/{grant['id']}/approve", json={"reason": "checked"})
+        assert r.status_code == 200 and r.json()["grant"]["status"] == "pending", r.text
+    status, text = page(srv, SRE[0], grant["id"])
+    assert status == 200 and 'data-grant-status="pending"' in text
+    assert "1 of 2" in text and "(1 missing)" in text
+    vote = text.split('data-vote="approve"')[1].split("</li>")[0]
+    assert SRE[0] in vote and "via web" in vote and "checked" in vote
+    # Having voted, no buttons that would answer 409: the reason instead.
+    assert 'data-form="approve"' not in text and "already reviewed" in text
+    eligible = text.split("data-eligible")[1].split("</td>")[0]
+    assert SRE[0] not in eligible and SRE[1] in eligible
+    status, text = page(srv, SRE[1], grant["id"])  # the next one still has the buttons
+    assert 'data-form="approve"' in text and "1 of 2" in text
+
+
+def test_the_owner_sees_why_they_may_not_vote_instead_of_buttons(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], target_host="prod-db-2")
+    status, text = page(srv, OWNER, grant["id"])
+    assert status == 200
+    # Before: the owner got the approve/deny buttons (policy.may_decide) and a 403 on pressing them.
+    assert 'data-form="approve"' not in text and 'data-form="deny"' not in text
+    assert "owner excluded" in text.split("data-refusal")[1].split("</strong>")[0]
+    with cookie_client(srv, start_session(srv, OWNER)) as http:  # the reason shown is the one the route gives
+        r = http.post(f"/api/grants/{grant['id']}/approve", json={})
+        assert r.status_code == 403 and r.json()["reason"] == "owner excluded"
+
+
+def test_an_outsider_still_gets_404(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], target_host="prod-db-3")
+    person, http = signed_in_person(srv)
+    with http:
+        r = http.get("/grant-approval", params={"grant_id": grant["id"]})
+    assert r.status_code == 404 and grant["id"] not in r.text
+
+
+def test_a_rule_decision_names_the_rule_and_its_reason(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], command=["journalctl", "-u", "nginx"])
+    assert grant["status"] == "approved"
+    status, text = page(srv, OWNER, grant["id"])
+    assert status == 200
+    assert "journal-ro" in text.split("data-rule")[1].split("</dd>")[0]
+    assert "read-only journalctl is pre-approved (CHG-1234)" in text
+
+
+def test_without_a_policy_the_owner_still_decides_with_buttons(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], target_host="web-9")
+    status, text = page(srv, OWNER, grant["id"])
+    assert status == 200 and 'data-form="approve"' in text and "data-review" not in text
+    status, text = page(srv, SRE[0], grant["id"])  # not named by a policy, not the owner: nothing to see
+    assert status == 404
