@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 from inproc import InProcessServer
-from people_support import cookie_client, create_person, enrol_agent, request_grant, signed_in_person, start_session
+from people_support import (
+    cookie_client,
+    create_person,
+    enrol_agent,
+    request_grant,
+    signed_in_person,
+    start_session,
+)
 
 SRE = ["ann@sre.example", "ben@sre.example", "cat@sre.example"]
 OWNER = "own@sre.example"
