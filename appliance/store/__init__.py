@@ -207,10 +207,13 @@ class GrantStore(Protocol):
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         """Newest first. ``status`` filters on the status as read under ``lapse`` (``expired``
         includes lapsed ones; ``approved``/``pending`` exclude them); ``requester`` on the requester
-        e-mail; ``requester_ids`` (None = everyone) limits to those requesters (a caller's scope)."""
+        e-mail; ``requester_ids`` (None = everyone) limits to those requesters (a caller's scope);
+        ``also_ids`` widens that scope by these grant ids (the grants a pinned policy names the
+        caller an approver of, D13); the other filters apply to them as well."""
 
     async def update_if(
         self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int

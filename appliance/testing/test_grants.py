@@ -99,6 +99,29 @@ async def test_list_by_requester_and_scope(store):
     assert await ids(status="pending", requester_ids=["quinn@e.com"]) == {"q1"}
 
 
+async def test_list_scope_widened_by_grant_ids(store):
+    """A pinned policy's approver sees those grants in lists besides their own scope (D13)."""
+    await store.grants.create(grant("b1", requester="bot@e.com", requester_id="agt_bot"), [])
+    await store.grants.create(grant("b2", requester="bot@e.com", requester_id="agt_bot"), [])
+    await store.grants.create(grant("p1", requester="pat@e.com"), [])
+    await store.grants.create(grant("q1", requester="quinn@e.com", status="denied"), [])
+
+    async def ids(**kw):
+        rows, _ = await store.grants.list(lapse=lapse(), page=first_page(), **kw)
+        return {g["id"] for g in rows}
+
+    assert await ids(requester_ids=["pat@e.com"], also_ids=["b2"]) == {"p1", "b2"}
+    assert await ids(requester_ids=[], also_ids=["b1", "b1"]) == {"b1"}  # no scope but the named grants
+    assert await ids(requester_ids=[], also_ids=[]) == set()
+    assert await ids(requester_ids=[], also_ids=["nope"]) == set()
+    assert await ids(requester_ids=None, also_ids=["b1"]) == {"b1", "b2", "p1", "q1"}  # None: everyone already
+    assert await ids(status="pending", requester_ids=[], also_ids=["b1", "q1"]) == {"b1"}  # filters still apply
+    assert await ids(requester="pat@e.com", requester_ids=[], also_ids=["b1"]) == set()
+    pages = await walk(lambda p: store.grants.list(lapse=lapse(), page=p, requester_ids=["pat@e.com"],
+                                                   also_ids=["b1", "b2"]), 2)
+    assert sorted(g["id"] for p in pages for g in p) == ["b1", "b2", "p1"]
+
+
 async def test_list_pages_newest_first(store):
     for i in range(8):
         await store.grants.create(grant(f"g{i}", created_at=NOW - 10 + i // 3), [])  # ties on created_at

@@ -127,6 +127,7 @@ class PostgresGrants(_Part):
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         where = ["TRUE"]
         params: dict[str, Any] = {}
@@ -139,10 +140,12 @@ class PostgresGrants(_Part):
             params["requester"] = requester
         if requester_ids is not None:
             ids = builtins.list(dict.fromkeys(requester_ids))
-            if not ids:
+            extra_ids = builtins.list(dict.fromkeys(also_ids))
+            if not ids and not extra_ids:
                 return [], False
-            where.append("requester_id = ANY(%(requester_ids)s)")
+            where.append("(requester_id = ANY(%(requester_ids)s) OR id = ANY(%(also_ids)s))")
             params["requester_ids"] = ids
+            params["also_ids"] = extra_ids
         after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - generated clauses, values bound

@@ -273,11 +273,12 @@ class MemoryGrants:
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         rows = [g for g in self._d.grants.values()
                 if (not status or lapse.status_of(g) == status)  # the status as read, not as stored
                 and (not requester or g["requester"] == requester)
-                and (requester_ids is None or g["requester_id"] in requester_ids)]
+                and (requester_ids is None or g["requester_id"] in requester_ids or g["id"] in also_ids)]
         return _newest_first(rows, "id", page)
 
     async def update_if(
