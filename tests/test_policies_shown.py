@@ -6,10 +6,16 @@ SQLite, real sessions."""
 
 from __future__ import annotations
 
+import contextlib
 import html
+import json
+import queue
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from inproc import InProcessServer
 from people_support import (
@@ -126,3 +132,57 @@ def test_without_a_policy_the_owner_still_decides_with_buttons(srv: InProcessSer
     assert status == 200 and 'data-form="approve"' in text and "data-review" not in text
     status, text = page(srv, SRE[0], grant["id"])  # not named by a policy, not the owner: nothing to see
     assert status == 404
+
+
+def test_a_group_member_finds_the_grants_they_may_approve_in_the_lists(srv: InProcessServer, bot: Any) -> None:
+    mine = request_grant(srv, bot[1], target_host="prod-list-1")
+    other = request_grant(srv, bot[1], target_host="web-list-1")  # the default policy: owner and admins only
+    with cookie_client(srv, start_session(srv, SRE[2])) as http:
+        # Before: only by id (GET /api/grants/:id); the lists held the caller's own scope only.
+        listed = {g["id"] for g in http.get("/api/grants", params={"limit": 100}).json()["data"]}
+        assert mine["id"] in listed and other["id"] not in listed
+        pending = {g["id"] for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]}
+        assert mine["id"] in pending
+        inbox = html.unescape(http.get("/grants").text)
+        assert mine["id"] in inbox and other["id"] not in inbox
+    _, outsider = signed_in_person(srv)
+    with outsider:  # a person no block names sees neither
+        listed = {g["id"] for g in outsider.get("/api/grants", params={"limit": 100}).json()["data"]}
+        assert mine["id"] not in listed and other["id"] not in listed
+    with cookie_client(srv, start_session(srv, SRE[0])) as a, cookie_client(srv, start_session(srv, SRE[1])) as b:
+        assert a.post(f"/api/grants/{mine['id']}/approve", json={}).status_code == 200
+        assert b.post(f"/api/grants/{mine['id']}/approve", json={}).status_code == 200
+    with cookie_client(srv, start_session(srv, SRE[2])) as http:  # decided: out of the pending list
+        pending = {g["id"] for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]}
+        assert mine["id"] not in pending
+
+
+def test_a_group_member_sees_the_grants_events(srv: InProcessServer, bot: Any) -> None:
+    seen: queue.Queue[str] = queue.Queue()
+    opened = threading.Event()
+    stop = threading.Event()
+
+    def follow() -> None:
+        with cookie_client(srv, start_session(srv, SRE[2])) as http, http.stream(
+                "GET", "/api/grants/events", timeout=httpx.Timeout(10, read=30)) as response:
+            opened.set()
+            for line in response.iter_lines():
+                if stop.is_set():
+                    return
+                if line.startswith("data:"):
+                    seen.put(json.loads(line[5:])["grant"]["id"])
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    assert opened.wait(10)
+    time.sleep(0.3)
+    hidden = request_grant(srv, bot[1], target_host="web-stream-1")
+    shown = request_grant(srv, bot[1], target_host="prod-stream-1")
+    ids = []
+    deadline = time.monotonic() + 15
+    while shown["id"] not in ids and time.monotonic() < deadline:
+        with contextlib.suppress(queue.Empty):
+            ids.append(seen.get(timeout=0.5))
+    stop.set()
+    # Before: the stream asked only "may see by default" (per requester): the member saw nothing.
+    assert shown["id"] in ids and hidden["id"] not in ids

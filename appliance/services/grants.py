@@ -422,6 +422,32 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     return answer, etag(grant, status, extra)
 
 
+REVIEWABLE_SCAN = 1000  # pending pinned reviews read per list to find those naming the caller (D13)
+
+
+async def reviewable_ids(services: Services, principal: Principal) -> tuple[str, ...]:
+    """The pending grants whose pinned policy names this person an approver through a group (at
+    the escalation level announced so far): one read of the pending reviews, at most
+    ``REVIEWABLE_SCAN`` of them, oldest first. The lists (GET /api/grants, the inbox) add them to
+    the person's scope; a grant beyond that bound is still reachable by id and in the stream."""
+    if not principal.is_person or principal.admin or reviews.review_config(services) is None:
+        return ()
+    email = principal.email.lower()
+    found = []
+    for record in await services.store.grants.pending_reviews(REVIEWABLE_SCAN):
+        review = reviews.pinned(record)
+        people = await reviews.people(services, review, [email])
+        if reviews.named_in_groups(review, people, email, record["escalation_level"]):
+            found.append(record["grant_id"])
+    return tuple(found)
+
+
+async def visible(services: Services, principal: Principal, grant: Grant) -> bool:
+    """Who sees a grant: its requester, who may decide it by default, and the approvers its pinned
+    policy names (or who voted on it, D13). The event stream asks this per event."""
+    return await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)
+
+
 async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
     status = args.get("status") or None
     if status is not None:
@@ -437,8 +463,10 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
     decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable)
     reader = Reader(services)
+    also = await reviewable_ids(services, principal) if scope.requester_ids is not None else ()
     rows, has_more = await services.store.grants.list(
         lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
+        also_ids=also,
     )
     return page(rows, has_more, reader.view)
 
@@ -449,13 +477,14 @@ async def inbox(services: Services, principal: Principal, limit: int) -> dict[st
     the /grants page. The same scope as GET /api/grants (``policy.grant_list_scope``)."""
     decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable).requester_ids
+    also = await reviewable_ids(services, principal) if scope is not None else ()
     reader = Reader(services)
     pending: list[Grant] = []
     more = False
     recent: list[Grant] = []
-    if scope is None or scope:
+    if scope is None or scope or also:
         pending, more = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope
+            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope, also_ids=also
         )
         latest, _ = await services.store.grants.list(lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope)
         recent = [g for g in latest if reader.status(g) != "pending"][:10]
