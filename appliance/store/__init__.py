@@ -237,6 +237,13 @@ class GrantStore(Protocol):
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         """The grant's votes in the order they were recorded."""
 
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        """For a page of grants at once (the lists' ``review``/``approvals``, D13): the pinned
+        reviews of those that have one, and the votes of those that have any, each in recorded
+        order; grants without are absent. A fixed number of queries, whatever the page size."""
+
     async def add_vote(self, vote: Vote) -> str:
         """Record a vote only while the grant's stored status is ``pending``: ``"recorded"``,
         ``"duplicate"`` (this e-mail already voted on it: one vote per person per grant, held by

@@ -226,6 +226,23 @@ async def test_a_pinned_review_is_kept_with_its_grant(store):
     assert await store.grants.votes("g2") == []
 
 
+async def test_reviews_and_votes_of_a_page_at_once(store):
+    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": [{"id": "prod-root/sre"}]}
+    await store.grants.create(grant("g1"), [], review=review)
+    await store.grants.create(grant("g2"), [], review={"policy_ids": ["other"]})
+    await store.grants.create(grant("g3"), [])
+    for email in ("b@e.com", "a@e.com"):
+        assert await store.grants.add_vote(_vote(email)) == "recorded"
+    assert await store.grants.add_vote(_vote("c@e.com", grant_id="g3", decision="deny")) == "recorded"
+    reviews, votes = await store.grants.reviews_and_votes(["g1", "g2", "g3", "nope", "g1"])
+    assert reviews == {"g1": {"grant_id": "g1", "review": review, "escalation_level": 0},
+                       "g2": {"grant_id": "g2", "review": {"policy_ids": ["other"]}, "escalation_level": 0}}
+    assert {k: [v["email"] for v in vs] for k, vs in votes.items()} == {"g1": ["b@e.com", "a@e.com"], "g3": ["c@e.com"]}
+    assert votes["g1"] == await store.grants.votes("g1")  # the same records as one at a time, in order
+    assert await store.grants.reviews_and_votes([]) == ({}, {})
+    assert await store.grants.reviews_and_votes(["g2"]) == ({"g2": reviews["g2"]}, {})
+
+
 async def test_votes_one_per_person_in_order_and_only_while_pending(store):
     await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
     first = _vote("a@example.com", reason="fine", grant_type="once", duration=60)

@@ -236,6 +236,20 @@ class PostgresGrants(_Part):
         return [vote_row(r) for r in rows]
 
     @_on_store_loop
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = [i for i in dict.fromkeys(grant_ids) if "\x00" not in i]  # PostgreSQL text holds no NUL: no such grant
+        if not ids:
+            return {}, {}
+        rows = await self._db.all("SELECT * FROM grant_reviews WHERE grant_id = ANY(%s)", (ids,))
+        reviews = {r["grant_id"]: review_row(r) for r in rows}
+        votes: dict[str, builtins.list[Vote]] = {}
+        for r in await self._db.all("SELECT * FROM grant_votes WHERE grant_id = ANY(%s) ORDER BY seq", (ids,)):
+            votes.setdefault(r["grant_id"], []).append(vote_row(r))
+        return reviews, votes
+
+    @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
         values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
         row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])

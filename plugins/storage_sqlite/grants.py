@@ -204,6 +204,20 @@ class SQLiteGrants:
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         return [vote_row(r) for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))]
 
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = list(dict.fromkeys(grant_ids))
+        if not ids:
+            return {}, {}
+        marks = ", ".join("?" for _ in ids)
+        reviews = {r["grant_id"]: review_row(r) for r in self._db.all(
+            f"SELECT * FROM grant_reviews WHERE grant_id IN ({marks})", ids)}  # noqa: S608 - placeholders only
+        votes: dict[str, builtins.list[Vote]] = {}
+        for r in self._db.all(f"SELECT * FROM grant_votes WHERE grant_id IN ({marks}) ORDER BY seq", ids):  # noqa: S608 - placeholders only
+            votes.setdefault(r["grant_id"], []).append(vote_row(r))
+        return reviews, votes
+
     async def add_vote(self, vote: Vote) -> str:
         values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
         values["management"] = 1 if vote["management"] else 0

@@ -215,6 +215,14 @@ class MemoryGrants:
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         return copy.deepcopy(self._d.votes.get(grant_id, []))
 
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = list(dict.fromkeys(grant_ids))
+        reviews = {i: copy.deepcopy(self._d.reviews[i]) for i in ids if i in self._d.reviews}
+        votes = {i: copy.deepcopy(self._d.votes[i]) for i in ids if self._d.votes.get(i)}
+        return reviews, votes
+
     async def add_vote(self, vote: Vote) -> str:
         async with self._d.tx:
             grant = self._d.grants.get(vote["grant_id"])
