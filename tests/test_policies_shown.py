@@ -186,3 +186,22 @@ def test_a_group_member_sees_the_grants_events(srv: InProcessServer, bot: Any) -
     stop.set()
     # Before: the stream asked only "may see by default" (per requester): the member saw nothing.
     assert shown["id"] in ids and hidden["id"] not in ids
+
+
+def test_list_items_carry_review_and_approvals_as_the_grant_does(srv: InProcessServer, bot: Any) -> None:
+    grant = request_grant(srv, bot[1], target_host="prod-items-1")
+    plain = request_grant(srv, bot[1], target_host="web-items-1")
+    with cookie_client(srv, start_session(srv, SRE[0])) as http:
+        assert http.post(f"/api/grants/{grant['id']}/approve", json={}).status_code == 200
+    with srv.admin() as admin:
+        items = {g["id"]: g for g in admin.get("/api/grants", params={"limit": 100}).json()["data"]}
+        for gid in (grant["id"], plain["id"]):
+            one = admin.get(f"/api/grants/{gid}").json()
+            assert items[gid]["review"] == one["review"] and items[gid]["approvals"] == one["approvals"]
+    item = items[grant["id"]]
+    assert item["review"]["requirements"][0]["approvals"] == [SRE[0]] and item["approvals"][0]["sub"] == SRE[0]
+    assert items[plain["id"]]["review"]["policy_ids"] == [] and items[plain["id"]]["approvals"] == []
+    with cookie_client(srv, start_session(srv, SRE[1])) as http:  # the inbox says how far it is
+        inbox = html.unescape(http.get("/grants").text)
+    row = inbox.split(f'data-grant-id="{grant["id"]}"')[1].split("</li>")[0]
+    assert "1 of 2 approvals" in row

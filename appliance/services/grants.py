@@ -422,6 +422,31 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     return answer, etag(grant, status, extra)
 
 
+async def views_with_review(services: Services, rows: list[Grant], reader: Reader) -> list[dict[str, Any]]:
+    """List items with the grant JSON's ``review`` and ``approvals`` (D13), as ``GET /api/grants/:id``
+    answers them: the page's pinned reviews and votes in one batched read; the agent (for the
+    tally's exclusions) is read once per requester among the grants that have votes."""
+    found_reviews, found_votes = await services.store.grants.reviews_and_votes([r["id"] for r in rows])
+    now_s = reader.now // 1000
+    agents: dict[str, Agent | None] = {}
+    out = []
+    for row in rows:
+        status = reader.status(row)
+        record = found_reviews.get(row["id"])
+        review = reviews.pinned(record)
+        ballots = reviews.ballots(found_votes.get(row["id"], []))
+        counted = None
+        if ballots:
+            if row["requester_id"] not in agents:
+                agents[row["requester_id"]] = await requesting_agent(services, row)
+            people = await reviews.people(services, review, [b.voter.email for b in ballots])
+            counted = tally(review, reviews.grant_facts(row, agents[row["requester_id"]], status), people, ballots, now_s)
+        level = record["escalation_level"] if record else 0
+        out.append({**view(row, status), "review": reviews.review_json(review, row, counted, level, now_s),
+                    "approvals": reviews.approvals_json(row, counted, review)})
+    return out
+
+
 REVIEWABLE_SCAN = 1000  # pending pinned reviews read per list to find those naming the caller (D13)
 
 
@@ -468,7 +493,9 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
         lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
         also_ids=also,
     )
-    return page(rows, has_more, reader.view)
+    listed = page(rows, has_more, lambda r: r)
+    listed["data"] = await views_with_review(services, rows, reader)
+    return listed
 
 
 async def inbox(services: Services, principal: Principal, limit: int) -> dict[str, Any]:
@@ -488,7 +515,8 @@ async def inbox(services: Services, principal: Principal, limit: int) -> dict[st
         )
         latest, _ = await services.store.grants.list(lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope)
         recent = [g for g in latest if reader.status(g) != "pending"][:10]
-    return {"pending": [reader.view(g) for g in pending], "more_pending": more, "recent": [reader.view(g) for g in recent]}
+    return {"pending": await views_with_review(services, pending, reader), "more_pending": more,
+            "recent": [reader.view(g) for g in recent]}
 
 
 def _not_pending(status: str) -> Problem:
