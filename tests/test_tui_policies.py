@@ -140,3 +140,27 @@ async def test_a_refused_vote_shows_the_reason_from_the_problem(srv: InProcessSe
         await pilot.press("a")
         await wait_for(pilot, lambda: any("owner excluded" in n for n in notes), "the refusal's reason")
         assert app.main.query_one(GrantTable).shown(grant["id"]).status == "pending"  # type: ignore[union-attr]
+
+
+def test_a_review_s_strings_are_drawn_escaped() -> None:
+    """A hostile server (or a config typo) cannot put terminal escapes into the pane through the review."""
+    from grantd.tui.models import Grant, Reviewers
+
+    evil = "x\x1b[2J\u202e@e.com"
+    grant = Grant.from_json({
+        "id": "g1", "requester": "bot@e.com", "status": "pending", "created_at": 1,
+        "request": {"target_host": "prod-1", "audience": "a", "grant_type": "once", "command": ["ls"]},
+        "review": {"policy_ids": [evil], "requirements": [
+            {"id": evil, "approve": 2, "deny": 1, "approvals": [evil], "denials": [evil]}]},
+        "approvals": [{"sub": evil, "at": 1000, "via": evil, "requirement": evil}],
+    })
+    assert grant.quorum == "1/2"
+    pane = GrantDetail()
+    pane.grant, pane.now_ms = grant, 2000
+    pane.reviewers = Reviewers.from_json({"requirements": [
+        {"id": evil, "approve": 2, "deny": 1, "approvals": [], "denials": [], "missing": 1,
+         "eligible": [{"email": evil, "name": evil}]}]})
+    text = pane.render_text().plain
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "x\\x1b[2J\\u202e@e.com" in text
+    assert text.count("x\\x1b[2J") >= 6  # policy, requirement, denial, vote and its via, who may approve
