@@ -205,3 +205,24 @@ def test_list_items_carry_review_and_approvals_as_the_grant_does(srv: InProcessS
         inbox = html.unescape(http.get("/grants").text)
     row = inbox.split(f'data-grant-id="{grant["id"]}"')[1].split("</li>")[0]
     assert "1 of 2 approvals" in row
+
+
+def test_a_deny_rule_s_decision_names_the_rule_on_the_page(tmp_path: Any) -> None:
+    config = CONFIG + '''
+[[rules]]
+id = "no-rm"
+effect = "deny"
+reason = "rm -rf is never reviewed"
+match.argv = [["rm", "-rf", "**"]]
+'''
+    server = InProcessServer(tmp_path, extra=config).start()
+    try:
+        create_person(server, OWNER)
+        _, token = enrol_agent(server, owner=OWNER)
+        grant = request_grant(server, token, command=["rm", "-rf", "/"])
+        assert grant["status"] == "denied"
+        status, text = page(server, OWNER, grant["id"])
+        assert status == 200 and "no-rm" in text.split("data-rule")[1].split("</dd>")[0]
+        assert "rm -rf is never reviewed" in text and 'data-form="approve"' not in text
+    finally:
+        server.stop()

@@ -203,7 +203,7 @@ class Requirement:
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             return None
         eligible = data.get("eligible")
-        people = tuple(e.get("email") if isinstance(e, dict) and isinstance(e.get("email"), str) else str(e)
+        people = tuple(str(e["email"]) if isinstance(e, dict) and isinstance(e.get("email"), str) else str(e)
                        for e in eligible) if isinstance(eligible, list) else ()
         return cls(id=data["id"], approve=_opt_int(data.get("approve")) or 0, deny=_opt_int(data.get("deny")) or 0,
                    approvals=_opt_strings(data.get("approvals")) or (), denials=_opt_strings(data.get("denials")) or (),

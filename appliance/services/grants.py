@@ -761,14 +761,15 @@ async def approval_panel(services: Services, principal: Principal, grant_id: str
                              agent=not principal.is_person), "approve", "web", reader.now, "(probe)")
         found = check_voter(review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s))
         refusal = found.reason if found is not None else None
+    decided_by = str(grant.get("decided_by") or "")
     return {
         "grant": reader.view(grant), "policy": not review.is_default, "policy_ids": list(review.policy_ids),
         "requirements": shown["requirements"], "escalation_level": shown["escalation_level"],
         "votes": [{"email": v["email"], "decision": v["decision"], "at": v["at"], "via": v["via"],
                    "reason": v["reason"]} for v in recorded],
         "rule": reviews.rule_approval(grant) or (
-            {"rule": grant["decided_by"][len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
-            if status == "denied" and str(grant.get("decided_by") or "").startswith(reviews.RULE_PREFIX) else None),
+            {"rule": decided_by[len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
+            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX) else None),
         "reason_required": review.require_reason,
         "may_vote": refusal is None, "refusal": refusal,
     }
