@@ -18,7 +18,7 @@ import httpx
 
 from grantd.client.problems import read_problem
 from grantd.client.sse import SseDecoder, SseEvent
-from grantd.tui.models import AgentInfo, Grant
+from grantd.tui.models import AgentInfo, Grant, Reviewers
 
 EVENT_STREAM = "text/event-stream"
 LIST_PAGE_LIMIT = 100  # the server clamps larger values to 100 (D6)
@@ -183,6 +183,10 @@ class GrantdClient:
         answer = await self._json("POST", f"/api/grants/{quote(grant_id, safe='')}/revoke", json={})
         return Decision(grant_id, _partial_of(answer))
 
+    async def reviewers(self, grant_id: str) -> Reviewers:
+        """``GET /api/grants/:id/reviewers`` (D13): per requirement, who may still approve."""
+        return Reviewers.from_json(await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}/reviewers"))
+
     # -- agents ----------------------------------------------------------------------------------
     async def agent(self, ident: str) -> AgentInfo:
         return AgentInfo.from_json(await self._json("GET", f"/api/admin/agents/{quote(ident, safe='')}"))
@@ -257,6 +261,8 @@ class GrantSource(Protocol):
     async def deny(self, grant_id: str, *, reason: str | None = None) -> Decision: ...
 
     async def revoke(self, grant_id: str) -> Decision: ...
+
+    async def reviewers(self, grant_id: str) -> Reviewers: ...
 
     async def agent(self, ident: str) -> AgentInfo: ...
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from grantd.tui.models import AgentInfo, Grant
+from grantd.tui.models import AgentInfo, Grant, Reviewers
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,14 @@ class DetailLoaded(Message):
     agent_error: str | None
     earlier: list[Grant]
     earlier_error: str | None
+    reviewers: Reviewers | None = None  # a pending grant under a policy (D13): who may still approve
+    reviewers_error: str | None = None
+
+
+@dataclass
+class ReviewersLoaded(Message):
+    """Who may still approve a grant under a policy (D13), read again after a vote."""
+
+    grant_id: str
+    reviewers: Reviewers | None
+    reviewers_error: str | None

@@ -126,6 +126,29 @@ class Grant:
         return self.request.command is not None and (self.request.run_as or "root") == "root"
 
     @property
+    def review(self) -> Review | None:
+        """The approval policy's review (D13) as the server sent it with the grant, or None: the
+        default policy (no ``policy_ids``), or a server before issue 22."""
+        return Review.from_json(self.raw.get("review"), self.raw.get("approvals"))
+
+    @property
+    def quorum(self) -> str | None:
+        """``"1/2"`` for a pending grant under a policy: approvals counted of those required."""
+        review = self.review
+        if review is None or not self.is_pending or not review.requirements:
+            return None
+        got = sum(min(len(r.approvals), r.approve) for r in review.requirements)
+        return f"{got}/{sum(r.approve for r in review.requirements)}"
+
+    def keeping_review(self, older: Grant) -> Grant:
+        """An event's grant carries no ``review``/``approvals``: keep those of the version we had
+        while the status is the same (a decision changes them, and the next read brings them)."""
+        if "review" in self.raw or "review" not in older.raw or self.status != older.status:
+            return self
+        raw = {**self.raw, "review": older.raw["review"], "approvals": older.raw.get("approvals")}
+        return replace(self, raw=raw)
+
+    @property
     def action_key(self) -> tuple[str, ...]:
         """What the grant would allow, for "earlier grants of the same agent and command"."""
         if self.request.command is not None:
@@ -160,3 +183,71 @@ def _word(value: Any) -> str | None:
     server's values (STATUSES, GRANT_TYPES) are plain words and come through unchanged."""
     text = _opt_str(value)
     return escape_text(text) if text is not None else None
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement of a policy (D13): who approved and denied, and (from
+    ``GET /api/grants/:id/reviewers``) how many are missing and who may still approve."""
+
+    id: str
+    approve: int
+    deny: int
+    approvals: tuple[str, ...] = ()
+    denials: tuple[str, ...] = ()
+    missing: int | None = None
+    eligible: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> Requirement | None:
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+            return None
+        eligible = data.get("eligible")
+        people = tuple(str(e["email"]) if isinstance(e, dict) and isinstance(e.get("email"), str) else str(e)
+                       for e in eligible) if isinstance(eligible, list) else ()
+        return cls(id=data["id"], approve=_opt_int(data.get("approve")) or 0, deny=_opt_int(data.get("deny")) or 0,
+                   approvals=_opt_strings(data.get("approvals")) or (), denials=_opt_strings(data.get("denials")) or (),
+                   missing=_opt_int(data.get("missing")), eligible=people)
+
+
+def requirements_of(value: Any) -> tuple[Requirement, ...]:
+    found = (Requirement.from_json(r) for r in value) if isinstance(value, list) else ()
+    return tuple(r for r in found if r is not None)
+
+
+@dataclass(frozen=True)
+class Vote:
+    """An approving vote that counts (the grant JSON's ``approvals``): who, when, how."""
+
+    sub: str
+    at: int | None
+    via: str
+
+
+@dataclass(frozen=True)
+class Review:
+    policy_ids: tuple[str, ...]
+    requirements: tuple[Requirement, ...]
+    approvals: tuple[Vote, ...] = ()
+
+    @classmethod
+    def from_json(cls, review: Any, approvals: Any = None) -> Review | None:
+        if not isinstance(review, dict):
+            return None
+        policy_ids = _opt_strings(review.get("policy_ids")) or ()
+        if not policy_ids:
+            return None
+        votes = tuple(Vote(str(a.get("sub") or a.get("rule") or ""), _opt_int(a.get("at")), str(a.get("via") or ""))
+                      for a in (approvals if isinstance(approvals, list) else []) if isinstance(a, dict))
+        return cls(policy_ids, requirements_of(review.get("requirements")), votes)
+
+
+@dataclass(frozen=True)
+class Reviewers:
+    """``GET /api/grants/:id/reviewers``: each requirement with who may still approve it."""
+
+    requirements: tuple[Requirement, ...]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Reviewers:
+        return cls(requirements_of(data.get("requirements") if isinstance(data, dict) else None))

@@ -49,7 +49,7 @@ from grantd.core.review import (
     timeout_at,
     timeout_outcome,
 )
-from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
+from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED, check_voter, escalation_level
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
@@ -422,6 +422,57 @@ async def get(services: Services, principal: Principal, grant_id: str) -> tuple[
     return answer, etag(grant, status, extra)
 
 
+async def views_with_review(services: Services, rows: list[Grant], reader: Reader) -> list[dict[str, Any]]:
+    """List items with the grant JSON's ``review`` and ``approvals`` (D13), as ``GET /api/grants/:id``
+    answers them: the page's pinned reviews and votes in one batched read; the agent (for the
+    tally's exclusions) is read once per requester among the grants that have votes."""
+    found_reviews, found_votes = await services.store.grants.reviews_and_votes([r["id"] for r in rows])
+    now_s = reader.now // 1000
+    agents: dict[str, Agent | None] = {}
+    out = []
+    for row in rows:
+        status = reader.status(row)
+        record = found_reviews.get(row["id"])
+        review = reviews.pinned(record)
+        ballots = reviews.ballots(found_votes.get(row["id"], []))
+        counted = None
+        if ballots:
+            if row["requester_id"] not in agents:
+                agents[row["requester_id"]] = await requesting_agent(services, row)
+            people = await reviews.people(services, review, [b.voter.email for b in ballots])
+            counted = tally(review, reviews.grant_facts(row, agents[row["requester_id"]], status), people, ballots, now_s)
+        level = record["escalation_level"] if record else 0
+        out.append({**view(row, status), "review": reviews.review_json(review, row, counted, level, now_s),
+                    "approvals": reviews.approvals_json(row, counted, review)})
+    return out
+
+
+REVIEWABLE_SCAN = 1000  # pending pinned reviews read per list to find those naming the caller (D13)
+
+
+async def reviewable_ids(services: Services, principal: Principal) -> tuple[str, ...]:
+    """The pending grants whose pinned policy names this person an approver through a group (at
+    the escalation level announced so far): one read of the pending reviews, at most
+    ``REVIEWABLE_SCAN`` of them, oldest first. The lists (GET /api/grants, the inbox) add them to
+    the person's scope; a grant beyond that bound is still reachable by id and in the stream."""
+    if not principal.is_person or principal.admin or reviews.review_config(services) is None:
+        return ()
+    email = principal.email.lower()
+    found = []
+    for record in await services.store.grants.pending_reviews(REVIEWABLE_SCAN):
+        review = reviews.pinned(record)
+        people = await reviews.people(services, review, [email])
+        if reviews.named_in_groups(review, people, email, record["escalation_level"]):
+            found.append(record["grant_id"])
+    return tuple(found)
+
+
+async def visible(services: Services, principal: Principal, grant: Grant) -> bool:
+    """Who sees a grant: its requester, who may decide it by default, and the approvers its pinned
+    policy names (or who voted on it, D13). The event stream asks this per event."""
+    return await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)
+
+
 async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
     status = args.get("status") or None
     if status is not None:
@@ -437,10 +488,14 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
     decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable)
     reader = Reader(services)
+    also = await reviewable_ids(services, principal) if scope.requester_ids is not None else ()
     rows, has_more = await services.store.grants.list(
         lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
+        also_ids=also,
     )
-    return page(rows, has_more, reader.view)
+    listed = page(rows, has_more, lambda r: r)
+    listed["data"] = await views_with_review(services, rows, reader)
+    return listed
 
 
 async def inbox(services: Services, principal: Principal, limit: int) -> dict[str, Any]:
@@ -449,17 +504,19 @@ async def inbox(services: Services, principal: Principal, limit: int) -> dict[st
     the /grants page. The same scope as GET /api/grants (``policy.grant_list_scope``)."""
     decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
     scope = policy.grant_list_scope(principal, decidable).requester_ids
+    also = await reviewable_ids(services, principal) if scope is not None else ()
     reader = Reader(services)
     pending: list[Grant] = []
     more = False
     recent: list[Grant] = []
-    if scope is None or scope:
+    if scope is None or scope or also:
         pending, more = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope
+            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope, also_ids=also
         )
         latest, _ = await services.store.grants.list(lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope)
         recent = [g for g in latest if reader.status(g) != "pending"][:10]
-    return {"pending": [reader.view(g) for g in pending], "more_pending": more, "recent": [reader.view(g) for g in recent]}
+    return {"pending": await views_with_review(services, pending, reader), "more_pending": more,
+            "recent": [reader.view(g) for g in recent]}
 
 
 def _not_pending(status: str) -> Problem:
@@ -672,6 +729,50 @@ async def reviewers(services: Services, principal: Principal, grant_id: str) -> 
         requirement["eligible"] = people
     return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
             "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
+
+
+async def approval_panel(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
+    """What the approval page (and the TUI's detail view) shows about a grant's review (D13): the
+    grant, its requirements with the votes so far and who may still approve (as
+    ``GET /api/grants/:id/reviewers``), every recorded vote, a rule's decision, and whether this
+    viewer may vote now, else why not: the reason ``cast_vote`` would answer with its 403/409, so
+    the page shows it instead of buttons that would fail. 404 to who may not see the grant."""
+    grant = await _visible_grant(services, principal, grant_id)
+    reader = Reader(services)
+    now_s = reader.now // 1000
+    status = reader.status(grant)
+    agent = await requesting_agent(services, grant)
+    review = reviews.pinned(await services.store.grants.review_of(grant["id"]))
+    recorded = await services.store.grants.votes(grant["id"])
+    shown = await reviewers(services, principal, grant_id)
+    email = principal.email.lower()
+    refusal: str | None = None
+    if status != "pending":
+        refusal = ALREADY_DECIDED
+    elif review.is_default:
+        if not policy.may_decide(principal, agent, services.admin_emails):
+            refusal = "only the agent's owner or approver, or an administrator, may decide it"
+    elif any(v["email"] == email for v in recorded):
+        refusal = ALREADY_REVIEWED
+    else:
+        facts = reviews.grant_facts(grant, agent, status)
+        people = await reviews.people(services, review, [email])
+        probe = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
+                             agent=not principal.is_person), "approve", "web", reader.now, "(probe)")
+        found = check_voter(review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s))
+        refusal = found.reason if found is not None else None
+    decided_by = str(grant.get("decided_by") or "")
+    return {
+        "grant": reader.view(grant), "policy": not review.is_default, "policy_ids": list(review.policy_ids),
+        "requirements": shown["requirements"], "escalation_level": shown["escalation_level"],
+        "votes": [{"email": v["email"], "decision": v["decision"], "at": v["at"], "via": v["via"],
+                   "reason": v["reason"]} for v in recorded],
+        "rule": reviews.rule_approval(grant) or (
+            {"rule": decided_by[len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
+            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX) else None),
+        "reason_required": review.require_reason,
+        "may_vote": refusal is None, "refusal": refusal,
+    }
 
 
 async def evaluate_policies(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:

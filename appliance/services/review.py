@@ -124,6 +124,18 @@ def may_review(review: Review, grant: GrantFacts, people_now: People, email: str
     return bool(eligible_for(review, grant, people_now, email, escalation_level(review, grant.created_at, now_s)))
 
 
+def named_in_groups(review: Review, people_now: People, email: str, level: int) -> bool:
+    """Whether a pinned review names ``email`` through a ``[[groups]]`` id (or ``@admins``) in a
+    block, at the escalation ``level``: the lists' question "which other grants may this person
+    approve" (D13). ``@owner``/``@approver`` need the grant's agent and are already the person's
+    own scope (the agents they own or approve)."""
+    if review.is_default:
+        return False
+    nobody = GrantFacts(requester_id="", requester_email="", owner=None, approver=None, created_at=0,
+                        grant_type="once")
+    return bool(eligible_for(review, nobody, people_now, email, level))
+
+
 def rule_approval(grant: Grant) -> dict[str, Any] | None:
     decided_by = grant.get("decided_by") or ""
     if not decided_by.startswith(RULE_PREFIX) or grant.get("status") == "denied":

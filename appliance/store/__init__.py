@@ -207,10 +207,13 @@ class GrantStore(Protocol):
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         """Newest first. ``status`` filters on the status as read under ``lapse`` (``expired``
         includes lapsed ones; ``approved``/``pending`` exclude them); ``requester`` on the requester
-        e-mail; ``requester_ids`` (None = everyone) limits to those requesters (a caller's scope)."""
+        e-mail; ``requester_ids`` (None = everyone) limits to those requesters (a caller's scope);
+        ``also_ids`` widens that scope by these grant ids (the grants a pinned policy names the
+        caller an approver of, D13); the other filters apply to them as well."""
 
     async def update_if(
         self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
@@ -233,6 +236,13 @@ class GrantStore(Protocol):
 
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         """The grant's votes in the order they were recorded."""
+
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        """For a page of grants at once (the lists' ``review``/``approvals``, D13): the pinned
+        reviews of those that have one, and the votes of those that have any, each in recorded
+        order; grants without are absent. A fixed number of queries, whatever the page size."""
 
     async def add_vote(self, vote: Vote) -> str:
         """Record a vote only while the grant's stored status is ``pending``: ``"recorded"``,

@@ -99,6 +99,29 @@ async def test_list_by_requester_and_scope(store):
     assert await ids(status="pending", requester_ids=["quinn@e.com"]) == {"q1"}
 
 
+async def test_list_scope_widened_by_grant_ids(store):
+    """A pinned policy's approver sees those grants in lists besides their own scope (D13)."""
+    await store.grants.create(grant("b1", requester="bot@e.com", requester_id="agt_bot"), [])
+    await store.grants.create(grant("b2", requester="bot@e.com", requester_id="agt_bot"), [])
+    await store.grants.create(grant("p1", requester="pat@e.com"), [])
+    await store.grants.create(grant("q1", requester="quinn@e.com", status="denied"), [])
+
+    async def ids(**kw):
+        rows, _ = await store.grants.list(lapse=lapse(), page=first_page(), **kw)
+        return {g["id"] for g in rows}
+
+    assert await ids(requester_ids=["pat@e.com"], also_ids=["b2"]) == {"p1", "b2"}
+    assert await ids(requester_ids=[], also_ids=["b1", "b1"]) == {"b1"}  # no scope but the named grants
+    assert await ids(requester_ids=[], also_ids=[]) == set()
+    assert await ids(requester_ids=[], also_ids=["nope"]) == set()
+    assert await ids(requester_ids=None, also_ids=["b1"]) == {"b1", "b2", "p1", "q1"}  # None: everyone already
+    assert await ids(status="pending", requester_ids=[], also_ids=["b1", "q1"]) == {"b1"}  # filters still apply
+    assert await ids(requester="pat@e.com", requester_ids=[], also_ids=["b1"]) == set()
+    pages = await walk(lambda p: store.grants.list(lapse=lapse(), page=p, requester_ids=["pat@e.com"],
+                                                   also_ids=["b1", "b2"]), 2)
+    assert sorted(g["id"] for p in pages for g in p) == ["b1", "b2", "p1"]
+
+
 async def test_list_pages_newest_first(store):
     for i in range(8):
         await store.grants.create(grant(f"g{i}", created_at=NOW - 10 + i // 3), [])  # ties on created_at
@@ -201,6 +224,23 @@ async def test_a_pinned_review_is_kept_with_its_grant(store):
     assert await store.grants.review_of("g2") is None  # the default policy
     assert await store.grants.review_of("nope") is None
     assert await store.grants.votes("g2") == []
+
+
+async def test_reviews_and_votes_of_a_page_at_once(store):
+    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": [{"id": "prod-root/sre"}]}
+    await store.grants.create(grant("g1"), [], review=review)
+    await store.grants.create(grant("g2"), [], review={"policy_ids": ["other"]})
+    await store.grants.create(grant("g3"), [])
+    for email in ("b@e.com", "a@e.com"):
+        assert await store.grants.add_vote(_vote(email)) == "recorded"
+    assert await store.grants.add_vote(_vote("c@e.com", grant_id="g3", decision="deny")) == "recorded"
+    reviews, votes = await store.grants.reviews_and_votes(["g1", "g2", "g3", "nope", "g1"])
+    assert reviews == {"g1": {"grant_id": "g1", "review": review, "escalation_level": 0},
+                       "g2": {"grant_id": "g2", "review": {"policy_ids": ["other"]}, "escalation_level": 0}}
+    assert {k: [v["email"] for v in vs] for k, vs in votes.items()} == {"g1": ["b@e.com", "a@e.com"], "g3": ["c@e.com"]}
+    assert votes["g1"] == await store.grants.votes("g1")  # the same records as one at a time, in order
+    assert await store.grants.reviews_and_votes([]) == ({}, {})
+    assert await store.grants.reviews_and_votes(["g2"]) == ({"g2": reviews["g2"]}, {})
 
 
 async def test_votes_one_per_person_in_order_and_only_while_pending(store):

@@ -182,7 +182,7 @@ SCHEMAS: dict[str, Schema] = {
          "revoked_by": nullable(STRING), "revoked_at": nullable(MS),
          "review": ref("GrantReview"), "approvals": array(ref("Approval"))},
         ("id", "type", "requester", "request", "status", "created_at", "decided_by", "decided_at", "expires_at"),
-        description="`review` and `approvals` (D13) in the answers about one grant (get, create, votes)",
+        description="`review` and `approvals` (D13) in the answers about one grant (get, create, votes) and in list items (GET /api/grants); not in the event stream",
     ),
     "GrantReview": obj(
         {"policy_ids": array(STRING), "policy_hash": STRING,

@@ -162,18 +162,24 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
     if not grant_id or len(grant_id) > 200 or not grant_id.isprintable():
         raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
     record = await services.store.grants.get(grant_id)
-    if record is None or not await grants.may_see(services, viewer.principal, record):
+    try:  # its requester, who may decide it, and the approvers its pinned policy names (D13)
+        panel = await grants.approval_panel(services, viewer.principal, grant_id) if record is not None else None
+    except Problem as problem:
+        if problem.status != 404:
+            raise
+        panel = None
+    if record is None or panel is None:
         raise Problem(404, "There is no such grant, or it is not yours to see.", title="Grant not found")
     reader = grants.Reader(services)
-    grant = reader.view(record)
+    grant = panel["grant"]
     agent = await grants.requesting_agent(services, record)
-    may_decide = policy.may_decide(viewer.principal, agent, services.admin_emails)
+    may_revoke = policy.may_revoke_grant(viewer.principal, record, agent, services.admin_emails)
     earlier = await _earlier_grants(services, record, reader)
     request_body = grant["request"]
     return render(
         "grant_approval.html", viewer=viewer, title="Grant request", grant=grant, request_body=request_body,
-        agent=agent, may_decide=may_decide, earlier=earlier, grant_types=("once", "timed", "always"),
-        max_duration=services.config.grants.max_duration,
+        agent=agent, may_decide=panel["may_vote"], may_revoke=may_revoke, panel=panel, earlier=earlier,
+        grant_types=("once", "timed", "always"), max_duration=services.config.grants.max_duration,
     )
 
 

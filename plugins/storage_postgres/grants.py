@@ -127,6 +127,7 @@ class PostgresGrants(_Part):
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         where = ["TRUE"]
         params: dict[str, Any] = {}
@@ -139,10 +140,12 @@ class PostgresGrants(_Part):
             params["requester"] = requester
         if requester_ids is not None:
             ids = builtins.list(dict.fromkeys(requester_ids))
-            if not ids:
+            extra_ids = builtins.list(dict.fromkeys(also_ids))
+            if not ids and not extra_ids:
                 return [], False
-            where.append("requester_id = ANY(%(requester_ids)s)")
+            where.append("(requester_id = ANY(%(requester_ids)s) OR id = ANY(%(also_ids)s))")
             params["requester_ids"] = ids
+            params["also_ids"] = extra_ids
         after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - generated clauses, values bound
@@ -231,6 +234,20 @@ class PostgresGrants(_Part):
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         rows = await self._db.all("SELECT * FROM grant_votes WHERE grant_id = %s ORDER BY seq", (grant_id,))
         return [vote_row(r) for r in rows]
+
+    @_on_store_loop
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = [i for i in dict.fromkeys(grant_ids) if "\x00" not in i]  # PostgreSQL text holds no NUL: no such grant
+        if not ids:
+            return {}, {}
+        rows = await self._db.all("SELECT * FROM grant_reviews WHERE grant_id = ANY(%s)", (ids,))
+        reviews = {r["grant_id"]: review_row(r) for r in rows}
+        votes: dict[str, builtins.list[Vote]] = {}
+        for r in await self._db.all("SELECT * FROM grant_votes WHERE grant_id = ANY(%s) ORDER BY seq", (ids,)):
+            votes.setdefault(r["grant_id"], []).append(vote_row(r))
+        return reviews, votes
 
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:

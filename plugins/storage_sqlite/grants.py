@@ -105,6 +105,7 @@ class SQLiteGrants:
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         where = ["1 = 1"]
         params: dict[str, Any] = {}
@@ -117,10 +118,15 @@ class SQLiteGrants:
             params["requester"] = requester
         if requester_ids is not None:
             ids = list(dict.fromkeys(requester_ids))
-            if not ids:
+            extra_ids = list(dict.fromkeys(also_ids))
+            if not ids and not extra_ids:
                 return [], False
-            where.append(f"requester_id IN ({', '.join(f':rid_{i}' for i in range(len(ids)))})")
+            scope = [f"requester_id IN ({', '.join(f':rid_{i}' for i in range(len(ids)))})"] if ids else []
+            if extra_ids:
+                scope.append(f"id IN ({', '.join(f':gid_{i}' for i in range(len(extra_ids)))})")
+            where.append(f"({' OR '.join(scope)})")
             params.update({f"rid_{i}": v for i, v in enumerate(ids)})
+            params.update({f"gid_{i}": v for i, v in enumerate(extra_ids)})
         after_sql(page, "id", where, params)
         rows = self._db.all(
             f"SELECT * FROM grants WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - generated clauses, values bound
@@ -197,6 +203,20 @@ class SQLiteGrants:
 
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         return [vote_row(r) for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))]
+
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = list(dict.fromkeys(grant_ids))
+        if not ids:
+            return {}, {}
+        marks = ", ".join("?" for _ in ids)
+        reviews = {r["grant_id"]: review_row(r) for r in self._db.all(
+            f"SELECT * FROM grant_reviews WHERE grant_id IN ({marks})", ids)}  # noqa: S608 - placeholders only
+        votes: dict[str, builtins.list[Vote]] = {}
+        for r in self._db.all(f"SELECT * FROM grant_votes WHERE grant_id IN ({marks}) ORDER BY seq", ids):  # noqa: S608 - placeholders only
+            votes.setdefault(r["grant_id"], []).append(vote_row(r))
+        return reviews, votes
 
     async def add_vote(self, vote: Vote) -> str:
         values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]

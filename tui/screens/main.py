@@ -16,8 +16,15 @@ from textual.widgets import DataTable, Footer, Input, Static
 from grantd.tui.client import ApiError, GrantSource
 from grantd.tui.feed import BACKOFF, GrantFeed
 from grantd.tui.format import action_summary, one_line
-from grantd.tui.messages import ConnectionChanged, ConnectionState, DetailLoaded, GrantChanged, GrantsLoaded
-from grantd.tui.models import DECIDED_STATUSES, STATUSES, AgentInfo, Grant
+from grantd.tui.messages import (
+    ConnectionChanged,
+    ConnectionState,
+    DetailLoaded,
+    GrantChanged,
+    GrantsLoaded,
+    ReviewersLoaded,
+)
+from grantd.tui.models import DECIDED_STATUSES, STATUSES, AgentInfo, Grant, Reviewers
 from grantd.tui.screens.confirm import ConfirmScreen
 from grantd.tui.screens.deny import DenyScreen
 from grantd.tui.screens.help import HelpScreen
@@ -179,6 +186,8 @@ class MainScreen(Screen[None]):
         old = self.grants.get(grant.id)
         if old is not None and not grant.supersedes(old):
             return
+        if old is not None:
+            grant = grant.keeping_review(old)
         if old is None:
             self.first_seen[grant.id] = self.clock()
             if announce and grant.is_pending:
@@ -310,12 +319,37 @@ class MainScreen(Screen[None]):
             )
         except (ApiError, httpx.HTTPError) as exc:
             earlier_error = _describe(exc)
-        self.post_message(DetailLoaded(grant.id, agent, agent_error, earlier, earlier_error))
+        reviewers, reviewers_error = await self._reviewers_of(grant)
+        self.post_message(DetailLoaded(grant.id, agent, agent_error, earlier, earlier_error, reviewers, reviewers_error))
+
+    async def _reviewers_of(self, grant: Grant) -> tuple[Reviewers | None, str | None]:
+        """Who may still approve a pending grant under a policy (D13); nothing to ask otherwise."""
+        if grant.review is None or not grant.is_pending:
+            return None, None
+        try:
+            return await self.source.reviewers(grant.id), None
+        except (ApiError, httpx.HTTPError) as exc:
+            return None, _describe(exc)
+
+    @work(exclusive=True, group="reviewers", exit_on_error=False)
+    async def reload_reviewers(self, grant: Grant) -> None:
+        """After a vote that left the grant pending: its votes and who may still approve, anew."""
+        try:
+            latest = await self.source.get_grant(grant.id)
+        except (ApiError, httpx.HTTPError):
+            return
+        self.post_message(GrantChanged(latest, "refresh"))
+        reviewers, reviewers_error = await self._reviewers_of(latest)
+        self.post_message(ReviewersLoaded(latest.id, reviewers, reviewers_error))
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         self.query_one(GrantDetail).show_context(
-            message.grant_id, message.agent, message.agent_error, message.earlier, message.earlier_error
+            message.grant_id, message.agent, message.agent_error, message.earlier, message.earlier_error,
+            message.reviewers, message.reviewers_error,
         )
+
+    def on_reviewers_loaded(self, message: ReviewersLoaded) -> None:
+        self.query_one(GrantDetail).show_reviewers(message.grant_id, message.reviewers, message.reviewers_error)
 
     # -- decisions ---------------------------------------------------------------------------------
     def shown_grant(self) -> Grant | None:
@@ -466,6 +500,10 @@ class MainScreen(Screen[None]):
             return
         updated = grant.with_decision(decision.partial)
         self.post_message(GrantChanged(updated, "decision"))
+        if updated.is_pending and action != "revoke":  # a vote that did not decide: a policy wants more (D13)
+            self.notify(f"Your vote on {who}'s grant is recorded; it waits for more approvals.", timeout=6, markup=False)
+            self.reload_reviewers(updated)
+            return
         past = {"approve": "Approved", "deny": "Denied", "revoke": "Revoked"}[action]
         detail = f" as {override.grant_type}" if override else ""
         self.notify(f"{past} {who}'s grant{detail}.", timeout=4, markup=False)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from grantd.core.display import describe_argv, escape_text, quote_arg
 from grantd.tui.format import age, code_points, duration, one_line, timestamp
-from grantd.tui.models import AgentInfo, Grant
+from grantd.tui.models import AgentInfo, Grant, Reviewers
 
 LABEL_WIDTH = 12
 
@@ -25,6 +27,8 @@ class GrantDetail(VerticalScroll):
         self.agent_error: str | None = None
         self.earlier: list[Grant] | None = None
         self.earlier_error: str | None = None
+        self.reviewers: Reviewers | None = None
+        self.reviewers_error: str | None = None
         self.now_ms = 0
         self.status_styles: dict[str, str] = {}
         self.border_title = "Details"
@@ -39,6 +43,8 @@ class GrantDetail(VerticalScroll):
             self.agent_error = None
             self.earlier = None
             self.earlier_error = None
+            self.reviewers = None
+            self.reviewers_error = None
         self.grant = grant
         self.now_ms = now_ms
         self._redraw()
@@ -50,11 +56,20 @@ class GrantDetail(VerticalScroll):
         agent_error: str | None,
         earlier: list[Grant],
         earlier_error: str | None,
+        reviewers: Reviewers | None = None,
+        reviewers_error: str | None = None,
     ) -> None:
         if self.grant is None or self.grant.id != grant_id:
             return
         self.agent, self.agent_error = agent, agent_error
         self.earlier, self.earlier_error = earlier, earlier_error
+        self.reviewers, self.reviewers_error = reviewers, reviewers_error
+        self._redraw()
+
+    def show_reviewers(self, grant_id: str, reviewers: Reviewers | None, error: str | None) -> None:
+        if self.grant is None or self.grant.id != grant_id:
+            return
+        self.reviewers, self.reviewers_error = reviewers, error
         self._redraw()
 
     def _redraw(self) -> None:
@@ -138,6 +153,7 @@ class GrantDetail(VerticalScroll):
             line("Used", timestamp(grant.used_at))
         if grant.delegation_id:
             line("Delegation", one_line(grant.delegation_id))
+        self._review_lines(grant, text, line)
         text.append("\n")
         what = "command" if request.command is not None else "permissions"
         if self.earlier is None and self.earlier_error is None:
@@ -155,3 +171,32 @@ class GrantDetail(VerticalScroll):
                 text.append(f"  … and {len(earlier) - 10} more\n", style="dim")
         text.rstrip()
         return text
+
+    def _review_lines(self, grant: Grant, text: Text, line: Callable[..., None]) -> None:
+        """A grant under an approval policy (D13): each requirement's count, the votes that count
+        (who, when, via), and for a pending one who may still approve (from /reviewers)."""
+        review = grant.review
+        if review is None:
+            return
+        line("Policy", ", ".join(one_line(p) for p in review.policy_ids))
+        for requirement in review.requirements:
+            got = len(requirement.approvals)
+            style = "bold green" if got >= requirement.approve else "bold"
+            line("Requires", (f"{got} of {requirement.approve}", style), f" approvals for {one_line(requirement.id)}",
+                 f", {len(requirement.denials)} of {requirement.deny} denials" if requirement.denials else "")
+            for email in requirement.denials:
+                text.append(f"  denied by {one_line(email)}\n", style="bold")
+        for vote in review.approvals:
+            line("Approved", f"by {one_line(vote.sub)}", f"  {timestamp(vote.at)}" if vote.at else "",
+                 f"  via {one_line(vote.via)}" if vote.via else "")
+        if not grant.is_pending:
+            return
+        if self.reviewers_error:
+            line("May approve", (f"unknown: {one_line(self.reviewers_error)}", "italic"))
+        elif self.reviewers is None:
+            line("May approve", ("loading…", "dim"))
+        else:
+            for requirement in self.reviewers.requirements:
+                who = ", ".join(one_line(e) for e in requirement.eligible) or "nobody"
+                missing = f" ({requirement.missing} missing)" if requirement.missing else ""
+                line("May approve", f"{one_line(requirement.id)}{missing}: {who}")

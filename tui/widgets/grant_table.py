@@ -148,7 +148,9 @@ class GrantTable(DataTable[Text]):
         return {
             "new": _marker(grant.id, is_new, has_non_ascii(grant)),
             "age": _cell(age(now_ms, grant.created_at), dim),
-            "status": _cell(grant.status, self.status_styles.get(grant.status, "")),
+            # A pending grant under a policy (D13) shows how far it is: "pend 1/2".
+            "status": _cell(f"pend {grant.quorum}" if grant.quorum else grant.status,
+                            self.status_styles.get(grant.status, "")),
             "requester": _cell(one_line(grant.requester), f"{emphasis} {dim}".strip()),
             "action": _cell(action_summary(grant), dim),
             "host": _cell(one_line(grant.request.target_host), dim),
@@ -178,7 +180,8 @@ class GrantTable(DataTable[Text]):
         for grant in wanted.values():
             cells = self._cells(grant, now_ms)
             if grant.id in self._grants:
-                if self._grants[grant.id] != grant or grant.id in new_ids:
+                old = self._grants[grant.id]
+                if old != grant or old.quorum != grant.quorum or grant.id in new_ids:  # votes change only raw
                     for key, value in cells.items():
                         self.update_cell(grant.id, key, value)
             else:

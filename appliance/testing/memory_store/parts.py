@@ -215,6 +215,14 @@ class MemoryGrants:
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         return copy.deepcopy(self._d.votes.get(grant_id, []))
 
+    async def reviews_and_votes(
+        self, grant_ids: Sequence[str]
+    ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
+        ids = list(dict.fromkeys(grant_ids))
+        reviews = {i: copy.deepcopy(self._d.reviews[i]) for i in ids if i in self._d.reviews}
+        votes = {i: copy.deepcopy(self._d.votes[i]) for i in ids if self._d.votes.get(i)}
+        return reviews, votes
+
     async def add_vote(self, vote: Vote) -> str:
         async with self._d.tx:
             grant = self._d.grants.get(vote["grant_id"])
@@ -273,11 +281,12 @@ class MemoryGrants:
         status: str | None = None,
         requester: str | None = None,
         requester_ids: Sequence[str] | None = None,
+        also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
         rows = [g for g in self._d.grants.values()
                 if (not status or lapse.status_of(g) == status)  # the status as read, not as stored
                 and (not requester or g["requester"] == requester)
-                and (requester_ids is None or g["requester_id"] in requester_ids)]
+                and (requester_ids is None or g["requester_id"] in requester_ids or g["id"] in also_ids)]
         return _newest_first(rows, "id", page)
 
     async def update_if(
