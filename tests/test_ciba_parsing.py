@@ -1,6 +1,6 @@
 """CIBA `/bc-authorize` parsing (OpenID CIBA Core + RFC 9396, D16): tables of good and bad requests
 with their error codes, the binding message's characters, the grantd_command detail turned into the
-grant body grantd.services.grants.parse_request validates (run against real services on SQLite), and
+grant body grantd.services.grant_requests.parse_request validates (run against real services on SQLite), and
 the ping endpoint rule."""
 
 from __future__ import annotations

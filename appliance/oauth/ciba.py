@@ -1,6 +1,6 @@
 """CIBA backchannel authentication requests (OpenID CIBA Core 1.0 with RFC 9396 Rich Authorization
 Requests, D16): parsing `/bc-authorize` after client authentication, turning its one
-`grantd_command` into the grant-create body grantd.services.grants.parse_request accepts, and the
+`grantd_command` into the grant-create body grantd.services.grant_requests.parse_request accepts, and the
 rule for ping notification endpoints. Not wired yet: no route, no /token grant type
 (docs/protocols.md).
 
@@ -61,7 +61,7 @@ class CibaRequest:
     binding_message: str | None
     requested_expiry: int | None
     client_notification_token: str | None
-    grant_body: dict[str, Any]  # the grant-create body (grantd.services.grants.parse_request's input)
+    grant_body: dict[str, Any]  # the grant-create body (grantd.services.grant_requests.parse_request's input)
     details: list[dict[str, Any]] = field(default_factory=list)  # as requested, for the token answer
 
 
@@ -168,7 +168,7 @@ def _details(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str,
     body: dict[str, Any] = {"target_host": locations[0]}
     for name in ("command", "run_as", "audience", "grant_type", "duration", "reason"):
         if name in detail:
-            body[name] = detail[name]  # validated by grantd.services.grants.parse_request, the one rule
+            body[name] = detail[name]  # validated by grantd.services.grant_requests.parse_request, the one rule
     return details, body
 
 
@@ -205,9 +205,9 @@ def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> Ciba
 
 async def grant_request(services: Services, principal: Principal, request: CibaRequest) -> tuple[dict[str, Any], str]:
     """The stored grant request (and its requester id) of a CIBA request: through
-    grantd.services.grants.parse_request, the one validation of grants; its field errors become
+    grantd.services.grant_requests.parse_request, the one validation of grants; its field errors become
     `invalid_authorization_details` naming the member."""
-    from grantd.services.grants import parse_request
+    from grantd.services.grant_requests import parse_request
 
     body = {k: v for k, v in request.grant_body.items() if k != "binding_message"}
     try:

@@ -11,48 +11,48 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
-from grantd.commands import cmd_hash
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.fields import (
-    MAX_TEXT,
-    check_identifier,
-    email_field,
     field_error,
-    identifier_field,
     seconds_field,
     string_field,
 )
-from grantd.core.lifecycle import GRANT_TYPES, Lapse
+from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest, page, page_request
-from grantd.core.principals import Kind, Principal, management
+from grantd.core.principals import Kind, Principal
 from grantd.core.review import (
     AUTO_APPROVE,
     AUTO_DENY,
     DEFAULT_REVIEW,
-    NEEDS_REVIEW,
     Ballot,
     Review,
     Tally,
     Voter,
     cast_vote,
-    eligible_people,
     escalations_due,
     evaluate,
     tally,
     timeout_at,
     timeout_outcome,
 )
-from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED, check_voter, escalation_level
+from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
+from grantd.services.grant_requests import (
+    MAX_BATCH,
+    MAX_REASON,
+    approval_expiry,
+    grant_type_field,
+    parse_request,
+    reuse_key,
+)
 from grantd.services.limits import PENDING_RETRY_AFTER, too_many
 from grantd.services.tokens import TokenError
 from grantd.store import LimitReached, OwnerBound
@@ -61,15 +61,6 @@ from grantd.store.records import Agent, Grant
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
 STATUS_ALIASES = {"used": "consumed"}  # the peer CLI's name for a consumed grant (D6)
 
-MAX_REASON = 1000
-MAX_ARGS = 256
-MAX_ARG = 4096
-MAX_COMMAND_BYTES = 32_768
-MAX_PERMISSIONS = 100
-MAX_BATCH = 100
-MAX_EXTENSION_BYTES = 16_384  # authorization_details + execution_context together (D6)
-_RUN_AS = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?")  # fullmatch: "root\n" is not a user name
-_HOST = re.compile(r"[^\s/]{1,255}")  # fullmatch, after check_identifier refused control characters
 
 # What a consume/verify of a grant in each state answers (D2).
 UNUSABLE = {
@@ -155,152 +146,6 @@ async def _named_reviewer(services: Services, principal: Principal, grant: Grant
     facts = reviews.grant_facts(grant, await requesting_agent(services, grant), "pending")
     return reviews.may_review(review, facts, people, email, services.clock.now_ms() // 1000,
                               any(v["email"] == email for v in votes))
-
-
-# -- validation of a request --------------------------------------------------------------------
-
-
-def _grant_type(body: dict[str, Any], default: str | None) -> str | None:
-    value = body.get("grant_type")
-    if value is None:  # null means absent
-        return default
-    if not isinstance(value, str) or value not in GRANT_TYPES:
-        raise field_error("grant_type", "grant_type must be one of once, timed, always")
-    return value
-
-
-def _string_list(body: dict[str, Any], name: str, *, max_items: int, max_len: int) -> list[str] | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise field_error(name, f"{name} must be an array of strings")
-    if len(value) > max_items:
-        raise field_error(name, f"{name} has more than {max_items} items")
-    for item in value:
-        if len(item) > max_len:
-            raise field_error(name, f"an item of {name} is longer than {max_len} characters")
-        if "\x00" in item:
-            raise field_error(name, f"{name} must not contain NUL characters")
-        try:
-            item.encode("utf-8")
-        except UnicodeEncodeError:
-            raise field_error(name, f"{name} must be valid Unicode text") from None
-    return list(value)
-
-
-def _extensions(body: dict[str, Any]) -> dict[str, Any]:
-    """The peer CLI's ``authorization_details`` (RFC 9396 array of objects) and ``execution_context``
-    (an object): stored verbatim, bounded, never part of cmd_hash or reuse (D6)."""
-    found: dict[str, Any] = {}
-    details = body.get("authorization_details")
-    if details is not None:
-        if not isinstance(details, list) or not all(isinstance(d, dict) for d in details):
-            raise field_error("authorization_details", "authorization_details must be an array of objects")
-        found["authorization_details"] = details
-    context = body.get("execution_context")
-    if context is not None:
-        if not isinstance(context, dict):
-            raise field_error("execution_context", "execution_context must be an object")
-        found["execution_context"] = context
-    if found:
-        try:
-            size = len(json.dumps(found, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
-        except (UnicodeEncodeError, ValueError):
-            raise field_error("authorization_details", "authorization_details must be valid Unicode JSON") from None
-        if size > MAX_EXTENSION_BYTES:
-            raise field_error("authorization_details",
-                              f"authorization_details and execution_context exceed {MAX_EXTENSION_BYTES} bytes")
-    return found
-
-
-async def _requester(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[str, str]:
-    """(e-mail, id) of whoever the grant is for: the credential's principal; the management token
-    (or an unauthenticated request, when allowed) names it in ``requester``."""
-    if principal is not None and not policy.may_request_for_someone_else(policy.require(principal)):  # guests: 403
-        return principal.email, principal.id
-    if principal is None and not services.config.grants.allow_unauthenticated:
-        raise unauthorized("a grant request needs an agent token or a session")
-    email = email_field(body, "requester")
-    assert email is not None
-    agent = await services.store.agents.get(email)
-    return email, agent["agent_id"] if agent is not None else email
-
-
-async def parse_request(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The stored grant request and its requester id: validated, requester from the credential,
-    cmd_hash computed (D4, D6)."""
-    requester, requester_id = await _requester(services, principal, body)
-    target_host = identifier_field(body, "target_host", required=True)
-    audience = identifier_field(body, "audience", required=True)
-    assert target_host is not None and audience is not None
-    if not _HOST.fullmatch(target_host):
-        raise field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
-    grant_type = _grant_type(body, "once")
-    duration = seconds_field(body, "duration", services.config.grants.max_duration)
-    command = _string_list(body, "command", max_items=MAX_ARGS, max_len=MAX_ARG)
-    if command is not None:
-        if not command:
-            raise field_error("command", "command must name a program")
-        if not command[0]:
-            raise field_error("command", "command[0] must not be empty")
-        if sum(len(a.encode("utf-8")) + 1 for a in command) > MAX_COMMAND_BYTES:
-            raise field_error("command", f"command is longer than {MAX_COMMAND_BYTES} bytes")
-    permissions = _string_list(body, "permissions", max_items=MAX_PERMISSIONS, max_len=MAX_TEXT)
-    if permissions is not None:
-        if any(not p.strip() for p in permissions):
-            raise field_error("permissions", "permissions must be non-empty strings")
-        for permission in permissions:
-            check_identifier("permissions", permission)
-    if not command and not permissions:
-        raise field_error("command", "a grant needs a command or permissions")
-    reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
-    run_as = identifier_field(body, "run_as", required=False, max_len=64)
-    if run_as is not None and not _RUN_AS.fullmatch(run_as):
-        raise field_error("run_as", "run_as must be a user name")
-    request: dict[str, Any] = {
-        "requester": requester,
-        "target_host": target_host,
-        "audience": audience,
-        "grant_type": grant_type,
-    }
-    if command is not None:
-        request["command"] = command
-        request["cmd_hash"] = cmd_hash(command)  # a client-sent value is ignored (D4)
-    if permissions is not None:
-        request["permissions"] = permissions
-    if duration is not None:
-        request["duration"] = duration
-    if reason is not None:
-        request["reason"] = reason
-    if run_as is not None:
-        request["run_as"] = run_as
-    request.update(_extensions(body))
-    return request, requester_id
-
-
-def reuse_key(request: dict[str, Any]) -> str:
-    """What makes two timed/always requests the same grant (D6)."""
-    parts = [
-        request["target_host"],
-        request["audience"],
-        request.get("run_as"),
-        request["grant_type"],
-        request.get("cmd_hash"),
-        sorted(request.get("permissions") or []),
-    ]
-    return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
-
-
-def approval_expiry(services: Services, grant_type: str, decided_at: int, duration: int | None) -> int | None:
-    """``expires_at`` of an approval (D6): timed -> its duration; once -> ``grants.once_ttl`` (an
-    approval nobody uses must not stay good for ever); always -> no end."""
-    if grant_type == "timed":
-        assert duration is not None
-        return decided_at + duration * 1000
-    if grant_type == "once":
-        return decided_at + services.config.grants.once_ttl * 1000
-    return None
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -629,7 +474,7 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
         # approver by their bound person id, an administrator, the management token).
         people = replace(people, admins=people.admins | {email})
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
-    grant_type = _grant_type(body, None) if decision == "approve" else None
+    grant_type = grant_type_field(body, None) if decision == "approve" else None
     duration = seconds_field(body, "duration", services.config.grants.max_duration) if decision == "approve" else None
     if decision == "approve":
         effective = grant_type or grant["request"]["grant_type"]
@@ -693,118 +538,6 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
 async def _review_answer(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
     found = await review_view(services, grant, reader)
     return {**found["review"], "approvals": found["approvals"]}
-
-
-async def _eligible(services: Services, review: Review, facts: Any, now_s: int,
-                    votes: list[Ballot]) -> list[list[dict[str, str]]]:
-    """For each requirement, who may still vote for it now, with their names."""
-    people = await reviews.people(services, review, await reviews.admin_people(services, review))
-    lists = eligible_people(review, facts, people, now_s, votes)
-    named: dict[str, str] = {}
-    out = []
-    for emails in lists:
-        row = []
-        for email in emails:
-            if email not in named:
-                person = await services.store.people.get(email)
-                named[email] = person["name"] if person is not None else ""
-            row.append({"email": email, "name": named[email]})
-        out.append(row)
-    return out
-
-
-async def reviewers(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    """``GET /api/grants/:id/reviewers`` (D13): each requirement with who may still vote for it."""
-    grant = await _visible_grant(services, principal, grant_id)  # 404 to who may not see it
-    reader = Reader(services)
-    now_s = reader.now // 1000
-    status = reader.status(grant)
-    review, level, counted, votes = await _review_state(services, grant, status, now_s)
-    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), status)
-    shown = reviews.review_json(review, grant, counted, level, now_s)
-    eligible = await _eligible(services, review, facts, now_s, votes) if status == "pending" else [
-        [] for _ in review.requirements]
-    for requirement, people in zip(shown["requirements"], eligible, strict=True):
-        requirement["missing"] = max(0, requirement["approve"] - len(requirement["approvals"]))
-        requirement["eligible"] = people
-    return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
-            "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
-
-
-async def approval_panel(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    """What the approval page (and the TUI's detail view) shows about a grant's review (D13): the
-    grant, its requirements with the votes so far and who may still approve (as
-    ``GET /api/grants/:id/reviewers``), every recorded vote, a rule's decision, and whether this
-    viewer may vote now, else why not: the reason ``cast_vote`` would answer with its 403/409, so
-    the page shows it instead of buttons that would fail. 404 to who may not see the grant."""
-    grant = await _visible_grant(services, principal, grant_id)
-    reader = Reader(services)
-    now_s = reader.now // 1000
-    status = reader.status(grant)
-    agent = await requesting_agent(services, grant)
-    review = reviews.pinned(await services.store.grants.review_of(grant["id"]))
-    recorded = await services.store.grants.votes(grant["id"])
-    shown = await reviewers(services, principal, grant_id)
-    email = principal.email.lower()
-    refusal: str | None = None
-    if status != "pending":
-        refusal = ALREADY_DECIDED
-    elif review.is_default:
-        if not policy.may_decide(principal, agent, services.admin_emails):
-            refusal = "only the agent's owner or approver, or an administrator, may decide it"
-    elif any(v["email"] == email for v in recorded):
-        refusal = ALREADY_REVIEWED
-    else:
-        facts = reviews.grant_facts(grant, agent, status)
-        people = await reviews.people(services, review, [email])
-        probe = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
-                             agent=not principal.is_person), "approve", "web", reader.now, "(probe)")
-        found = check_voter(review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s))
-        refusal = found.reason if found is not None else None
-    decided_by = str(grant.get("decided_by") or "")
-    return {
-        "grant": reader.view(grant), "policy": not review.is_default, "policy_ids": list(review.policy_ids),
-        "requirements": shown["requirements"], "escalation_level": shown["escalation_level"],
-        "votes": [{"email": v["email"], "decision": v["decision"], "at": v["at"], "via": v["via"],
-                   "reason": v["reason"]} for v in recorded],
-        "rule": reviews.rule_approval(grant) or (
-            {"rule": decided_by[len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
-            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX) else None),
-        "reason_required": review.require_reason,
-        "may_vote": refusal is None, "refusal": refusal,
-    }
-
-
-async def evaluate_policies(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
-    """``POST /api/policies/evaluate`` (D13): what a grant request would meet, creating nothing."""
-    policy.may_evaluate_policies(principal)
-    requester = identifier_field(body, "requester", required=True)
-    assert requester is not None
-    agent = await services.store.agents.get(requester.strip().lower()) or await services.store.agents.get(requester)
-    email = agent["email"] if agent is not None else requester.strip().lower()
-    if agent is None and "@" not in email:
-        raise field_error("requester", "requester must be an agent's e-mail or id, or a person's e-mail")
-    request, requester_id = await parse_request(services, management(services.config.admin.management_identity),
-                                                {**body, "requester": email})
-    config = reviews.review_config(services)
-    facts_request = reviews.request_facts(request, email, requester_id)
-    found = evaluate(config, facts_request) if config is not None else None
-    review = found.review if found is not None else DEFAULT_REVIEW
-    now = services.clock.now_ms()
-    grant: Any = {"requester_id": requester_id, "requester": email, "created_at": now, "request": request}
-    facts = reviews.grant_facts(grant, agent, "pending")
-    eligible = await _eligible(services, review, facts, now // 1000, [])
-    return {
-        "outcome": found.outcome if found is not None else NEEDS_REVIEW,
-        "rules_matched": list(found.rules_matched) if found is not None else [],
-        "policies_matched": list(found.policies_matched) if found is not None else [],
-        "reason": found.reason if found is not None else None,
-        "policy_hash": review.policy_hash,
-        "requirements": [{"id": r.id, "approve": r.approve, "deny": r.deny, "groups": list(r.groups)}
-                         for r in review.requirements],
-        "eligible_approvers": [{"requirement": r.id, "eligible": people}
-                               for r, people in zip(review.requirements, eligible, strict=True)],
-    }
 
 
 async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],

@@ -24,7 +24,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.paging import PageRequest
 from grantd.oauth import authorize
-from grantd.services import agents, grants, people
+from grantd.services import agents, grant_reviewers, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.sessions import own as own_sessions
@@ -163,7 +163,7 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
         raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
     record = await services.store.grants.get(grant_id)
     try:  # its requester, who may decide it, and the approvers its pinned policy names (D13)
-        panel = await grants.approval_panel(services, viewer.principal, grant_id) if record is not None else None
+        panel = await grant_reviewers.approval_panel(services, viewer.principal, grant_id) if record is not None else None
     except Problem as problem:
         if problem.status != 404:
             raise

@@ -13,7 +13,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.fields import field_error
 from grantd.core.principals import Principal
-from grantd.services import grants
+from grantd.services import grant_reviewers, grants
 from grantd.services.context import Services
 from grantd.services.events import stream_owner
 from grantd.services.grants import Operation
@@ -83,13 +83,13 @@ async def deny(request: Request, grant_id: str) -> HTTPResponse:
 @bp.get("/api/grants/<grant_id:str>/reviewers", unquote=True)
 async def reviewers(request: Request, grant_id: str) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
-    return json(await grants.reviewers(services_of(request), principal, grant_id))
+    return json(await grant_reviewers.reviewers(services_of(request), principal, grant_id))
 
 
 @bp.post("/api/policies/evaluate")
 async def evaluate_policies(request: Request) -> HTTPResponse:
     principal = policy.may_evaluate_policies(await principal_of(request))
-    return json(await grants.evaluate_policies(services_of(request), principal, body_of(request)))
+    return json(await grant_reviewers.evaluate_policies(services_of(request), principal, body_of(request)))
 
 
 @bp.post("/api/grants/<grant_id:str>/review", unquote=True)
