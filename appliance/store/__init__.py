@@ -58,6 +58,7 @@ from grantd.store.people import (
     WebAuthnChallengeStore,
 )
 from grantd.store.records import Agent, Delegation, Grant, GrantEvent, SigningKey
+from grantd.store.tlog import HostStore, ReceiptStore, TlogStore
 
 
 class StoreError(Exception):
@@ -298,6 +299,9 @@ class Store(Protocol):
     refresh_tokens: RefreshTokenStore
     device_codes: DeviceCodeStore
     consents: ConsentStore
+    tlog: TlogStore
+    hosts: HostStore
+    receipts: ReceiptStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -328,5 +332,5 @@ class Store(Protocol):
 
 __all__ = [
     "AgentStore", "ChallengeStore", "Conflict", "ConsentStore", "CredentialStore", "DelegationStore", "DeviceCodeStore",
-    "GrantStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
+    "GrantStore", "HostStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "ReceiptStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "TlogStore", "WebAuthnChallengeStore",
 ]
