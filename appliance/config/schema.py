@@ -120,6 +120,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "E-mail recorded as owner/approver/decider when the management token acts.",
             check=_email,
         ),
+        "auditors": Key(
+            list, [], "E-mail addresses of persons who may read the whole decision log (/api/audit) and decide "
+            "nothing (D14).", item_kind=str, check=_emails,
+        ),
+    },
+    "audit": {
+        "origin": Key(
+            str, None, "The decision log's origin line and log key name (D14). Default: the issuer's host + "
+            "\"/grantd\".",
+        ),
+        "sequencer_interval_ms": Key(
+            int, 200, "How often the sequencer looks for new events to put into the log and sign a checkpoint "
+            "for (milliseconds; one process holds the sequencer lease at a time).", minimum=10, maximum=10_000,
+        ),
     },
     "storage": {
         "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),
@@ -367,6 +381,7 @@ SECTION_HELP = {
     "log": "Logging",
     "metrics": "Prometheus metrics (docs/operations.md lists the series)",
     "admin": "Administration",
+    "audit": "The decision log: a Merkle log of every decision with signed checkpoints (D14; docs/audit.md)",
     "storage": "Storage",
     "tokens": "Agent identity tokens",
     "grants": "Grants",
