@@ -96,7 +96,7 @@ def test_every_grant_event_is_in_a_signed_checkpoint_within_a_second(srv):
     started = time.monotonic()
     note, size = checkpoint(srv, before + 4, timeout=3)
     assert time.monotonic() - started < 1.5
-    cp = open_checkpoint(note, [Verifier.from_vkey(v) for v in vkeys(srv)], origin="127.0.0.1:%d/grantd" % srv.port)
+    cp = open_checkpoint(note, [Verifier.from_vkey(v) for v in vkeys(srv)], origin=f"127.0.0.1:{srv.port}/grantd")
     assert cp.size == size
     entries = all_entries(srv, size)
     assert grant_leaves(entries, grant["id"]) == ["grant.created", "grant.reviewed", "grant.approved", "grant.consumed"]
