@@ -145,3 +145,16 @@ def test_verify_without_credentials_or_with_a_bad_key_exits_1(server_factory, tm
     assert nobody.returncode == 1 and "401" in nobody.stderr
     bad = audit(srv, "verify", "--url", srv.url, "--key", "not-a-vkey", "--state", state)
     assert bad.returncode == 1 and "--key" in bad.stderr
+
+
+def test_keys_rotate_log_makes_a_new_log_key_and_keeps_the_old_listed(server_factory, tmp_path):
+    srv = server_factory("rotate", extra="[audit]\nsequencer_interval_ms = 50\n").start()
+    old = vkey(srv)
+    rotated = srv.grantd("keys", "rotate", "--log", "--json", "--config", str(srv.config_path))
+    new = json.loads(rotated.stdout)["vkey"]
+    keys = httpx.get(f"{srv.url}/api/audit/key", timeout=5).text.splitlines()
+    assert keys == [new, old]
+    once_grant_used(srv, tmp_path / "keys")
+    wait_for_size(srv, 5)  # the rotation's key.rotated leaf and the grant's four
+    state = tmp_path / "state.json"
+    assert audit(srv, "verify", "--url", srv.url, "--key", new, "--state", str(state)).returncode == 0
