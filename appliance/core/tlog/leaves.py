@@ -68,8 +68,22 @@ class Leaf:
 
 
 def canonical(value: Any) -> bytes:
-    """RFC 8785 canonical JSON (UTF-8); integers only."""
+    """RFC 8785 canonical JSON (UTF-8); integers only.
+
+    Fast path (issue 23: the sequencer encodes every event, 23 -> 4 µs a leaf): when the standard
+    library's sorted, compact encoding is pure ASCII it is byte for byte RFC 8785's: ASCII keys sort
+    the same by UTF-16 code units and by code points, integers and literals are written alike, and
+    both escape exactly the quote, the backslash and the control characters (backspace, tab, line
+    feed, form feed and carriage return in their short forms, the others as lowercase u00xx).
+    Anything else goes to the ``rfc8785`` library
+    (tests/test_tlog_leaves.py checks the two agree)."""
     _no_floats(value, "leaf")
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        text = ""
+    if text and text.isascii():
+        return text.encode("ascii")
     try:
         return rfc8785.dumps(value)
     except rfc8785.CanonicalizationError as error:
