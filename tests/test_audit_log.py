@@ -268,3 +268,14 @@ def test_an_edited_leaf_row_is_named_by_the_verifier(tmp_path):
         assert result.code == 2 and result.bad_index == 2, result
     finally:
         server.stop()
+
+
+def test_a_log_origin_that_cannot_name_a_note_key_is_refused_at_load(tmp_path):
+    from grantd.config import ConfigError, load
+
+    for bad in ("idp.example.com grantd", "a+b", ""):
+        path = tmp_path / "grantd.toml"
+        path.write_text(f'version = 1\n[admin]\nmanagement_token = "x"\n[audit]\norigin = "{bad}"\n')
+        with pytest.raises(ConfigError) as raised:
+            load(path)
+        assert any("audit.origin" in p for p in raised.value.problems), raised.value.problems

@@ -51,6 +51,13 @@ def _origin(value: Any) -> str | None:
     return None
 
 
+def _log_origin(value: Any) -> str | None:
+    """A C2SP note key name (D14): printable, no spaces, no '+'."""
+    if not value or len(value) > 200 or "+" in value or not value.isprintable() or any(c.isspace() for c in value):
+        return "must be printable, without spaces or '+', e.g. idp.example.com/grantd"
+    return None
+
+
 def _client_id(value: Any) -> str | None:
     if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?", value):
         return "must be a lowercase host[:port] such as sp.example.com (no scheme or path)"
@@ -128,7 +135,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "audit": {
         "origin": Key(
             str, None, "The decision log's origin line and log key name (D14). Default: the issuer's host + "
-            "\"/grantd\".",
+            "\"/grantd\".", check=_log_origin,
         ),
         "sequencer_interval_ms": Key(
             int, 200, "How often the sequencer looks for new events to put into the log and sign a checkpoint "
