@@ -279,3 +279,21 @@ def test_a_log_origin_that_cannot_name_a_note_key_is_refused_at_load(tmp_path):
         with pytest.raises(ConfigError) as raised:
             load(path)
         assert any("audit.origin" in p for p in raised.value.problems), raised.value.problems
+
+
+def test_the_merge_of_event_sources_keeps_each_sources_order_and_never_skips_one():
+    """Two processes' clocks disagree: a later grant event may carry an earlier time. The merge must
+    still take each source in sequence order (the cursor moves past what it took), and when a source
+    filled its batch, stop where it ends (its next events may come before the other's rest)."""
+    from grantd.services.audit import _merge
+
+    def g(seq: int, at: int) -> dict[str, Any]:
+        return {"seq": seq, "created_at": at}
+
+    grants = [g(1, 100), g(2, 90), g(3, 300)]
+    audits = [g(1, 95), g(2, 400)]
+    merged = _merge(grants, audits, (False, False))  # type: ignore[arg-type]
+    assert [(i.source, i.seq) for i in merged] == [(1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
+    truncated = _merge(grants, audits, (True, False))  # type: ignore[arg-type]
+    assert [(i.source, i.seq) for i in truncated] == [(1, 1), (0, 1), (0, 2), (0, 3)]
+    assert _merge(grants, audits, (True, False)) == truncated  # deterministic
