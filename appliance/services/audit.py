@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grantd.audit")
 
-BATCH = 5000  # events read per source per step
+BATCH = 1000  # events read per source per step (a full batch is followed by the next at once)
 LEASE_MS = 5000
 YIELD_EVERY = 128  # events encoded between two yields to the event loop (p99 of requests under load)
 MAX_ENTRIES = 1000  # D14: at most this many entries per answer
