@@ -297,3 +297,26 @@ def test_the_merge_of_event_sources_keeps_each_sources_order_and_never_skips_one
     truncated = _merge(grants, audits, (True, False))  # type: ignore[arg-type]
     assert [(i.source, i.seq) for i in truncated] == [(1, 1), (0, 1), (0, 2), (0, 3)]
     assert _merge(grants, audits, (True, False)) == truncated  # deterministic
+
+
+def test_delegations_and_the_grants_they_approve_are_in_the_log(srv):
+    agent, token = enrol_agent(srv, owner=fresh("owner"))
+    with srv.admin() as http:
+        r = http.post("/api/delegations", json={"delegate": agent["email"], "audience": "escapes", "approval": "once"})
+        assert r.status_code == 201, r.text
+        delegation = r.json()
+    with srv.client(token) as http:
+        grant = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", "command": ["id"],
+                                               "grant_type": "once"}).json()
+    assert grant["status"] == "approved"
+    with srv.admin() as http:
+        assert http.delete(f"/api/delegations/{delegation['id']}").status_code == 200
+    time.sleep(0.3)
+    note, size = checkpoint(srv, 1)
+    leaves = [parse_leaf(e["leaf"].encode()) for e in all_entries(srv, size)]
+    mine = [leaf.kind for leaf in leaves if leaf.data.get("delegation_id") == delegation["id"]]
+    assert mine == ["delegation.created", "delegation.revoked"]
+    votes = [leaf for leaf in leaves if leaf.grant_id == grant["id"] and leaf.kind == "grant.reviewed"]
+    assert [v.data["via"] for v in votes] == ["delegation"]
+    result = verify_log(note, vkeys(srv), None, [leaf.raw for leaf in leaves], audience=srv.url)
+    assert result.code == 0, result.reason

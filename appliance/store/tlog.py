@@ -128,3 +128,14 @@ class ReceiptStore(Protocol):
     async def add(self, key: str, event: AuditEvent) -> bool:
         """True and one ``exec.receipt`` audit event (``event``; its ``seq`` is ignored) if ``key``
         is new; False and nothing written for a key seen before. One transaction."""
+
+
+def delegation_event(kind: str, delegation: dict[str, Any], by: str, now: int) -> AuditEvent:
+    """The audit event a delegation change records in its own transaction (``delegation.created`` by
+    its delegator, ``delegation.revoked`` by ``by``): shared by every backend, so the leaf is the same."""
+    details = {k: delegation.get(k) for k in ("delegator", "delegate", "audience", "scopes", "approval", "expires_at")}
+    data: dict[str, Any] = {"delegation_id": delegation["id"]}
+    if kind == "delegation.created":
+        data["details"] = details
+    return AuditEvent(seq=0, kind=kind, grant_id=None, actor={"kind": "person", "email": str(by)}, data=data,
+                      created_at=now)

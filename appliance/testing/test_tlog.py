@@ -139,3 +139,18 @@ async def test_a_receipt_twice_adds_nothing(store):
     assert [e["kind"] for e in events] == ["exec.receipt", "exec.receipt"]
     assert events[0]["seq"] < events[1]["seq"]
     assert [e["seq"] for e in await store.tlog.events_after(events[0]["seq"], 10)] == [events[1]["seq"]]
+
+
+async def test_delegation_changes_record_their_events_in_their_transaction(store):
+    from .factories import delegation
+
+    await store.delegations.create(delegation("dl_1", delegator="alice@example.com"))
+    assert await store.delegations.revoke("dl_1", "bob@example.com", NOW + 5) is not None
+    assert await store.delegations.revoke("dl_1", "bob@example.com", NOW + 6) is None  # nothing happened: no event
+    events = await store.tlog.events_after(0, 10)
+    assert [(e["kind"], e["actor"], e["data"]["delegation_id"]) for e in events] == [
+        ("delegation.created", {"kind": "person", "email": "alice@example.com"}, "dl_1"),
+        ("delegation.revoked", {"kind": "person", "email": "bob@example.com"}, "dl_1"),
+    ]
+    assert events[0]["data"]["details"]["delegate"] == "bot@agents.example.com"
+    assert events[1]["created_at"] == NOW + 5

@@ -21,8 +21,10 @@ from grantd.store.records import (
     GrantEvent,
     SigningKey,
 )
+from grantd.store.tlog import delegation_event
 
 from .data import _Data, _newest_first
+from .tlog import record_event
 
 
 class MemoryKeys:
@@ -293,6 +295,7 @@ class MemoryDelegations:
             if row["id"] in self._d.delegations:
                 raise Conflict("id")
             self._d.delegations[row["id"]] = row
+            record_event(self._d, delegation_event("delegation.created", dict(row), row["delegator"], row["created_at"]))
         return copy.deepcopy(row)
 
     async def get(self, delegation_id: str) -> Delegation | None:
@@ -308,6 +311,7 @@ class MemoryDelegations:
             if delegation is None or delegation["status"] != "active":
                 return None
             delegation.update({"status": "revoked", "revoked_at": now, "revoked_by": by})
+            record_event(self._d, delegation_event("delegation.revoked", dict(delegation), by, now))
             return copy.deepcopy(delegation)
 
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:

@@ -150,3 +150,10 @@ class MemoryReceipts:
             self._t.receipts.add(key)
             _record(self._t, event)
             return True
+
+
+def record_event(data: Any, event: AuditEvent) -> None:
+    """An audit event in the caller's critical section (the change's own ``data.tx``)."""
+    if not hasattr(data, "tlog"):
+        data.tlog = _TlogData()
+    _record(data.tlog, event)
