@@ -139,3 +139,13 @@ def delegation_event(kind: str, delegation: dict[str, Any], by: str, now: int) -
         data["details"] = details
     return AuditEvent(seq=0, kind=kind, grant_id=None, actor={"kind": "person", "email": str(by)}, data=data,
                       created_at=now)
+
+
+def credential_event(credential: dict[str, Any], email: str | None) -> AuditEvent:
+    """``person.credential_added``, recorded in the transaction that stores the passkey: its public key
+    in the log lets an auditor check a passkey vote offline (D14)."""
+    return AuditEvent(seq=0, kind="person.credential_added", grant_id=None,
+                      actor={"kind": "person", "email": str(email or ""), "pid": str(credential["person_id"])},
+                      data={"email": str(email or ""), "credential_id": str(credential["credential_id"]),
+                            "public_key": str(credential["public_key"]), "pid": str(credential["person_id"])},
+                      created_at=int(credential["created_at"]))

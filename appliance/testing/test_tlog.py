@@ -154,3 +154,17 @@ async def test_delegation_changes_record_their_events_in_their_transaction(store
     ]
     assert events[0]["data"]["details"]["delegate"] == "bot@agents.example.com"
     assert events[1]["created_at"] == NOW + 5
+
+
+async def test_a_new_passkey_records_its_public_key_in_the_same_transaction(store):
+    from .factories import credential, person
+
+    await store.people.create(person("carol"))
+    await store.credentials.add(credential("cred-1", "usr_carol"))
+    with pytest.raises(Conflict):
+        await store.credentials.add(credential("cred-1", "usr_carol"))  # refused: no second event
+    events = await store.tlog.events_after(0, 10)
+    assert [(e["kind"], e["data"]["credential_id"], e["data"]["email"], e["data"]["pid"]) for e in events] == [
+        ("person.credential_added", "cred-1", "carol@example.com", "usr_carol")
+    ]
+    assert events[0]["data"]["public_key"] == (await store.credentials.get("cred-1"))["public_key"]
