@@ -26,6 +26,7 @@ Rules every backend keeps (``grantd.testing.test_tlog`` checks them):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
@@ -149,3 +150,11 @@ def credential_event(credential: dict[str, Any], email: str | None) -> AuditEven
                       data={"email": str(email or ""), "credential_id": str(credential["credential_id"]),
                             "public_key": str(credential["public_key"]), "pid": str(credential["person_id"])},
                       created_at=int(credential["created_at"]))
+
+
+def jwt_key_event(key: dict[str, Any], now: int) -> AuditEvent:
+    """``key.rotated`` (purpose ``jwt``), recorded in the transaction of ``keys.rotate``."""
+    return AuditEvent(seq=0, kind="key.rotated", grant_id=None, actor={"kind": "system"},
+                      data={"purpose": "jwt", "kid": str(key["kid"]), "alg": str(key["alg"]),
+                            "public_key": json.dumps(key["public_jwk"], sort_keys=True, separators=(",", ":"))},
+                      created_at=now)

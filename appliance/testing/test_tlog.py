@@ -168,3 +168,14 @@ async def test_a_new_passkey_records_its_public_key_in_the_same_transaction(stor
         ("person.credential_added", "cred-1", "carol@example.com", "usr_carol")
     ]
     assert events[0]["data"]["public_key"] == (await store.credentials.get("cred-1"))["public_key"]
+
+
+async def test_a_jwt_key_rotation_records_its_event(store):
+    from .factories import key
+
+    assert await store.keys.add_first(key("k1", NOW))
+    await store.keys.rotate(key("k2", NOW + 1), NOW + 5)
+    events = await store.tlog.events_after(0, 10)
+    assert [(e["kind"], e["data"]["purpose"], e["data"]["kid"], e["created_at"]) for e in events] == [
+        ("key.rotated", "jwt", "k2", NOW + 5)
+    ]

@@ -21,7 +21,7 @@ from grantd.store.records import (
     GrantEvent,
     SigningKey,
 )
-from grantd.store.tlog import delegation_event
+from grantd.store.tlog import delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
 from .tlog import record_event
@@ -52,6 +52,7 @@ class MemoryKeys:
                     k["retired_at"], k["private_pem"] = now, ""  # a retired key never signs again
                     retired.append(k["kid"])
             self._d.keys.append({**copy.deepcopy(key), "retired_at": None})
+            record_event(self._d, jwt_key_event(dict(key), now))
             return retired
 
     async def drop_retired_before(self, cutoff: int) -> int:
