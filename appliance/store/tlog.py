@@ -158,3 +158,16 @@ def jwt_key_event(key: dict[str, Any], now: int) -> AuditEvent:
                       data={"purpose": "jwt", "kid": str(key["kid"]), "alg": str(key["alg"]),
                             "public_key": json.dumps(key["public_jwk"], sort_keys=True, separators=(",", ":"))},
                       created_at=now)
+
+
+def agent_event(kind: str, agent: dict[str, Any], by: str | None, now: int) -> AuditEvent:
+    """``agent.enrolled`` / ``agent.key_replaced`` / ``agent.disabled`` (deleted agents too), recorded in
+    the transaction of the change; ``by`` is the e-mail of who acted (None: not known to the caller)."""
+    data: dict[str, Any] = {"agent_id": str(agent["agent_id"])}
+    if kind == "agent.enrolled":
+        data.update(email=str(agent["email"]), public_key=str(agent["public_key"]), owner=str(agent["owner"]),
+                    approver=str(agent["approver"]))
+    elif kind == "agent.key_replaced":
+        data["public_key"] = str(agent["public_key"])
+    actor = {"kind": "person", "email": by} if by else {"kind": "system"}
+    return AuditEvent(seq=0, kind=kind, grant_id=None, actor=actor, data=data, created_at=now)

@@ -179,3 +179,22 @@ async def test_a_jwt_key_rotation_records_its_event(store):
     assert [(e["kind"], e["data"]["purpose"], e["data"]["kid"], e["created_at"]) for e in events] == [
         ("key.rotated", "jwt", "k2", NOW + 5)
     ]
+
+
+async def test_agent_changes_record_their_events_in_their_transaction(store):
+    from grantd.core.lifecycle import Lapse
+
+    from .factories import agent
+
+    enrolled = await store.agents.create(agent("bot1"), frozenset(), by="alice@example.com")
+    await store.agents.update("agt_bot1", {"name": "renamed", "updated_at": NOW + 1}, by="alice@example.com")  # no key: no event
+    await store.agents.update("agt_bot1", {"public_key": "ssh-ed25519 NEW", "key_id": "kid-new", "updated_at": NOW + 2},
+                              by="alice@example.com")
+    await store.agents.retire("agt_bot1", delete=False, by="root@example.com", reason="off", now=NOW + 3, lapse=Lapse({}))
+    events = await store.tlog.events_after(0, 10)
+    assert [(e["kind"], e["actor"].get("email"), e["created_at"]) for e in events] == [
+        ("agent.enrolled", "alice@example.com", enrolled["created_at"]),
+        ("agent.key_replaced", "alice@example.com", NOW + 2),
+        ("agent.disabled", "root@example.com", NOW + 3),
+    ]
+    assert events[0]["data"]["public_key"] == enrolled["public_key"] and events[1]["data"]["public_key"] == "ssh-ed25519 NEW"

@@ -21,7 +21,7 @@ from grantd.store.records import (
     GrantEvent,
     SigningKey,
 )
-from grantd.store.tlog import delegation_event, jwt_key_event
+from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
 from .tlog import record_event
@@ -83,7 +83,8 @@ class MemoryAgents:
         if any(a["key_id"] == key_id and a["agent_id"] != agent_id for a in self._d.agents.values()):
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
+                     by: str | None = None) -> Agent:
         row: Agent = {**copy.deepcopy(agent)}
         row["key_generation"] = row.get("key_generation") or 1
         email = row["email"]
@@ -109,6 +110,7 @@ class MemoryAgents:
             if row["agent_id"] in self._d.agents:
                 raise Conflict("id")
             self._d.agents[row["agent_id"]] = row
+            record_event(self._d, agent_event("agent.enrolled", dict(row), by, row["created_at"]))
         return copy.deepcopy(row)
 
     async def get(self, ident: str) -> Agent | None:
@@ -121,7 +123,7 @@ class MemoryAgents:
     async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
         return _newest_first(list(self._d.agents.values()), "agent_id", page)
 
-    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+    async def update(self, agent_id: str, changes: dict[str, Any], *, by: str | None = None) -> Agent | None:
         async with self._d.tx:
             agent = self._d.agents.get(agent_id)
             if agent is None:
@@ -129,7 +131,8 @@ class MemoryAgents:
             self._check_people(changes.get("owner"), changes.get("approver"))
             if "key_id" in changes:
                 self._check_key(changes["key_id"], agent_id)
-            if "public_key" in changes and changes["public_key"] != agent["public_key"]:
+            new_key = "public_key" in changes and changes["public_key"] != agent["public_key"]
+            if new_key:
                 agent["key_generation"] += 1
             for party in ("owner", "approver"):  # a new e-mail is bound to its person now (D11)
                 if party in changes and changes[party] != agent[party]:  # type: ignore[literal-required]
@@ -137,6 +140,8 @@ class MemoryAgents:
             for column in AGENT_CHANGEABLE:
                 if column in changes:
                     agent[column] = changes[column]  # type: ignore[literal-required]
+            if new_key:
+                record_event(self._d, agent_event("agent.key_replaced", dict(agent), by, agent["updated_at"]))
             return copy.deepcopy(agent)
 
     async def retire(
@@ -159,6 +164,7 @@ class MemoryAgents:
                 if delegation["delegate"] == agent["email"] and delegation["status"] == "active":
                     delegation.update({"status": "revoked", "revoked_by": by, "revoked_at": now})
             self._d.challenges = {c: v for c, v in self._d.challenges.items() if v[0] != agent_id}
+            record_event(self._d, agent_event("agent.disabled", dict(agent), by, now))
             if delete:
                 del self._d.agents[agent_id]
             else:
