@@ -320,3 +320,30 @@ def test_delegations_and_the_grants_they_approve_are_in_the_log(srv):
     assert [v.data["via"] for v in votes] == ["delegation"]
     result = verify_log(note, vkeys(srv), None, [leaf.raw for leaf in leaves], audience=srv.url)
     assert result.code == 0, result.reason
+
+
+def test_an_event_the_log_cannot_read_never_stops_it():
+    """A grant event with no leaf mapping (or data a leaf refuses) is reported and skipped; the events
+    after it are still integrated and signed."""
+    import asyncio
+
+    from grantd.core.clock import ManualClock
+    from grantd.services.audit import AuditLog
+    from grantd.testing.factories import grant
+    from grantd.testing.memory_store import MemoryStore
+
+    async def run() -> tuple[int, list[str]]:
+        store = MemoryStore()
+        await store.migrate()
+        await store.grants.create(grant("gr_a"), ["grant.created", "grant.mystery", "grant.reviewed", "grant.escalated"])
+        await store.grants.create(grant("gr_b", request={"n": 1.5}), ["grant.created"])  # a float: made a string
+        await store.grants.create(grant("gr_c"), ["grant.created"])
+        log = AuditLog(store, ManualClock(), "test/grantd", "admin@example.com")
+        await log.ensure_key()
+        await log.step()
+        head = await store.tlog.head()
+        kinds = [parse_leaf(leaf).grant_id or "" for _, leaf, _ in await store.tlog.entries(0, 10)]
+        return head["size"], kinds
+
+    size, grants = asyncio.run(run())
+    assert grants == ["gr_a", "gr_b", "gr_c"] and size == 3

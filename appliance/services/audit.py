@@ -148,13 +148,18 @@ def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) ->
         made.append(make(nxt(), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.used":
         made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
-    elif kind in L.KINDS:
-        # a kind another part of grantd records with the data its leaf needs in the grant snapshot
-        data = _safe(dict(grant.get("log_data") or {}))
-        made.append(L.make_leaf(kind, seq=nxt(), ts=ts, actor=_requester(grant, management_identity),
-                                data=data, grant_id=gid))
+    elif kind == "grant.reviewed" and isinstance(grant.get("approvals"), list) and grant["approvals"]:
+        # the approval-policy engine's vote (D13): the newest entry of the grant's approvals
+        vote = max((a for a in grant["approvals"] if isinstance(a, dict)), key=lambda a: int(a.get("at") or 0))
+        made.append(L.grant_reviewed(nxt(), ts, _person(str(vote.get("sub") or ""), management_identity), gid,
+                                     decision="approve", via=str(vote.get("via") or "api"),
+                                     req=str(vote["requirement"]) if vote.get("requirement") else None))
+    elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
+        made.append(L.grant_escalated(nxt(), ts, {"kind": "system"}, gid,
+                                      level=int(grant["review"].get("escalation_level") or 0)))
     else:
-        log.warning("grant event %s of %s has no leaf kind; not logged", kind, gid)
+        # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
+        log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
     return [(leaf, gid) for leaf in made]
 
 
@@ -277,11 +282,17 @@ class AuditLog:
             for number, item in enumerate(items):
                 if number and number % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # encoding is CPU work on the event loop: let requests in between
+                try:
+                    if item.source == 0:
+                        raw += grant_event_leaves(item.event, size + len(raw) + 1, self.management_identity)
+                    else:
+                        raw.append(audit_event_leaf(item.event, size + len(raw) + 1))
+                except (L.LeafError, KeyError, TypeError, ValueError) as error:
+                    log.error("decision log: event %s/%d cannot become a leaf (%s); not logged",
+                              "grant_events" if item.source == 0 else "audit_events", item.seq, error)
                 if item.source == 0:
-                    raw += grant_event_leaves(item.event, size + len(raw) + 1, self.management_identity)
                     grant_seq = max(grant_seq, item.seq)
                 else:
-                    raw.append(audit_event_leaf(item.event, size + len(raw) + 1))
                     event_seq = max(event_seq, item.seq)
             stored = await self.store.tlog.nodes(CompactRange.coords(size))
             compact = CompactRange.load(size, lambda coords: stored)
