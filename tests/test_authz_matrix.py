@@ -180,6 +180,14 @@ POST /authorize/consent                        | 401 | 401 | 401 | 401 | 401 | 4
 POST /token                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /revoke                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /userinfo                                  | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
+GET /api/audit/checkpoint                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/audit/key                             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /api/audit/entries                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/audit/proof/inclusion                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/audit/proof/consistency               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+GET /api/audit/grants/:grant_id                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
+POST /api/audit/receipts                       | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403
+POST /api/hosts                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 201 | 403 | 403 | 403 | 201 | 403 | 403
 POST /userinfo                                 | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
 GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
@@ -209,6 +217,12 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /login": "signed-in people are sent on to `?next=` (here /grants)",
     "GET /register": "the page for a fresh registration URL's token (an unusable token gets 404 at once)",
     "POST /api/delegations": "delegate = the requesting agent, a private audience",
+    "GET /api/audit/entries": "`?start=0` (D14: administrators, the management token, `[admin] auditors`)",
+    "GET /api/audit/proof/inclusion": "`?index=0&size=1` once a checkpoint covers a leaf",
+    "GET /api/audit/proof/consistency": "`?from=0&to=1` once a checkpoint covers a leaf",
+    "GET /api/audit/grants/:grant_id": "a grant of the requesting agent (an agent reads its own grants' leaves only)",
+    "POST /api/audit/receipts": "public; a well-formed receipt signed by a host nobody enrolled (403 whoever sends it)",
+    "POST /api/hosts": "a fresh host name and `ssh-ed25519` key",
     "DELETE /api/delegations/:delegation_id": "a delegation to the requesting agent by the management identity",
     "POST /api/delegations/:delegation_id/validate": "a delegation to the requesting agent by the management identity",
     "GET /api/admin/users/:ident": "the `person` column's record",
@@ -634,7 +648,51 @@ def _new_grant(w: World, c: str) -> httpx.Response:
     return _call(w, c, "POST", "/api/grants", json=body)
 
 
+def _logged(w: World) -> None:
+    """Wait until a signed checkpoint covers at least one leaf (the sequencer works off the request path)."""
+    deadline = time.monotonic() + 10
+    with w.http() as http:
+        while time.monotonic() < deadline:
+            r = http.get("/api/audit/checkpoint")
+            if r.status_code == 200 and int(r.text.split("\n")[1]) >= 1:
+                return
+            time.sleep(0.05)
+    raise AssertionError("no checkpoint with a leaf")
+
+
+def _audit(path: str) -> Request:
+    def run(w: World, c: str) -> httpx.Response:
+        _logged(w)
+        return _call(w, c, "GET", path)
+
+    return run
+
+
+def _receipt(w: World, c: str) -> httpx.Response:
+    from grantd.core.tlog.receipts import build_receipt
+
+    token = build_receipt(Ed25519PrivateKey.generate(), host="never-enrolled", audience=w.srv.url, grant_id="gr_x",
+                          authz_jti="j", cmd_hash="sha256:00", run_as="root", result="refused", exit_code=None,
+                          started_at=1, ended_at=1, duration_ms=0, issued_at=int(time.time()))
+    return _call(w, c, "POST", "/api/audit/receipts", json={"receipt": token})
+
+
+def _host(w: World, c: str) -> httpx.Response:
+    from grantd.core.tlog.receipts import host_public_key_line
+
+    name = "host-" + fresh_email("h").split("@")[0].replace("+", "-").replace(".", "-")[-40:]
+    return _call(w, c, "POST", "/api/hosts", json={"host": name, "publicKey": host_public_key_line(Ed25519PrivateKey.generate())})
+
+
 REQUESTS: dict[str, Request] = {
+    "GET /api/audit/checkpoint": _audit("/api/audit/checkpoint"),
+    "GET /api/audit/key": _get("/api/audit/key"),
+    "GET /api/audit/entries": _audit("/api/audit/entries?start=0"),
+    "GET /api/audit/proof/inclusion": _audit("/api/audit/proof/inclusion?index=0&size=1"),
+    "GET /api/audit/proof/consistency": _audit("/api/audit/proof/consistency?from=0&to=1"),
+    "GET /api/audit/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/audit/grants/{_pending(w)}"),
+    "POST /api/audit/receipts": _receipt,
+    "POST /api/hosts": _host,
     "GET /healthz": _get("/healthz"),
     "GET /readyz": _get("/readyz"),
     "GET /.well-known/jwks.json": _get("/.well-known/jwks.json"),

@@ -11,7 +11,9 @@ process group gets SIGKILL (no graceful shutdown, no atexit, no WAL checkpoint).
 - no grant is half-done: its stored events are exactly those its status implies (created, then
   approved or denied), an approved grant has decided_by, decided_at and expires_at (D6), a denied
   one decided_by and decided_at, a pending one none of them;
-- ``PRAGMA integrity_check`` is ok (on SQLite; ``GRANTD_TEST_STORAGE=postgres`` runs the rest on PostgreSQL).
+- ``PRAGMA integrity_check`` is ok (on SQLite; ``GRANTD_TEST_STORAGE=postgres`` runs the rest on PostgreSQL);
+- the decision log (issue 23) catches up: every grant event is in it exactly once under a signed
+  checkpoint, and every checkpoint stored before and after the kills is consistent with the newest.
 
 The kill comes at three moments (early, mid-load, late) on the same database. Bounded: < 60 s.
 """
@@ -143,6 +145,48 @@ def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]
     return rows
 
 
+LEAVES_OF = {"grant.created": ["grant.created"], "grant.approved": ["grant.reviewed", "grant.approved"],
+             "grant.denied": ["grant.reviewed", "grant.denied"]}
+
+
+def check_log(srv: Server) -> int:
+    """The decision log after a kill -9 (issue 23): once the sequencer caught up, every grant event is
+    in it exactly once, in event order, under a signed checkpoint; the leaves verify against it, and
+    every checkpoint the server ever stored is consistent with the newest (none signed a fork)."""
+    from grantd.core.tlog.leaves import parse_leaf
+    from grantd.core.tlog.verify import verify_log
+
+    expected: dict[str, list[str]] = {}
+    for grant_id, event in pg.server_sql(srv.directory, "SELECT grant_id, event FROM grant_events ORDER BY seq"):
+        expected.setdefault(grant_id, []).extend(LEAVES_OF[event])
+    others = int(pg.server_sql(srv.directory, "SELECT count(*) FROM audit_events")[0][0])  # agents enrolled, ...
+    size = sum(len(kinds) for kinds in expected.values()) + others
+    deadline = time.monotonic() + 15
+    while True:
+        note = httpx.get(f"{srv.url}/api/audit/checkpoint", timeout=5)
+        if note.status_code == 200 and int(note.text.split("\n")[1]) >= size:
+            break
+        assert time.monotonic() < deadline, f"the log did not catch up with {size} leaves: {note.text}"
+        time.sleep(0.1)
+    assert int(note.text.split("\n")[1]) == size, "more leaves than events: an event was integrated twice"
+    with srv.admin() as http:
+        vkeys = http.get("/api/audit/key").text.splitlines()
+        leaves: list[bytes] = []
+        while len(leaves) < size:
+            leaves += [e["leaf"].encode() for e in
+                       http.get("/api/audit/entries", params={"start": len(leaves), "end": size}).json()["entries"]]
+    seen: dict[str, list[str]] = {}
+    for raw in leaves:
+        leaf = parse_leaf(raw)
+        if leaf.grant_id is not None:
+            seen.setdefault(leaf.grant_id, []).append(leaf.kind)
+    assert seen == expected, "the log's leaves are not the grant events, once each"
+    earlier = [str(r[0]) for r in pg.server_sql(srv.directory, "SELECT note FROM tlog_checkpoints ORDER BY size")]
+    result = verify_log(note.text, vkeys, None, leaves, earlier=earlier)
+    assert result.code == 0, result.reason
+    return size
+
+
 def check_acknowledged(srv: Server, ledger: Ledger, rows: dict[str, dict[str, Any]]) -> None:
     missing = [gid for gid in ledger.grants if gid not in rows]
     assert not missing, f"{len(missing)} acknowledged grants lost, e.g. {missing[:3]}"
@@ -181,6 +225,7 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
             srv.start()
             rows = check_database(srv.directory, ledger)
             check_acknowledged(srv, ledger, rows)
+            check_log(srv)
         assert ledger.acknowledged >= 20, ledger.acknowledged
         decided = sum(1 for seen in ledger.grants.values() if seen.acked["status"] != "pending")
         print(f"crash: {len(ledger.grants)} grants acknowledged ({decided} decided), {ledger.acknowledged} writes "

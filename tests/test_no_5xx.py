@@ -199,6 +199,9 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
                     "approve": True},
         "revoke": {"token": "x", "token_type_hint": "refresh_token"},
         "userinfo": {"access_token": "a.b.c"},
+        # the decision log (D14)
+        "hosts": {"host": "web-1", "publicKey": agent.public_key},
+        "receipts": {"receipt": "eyJhbGciOiJFZERTQSIsInR5cCI6ImdyYW50ZC1yZWNlaXB0K2p3dCJ9.eyJpc3MiOiJob3N0OndlYi0xIn0.AAAA"},
     }
     base = next((b for key, b in bases.items() if route_name.split(".")[-1].startswith(key)), {})
     if route_name.endswith("delegations.create"):
@@ -247,7 +250,8 @@ headers = st.fixed_dictionaries({}, optional={
 queries = st.dictionaries(
     st.sampled_from(["limit", "cursor", "status", "requester", "last_event_id", "token", "x", "user_code",
                      "next", "state", "code", "error", "client_id", "redirect_uri", "response_type", "code_challenge",
-                     "code_challenge_method", "scope", "prompt", "login_hint", "nonce", "authorization_details"]),
+                     "code_challenge_method", "scope", "prompt", "login_hint", "nonce", "authorization_details",
+                     "start", "end", "index", "size", "from", "to"]),
     st.one_of(any_text, st.integers(-(10**20), 10**20).map(str)),
     max_size=4,
 )

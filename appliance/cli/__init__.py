@@ -33,6 +33,7 @@ COMMANDS: dict[str, Command] = {
     "keys": Command("grantd.cli.server", "signing keys"),
     "db": Command("grantd.cli.server", "database maintenance"),
     "users": Command("grantd.cli.server", "people: add (prints a one-time passkey registration link), list, delete, link"),
+    "audit": Command("grantd.cli.audit", "the decision log: verify it (exit 0 ok, 2 tampered, 3 a rule broken) or export it"),
     "plugins": Command("grantd.cli.server", "list loaded plugins and their hooks"),
     "version": Command("grantd.cli.server", "print the version"),
     "agent": Command("grantd.agent.cli", "agent identity: key, sign-in"),

@@ -303,6 +303,16 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args)
+    if args.log:
+        async def rotate_log(services: Any) -> str:
+            return str(await services.audit.rotate_key())
+
+        vkey = asyncio.run(_with_services(config, rotate_log))
+        if args.json:
+            print(json.dumps({"vkey": vkey}))
+        else:
+            print(f"new decision log key {vkey}; the old one stays listed at /api/audit/key")
+        return EXIT_OK
 
     async def work(services: Any) -> tuple[str, list[str]]:
         return await services.keyring.rotate()
@@ -570,6 +580,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_keys_list)
     p = with_config(ksub.add_parser("rotate", help="make a new signing key; old keys stay published until their tokens expire"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--log", action="store_true",
+                   help="rotate the decision log's checkpoint key instead (D14; the old one stays listed)")
     p.set_defaults(func=cmd_keys_rotate)
     p = with_config(ksub.add_parser("revoke", help="stop trusting a key at once: every token it signed stops verifying"))
     p.add_argument("kid", help="the key id (grantd keys list)")

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from grantd.config.sections import (
     AdminSection,
+    AuditSection,
     FederationSection,
     GrantsSection,
     LimitsSection,
@@ -69,6 +70,10 @@ class Config:
     @property
     def admin(self) -> AdminSection:
         return self._section("admin", AdminSection)
+
+    @property
+    def audit(self) -> AuditSection:
+        return self._section("audit", AuditSection)
 
     @property
     def storage(self) -> StorageSection:

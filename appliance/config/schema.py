@@ -51,6 +51,13 @@ def _origin(value: Any) -> str | None:
     return None
 
 
+def _log_origin(value: Any) -> str | None:
+    """A C2SP note key name (D14): printable, no spaces, no '+'."""
+    if not value or len(value) > 200 or "+" in value or not value.isprintable() or any(c.isspace() for c in value):
+        return "must be printable, without spaces or '+', e.g. idp.example.com/grantd"
+    return None
+
+
 def _client_id(value: Any) -> str | None:
     if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:[0-9]{1,5})?", value):
         return "must be a lowercase host[:port] such as sp.example.com (no scheme or path)"
@@ -119,6 +126,20 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "admin@grantd.local",
             "E-mail recorded as owner/approver/decider when the management token acts.",
             check=_email,
+        ),
+        "auditors": Key(
+            list, [], "E-mail addresses of persons who may read the whole decision log (/api/audit) and decide "
+            "nothing (D14).", item_kind=str, check=_emails,
+        ),
+    },
+    "audit": {
+        "origin": Key(
+            str, None, "The decision log's origin line and log key name (D14). Default: the issuer's host + "
+            "\"/grantd\".", check=_log_origin,
+        ),
+        "sequencer_interval_ms": Key(
+            int, 200, "How often the sequencer looks for new events to put into the log and sign a checkpoint "
+            "for (milliseconds; one process holds the sequencer lease at a time).", minimum=10, maximum=10_000,
         ),
     },
     "storage": {
@@ -367,6 +388,7 @@ SECTION_HELP = {
     "log": "Logging",
     "metrics": "Prometheus metrics (docs/operations.md lists the series)",
     "admin": "Administration",
+    "audit": "The decision log: a Merkle log of every decision with signed checkpoints (D14; docs/audit.md)",
     "storage": "Storage",
     "tokens": "Agent identity tokens",
     "grants": "Grants",

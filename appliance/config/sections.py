@@ -59,6 +59,15 @@ class AdminSection:
     management_token: str = field(repr=False)
     emails: list[str]
     management_identity: str
+    auditors: list[str]
+
+
+@dataclass(frozen=True)
+class AuditSection:
+    """[audit]: The decision log (D14; docs/audit.md)."""
+
+    origin: str | None
+    sequencer_interval_ms: int
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,7 @@ SECTION_TYPES: dict[str, type] = {
     'log': LogSection,
     'metrics': MetricsSection,
     'admin': AdminSection,
+    'audit': AuditSection,
     'storage': StorageSection,
     'tokens': TokensSection,
     'grants': GrantsSection,

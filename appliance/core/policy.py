@@ -269,3 +269,32 @@ def refuse_acting_token(claims: Mapping[str, Any], action: str) -> None:
     """403 when a token that carries an actor tries to approve, deny, review, delegate or administer."""
     if not may_act_with_token(claims, action):
         raise forbidden(f"a token in which an agent acts for someone (act) may not {action}")
+
+
+def _auditor(principal: Principal, auditors: frozenset[str]) -> bool:
+    return principal.kind is Kind.PERSON and principal.email.lower() in auditors
+
+
+def may_read_audit_log(principal: Principal | None, auditors: frozenset[str]) -> Principal:
+    """The whole decision log (entries, proofs; D14): administrators, the management token and the
+    persons in ``[admin] auditors``. Being an auditor gives no other right: auditors decide nothing."""
+    principal = require(principal)
+    if principal.admin or _auditor(principal, auditors):
+        return principal
+    raise forbidden("administrator or auditor rights required")
+
+
+def may_read_all_grant_audits(principal: Principal, auditors: frozenset[str]) -> bool:
+    return principal.admin or _auditor(principal, auditors)
+
+
+def may_read_grant_audit(principal: Principal, grant: Mapping[str, Any] | None, auditors: frozenset[str]) -> bool:
+    """One grant's leaves and proofs: whoever reads the whole log, and an agent its own grants only."""
+    if may_read_all_grant_audits(principal, auditors):
+        return True
+    return principal.is_agent and grant is not None and grant["requester_id"] == principal.id
+
+
+def may_enrol_hosts(principal: Principal | None) -> Principal:
+    """Enrol a target host's key (D14): administrators and the management token."""
+    return require_admin(principal)

@@ -173,7 +173,7 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
     }
     bound = services.config.limits.agents_per_person
     try:
-        return await services.store.agents.create(agent, services.admin_emails, max_per_owner=bound)
+        return await services.store.agents.create(agent, services.admin_emails, max_per_owner=bound, by=principal.email)
     except Conflict as exc:
         raise _conflict(exc) from None
     except LimitReached:
@@ -254,7 +254,7 @@ async def update(services: Services, principal: Principal, ident: str, body: dic
     if changes:
         changes["updated_at"] = services.clock.now_ms()
         try:
-            updated = await services.store.agents.update(agent["agent_id"], changes)
+            updated = await services.store.agents.update(agent["agent_id"], changes, by=principal.email)
         except Conflict as exc:
             raise _conflict(exc) from None
         if updated is None:

@@ -11,6 +11,7 @@ from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
 from grantd.plugin_manager import FederationProvider, build_federation_providers, storage_factory
+from grantd.services.audit import AuditLog, origin_of
 from grantd.services.authn import AuthnChain, default_chain
 from grantd.services.clients import ClientRegistry
 from grantd.services.events import GrantEventHub
@@ -41,6 +42,7 @@ class Services:
     oauth_clients: ClientRegistry
     # the [[federation.providers]] built by their types' factories (grantd.plugin_manager)
     federation: tuple[FederationProvider, ...] = ()
+    audit: AuditLog | None = None  # the decision log (D14); set by open_services
 
     @property
     def issuer(self) -> str:
@@ -72,6 +74,9 @@ async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock =
     await store.migrate()
     keyring = KeyRing(store, longest_token_lifetime(config), clock)
     await keyring.ensure(configured_id_token_algs(config))
+    audit = AuditLog(store, clock, origin_of(str(config.server.issuer), config.audit.origin),
+                     config.admin.management_identity, config.audit.sequencer_interval_ms)
+    await audit.ensure_key()
     return Services(
         config=config,
         clock=clock,
@@ -85,4 +90,5 @@ async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock =
         admin_emails=admin_emails_of(config),
         oauth_clients=ClientRegistry(config, clock),
         federation=build_federation_providers(pm, config) if federation is None else federation,
+        audit=audit,
     )

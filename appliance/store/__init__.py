@@ -58,6 +58,7 @@ from grantd.store.people import (
     WebAuthnChallengeStore,
 )
 from grantd.store.records import Agent, Delegation, Grant, GrantEvent, GrantReview, SigningKey, Vote
+from grantd.store.tlog import HostStore, ReceiptStore, TlogStore
 
 
 class StoreError(Exception):
@@ -125,8 +126,10 @@ class KeyStore(Protocol):
 class AgentStore(Protocol):
     """Agents: ``Agent`` records. E-mails are unique across agents and persons (D11)."""
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
-        """Insert. Raise ``Conflict("email")`` if the e-mail is another agent's, is in
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
+                     by: str | None = None) -> Agent:
+        """Insert (recording ``agent.enrolled`` by ``by``, grantd.store.tlog, in the same transaction).
+        Raise ``Conflict("email")`` if the e-mail is another agent's, is in
         ``reserved_emails`` (administrators, the management identity), is a person's
         (``store.people``) or is used as a person's (any agent's owner or approver, any
         delegation's delegator); ``Conflict("publicKey")`` for a
@@ -145,11 +148,11 @@ class AgentStore(Protocol):
     async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
         """Newest first by (created_at, agent_id)."""
 
-    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+    async def update(self, agent_id: str, changes: dict[str, Any], *, by: str | None = None) -> Agent | None:
         """Apply ``changes`` (name, owner, approver, public_key, key_id, updated_at, and ``status:
         "active"`` to re-enable a disabled agent — disabling is ``retire``). A new
         ``public_key`` increments ``key_generation`` in the same write (tokens issued under the old
-        key stop working). Raise ``Conflict`` as ``create`` does for owner/approver/publicKey.
+        key stop working) and records ``agent.key_replaced`` by ``by``. Raise ``Conflict`` as ``create`` does for owner/approver/publicKey.
         None if the agent is gone."""
 
     async def retire(
@@ -334,6 +337,9 @@ class Store(Protocol):
     refresh_tokens: RefreshTokenStore
     device_codes: DeviceCodeStore
     consents: ConsentStore
+    tlog: TlogStore
+    hosts: HostStore
+    receipts: ReceiptStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -364,5 +370,5 @@ class Store(Protocol):
 
 __all__ = [
     "AgentStore", "ChallengeStore", "Conflict", "ConsentStore", "CredentialStore", "DelegationStore", "DeviceCodeStore",
-    "GrantStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "WebAuthnChallengeStore",
+    "GrantStore", "HostStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "ReceiptStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "TlogStore", "WebAuthnChallengeStore",
 ]

@@ -30,6 +30,7 @@ from grantd.plugin_manager import (
 from grantd.services.context import Services, open_services
 from grantd.services.grants import sweep_expired
 from grantd.web import csrf
+from grantd.web.api import audit as audit_api
 from grantd.web.api import metrics as metrics_api
 from grantd.web.api.common import clear_stale_session_cookie
 from grantd.web.state import ProcessState, state_of
@@ -192,7 +193,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         wellknown,
     )
 
-    for module in (health, wellknown, agents, admin, people_admin, grants, delegations, federation, webauthn, oauth, device,
+    for module in (health, wellknown, agents, admin, audit_api, people_admin, grants, delegations, federation, webauthn, oauth, device,
                    sp, pages, openapi, metrics_api):
         app.blueprint(module.bp)
     metrics_api.install(app, config)  # counts every answer when [metrics] enabled
@@ -211,6 +212,8 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         assert services is not None  # opened before the server starts
         services.store.serving()
         services.events.start()
+        if services.audit is not None:
+            services.audit.start()
         state.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
 
     @app.before_server_stop
@@ -222,6 +225,8 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         sweeper = state.sweeper
         if sweeper is not None:
             sweeper.cancel()
+        if services.audit is not None:
+            await services.audit.close()
         await services.events.close()  # open event streams end now instead of holding up the shutdown
 
     @app.after_server_stop

@@ -291,6 +291,23 @@ SCHEMAS: dict[str, Schema] = {
         ("results",),
     ),
     # delegations (D7)
+    "AuditEntries": obj({"entries": {"type": "array", "maxItems": 1000, "items": obj(
+        {"index": {"type": "integer", "minimum": 0}, "leaf": {"type": "string", "description": "the exact leaf that was hashed"},
+         "leaf_hash": {"type": "string", "description": "base64 SHA-256(0x00 || leaf)"}}, ("index", "leaf", "leaf_hash"))}},
+        ("entries",)),
+    "InclusionProof": obj({"leaf_index": {"type": "integer"}, "tree_size": {"type": "integer"},
+                           "hashes": {"type": "array", "items": STRING}}, ("leaf_index", "tree_size", "hashes")),
+    "ConsistencyProof": obj({"hashes": {"type": "array", "items": STRING}}, ("hashes",)),
+    "GrantAudit": obj({"grant_id": STRING, "checkpoint": {"type": "string", "description": "the signed note the proofs are against"},
+                       "entries": {"type": "array", "items": obj(
+                           {"index": {"type": "integer"}, "leaf": STRING, "proof": ref("InclusionProof")},
+                           ("index", "leaf", "proof"))}}, ("grant_id", "checkpoint", "entries")),
+    "HostBody": obj({"host": {"type": "string", "maxLength": 253}, "publicKey": {"type": "string", "description": "an OpenSSH ssh-ed25519 line"}},
+                    ("host", "publicKey")),
+    "Host": obj({"host": STRING, "publicKey": STRING, "created_at": {"type": "integer"}}, ("host", "publicKey", "created_at")),
+    "ReceiptBody": obj({"receipt": {"type": "string", "description": "a grantd-receipt+jwt compact JWS (EdDSA)"}}, ("receipt",)),
+    "ReceiptResult": obj({"grant_id": STRING, "host": STRING, "result": STRING, "new": {"type": "boolean"}},
+                         ("grant_id", "host", "result", "new")),
     "Delegation": obj(
         {"id": STRING, "delegator": STRING, "delegate": STRING, "audience": STRING, "scopes": array(STRING),
          "approval": GRANT_TYPE, "grant_type": GRANT_TYPE, "created_at": MS, "expires_at": nullable(MS),
@@ -556,6 +573,11 @@ PARAMETERS: dict[str, Schema] = {
            ("prompt", "none, login or consent"), ("login_hint", "the e-mail of the person expected"))},
     "If-None-Match": {"name": "If-None-Match", "in": "header", "description": "an ETag from an earlier answer: 304 if unchanged",
                       "schema": STRING},
+    **{name: {"name": name, "in": "query", "required": name not in ("end",), "description": text,
+              "schema": {"type": "string", "pattern": "^[0-9]{1,15}$"}}
+       for name, text in (("start", "first index (inclusive)"), ("end", "last index (exclusive; at most start + 1000)"),
+                          ("index", "the leaf's index"), ("size", "the tree size (at most the newest checkpoint's)"),
+                          ("from", "the older tree size"), ("to", "the newer tree size (at most the newest checkpoint's)"))},
     "Last-Event-ID": {"name": "Last-Event-ID", "in": "header", "description": "resume after this event id (0: from the start)",
                       "schema": {"type": "string", "pattern": "^[0-9]{1,18}$"}},
 }
@@ -682,6 +704,24 @@ OPERATIONS: tuple[Op, ...] = (
        ok={200: Ok(ref("Verified"))}, errors=(429,), tag="grants"),  # D2: the body is required
     Op("POST", "/api/grants/batch", "grants.batch", "Approve, deny or revoke many grants", BEARER, "BatchBody",
        ok={200: Ok(ref("BatchResult"))}, tag="grants"),
+    # the decision log (D14)
+    Op("GET", "/api/audit/checkpoint", "audit.checkpoint", "The newest signed checkpoint (C2SP tlog-checkpoint note)", NONE,
+       ok={200: Ok({"type": "string"}, "A signed note", media="text/plain")}, errors=(503,), tag="audit"),
+    Op("GET", "/api/audit/key", "audit.key", "The log's verifier keys (vkeys), old ones too", NONE,
+       ok={200: Ok({"type": "string"}, "One vkey per line", media="text/plain")}, tag="audit"),
+    Op("GET", "/api/audit/entries", "audit.entries", "Leaves start..end (administrators, auditors)", BEARER,
+       query=("start", "end"), ok={200: Ok(ref("AuditEntries"))}, tag="audit"),
+    Op("GET", "/api/audit/proof/inclusion", "audit.inclusion", "RFC 9162 inclusion proof", BEARER,
+       query=("index", "size"), ok={200: Ok(ref("InclusionProof"))}, tag="audit"),
+    Op("GET", "/api/audit/proof/consistency", "audit.consistency", "RFC 9162 consistency proof", BEARER,
+       query=("from", "to"), ok={200: Ok(ref("ConsistencyProof"))}, tag="audit"),
+    Op("GET", "/api/audit/grants/{grant_id}", "audit.grant", "A grant's leaves with proofs (an agent: its own)", BEARER,
+       ok={200: Ok(ref("GrantAudit"))}, tag="audit"),
+    Op("POST", "/api/audit/receipts", "audit.receipts", "A target host's signed receipt (once)", NONE, "ReceiptBody",
+       ok={201: Ok(ref("ReceiptResult"), "Created"), 200: Ok(ref("ReceiptResult"), "A repeat: nothing added")},
+       errors=(401, 403), tag="audit"),
+    Op("POST", "/api/hosts", "audit.hosts", "Enrol a target host's receipt key (administrators)", BEARER, "HostBody",
+       ok={201: Ok(ref("Host"), "Created")}, errors=(409,), tag="audit"),
     # delegations
     Op("POST", "/api/delegations", "delegations.create", "Pre-approve a delegate's requests (people only)", BEARER,
        "DelegationBody", ok={201: Ok(ref("Delegation"), "Created")}, errors=(409,), tag="delegations"),

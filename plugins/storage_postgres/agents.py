@@ -17,6 +17,7 @@ from grantd.store.records import (
 )
 from grantd.store.rows import grant_row, page_rows
 from grantd.store.sql import after_sql, not_lapsed_sql
+from grantd.store.tlog import agent_event
 
 from .connection import (
     _constraint,
@@ -30,6 +31,7 @@ from .connection import (
 from .constants import PRINCIPALS_LOCK
 from .principals import _email_taken, _person_id_of
 from .sql import PG, _insert
+from .tlog import _record
 
 if TYPE_CHECKING:
     import psycopg
@@ -53,7 +55,8 @@ class PostgresAgents(_Part):
             raise Conflict("publicKey")
 
     @_on_store_loop
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
+                     by: str | None = None) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
@@ -81,6 +84,7 @@ class PostgresAgents(_Part):
             except _unique_violation() as exc:
                 name = _constraint(exc)
                 raise Conflict("email" if name == "agents_email_key" else "publicKey" if name == "agents_key_id_key" else "id") from None
+            await _record(cur, agent_event("agent.enrolled", row, by, int(row["created_at"])))
         return cast(Agent, row)
 
     @_nul_finds_nothing(None)
@@ -108,7 +112,7 @@ class PostgresAgents(_Part):
 
     @_nul_finds_nothing(None)
     @_on_store_loop
-    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+    async def update(self, agent_id: str, changes: dict[str, Any], *, by: str | None = None) -> Agent | None:
         cols = [c for c in AGENT_CHANGEABLE if c in changes]
         async with self._db.tx() as cur:
             await _lock(cur, PRINCIPALS_LOCK)
@@ -138,6 +142,8 @@ class PostgresAgents(_Part):
             except _unique_violation():
                 raise Conflict("publicKey") from None
             row = await cur.fetchone()
+            if new_key and row is not None:
+                await _record(cur, agent_event("agent.key_replaced", dict(row), by, int(row["updated_at"])))
         return cast(Agent, row)
 
     @_nul_finds_nothing(None)
@@ -174,6 +180,7 @@ class PostgresAgents(_Part):
                     (now, agent_id),
                 )
             await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
+            await _record(cur, agent_event("agent.disabled", agent, by, now))
         return cast(Agent, agent), [grant_row(g) for g in revoked]
 
     @_nul_finds_nothing(list)

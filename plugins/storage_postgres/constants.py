@@ -26,3 +26,5 @@ RATE_SWEEP_LIMIT = 1000  # ended rate windows one hit deletes at most
 
 P = ParamSpec("P")
 R = TypeVar("R")
+AUDIT_LOCK = 0x6772616E7464_0005  # audit_events: seq in commit order (as EVENTS_LOCK for grant events)
+TLOG_KEYS_LOCK = 0x6772616E7464_0006

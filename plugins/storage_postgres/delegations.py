@@ -14,10 +14,12 @@ from grantd.store.records import (
 )
 from grantd.store.rows import delegation_row, page_rows, to_json
 from grantd.store.sql import after_sql, not_lapsed_sql
+from grantd.store.tlog import delegation_event
 
 from .connection import _lock, _nul_finds_nothing, _on_store_loop, _Part, _unique_violation
 from .constants import PRINCIPALS_LOCK
 from .sql import PG, _insert
+from .tlog import _record
 
 
 class PostgresDelegations(_Part):
@@ -33,6 +35,7 @@ class PostgresDelegations(_Part):
                 await cur.execute(_insert("delegations", DELEGATION_COLUMNS), {**row, "scopes": to_json(row["scopes"])})
             except _unique_violation():
                 raise Conflict("id") from None
+            await _record(cur, delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])))
         return cast(Delegation, row)
 
     @_nul_finds_nothing(None)
@@ -60,13 +63,15 @@ class PostgresDelegations(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
-        async with self._db.statement() as cur:
+        async with self._db.tx() as cur:
             await cur.execute(
                 """UPDATE delegations SET status = 'revoked', revoked_at = %s, revoked_by = %s
                    WHERE id = %s AND status = 'active' RETURNING *""",
                 (now, by, delegation_id),
             )
             row = await cur.fetchone()
+            if row:
+                await _record(cur, delegation_event("delegation.revoked", dict(row), by, now))
         return delegation_row(dict(row)) if row else None
 
     @_nul_finds_nothing(list)

@@ -10,10 +10,12 @@ from grantd.store.records import (
     SigningKey,
 )
 from grantd.store.rows import key_row
+from grantd.store.tlog import jwt_key_event
 
 from .connection import _lock, _nul_finds_nothing, _on_store_loop, _Part
 from .constants import KEYS_LOCK
 from .sql import _cols
+from .tlog import _record
 
 if TYPE_CHECKING:
     import psycopg
@@ -62,6 +64,7 @@ class PostgresKeys(_Part):
             )
             retired = await cur.fetchall()
             await self._insert(cur, key)
+            await _record(cur, jwt_key_event(dict(key), now))
         return [str(r["kid"]) for r in retired]
 
     @_on_store_loop

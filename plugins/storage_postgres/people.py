@@ -174,7 +174,7 @@ class PostgresCredentials(_Part):
 
     @_on_store_loop
     async def add(self, credential: PasskeyCredential) -> PasskeyCredential:
-        async with self._db.statement() as cur:
+        async with self._db.tx() as cur:  # the passkey and its audit event (D14) together
             return await _insert_credential(cur, credential)
 
     @_nul_finds_nothing(None)

@@ -13,10 +13,12 @@ from grantd.store.records import (
     Person,
 )
 from grantd.store.rows import fold, to_json
+from grantd.store.tlog import credential_event
 
 from .connection import _constraint, _lock, _unique_violation
 from .constants import PRINCIPALS_LOCK
 from .sql import _insert
+from .tlog import _record
 
 if TYPE_CHECKING:
     import psycopg
@@ -97,4 +99,7 @@ async def _insert_credential(cur: psycopg.AsyncCursor[Any], credential: PasskeyC
         await cur.execute(_insert("passkey_credentials", CREDENTIAL_COLUMNS), {**row, "transports": to_json(row["transports"])})
     except _unique_violation():
         raise Conflict("credential_id") from None
+    await cur.execute("SELECT email FROM people WHERE person_id = %s", (row["person_id"],))
+    owner = await cur.fetchone()
+    await _record(cur, credential_event(row, owner["email"] if owner else None))
     return cast(PasskeyCredential, row)

@@ -32,6 +32,7 @@ from .people import (
 )
 from .principals import _has_table
 from .rates import PostgresRates
+from .tlog import PostgresHosts, PostgresReceipts, PostgresTlog
 
 
 # -- the store ------------------------------------------------------------------------------------------
@@ -78,6 +79,9 @@ class PostgresStore:
         self.onetime = PostgresOneTime(self._db)
         self.refresh_tokens = PostgresRefreshTokens(self._db)
         self.device_codes = PostgresDeviceCodes(self._db)
+        self.tlog = PostgresTlog(self._db)
+        self.hosts = PostgresHosts(self._db)
+        self.receipts = PostgresReceipts(self._db)
         self.consents = PostgresConsents(self._db)
 
     # -- lifecycle --------------------------------------------------------------------------------------

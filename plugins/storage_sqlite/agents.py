@@ -18,10 +18,12 @@ from grantd.store.records import (
 )
 from grantd.store.rows import grant_row, page_rows
 from grantd.store.sql import after_sql, not_lapsed_sql
+from grantd.store.tlog import agent_event
 
 from .connection import _Database
 from .grants import _record_event
 from .people import _person_id_of
+from .tlog import _record
 
 
 class SQLiteAgents:
@@ -40,7 +42,8 @@ class SQLiteAgents:
         if conn.execute("SELECT 1 FROM agents WHERE key_id = ? AND agent_id != ?", (key_id, agent_id)).fetchone():
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
+                     by: str | None = None) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
@@ -73,6 +76,7 @@ class SQLiteAgents:
                 )
             except sqlite3.IntegrityError as exc:
                 raise Conflict("email" if "agents.email" in str(exc) else "id") from None
+            _record(conn, agent_event("agent.enrolled", row, by, int(row["created_at"])))
         return cast(Agent, row)
 
     async def get(self, ident: str) -> Agent | None:
@@ -92,7 +96,7 @@ class SQLiteAgents:
         found, more = page_rows(rows, page.limit)
         return cast(list[Agent], found), more
 
-    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+    async def update(self, agent_id: str, changes: dict[str, Any], *, by: str | None = None) -> Agent | None:
         cols = [c for c in AGENT_CHANGEABLE if c in changes]
         async with self._db.awrite() as conn:
             current = conn.execute("SELECT * FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
@@ -116,6 +120,8 @@ class SQLiteAgents:
                 f"UPDATE agents SET {', '.join(sets)} WHERE agent_id = :agent_id RETURNING *",  # noqa: S608 - column names from a fixed set
                 {**values, "agent_id": agent_id},
             ).fetchone()
+            if new_key:
+                _record(conn, agent_event("agent.key_replaced", dict(row), by, int(row["updated_at"])))
         return cast(Agent, dict(row))
 
     async def retire(
@@ -145,6 +151,7 @@ class SQLiteAgents:
                 (by, now, agent["email"]),
             )
             conn.execute("DELETE FROM challenges WHERE agent_id = ?", (agent_id,))
+            _record(conn, agent_event("agent.disabled", agent, by, now))
             if delete:
                 conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,))
             else:

@@ -15,8 +15,10 @@ from grantd.store.records import (
 )
 from grantd.store.rows import delegation_row, page_rows, to_json
 from grantd.store.sql import after_sql, not_lapsed_sql
+from grantd.store.tlog import delegation_event
 
 from .connection import _Database
+from .tlog import _record
 
 
 class SQLiteDelegations:
@@ -35,6 +37,7 @@ class SQLiteDelegations:
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
+            _record(conn, delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])))
         return cast(Delegation, row)
 
     async def get(self, delegation_id: str) -> Delegation | None:
@@ -62,6 +65,8 @@ class SQLiteDelegations:
                    WHERE id = ? AND status = 'active' RETURNING *""",
                 (now, by, delegation_id),
             ).fetchone()
+            if row:
+                _record(conn, delegation_event("delegation.revoked", dict(row), by, now))
         return delegation_row(dict(row)) if row else None
 
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:

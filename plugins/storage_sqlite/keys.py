@@ -9,8 +9,10 @@ from grantd.store.records import (
     SigningKey,
 )
 from grantd.store.rows import key_row
+from grantd.store.tlog import jwt_key_event
 
 from .connection import _Database
+from .tlog import _record
 
 
 # -- parts ----------------------------------------------------------------------------------------------
@@ -49,6 +51,7 @@ class SQLiteKeys:
                 (now, key["alg"]),
             ).fetchall()
             self._insert(conn, key)
+            _record(conn, jwt_key_event(dict(key), now))
         return [str(r[0]) for r in retired]
 
     async def drop_retired_before(self, cutoff: int) -> int:

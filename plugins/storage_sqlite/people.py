@@ -26,9 +26,11 @@ from grantd.store.records import (
 )
 from grantd.store.rows import credential_row, grant_row, page_rows, person_row, registration_row, to_json
 from grantd.store.sql import after_sql, not_lapsed_sql
+from grantd.store.tlog import credential_event
 
 from .connection import _Database, _insert, fold
 from .grants import _record_event
+from .tlog import _record
 
 
 def _person_id_of(conn: sqlite3.Connection, email: Any) -> str | None:
@@ -75,6 +77,8 @@ def _insert_credential(conn: sqlite3.Connection, credential: PasskeyCredential) 
         _insert(conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": to_json(row["transports"])})
     except sqlite3.IntegrityError:
         raise Conflict("credential_id") from None
+    owner = conn.execute("SELECT email FROM people WHERE person_id = ?", (row["person_id"],)).fetchone()
+    _record(conn, credential_event(row, owner[0] if owner else None))
     return cast(PasskeyCredential, row)
 
 

@@ -43,6 +43,7 @@ from .people import (
     SQLiteWebAuthnChallenges,
 )
 from .rates import SQLiteRates
+from .tlog import SQLiteHosts, SQLiteReceipts, SQLiteTlog
 
 
 class SQLiteStore:
@@ -82,6 +83,9 @@ class SQLiteStore:
         self.refresh_tokens = SQLiteRefreshTokens(self._db)
         self.device_codes = SQLiteDeviceCodes(self._db)
         self.consents = SQLiteConsents(self._db)
+        self.tlog = SQLiteTlog(self._db)
+        self.hosts = SQLiteHosts(self._db)
+        self.receipts = SQLiteReceipts(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 

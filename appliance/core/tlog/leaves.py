@@ -68,8 +68,22 @@ class Leaf:
 
 
 def canonical(value: Any) -> bytes:
-    """RFC 8785 canonical JSON (UTF-8); integers only."""
+    """RFC 8785 canonical JSON (UTF-8); integers only.
+
+    Fast path (issue 23: the sequencer encodes every event, 23 -> 4 µs a leaf): when the standard
+    library's sorted, compact encoding is pure ASCII it is byte for byte RFC 8785's: ASCII keys sort
+    the same by UTF-16 code units and by code points, integers and literals are written alike, and
+    both escape exactly the quote, the backslash and the control characters (backspace, tab, line
+    feed, form feed and carriage return in their short forms, the others as lowercase u00xx).
+    Anything else goes to the ``rfc8785`` library
+    (tests/test_tlog_leaves.py checks the two agree)."""
     _no_floats(value, "leaf")
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        text = ""
+    if text and text.isascii():
+        return text.encode("ascii")
     try:
         return rfc8785.dumps(value)
     except rfc8785.CanonicalizationError as error:
@@ -77,6 +91,28 @@ def canonical(value: Any) -> bytes:
 
 
 def _no_floats(value: Any, where: str) -> None:
+    """Integers in the safe range, strings, booleans, null, lists and string-keyed objects only. The
+    common case is one iterative pass over exact types (the sequencer checks every event, issue 23);
+    anything unusual goes to ``_no_floats_at``, which names where the problem is."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is int and -MAX_SAFE <= item <= MAX_SAFE:
+            continue
+        if kind is dict and all(type(k) is str for k in item):
+            stack.extend(item.values())
+            continue
+        if kind is list or kind is tuple:
+            stack.extend(item)
+            continue
+        _no_floats_at(value, where)  # raises with the path (or accepts a subclass it knows)
+        return
+
+
+def _no_floats_at(value: Any, where: str) -> None:
     if isinstance(value, float):
         raise LeafError(f"{where}: numbers in a leaf are integers")
     if isinstance(value, bool) or value is None or isinstance(value, str):
@@ -89,11 +125,11 @@ def _no_floats(value: Any, where: str) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise LeafError(f"{where}: object keys are strings")
-            _no_floats(item, f"{where}.{key}")
+            _no_floats_at(item, f"{where}.{key}")
         return
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _no_floats(item, f"{where}[{i}]")
+            _no_floats_at(item, f"{where}[{i}]")
         return
     raise LeafError(f"{where}: {type(value).__name__} is not a JSON value")
 

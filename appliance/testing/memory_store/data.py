@@ -27,6 +27,9 @@ from grantd.store.records import (
     WebAuthnChallenge,
 )
 from grantd.store.rows import page_rows
+from grantd.store.tlog import credential_event
+
+from .tlog import record_event
 
 
 def _newest_first(rows: list[Any], id_key: str, page: PageRequest) -> tuple[list[Any], bool]:
@@ -117,4 +120,6 @@ class _Data:
         if row["credential_id"] in self.credentials:
             raise Conflict("credential_id")
         self.credentials[row["credential_id"]] = row
+        owner = self.people.get(row["person_id"])
+        record_event(self, credential_event(dict(row), owner["email"] if owner else None))
         return copy.deepcopy(row)

@@ -23,8 +23,10 @@ from grantd.store.records import (
     SigningKey,
     Vote,
 )
+from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
+from .tlog import record_event
 
 
 class MemoryKeys:
@@ -52,6 +54,7 @@ class MemoryKeys:
                     k["retired_at"], k["private_pem"] = now, ""  # a retired key never signs again
                     retired.append(k["kid"])
             self._d.keys.append({**copy.deepcopy(key), "retired_at": None})
+            record_event(self._d, jwt_key_event(dict(key), now))
             return retired
 
     async def drop_retired_before(self, cutoff: int) -> int:
@@ -82,7 +85,8 @@ class MemoryAgents:
         if any(a["key_id"] == key_id and a["agent_id"] != agent_id for a in self._d.agents.values()):
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0) -> Agent:
+    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
+                     by: str | None = None) -> Agent:
         row: Agent = {**copy.deepcopy(agent)}
         row["key_generation"] = row.get("key_generation") or 1
         email = row["email"]
@@ -108,6 +112,7 @@ class MemoryAgents:
             if row["agent_id"] in self._d.agents:
                 raise Conflict("id")
             self._d.agents[row["agent_id"]] = row
+            record_event(self._d, agent_event("agent.enrolled", dict(row), by, row["created_at"]))
         return copy.deepcopy(row)
 
     async def get(self, ident: str) -> Agent | None:
@@ -120,7 +125,7 @@ class MemoryAgents:
     async def list(self, page: PageRequest) -> tuple[list[Agent], bool]:
         return _newest_first(list(self._d.agents.values()), "agent_id", page)
 
-    async def update(self, agent_id: str, changes: dict[str, Any]) -> Agent | None:
+    async def update(self, agent_id: str, changes: dict[str, Any], *, by: str | None = None) -> Agent | None:
         async with self._d.tx:
             agent = self._d.agents.get(agent_id)
             if agent is None:
@@ -128,7 +133,8 @@ class MemoryAgents:
             self._check_people(changes.get("owner"), changes.get("approver"))
             if "key_id" in changes:
                 self._check_key(changes["key_id"], agent_id)
-            if "public_key" in changes and changes["public_key"] != agent["public_key"]:
+            new_key = "public_key" in changes and changes["public_key"] != agent["public_key"]
+            if new_key:
                 agent["key_generation"] += 1
             for party in ("owner", "approver"):  # a new e-mail is bound to its person now (D11)
                 if party in changes and changes[party] != agent[party]:  # type: ignore[literal-required]
@@ -136,6 +142,8 @@ class MemoryAgents:
             for column in AGENT_CHANGEABLE:
                 if column in changes:
                     agent[column] = changes[column]  # type: ignore[literal-required]
+            if new_key:
+                record_event(self._d, agent_event("agent.key_replaced", dict(agent), by, agent["updated_at"]))
             return copy.deepcopy(agent)
 
     async def retire(
@@ -158,6 +166,7 @@ class MemoryAgents:
                 if delegation["delegate"] == agent["email"] and delegation["status"] == "active":
                     delegation.update({"status": "revoked", "revoked_by": by, "revoked_at": now})
             self._d.challenges = {c: v for c, v in self._d.challenges.items() if v[0] != agent_id}
+            record_event(self._d, agent_event("agent.disabled", dict(agent), by, now))
             if delete:
                 del self._d.agents[agent_id]
             else:
@@ -343,6 +352,7 @@ class MemoryDelegations:
             if row["id"] in self._d.delegations:
                 raise Conflict("id")
             self._d.delegations[row["id"]] = row
+            record_event(self._d, delegation_event("delegation.created", dict(row), row["delegator"], row["created_at"]))
         return copy.deepcopy(row)
 
     async def get(self, delegation_id: str) -> Delegation | None:
@@ -358,6 +368,7 @@ class MemoryDelegations:
             if delegation is None or delegation["status"] != "active":
                 return None
             delegation.update({"status": "revoked", "revoked_at": now, "revoked_by": by})
+            record_event(self._d, delegation_event("delegation.revoked", dict(delegation), by, now))
             return copy.deepcopy(delegation)
 
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:

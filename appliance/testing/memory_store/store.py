@@ -23,6 +23,7 @@ from .people import (
     MemorySessions,
     MemoryWebAuthnChallenges,
 )
+from .tlog import MemoryHosts, MemoryReceipts, MemoryTlog
 
 
 class MemoryStore:
@@ -45,6 +46,9 @@ class MemoryStore:
         self.refresh_tokens = MemoryRefreshTokens(data)
         self.device_codes = MemoryDeviceCodes(data)
         self.consents = MemoryConsents(data)
+        self.tlog = MemoryTlog(data)
+        self.hosts = MemoryHosts(data)
+        self.receipts = MemoryReceipts(data)
         self._migrated = False
 
     async def migrate(self) -> list[int]:

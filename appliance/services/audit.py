@@ -1,0 +1,519 @@
+"""The decision log in the server (D14, issue 23): the sequencer, the log key, and what the audit
+routes read. The pure log (leaves, hashing, proofs, notes) is ``grantd.core.tlog``; the rows are
+``store.tlog`` (grantd.store.tlog).
+
+The sequencer runs in every server process as a background task (like the expiry sweep); only the
+holder of the store's lease works. One step: take or renew the lease, read the grant events and the
+audit events after the last ones integrated, turn them into leaves in a deterministic order
+(``_merge``), append the leaves and their nodes **and** the new positions in one transaction (a
+compare-and-set on the size, so a second sequencer or a lost lease writes nothing), then sign a
+checkpoint only after ``next_checkpoint`` proved from the committed nodes that it extends the last
+one signed. A crash before the append leaves the events where they were: the next winner integrates
+them again, identically. A crash after it leaves leaves without a checkpoint: the next step signs it.
+
+The grant write path does not change: grant events are written in the grant's own transaction
+already (``grant_events``); hosts and receipts write their ``audit_events`` row in theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from grantd.core import policy
+from grantd.core.errors import Problem, bad_request, conflict, forbidden, not_found, unauthorized
+from grantd.core.principals import Kind, Principal
+from grantd.core.tlog import leaves as L
+from grantd.core.tlog.merkle import (
+    CompactRange,
+    ProofError,
+    consistency_ranges,
+    inclusion_proof,
+    inclusion_ranges,
+    range_nodes,
+)
+from grantd.core.tlog.merkle import consistency_proof as make_consistency_proof
+from grantd.core.tlog.note import Checkpoint, InconsistentCheckpoint, Signer, Verifier, open_checkpoint
+from grantd.core.tlog.receipts import BadReceipt, UnknownHost, check_host_name, receipt_host, verify_receipt
+from grantd.core.tlog.sequencer import integrate, next_checkpoint
+from grantd.sshkeys import KeyFormatError, parse_public_key
+from grantd.store import Conflict, Store
+from grantd.store.records import GrantEvent
+from grantd.store.tlog import AuditEvent, Host, TlogKey
+
+if TYPE_CHECKING:
+    from grantd.services.context import Services
+
+log = logging.getLogger("grantd.audit")
+
+BATCH = 1000  # events read per source per step (a full batch is followed by the next at once)
+LEASE_MS = 5000
+YIELD_EVERY = 128  # events encoded between two yields to the event loop (p99 of requests under load)
+MAX_ENTRIES = 1000  # D14: at most this many entries per answer
+
+
+def origin_of(issuer: str, configured: str | None) -> str:
+    """``[audit] origin``, default the issuer's host (with its port, if any) + ``/grantd`` (D14)."""
+    if configured:
+        return configured
+    return f"{urlsplit(issuer).netloc}/grantd"
+
+
+# -- events -> leaves (one rule, here) -------------------------------------------------------------------
+
+
+def _person(email: str | None, management_identity: str) -> dict[str, str]:
+    if not email:
+        return {"kind": "system"}
+    if email.startswith("policy:"):
+        return {"kind": "system", "name": email}
+    if email.lower() == management_identity.lower():
+        return {"kind": "management", "email": email}
+    return {"kind": "person", "email": email}
+
+
+def _requester(grant: Mapping[str, Any], management_identity: str) -> dict[str, str]:
+    requester_id = str(grant.get("requester_id") or "")
+    if requester_id.startswith("agt_"):
+        return {"kind": "agent", "agent_id": requester_id, "email": str(grant["requester"])}
+    return _person(str(grant.get("requester") or ""), management_identity)
+
+
+def _safe(value: Any) -> Any:
+    """JSON values a leaf can carry: floats (none are expected) become strings, so one odd request
+    field can never stop the log."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > L.MAX_SAFE:
+        return str(value)
+    return value
+
+
+def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) -> list[tuple[bytes, str | None]]:
+    """The leaves of one grant event, each with its grant id; ``seq`` is the first leaf's sequence
+    number (the log's: index + 1). An approval or denial made by a vote without a ``grant.reviewed``
+    event of its own is logged as that vote followed by the outcome, so the log shows its basis."""
+    grant: Mapping[str, Any] = event["grant"]
+    gid = event["grant_id"]
+    ts = int(event["created_at"])
+    kind = event["event"]
+    made: list[bytes] = []
+
+    def nxt() -> int:
+        return seq + len(made)
+
+    if kind == "grant.created":
+        request = _safe(grant.get("request") or {})
+        made.append(L.grant_created(nxt(), ts, _requester(grant, management_identity), gid, request=request,
+                                    cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
+                                    grant_type=str(grant["grant_type"])))
+    elif kind in ("grant.approved", "grant.denied"):
+        decided_by = str(grant.get("decided_by") or "")
+        actor = _person(decided_by, management_identity)
+        decision = "approve" if kind == "grant.approved" else "deny"
+        if decided_by.startswith("policy:"):
+            made.append(L.grant_auto_decided(nxt(), ts, actor, gid, decision=decision,
+                                             rule=decided_by.removeprefix("policy:"),
+                                             reason=str(grant.get("decision_reason") or "")))
+        else:
+            via = "delegation" if grant.get("delegation_id") else "api"
+            made.append(L.grant_reviewed(nxt(), ts, actor, gid, decision=decision, via=via,
+                                         reason=grant.get("decision_reason") if decision == "deny" else None))
+        if kind == "grant.approved":
+            made.append(L.grant_approved(nxt(), ts, actor, gid, grant_type=str(grant["grant_type"]),
+                                         decided_by=decided_by, expires_at=grant.get("expires_at")))
+        else:
+            made.append(L.grant_denied(nxt(), ts, actor, gid, decided_by=decided_by,
+                                       reason=grant.get("decision_reason")))
+    elif kind == "grant.revoked":
+        made.append(L.grant_revoked(nxt(), ts, _person(grant.get("revoked_by"), management_identity), gid,
+                                    reason=grant.get("decision_reason")))
+    elif kind == "grant.expired":
+        made.append(L.grant_expired(nxt(), ts, {"kind": "system"}, gid))
+    elif kind == "grant.consumed":
+        make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
+        made.append(make(nxt(), ts, _requester(grant, management_identity), gid))
+    elif kind == "grant.used":
+        made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
+    elif kind == "grant.reviewed" and isinstance(grant.get("approvals"), list) and grant["approvals"]:
+        # the approval-policy engine's vote (D13): the newest entry of the grant's approvals
+        vote = max((a for a in grant["approvals"] if isinstance(a, dict)), key=lambda a: int(a.get("at") or 0))
+        made.append(L.grant_reviewed(nxt(), ts, _person(str(vote.get("sub") or ""), management_identity), gid,
+                                     decision="approve", via=str(vote.get("via") or "api"),
+                                     req=str(vote["requirement"]) if vote.get("requirement") else None))
+    elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
+        made.append(L.grant_escalated(nxt(), ts, {"kind": "system"}, gid,
+                                      level=int(grant["review"].get("escalation_level") or 0)))
+    else:
+        # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
+        log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
+    return [(leaf, gid) for leaf in made]
+
+
+def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
+    """An audit event carries its leaf's kind, actor and data as they are."""
+    return (L.make_leaf(event["kind"], seq=seq, ts=int(event["created_at"]), actor=event["actor"],
+                        data=_safe(event["data"]), grant_id=event["grant_id"]), event["grant_id"])
+
+
+@dataclass(frozen=True)
+class _Item:
+    at: int
+    source: int  # 0 grant events, 1 audit events (ties: grant events first)
+    seq: int
+    event: Any
+
+
+def _merge(grant_events: Sequence[GrantEvent], audit_events: Sequence[AuditEvent], full: tuple[bool, bool]) -> list[_Item]:
+    """Both sources in one deterministic order that keeps each source's own sequence order: a merge
+    by (time, source) of the two heads. When a source filled its batch, the merge stops where that
+    source runs out (it may have more that come before the other's rest); the rest follows next
+    step, in the same order."""
+    a = [_Item(int(e["created_at"]), 0, int(e["seq"]), e) for e in grant_events]
+    b = [_Item(int(e["created_at"]), 1, int(e["seq"]), e) for e in audit_events]
+    merged: list[_Item] = []
+    i = j = 0
+    while i < len(a) or j < len(b):
+        if i == len(a):
+            if full[0]:
+                break
+            merged.append(b[j])
+            j += 1
+        elif j == len(b):
+            if full[1]:
+                break
+            merged.append(a[i])
+            i += 1
+        elif (a[i].at, 0) <= (b[j].at, 1):
+            merged.append(a[i])
+            i += 1
+        else:
+            merged.append(b[j])
+            j += 1
+    return merged
+
+
+# -- the log --------------------------------------------------------------------------------------------
+
+
+def _key_record(signer: Signer, now: int) -> TlogKey:
+    verifier = signer.verifier
+    return TlogKey(kid=verifier.key_id.hex(), name=signer.name, seed=base64.b64encode(signer.seed).decode(),
+                   public=base64.b64encode(verifier.public).decode(), created_at=now, retired_at=None)
+
+
+class AuditLog:
+    """One process's view of the log: its sequencer and the readers the routes use."""
+
+    def __init__(self, store: Store, clock: Any, origin: str, management_identity: str, interval_ms: int = 200):
+        self.store = store
+        self.clock = clock
+        self.origin = origin
+        self.management_identity = management_identity
+        self.interval = interval_ms / 1000
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._signer: Signer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+
+    # keys
+    async def ensure_key(self) -> None:
+        """Create the log key on first start (exactly one of several processes inserts it)."""
+        if not any(k["retired_at"] is None for k in await self.store.tlog.keys()):
+            await self.store.tlog.add_first_key(_key_record(Signer.generate(self.origin), self.clock.now_ms()))
+
+    async def rotate_key(self) -> str:
+        """A new log key signs from now on; the old public key stays listed (``/api/audit/key``)."""
+        signer = Signer.generate(self.origin)
+        await self.store.tlog.rotate_key(_key_record(signer, self.clock.now_ms()), self.clock.now_ms())
+        self._signer = None
+        return signer.verifier.vkey
+
+    async def signer(self) -> Signer:
+        keys = [k for k in await self.store.tlog.keys() if k["retired_at"] is None and k["seed"]]
+        if not keys:
+            await self.ensure_key()
+            keys = [k for k in await self.store.tlog.keys() if k["retired_at"] is None and k["seed"]]
+        key = keys[0]
+        if self._signer is None or self._signer.verifier.key_id.hex() != key["kid"]:
+            self._signer = Signer.from_seed(key["name"], base64.b64decode(key["seed"]))
+        return self._signer
+
+    async def verifiers(self) -> list[Verifier]:
+        return [Verifier(k["name"], base64.b64decode(k["public"])) for k in await self.store.tlog.keys()]
+
+    async def vkeys(self) -> list[str]:
+        return [v.vkey for v in await self.verifiers()]
+
+    # nodes
+    async def _reader(self, ranges: Sequence[tuple[int, int]]) -> Any:
+        coords = sorted({c for a, b in ranges for c in range_nodes(a, b)})
+        found = await self.store.tlog.nodes(coords)
+        return lambda wanted: found
+
+    # the sequencer
+    async def step(self) -> int:
+        """One integration (if this process holds the lease); the number of leaves added."""
+        now = self.clock.now_ms()
+        if not await self.store.tlog.lease(self.holder, now, LEASE_MS):
+            return 0
+        head = await self.store.tlog.head()
+        grant_events = await self.store.grants.events_after(head["grant_seq"], BATCH)
+        audit_events = await self.store.tlog.events_after(head["event_seq"], BATCH)
+        items = _merge(grant_events, audit_events, (len(grant_events) >= BATCH, len(audit_events) >= BATCH))
+        added = 0
+        if items:
+            size = head["size"]
+            raw: list[tuple[bytes, str | None]] = []
+            grant_seq, event_seq = head["grant_seq"], head["event_seq"]
+            for number, item in enumerate(items):
+                if number and number % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # encoding is CPU work on the event loop: let requests in between
+                try:
+                    if item.source == 0:
+                        raw += grant_event_leaves(item.event, size + len(raw) + 1, self.management_identity)
+                    else:
+                        raw.append(audit_event_leaf(item.event, size + len(raw) + 1))
+                except (L.LeafError, KeyError, TypeError, ValueError) as error:
+                    log.error("decision log: event %s/%d cannot become a leaf (%s); not logged",
+                              "grant_events" if item.source == 0 else "audit_events", item.seq, error)
+                if item.source == 0:
+                    grant_seq = max(grant_seq, item.seq)
+                else:
+                    event_seq = max(event_seq, item.seq)
+            stored = await self.store.tlog.nodes(CompactRange.coords(size))
+            compact = CompactRange.load(size, lambda coords: stored)
+            result = integrate(compact, [leaf for leaf, _ in raw])
+            rows = [(i, leaf, digest, raw[i - size][1]) for i, leaf, digest in result.leaf_rows]
+            if not await self.store.tlog.append(holder=self.holder, now=self.clock.now_ms(), expect_size=size,
+                                                leaves=rows, nodes=result.node_rows, grant_seq=grant_seq,
+                                                event_seq=event_seq):
+                return 0  # another sequencer moved first, or the lease ran out: nothing written
+            added = len(rows)
+        await self.sign_pending()
+        return added
+
+    async def sign_pending(self) -> str | None:
+        """Sign a checkpoint of the stored size if the newest signed one is smaller (or none exists),
+        only when it extends the last signed one; None if nothing was signed."""
+        head = await self.store.tlog.head()
+        latest = await self.store.tlog.latest_checkpoint()
+        if latest is not None and latest[0] >= head["size"]:
+            return None
+        signer = await self.signer()
+        previous: Checkpoint | None = None
+        if latest is not None:
+            previous = open_checkpoint(latest[1], await self.verifiers())
+        size = head["size"]
+        ranges = ([(0, size)] if size else []) + (consistency_ranges(previous.size, size) if previous else [])
+        read = await self._reader(ranges)
+        try:
+            note = next_checkpoint(signer, size, previous, read)
+        except (InconsistentCheckpoint, ProofError) as error:
+            log.error("decision log: not signing a checkpoint of size %d: %s", size, error)
+            return None
+        await self.store.tlog.add_checkpoint(size, note, self.clock.now_ms())
+        return note
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="audit-sequencer")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        try:
+            await self.store.tlog.release(self.holder)
+        except Exception:
+            log.debug("decision log: could not release the lease", exc_info=True)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                added = await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("decision log: sequencer step failed; retrying")
+                added = 0
+            if added < BATCH:
+                await asyncio.sleep(self.interval)
+
+    # readers for the routes
+    async def checkpoint(self) -> str | None:
+        latest = await self.store.tlog.latest_checkpoint()
+        return latest[1] if latest else None
+
+    async def checkpoint_size(self) -> int:
+        latest = await self.store.tlog.latest_checkpoint()
+        return latest[0] if latest else 0
+
+    async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
+        return await self.store.tlog.entries(start, min(end, start + MAX_ENTRIES))
+
+    async def inclusion(self, index: int, size: int) -> list[bytes]:
+        read = await self._reader(inclusion_ranges(index, size))
+        return inclusion_proof(index, size, read)
+
+    async def consistency(self, old: int, new: int) -> list[bytes]:
+        read = await self._reader(consistency_ranges(old, new))
+        return make_consistency_proof(old, new, read)
+
+    async def grant_entries(self, grant_id: str) -> tuple[str | None, list[dict[str, Any]]]:
+        latest = await self.store.tlog.latest_checkpoint()
+        if latest is None:
+            return None, []
+        size, note = latest
+        found = []
+        for index in await self.store.tlog.grant_indexes(grant_id, size):
+            leaf = (await self.store.tlog.entries(index, index + 1))[0][1]
+            proof = await self.inclusion(index, size)
+            found.append({"index": index, "leaf": leaf.decode(),
+                          "proof": {"leaf_index": index, "tree_size": size,
+                                    "hashes": [base64.b64encode(h).decode() for h in proof]}})
+        return note, found
+
+
+# -- what the routes ask (parsing, who may, answers) ----------------------------------------------------
+
+
+def _number(args: Mapping[str, Any], name: str, *, required: bool = True, default: int = 0) -> int:
+    values = args.get(name)
+    value = values[0] if isinstance(values, list) and values else values
+    if value is None or value == "":
+        if required:
+            raise bad_request(f"{name} is required", field=name)
+        return default
+    text = str(value)
+    if not text.isascii() or not text.isdigit() or len(text) > 15:
+        raise bad_request(f"{name} must be a non-negative integer", field=name)
+    return int(text)
+
+
+def log_of(services: Services) -> AuditLog:
+    if services.audit is None:
+        raise Problem(503, "the decision log is not open")
+    return services.audit
+
+
+async def read_entries(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+    policy.may_read_audit_log(principal, auditor_emails(services))
+    start = _number(args, "start")
+    head = await services.store.tlog.head()
+    end = _number(args, "end", required=False, default=min(head["size"], start + MAX_ENTRIES))
+    if end < start:
+        raise bad_request("end must not be below start", field="end")
+    rows = await log_of(services).entries(start, end)
+    return {"entries": [{"index": i, "leaf": leaf.decode(), "leaf_hash": base64.b64encode(digest).decode()}
+                        for i, leaf, digest in rows]}
+
+
+async def _signed_size(services: Services) -> int:
+    return await log_of(services).checkpoint_size()
+
+
+async def read_inclusion(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+    policy.may_read_audit_log(principal, auditor_emails(services))
+    index, size = _number(args, "index"), _number(args, "size")
+    if index >= size:
+        raise bad_request("index must be below size", field="index")
+    if size > await _signed_size(services):
+        raise bad_request("size is larger than the newest signed checkpoint", field="size")
+    proof = await log_of(services).inclusion(index, size)
+    return {"leaf_index": index, "tree_size": size, "hashes": [base64.b64encode(h).decode() for h in proof]}
+
+
+async def read_consistency(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+    policy.may_read_audit_log(principal, auditor_emails(services))
+    old, new = _number(args, "from"), _number(args, "to")
+    if old > new:
+        raise bad_request("from must not be above to", field="from")
+    if new > await _signed_size(services):
+        raise bad_request("to is larger than the newest signed checkpoint", field="to")
+    proof = await log_of(services).consistency(old, new)
+    return {"hashes": [base64.b64encode(h).decode() for h in proof]}
+
+
+async def read_grant(services: Services, principal: Principal | None, grant_id: str) -> dict[str, Any]:
+    principal = policy.require(principal)
+    auditors = auditor_emails(services)
+    grant = await services.store.grants.get(grant_id) if len(grant_id) <= 200 and "\x00" not in grant_id else None
+    if not policy.may_read_grant_audit(principal, grant, auditors):
+        raise forbidden("you may read the log of your own grants only")
+    note, entries = await log_of(services).grant_entries(grant_id)
+    if grant is None and not entries:
+        raise not_found("no such grant")
+    return {"grant_id": grant_id, "checkpoint": note or "", "entries": entries}
+
+
+def auditor_emails(services: Services) -> frozenset[str]:
+    return frozenset(e.lower() for e in services.config.admin.auditors)
+
+
+def _actor_of(principal: Principal) -> dict[str, str]:
+    if principal.kind is Kind.MANAGEMENT:
+        return {"kind": "management", "email": principal.email}
+    return {"kind": "person", "email": principal.email}
+
+
+async def enrol_host(services: Services, principal: Principal | None, body: Mapping[str, Any]) -> dict[str, Any]:
+    """``POST /api/hosts {host, publicKey}`` (D14): an administrator enrols a target host's receipt key."""
+    principal = policy.may_enrol_hosts(principal)
+    host = body.get("host")
+    try:
+        name = check_host_name(host)  # type: ignore[arg-type]
+    except BadReceipt as error:
+        raise bad_request(str(error), field="host") from None
+    try:
+        _, line, _ = parse_public_key(body.get("publicKey"))  # type: ignore[arg-type]
+    except KeyFormatError as error:
+        raise bad_request(str(error), field="publicKey") from None
+    record = Host(host=name, public_key=line, enrolled_by=principal.email, created_at=services.clock.now_ms())
+    try:
+        await services.store.hosts.add(record, _actor_of(principal))
+    except Conflict:
+        raise conflict(f"host {name} is already enrolled") from None
+    return {"host": name, "publicKey": line, "created_at": record["created_at"]}
+
+
+async def add_receipt(services: Services, body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``POST /api/audit/receipts {receipt}`` (D14): a host's signed receipt becomes a leaf, once.
+    Unknown host → 403; a receipt that does not verify → 401; the same receipt again → not new."""
+    token = body.get("receipt")
+    if not isinstance(token, str) or not token:
+        raise bad_request("receipt must be a compact JWS", field="receipt")
+    try:
+        host = receipt_host(token)
+    except BadReceipt as error:
+        raise unauthorized(str(error)) from None
+    enrolled = await services.store.hosts.get(host)
+    try:
+        receipt = verify_receipt(token, services.issuer, lambda name: enrolled["public_key"] if enrolled else None)
+    except UnknownHost as error:
+        raise forbidden(str(error)) from None
+    except BadReceipt as error:
+        raise unauthorized(str(error)) from None
+    claims = receipt.claims
+    data: dict[str, Any] = {"receipt": token, "host": host, "authz_jti": str(claims["authz_jti"]),
+                            "result": receipt.result}
+    if isinstance(claims.get("exit_code"), int):
+        data["exit_code"] = claims["exit_code"]
+    event = AuditEvent(seq=0, kind="exec.receipt", grant_id=str(claims["grant_id"]), actor={"kind": "host", "host": host},
+                       data=data, created_at=services.clock.now_ms())
+    new = await services.store.receipts.add("\x1f".join(receipt.key), event)
+    return {"grant_id": claims["grant_id"], "host": host, "result": receipt.result, "new": new}, new
