@@ -101,9 +101,11 @@ def shared_address_warning(peer: str, proxy_headers: bool) -> str | None:
         return None
     if address.is_loopback and not proxy_headers:
         return None
-    return (f"requests come from the private address {address} and server.trusted_proxies is empty: if a reverse "
-            "proxy or NAT is in front of grantd, all its clients share that address's limits (and its failed-bearer "
-            "budget); list the proxy in server.trusted_proxies")
+    return (
+        f"requests come from the private address {address} and server.trusted_proxies is empty: if a reverse "
+        "proxy or NAT is in front of grantd, all its clients share that address's limits (and its failed-bearer "
+        "budget); list the proxy in server.trusted_proxies"
+    )
 
 
 def parse_nameserver(value: str) -> tuple[str, int] | None:

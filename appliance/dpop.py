@@ -91,8 +91,12 @@ def thumbprint(jwk: Mapping[str, Any]) -> str:
     lexicographic order, no whitespace."""
     if jwk.get("kty") != "OKP" or not isinstance(jwk.get("crv"), str) or not isinstance(jwk.get("x"), str):
         raise DpopError("jwk must be an OKP key with crv and x")
-    canonical = json.dumps({"crv": jwk["crv"], "kty": "OKP", "x": jwk["x"]}, separators=(",", ":"), sort_keys=True,
-                           ensure_ascii=True)
+    canonical = json.dumps(
+        {"crv": jwk["crv"], "kty": "OKP", "x": jwk["x"]},
+        separators=(",", ":"),
+        sort_keys=True,
+        ensure_ascii=True,
+    )
     return b64url(hashlib.sha256(canonical.encode("ascii")).digest())
 
 
@@ -132,7 +136,12 @@ def normalize_htu(url: str) -> str:
     """RFC 9449 §4.3: the URL without query and fragment, scheme and host lower case, the default
     port dropped, an empty path "/"; percent escapes upper case. ValueError when it is no absolute
     http(s) URL or carries a userinfo part."""
-    if not isinstance(url, str) or not url or len(url) > 2048 or any(c.isspace() or ord(c) < 0x21 for c in url):
+    if (
+        not isinstance(url, str)
+        or not url
+        or len(url) > 2048
+        or any(c.isspace() or ord(c) < 0x21 for c in url)
+    ):
         raise ValueError("htu must be an absolute URL")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -170,7 +179,9 @@ class Nonces:
         self.step = step
 
     def _for_step(self, step: int) -> str:
-        return b64url(hmac.new(self._secret, f"grantd-dpop-nonce:{step}".encode(), hashlib.sha256).digest())[:32]
+        return b64url(hmac.new(self._secret, f"grantd-dpop-nonce:{step}".encode(), hashlib.sha256).digest())[
+            :32
+        ]
 
     def current(self, now: float) -> str:
         return self._for_step(int(now // self.step))
@@ -292,14 +303,27 @@ def verify_proof(
     return DpopProof(jkt=jkt, jti=jti, iat=iat, htm=htm, htu=normalize_htu(str(claimed_htu)), x=x)
 
 
-def make_proof(private_key: Any, *, method: str, url: str, iat: int, jti: str, access_token: str | None = None,
-               nonce: str | None = None, header_extra: Mapping[str, Any] | None = None,
-               claims_extra: Mapping[str, Any] | None = None) -> str:
+def make_proof(
+    private_key: Any,
+    *,
+    method: str,
+    url: str,
+    iat: int,
+    jti: str,
+    access_token: str | None = None,
+    nonce: str | None = None,
+    header_extra: Mapping[str, Any] | None = None,
+    claims_extra: Mapping[str, Any] | None = None,
+) -> str:
     """A DPoP proof signed by an Ed25519 private key (agents, `grantd run`, tests)."""
     from cryptography.hazmat.primitives import serialization
 
     raw = private_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    header: dict[str, Any] = {"typ": PROOF_TYP, "alg": PROOF_ALG, "jwk": {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw)}}
+    header: dict[str, Any] = {
+        "typ": PROOF_TYP,
+        "alg": PROOF_ALG,
+        "jwk": {"kty": "OKP", "crv": "Ed25519", "x": b64url(raw)},
+    }
     header.update(header_extra or {})
     claims: dict[str, Any] = {"jti": jti, "htm": method, "htu": url, "iat": iat}
     if access_token is not None:
@@ -307,6 +331,9 @@ def make_proof(private_key: Any, *, method: str, url: str, iat: int, jti: str, a
     if nonce is not None:
         claims["nonce"] = nonce
     claims.update(claims_extra or {})
-    signing_input = (b64url(json.dumps(header, separators=(",", ":")).encode()) + "."
-                     + b64url(json.dumps(claims, separators=(",", ":")).encode()))
+    signing_input = (
+        b64url(json.dumps(header, separators=(",", ":")).encode())
+        + "."
+        + b64url(json.dumps(claims, separators=(",", ":")).encode())
+    )
     return signing_input + "." + b64url(private_key.sign(signing_input.encode("ascii")))

@@ -35,7 +35,8 @@ def escape(text: str, *, keep_newlines: bool = False) -> str:
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -81,8 +82,12 @@ class DropUnreadEmptyBodies(logging.Filter):
 def log_config(level: str, fmt: str) -> dict[str, Any]:
     """A logging.config dict for grantd and Sanic's own loggers (Sanic applies it per process)."""
     formatter = {"()": f"grantd.logs.{'JsonFormatter' if fmt == 'json' else 'TextFormatter'}"}
-    handler = {"class": "logging.StreamHandler", "formatter": "grantd", "stream": "ext://sys.stderr",
-               "filters": ["unread_bodies"]}
+    handler = {
+        "class": "logging.StreamHandler",
+        "formatter": "grantd",
+        "stream": "ext://sys.stderr",
+        "filters": ["unread_bodies"],
+    }
     lvl = level.upper()
     loggers = {
         name: {"level": lvl, "handlers": ["console"], "propagate": False}

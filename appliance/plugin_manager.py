@@ -89,9 +89,13 @@ def _add_plugin_paths(config: Config) -> list[str]:
     return problems
 
 
-def build_plugin_manager(config: Config | None = None, *, extra_modules: tuple[str, ...] = ()) -> pluggy.PluginManager:
+def build_plugin_manager(
+    config: Config | None = None, *, extra_modules: tuple[str, ...] = ()
+) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)  # every spec: grantd.hookspecs names the elevation tool's (grantd.elevate.hookspecs) too
+    pm.add_hookspecs(
+        hookspecs
+    )  # every spec: grantd.hookspecs names the elevation tool's (grantd.elevate.hookspecs) too
     pm._grantd_sources = {}  # type: ignore[attr-defined]
     for name in BUILTIN_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
@@ -149,7 +153,9 @@ def _storage_backends(pm: pluggy.PluginManager) -> dict[str, Any]:
 def _unknown_storage(name: str, backends: dict[str, Any]) -> str:
     hint = difflib.get_close_matches(name, list(backends), n=1)
     extra = f' (did you mean "{hint[0]}"?)' if hint else ""
-    return f"storage.plugin: no storage plugin named {name!r}{extra}; available: {', '.join(sorted(backends))}"
+    return (
+        f"storage.plugin: no storage plugin named {name!r}{extra}; available: {', '.join(sorted(backends))}"
+    )
 
 
 def storage_factory(pm: pluggy.PluginManager, config: Config) -> Any:
@@ -178,7 +184,9 @@ def _plugins_only(raw: dict[str, Any], path: Path) -> Config | None:
     if not isinstance(plugins, dict):
         return None
     try:
-        return validate({"version": CURRENT_VERSION, "admin": {"management_token": "-" * 16}, "plugins": plugins}, path)
+        return validate(
+            {"version": CURRENT_VERSION, "admin": {"management_token": "-" * 16}, "plugins": plugins}, path
+        )
     except ConfigError:
         return None
 
@@ -259,7 +267,9 @@ class FederationProvider:
     @property
     def can_sign_in(self) -> bool:
         """Provider objects without the round trip (``begin``/``finish``) are listed but not offered."""
-        return callable(getattr(self.provider, "begin", None)) and callable(getattr(self.provider, "finish", None))
+        return callable(getattr(self.provider, "begin", None)) and callable(
+            getattr(self.provider, "finish", None)
+        )
 
     def public_info(self) -> dict[str, Any]:
         """What anyone may see (GET /api/federation/providers): the provider's own public_info(),
@@ -320,7 +330,9 @@ def build_federation_providers(pm: pluggy.PluginManager, config: Config) -> tupl
         except ValueError as exc:
             for line in str(exc).splitlines() or ["refused by its provider type"]:
                 key, sep, message = line.partition(": ")
-                problems.append(f"{where}.{key}: {message}" if sep and _PROBLEM_KEY.match(key) else f"{where}: {line}")
+                problems.append(
+                    f"{where}.{key}: {message}" if sep and _PROBLEM_KEY.match(key) else f"{where}: {line}"
+                )
             continue
         except KeyError as exc:
             problems.append(f"{where}.{exc.args[0] if exc.args else '?'}: missing")

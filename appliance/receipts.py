@@ -116,14 +116,38 @@ def _check_claims(claims: Mapping[str, Any]) -> None:
         raise BadReceipt("reason must be a string")
 
 
-def build_receipt(key: Ed25519PrivateKey, *, host: str, audience: str, grant_id: str, authz_jti: str,
-                  cmd_hash: str, run_as: str, result: str, exit_code: int | None, started_at: int,
-                  ended_at: int, duration_ms: int, issued_at: int, seen_checkpoint: Mapping[str, Any] | None = None,
-                  reason: str | None = None, audit_line_sha256: str | None = None) -> str:
+def build_receipt(
+    key: Ed25519PrivateKey,
+    *,
+    host: str,
+    audience: str,
+    grant_id: str,
+    authz_jti: str,
+    cmd_hash: str,
+    run_as: str,
+    result: str,
+    exit_code: int | None,
+    started_at: int,
+    ended_at: int,
+    duration_ms: int,
+    issued_at: int,
+    seen_checkpoint: Mapping[str, Any] | None = None,
+    reason: str | None = None,
+    audit_line_sha256: str | None = None,
+) -> str:
     claims: dict[str, Any] = {
-        "iss": HOST_PREFIX + check_host_name(host), "aud": audience, "iat": issued_at, "grant_id": grant_id,
-        "authz_jti": authz_jti, "cmd_hash": cmd_hash, "run_as": run_as, "result": result, "exit_code": exit_code,
-        "started_at": started_at, "ended_at": ended_at, "duration_ms": duration_ms,
+        "iss": HOST_PREFIX + check_host_name(host),
+        "aud": audience,
+        "iat": issued_at,
+        "grant_id": grant_id,
+        "authz_jti": authz_jti,
+        "cmd_hash": cmd_hash,
+        "run_as": run_as,
+        "result": result,
+        "exit_code": exit_code,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "duration_ms": duration_ms,
     }
     if seen_checkpoint is not None:
         claims["seen_checkpoint"] = dict(seen_checkpoint)
@@ -165,9 +189,18 @@ def verify_receipt(token: str, audience: str | None, host_key: Callable[[str], s
     except KeyFormatError:
         raise UnknownHost(f"host {host} has no usable enrolled key") from None
     try:
-        claims = jwt.decode(token, public, algorithms=["EdDSA"], audience=audience,
-                            options={"require": ["iss", "aud", "iat"], "verify_iat": False, "verify_exp": True,
-                                     "verify_aud": audience is not None})
+        claims = jwt.decode(
+            token,
+            public,
+            algorithms=["EdDSA"],
+            audience=audience,
+            options={
+                "require": ["iss", "aud", "iat"],
+                "verify_iat": False,
+                "verify_exp": True,
+                "verify_aud": audience is not None,
+            },
+        )
     except jwt.InvalidAudienceError:
         raise BadReceipt("the receipt is for another issuer") from None
     except jwt.PyJWTError:

@@ -98,7 +98,9 @@ def _verify_sshsig(blob: bytes, key: Ed25519PublicKey, message: bytes) -> bool:
     sig_blob = reader.string()
     if version != 1 or namespace != SSHSIG_NAMESPACE.encode() or hash_alg not in (b"sha256", b"sha512"):
         return False
-    expected_blob = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).split()[1]
+    expected_blob = key.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).split()[1]
     if public_blob != base64.b64decode(expected_blob):
         return False
     sig_reader = _Reader(sig_blob)
@@ -106,7 +108,13 @@ def _verify_sshsig(blob: bytes, key: Ed25519PublicKey, message: bytes) -> bool:
         return False
     raw_sig = sig_reader.string()
     digest = hashlib.new(hash_alg.decode(), message).digest()
-    signed = b"SSHSIG" + _ssh_string(namespace) + _ssh_string(reserved) + _ssh_string(hash_alg) + _ssh_string(digest)
+    signed = (
+        b"SSHSIG"
+        + _ssh_string(namespace)
+        + _ssh_string(reserved)
+        + _ssh_string(hash_alg)
+        + _ssh_string(digest)
+    )
     try:
         key.verify(raw_sig, signed)
     except InvalidSignature:

@@ -42,7 +42,11 @@ def main() -> None:
     from cryptography.hazmat.primitives import serialization
 
     key = Ed25519PrivateKey.generate()
-    line = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    line = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
     jkt = thumbprint_of_ssh_key(line)
     nonces = Nonces(b"n" * 32)
     now = int(time.time())
@@ -50,13 +54,31 @@ def main() -> None:
     htu = expected_htu(ISSUER, "/api/grants")
 
     def proofs_of() -> list[str]:
-        return [make_proof(key, method="POST", url=htu, iat=now, jti=str(uuid.uuid4()), access_token=token,
-                           nonce=nonces.current(now)) for _ in range(N)]
+        return [
+            make_proof(
+                key,
+                method="POST",
+                url=htu,
+                iat=now,
+                jti=str(uuid.uuid4()),
+                access_token=token,
+                nonce=nonces.current(now),
+            )
+            for _ in range(N)
+        ]
 
     def verify_all(proofs: list[str], first_use: Callable[[str, int], bool] | None = None) -> None:
         for proof in proofs:
-            verify_proof(proof, method="POST", htu=htu, now=now, access_token=token, nonces=nonces, expected_jkt=jkt,
-                         first_use=first_use)
+            verify_proof(
+                proof,
+                method="POST",
+                htu=htu,
+                now=now,
+                access_token=token,
+                nonces=nonces,
+                expected_jkt=jkt,
+                first_use=first_use,
+            )
 
     with tempfile.TemporaryDirectory() as directory:
         db = sqlite3.connect(Path(directory) / "replay.db", isolation_level=None)

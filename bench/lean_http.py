@@ -51,8 +51,9 @@ class LeanClient:
     async def post(self, path: str, *, json: Any = None, headers: dict[str, str] | None = None) -> Response:
         return await self.request("POST", path, json=json, headers=headers)
 
-    async def request(self, method: str, path: str, *, json: Any = None,
-                      headers: dict[str, str] | None = None) -> Response:
+    async def request(
+        self, method: str, path: str, *, json: Any = None, headers: dict[str, str] | None = None
+    ) -> Response:
         body = b"" if json is None else jsonlib.dumps(json).encode()
         head = [f"{method} {path} HTTP/1.1", f"Host: {self._host_header}"]
         if method != "GET":  # like curl and browsers: no Content-Length on a GET without a body

@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/levers.py
 """
+
 import asyncio
 import base64
 import json
@@ -28,6 +29,7 @@ from conftest import free_port, toml_config
 def t(f, n=5000):
     return min(timeit.repeat(f, number=n, repeat=5)) / n * 1e6
 
+
 async def main():
     with tempfile.TemporaryDirectory() as tmp:
         p = Path(tmp) / "grantd.toml"
@@ -36,11 +38,22 @@ async def main():
         config = load(p)
         services = await open_services(config, build_plugin_manager(config))
         tok = services.tokens
-        grant = {"id": "d70e5148-ab1f-404a-9ec6-a62c7752996d", "requester": "bench-1@example.com", "grant_type": "always",
-                 "decided_by": "admin@example.com", "expires_at": None,
-                 "request": {"audience": "escapes", "target_host": "web-1", "command": ["systemctl", "restart", "nginx"],
-                             "cmd_hash": "SHA256:" + "a" * 43, "permissions": []}}
+        grant = {
+            "id": "d70e5148-ab1f-404a-9ec6-a62c7752996d",
+            "requester": "bench-1@example.com",
+            "grant_type": "always",
+            "decided_by": "admin@example.com",
+            "expires_at": None,
+            "request": {
+                "audience": "escapes",
+                "target_host": "web-1",
+                "command": ["systemctl", "restart", "nginx"],
+                "cmd_hash": "SHA256:" + "a" * 43,
+                "permissions": [],
+            },
+        }
         authz = await tok.mint_authz(grant)
+
         async def per_call(fn, n=3000):
             best = 1e9
             for _ in range(5):
@@ -49,32 +62,61 @@ async def main():
                     await fn()
                 best = min(best, (time.perf_counter() - t0) / n * 1e6)
             return best
+
         async def old_authz():
             claims = await tok.verify(authz, audience=None)  # full verification, as before the cache
             T.kind_of(claims)
+
         async def new_authz():
             await tok.verify_authz(authz)
+
         await tok.verify_authz(authz)
-        print(f"AuthZ-JWT verification, full (before): {await per_call(old_authz):.1f} µs; remembered (after): {await per_call(new_authz):.1f} µs")
+        print(
+            f"AuthZ-JWT verification, full (before): {await per_call(old_authz):.1f} µs; remembered (after): {await per_call(new_authz):.1f} µs"
+        )
         public = await services.keyring.verification_key(jwt.get_unverified_header(authz)["kid"])
-        opts = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": False, "verify_exp": False, "verify_iat": False, "verify_nbf": False}
+        opts = {
+            "require": ["exp", "iat", "iss", "sub"],
+            "verify_aud": False,
+            "verify_exp": False,
+            "verify_iat": False,
+            "verify_nbf": False,
+        }
+
         def old_decode():
             jwt.decode(authz, public, algorithms=["EdDSA"], issuer=tok.issuer, options=opts)
             payload = authz.split(".")[1]
-            json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), object_pairs_hook=T._refuse_duplicates)
+            json.loads(
+                base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)),
+                object_pairs_hook=T._refuse_duplicates,
+            )
+
         def new_decode():
             T._STRICT_JWT.decode(authz, public, algorithms=["EdDSA"], issuer=tok.issuer, options=opts)
-        print(f"JWT decode + duplicate check: PyJWT then a second parse (before) {t(old_decode, 2000):.1f} µs; one parse in _StrictPyJWT (after) {t(new_decode, 2000):.1f} µs")
+
+        print(
+            f"JWT decode + duplicate check: PyJWT then a second parse (before) {t(old_decode, 2000):.1f} µs; one parse in _StrictPyJWT (after) {t(new_decode, 2000):.1f} µs"
+        )
         ident = {"agent_id": "a1", "email": "bench-1@example.com", "key_generation": 1}
         itok, _ = await tok.mint_identity(ident)
         await tok.verify_identity(itok)
-        print(f"access-token peek of an agent's identity token (before) {t(lambda: _peek(itok)):.2f} µs; remembered-identity check (after) {t(lambda: tok.remembers_identity(itok)):.2f} µs")
-        print(f"client_address without proxies (before, every request) {t(lambda: client_address('127.0.0.1', None, ())):.2f} µs; skipped (after) 0")
+        print(
+            f"access-token peek of an agent's identity token (before) {t(lambda: _peek(itok)):.2f} µs; remembered-identity check (after) {t(lambda: tok.remembers_identity(itok)):.2f} µs"
+        )
+        print(
+            f"client_address without proxies (before, every request) {t(lambda: client_address('127.0.0.1', None, ())):.2f} µs; skipped (after) 0"
+        )
         window = services.clock.now_ms() // 60_000 * 60_000
 
         async def count_verify():  # what [limits] verify_per_address adds to every verify: a counted write
-            await services.store.rates.hit("verify.address:127.0.0.1", window, 60_000, services.clock.now_ms())
-        print(f"rate-limit counter write per verify with [limits] on (not changed): {await per_call(count_verify, 1000):.1f} µs")
+            await services.store.rates.hit(
+                "verify.address:127.0.0.1", window, 60_000, services.clock.now_ms()
+            )
+
+        print(
+            f"rate-limit counter write per verify with [limits] on (not changed): {await per_call(count_verify, 1000):.1f} µs"
+        )
         services.store.close()
+
 
 asyncio.run(main())

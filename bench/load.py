@@ -121,7 +121,9 @@ class Timed:
     are several requests; their per-request figures are reported too)."""
 
     def __init__(self, http: Any, latencies_ms: list[float]):
-        self.http = http  # LeanClient or httpx.AsyncClient: both offer get/post and status_code/headers/json()
+        self.http = (
+            http  # LeanClient or httpx.AsyncClient: both offer get/post and status_code/headers/json()
+        )
         self.latencies_ms = latencies_ms
 
     async def get(self, path: str, **kwargs: Any) -> Any:
@@ -159,8 +161,13 @@ def expect(response: Any, status: int, what: str) -> dict[str, Any]:
 
 
 def grant_body(grant_type: str = "once") -> dict[str, Any]:
-    return {"target_host": "web-1", "audience": "escapes", "grant_type": grant_type, "command": COMMAND,
-            "reason": "bench"}
+    return {
+        "target_host": "web-1",
+        "audience": "escapes",
+        "grant_type": grant_type,
+        "command": COMMAND,
+        "reason": "bench",
+    }
 
 
 # -- operations -------------------------------------------------------------------------------------
@@ -189,7 +196,9 @@ async def get_with_etag(c: Client) -> None:
 
 async def token(c: Client) -> None:
     agent_token, grant_id = c.pool.take()
-    answer = expect(await c.http.post(f"/api/grants/{grant_id}/token", headers=bearer(agent_token)), 200, "token")
+    answer = expect(
+        await c.http.post(f"/api/grants/{grant_id}/token", headers=bearer(agent_token)), 200, "token"
+    )
     if not answer.get("authz_jwt"):
         raise Unexpected("token: no authz_jwt")
 
@@ -202,13 +211,17 @@ async def verify(c: Client) -> None:
 
 async def approve(c: Client) -> None:
     grant_id = c.pool.take()
-    answer = expect(await c.http.post(f"/api/grants/{grant_id}/approve", headers=c.management), 200, "approve")
+    answer = expect(
+        await c.http.post(f"/api/grants/{grant_id}/approve", headers=c.management), 200, "approve"
+    )
     if not answer.get("authz_jwt"):
         raise Unexpected("approve: no authz_jwt")
 
 
 async def _consume(c: Client, grant_id: str, authz_jwt: str) -> None:
-    answer = expect(await c.http.post(f"/api/grants/{grant_id}/consume", headers=bearer(authz_jwt)), 200, "consume")
+    answer = expect(
+        await c.http.post(f"/api/grants/{grant_id}/consume", headers=bearer(authz_jwt)), 200, "consume"
+    )
     if answer.get("status") != "consumed":
         raise Unexpected(f"consume: {answer.get('error') or answer.get('status')}")
 
@@ -221,7 +234,9 @@ async def consume(c: Client) -> None:
 async def consume_always(c: Client) -> None:
     """A target host checks an always grant's AuthZ-JWT each time it runs the command: valid, no write."""
     grant_id, authz_jwt = c.pool.take()
-    answer = expect(await c.http.post(f"/api/grants/{grant_id}/consume", headers=bearer(authz_jwt)), 200, "consume")
+    answer = expect(
+        await c.http.post(f"/api/grants/{grant_id}/consume", headers=bearer(authz_jwt)), 200, "consume"
+    )
     if answer.get("status") != "valid":
         raise Unexpected(f"consume_always: {answer.get('error') or answer.get('status')}")
 
@@ -231,7 +246,9 @@ async def full_flow(c: Client) -> None:
     agent = bearer(c.agent.token)
     grant_id = expect(await c.http.post("/api/grants", json=grant_body(), headers=agent), 201, "create")["id"]
     expect(await c.http.post(f"/api/grants/{grant_id}/approve", headers=c.management), 200, "approve")
-    authz_jwt = expect(await c.http.post(f"/api/grants/{grant_id}/token", headers=agent), 200, "token")["authz_jwt"]
+    authz_jwt = expect(await c.http.post(f"/api/grants/{grant_id}/token", headers=agent), 200, "token")[
+        "authz_jwt"
+    ]
     await _consume(c, grant_id, authz_jwt)
 
 
@@ -259,8 +276,15 @@ def _bucket(exc: Exception) -> str:
 
 
 # Transport failures of either client kind count as errors of the operation, not as crashes.
-FAILURES = (httpx.HTTPError, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-            Unexpected, KeyError, ValueError)
+FAILURES = (
+    httpx.HTTPError,
+    OSError,
+    asyncio.IncompleteReadError,
+    asyncio.LimitOverrunError,
+    Unexpected,
+    KeyError,
+    ValueError,
+)
 
 
 async def _client_loop(operation: Operation, client: Client, deadline: float, tally: Tally) -> None:
@@ -299,11 +323,17 @@ async def run_plan_async(plan: Plan) -> Tally:
     tally = Tally()
     management = bearer(plan.management_token)
     async with AsyncExitStack() as stack:
-        https = [await stack.enter_async_context(connection(plan.urls[i % len(plan.urls)], plan.client_kind))
-                 for i in range(plan.clients)]
+        https = [
+            await stack.enter_async_context(connection(plan.urls[i % len(plan.urls)], plan.client_kind))
+            for i in range(plan.clients)
+        ]
         await asyncio.gather(*(_open(http) for http in https))
-        clients = [Client(Timed(http, tally.request_latencies_ms), plan.agents[i % len(plan.agents)], management, pool)
-                   for i, http in enumerate(https)]
+        clients = [
+            Client(
+                Timed(http, tally.request_latencies_ms), plan.agents[i % len(plan.agents)], management, pool
+            )
+            for i, http in enumerate(https)
+        ]
         await asyncio.sleep(max(0.0, plan.start_at - time.time()))
         deadline = plan.start_at + plan.duration
         cpu_before = time.process_time()

@@ -53,20 +53,32 @@ def _median(values: list[float | None]) -> float | None:
 def summarize_rounds(results: list[dict[str, Any]]) -> list[Summary]:
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for r in results:
-        groups[(r["storage"], r["nodes"], r["workers"], r["clients"], r["op"], r.get("variant", "tree"))].append(r)
+        groups[
+            (r["storage"], r["nodes"], r["workers"], r["clients"], r["op"], r.get("variant", "tree"))
+        ].append(r)
     summaries = []
     for (storage, nodes, workers, clients, op, variant), rows in groups.items():
-        summaries.append(Summary(
-            storage=storage, nodes=nodes, workers=workers, clients=clients, op=op, variant=variant, rounds=len(rows),
-            cpu_ms=_median([r["server_cpu_ms"] for r in rows]),
-            cpu_ms_all=[r["server_cpu_ms"] for r in rows if r["server_cpu_ms"] is not None],
-            postgres_cpu_ms=_median([r["postgres_cpu_ms"] for r in rows]),
-            rate=_median([r["rate"] for r in rows]) or 0.0,
-            p50_ms=_median([r["p50_ms"] for r in rows]), p99_ms=_median([r["p99_ms"] for r in rows]),
-            request_p99_ms=_median([r["request_p99_ms"] for r in rows]),
-            errors=sum(r["errors"] for r in rows), peak_rss_mib=max(r["peak_rss_mib"] for r in rows),
-            other_cpu_cores=round(statistics.mean(r["other_cpu_cores"] for r in rows), 2),
-        ))
+        summaries.append(
+            Summary(
+                storage=storage,
+                nodes=nodes,
+                workers=workers,
+                clients=clients,
+                op=op,
+                variant=variant,
+                rounds=len(rows),
+                cpu_ms=_median([r["server_cpu_ms"] for r in rows]),
+                cpu_ms_all=[r["server_cpu_ms"] for r in rows if r["server_cpu_ms"] is not None],
+                postgres_cpu_ms=_median([r["postgres_cpu_ms"] for r in rows]),
+                rate=_median([r["rate"] for r in rows]) or 0.0,
+                p50_ms=_median([r["p50_ms"] for r in rows]),
+                p99_ms=_median([r["p99_ms"] for r in rows]),
+                request_p99_ms=_median([r["request_p99_ms"] for r in rows]),
+                errors=sum(r["errors"] for r in rows),
+                peak_rss_mib=max(r["peak_rss_mib"] for r in rows),
+                other_cpu_cores=round(statistics.mean(r["other_cpu_cores"] for r in rows), 2),
+            )
+        )
     return summaries
 
 
@@ -76,36 +88,49 @@ def _f(value: float | None, digits: int = 2) -> str:
 
 def print_rounds(summaries: list[Summary]) -> None:
     print("\n== medians over the rounds (CPU ms per answer: median [each round]) ==")
-    header = (f"{'code':<9}{'setup':<16}{'C':>4} {'operation':<15}{'CPU ms':>8}  {'rounds':<22}{'ops/s':>8}{'p50':>7}{'p99':>7}"
-              f"{'req p99':>8}{'errors':>7}{'RSS MiB':>8}{'other':>6}")
+    header = (
+        f"{'code':<9}{'setup':<16}{'C':>4} {'operation':<15}{'CPU ms':>8}  {'rounds':<22}{'ops/s':>8}{'p50':>7}{'p99':>7}"
+        f"{'req p99':>8}{'errors':>7}{'RSS MiB':>8}{'other':>6}"
+    )
     print(header)
     print("-" * len(header))
     for s in sorted(summaries, key=lambda s: (s.storage, s.nodes, s.workers, s.clients, s.variant)):
         setup = f"{s.storage} {s.nodes}x{s.workers}w"
         each = " ".join(f"{v:.2f}" for v in s.cpu_ms_all)
-        print(f"{s.variant:<9}{setup:<16}{s.clients:>4} {s.op:<15}{_f(s.cpu_ms):>8}  {each:<22}{_f(s.rate, 0):>8}{_f(s.p50_ms, 1):>7}"
-              f"{_f(s.p99_ms, 1):>7}{_f(s.request_p99_ms, 1):>8}{s.errors:>7}{_f(s.peak_rss_mib, 0):>8}"
-              f"{s.other_cpu_cores:>6.2f}")
+        print(
+            f"{s.variant:<9}{setup:<16}{s.clients:>4} {s.op:<15}{_f(s.cpu_ms):>8}  {each:<22}{_f(s.rate, 0):>8}{_f(s.p50_ms, 1):>7}"
+            f"{_f(s.p99_ms, 1):>7}{_f(s.request_p99_ms, 1):>8}{s.errors:>7}{_f(s.peak_rss_mib, 0):>8}"
+            f"{s.other_cpu_cores:>6.2f}"
+        )
 
 
 def print_peer_comparison(summaries: list[Summary], reference: dict[str, Any] | None = None) -> None:
     """grantd's medians beside the peer's figures; ratio = peer ÷ grantd (higher is better for grantd)."""
     reference = reference or load_reference()
     for variant in sorted({s.variant for s in summaries}, reverse=True):  # this tree first
-        _print_peer_comparison([s for s in summaries if s.variant == variant], reference,
-                               "" if variant == "tree" else " (the --baseline code)")
-    print("ratio: peer ÷ grantd with 2 workers at 16 / 64 agents; aim: issue 14's least ratio; '!' marks a read whose "
-          f"request p99 at {READ_P99_AIM_CLIENTS} agents is not under {READ_P99_AIM_MS:g} ms.")
+        _print_peer_comparison(
+            [s for s in summaries if s.variant == variant],
+            reference,
+            "" if variant == "tree" else " (the --baseline code)",
+        )
+    print(
+        "ratio: peer ÷ grantd with 2 workers at 16 / 64 agents; aim: issue 14's least ratio; '!' marks a read whose "
+        f"request p99 at {READ_P99_AIM_CLIENTS} agents is not under {READ_P99_AIM_MS:g} ms."
+    )
 
 
 def _print_peer_comparison(summaries: list[Summary], reference: dict[str, Any], label: str) -> None:
     by_key = {(s.storage, s.workers, s.clients, s.op): s for s in summaries if s.nodes == 1}
     storages = sorted({s.storage for s in summaries})
-    print(f"\n== against the peer (issue 14, recorded {reference['recorded']}): server CPU ms per correct answer{label} ==")
+    print(
+        f"\n== against the peer (issue 14, recorded {reference['recorded']}): server CPU ms per correct answer{label} =="
+    )
     print(f"peer: {reference['peer']}; its figures and grantd's at filing are in {REFERENCE.name}")
     for storage in storages:
-        header = (f"{'operation':<15}{'peer C16':>9}{'peer C64':>9}{'2w C16':>8}{'2w C64':>8}{'ratio':>16}"
-                  f"{'aim':>6}{'met':>5}{'1w C16':>8}{'filed 2w':>12}{'req p99 C16':>12}")
+        header = (
+            f"{'operation':<15}{'peer C16':>9}{'peer C64':>9}{'2w C16':>8}{'2w C64':>8}{'ratio':>16}"
+            f"{'aim':>6}{'met':>5}{'1w C16':>8}{'filed 2w':>12}{'req p99 C16':>12}"
+        )
         print(f"\n{storage}:")
         print(header)
         print("-" * len(header))
@@ -118,18 +143,33 @@ def _print_peer_comparison(summaries: list[Summary], reference: dict[str, Any], 
             for c, s in zip(("16", "64"), two, strict=True):
                 ratios.append(None if s is None or not s.cpu_ms else ref["peer"][c] / s.cpu_ms)
             aim = ref["aim_ratio"]
-            met = "-" if None in ratios else ("yes" if all(r >= aim for r in ratios if r is not None)
-                                              and not any(s.errors for s in two if s) else "NO")
-            ratio_text = " / ".join("-" if r is None else f"{r:.1f}x" if r < 100 else f"{r:.0f}x" for r in ratios)
+            met = (
+                "-"
+                if None in ratios
+                else (
+                    "yes"
+                    if all(r >= aim for r in ratios if r is not None) and not any(s.errors for s in two if s)
+                    else "NO"
+                )
+            )
+            ratio_text = " / ".join(
+                "-" if r is None else f"{r:.1f}x" if r < 100 else f"{r:.0f}x" for r in ratios
+            )
             filed = " / ".join(f"{v:g}" for v in ref["grantd_2w"].values())
             p99 = two[0].request_p99_ms if two[0] else None
-            p99_text = _f(p99, 1) + (" !" if op in READS and p99 is not None and p99 >= READ_P99_AIM_MS else "")
-            print(f"{op:<15}{ref['peer']['16']:>9g}{ref['peer']['64']:>9g}{_f(two[0].cpu_ms if two[0] else None):>8}"
-                  f"{_f(two[1].cpu_ms if two[1] else None):>8}{ratio_text:>16}{aim:>5g}x{met:>5}"
-                  f"{_f(one.cpu_ms if one else None):>8}{filed:>12}{p99_text:>12}")
+            p99_text = _f(p99, 1) + (
+                " !" if op in READS and p99 is not None and p99 >= READ_P99_AIM_MS else ""
+            )
+            print(
+                f"{op:<15}{ref['peer']['16']:>9g}{ref['peer']['64']:>9g}{_f(two[0].cpu_ms if two[0] else None):>8}"
+                f"{_f(two[1].cpu_ms if two[1] else None):>8}{ratio_text:>16}{aim:>5g}x{met:>5}"
+                f"{_f(one.cpu_ms if one else None):>8}{filed:>12}{p99_text:>12}"
+            )
         rss = [s.peak_rss_mib for s in summaries if s.storage == storage and s.workers == 2 and s.nodes == 1]
         errors = sum(s.errors for s in summaries if s.storage == storage)
         if rss:
             limit = reference["peak_rss_mib"]["aim_grantd_2w_below"]
-            print(f"peak RSS with 2 workers: {max(rss):.0f} MiB (aim < {limit} MiB: {'met' if max(rss) < limit else 'NOT met'}; "
-                  f"peer {reference['peak_rss_mib']['peer']} MiB); errors in all runs: {errors}")
+            print(
+                f"peak RSS with 2 workers: {max(rss):.0f} MiB (aim < {limit} MiB: {'met' if max(rss) < limit else 'NOT met'}; "
+                f"peer {reference['peak_rss_mib']['peer']} MiB); errors in all runs: {errors}"
+            )

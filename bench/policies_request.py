@@ -46,7 +46,7 @@ issuer = "http://127.0.0.1:1"
 management_token = "file:{token}"
 [storage]
 plugin = "sqlite"
-path = "{directory / 'grantd.db'}"
+path = "{directory / "grantd.db"}"
 [limits]
 pending_per_owner = 0
 {policies}
@@ -73,7 +73,12 @@ async def measure(path: Path, body: dict[str, Any]) -> float:
 def main() -> None:
     policies = config_text()
     nothing = {"target_host": "web-7", "audience": "escapes", "command": ["uptime"], "grant_type": "once"}
-    matched = {**nothing, "target_host": "prod-db-3", "run_as": "root", "command": ["systemctl", "restart", "nginx"]}
+    matched = {
+        **nothing,
+        "target_host": "prod-db-3",
+        "run_as": "root",
+        "command": ["systemctl", "restart", "nginx"],
+    }
     results = {}
     import tomllib
 
@@ -81,21 +86,36 @@ def main() -> None:
 
     check = parse_review_config(tomllib.loads(policies)).config
     assert check is not None
-    facts = RequestFacts("prod-db-3", "escapes", "agent+bench@example.com", "agt_bench", "once",
-                         ("systemctl", "restart", "nginx"), "root")
+    facts = RequestFacts(
+        "prod-db-3",
+        "escapes",
+        "agent+bench@example.com",
+        "agt_bench",
+        "once",
+        ("systemctl", "restart", "nginx"),
+        "root",
+    )
     assert len(evaluate(check, facts).policies_matched) == 3  # the matched case really matches
     with tempfile.TemporaryDirectory() as tmp:
-        for name, text, body in (("no policies", "", nothing), ("50 policies, none matches", policies, nothing),
-                                 ("50 policies, a matched set", policies, matched)):
+        for name, text, body in (
+            ("no policies", "", nothing),
+            ("50 policies, none matches", policies, nothing),
+            ("50 policies, a matched set", policies, matched),
+        ):
             directory = Path(tmp) / name.replace(" ", "_").replace(",", "")
             directory.mkdir()
             results[name] = asyncio.run(measure(write_config(directory, text), body))
     base = results["no policies"]
     for name, ms in results.items():
         added = ms - base
-        print(f"{name:30} {ms * 1000:8.1f} µs CPU per request" + (f"  (+{added * 1000:.1f} µs)" if ms is not base else ""))
+        print(
+            f"{name:30} {ms * 1000:8.1f} µs CPU per request"
+            + (f"  (+{added * 1000:.1f} µs)" if ms is not base else "")
+        )
     worst = max(results.values()) - base
-    print(f"added: {worst * 1000:.1f} µs (budget {BUDGET_MS * 1000:.0f} µs): {'ok' if worst <= BUDGET_MS else 'OVER'}")
+    print(
+        f"added: {worst * 1000:.1f} µs (budget {BUDGET_MS * 1000:.0f} µs): {'ok' if worst <= BUDGET_MS else 'OVER'}"
+    )
 
 
 if __name__ == "__main__":

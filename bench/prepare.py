@@ -61,7 +61,9 @@ async def gather_all(work: Iterable[Awaitable[T]]) -> list[T]:
 def _new_key() -> tuple[bytes, str]:
     """A raw Ed25519 private key and its public key as an OpenSSH line (what enrolment takes)."""
     key = Ed25519PrivateKey.generate()
-    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     return raw, public.decode()
 
@@ -97,17 +99,21 @@ async def _create(conns: Connections, agent: AgentCred, grant_type: str) -> tupl
     return agent, expect(answer, 201, "create")["id"]
 
 
-async def create_grants(conns: Connections, agents: list[AgentCred], count: int,
-                        grant_type: str = "once") -> list[tuple[AgentCred, str]]:
+async def create_grants(
+    conns: Connections, agents: list[AgentCred], count: int, grant_type: str = "once"
+) -> list[tuple[AgentCred, str]]:
     """`count` pending grants, requested by the agents in turn."""
-    return await gather_all(_create(conns, agent, grant_type)
-                            for agent in itertools.islice(itertools.cycle(agents), count))
+    return await gather_all(
+        _create(conns, agent, grant_type) for agent in itertools.islice(itertools.cycle(agents), count)
+    )
 
 
 async def _approve_batch(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
     operations = [{"id": grant_id, "action": "approve"} for grant_id in grant_ids]
     async with conns.one() as http:
-        answer = await http.post("/api/grants/batch", json={"operations": operations}, headers=bearer(management))
+        answer = await http.post(
+            "/api/grants/batch", json={"operations": operations}, headers=bearer(management)
+        )
     results = expect(answer, 200, "batch approve")["results"]
     failed = [r for r in results if not r.get("success")]
     if failed:
@@ -118,7 +124,7 @@ async def _approve_batch(conns: Connections, management: str, grant_ids: list[st
 async def approve_grants(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
     """Approve through the batch endpoint (100 a request): set-up is not what we measure, and it is
     quicker. Returns each grant's AuthZ-JWT."""
-    chunks = [grant_ids[i:i + BATCH_SIZE] for i in range(0, len(grant_ids), BATCH_SIZE)]
+    chunks = [grant_ids[i : i + BATCH_SIZE] for i in range(0, len(grant_ids), BATCH_SIZE)]
     tokens: dict[str, str] = {}
     for answer in await gather_all(_approve_batch(conns, management, chunk) for chunk in chunks):
         tokens.update(answer)
@@ -137,7 +143,9 @@ async def _with_etag(conns: Connections, agent: AgentCred, grant_id: str) -> tup
 POOLED_OPS = {"get_etag", "token", "verify", "approve", "consume", "consume_always"}
 
 
-async def pool_for(op: str, conns: Connections, management: str, agents: list[AgentCred], size: int) -> list[Any]:
+async def pool_for(
+    op: str, conns: Connections, management: str, agents: list[AgentCred], size: int
+) -> list[Any]:
     """The items an operation works on (see bench.load: each operation's `c.pool.take()`)."""
     if op not in POOLED_OPS:
         return []

@@ -12,11 +12,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _where(filename: str) -> str:
     """Our files relative to the repository, others by package, so the list fits a terminal."""
-    prefixes = [(str(ROOT) + "/", ""), (sysconfig.get_paths()["purelib"] + "/", ""),
-                (sysconfig.get_paths()["stdlib"] + "/", "")]
+    prefixes = [
+        (str(ROOT) + "/", ""),
+        (sysconfig.get_paths()["purelib"] + "/", ""),
+        (sysconfig.get_paths()["stdlib"] + "/", ""),
+    ]
     for prefix, replacement in prefixes:
         if filename.startswith(prefix):
-            return replacement + filename[len(prefix):]
+            return replacement + filename[len(prefix) :]
     return filename
 
 
@@ -27,7 +30,9 @@ def _label(func: tuple[str, int, str]) -> str:
     return f"{_where(filename)}:{line}({name})"
 
 
-def _rows(stats: Any, key: int, top: int, only: tuple[str, ...] = ()) -> list[tuple[tuple[str, int, str], Any]]:
+def _rows(
+    stats: Any, key: int, top: int, only: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, int, str], Any]]:
     """(function, (primitive calls, calls, own time, cumulative time, callers)) sorted by column `key`;
     with `only`, the functions in files under those folders of the repository."""
     items = stats.stats.items()
@@ -47,10 +52,18 @@ def print_profile(path: Path, top: int) -> None:
     stats = pstats.Stats(str(path))
     total = max(stats.total_tt, 1e-9)  # type: ignore[attr-defined]
     # Sanic runs on uvloop, whose waiting happens in C and is not counted: the total is work.
-    print(f"profiled {total:.2f} s of work in the server's main thread (start-up and shut-down included; "
-          "percentages are of this total)")
-    _print_rows(f"top {top} by cumulative time (time in the function and everything it calls)",
-                _rows(stats, 3, top), total)
+    print(
+        f"profiled {total:.2f} s of work in the server's main thread (start-up and shut-down included; "
+        "percentages are of this total)"
+    )
+    _print_rows(
+        f"top {top} by cumulative time (time in the function and everything it calls)",
+        _rows(stats, 3, top),
+        total,
+    )
     _print_rows(f"top {top} by own time (time in the function itself)", _rows(stats, 2, top), total)
-    _print_rows(f"top {top} of our code (appliance/, plugins/) by cumulative time",
-                _rows(stats, 3, top, only=("appliance", "plugins")), total)
+    _print_rows(
+        f"top {top} of our code (appliance/, plugins/) by cumulative time",
+        _rows(stats, 3, top, only=("appliance", "plugins")),
+        total,
+    )

@@ -69,7 +69,17 @@ AIMS: dict[str, tuple[float, float]] = {
     "flow": (500, 50),
 }
 # create runs before approve and consume: its measured rate sizes their use-once pools.
-DEFAULT_OPS = ["healthz", "authenticate", "create", "get_etag", "token", "verify", "approve", "consume", "flow"]
+DEFAULT_OPS = [
+    "healthz",
+    "authenticate",
+    "create",
+    "get_etag",
+    "token",
+    "verify",
+    "approve",
+    "consume",
+    "flow",
+]
 ALL_OPS = [*DEFAULT_OPS, "consume_always"]
 DESCRIPTIONS = {
     "healthz": "GET /healthz (no work: the ceiling of server + load generator)",
@@ -85,8 +95,10 @@ DESCRIPTIONS = {
 }
 # With a closed loop of C clients, mean latency = C / throughput (Little's law): 500 flows/s from 64
 # clients means 128 ms a flow on average, so "p99 < 50 ms" can only be meant per request.
-LATENCY_AIM_NOTE = ("the p99 aim is checked per HTTP request: with 64 clients in a closed loop a flow (4 requests) "
-                    "takes 64 / rate on average (Little's law), 128 ms at 500 flows/s")
+LATENCY_AIM_NOTE = (
+    "the p99 aim is checked per HTTP request: with 64 clients in a closed loop a flow (4 requests) "
+    "takes 64 / rate on average (Little's law), 128 ms at 500 flows/s"
+)
 FALLBACK_RATE_ESTIMATE = 1500.0  # ops/s, for sizing use-once pools when create has not been measured
 POOL_HEADROOM = 1.5
 
@@ -152,40 +164,70 @@ class CpuUse:
 
     @classmethod
     def read(cls, deployment: Deployment) -> CpuUse:
-        return cls(tree_cpu_seconds(deployment.server_roots()), tree_cpu_seconds(deployment.postgres_roots()),
-                   machine_busy_seconds())
+        return cls(
+            tree_cpu_seconds(deployment.server_roots()),
+            tree_cpu_seconds(deployment.postgres_roots()),
+            machine_busy_seconds(),
+        )
 
     def __sub__(self, before: CpuUse) -> CpuUse:
-        return CpuUse(self.server - before.server, self.postgres - before.postgres, self.machine - before.machine)
+        return CpuUse(
+            self.server - before.server, self.postgres - before.postgres, self.machine - before.machine
+        )
 
 
 def per_operation_ms(cpu_s: float, operations: int) -> float | None:
     return round(cpu_s * 1000 / operations, 3) if operations else None
 
 
-def summarize(op: str, setup: Setup, args: argparse.Namespace, tally: Tally, start_at: float,
-              peak_mib: float, postgres_mib: float | None, cpu: CpuUse, pool: int | None) -> OpResult:
+def summarize(
+    op: str,
+    setup: Setup,
+    args: argparse.Namespace,
+    tally: Tally,
+    start_at: float,
+    peak_mib: float,
+    postgres_mib: float | None,
+    cpu: CpuUse,
+    pool: int | None,
+) -> OpResult:
     deadline = start_at + args.duration
     elapsed = max(tally.finished_at, tally.exhausted_at or deadline) - start_at
     latencies = sorted(tally.latencies_ms)
     request_latencies = sorted(tally.request_latencies_ms)
     aim = AIMS.get(op)
     result = OpResult(
-        op=op, storage=setup.storage, nodes=setup.nodes, workers=setup.workers, clients=args.clients, client_procs=args.client_procs,
-        operations=len(latencies), requests=len(request_latencies), elapsed_s=round(elapsed, 2),
-        rate=round(len(latencies) / elapsed, 1), request_rate=round(len(request_latencies) / elapsed, 1),
-        p50_ms=_round(percentile(latencies, 0.50)), p99_ms=_round(percentile(latencies, 0.99)),
+        op=op,
+        storage=setup.storage,
+        nodes=setup.nodes,
+        workers=setup.workers,
+        clients=args.clients,
+        client_procs=args.client_procs,
+        operations=len(latencies),
+        requests=len(request_latencies),
+        elapsed_s=round(elapsed, 2),
+        rate=round(len(latencies) / elapsed, 1),
+        request_rate=round(len(request_latencies) / elapsed, 1),
+        p50_ms=_round(percentile(latencies, 0.50)),
+        p99_ms=_round(percentile(latencies, 0.99)),
         request_p50_ms=_round(percentile(request_latencies, 0.50)),
         request_p99_ms=_round(percentile(request_latencies, 0.99)),
-        errors=sum(tally.errors.values()), peak_rss_mib=round(peak_mib, 1),
+        errors=sum(tally.errors.values()),
+        peak_rss_mib=round(peak_mib, 1),
         server_cpu_ms=per_operation_ms(cpu.server, len(latencies)),
-        postgres_cpu_ms=per_operation_ms(cpu.postgres, len(latencies)) if setup.storage == "postgres" else None,
+        postgres_cpu_ms=per_operation_ms(cpu.postgres, len(latencies))
+        if setup.storage == "postgres"
+        else None,
         postgres_peak_mib=None if postgres_mib is None else round(postgres_mib, 1),
-        server_cpu_cores=round(cpu.server / elapsed, 2), postgres_cpu_cores=round(cpu.postgres / elapsed, 2),
+        server_cpu_cores=round(cpu.server / elapsed, 2),
+        postgres_cpu_cores=round(cpu.postgres / elapsed, 2),
         client_cpu_cores=round(tally.client_cpu_s / elapsed, 2),
-        other_cpu_cores=round(max(0.0, cpu.machine - cpu.server - cpu.postgres - tally.client_cpu_s) / elapsed, 2),
+        other_cpu_cores=round(
+            max(0.0, cpu.machine - cpu.server - cpu.postgres - tally.client_cpu_s) / elapsed, 2
+        ),
         idle_cpu_cores=round(max(0.0, (os.cpu_count() or 1) - cpu.machine / elapsed), 2),
-        pool_prepared=pool, error_examples=[f"{n} x {text}" for text, n in tally.errors.most_common(3)],
+        pool_prepared=pool,
+        error_examples=[f"{n} x {text}" for text, n in tally.errors.most_common(3)],
     )
     if tally.exhausted_at is not None:
         result.pool_exhausted_after_s = round(tally.exhausted_at - start_at, 2)
@@ -209,8 +251,15 @@ def _split(count: int, parts: int) -> list[range]:
     return [range(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-def make_plans(op: str, urls: list[str], token: str, agents: list[AgentCred], items: list[Any],
-               args: argparse.Namespace, start_at: float) -> list[Plan]:
+def make_plans(
+    op: str,
+    urls: list[str],
+    token: str,
+    agents: list[AgentCred],
+    items: list[Any],
+    args: argparse.Namespace,
+    start_at: float,
+) -> list[Plan]:
     """One plan per load process: its clients, their agents and nodes (client i keeps agent i mod K
     and node i mod N across processes) and its share of the pool (use-once items are never shared
     between processes)."""
@@ -220,9 +269,20 @@ def make_plans(op: str, urls: list[str], token: str, agents: list[AgentCred], it
         if not clients:
             continue
         offset, node = clients.start % len(agents), clients.start % len(urls)
-        share = [items[i] for i in item_ranges[proc]] if op in USE_ONCE else items[proc::args.client_procs]
-        plans.append(Plan(op, urls[node:] + urls[:node], len(clients), start_at, args.duration, token,
-                          agents[offset:] + agents[:offset], share, args.client))
+        share = [items[i] for i in item_ranges[proc]] if op in USE_ONCE else items[proc :: args.client_procs]
+        plans.append(
+            Plan(
+                op,
+                urls[node:] + urls[:node],
+                len(clients),
+                start_at,
+                args.duration,
+                token,
+                agents[offset:] + agents[:offset],
+                share,
+                args.client,
+            )
+        )
     return plans
 
 
@@ -247,17 +307,30 @@ class Setup:
         return f"{name}, {nodes} x {self.workers} worker{'s' if self.workers > 1 else ''}"
 
 
-def measure(op: str, deployment: Deployment, setup: Setup, agents: list[AgentCred], items: list[Any],
-            args: argparse.Namespace, executor: Executor | None) -> OpResult:
+def measure(
+    op: str,
+    deployment: Deployment,
+    setup: Setup,
+    agents: list[AgentCred],
+    items: list[Any],
+    args: argparse.Namespace,
+    executor: Executor | None,
+) -> OpResult:
     # The clock starts a moment ahead, so every load process has opened its connections by then.
     start_at = time.time() + (2.0 if executor else 0.5)
-    plans = make_plans(op, deployment.urls, management_token(deployment.nodes[0]), agents, items, args, start_at)
+    plans = make_plans(
+        op, deployment.urls, management_token(deployment.nodes[0]), agents, items, args, start_at
+    )
     snapshots: list[CpuUse] = []
     # CPU is counted from the moment the clock starts, not while the clients connect; the timer
     # thread takes that reading while this thread may be running the load itself.
-    start_reading = threading.Timer(max(0.0, start_at - time.time()), lambda: snapshots.append(CpuUse.read(deployment)))
+    start_reading = threading.Timer(
+        max(0.0, start_at - time.time()), lambda: snapshots.append(CpuUse.read(deployment))
+    )
     start_reading.start()
-    postgres_memory = MemorySampler(deployment.postgres_roots(), interval=0.5, relist_every=2, proportional=True)
+    postgres_memory = MemorySampler(
+        deployment.postgres_roots(), interval=0.5, relist_every=2, proportional=True
+    )
     with MemorySampler(deployment.server_roots()) as memory, postgres_memory:
         tally = run_load(plans, executor)
     after = CpuUse.read(deployment)
@@ -322,8 +395,15 @@ def client_processes(count: int) -> Iterator[Executor | None]:
 
 
 def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: Any) -> Deployment:
-    return start_deployment(directory / f"{setup.storage}-{setup.nodes}n-{setup.workers}w", setup.storage,
-                            setup.nodes, setup.workers, postgres, args.pg_pool_size, args.limits)
+    return start_deployment(
+        directory / f"{setup.storage}-{setup.nodes}n-{setup.workers}w",
+        setup.storage,
+        setup.nodes,
+        setup.workers,
+        postgres,
+        args.pg_pool_size,
+        args.limits,
+    )
 
 
 def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[OpResult]:
@@ -342,8 +422,10 @@ def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[O
                     result = measure(op, deployment, setup, agents, items, args, executor)
                     measured[op] = result.rate
                     results.append(result)
-                    log(f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors, "
-                        f"{_cell(result.server_cpu_ms, 2)} ms grantd CPU per answer")
+                    log(
+                        f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors, "
+                        f"{_cell(result.server_cpu_ms, 2)} ms grantd CPU per answer"
+                    )
         finally:
             deployment.stop()
     return results
@@ -375,7 +457,9 @@ def machine_facts() -> dict[str, Any]:
     model = ""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+            model = next(
+                (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), ""
+            )
     except OSError:
         pass
     return {
@@ -399,7 +483,9 @@ def _notes(r: OpResult) -> str:
         notes.append(f"{r.request_rate:,.0f} req/s")
     if r.pool_prepared is not None:
         used = f"{r.operations:,} of {r.pool_prepared:,} used"
-        ran_out = f", ran out at {r.pool_exhausted_after_s:g} s" if r.pool_exhausted_after_s is not None else ""
+        ran_out = (
+            f", ran out at {r.pool_exhausted_after_s:g} s" if r.pool_exhausted_after_s is not None else ""
+        )
         notes.append(used + ran_out)
     if r.error_examples:
         notes.append("errors: " + "; ".join(r.error_examples))
@@ -408,58 +494,84 @@ def _notes(r: OpResult) -> str:
 
 def print_table(setup: Setup, results: list[OpResult], clients: int | str) -> None:
     print(f"\n== {setup.label}, {clients} clients ==")
-    header = (f"{'operation':<13}{'ops/s':>8}{'aim':>7}{'p50 ms':>8}{'p99 ms':>8}{'req p99':>8}{'aim':>5}{'met':>5}"
-              f"{'errors':>7}{'ms/op':>7}{'pg':>6}{'peak MiB':>9}{'pg':>5}"
-              f"{'CPU: srv':>9}{'pg':>5}{'load':>5}{'other':>6}{'idle':>5}  notes")
+    header = (
+        f"{'operation':<13}{'ops/s':>8}{'aim':>7}{'p50 ms':>8}{'p99 ms':>8}{'req p99':>8}{'aim':>5}{'met':>5}"
+        f"{'errors':>7}{'ms/op':>7}{'pg':>6}{'peak MiB':>9}{'pg':>5}"
+        f"{'CPU: srv':>9}{'pg':>5}{'load':>5}{'other':>6}{'idle':>5}  notes"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         met = "-" if r.meets_aim is None else ("yes" if r.meets_aim else "NO")
         aim_rate = "-" if r.aim_rate is None else f"{r.aim_rate:,.0f}"
         aim_p99 = "-" if r.aim_p99_ms is None else f"<{r.aim_p99_ms:g}"
-        print(f"{r.op:<13}{_cell(r.rate, 0):>8}{aim_rate:>7}{_cell(r.p50_ms):>8}{_cell(r.p99_ms):>8}"
-              f"{_cell(r.request_p99_ms):>8}{aim_p99:>5}{met:>5}{r.errors:>7}{_cell(r.server_cpu_ms, 2):>7}"
-              f"{_cell(r.postgres_cpu_ms, 2):>6}{_cell(r.peak_rss_mib):>9}{_cell(r.postgres_peak_mib, 0):>5}"
-              f"{r.server_cpu_cores:>9.2f}{r.postgres_cpu_cores:>5.1f}{r.client_cpu_cores:>5.1f}"
-              f"{r.other_cpu_cores:>6.1f}{r.idle_cpu_cores:>5.1f}"
-              f"  {_notes(r)}")
+        print(
+            f"{r.op:<13}{_cell(r.rate, 0):>8}{aim_rate:>7}{_cell(r.p50_ms):>8}{_cell(r.p99_ms):>8}"
+            f"{_cell(r.request_p99_ms):>8}{aim_p99:>5}{met:>5}{r.errors:>7}{_cell(r.server_cpu_ms, 2):>7}"
+            f"{_cell(r.postgres_cpu_ms, 2):>6}{_cell(r.peak_rss_mib):>9}{_cell(r.postgres_peak_mib, 0):>5}"
+            f"{r.server_cpu_cores:>9.2f}{r.postgres_cpu_cores:>5.1f}{r.client_cpu_cores:>5.1f}"
+            f"{r.other_cpu_cores:>6.1f}{r.idle_cpu_cores:>5.1f}"
+            f"  {_notes(r)}"
+        )
 
 
 def storage_note(args: argparse.Namespace) -> str:
     if args.storage == "sqlite":
         return "SQLite (one file shared by all nodes)"
     pool = args.pg_pool_size or "default"
-    return (f"PostgreSQL (a private server from tests/support/postgres.py: unix socket, fsync off; "
-            f"pool_size {pool} per process)")
+    return (
+        f"PostgreSQL (a private server from tests/support/postgres.py: unix socket, fsync off; "
+        f"pool_size {pool} per process)"
+    )
 
 
 def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[OpResult]) -> None:
-    print(f"grantd benchmark - {facts['cpu_cores']} cores ({facts['cpu_model']}), {facts['implementation']} "
-          f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}, "
-          f"at end {facts.get('load_average_at_end')}")
-    print(f"{'/'.join(map(str, args.client_counts))} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
-          f"{args.client_procs} load process(es), spread evenly over the nodes), {args.duration:g} s per operation, "
-          f"{args.rounds} round(s), "
-          f"{storage_note(args)}, access log off, " + (
-              "[limits] off (every abuse limit 0)" if args.limits == "off"
-              else "[limits] counted (every rate limit on, out of reach: each request pays for its counters)"))
+    print(
+        f"grantd benchmark - {facts['cpu_cores']} cores ({facts['cpu_model']}), {facts['implementation']} "
+        f"{facts['python']}, {facts['platform']}; load average at start {facts['load_average_at_start']}, "
+        f"at end {facts.get('load_average_at_end')}"
+    )
+    print(
+        f"{'/'.join(map(str, args.client_counts))} concurrent clients ({args.client} client, one HTTP/1.1 keep-alive connection each, "
+        f"{args.client_procs} load process(es), spread evenly over the nodes), {args.duration:g} s per operation, "
+        f"{args.rounds} round(s), "
+        f"{storage_note(args)}, access log off, "
+        + (
+            "[limits] off (every abuse limit 0)"
+            if args.limits == "off"
+            else "[limits] counted (every rate limit on, out of reach: each request pays for its counters)"
+        )
+    )
     for op in args.ops:
         print(f"  {op:<13}{DESCRIPTIONS[op]}")
     for setup in setups(args):
         for clients in args.client_counts:
             for variant in sorted({r.variant for r in results}, reverse=True):
-                rows = [r for r in results if (r.storage, r.nodes, r.workers) == dataclasses.astuple(setup)
-                        and r.clients == clients and r.variant == variant]
+                rows = [
+                    r
+                    for r in results
+                    if (r.storage, r.nodes, r.workers) == dataclasses.astuple(setup)
+                    and r.clients == clients
+                    and r.variant == variant
+                ]
                 if rows:
                     print_table(setup, rows, clients if variant == "tree" else f"{clients} (baseline code)")
-    print(f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE}).")
-    print("p50/p99 ms: whole operation; req p99: single HTTP requests (they differ for authenticate and flow).")
+    print(
+        f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE})."
+    )
+    print(
+        "p50/p99 ms: whole operation; req p99: single HTTP requests (they differ for authenticate and flow)."
+    )
     print("ms/op: CPU (user + system, from /proc/PID/stat, reaped children included) of all grantd processes")
-    print("over the measured window divided by the correct answers (operations); pg: the same for PostgreSQL's")
+    print(
+        "over the measured window divided by the correct answers (operations); pg: the same for PostgreSQL's"
+    )
     print("processes. It depends far less than ops/s on how busy the machine is. peak MiB: summed RSS of")
     print("the grantd processes; pg: summed PSS of PostgreSQL's (shared buffers counted once).")
     print("CPU: mean cores kept busy during the run by the grantd processes (srv), PostgreSQL (pg), the load")
-    print("generator (load) and everything else on the machine (other), and the cores left idle. The load generator")
+    print(
+        "generator (load) and everything else on the machine (other), and the cores left idle. The load generator"
+    )
     print("shares the cores with the server, and 'other' is work of other people on a shared machine: when")
     print("it is high the figures are low and noisy (compare runs, not single numbers). Idle cores while")
     print("the rate is short of the aim mean the server waits (on SQLite's lock, say) rather than computes.")
@@ -469,52 +581,125 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, nargs="+", default=None, dest="client_counts",
-                        help="concurrent clients; several counts: one run each (default 64)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds: each runs every setup and client count once on fresh servers (default 1)")
-    parser.add_argument("--issue14", action="store_true",
-                        help="issue 14's clients and operations, 3 rounds, with the peer's figures beside grantd's")
-    parser.add_argument("--peer", action="store_true", help="print the peer's reference figures beside the medians")
-    parser.add_argument("--baseline", type=Path,
-                        help="a folder holding an earlier `grantd` package (a copy of appliance/ as grantd/, plugins/ "
-                             "as grantd/plugins/): every setup of every round also runs on servers of that code, "
-                             "just before this tree's, so before and after meet the same machine")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        nargs="+",
+        default=None,
+        dest="client_counts",
+        help="concurrent clients; several counts: one run each (default 64)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds: each runs every setup and client count once on fresh servers (default 1)",
+    )
+    parser.add_argument(
+        "--issue14",
+        action="store_true",
+        help="issue 14's clients and operations, 3 rounds, with the peer's figures beside grantd's",
+    )
+    parser.add_argument(
+        "--peer", action="store_true", help="print the peer's reference figures beside the medians"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a folder holding an earlier `grantd` package (a copy of appliance/ as grantd/, plugins/ "
+        "as grantd/plugins/): every setup of every round also runs on servers of that code, "
+        "just before this tree's, so before and after meet the same machine",
+    )
     parser.add_argument("--duration", type=float, default=None, help="seconds per operation (default 10)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
-                        help="server worker counts, per node (default 1 2)")
-    parser.add_argument("--storage", choices=STORAGES, default="sqlite",
-                        help="sqlite (default; one file) or postgres (a private PostgreSQL server this run starts "
-                             "and stops, from Debian's postgresql package as the tests use it)")
-    parser.add_argument("--limits", choices=LIMIT_MODES, default="off",
-                        help="off (default): every abuse limit 0, as the peer comparison runs; counted: every rate "
-                             "limit on but out of reach, so requests pay for their counters as in production")
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1],
-                        help="grantd servers on separate ports sharing one database; the clients are spread "
-                             "evenly over them (default 1; several counts: one run each)")
-    parser.add_argument("--pg-pool-size", type=int,
-                        help="[storage] pool_size of each grantd process on PostgreSQL (default: the config default)")
-    parser.add_argument("--ops", nargs="+", choices=ALL_OPS, default=None, metavar="OP",
-                        help=f"operations to measure, in order (default all: {' '.join(DEFAULT_OPS)})")
-    parser.add_argument("--client", choices=CLIENT_KINDS, default=None,
-                        help="HTTP client of the load: lean (default; a minimal keep-alive client) or httpx "
-                             "(~1 ms CPU a request: it caps the figures near 900/s on this machine)")
-    parser.add_argument("--client-procs", type=int, default=None,
-                        help="load generator processes sharing the clients (default 1)")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[1, 2], help="server worker counts, per node (default 1 2)"
+    )
+    parser.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default="sqlite",
+        help="sqlite (default; one file) or postgres (a private PostgreSQL server this run starts "
+        "and stops, from Debian's postgresql package as the tests use it)",
+    )
+    parser.add_argument(
+        "--limits",
+        choices=LIMIT_MODES,
+        default="off",
+        help="off (default): every abuse limit 0, as the peer comparison runs; counted: every rate "
+        "limit on but out of reach, so requests pay for their counters as in production",
+    )
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="grantd servers on separate ports sharing one database; the clients are spread "
+        "evenly over them (default 1; several counts: one run each)",
+    )
+    parser.add_argument(
+        "--pg-pool-size",
+        type=int,
+        help="[storage] pool_size of each grantd process on PostgreSQL (default: the config default)",
+    )
+    parser.add_argument(
+        "--ops",
+        nargs="+",
+        choices=ALL_OPS,
+        default=None,
+        metavar="OP",
+        help=f"operations to measure, in order (default all: {' '.join(DEFAULT_OPS)})",
+    )
+    parser.add_argument(
+        "--client",
+        choices=CLIENT_KINDS,
+        default=None,
+        help="HTTP client of the load: lean (default; a minimal keep-alive client) or httpx "
+        "(~1 ms CPU a request: it caps the figures near 900/s on this machine)",
+    )
+    parser.add_argument(
+        "--client-procs",
+        type=int,
+        default=None,
+        help="load generator processes sharing the clients (default 1)",
+    )
     parser.add_argument("--agents", type=int, help="agents to enroll (default: one per client)")
-    parser.add_argument("--pool-size", type=int, help="grants prepared for approve/consume (default: create rate x duration x 1.5)")
-    parser.add_argument("--max-pool", type=int, default=60_000, help="cap on the automatic pool size (default 60000)")
-    parser.add_argument("--reuse-pool", type=int, default=1024,
-                        help="distinct grants/tokens for get_etag, token, verify (default 1024)")
+    parser.add_argument(
+        "--pool-size",
+        type=int,
+        help="grants prepared for approve/consume (default: create rate x duration x 1.5)",
+    )
+    parser.add_argument(
+        "--max-pool", type=int, default=60_000, help="cap on the automatic pool size (default 60000)"
+    )
+    parser.add_argument(
+        "--reuse-pool",
+        type=int,
+        default=1024,
+        help="distinct grants/tokens for get_etag, token, verify (default 1024)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
-    parser.add_argument("--profile", choices=ALL_OPS, metavar="OP",
-                        help="run OP against one server worker under cProfile and print where the time goes")
-    parser.add_argument("--profile-out", type=Path, help="where to keep the cProfile file (default: a temp file)")
+    parser.add_argument(
+        "--profile",
+        choices=ALL_OPS,
+        metavar="OP",
+        help="run OP against one server worker under cProfile and print where the time goes",
+    )
+    parser.add_argument(
+        "--profile-out", type=Path, help="where to keep the cProfile file (default: a temp file)"
+    )
     parser.add_argument("--top", type=int, default=25, help="functions to list with --profile (default 25)")
     args = parser.parse_args(argv)
-    preset: dict[str, Any] = {"client_counts": [64], "rounds": 1, "ops": DEFAULT_OPS, "client": "lean", "client_procs": 1,
-                              "duration": 10.0}
+    preset: dict[str, Any] = {
+        "client_counts": [64],
+        "rounds": 1,
+        "ops": DEFAULT_OPS,
+        "client": "lean",
+        "client_procs": 1,
+        "duration": 10.0,
+    }
     if args.issue14:
         preset.update(client_counts=[16, 64], rounds=3, ops=ISSUE14_OPS, client="httpx", client_procs=2)
         args.peer = True
@@ -524,7 +709,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.clients = args.client_counts[0]  # --profile and a single run use the first count
     args.agents_given = args.agents
     args.agents = args.agents or args.clients
-    if min(*args.client_counts, args.client_procs, args.agents, args.rounds, *args.workers, *args.nodes) < 1 or args.duration <= 0:
+    if (
+        min(*args.client_counts, args.client_procs, args.agents, args.rounds, *args.workers, *args.nodes) < 1
+        or args.duration <= 0
+    ):
         parser.error("counts and the duration must be positive")
     if args.client_procs > min(args.client_counts):
         parser.error("--client-procs may not exceed --clients")
@@ -563,7 +751,10 @@ def profile(args: argparse.Namespace) -> None:
     out = args.profile_out or Path(tempfile.gettempdir()) / f"grantd-bench-{op}.prof"
     out.unlink(missing_ok=True)  # so that the existence check below proves this run wrote it
     setup = Setup(args.storage, 1, 1)
-    with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp, private_postgres(args.storage) as postgres:
+    with (
+        tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp,
+        private_postgres(args.storage) as postgres,
+    ):
         deployment = deploy(setup, Path(tmp), args, postgres)
         try:
             agents = enroll(deployment.nodes[0], args.agents)
@@ -573,11 +764,15 @@ def profile(args: argparse.Namespace) -> None:
             with client_processes(args.client_procs) as executor:
                 result = measure(op, deployment, setup, agents, items, args, executor)
         finally:
-            code = deployment.nodes[0].stop()  # SIGTERM: Sanic stops gracefully and cProfile writes its file on exit
+            code = deployment.nodes[
+                0
+            ].stop()  # SIGTERM: Sanic stops gracefully and cProfile writes its file on exit
     if not out.exists():
         raise SystemExit(f"the profiled server (exit {code}) did not write {out}")
-    print(f"{op} under cProfile (slower than without): {result.rate:,.0f}/s, p50 {result.p50_ms} ms, "
-          f"p99 {result.p99_ms} ms, {result.errors} errors; profile in {out}")
+    print(
+        f"{op} under cProfile (slower than without): {result.rate:,.0f}/s, p50 {result.p50_ms} ms, "
+        f"p99 {result.p99_ms} ms, {result.errors} errors; profile in {out}"
+    )
     print_profile(out, args.top)
 
 
@@ -598,8 +793,9 @@ def main(argv: list[str] | None = None) -> int:
                 for clients in args.client_counts:
                     if args.issue14 and setup.workers == 1 and clients != min(args.client_counts):
                         continue  # as in the issue: one worker only at the smaller agent count
-                    run_args = argparse.Namespace(**{**vars(args), "clients": clients,
-                                                     "agents": args.agents_given or clients})
+                    run_args = argparse.Namespace(
+                        **{**vars(args), "clients": clients, "agents": args.agents_given or clients}
+                    )
                     for variant, server_path in variants(args):
                         with server_code(server_path):
                             if args.baseline:
@@ -610,10 +806,17 @@ def main(argv: list[str] | None = None) -> int:
     facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     summaries = summarize_rounds([asdict(r) for r in results])
     if args.json:
-        print(json.dumps({"machine": facts, "settings": {k: str(v) if isinstance(v, Path) else v
-                                                         for k, v in vars(args).items()},
-                          "results": [asdict(r) for r in results],
-                          "medians": [asdict(s) for s in summaries]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "machine": facts,
+                    "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                    "results": [asdict(r) for r in results],
+                    "medians": [asdict(s) for s in summaries],
+                },
+                indent=2,
+            )
+        )
     else:
         print_report(facts, args, results)
         print_rounds(summaries)

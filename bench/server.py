@@ -54,22 +54,46 @@ def _disable_access_log(config_path: Path) -> None:
 # are off ("off"). "counted" keeps every rate limit on but out of reach, so each request pays for
 # its counters (a store write per counted attempt, a read per bearer check) as in production; the
 # bound on pending grants stays off there too (the bench leaves thousands pending on purpose).
-RATE_LIMIT_KEYS = ("authenticate_per_agent", "authenticate_per_address", "enroll_per_address",
-                   "failed_bearer_per_address", "grants_per_agent", "verify_per_address", "passkey_per_address",
-                   "device_code_per_address", "sp_login_per_address", "token_per_address")
-BOUND_KEYS = ("pending_per_agent", "pending_per_owner", "agents_per_person", "streams_per_principal", "streams_per_process")
+RATE_LIMIT_KEYS = (
+    "authenticate_per_agent",
+    "authenticate_per_address",
+    "enroll_per_address",
+    "failed_bearer_per_address",
+    "grants_per_agent",
+    "verify_per_address",
+    "passkey_per_address",
+    "device_code_per_address",
+    "sp_login_per_address",
+    "token_per_address",
+)
+BOUND_KEYS = (
+    "pending_per_agent",
+    "pending_per_owner",
+    "agents_per_person",
+    "streams_per_principal",
+    "streams_per_process",
+)
 LIMIT_MODES = ("off", "counted")
 OUT_OF_REACH = 1_000_000_000
 
 
 def limits_table(mode: str) -> str:
     rate = 0 if mode == "off" else OUT_OF_REACH
-    return "[limits]\n" + "".join(f"{key} = {rate}\n" for key in RATE_LIMIT_KEYS) + "".join(
-        f"{key} = 0\n" for key in BOUND_KEYS)
+    return (
+        "[limits]\n"
+        + "".join(f"{key} = {rate}\n" for key in RATE_LIMIT_KEYS)
+        + "".join(f"{key} = 0\n" for key in BOUND_KEYS)
+    )
 
 
-def start_server(directory: Path, workers: int, storage: str | None = None, issuer: str | None = None,
-                 token: str | None = None, limits: str = "off") -> Any:
+def start_server(
+    directory: Path,
+    workers: int,
+    storage: str | None = None,
+    issuer: str | None = None,
+    token: str | None = None,
+    limits: str = "off",
+) -> Any:
     """A started `grantd serve` with `workers` processes, its token (and by default its SQLite file) in
     `directory`; `storage` replaces the lines of the [storage] table, `token` the management token."""
     # GRANTD_BENCH_SERVER_PATH: a folder holding another `grantd` package (a copy of an earlier tree,
@@ -77,11 +101,15 @@ def start_server(directory: Path, workers: int, storage: str | None = None, issu
     # measured with this same bench while the working tree changes.
     other = os.environ.get("GRANTD_BENCH_SERVER_PATH")
     env = {"PYTHONPATH": os.pathsep.join([other, str(ROOT), str(TESTS / "plugins")])} if other else None
-    server = _conftest().make_server(directory, workers=workers, extra=limits_table(limits), storage=storage, env=env)
+    server = _conftest().make_server(
+        directory, workers=workers, extra=limits_table(limits), storage=storage, env=env
+    )
     _disable_access_log(server.config_path)
     if issuer:
         text = server.config_path.read_text()
-        server.config_path.write_text(text.replace(f"port = {server.port}\n", f'port = {server.port}\nissuer = "{issuer}"\n', 1))
+        server.config_path.write_text(
+            text.replace(f"port = {server.port}\n", f'port = {server.port}\nissuer = "{issuer}"\n', 1)
+        )
     if token:
         server.token = token
         (directory / "management-token").write_text(token + "\n")
@@ -115,8 +143,15 @@ class Deployment:
             node.stop()
 
 
-def start_deployment(directory: Path, storage: str, nodes: int, workers: int, postgres: Any = None,
-                     pool_size: int | None = None, limits: str = "off") -> Deployment:
+def start_deployment(
+    directory: Path,
+    storage: str,
+    nodes: int,
+    workers: int,
+    postgres: Any = None,
+    pool_size: int | None = None,
+    limits: str = "off",
+) -> Deployment:
     """`nodes` servers of `workers` processes each on one database: a SQLite file in `directory`, or
     a new database on `postgres` (a started tests/support/postgres.py server). Started one after the
     other: the first migrates the schema and makes the signing key, the others find them."""
@@ -134,9 +169,16 @@ def start_deployment(directory: Path, storage: str, nodes: int, workers: int, po
     try:
         for i in range(nodes):
             first = deployment.nodes[0] if deployment.nodes else None
-            deployment.nodes.append(start_server(directory / f"node-{i}", workers, storage=lines,
-                                                 issuer=SHARED_ISSUER if nodes > 1 else None,
-                                                 token=first.token if first else None, limits=limits))
+            deployment.nodes.append(
+                start_server(
+                    directory / f"node-{i}",
+                    workers,
+                    storage=lines,
+                    issuer=SHARED_ISSUER if nodes > 1 else None,
+                    token=first.token if first else None,
+                    limits=limits,
+                )
+            )
     except BaseException:
         deployment.stop()
         raise
@@ -241,8 +283,13 @@ class MemorySampler:
     The trees are re-listed once a second only: scanning all of /proc ten times a second would take
     CPU away from the load generator on a small machine."""
 
-    def __init__(self, roots: int | list[int], interval: float = 0.1, relist_every: int = 10,
-                 proportional: bool = False):
+    def __init__(
+        self,
+        roots: int | list[int],
+        interval: float = 0.1,
+        relist_every: int = 10,
+        proportional: bool = False,
+    ):
         self.roots = [roots] if isinstance(roots, int) else list(roots)
         self.interval = interval
         self.relist_every = relist_every

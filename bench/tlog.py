@@ -80,9 +80,20 @@ def main() -> None:
     events = [(BASE + i, 1764140000000 + i) for i in range(BATCH)]
 
     def encode():
-        return [L.grant_reviewed(seq, ts, ACTOR, f"gr_{seq:020d}", decision="approve", via="web", req="sre",
-                                 reason="planned maintenance CHG-1234", grant_digest="sha256:" + "ab" * 32)
-                for seq, ts in events]
+        return [
+            L.grant_reviewed(
+                seq,
+                ts,
+                ACTOR,
+                f"gr_{seq:020d}",
+                decision="approve",
+                via="web",
+                req="sre",
+                reason="planned maintenance CHG-1234",
+                grant_digest="sha256:" + "ab" * 32,
+            )
+            for seq, ts in events
+        ]
 
     raw = encode()
 
@@ -99,18 +110,26 @@ def main() -> None:
 
     encode_s, integrate_s, sign_s = best(encode), best(step), best(sign)
     step = encode_s + integrate_s + sign_s
-    print(f"sequencer step, {BATCH} events onto {BASE:,} leaves: encode {encode_s * 1000:.1f} ms, "
-          f"hash+append+rows {integrate_s * 1000:.1f} ms ({len(written)} new nodes), prove+sign {sign_s * 1000:.2f} ms; "
-          f"total {step * 1000:.1f} ms CPU (aim: far below 1 s)")
+    print(
+        f"sequencer step, {BATCH} events onto {BASE:,} leaves: encode {encode_s * 1000:.1f} ms, "
+        f"hash+append+rows {integrate_s * 1000:.1f} ms ({len(written)} new nodes), prove+sign {sign_s * 1000:.2f} ms; "
+        f"total {step * 1000:.1f} ms CPU (aim: far below 1 s)"
+    )
     note = sign()
     print(f"opening the checkpoint: {best(lambda: open_checkpoint(note, [signer.verifier])) * 1e6:.0f} µs")
 
     size = BASE + BATCH
     for name, make, check in (
-        ("inclusion proof", lambda: inclusion_proof(123_456, size, nodes.read),
-         lambda p: verify_inclusion(123_456, size, leaf_hash(b"123456"), p, new_root)),
-        ("consistency proof", lambda: consistency_proof(777_777, size, nodes.read),
-         lambda p: verify_consistency(777_777, size, tree_root(777_777, nodes.read), new_root, p)),
+        (
+            "inclusion proof",
+            lambda: inclusion_proof(123_456, size, nodes.read),
+            lambda p: verify_inclusion(123_456, size, leaf_hash(b"123456"), p, new_root),
+        ),
+        (
+            "consistency proof",
+            lambda: consistency_proof(777_777, size, nodes.read),
+            lambda p: verify_consistency(777_777, size, tree_root(777_777, nodes.read), new_root, p),
+        ),
     ):
         made = make()
         nodes.reads = 0
@@ -118,11 +137,15 @@ def main() -> None:
         reads = nodes.reads
         per_call = best(lambda make=make: [make() for _ in range(RUNS)]) / RUNS
         verify = best(lambda check=check, made=made: [check(made) for _ in range(RUNS)]) / RUNS
-        print(f"{name} at size {size:,}: {len(made)} hashes from {reads} stored nodes, build {per_call * 1e6:.0f} µs, "
-              f"verify {verify * 1e6:.0f} µs")
+        print(
+            f"{name} at size {size:,}: {len(made)} hashes from {reads} stored nodes, build {per_call * 1e6:.0f} µs, "
+            f"verify {verify * 1e6:.0f} µs"
+        )
 
     leaves_100k = [b"%d" % i for i in range(100_000)]
-    print(f"verifier: root of 100,000 leaves recomputed in {best(lambda: MemoryTree.of_leaves(leaves_100k), 3):.2f} s CPU")
+    print(
+        f"verifier: root of 100,000 leaves recomputed in {best(lambda: MemoryTree.of_leaves(leaves_100k), 3):.2f} s CPU"
+    )
 
 
 if __name__ == "__main__":

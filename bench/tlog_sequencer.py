@@ -25,12 +25,31 @@ from grantd.services.audit import AuditLog  # noqa: E402
 
 
 def grant(i: int, now: int) -> dict:
-    return {"id": f"gr_{i:08d}", "type": "command", "requester": "bot@agents.example.com", "requester_id": "agt_bench",
-            "request": {"command": ["systemctl", "restart", f"svc{i}"], "audience": "escapes", "target_host": "web-1",
-                        "cmd_hash": "sha256:" + "ab" * 32},
-            "grant_type": "once", "status": "approved", "created_at": now, "decided_by": "alice@example.com",
-            "decided_at": now, "expires_at": now + 3_600_000, "used_at": None, "decision_reason": None,
-            "delegation_id": None, "revoked_by": None, "revoked_at": None, "reuse_key": None, "version": 1}
+    return {
+        "id": f"gr_{i:08d}",
+        "type": "command",
+        "requester": "bot@agents.example.com",
+        "requester_id": "agt_bench",
+        "request": {
+            "command": ["systemctl", "restart", f"svc{i}"],
+            "audience": "escapes",
+            "target_host": "web-1",
+            "cmd_hash": "sha256:" + "ab" * 32,
+        },
+        "grant_type": "once",
+        "status": "approved",
+        "created_at": now,
+        "decided_by": "alice@example.com",
+        "decided_at": now,
+        "expires_at": now + 3_600_000,
+        "used_at": None,
+        "decision_reason": None,
+        "delegation_id": None,
+        "revoked_by": None,
+        "revoked_at": None,
+        "reuse_key": None,
+        "version": 1,
+    }
 
 
 async def main(count: int) -> None:
@@ -50,9 +69,11 @@ async def main(count: int) -> None:
             steps += 1
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         head = await store.tlog.head()
-        print(f"{events} events -> {head['size']} leaves in {steps} steps: {wall:.2f} s wall, {cpu:.2f} s CPU; "
-              f"{events / wall:,.0f} events/s (wall), {events / cpu:,.0f} events/s per CPU second; "
-              f"checkpoint size {(await store.tlog.latest_checkpoint() or (0, ''))[0]}")
+        print(
+            f"{events} events -> {head['size']} leaves in {steps} steps: {wall:.2f} s wall, {cpu:.2f} s CPU; "
+            f"{events / wall:,.0f} events/s (wall), {events / cpu:,.0f} events/s per CPU second; "
+            f"checkpoint size {(await store.tlog.latest_checkpoint() or (0, ''))[0]}"
+        )
         store.close()
 
 

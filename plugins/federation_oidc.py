@@ -55,17 +55,42 @@ from grantd.hookspecs import FederatedIdentity, FederationContext, FederationErr
 
 # OAuth's error codes at the redirect (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6): the only callback
 # error text a sign-in page shows.
-OAUTH_ERRORS = frozenset({"invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
-                          "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
-                          "login_required", "account_selection_required", "consent_required"})
+OAUTH_ERRORS = frozenset(
+    {
+        "invalid_request",
+        "unauthorized_client",
+        "access_denied",
+        "unsupported_response_type",
+        "invalid_scope",
+        "server_error",
+        "temporarily_unavailable",
+        "interaction_required",
+        "login_required",
+        "account_selection_required",
+        "consent_required",
+    }
+)
 
 TYPE = "oidc"
 DEFAULT_SCOPES = ("openid", "email", "profile")
-KEYS = ("id", "type", "name", "issuer", "client_id", "client_secret", "scopes", "email_claim", "allowed_domains",
-        "create_unknown", "trust_email")
+KEYS = (
+    "id",
+    "type",
+    "name",
+    "issuer",
+    "client_id",
+    "client_secret",
+    "scopes",
+    "email_claim",
+    "allowed_domains",
+    "create_unknown",
+    "trust_email",
+)
 # how grantd can authenticate at an upstream's token endpoint, in order of preference
 AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
-DEFAULT_AUTH_METHODS = ("client_secret_basic",)  # OpenID Connect Discovery 1.0 §3: the default when none is listed
+DEFAULT_AUTH_METHODS = (
+    "client_secret_basic",
+)  # OpenID Connect Discovery 1.0 §3: the default when none is listed
 _SCOPE = re.compile(r"^[\x21\x23-\x5b\x5d-\x7e]+$")  # RFC 6749 scope-token
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
@@ -134,10 +159,14 @@ class OidcProvider:
 
     # -- upstream documents -------------------------------------------------------------------
 
-    async def _send(self, ctx: FederationContext, method: str, url: str, what: str, **kwargs: Any) -> tuple[int, Any]:
+    async def _send(
+        self, ctx: FederationContext, method: str, url: str, what: str, **kwargs: Any
+    ) -> tuple[int, Any]:
         """(status, the JSON body or None) of one call to the upstream, reading at most MAX_DOCUMENT bytes."""
         if not transport_ok(url):
-            raise FederationError(f"{self.name} names an insecure {what} URL (https is required): {url[:200]}", 503)
+            raise FederationError(
+                f"{self.name} names an insecure {what} URL (https is required): {url[:200]}", 503
+            )
         body = bytearray()
         try:
             async with ctx.http.stream(method, url, **kwargs) as response:
@@ -147,15 +176,20 @@ class OidcProvider:
                         raise FederationError(f"{self.name} sent a {what} that is too large.", 503)
                 status = response.status_code
         except httpx.HTTPError:
-            raise FederationError(f"{self.name} cannot be reached right now (its {what} did not answer). "
-                                  "Try again later.", 503) from None
+            raise FederationError(
+                f"{self.name} cannot be reached right now (its {what} did not answer). Try again later.", 503
+            ) from None
         try:
             return status, json.loads(body)
         except ValueError:
             return status, None
 
-    async def _get_json(self, ctx: FederationContext, url: str, what: str, headers: dict[str, str] | None = None) -> Any:
-        status, found = await self._send(ctx, "GET", url, what, headers={"Accept": "application/json", **(headers or {})})
+    async def _get_json(
+        self, ctx: FederationContext, url: str, what: str, headers: dict[str, str] | None = None
+    ) -> Any:
+        status, found = await self._send(
+            ctx, "GET", url, what, headers={"Accept": "application/json", **(headers or {})}
+        )
         if status != 200:
             raise FederationError(f"{self.name} answered its {what} with status {status}.", 503)
         if found is None:
@@ -167,17 +201,23 @@ class OidcProvider:
         now = ctx.now()
         if self._discovery is not None and now - self._discovery.fetched_at < DISCOVERY_TTL_S:
             return dict(self._discovery.value)
-        document = await self._get_json(ctx, f"{self.issuer}/.well-known/openid-configuration",
-                                       "discovery document")
+        document = await self._get_json(
+            ctx, f"{self.issuer}/.well-known/openid-configuration", "discovery document"
+        )
         if not isinstance(document, dict):
             raise FederationError(f"{self.name} sent a discovery document that is not a JSON object.", 503)
         if document.get("issuer") not in self.issuers:
-            raise FederationError(f"{self.name}'s discovery document names another issuer "
-                                  f"({str(document.get('issuer'))[:200]!r}, configured: {self.issuer!r}).", 503)
+            raise FederationError(
+                f"{self.name}'s discovery document names another issuer "
+                f"({str(document.get('issuer'))[:200]!r}, configured: {self.issuer!r}).",
+                503,
+            )
         for key in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
             value = document.get(key)
             if not isinstance(value, str) or not transport_ok(value):
-                raise FederationError(f"{self.name}'s discovery document has no usable {key} (an https URL).", 503)
+                raise FederationError(
+                    f"{self.name}'s discovery document has no usable {key} (an https URL).", 503
+                )
         userinfo = document.get("userinfo_endpoint")
         if userinfo is not None and (not isinstance(userinfo, str) or not transport_ok(userinfo)):
             document = {**document, "userinfo_endpoint": None}
@@ -210,10 +250,16 @@ class OidcProvider:
             return usable[0]
         offered = ", ".join(m[:40] for m in listed[:8])
         if self.client_secret is None and any(m in listed for m in AUTH_METHODS):
-            raise FederationError(f"{self.name} wants the client to authenticate ({offered}), but grantd has no "
-                                  "client_secret for it. An administrator has to add one.", 503)
-        raise FederationError(f"{self.name} offers no client authentication grantd can use at its token endpoint "
-                              f"(it offers {offered}; grantd can use {', '.join(AUTH_METHODS)}).", 503)
+            raise FederationError(
+                f"{self.name} wants the client to authenticate ({offered}), but grantd has no "
+                "client_secret for it. An administrator has to add one.",
+                503,
+            )
+        raise FederationError(
+            f"{self.name} offers no client authentication grantd can use at its token endpoint "
+            f"(it offers {offered}; grantd can use {', '.join(AUTH_METHODS)}).",
+            503,
+        )
 
     async def begin(self, ctx: FederationContext, *, redirect_uri: str, state: str) -> FederationStart:
         document = await self.discovery(ctx)
@@ -232,8 +278,10 @@ class OidcProvider:
         }
         endpoint = document["authorization_endpoint"]
         joiner = "&" if urlsplit(endpoint).query else "?"
-        return FederationStart(url=endpoint + joiner + urlencode(query, quote_via=quote),
-                               kept={"nonce": nonce, "code_verifier": verifier})
+        return FederationStart(
+            url=endpoint + joiner + urlencode(query, quote_via=quote),
+            kept={"nonce": nonce, "code_verifier": verifier},
+        )
 
     async def finish(
         self, ctx: FederationContext, *, redirect_uri: str, params: Mapping[str, str], kept: dict[str, Any]
@@ -244,7 +292,9 @@ class OidcProvider:
             # codes are shown, never free text (error_description), so a link cannot put words of
             # its maker's choosing on our page (issue 19, content spoofing).
             shown = error if error in OAUTH_ERRORS else "an error"
-            raise FederationError(f"{self.name} did not sign you in: {shown}.", 403 if error == "access_denied" else 400)
+            raise FederationError(
+                f"{self.name} did not sign you in: {shown}.", 403 if error == "access_denied" else 400
+            )
         code = params.get("code")
         if not code or len(code) > CODE_PARAM_MAX:
             raise FederationError(f"{self.name} sent no authorization code back.")
@@ -254,16 +304,25 @@ class OidcProvider:
         answer = await self._exchange(ctx, code, redirect_uri, verifier)
         id_token = answer.get("id_token")
         if not isinstance(id_token, str) or not id_token:
-            raise FederationError(f"{self.name} sent no id_token (is the openid scope allowed for this client?).", 503)
+            raise FederationError(
+                f"{self.name} sent no id_token (is the openid scope allowed for this client?).", 503
+            )
         claims = await self.verify_id_token(ctx, id_token, nonce)
         if self.email_claim not in claims and isinstance(answer.get("access_token"), str):
             claims = {**await self._userinfo(ctx, answer["access_token"], claims["sub"]), **claims}
         return self.identity_of(claims)
 
-    async def _exchange(self, ctx: FederationContext, code: str, redirect_uri: str, verifier: str) -> dict[str, Any]:
+    async def _exchange(
+        self, ctx: FederationContext, code: str, redirect_uri: str, verifier: str
+    ) -> dict[str, Any]:
         document = await self.discovery(ctx)
-        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri, "code_verifier": verifier,
-                "client_id": self.client_id}  # always (D9), whatever the method
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": redirect_uri,
+            "code_verifier": verifier,
+            "client_id": self.client_id,
+        }  # always (D9), whatever the method
         headers = {"Accept": "application/json"}
         method = self.auth_method(document)
         if method == "client_secret_basic" and self.client_secret is not None:
@@ -273,8 +332,9 @@ class OidcProvider:
         elif method == "client_secret_post" and self.client_secret is not None:
             form["client_secret"] = self.client_secret
         # "none": client_id only, no secret anywhere
-        status, answer = await self._send(ctx, "POST", document["token_endpoint"], "token endpoint", data=form,
-                                          headers=headers)
+        status, answer = await self._send(
+            ctx, "POST", document["token_endpoint"], "token endpoint", data=form, headers=headers
+        )
         if status != 200:
             error, reason = "", ""
             if isinstance(answer, dict) and isinstance(answer.get("error"), str):
@@ -294,16 +354,22 @@ class OidcProvider:
         endpoint = document.get("userinfo_endpoint")
         if not isinstance(endpoint, str):
             return {}
-        found = await self._get_json(ctx, endpoint, "userinfo endpoint", {"Authorization": f"Bearer {access_token}"})
+        found = await self._get_json(
+            ctx, endpoint, "userinfo endpoint", {"Authorization": f"Bearer {access_token}"}
+        )
         if not isinstance(found, dict) or found.get("sub") != subject:
-            raise FederationError(f"{self.name}'s userinfo answer is about someone else (sub differs from the id_token).", 503)
+            raise FederationError(
+                f"{self.name}'s userinfo answer is about someone else (sub differs from the id_token).", 503
+            )
         return found
 
     async def _key_for(self, ctx: FederationContext, header: dict[str, Any]) -> PyJWK:
         alg = header.get("alg")
         if alg not in ALGORITHMS:
-            raise FederationError(f"{self.name}'s id_token is signed with {str(alg)[:20]!r}; grantd accepts "
-                                  f"{', '.join(ALGORITHMS)}.")
+            raise FederationError(
+                f"{self.name}'s id_token is signed with {str(alg)[:20]!r}; grantd accepts "
+                f"{', '.join(ALGORITHMS)}."
+            )
         kid = header.get("kid")
         for refresh in (False, True):  # an unknown kid: the upstream rotated its keys, fetch them again once
             keys = await self.jwks(ctx, refresh=refresh)
@@ -315,16 +381,27 @@ class OidcProvider:
             if matching:
                 jwk = matching[0]
                 if jwk.get("alg") not in (None, alg):
-                    raise FederationError(f"{self.name}'s id_token names alg {alg} but its key is for {jwk.get('alg')}.")
+                    raise FederationError(
+                        f"{self.name}'s id_token names alg {alg} but its key is for {jwk.get('alg')}."
+                    )
                 try:
                     key = PyJWK(jwk, algorithm=alg)
-                except (jwt.exceptions.PyJWKError, jwt.exceptions.InvalidKeyError, ValueError, TypeError, KeyError):
-                    raise FederationError(f"{self.name}'s key {str(kid)[:60]!r} does not fit alg {alg}.") from None
+                except (
+                    jwt.exceptions.PyJWKError,
+                    jwt.exceptions.InvalidKeyError,
+                    ValueError,
+                    TypeError,
+                    KeyError,
+                ):
+                    raise FederationError(
+                        f"{self.name}'s key {str(kid)[:60]!r} does not fit alg {alg}."
+                    ) from None
                 if key.algorithm_name != alg:
                     raise FederationError(f"{self.name}'s key {str(kid)[:60]!r} does not fit alg {alg}.")
                 return key
-        raise FederationError(f"{self.name}'s id_token is signed with a key its JWKS does not publish "
-                              f"(kid {str(kid)[:60]!r}).")
+        raise FederationError(
+            f"{self.name}'s id_token is signed with a key its JWKS does not publish (kid {str(kid)[:60]!r})."
+        )
 
     async def verify_id_token(self, ctx: FederationContext, token: str, nonce: str) -> dict[str, Any]:
         """The id_token's claims after every check of the module docstring; FederationError otherwise."""
@@ -335,17 +412,28 @@ class OidcProvider:
         key = await self._key_for(ctx, header)
         try:
             claims = jwt.decode(
-                token, key=key, algorithms=[key.algorithm_name], issuer=list(self.issuers), audience=self.client_id,
-                options={"require": ["iss", "aud", "exp", "iat", "sub"], "verify_exp": False, "verify_iat": False,
-                         "verify_nbf": False},
+                token,
+                key=key,
+                algorithms=[key.algorithm_name],
+                issuer=list(self.issuers),
+                audience=self.client_id,
+                options={
+                    "require": ["iss", "aud", "exp", "iat", "sub"],
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                },
             )
         except jwt.exceptions.InvalidSignatureError:
             raise FederationError(f"{self.name}'s id_token signature does not verify.") from None
         except jwt.exceptions.InvalidIssuerError:
-            raise FederationError(f"{self.name}'s id_token was issued by someone else (iss is not {self.issuer}).") from None
+            raise FederationError(
+                f"{self.name}'s id_token was issued by someone else (iss is not {self.issuer})."
+            ) from None
         except jwt.exceptions.InvalidAudienceError:
-            raise FederationError(f"{self.name}'s id_token is not meant for grantd (aud does not contain "
-                                  f"{self.client_id}).") from None
+            raise FederationError(
+                f"{self.name}'s id_token is not meant for grantd (aud does not contain {self.client_id})."
+            ) from None
         except jwt.exceptions.MissingRequiredClaimError as exc:
             raise FederationError(f"{self.name}'s id_token lacks the {exc.claim} claim.") from None
         except jwt.exceptions.InvalidTokenError:
@@ -353,7 +441,9 @@ class OidcProvider:
         audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
         azp = claims.get("azp")
         if (len(audiences) > 1 or azp is not None) and azp != self.client_id:
-            raise FederationError(f"{self.name}'s id_token was issued to another client (azp is not {self.client_id}).")
+            raise FederationError(
+                f"{self.name}'s id_token was issued to another client (azp is not {self.client_id})."
+            )
         if not isinstance(claims.get("nonce"), str) or not hmac.compare_digest(claims["nonce"], nonce):
             raise FederationError(f"{self.name}'s id_token does not belong to this sign-in (nonce differs).")
         now = ctx.now()
@@ -374,14 +464,22 @@ class OidcProvider:
     def identity_of(self, claims: dict[str, Any]) -> FederatedIdentity:
         email = claims.get(self.email_claim)
         if not isinstance(email, str) or "@" not in email:
-            raise FederationError(f"{self.name} did not tell grantd your e-mail address (claim {self.email_claim!r}).")
+            raise FederationError(
+                f"{self.name} did not tell grantd your e-mail address (claim {self.email_claim!r})."
+            )
         verified = claims.get("email_verified")
-        trusted = "email_verified" not in claims and self.trust_email  # never sent: the provider's config vouches
+        trusted = (
+            "email_verified" not in claims and self.trust_email
+        )  # never sent: the provider's config vouches
         if verified is not True and verified != "true" and not trusted:  # some providers send the string
             raise FederationError(f"{self.name} has not verified the e-mail address {email[:254]}.", 403)
         name = claims.get("name")
-        return FederatedIdentity(subject=str(claims["sub"]), email=email.strip().lower(), email_verified=True,
-                                 name=name.strip()[:255] if isinstance(name, str) and name.strip() else None)
+        return FederatedIdentity(
+            subject=str(claims["sub"]),
+            email=email.strip().lower(),
+            email_verified=True,
+            name=name.strip()[:255] if isinstance(name, str) and name.strip() else None,
+        )
 
 
 # -- the config table ---------------------------------------------------------------------------
@@ -392,8 +490,10 @@ def _issuer(value: Any) -> str | None:
         return "must be a string: the provider's https issuer URL"
     parts = urlsplit(value)
     if not parts.hostname or not transport_ok(value):
-        return (f"must be an https URL such as https://sso.example.com (http only on a loopback host), "
-                f"got {value!r}")
+        return (
+            f"must be an https URL such as https://sso.example.com (http only on a loopback host), "
+            f"got {value!r}"
+        )
     if parts.username or parts.password or parts.query or parts.fragment:
         return "must not carry credentials, a query or a fragment"
     return None
@@ -412,7 +512,9 @@ def make_provider(table: dict[str, Any], read_secret: Callable[[str], str]) -> O
     for key in table:
         if key not in KEYS:
             hint = difflib.get_close_matches(key, KEYS, n=1)
-            problems.append(f"{key}: unknown key for type oidc" + (f' (did you mean "{hint[0]}"?)' if hint else ""))
+            problems.append(
+                f"{key}: unknown key for type oidc" + (f' (did you mean "{hint[0]}"?)' if hint else "")
+            )
     if "issuer" not in table:
         problems.append("issuer: missing (the provider's https issuer URL)")
     elif msg := _issuer(table["issuer"]):

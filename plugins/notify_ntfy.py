@@ -30,7 +30,6 @@ TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")  # ntfy's own topic rule
 PRIORITY_RESOLVED = 2
 
 
-
 @dataclass
 class NtfyChannel:
     id: str
@@ -46,16 +45,22 @@ class NtfyChannel:
 
     def body(self, notice: Notice, topic: str) -> dict[str, Any]:
         message = "\n".join([*(f"{label}: {value}" for label, value in notice.fields), "", notice.text])
-        data: dict[str, Any] = {"topic": topic, "title": notice.title, "message": message, "markdown": False,
-                                "priority": self.priority if notice.urgency == "high" else PRIORITY_RESOLVED,
-                                "tags": ["lock"] if notice.kind != "resolved" else ["white_check_mark"]}
+        data: dict[str, Any] = {
+            "topic": topic,
+            "title": notice.title,
+            "message": message,
+            "markdown": False,
+            "priority": self.priority if notice.urgency == "high" else PRIORITY_RESOLVED,
+            "tags": ["lock"] if notice.kind != "resolved" else ["white_check_mark"],
+        }
         actions: list[dict[str, Any]] = []
         if notice.link:
             data["click"] = notice.link
             actions.append({"action": "view", "label": "Review", "url": notice.link, "clear": False})
         if notice.deny_link:
-            actions.append({"action": "http", "label": "Deny", "url": notice.deny_link, "method": "POST",
-                            "clear": True})
+            actions.append(
+                {"action": "http", "label": "Deny", "url": notice.deny_link, "method": "POST", "clear": True}
+            )
         if actions:
             data["actions"] = actions
         return data
@@ -68,7 +73,9 @@ class NtfyChannel:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False, trust_env=False) as http:
+            async with httpx.AsyncClient(
+                timeout=self.timeout, follow_redirects=False, trust_env=False
+            ) as http:
                 response = await http.post(self.url, json=self.body(notice, topic), headers=headers)
         except httpx.HTTPError as exc:
             return DeliveryResult.failed(f"ntfy server unreachable ({type(exc).__name__})", retryable=True)
@@ -88,16 +95,25 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> Nt
     token = read.secret("token", read_secret, required=False)
     priority = read.integer("priority", 4, 1, 5)
     timeout = read.integer("timeout", 10, 1, 60)
-    options = {"include_command": read.boolean("include_command", False),
-               "deny_from_chat": read.boolean("deny_from_chat", False)}
+    options = {
+        "include_command": read.boolean("include_command", False),
+        "deny_from_chat": read.boolean("deny_from_chat", False),
+    }
     read.done()
     assert url is not None
-    return NtfyChannel(id=table["id"], url=url.rstrip("/") + "/", token=token, priority=priority, timeout=timeout,
-                       options=options)
+    return NtfyChannel(
+        id=table["id"],
+        url=url.rstrip("/") + "/",
+        token=token,
+        priority=priority,
+        timeout=timeout,
+        options=options,
+    )
 
 
-CHANNEL_TYPE = ChannelType(keys=KEYS, build=make_channel, secrets=SECRETS,
-                           description="a message to each person's own ntfy topic")
+CHANNEL_TYPE = ChannelType(
+    keys=KEYS, build=make_channel, secrets=SECRETS, description="a message to each person's own ntfy topic"
+)
 
 
 @hookimpl

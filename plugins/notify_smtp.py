@@ -30,16 +30,27 @@ from grantd.notify.message import plain_text
 from grantd.plugins.federation_oidc import is_loopback_host
 
 TYPE = "smtp"
-KEYS = ("host", "port", "starttls", "tls", "username", "password", "from", "reply_to", "ca_file", "timeout",
-        "include_command")
+KEYS = (
+    "host",
+    "port",
+    "starttls",
+    "tls",
+    "username",
+    "password",
+    "from",
+    "reply_to",
+    "ca_file",
+    "timeout",
+    "include_command",
+)
 SECRETS = ("password",)
-
 
 
 def _address_ok(value: str) -> bool:
     local, at, domain = value.rpartition("@")
     return bool(at and local and domain and ("." in domain.strip(".") or domain == "localhost")) and all(
-        c.isprintable() and c not in " <>,;\"" for c in value)
+        c.isprintable() and c not in ' <>,;"' for c in value
+    )
 
 
 @dataclass
@@ -102,20 +113,30 @@ class SmtpChannel:
             return DeliveryResult.failed(f"cannot address the mail: {exc}", retryable=False)
         try:
             await aiosmtplib.send(
-                mail, hostname=self.host, port=self.port, username=self.username, password=self.password,
-                use_tls=self.tls, start_tls=self.starttls,
+                mail,
+                hostname=self.host,
+                port=self.port,
+                username=self.username,
+                password=self.password,
+                use_tls=self.tls,
+                start_tls=self.starttls,
                 tls_context=self._tls_context() if (self.tls or self.starttls) else None,
                 timeout=self.timeout,
             )
         except aiosmtplib.SMTPRecipientsRefused as exc:
             codes = sorted({r.code for r in exc.recipients})
-            return DeliveryResult.failed(f"the mail server refused the recipient ({codes})",
-                                         retryable=all(400 <= c < 500 for c in codes))
+            return DeliveryResult.failed(
+                f"the mail server refused the recipient ({codes})",
+                retryable=all(400 <= c < 500 for c in codes),
+            )
         except aiosmtplib.SMTPResponseException as exc:
-            return DeliveryResult.failed(f"the mail server answered {exc.code} ({type(exc).__name__})",
-                                         retryable=400 <= exc.code < 500)
+            return DeliveryResult.failed(
+                f"the mail server answered {exc.code} ({type(exc).__name__})", retryable=400 <= exc.code < 500
+            )
         except (aiosmtplib.SMTPException, OSError, ssl.SSLError) as exc:
-            return DeliveryResult.failed(f"cannot reach the mail server ({type(exc).__name__})", retryable=True)
+            return DeliveryResult.failed(
+                f"cannot reach the mail server ({type(exc).__name__})", retryable=True
+            )
         return DeliveryResult.sent()
 
 
@@ -125,9 +146,13 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> Sm
     starttls = read.boolean("starttls", "tls" not in table or table.get("tls") is False)
     tls = read.boolean("tls", False)
     if starttls and tls:
-        read.problems.append("tls: starttls and tls exclude each other (tls = true is implicit TLS, port 465)")
+        read.problems.append(
+            "tls: starttls and tls exclude each other (tls = true is implicit TLS, port 465)"
+        )
     if host and not (starttls or tls) and not is_loopback_host(host):
-        read.problems.append("starttls: a mail server other than a loopback one needs starttls = true or tls = true")
+        read.problems.append(
+            "starttls: a mail server other than a loopback one needs starttls = true or tls = true"
+        )
     port = read.integer("port", 465 if tls else 587, 1, 65535)
     sender = read.string("from", required=True)
     if sender and not _address_ok(sender):
@@ -145,13 +170,28 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> Sm
     timeout = read.integer("timeout", 10, 1, 120)
     include_command = read.boolean("include_command", False)
     read.done()
-    return SmtpChannel(id=table["id"], host=host, port=port, starttls=starttls, tls=tls, sender=sender or "",
-                       username=username, password=password, reply_to=reply_to, ca_file=ca_file, timeout=timeout,
-                       options={"include_command": include_command})
+    return SmtpChannel(
+        id=table["id"],
+        host=host,
+        port=port,
+        starttls=starttls,
+        tls=tls,
+        sender=sender or "",
+        username=username,
+        password=password,
+        reply_to=reply_to,
+        ca_file=ca_file,
+        timeout=timeout,
+        options={"include_command": include_command},
+    )
 
 
-CHANNEL_TYPE = ChannelType(keys=KEYS, build=make_channel, secrets=SECRETS,
-                           description="e-mail through an SMTP server (STARTTLS or TLS)")
+CHANNEL_TYPE = ChannelType(
+    keys=KEYS,
+    build=make_channel,
+    secrets=SECRETS,
+    description="e-mail through an SMTP server (STARTTLS or TLS)",
+)
 
 
 @hookimpl

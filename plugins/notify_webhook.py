@@ -49,11 +49,16 @@ def slack_escape(text: str) -> str:
 
 
 def generic_body(notice: Notice, recipient: Recipient) -> dict[str, Any]:
-    return {"kind": notice.kind, "grants": list(notice.grant_ids), "title": notice.title,
-            "fields": [{"label": label, "value": value} for label, value in notice.fields],
-            "text": notice.text, "link": notice.link,
-            "deny": {"url": notice.deny_link, "method": "POST"} if notice.deny_link else None,
-            "recipient": recipient.email}
+    return {
+        "kind": notice.kind,
+        "grants": list(notice.grant_ids),
+        "title": notice.title,
+        "fields": [{"label": label, "value": value} for label, value in notice.fields],
+        "text": notice.text,
+        "link": notice.link,
+        "deny": {"url": notice.deny_link, "method": "POST"} if notice.deny_link else None,
+        "recipient": recipient.email,
+    }
 
 
 def slack_body(notice: Notice, recipient: Recipient) -> dict[str, Any]:
@@ -61,16 +66,31 @@ def slack_body(notice: Notice, recipient: Recipient) -> dict[str, Any]:
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f"*{slack_escape(notice.title)}*"}},
         {"type": "section", "text": {"type": "mrkdwn", "text": lines}},
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": slack_escape(
-            f"{notice.text} (for {recipient.email})")}]},
+        {
+            "type": "context",
+            "elements": [{"type": "mrkdwn", "text": slack_escape(f"{notice.text} (for {recipient.email})")}],
+        },
     ]
     buttons: list[dict[str, Any]] = []
     if notice.link:
-        buttons.append({"type": "button", "action_id": "grantd_review", "url": notice.link,
-                        "text": {"type": "plain_text", "text": "Review"}})
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": "grantd_review",
+                "url": notice.link,
+                "text": {"type": "plain_text", "text": "Review"},
+            }
+        )
     if notice.deny_link:
-        buttons.append({"type": "button", "action_id": "grantd_deny", "url": notice.deny_link, "style": "danger",
-                        "text": {"type": "plain_text", "text": "Deny"}})
+        buttons.append(
+            {
+                "type": "button",
+                "action_id": "grantd_deny",
+                "url": notice.deny_link,
+                "style": "danger",
+                "text": {"type": "plain_text", "text": "Deny"},
+            }
+        )
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     return {"text": slack_escape(notice.title), "blocks": blocks}
@@ -78,16 +98,24 @@ def slack_body(notice: Notice, recipient: Recipient) -> dict[str, Any]:
 
 def matrix_body(notice: Notice, recipient: Recipient) -> dict[str, Any]:
     escape = html.escape
-    rows = "".join(f"<li><b>{escape(label)}:</b> <code>{escape(value)}</code></li>" for label, value in notice.fields)
+    rows = "".join(
+        f"<li><b>{escape(label)}:</b> <code>{escape(value)}</code></li>" for label, value in notice.fields
+    )
     links = ""
     if notice.link:
         links += f'<p><a href="{escape(notice.link)}">Review</a></p>'
     if notice.deny_link:
         links += f'<p><a href="{escape(notice.deny_link)}">Deny</a> (a POST denies; opening it changes nothing)</p>'
-    formatted = (f"<p><b>{escape(notice.title)}</b></p><ul>{rows}</ul>"
-                 f"<p>{escape(notice.text)} (for {escape(recipient.email)})</p>{links}")
-    return {"msgtype": "m.text", "body": plain_text(notice), "format": "org.matrix.custom.html",
-            "formatted_body": formatted}
+    formatted = (
+        f"<p><b>{escape(notice.title)}</b></p><ul>{rows}</ul>"
+        f"<p>{escape(notice.text)} (for {escape(recipient.email)})</p>{links}"
+    )
+    return {
+        "msgtype": "m.text",
+        "body": plain_text(notice),
+        "format": "org.matrix.custom.html",
+        "formatted_body": formatted,
+    }
 
 
 BODIES = {"generic": generic_body, "slack": slack_body, "matrix": matrix_body}
@@ -107,14 +135,21 @@ class WebhookChannel:
         return {"id": self.id, "type": TYPE, "format": self.format}
 
     def body(self, notice: Notice, recipient: Recipient) -> bytes:
-        return json.dumps(BODIES[self.format](notice, recipient), ensure_ascii=False, separators=(",", ":")).encode()
+        return json.dumps(
+            BODIES[self.format](notice, recipient), ensure_ascii=False, separators=(",", ":")
+        ).encode()
 
     async def send(self, ctx: ChannelContext, notice: Notice, recipient: Recipient) -> DeliveryResult:
         body = self.body(notice, recipient)
-        headers = {"Content-Type": "application/json", "User-Agent": "grantd (notify)",
-                   HEADER: sign(self.secret, body, ctx.now())}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "grantd (notify)",
+            HEADER: sign(self.secret, body, ctx.now()),
+        }
         try:
-            async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False, trust_env=False) as http:
+            async with httpx.AsyncClient(
+                timeout=self.timeout, follow_redirects=False, trust_env=False
+            ) as http:
                 response = await http.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
             return DeliveryResult.failed(f"webhook unreachable ({type(exc).__name__})", retryable=True)
@@ -136,15 +171,23 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> We
         read.problems.append("secret: at least 16 characters")
     body_format = read.choice("format", "generic", FORMATS)
     timeout = read.integer("timeout", 10, 1, 60)
-    options = {"include_command": read.boolean("include_command", False),
-               "deny_from_chat": read.boolean("deny_from_chat", False)}
+    options = {
+        "include_command": read.boolean("include_command", False),
+        "deny_from_chat": read.boolean("deny_from_chat", False),
+    }
     read.done()
     assert url is not None and secret is not None
-    return WebhookChannel(id=table["id"], url=url, secret=secret, format=body_format, timeout=timeout, options=options)
+    return WebhookChannel(
+        id=table["id"], url=url, secret=secret, format=body_format, timeout=timeout, options=options
+    )
 
 
-CHANNEL_TYPE = ChannelType(keys=KEYS, build=make_channel, secrets=SECRETS,
-                           description="a signed JSON POST (generic, Slack or Matrix format)")
+CHANNEL_TYPE = ChannelType(
+    keys=KEYS,
+    build=make_channel,
+    secrets=SECRETS,
+    description="a signed JSON POST (generic, Slack or Matrix format)",
+)
 
 
 @hookimpl

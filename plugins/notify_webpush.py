@@ -35,10 +35,21 @@ from grantd.notify import EndpointRefused, TableReader
 from grantd.plugins.federation_oidc import is_loopback_host
 
 TYPE = "webpush"
-KEYS = ("vapid_private_key", "subject", "allowed_push_hosts", "allow_private_push_hosts", "ttl", "include_command")
+KEYS = (
+    "vapid_private_key",
+    "subject",
+    "allowed_push_hosts",
+    "allow_private_push_hosts",
+    "ttl",
+    "include_command",
+)
 SECRETS = ("vapid_private_key",)
-DEFAULT_PUSH_HOSTS = ("fcm.googleapis.com", "updates.push.services.mozilla.com", "*.push.apple.com",
-                      "*.notify.windows.com")
+DEFAULT_PUSH_HOSTS = (
+    "fcm.googleapis.com",
+    "updates.push.services.mozilla.com",
+    "*.push.apple.com",
+    "*.notify.windows.com",
+)
 VAPID_LIFETIME_S = 12 * 3600  # RFC 8292 §2: exp at most 24 h ahead
 MAX_PAYLOAD = 3993  # RFC 8291 §4: the largest plaintext that fits one 4096-octet record
 MAX_ENDPOINT = 2048
@@ -47,7 +58,6 @@ DEFAULT_TTL_S = 1800  # as long as a review link lives (D15's link_ttl default)
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
 
 
 def host_allowed(host: str, patterns: Sequence[str]) -> bool:
@@ -96,15 +106,24 @@ class WebPushChannel:
     @property
     def public_key(self) -> str:
         """The application server key browsers subscribe with: base64url, uncompressed P-256."""
-        return _b64url(self.private_key.public_key().public_bytes(serialization.Encoding.X962,
-                                                                  serialization.PublicFormat.UncompressedPoint))
+        return _b64url(
+            self.private_key.public_key().public_bytes(
+                serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+            )
+        )
 
     def public_info(self) -> dict[str, Any]:
         return {"id": self.id, "type": TYPE, "publicKey": self.public_key}
 
     def check_endpoint_url(self, url: Any) -> str:
         """The endpoint's host, or EndpointRefused: the rules that need no DNS (module docstring)."""
-        if not isinstance(url, str) or not url or len(url) > MAX_ENDPOINT or not url.isprintable() or " " in url:
+        if (
+            not isinstance(url, str)
+            or not url
+            or len(url) > MAX_ENDPOINT
+            or not url.isprintable()
+            or " " in url
+        ):
             raise EndpointRefused("endpoint must be a URL")
         try:
             parts = urlsplit(url)
@@ -143,8 +162,14 @@ class WebPushChannel:
         """The JSON the service worker shows (already escaped values; no markup), at most MAX_PAYLOAD bytes."""
         lines = [f"{label}: {value}" for label, value in notice.fields]
         while True:
-            data = {"kind": notice.kind, "title": notice.title, "body": "\n".join(lines), "url": notice.link,
-                    "tag": notice.topic, "grants": list(notice.grant_ids)}
+            data = {
+                "kind": notice.kind,
+                "title": notice.title,
+                "body": "\n".join(lines),
+                "url": notice.link,
+                "tag": notice.topic,
+                "grants": list(notice.grant_ids),
+            }
             encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
             if len(encoded) <= MAX_PAYLOAD or not lines:
                 return encoded  # title and link alone are far below the limit (grantd.notify.message clips values)
@@ -154,10 +179,20 @@ class WebPushChannel:
         from py_vapid import Vapid02
 
         parts = urlsplit(endpoint)
-        claims = {"aud": f"{parts.scheme}://{parts.netloc}", "exp": ctx.now() + VAPID_LIFETIME_S, "sub": self.subject}
+        claims = {
+            "aud": f"{parts.scheme}://{parts.netloc}",
+            "exp": ctx.now() + VAPID_LIFETIME_S,
+            "sub": self.subject,
+        }
         headers = {key: str(value) for key, value in Vapid02(self.private_key).sign(claims).items()}
-        headers.update({"TTL": str(self.ttl), "Urgency": notice.urgency, "Content-Encoding": "aes128gcm",
-                        "Content-Type": "application/octet-stream"})
+        headers.update(
+            {
+                "TTL": str(self.ttl),
+                "Urgency": notice.urgency,
+                "Content-Encoding": "aes128gcm",
+                "Content-Type": "application/octet-stream",
+            }
+        )
         if notice.topic:
             headers["Topic"] = notice.topic
         return headers
@@ -178,14 +213,20 @@ class WebPushChannel:
             return DeliveryResult.failed(f"push endpoint refused: {exc.reason}", retryable=False)
         try:
             keys = subscription.get("keys") or {}
-            body = WebPusher({"endpoint": endpoint, "keys": {"p256dh": keys.get("p256dh"), "auth": keys.get("auth")}}
-                             ).encode(self.payload(notice), "aes128gcm")["body"]
+            body = WebPusher(
+                {"endpoint": endpoint, "keys": {"p256dh": keys.get("p256dh"), "auth": keys.get("auth")}}
+            ).encode(self.payload(notice), "aes128gcm")["body"]
         except (WebPushException, ValueError, TypeError, AttributeError):
             return DeliveryResult.failed("the subscription's keys are not usable", retryable=False)
         try:
-            status, _ = await guarded_send("POST", endpoint, allow_private=self.allow_private_push_hosts,
-                                           headers=self.headers(ctx, endpoint, notice), content=body,
-                                           max_body=16 * 1024)
+            status, _ = await guarded_send(
+                "POST",
+                endpoint,
+                allow_private=self.allow_private_push_hosts,
+                headers=self.headers(ctx, endpoint, notice),
+                content=body,
+                max_body=16 * 1024,
+            )
         except FetchError as exc:
             return DeliveryResult.failed(f"push service unreachable: {exc}", retryable=True)
         if status in (200, 201, 202):
@@ -207,7 +248,9 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> We
             read.problems.append(str(exc))
     subject = read.string("subject", required=True)
     if subject and not (subject.startswith("mailto:") and "@" in subject or subject.startswith("https://")):
-        read.problems.append("subject: must be a mailto: or https: URI (RFC 8292 §2.1: how the push service reaches you)")
+        read.problems.append(
+            "subject: must be a mailto: or https: URI (RFC 8292 §2.1: how the push service reaches you)"
+        )
     hosts = read.strings("allowed_push_hosts", DEFAULT_PUSH_HOSTS)
     for host in hosts:
         bare = host[2:] if host.startswith("*.") else host
@@ -218,12 +261,23 @@ def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> We
     include_command = read.boolean("include_command", False)
     read.done()
     assert key is not None and subject is not None
-    return WebPushChannel(id=table["id"], subject=subject, private_key=key, allowed_push_hosts=hosts,
-                          allow_private_push_hosts=allow_private, ttl=ttl, options={"include_command": include_command})
+    return WebPushChannel(
+        id=table["id"],
+        subject=subject,
+        private_key=key,
+        allowed_push_hosts=hosts,
+        allow_private_push_hosts=allow_private,
+        ttl=ttl,
+        options={"include_command": include_command},
+    )
 
 
-CHANNEL_TYPE = ChannelType(keys=KEYS, build=make_channel, secrets=SECRETS,
-                           description="Web Push to browsers and phones (VAPID, aes128gcm)")
+CHANNEL_TYPE = ChannelType(
+    keys=KEYS,
+    build=make_channel,
+    secrets=SECRETS,
+    description="Web Push to browsers and phones (VAPID, aes128gcm)",
+)
 
 
 @hookimpl

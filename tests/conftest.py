@@ -38,7 +38,12 @@ def free_port() -> int:
 
 
 def toml_config(
-    port: int, *, db: str = "grantd.db", extra: str = "", workers: int = 1, log_format: str = "text",
+    port: int,
+    *,
+    db: str = "grantd.db",
+    extra: str = "",
+    workers: int = 1,
+    log_format: str = "text",
     storage: str | None = None,
 ) -> str:
     """``storage``: the lines of the ``[storage]`` table instead of SQLite at ``db``."""
@@ -134,10 +139,18 @@ class Server:
     def grantd(self, *args: str, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess[str]:
         """Run a grantd CLI command against this server's config."""
         result = subprocess.run(
-            [*self.command, *args], cwd=self.directory, env=self.env, capture_output=True, text=True, timeout=60, **kwargs
+            [*self.command, *args],
+            cwd=self.directory,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            **kwargs,
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"grantd {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+            raise AssertionError(
+                f"grantd {' '.join(args)} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+            )
         return result
 
 
@@ -165,9 +178,13 @@ def make_server(
     token_file = directory / "management-token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
-    if storage is None:  # GRANTD_TEST_STORAGE=postgres: a fresh PostgreSQL database (tests/support/postgres.py)
+    if (
+        storage is None
+    ):  # GRANTD_TEST_STORAGE=postgres: a fresh PostgreSQL database (tests/support/postgres.py)
         storage = pg.storage_for(directory)
-    (directory / "grantd.toml").write_text(toml_config(port, workers=workers, extra=extra, log_format=log_format, storage=storage))
+    (directory / "grantd.toml").write_text(
+        toml_config(port, workers=workers, extra=extra, log_format=log_format, storage=storage)
+    )
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "plugins")])}
     full_env.update(env or {})
     return Server(directory, port, token, command or GRANTD, full_env)
@@ -272,7 +289,9 @@ def enroll(server: Server, directory: Path, *, email: str | None = None, **field
     email = email or unique_email()
     key_path, public = ssh_keygen(directory, name=email.split("@")[0].replace("+", "_"))
     with server.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": email, "name": "Test agent", "publicKey": public, **fields})
+        r = http.post(
+            "/api/agent/enroll", json={"email": email, "name": "Test agent", "publicKey": public, **fields}
+        )
     assert r.status_code == 201, r.text
     return Agent(email=email, key_path=key_path, public_key=public, agent_id=r.json()["agent_id"])
 
@@ -281,7 +300,10 @@ def sign_in(server: Server, agent: Agent, *, ssh: bool = False) -> str:
     with server.client() as http:
         challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
         signature = agent.sign_ssh(challenge) if ssh else agent.sign_raw(challenge)
-        r = http.post("/api/agent/authenticate", json={"agent_id": agent.email, "challenge": challenge, "signature": signature})
+        r = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": challenge, "signature": signature},
+        )
     assert r.status_code == 200, r.text
     agent.token = r.json()["token"]
     return agent.token
@@ -316,11 +338,21 @@ def problem(response: httpx.Response) -> dict[str, Any]:
 # several nodes, schemathesis, crash and shutdown timing, and the exhaustive sweeps. The full suite
 # (scripts/test, CI) runs both.
 SLOW_FILES = {
-    "test_bundle.py", "test_agent_cli_e2e.py", "test_crash.py", "test_schemathesis.py", "test_nodes.py",
-    "test_startup_shutdown.py", "test_secrets.py", "test_elevate.py", "test_tui_live.py", "test_jwt_attacks.py",
-    "test_readme.py", "test_postgres_suite.py",
+    "test_bundle.py",
+    "test_agent_cli_e2e.py",
+    "test_crash.py",
+    "test_schemathesis.py",
+    "test_nodes.py",
+    "test_startup_shutdown.py",
+    "test_secrets.py",
+    "test_elevate.py",
+    "test_tui_live.py",
+    "test_jwt_attacks.py",
+    "test_readme.py",
+    "test_postgres_suite.py",
     # exhaustive sweeps (every route x every caller; generated bodies on every route)
-    "test_authz_matrix.py", "test_no_5xx.py",
+    "test_authz_matrix.py",
+    "test_no_5xx.py",
 }
 
 

@@ -18,7 +18,12 @@ COMMAND = ["systemctl", "restart", "nginx"]
 
 
 def grant_body(**fields: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"target_host": "web-1", "audience": "escapes", "command": COMMAND, "reason": "deploy"}
+    body: dict[str, Any] = {
+        "target_host": "web-1",
+        "audience": "escapes",
+        "command": COMMAND,
+        "reason": "deploy",
+    }
     body.update(fields)
     return {k: v for k, v in body.items() if v is not None}
 
@@ -82,9 +87,10 @@ class EventReader:
 
     def _run(self, url: str, headers: dict[str, str]) -> None:
         try:
-            with httpx.Client(base_url=url, timeout=httpx.Timeout(10, read=60)) as http, http.stream(
-                "GET", "/api/grants/events", headers=headers
-            ) as response:
+            with (
+                httpx.Client(base_url=url, timeout=httpx.Timeout(10, read=60)) as http,
+                http.stream("GET", "/api/grants/events", headers=headers) as response,
+            ):
                 self.status = response.status_code
                 self.headers = response.headers
                 self._opened.set()

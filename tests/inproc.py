@@ -30,8 +30,14 @@ Sanic.test_mode = True  # several apps named "grantd" may live in one test proce
 
 
 class InProcessServer:
-    def __init__(self, directory: Path, *, extra: str = "", clock: ManualClock | None = None,
-                 storage: str | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        extra: str = "",
+        clock: ManualClock | None = None,
+        storage: str | None = None,
+    ):
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         self.port = free_port()

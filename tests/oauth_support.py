@@ -59,12 +59,22 @@ def pkce() -> tuple[str, str]:
     return verifier, challenge
 
 
-def authorize_params(client_id: str | None = "apes-cli", redirect_uri: str | None = APES_REDIRECT,
-                     challenge: str | None = None, **extra: Any) -> dict[str, str]:
+def authorize_params(
+    client_id: str | None = "apes-cli",
+    redirect_uri: str | None = APES_REDIRECT,
+    challenge: str | None = None,
+    **extra: Any,
+) -> dict[str, str]:
     """The parameters apes sends; ``None`` (positional or keyword) leaves a parameter out."""
     extra = {"client_id": client_id, "redirect_uri": redirect_uri, **extra}
-    params = {"response_type": "code", "code_challenge": challenge or pkce()[1], "code_challenge_method": "S256", "state": "st-" + secrets.token_hex(4),
-              "nonce": "n-" + secrets.token_hex(4), "scope": "openid email profile offline_access"}
+    params = {
+        "response_type": "code",
+        "code_challenge": challenge or pkce()[1],
+        "code_challenge_method": "S256",
+        "state": "st-" + secrets.token_hex(4),
+        "nonce": "n-" + secrets.token_hex(4),
+        "scope": "openid email profile offline_access",
+    }
     params.update({k: v for k, v in extra.items() if v is not None})
     for key in [k for k, v in extra.items() if v is None]:
         params.pop(key, None)
@@ -91,8 +101,9 @@ class Person:
         self.cookie = start_session(srv, self.email)
 
     def http(self) -> httpx.Client:
-        return httpx.Client(base_url=self.srv.url, cookies={SESSION_COOKIE: self.cookie}, timeout=10,
-                            follow_redirects=False)
+        return httpx.Client(
+            base_url=self.srv.url, cookies={SESSION_COOKIE: self.cookie}, timeout=10, follow_redirects=False
+        )
 
     def authorize(self, params: dict[str, str]) -> httpx.Response:
         with self.http() as http:
@@ -121,10 +132,24 @@ class Person:
         return found["code"]
 
 
-def exchange(srv: Any, code: str, verifier: str, *, client_id: str = "apes-cli", redirect_uri: str = APES_REDIRECT,
-             as_json: bool = False, **extra: Any) -> httpx.Response:
-    body = {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": client_id,
-            "redirect_uri": redirect_uri, **extra}
+def exchange(
+    srv: Any,
+    code: str,
+    verifier: str,
+    *,
+    client_id: str = "apes-cli",
+    redirect_uri: str = APES_REDIRECT,
+    as_json: bool = False,
+    **extra: Any,
+) -> httpx.Response:
+    body = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "code_verifier": verifier,
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        **extra,
+    }
     body = {k: v for k, v in body.items() if v is not None}
     with httpx.Client(base_url=srv.url, timeout=10) as http:
         return http.post("/token", json=body) if as_json else http.post("/token", data=body)
@@ -135,8 +160,9 @@ def token_post(srv: Any, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
         return http.post("/token", data=body, **kwargs)
 
 
-def login(srv: Any, person: Person, *, client_id: str = "apes-cli", redirect_uri: str = APES_REDIRECT,
-          **extra: Any) -> dict[str, Any]:
+def login(
+    srv: Any, person: Person, *, client_id: str = "apes-cli", redirect_uri: str = APES_REDIRECT, **extra: Any
+) -> dict[str, Any]:
     """The whole code flow: the token answer."""
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(client_id, redirect_uri, challenge, **extra))
@@ -201,8 +227,12 @@ class MetadataServer:
         self.port = self.httpd.server_address[1]
         self.client_id = f"127.0.0.1:{self.port}"
         self.redirect_uri = f"http://127.0.0.1:{self.port}/api/callback"
-        self.document = {"client_id": self.client_id, "client_name": "Tiny SP", "redirect_uris": [self.redirect_uri],
-                         "client_uri": f"http://127.0.0.1:{self.port}/"}
+        self.document = {
+            "client_id": self.client_id,
+            "client_name": "Tiny SP",
+            "redirect_uris": [self.redirect_uri],
+            "client_uri": f"http://127.0.0.1:{self.port}/",
+        }
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
@@ -239,7 +269,9 @@ class DrippingServer:
         try:
             conn.settimeout(5)
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n")
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n"
+            )
             while not self._stop.is_set():
                 conn.sendall(b" ")
                 time.sleep(self.every)

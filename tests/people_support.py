@@ -23,7 +23,9 @@ def fresh(prefix: str, domain: str = "example.com") -> str:
     return f"{prefix}-{os.getpid()}-{next(_serial)}-{time.monotonic_ns() % 1_000_000}@{domain}"
 
 
-def create_person(srv: Any, email: str | None = None, *, admin: bool = False, **fields: Any) -> dict[str, Any]:
+def create_person(
+    srv: Any, email: str | None = None, *, admin: bool = False, **fields: Any
+) -> dict[str, Any]:
     email = email or fresh("person")
     with srv.admin() as http:
         r = http.post("/api/admin/users", json={"email": email, "admin": admin, **fields})
@@ -45,7 +47,9 @@ def cookie_client(srv: Any, cookie: str) -> httpx.Client:
     return httpx.Client(base_url=srv.url, cookies={SESSION_COOKIE: cookie}, timeout=10)
 
 
-def signed_in_person(srv: Any, email: str | None = None, *, admin: bool = False) -> tuple[dict[str, Any], httpx.Client]:
+def signed_in_person(
+    srv: Any, email: str | None = None, *, admin: bool = False
+) -> tuple[dict[str, Any], httpx.Client]:
     person = create_person(srv, email, admin=admin)
     return person, cookie_client(srv, start_session(srv, person["email"]))
 
@@ -55,16 +59,25 @@ def add_passkey(srv: Any, person_id: str, rp_id: str = "127.0.0.1") -> dict[str,
     now = srv.clock.now_ms()
     credential = {
         "credential_id": base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode(),
-        "person_id": person_id, "rp_id": rp_id, "public_key": "cHVibGlj", "sign_count": 0, "transports": ["internal"],
-        "aaguid": "00000000-0000-0000-0000-000000000000", "name": "Test key", "backed_up": False,
-        "created_at": now, "last_used_at": None,
+        "person_id": person_id,
+        "rp_id": rp_id,
+        "public_key": "cHVibGlj",
+        "sign_count": 0,
+        "transports": ["internal"],
+        "aaguid": "00000000-0000-0000-0000-000000000000",
+        "name": "Test key",
+        "backed_up": False,
+        "created_at": now,
+        "last_used_at": None,
     }
     return srv.call(srv.services.store.credentials.add(credential))  # type: ignore[no-any-return]
 
 
 def new_public_key() -> tuple[Ed25519PrivateKey, str]:
     private = Ed25519PrivateKey.generate()
-    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
     return private, public.decode() + " test"
 
 
@@ -72,7 +85,10 @@ def agent_token(srv: Any, ident: str, key: Ed25519PrivateKey) -> str:
     with srv.client() as http:
         challenge = http.post("/api/agent/challenge", json={"agent_id": ident}).json()["challenge"]
         signature = base64.b64encode(key.sign(challenge.encode())).decode()
-        r = http.post("/api/agent/authenticate", json={"agent_id": ident, "challenge": challenge, "signature": signature})
+        r = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": ident, "challenge": challenge, "signature": signature},
+        )
     assert r.status_code == 200, r.text
     return str(r.json()["token"])
 
@@ -80,7 +96,13 @@ def agent_token(srv: Any, ident: str, key: Ed25519PrivateKey) -> str:
 def enrol_agent(srv: Any, *, owner: str, approver: str | None = None) -> tuple[dict[str, Any], str]:
     """An agent enrolled by the management token for ``owner``: (record, identity token)."""
     key, public = new_public_key()
-    body = {"email": fresh("agent+bot"), "name": "bot", "publicKey": public, "owner": owner, "approver": approver or owner}
+    body = {
+        "email": fresh("agent+bot"),
+        "name": "bot",
+        "publicKey": public,
+        "owner": owner,
+        "approver": approver or owner,
+    }
     with srv.admin() as http:
         r = http.post("/api/agent/enroll", json=body)
     assert r.status_code == 201, r.text
@@ -88,8 +110,13 @@ def enrol_agent(srv: Any, *, owner: str, approver: str | None = None) -> tuple[d
 
 
 def request_grant(srv: Any, token: str, **fields: Any) -> dict[str, Any]:
-    body = {"target_host": "web-1", "audience": "escapes", "command": ["systemctl", "restart", "nginx"],
-            "grant_type": "once", **fields}
+    body = {
+        "target_host": "web-1",
+        "audience": "escapes",
+        "command": ["systemctl", "restart", "nginx"],
+        "grant_type": "once",
+        **fields,
+    }
     with srv.client(token) as http:
         r = http.post("/api/grants", json=body)
     assert r.status_code in (200, 201), r.text

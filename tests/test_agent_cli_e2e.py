@@ -63,13 +63,27 @@ class Cli:
     def state(self) -> dict[str, Any]:
         return dict(json.loads((self.config_dir / "agent.json").read_text()))
 
-    def run(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*GRANTD, *args], env={**self.env, **(env or {})}, capture_output=True, text=True,
-                              timeout=timeout, cwd="/")
+    def run(
+        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GRANTD, *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd="/",
+        )
 
     def popen(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return subprocess.Popen([*GRANTD, *args], env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd="/")
+        return subprocess.Popen(
+            [*GRANTD, *args],
+            env={**self.env, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd="/",
+        )
 
 
 def cli_env(home: Path, target: Target | None = None) -> dict[str, str]:
@@ -82,7 +96,9 @@ def cli_env(home: Path, target: Target | None = None) -> dict[str, str]:
 
 def enroll_key(server: Server, email: str, public_key: str) -> dict[str, Any]:
     with server.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": email, "name": "e2e agent", "publicKey": public_key})
+        r = http.post(
+            "/api/agent/enroll", json={"email": email, "name": "e2e agent", "publicKey": public_key}
+        )
     assert r.status_code == 201, r.text
     return dict(r.json())
 
@@ -113,15 +129,23 @@ def cli(server: Server, target: Target, tmp_path_factory: pytest.TempPathFactory
 # -- the approver's side: the management token over HTTP --------------------------------------------
 
 
-def pending_grant(server: Server, requester: str, argv: list[str], *, proc: subprocess.Popen[str] | None = None,
-                  timeout: float = 45) -> dict[str, Any]:
+def pending_grant(
+    server: Server,
+    requester: str,
+    argv: list[str],
+    *,
+    proc: subprocess.Popen[str] | None = None,
+    timeout: float = 45,
+) -> dict[str, Any]:
     """Wait until the requester's pending grant for argv shows up in GET /api/grants?status=pending."""
     deadline = time.monotonic() + timeout
     with server.admin() as http:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 out, err = proc.communicate()
-                raise AssertionError(f"the CLI ended ({proc.returncode}) before its grant was pending:\n{out}\n{err}")
+                raise AssertionError(
+                    f"the CLI ended ({proc.returncode}) before its grant was pending:\n{out}\n{err}"
+                )
             r = http.get("/api/grants", params={"status": "pending", "requester": requester, "limit": 100})
             assert r.status_code == 200, r.text
             for grant in r.json()["data"]:
@@ -131,7 +155,9 @@ def pending_grant(server: Server, requester: str, argv: list[str], *, proc: subp
     raise AssertionError(f"no pending grant for {argv} by {requester}")
 
 
-def decide(server: Server, grant_id: str, action: str = "approve", body: dict[str, Any] | None = None) -> dict[str, Any]:
+def decide(
+    server: Server, grant_id: str, action: str = "approve", body: dict[str, Any] | None = None
+) -> dict[str, Any]:
     with server.admin() as http:
         r = http.post(f"/api/grants/{grant_id}/{action}", json=body or {})
     assert r.status_code == 200, r.text
@@ -174,7 +200,9 @@ def test_keygen_login_and_run_as_root_after_approval_prints_0(server, target, cl
     # The key: OpenSSH format, 0600, readable by the real ssh-keygen and matching the .pub line.
     assert cli.key.read_bytes().startswith(b"-----BEGIN OPENSSH PRIVATE KEY-----")
     assert stat.S_IMODE(cli.key.stat().st_mode) == 0o600
-    derived = subprocess.run(["ssh-keygen", "-y", "-f", str(cli.key)], capture_output=True, text=True, check=True)
+    derived = subprocess.run(
+        ["ssh-keygen", "-y", "-f", str(cli.key)], capture_output=True, text=True, check=True
+    )
     assert derived.stdout.split()[:2] == cli.key.with_name("agent_ed25519.pub").read_text().split()[:2]
     # The login: token cached 0600 in a private config dir.
     token_file = cli.config_dir / "agent.json"
@@ -231,7 +259,10 @@ def test_a_once_grant_used_again_is_refused_with_exit_5_already_consumed(server,
     # The CLI says so too, instead of handing out a token for a used grant.
     late = cli.run("grant", "token", grant_id)
     assert late.returncode == 1
-    assert late.stderr == f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one\n"
+    assert (
+        late.stderr
+        == f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one\n"
+    )
 
 
 # -- 3. --as another user ---------------------------------------------------------------------------
@@ -304,7 +335,7 @@ def fifo_elevate(tmp_path: Path) -> str:
     """An elevation command as a sudo setup would name it (GRANTD_ELEVATE_COMMAND): run through it,
     `grantd run` starts it as a child and writes the token into a FIFO (`--grant-file`)."""
     wrapper = tmp_path / "grantd-elevate-wrapper"
-    wrapper.write_text(f"#!/bin/sh\nexec {GRANTD[0]} -I -m grantd \"$@\"\n")
+    wrapper.write_text(f'#!/bin/sh\nexec {GRANTD[0]} -I -m grantd "$@"\n')
     wrapper.chmod(0o755)
     return str(wrapper)
 
@@ -402,8 +433,19 @@ def test_grant_wait_follows_the_decision_and_reports_a_denial(server, cli):
 
 def test_grant_commands_json_output_matches_the_server(server, cli):
     argv = ["echo", "json", uuid.uuid4().hex[:8]]
-    asked = cli.run("grant", "request", "--audience", "grantd", "--host", HOST, "--reason", "rotate logs", "--json",
-                    "--", *argv)
+    asked = cli.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        HOST,
+        "--reason",
+        "rotate logs",
+        "--json",
+        "--",
+        *argv,
+    )
     assert asked.returncode == 75, asked.stderr
     created = json.loads(asked.stdout)
     assert created["status"] == "pending" and created["requester"] == cli.email
@@ -424,7 +466,9 @@ def test_grant_commands_json_output_matches_the_server(server, cli):
     assert shown["status"] == "approved" and shown["decided_by"] == APPROVER
     listed = json.loads(cli.run("grant", "list", "--status", "approved", "--json").stdout)
     assert grant_id in [g["id"] for g in listed["data"]]
-    assert grant_id not in [g["id"] for g in json.loads(cli.run("grant", "list", "--status", "pending", "--json").stdout)["data"]]
+    assert grant_id not in [
+        g["id"] for g in json.loads(cli.run("grant", "list", "--status", "pending", "--json").stdout)["data"]
+    ]
     fetched = cli.run("grant", "token", grant_id, "--json")
     assert fetched.returncode == 0, fetched.stderr
     answer = json.loads(fetched.stdout)
@@ -464,22 +508,35 @@ def test_an_approved_timed_or_always_grant_is_reused_without_asking_again(server
 def _pem_key(path: Path, password: bytes | None = None) -> str:
     key = Ed25519PrivateKey.generate()
     encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
+    )
     path.chmod(0o600)
-    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
 
 
 def test_an_encrypted_key_gives_a_clear_error(server, tmp_path):
     openssh = tmp_path / "enc_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(openssh)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "a passphrase", "-f", str(openssh)], check=True
+    )
     pkcs8 = tmp_path / "enc.pem"
     pkcs8_public = _pem_key(pkcs8, b"a passphrase")
     for key, public in ((openssh, openssh.with_suffix(".pub").read_text().strip()), (pkcs8, pkcs8_public)):
         email = unique_email("enc")
         enroll_key(server, email, public)
         home = tmp_path / f"home-{key.name}"
-        result = subprocess.run([*GRANTD, "agent", "login", "--idp", server.url, "--key", str(key), "--email", email],
-                                env=cli_env(home), capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*GRANTD, "agent", "login", "--idp", server.url, "--key", str(key), "--email", email],
+            env=cli_env(home),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 1
         assert f"key file {key} is encrypted (has a passphrase)" in result.stderr
         assert "Traceback" not in result.stderr
@@ -532,8 +589,13 @@ def test_an_unreachable_server_is_named_and_nothing_hangs(server, target, cli, t
     closed = free_port()  # bound and released: nothing listens there
     idp = f"http://127.0.0.1:{closed}"
     start = time.monotonic()
-    login = subprocess.run([*GRANTD, "agent", "login", "--idp", idp, "--key", str(cli.key), "--email", cli.email],
-                           env=cli_env(tmp_path / "home"), capture_output=True, text=True, timeout=60)
+    login = subprocess.run(
+        [*GRANTD, "agent", "login", "--idp", idp, "--key", str(cli.key), "--email", cli.email],
+        env=cli_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert login.returncode == 1
     assert f"grantd: cannot reach the IdP {idp}" in login.stderr and "refused" in login.stderr.lower()
     # A logged-in agent whose server went away: run says so, in words and in JSON.
@@ -551,9 +613,13 @@ def test_an_unreachable_server_is_named_and_nothing_hangs(server, target, cli, t
 
 def test_a_server_that_never_answers_times_out(cli, tmp_path, black_hole):
     start = time.monotonic()
-    result = subprocess.run([*GRANTD, "agent", "login", "--idp", black_hole, "--key", str(cli.key), "--email", cli.email],
-                            env={**cli_env(tmp_path / "home"), "GRANTD_HTTP_TIMEOUT": "1"}, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [*GRANTD, "agent", "login", "--idp", black_hole, "--key", str(cli.key), "--email", cli.email],
+        env={**cli_env(tmp_path / "home"), "GRANTD_HTTP_TIMEOUT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert f"the IdP {black_hole} did not answer in time" in result.stderr
     assert time.monotonic() - start < 20
@@ -590,7 +656,9 @@ def test_grant_wait_survives_a_server_restart(server_factory, tmp_path):
     try:
         _wait_until(lambda: "GET /api/grants/events 200" in srv.log(), "the CLI on the event stream")
         srv.stop()
-        _wait_until(lambda: any("retrying until the wait times out" in line for line in lines), "the CLI to notice")
+        _wait_until(
+            lambda: any("retrying until the wait times out" in line for line in lines), "the CLI to notice"
+        )
         assert waiting.poll() is None, lines
         srv.start()
         decide(srv, grant_id)
@@ -619,9 +687,13 @@ def _pipeline(cli: Cli, grant_id: str, argv: list[str], *options: str) -> subpro
     import shlex
 
     grantd = " ".join(shlex.quote(part) for part in GRANTD)
-    line = (f"{grantd} grant token {shlex.quote(grant_id)} {' '.join(options)} | "
-            f"{grantd} elevate --grant-stdin -- {' '.join(shlex.quote(a) for a in argv)}")
-    return subprocess.run(["sh", "-c", line], env=cli.env, capture_output=True, text=True, timeout=60, cwd="/")
+    line = (
+        f"{grantd} grant token {shlex.quote(grant_id)} {' '.join(options)} | "
+        f"{grantd} elevate --grant-stdin -- {' '.join(shlex.quote(a) for a in argv)}"
+    )
+    return subprocess.run(
+        ["sh", "-c", line], env=cli.env, capture_output=True, text=True, timeout=60, cwd="/"
+    )
 
 
 def test_a_used_once_grant_piped_into_elevate_gives_one_clear_line(server, target, cli):
@@ -634,7 +706,8 @@ def test_a_used_once_grant_piped_into_elevate_gives_one_clear_line(server, targe
     again = _pipeline(cli, grant_id, argv)
     assert again.returncode == 1 and again.stdout == ""
     assert again.stderr.splitlines() == [
-        f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one"]
+        f"grantd: grant {grant_id} was already consumed (a once grant runs one time): request a new one"
+    ]
     # elevate said nothing but audited the attempt: no grant reached it.
     last = attempts(target)[-1]
     assert last["result"] == "error" and last["reason"].startswith("no grant: the sender closed the pipe")

@@ -37,16 +37,42 @@ def agent(server, tmp_path_factory: pytest.TempPathFactory) -> Cli:
 
 def test_grant_status_list_and_denial_from_a_real_server_are_escaped(server, agent):
     reason = f"rotate\u3164logs\u2800{uuid.uuid4().hex[:6]}"  # free text may hold blanks: they must show
-    asked = agent.run("grant", "request", "--audience", "grantd", "--host", "web1", "--reason", reason, "--json",
-                      "--", *NASTY_ARGV)
+    asked = agent.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        "web1",
+        "--reason",
+        reason,
+        "--json",
+        "--",
+        *NASTY_ARGV,
+    )
     assert asked.returncode == 75, asked.stderr
     grant_id = json.loads(asked.stdout)["id"]
 
     status = agent.run("grant", "status", grant_id)
     assert status.returncode == 0, status.stderr
     assert_terminal_safe(status.stdout)
-    for escape in ("\\x1b[2J\\x1b[31m", "\\x07", "\\r", "\\u202e", "\\x9b", "\\u3164", "\\uffa0", "\\u2800",
-                   "\\u115f", "\\u1160", "\\ufe0f", "\\U000e0100", "\\u034f", HOMOGLYPH, "rotate\\u3164logs\\u2800"):
+    for escape in (
+        "\\x1b[2J\\x1b[31m",
+        "\\x07",
+        "\\r",
+        "\\u202e",
+        "\\x9b",
+        "\\u3164",
+        "\\uffa0",
+        "\\u2800",
+        "\\u115f",
+        "\\u1160",
+        "\\ufe0f",
+        "\\U000e0100",
+        "\\u034f",
+        HOMOGLYPH,
+        "rotate\\u3164logs\\u2800",
+    ):
         assert escape in status.stdout, (escape, status.stdout)
 
     listed = agent.run("grant", "list", "--status", "pending")
@@ -78,8 +104,11 @@ class _Hostile(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         if self.path.startswith("/api/grants/"):
-            self._send(404, {"type": "about:blank", "title": "Not Found", "status": 404, "detail": HOSTILE_DETAIL},
-                       "application/problem+json")
+            self._send(
+                404,
+                {"type": "about:blank", "title": "Not Found", "status": 404, "detail": HOSTILE_DETAIL},
+                "application/problem+json",
+            )
         else:
             self._send(200, {"id": "g\x1b[8m", "status": "pending\x07", "request": {"command": ["x\r"]}})
 
@@ -102,8 +131,14 @@ def hostile() -> Iterator[str]:
 
 def _logged_in_home(home: Path, idp: str) -> dict[str, str]:
     (home / ".config" / "grantd").mkdir(parents=True)
-    state = {"idp": idp, "email": "agent@example.com", "key_path": "", "agent_id": "a", "token": "t",
-             "expires_at": int(time.time()) + 3600}
+    state = {
+        "idp": idp,
+        "email": "agent@example.com",
+        "key_path": "",
+        "agent_id": "a",
+        "token": "t",
+        "expires_at": int(time.time()) + 3600,
+    }
     (home / ".config" / "grantd" / "agent.json").write_text(json.dumps(state))
     return cli_env(home)
 

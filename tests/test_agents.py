@@ -20,7 +20,9 @@ def test_enroll_returns_201_with_the_spec_body_and_admin_defaults(server, tmp_pa
     email = unique_email()
     _, public = ssh_keygen(tmp_path)
     with server.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": email.upper(), "name": "Deploy bot", "publicKey": public})
+        r = http.post(
+            "/api/agent/enroll", json={"email": email.upper(), "name": "Deploy bot", "publicKey": public}
+        )
     assert r.status_code == 201
     body = r.json()
     assert set(body) == {"agent_id", "email", "name", "owner", "approver", "status"}
@@ -62,11 +64,20 @@ def test_enroll_refuses_keys_other_than_ed25519(server, tmp_path, key_type):
 
 @pytest.mark.parametrize(
     "public_key",
-    ["garbage", "ssh-ed25519 AAAA", "ssh-ed25519 !!!notbase64", "ssh-ed25519 " + base64.b64encode(b"x" * 51).decode(), 42, ""],
+    [
+        "garbage",
+        "ssh-ed25519 AAAA",
+        "ssh-ed25519 !!!notbase64",
+        "ssh-ed25519 " + base64.b64encode(b"x" * 51).decode(),
+        42,
+        "",
+    ],
 )
 def test_enroll_refuses_keys_that_do_not_parse(server, public_key):
     with server.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": unique_email(), "name": "x", "publicKey": public_key})
+        r = http.post(
+            "/api/agent/enroll", json={"email": unique_email(), "name": "x", "publicKey": public_key}
+        )
     assert r.status_code == 400, r.text
     problem(r)
 
@@ -134,7 +145,9 @@ def _challenge(server, agent: Agent) -> str:
         return http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
 
 
-def _authenticate(server, agent: Agent, challenge: str, signature: str, route="/api/agent/authenticate", field="agent_id"):
+def _authenticate(
+    server, agent: Agent, challenge: str, signature: str, route="/api/agent/authenticate", field="agent_id"
+):
     with server.client() as http:
         return http.post(route, json={field: agent.email, "challenge": challenge, "signature": signature})
 
@@ -163,7 +176,10 @@ def test_authenticate_with_ssh_keygen_signature_armored_and_bare(server, tmp_pat
     challenge = _challenge(server, agent)
     armored = agent.sign_ssh(challenge)
     bare = "".join(line for line in armored.splitlines() if not line.startswith("-----"))
-    assert _authenticate(server, agent, challenge, bare, route="/api/auth/authenticate", field="id").status_code == 200
+    assert (
+        _authenticate(server, agent, challenge, bare, route="/api/auth/authenticate", field="id").status_code
+        == 200
+    )
 
 
 def test_ssh_signature_made_by_echo_with_a_newline_is_accepted(server, tmp_path):
@@ -213,7 +229,11 @@ def test_challenge_older_than_60_seconds_is_expired(server, tmp_path):
     agent = enroll(server, tmp_path)
     challenge = _challenge(server, agent)
     # Age the challenge in the server's real database (SQLite or PostgreSQL) instead of sleeping a minute.
-    server_sql(server.directory, "UPDATE challenges SET expires_at = ? WHERE challenge = ?", (int(time.time() * 1000) - 1, challenge))
+    server_sql(
+        server.directory,
+        "UPDATE challenges SET expires_at = ? WHERE challenge = ?",
+        (int(time.time() * 1000) - 1, challenge),
+    )
     r = _authenticate(server, agent, challenge, agent.sign_raw(challenge))
     assert r.status_code == 401
     assert problem(r)["detail"] == "expired challenge"
@@ -223,7 +243,9 @@ def test_challenge_lifetime_is_60_seconds(server, tmp_path):
     agent = enroll(server, tmp_path)
     before = int(time.time() * 1000)
     challenge = _challenge(server, agent)
-    ((expires_at,),) = server_sql(server.directory, "SELECT expires_at FROM challenges WHERE challenge = ?", (challenge,))
+    ((expires_at,),) = server_sql(
+        server.directory, "SELECT expires_at FROM challenges WHERE challenge = ?", (challenge,)
+    )
     assert 59_000 <= expires_at - before <= 61_000
 
 
@@ -272,9 +294,18 @@ def test_token_is_accepted_as_bearer(server, agent):
 
 def test_tampered_or_foreign_tokens_are_refused(server, agent):
     header, payload, sig = agent.token.split(".")
-    forged_payload = base64.urlsafe_b64encode(b'{"sub":"admin@example.com","act":"agent"}').decode().rstrip("=")
+    forged_payload = (
+        base64.urlsafe_b64encode(b'{"sub":"admin@example.com","act":"agent"}').decode().rstrip("=")
+    )
     foreign = jwt.encode(
-        {"sub": agent.email, "act": "agent", "iss": server.url, "aud": "apes-cli", "iat": int(time.time()), "exp": int(time.time()) + 60},
+        {
+            "sub": agent.email,
+            "act": "agent",
+            "iss": server.url,
+            "aud": "apes-cli",
+            "iat": int(time.time()),
+            "exp": int(time.time()) + 60,
+        },
         Ed25519PrivateKey.generate(),
         algorithm="EdDSA",
         headers={"kid": jwt.get_unverified_header(agent.token)["kid"]},
@@ -297,10 +328,20 @@ def test_admin_lists_gets_updates_and_deletes_agents(server, tmp_path):
         assert set(listed["pagination"]) == {"cursor", "has_more"}
         by_email = http.get(f"/api/admin/agents/{agent.email}").json()
         assert by_email["agent_id"] == agent.agent_id and by_email["publicKey"].startswith("ssh-ed25519 ")
-        r = http.put(f"/api/admin/agents/{agent.agent_id}", json={"name": "Renamed", "owner": "o@example.com", "approver": "a@example.com"})
+        r = http.put(
+            f"/api/admin/agents/{agent.agent_id}",
+            json={"name": "Renamed", "owner": "o@example.com", "approver": "a@example.com"},
+        )
         assert r.status_code == 200
-        assert (r.json()["name"], r.json()["owner"], r.json()["approver"]) == ("Renamed", "o@example.com", "a@example.com")
-        r = http.post("/api/admin/agents", json={"email": unique_email(), "name": "via admin", "publicKey": ssh_keygen(tmp_path, "k2")[1]})
+        assert (r.json()["name"], r.json()["owner"], r.json()["approver"]) == (
+            "Renamed",
+            "o@example.com",
+            "a@example.com",
+        )
+        r = http.post(
+            "/api/admin/agents",
+            json={"email": unique_email(), "name": "via admin", "publicKey": ssh_keygen(tmp_path, "k2")[1]},
+        )
         assert r.status_code == 201
         assert http.delete(f"/api/admin/agents/{agent.agent_id}").status_code == 200
         assert problem(http.get(f"/api/admin/agents/{agent.agent_id}"))["status"] == 404
@@ -316,7 +357,9 @@ def test_admin_list_paginates(server, tmp_path):
     cursor = None
     with server.admin() as http:
         while True:
-            page = http.get("/api/admin/agents", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+            page = http.get(
+                "/api/admin/agents", params={"limit": 2, **({"cursor": cursor} if cursor else {})}
+            ).json()
             seen += page["data"]
             if not page["pagination"]["has_more"]:
                 break
@@ -330,14 +373,20 @@ def test_disabled_agent_gets_no_challenge_and_its_token_stops_working(server, tm
     agent = enroll(server, tmp_path)
     sign_in(server, agent)
     with server.admin() as http:
-        assert http.put(f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).json()["status"] == "disabled"
+        assert (
+            http.put(f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).json()["status"]
+            == "disabled"
+        )
     with server.client() as http:
         r = http.post("/api/agent/challenge", json={"agent_id": agent.email})
         assert r.status_code == 403 and problem(r)["detail"] == "agent is disabled"
     with server.client(agent.token) as http:
         assert http.get("/api/me").status_code == 401
     with server.admin() as http:
-        assert http.put(f"/api/admin/agents/{agent.agent_id}", json={"isActive": True}).json()["status"] == "active"
+        assert (
+            http.put(f"/api/admin/agents/{agent.agent_id}", json={"isActive": True}).json()["status"]
+            == "active"
+        )
     sign_in(server, agent)
 
 
@@ -355,16 +404,27 @@ def test_key_replacement_switches_the_key_that_signs_in(server, tmp_path):
 def test_update_refuses_bad_values_and_key_of_another_agent(server, tmp_path):
     alice, bob = enroll(server, tmp_path / "a"), enroll(server, tmp_path / "b")
     with server.admin() as http:
-        assert http.put(f"/api/admin/agents/{alice.agent_id}", json={"publicKey": bob.public_key}).status_code == 409
+        assert (
+            http.put(f"/api/admin/agents/{alice.agent_id}", json={"publicKey": bob.public_key}).status_code
+            == 409
+        )
         assert http.put(f"/api/admin/agents/{alice.agent_id}", json={"status": "sleeping"}).status_code == 400
-        assert http.put(f"/api/admin/agents/{alice.agent_id}", json={"owner": "not-an-email"}).status_code == 400
+        assert (
+            http.put(f"/api/admin/agents/{alice.agent_id}", json={"owner": "not-an-email"}).status_code == 400
+        )
         assert http.put(f"/api/admin/agents/{alice.agent_id}", json={"colour": "red"}).status_code == 400
         assert http.put(f"/api/admin/agents/{alice.agent_id}", content=b"[1,2]").status_code == 400
 
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/api/admin/agents"), ("POST", "/api/admin/agents"), ("GET", "/api/admin/agents/x"), ("PUT", "/api/admin/agents/x"), ("DELETE", "/api/admin/agents/x")],
+    [
+        ("GET", "/api/admin/agents"),
+        ("POST", "/api/admin/agents"),
+        ("GET", "/api/admin/agents/x"),
+        ("PUT", "/api/admin/agents/x"),
+        ("DELETE", "/api/admin/agents/x"),
+    ],
 )
 def test_admin_routes_need_admin_credentials(server, agent, method, path):
     with server.client() as http:

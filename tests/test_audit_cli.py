@@ -40,8 +40,10 @@ def wait_for_size(srv: Server, size: int, timeout: float = 10) -> str:
 def once_grant_used(srv: Server, tmp: Path) -> str:
     agent = signed_in(srv, tmp)
     with srv.client(agent.token) as http:
-        grant = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", "command": ["id"],
-                                               "grant_type": "once"}).json()
+        grant = http.post(
+            "/api/grants",
+            json={"target_host": "web-1", "audience": "escapes", "command": ["id"], "grant_type": "once"},
+        ).json()
     with srv.admin() as http:
         authz = http.post(f"/api/grants/{grant['id']}/approve", json={}).json()["authz_jwt"]
     with srv.client(authz) as http:
@@ -97,7 +99,9 @@ def test_verify_passes_then_catches_an_edited_leaf_and_deleted_leaves(server_fac
     wait_for_size(srv, 0)
     shrunk = audit(srv, "verify", "--url", srv.url, "--key", key, "--state", str(state), "--json")
     assert shrunk.returncode == 2, shrunk.stdout + shrunk.stderr
-    assert "shrank" in json.loads(shrunk.stdout)["reason"] or "consisten" in json.loads(shrunk.stdout)["reason"]
+    assert (
+        "shrank" in json.loads(shrunk.stdout)["reason"] or "consisten" in json.loads(shrunk.stdout)["reason"]
+    )
     assert json.loads(state.read_text()) == saved  # a failed run keeps the state it was checked against
 
 
@@ -111,7 +115,9 @@ def test_export_verifies_offline_and_a_forged_sequence_exits_3(server_factory, t
     assert exported.returncode == 0, exported.stdout + exported.stderr
     assert (out / "leaves.jsonl").exists() and list((out / "checkpoints").iterdir())
     state = tmp_path / "offline.json"
-    offline = srv.grantd("audit", "verify", "--from-export", str(out), "--key", key, "--state", str(state), check=False)
+    offline = srv.grantd(
+        "audit", "verify", "--from-export", str(out), "--key", key, "--state", str(state), check=False
+    )
     assert offline.returncode == 0, offline.stdout + offline.stderr
 
     # Someone with the log key (read from the database) appends a second consume of the once grant.
@@ -126,8 +132,18 @@ def test_export_verifies_offline_and_a_forged_sequence_exits_3(server_factory, t
     note = sign_note(Checkpoint(name, len(forged), tree.root()).text(), [signer])
     forged_dir = tmp_path / "forged"
     write_export(forged_dir, export_files(forged, [*export.checkpoints, note], export.keys))
-    result = srv.grantd("audit", "verify", "--from-export", str(forged_dir), "--key", key, "--state",
-                        str(tmp_path / "forged-state.json"), "--json", check=False)
+    result = srv.grantd(
+        "audit",
+        "verify",
+        "--from-export",
+        str(forged_dir),
+        "--key",
+        key,
+        "--state",
+        str(tmp_path / "forged-state.json"),
+        "--json",
+        check=False,
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     assert json.loads(result.stdout)["bad_index"] == len(forged) - 1
     assert parse_checkpoint(parse_note(note)[0]).size == len(forged)
@@ -140,8 +156,14 @@ def test_verify_without_credentials_or_with_a_bad_key_exits_1(server_factory, tm
     state = str(tmp_path / "s.json")
     env = {k: v for k, v in srv.env.items() if k != "GRANTD_MANAGEMENT_TOKEN"}
     env["GRANTD_SESSION_FILE"] = str(tmp_path / "none.json")
-    nobody = subprocess.run([*srv.command, "audit", "verify", "--url", srv.url, "--key", vkey(srv), "--state", state],
-                            env=env, capture_output=True, text=True, timeout=60, cwd=srv.directory)
+    nobody = subprocess.run(
+        [*srv.command, "audit", "verify", "--url", srv.url, "--key", vkey(srv), "--state", state],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=srv.directory,
+    )
     assert nobody.returncode == 1 and "401" in nobody.stderr
     bad = audit(srv, "verify", "--url", srv.url, "--key", "not-a-vkey", "--state", state)
     assert bad.returncode == 1 and "--key" in bad.stderr

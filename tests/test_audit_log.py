@@ -58,7 +58,9 @@ def checkpoint(srv: Any, at_least: int = 0, timeout: float = 5.0) -> tuple[str, 
             if size >= at_least:
                 return r.text, size
         if time.monotonic() > deadline:
-            raise AssertionError(f"no checkpoint of {at_least} leaves in {timeout} s: {r.status_code} {r.text}")
+            raise AssertionError(
+                f"no checkpoint of {at_least} leaves in {timeout} s: {r.status_code} {r.text}"
+            )
         time.sleep(0.05)
 
 
@@ -77,8 +79,10 @@ def approved_once_grant(srv: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
     """An agent's once grant, approved and consumed: (agent, agent token, grant)."""
     agent, token = enrol_agent(srv, owner=fresh("owner"))
     with srv.client(token) as http:
-        grant = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes",
-                                               "command": ["id"], "grant_type": "once"}).json()
+        grant = http.post(
+            "/api/grants",
+            json={"target_host": "web-1", "audience": "escapes", "command": ["id"], "grant_type": "once"},
+        ).json()
     with srv.admin() as http:
         authz = http.post(f"/api/grants/{grant['id']}/approve", json={}).json()["authz_jwt"]
     with srv.client(authz) as http:
@@ -87,7 +91,11 @@ def approved_once_grant(srv: Any) -> tuple[dict[str, Any], str, dict[str, Any]]:
 
 
 def grant_leaves(entries: list[dict[str, Any]], grant_id: str) -> list[str]:
-    return [parse_leaf(e["leaf"].encode()).kind for e in entries if parse_leaf(e["leaf"].encode()).grant_id == grant_id]
+    return [
+        parse_leaf(e["leaf"].encode()).kind
+        for e in entries
+        if parse_leaf(e["leaf"].encode()).grant_id == grant_id
+    ]
 
 
 def test_every_grant_event_is_in_a_signed_checkpoint_within_a_second(srv):
@@ -96,10 +104,17 @@ def test_every_grant_event_is_in_a_signed_checkpoint_within_a_second(srv):
     started = time.monotonic()
     note, size = checkpoint(srv, before + 4, timeout=3)
     assert time.monotonic() - started < 1.5
-    cp = open_checkpoint(note, [Verifier.from_vkey(v) for v in vkeys(srv)], origin=f"127.0.0.1:{srv.port}/grantd")
+    cp = open_checkpoint(
+        note, [Verifier.from_vkey(v) for v in vkeys(srv)], origin=f"127.0.0.1:{srv.port}/grantd"
+    )
     assert cp.size == size
     entries = all_entries(srv, size)
-    assert grant_leaves(entries, grant["id"]) == ["grant.created", "grant.reviewed", "grant.approved", "grant.consumed"]
+    assert grant_leaves(entries, grant["id"]) == [
+        "grant.created",
+        "grant.reviewed",
+        "grant.approved",
+        "grant.consumed",
+    ]
     for entry in entries:
         assert base64.b64decode(entry["leaf_hash"]) == leaf_hash(entry["leaf"].encode())
     result = verify_log(note, vkeys(srv), None, [e["leaf"].encode() for e in entries], audience=srv.url)
@@ -110,8 +125,12 @@ def test_checkpoint_and_key_are_public_the_rest_is_not(srv):
     with srv.client() as http:
         assert http.get("/api/audit/checkpoint").status_code == 200
         assert http.get("/api/audit/key").status_code == 200
-        for path in ("/api/audit/entries?start=0", "/api/audit/proof/inclusion?index=0&size=1",
-                     "/api/audit/proof/consistency?from=0&to=1", "/api/audit/grants/gr_x"):
+        for path in (
+            "/api/audit/entries?start=0",
+            "/api/audit/proof/inclusion?index=0&size=1",
+            "/api/audit/proof/consistency?from=0&to=1",
+            "/api/audit/grants/gr_x",
+        ):
             assert http.get(path).status_code == 401, path
 
 
@@ -129,7 +148,10 @@ def test_an_agent_reads_its_own_grants_only(srv):
         assert http.get("/api/audit/entries?start=0").status_code == 403
         assert http.get("/api/audit/proof/inclusion?index=0&size=1").status_code == 403
     cp = open_checkpoint(body["checkpoint"], [Verifier.from_vkey(v) for v in vkeys(srv)])
-    assert [parse_leaf(e["leaf"].encode()).kind for e in body["entries"]][:2] == ["grant.created", "grant.reviewed"]
+    assert [parse_leaf(e["leaf"].encode()).kind for e in body["entries"]][:2] == [
+        "grant.created",
+        "grant.reviewed",
+    ]
     for entry in body["entries"]:
         proof = [base64.b64decode(h) for h in entry["proof"]["hashes"]]
         assert entry["proof"]["tree_size"] == cp.size
@@ -141,8 +163,10 @@ def test_an_auditor_reads_everything_and_decides_nothing(srv):
     nobody = create_person(srv, fresh("nobody"))
     _, token = enrol_agent(srv, owner=fresh("owner"))
     with srv.client(token) as http:
-        grant = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", "command": ["id"],
-                                               "grant_type": "once"}).json()
+        grant = http.post(
+            "/api/grants",
+            json={"target_host": "web-1", "audience": "escapes", "command": ["id"], "grant_type": "once"},
+        ).json()
     _, size = checkpoint(srv, 1)
     with cookie_client(srv, start_session(srv, auditor["email"])) as http:
         assert http.get("/api/audit/entries", params={"start": 0, "end": size}).status_code == 200
@@ -154,15 +178,25 @@ def test_an_auditor_reads_everything_and_decides_nothing(srv):
         assert http.get("/api/audit/entries", params={"start": 0}).status_code == 403
 
 
-@pytest.mark.parametrize("path", [
-    "/api/audit/proof/inclusion?index=5&size=5", "/api/audit/proof/inclusion?index=9&size=3",
-    "/api/audit/proof/inclusion?index=a&size=3", "/api/audit/proof/inclusion?index=-1&size=3",
-    "/api/audit/proof/inclusion?size=3", "/api/audit/proof/inclusion?index=0&size=999999999",
-    "/api/audit/proof/consistency?from=3&to=2", "/api/audit/proof/consistency?from=x&to=2",
-    "/api/audit/proof/consistency?from=1&to=99999999999", "/api/audit/proof/consistency?from=1.5&to=2",
-    "/api/audit/entries?start=5&end=2", "/api/audit/entries?start=abc", "/api/audit/entries",
-    "/api/audit/entries?start=%EF%BC%91",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/audit/proof/inclusion?index=5&size=5",
+        "/api/audit/proof/inclusion?index=9&size=3",
+        "/api/audit/proof/inclusion?index=a&size=3",
+        "/api/audit/proof/inclusion?index=-1&size=3",
+        "/api/audit/proof/inclusion?size=3",
+        "/api/audit/proof/inclusion?index=0&size=999999999",
+        "/api/audit/proof/consistency?from=3&to=2",
+        "/api/audit/proof/consistency?from=x&to=2",
+        "/api/audit/proof/consistency?from=1&to=99999999999",
+        "/api/audit/proof/consistency?from=1.5&to=2",
+        "/api/audit/entries?start=5&end=2",
+        "/api/audit/entries?start=abc",
+        "/api/audit/entries",
+        "/api/audit/entries?start=%EF%BC%91",
+    ],
+)
 def test_malformed_queries_are_400(srv, path):
     checkpoint(srv, 1)
     with srv.admin() as http:
@@ -179,8 +213,13 @@ def test_proofs_answer_the_rfc_shapes(srv):
         assert r.status_code == 200
         body = r.json()
         assert (body["leaf_index"], body["tree_size"]) == (size - 1, size)
-        verify_inclusion(size - 1, size, leaf_hash(entries[-1]["leaf"].encode()),
-                         [base64.b64decode(h) for h in body["hashes"]], cp.root)
+        verify_inclusion(
+            size - 1,
+            size,
+            leaf_hash(entries[-1]["leaf"].encode()),
+            [base64.b64decode(h) for h in body["hashes"]],
+            cp.root,
+        )
         assert http.get("/api/audit/proof/consistency", params={"from": 1, "to": size}).status_code == 200
         big = http.get("/api/audit/entries", params={"start": 0, "end": 5000}).json()["entries"]
         assert len(big) <= 1000
@@ -193,32 +232,65 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
     with srv.admin() as http:
         r = http.post("/api/hosts", json={"host": host, "publicKey": host_public_key_line(key)})
         assert r.status_code == 201, r.text
-        assert http.post("/api/hosts", json={"host": host, "publicKey": host_public_key_line(key)}).status_code == 409
-        assert http.post("/api/hosts", json={"host": "bad host", "publicKey": host_public_key_line(key)}).status_code == 400
+        assert (
+            http.post("/api/hosts", json={"host": host, "publicKey": host_public_key_line(key)}).status_code
+            == 409
+        )
+        assert (
+            http.post(
+                "/api/hosts", json={"host": "bad host", "publicKey": host_public_key_line(key)}
+            ).status_code
+            == 400
+        )
         assert http.post("/api/hosts", json={"host": "h2", "publicKey": "ssh-rsa AAAA"}).status_code == 400
     _, token = enrol_agent(srv, owner=fresh("owner"))
     with srv.client(token) as http:
-        assert http.post("/api/hosts", json={"host": "h3", "publicKey": host_public_key_line(key)}).status_code == 403
+        assert (
+            http.post("/api/hosts", json={"host": "h3", "publicKey": host_public_key_line(key)}).status_code
+            == 403
+        )
 
     def receipt(signing_key: Ed25519PrivateKey, name: str = host, result: str = "exited") -> str:
-        return build_receipt(signing_key, host=name, audience=srv.url, grant_id=grant["id"], authz_jti="jti-1",
-                             cmd_hash=grant["request"]["cmd_hash"], run_as="root", result=result, exit_code=0,
-                             started_at=1, ended_at=2, duration_ms=1000, issued_at=int(time.time()))
+        return build_receipt(
+            signing_key,
+            host=name,
+            audience=srv.url,
+            grant_id=grant["id"],
+            authz_jti="jti-1",
+            cmd_hash=grant["request"]["cmd_hash"],
+            run_as="root",
+            result=result,
+            exit_code=0,
+            started_at=1,
+            ended_at=2,
+            duration_ms=1000,
+            issued_at=int(time.time()),
+        )
 
     good = receipt(key)
     with srv.client() as http:
         first = http.post("/api/audit/receipts", json={"receipt": good})
         assert first.status_code == 201, first.text
         assert http.post("/api/audit/receipts", json={"receipt": good}).status_code == 200
-        assert http.post("/api/audit/receipts", json={"receipt": receipt(Ed25519PrivateKey.generate())}).status_code == 401
-        assert http.post("/api/audit/receipts", json={"receipt": receipt(key, "unknown-host")}).status_code == 403
+        assert (
+            http.post(
+                "/api/audit/receipts", json={"receipt": receipt(Ed25519PrivateKey.generate())}
+            ).status_code
+            == 401
+        )
+        assert (
+            http.post("/api/audit/receipts", json={"receipt": receipt(key, "unknown-host")}).status_code
+            == 403
+        )
         assert http.post("/api/audit/receipts", json={"receipt": "not.a.jws"}).status_code == 401
         assert http.post("/api/audit/receipts", json={"receipt": 5}).status_code == 400
     time.sleep(0.3)
     note, size = checkpoint(srv, 1)
     entries = all_entries(srv, size)
     kinds = [parse_leaf(e["leaf"].encode()) for e in entries]
-    assert [leaf.kind for leaf in kinds if leaf.kind == "exec.receipt" and leaf.data["receipt"] == good] == ["exec.receipt"]
+    assert [leaf.kind for leaf in kinds if leaf.kind == "exec.receipt" and leaf.data["receipt"] == good] == [
+        "exec.receipt"
+    ]
     assert any(leaf.kind == "host.enrolled" and leaf.data["host"] == host for leaf in kinds)
     result = verify_log(note, vkeys(srv), None, [e["leaf"].encode() for e in entries], audience=srv.url)
     assert result.code == 0, result.reason
@@ -249,7 +321,9 @@ def test_the_log_is_a_separate_key_from_the_jwt_keys(srv):
     with srv.client() as http:
         jwks = http.get("/.well-known/jwks.json").json()["keys"]
     log_public = {Verifier.from_vkey(v).public for v in vkeys(srv)}
-    assert not any(base64.urlsafe_b64decode(k["x"] + "==") in log_public for k in jwks if k.get("crv") == "Ed25519")
+    assert not any(
+        base64.urlsafe_b64decode(k["x"] + "==") in log_public for k in jwks if k.get("crv") == "Ed25519"
+    )
 
 
 def test_an_edited_leaf_row_is_named_by_the_verifier(tmp_path):
@@ -263,8 +337,13 @@ def test_an_edited_leaf_row_is_named_by_the_verifier(tmp_path):
         db.commit()
         db.close()
         entries = all_entries(server, size)
-        result = verify_log(note, vkeys(server), None, [e["leaf"].encode() for e in entries],
-                            claimed_leaf_hashes=[base64.b64decode(e["leaf_hash"]) for e in entries])
+        result = verify_log(
+            note,
+            vkeys(server),
+            None,
+            [e["leaf"].encode() for e in entries],
+            claimed_leaf_hashes=[base64.b64decode(e["leaf_hash"]) for e in entries],
+        )
         assert result.code == 2 and result.bad_index == 2, result
     finally:
         server.stop()
@@ -302,12 +381,16 @@ def test_the_merge_of_event_sources_keeps_each_sources_order_and_never_skips_one
 def test_delegations_and_the_grants_they_approve_are_in_the_log(srv):
     agent, token = enrol_agent(srv, owner=fresh("owner"))
     with srv.admin() as http:
-        r = http.post("/api/delegations", json={"delegate": agent["email"], "audience": "escapes", "approval": "once"})
+        r = http.post(
+            "/api/delegations", json={"delegate": agent["email"], "audience": "escapes", "approval": "once"}
+        )
         assert r.status_code == 201, r.text
         delegation = r.json()
     with srv.client(token) as http:
-        grant = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", "command": ["id"],
-                                               "grant_type": "once"}).json()
+        grant = http.post(
+            "/api/grants",
+            json={"target_host": "web-1", "audience": "escapes", "command": ["id"], "grant_type": "once"},
+        ).json()
     assert grant["status"] == "approved"
     with srv.admin() as http:
         assert http.delete(f"/api/delegations/{delegation['id']}").status_code == 200
@@ -335,8 +418,12 @@ def test_an_event_the_log_cannot_read_never_stops_it():
     async def run() -> tuple[int, list[str]]:
         store = MemoryStore()
         await store.migrate()
-        await store.grants.create(grant("gr_a"), ["grant.created", "grant.mystery", "grant.reviewed", "grant.escalated"])
-        await store.grants.create(grant("gr_b", request={"n": 1.5}), ["grant.created"])  # a float: made a string
+        await store.grants.create(
+            grant("gr_a"), ["grant.created", "grant.mystery", "grant.reviewed", "grant.escalated"]
+        )
+        await store.grants.create(
+            grant("gr_b", request={"n": 1.5}), ["grant.created"]
+        )  # a float: made a string
         await store.grants.create(grant("gr_c"), ["grant.created"])
         log = AuditLog(store, ManualClock(), "test/grantd", "admin@example.com")
         await log.ensure_key()

@@ -275,7 +275,10 @@ AUTHZ_LEGEND: dict[str, str] = {
     "other": "another agent's AuthZ-JWT, presented at the requesting agent's grant (verify: on its own)",
     "foreign": "the same with the foreign-owned agent's AuthZ-JWT",
     "mgmt": "the management token",
-    **{c: "no bearer; the column's session cookie (consume) / no `token` (verify)" for c in (*PERSON_COLUMNS, "guest")},
+    **{
+        c: "no bearer; the column's session cookie (consume) / no `token` (verify)"
+        for c in (*PERSON_COLUMNS, "guest")
+    },
 }
 
 
@@ -353,7 +356,9 @@ def render_doc() -> str:
 
 def new_public_key() -> tuple[Ed25519PrivateKey, str]:
     private = Ed25519PrivateKey.generate()
-    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    public = private.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
     return private, public.decode() + " matrix"
 
 
@@ -399,11 +404,15 @@ class World:
     def http_for(self, column: str) -> httpx.Client:
         """A client presenting the column's credential: its bearer, or its session cookie."""
         if column in self.cookies:
-            return httpx.Client(base_url=self.srv.url, cookies={SESSION_COOKIE: self.cookies[column]}, timeout=10)
+            return httpx.Client(
+                base_url=self.srv.url, cookies={SESSION_COOKIE: self.cookies[column]}, timeout=10
+            )
         return self.http(self.bearer(column))
 
     def person(self, prefix: str, *, admin: bool = False, email: str | None = None) -> dict[str, Any]:
-        r = self.admin("POST", "/api/admin/users", json={"email": email or fresh_email(prefix), "admin": admin})
+        r = self.admin(
+            "POST", "/api/admin/users", json={"email": email or fresh_email(prefix), "admin": admin}
+        )
         assert r.status_code == 201, r.text
         return r.json()  # type: ignore[no-any-return]
 
@@ -422,9 +431,15 @@ class World:
         """A guest session of SP login whose IdP vouched for the ``admin`` column's e-mail."""
         from grantd.services import sessions
 
-        value, _ = self.srv.call(sessions.start_guest(self.srv.services, idp="https://idp.elsewhere.example",
-                                                      email=self.persons["admin"]["email"], name="Guest",
-                                                      user_agent="authz-matrix"))
+        value, _ = self.srv.call(
+            sessions.start_guest(
+                self.srv.services,
+                idp="https://idp.elsewhere.example",
+                email=self.persons["admin"]["email"],
+                name="Guest",
+                user_agent="authz-matrix",
+            )
+        )
         return str(value)
 
     def session(self, person: dict[str, Any]) -> str:
@@ -444,21 +459,29 @@ class World:
         return self.srv.call(self.srv.services.tokens._sign(claims))  # type: ignore[no-any-return]
 
     def foreign_sign(self, claims: dict[str, Any]) -> str:
-        return jwt.encode(claims, Ed25519PrivateKey.generate(), algorithm="EdDSA", headers={"kid": self.kid, "typ": "JWT"})
+        return jwt.encode(
+            claims, Ed25519PrivateKey.generate(), algorithm="EdDSA", headers={"kid": self.kid, "typ": "JWT"}
+        )
 
     def enroll(self, prefix: str, **fields: Any) -> Enrolled:
         key, public = new_public_key()
         email = fields.pop("email", None) or fresh_email(prefix)
-        r = self.admin("POST", "/api/agent/enroll", json={"email": email, "name": prefix, "publicKey": public, **fields})
+        r = self.admin(
+            "POST", "/api/agent/enroll", json={"email": email, "name": prefix, "publicKey": public, **fields}
+        )
         assert r.status_code == 201, r.text
         return Enrolled(email, r.json()["agent_id"], key)
 
     def sign_in(self, agent: Enrolled) -> str:
         with self.http() as http:
-            challenge = http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}).json()["challenge"]
+            challenge = http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}).json()[
+                "challenge"
+            ]
             signature = base64.b64encode(agent.key.sign(challenge.encode())).decode()
-            r = http.post("/api/agent/authenticate", json={"agent_id": agent.agent_id, "challenge": challenge,
-                                                           "signature": signature})
+            r = http.post(
+                "/api/agent/authenticate",
+                json={"agent_id": agent.agent_id, "challenge": challenge, "signature": signature},
+            )
         assert r.status_code == 200, r.text
         agent.token = r.json()["token"]
         return agent.token
@@ -469,8 +492,13 @@ class World:
         return agent
 
     def grant(self, agent: Enrolled, **fields: Any) -> dict[str, Any]:
-        body = {"target_host": "web-1", "audience": "escapes", "command": ["systemctl", "restart", "nginx"],
-                "grant_type": "once", **fields}
+        body = {
+            "target_host": "web-1",
+            "audience": "escapes",
+            "command": ["systemctl", "restart", "nginx"],
+            "grant_type": "once",
+            **fields,
+        }
         with self.http(agent.token) as http:
             r = http.post("/api/grants", json=body)
         assert r.status_code in (200, 201), r.text
@@ -484,8 +512,16 @@ class World:
         return r.json()["authz_jwt"], grant["id"]
 
     def delegation(self, delegate: Enrolled) -> dict[str, Any]:
-        r = self.admin("POST", "/api/delegations", json={"delegate": delegate.email, "audience": "matrix-only",
-                                                         "approval": "once", "duration": 3600})
+        r = self.admin(
+            "POST",
+            "/api/delegations",
+            json={
+                "delegate": delegate.email,
+                "audience": "matrix-only",
+                "approval": "once",
+                "duration": 3600,
+            },
+        )
         assert r.status_code == 201, r.text
         return r.json()  # type: ignore[no-any-return]
 
@@ -537,7 +573,9 @@ def build_world(srv: Any) -> World:
         return agent
 
     agent = doomed("disabled")
-    assert w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).status_code == 200
+    assert (
+        w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).status_code == 200
+    )
     agent = doomed("deleted")
     assert w.admin("DELETE", f"/api/admin/agents/{agent.agent_id}").status_code == 200
     agent = doomed("reenrolled")
@@ -545,7 +583,9 @@ def build_world(srv: Any) -> World:
     w.signed_in("reenrolled", email=agent.email)
     agent = doomed("rekeyed")
     _, public = new_public_key()
-    assert w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"publicKey": public}).status_code == 200
+    assert (
+        w.admin("PUT", f"/api/admin/agents/{agent.agent_id}", json={"publicKey": public}).status_code == 200
+    )
 
     now = srv.clock.now_s()
     identity = unverified(requester.token)
@@ -555,7 +595,10 @@ def build_world(srv: Any) -> World:
         "expired": w.sign({**identity, "iat": now - 7200, "exp": now - 3600}),
         "forged": w.foreign_sign(identity),
         "mgmt": srv.token,
-        **{c: w.agents[c].token for c in ("disabled", "deleted", "reenrolled", "rekeyed", "self", "other", "foreign")},
+        **{
+            c: w.agents[c].token
+            for c in ("disabled", "deleted", "reenrolled", "rekeyed", "self", "other", "foreign")
+        },
         **dict.fromkeys(PERSON_COLUMNS),
         "guest": None,
     }
@@ -571,7 +614,9 @@ Request = Callable[[World, str], httpx.Response]
 SESSION_ENDING = ("/api/logout", "/api/webauthn/register/verify", "/api/webauthn/login/verify")
 
 
-def _call(w: World, column: str, method: str, path: str, *, binding: str | None = None, **kwargs: Any) -> httpx.Response:
+def _call(
+    w: World, column: str, method: str, path: str, *, binding: str | None = None, **kwargs: Any
+) -> httpx.Response:
     """``binding``: the passkey ceremony's browser binding (the ``grantd_passkey`` cookie of the
     options answer), which a browser sends back with verify (D8)."""
     with w.http_for(column) as http:
@@ -598,7 +643,9 @@ def _authenticate(path: str) -> Request:
         with w.http() as http:
             challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
         signature = base64.b64encode(agent.key.sign(challenge.encode())).decode()
-        return _call(w, c, "POST", path, json={"agent_id": agent.email, "challenge": challenge, "signature": signature})
+        return _call(
+            w, c, "POST", path, json={"agent_id": agent.email, "challenge": challenge, "signature": signature}
+        )
 
     return run
 
@@ -606,7 +653,9 @@ def _authenticate(path: str) -> Request:
 def _enroll(path: str) -> Request:
     def run(w: World, c: str) -> httpx.Response:
         _, public = new_public_key()
-        return _call(w, c, "POST", path, json={"email": fresh_email("agent"), "name": "new", "publicKey": public})
+        return _call(
+            w, c, "POST", path, json={"email": fresh_email("agent"), "name": "new", "publicKey": public}
+        )
 
     return run
 
@@ -636,15 +685,23 @@ def _events(w: World, c: str) -> httpx.Response:
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
     if c in w.cookies:
         headers["Cookie"] = f"{SESSION_COOKIE}={w.cookies[c]}"
-    with httpx.Client(base_url=w.srv.url, timeout=10) as http, http.stream("GET", "/api/grants/events", headers=headers) as r:
+    with (
+        httpx.Client(base_url=w.srv.url, timeout=10) as http,
+        http.stream("GET", "/api/grants/events", headers=headers) as r,
+    ):
         if r.status_code != 200:
             r.read()
         return r
 
 
 def _new_grant(w: World, c: str) -> httpx.Response:
-    body = {"target_host": "web-1", "audience": "escapes", "command": ["true"], "grant_type": "once",
-            "requester": w.agents["self"].email}
+    body = {
+        "target_host": "web-1",
+        "audience": "escapes",
+        "command": ["true"],
+        "grant_type": "once",
+        "requester": w.agents["self"].email,
+    }
     return _call(w, c, "POST", "/api/grants", json=body)
 
 
@@ -671,9 +728,21 @@ def _audit(path: str) -> Request:
 def _receipt(w: World, c: str) -> httpx.Response:
     from grantd.core.tlog.receipts import build_receipt
 
-    token = build_receipt(Ed25519PrivateKey.generate(), host="never-enrolled", audience=w.srv.url, grant_id="gr_x",
-                          authz_jti="j", cmd_hash="sha256:00", run_as="root", result="refused", exit_code=None,
-                          started_at=1, ended_at=1, duration_ms=0, issued_at=int(time.time()))
+    token = build_receipt(
+        Ed25519PrivateKey.generate(),
+        host="never-enrolled",
+        audience=w.srv.url,
+        grant_id="gr_x",
+        authz_jti="j",
+        cmd_hash="sha256:00",
+        run_as="root",
+        result="refused",
+        exit_code=None,
+        started_at=1,
+        ended_at=1,
+        duration_ms=0,
+        issued_at=int(time.time()),
+    )
     return _call(w, c, "POST", "/api/audit/receipts", json={"receipt": token})
 
 
@@ -681,7 +750,13 @@ def _host(w: World, c: str) -> httpx.Response:
     from grantd.core.tlog.receipts import host_public_key_line
 
     name = "host-" + fresh_email("h").split("@")[0].replace("+", "-").replace(".", "-")[-40:]
-    return _call(w, c, "POST", "/api/hosts", json={"host": name, "publicKey": host_public_key_line(Ed25519PrivateKey.generate())})
+    return _call(
+        w,
+        c,
+        "POST",
+        "/api/hosts",
+        json={"host": name, "publicKey": host_public_key_line(Ed25519PrivateKey.generate())},
+    )
 
 
 REQUESTS: dict[str, Request] = {
@@ -709,58 +784,102 @@ REQUESTS: dict[str, Request] = {
     "GET /api/me": _get("/api/me"),
     "GET /api/admin/agents": _get("/api/admin/agents"),
     "POST /api/admin/agents": _enroll("/api/admin/agents"),
-    "GET /api/admin/agents/:ident": lambda w, c: _call(w, c, "GET", f"/api/admin/agents/{w.agents['self'].agent_id}"),
+    "GET /api/admin/agents/:ident": lambda w, c: _call(
+        w, c, "GET", f"/api/admin/agents/{w.agents['self'].agent_id}"
+    ),
     "PUT /api/admin/agents/:ident": lambda w, c: _call(
-        w, c, "PUT", f"/api/admin/agents/{w.enroll('throwaway').agent_id}", json={"name": "renamed"}),
+        w, c, "PUT", f"/api/admin/agents/{w.enroll('throwaway').agent_id}", json={"name": "renamed"}
+    ),
     "DELETE /api/admin/agents/:ident": lambda w, c: _call(
-        w, c, "DELETE", f"/api/admin/agents/{w.enroll('throwaway').agent_id}"),
+        w, c, "DELETE", f"/api/admin/agents/{w.enroll('throwaway').agent_id}"
+    ),
     "POST /api/grants": _new_grant,
     "GET /api/grants": _get("/api/grants"),
     "GET /api/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}"),
     "POST /api/grants/:grant_id/approve": _on_pending("approve"),
     "POST /api/grants/:grant_id/deny": _on_pending("deny"),
-    "GET /api/grants/:grant_id/reviewers": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}/reviewers"),
-    "POST /api/policies/evaluate": lambda w, c: _call(w, c, "POST", "/api/policies/evaluate", json={
-        "requester": w.agents["self"].email, "target_host": "web-1", "audience": "escapes", "command": ["ls"]}),
+    "GET /api/grants/:grant_id/reviewers": lambda w, c: _call(
+        w, c, "GET", f"/api/grants/{_pending(w)}/reviewers"
+    ),
+    "POST /api/policies/evaluate": lambda w, c: _call(
+        w,
+        c,
+        "POST",
+        "/api/policies/evaluate",
+        json={
+            "requester": w.agents["self"].email,
+            "target_host": "web-1",
+            "audience": "escapes",
+            "command": ["ls"],
+        },
+    ),
     "POST /api/grants/:grant_id/review": lambda w, c: _call(
-        w, c, "POST", f"/api/grants/{_pending(w)}/review", json={"decision": "approve"}),
+        w, c, "POST", f"/api/grants/{_pending(w)}/review", json={"decision": "approve"}
+    ),
     "POST /api/grants/:grant_id/revoke": _on_pending("revoke"),
     "POST /api/grants/:grant_id/token": lambda w, c: _call(
-        w, c, "POST", f"/api/grants/{w.approved(w.agents['self'])[1]}/token"),
+        w, c, "POST", f"/api/grants/{w.approved(w.agents['self'])[1]}/token"
+    ),
     "POST /api/grants/:grant_id/consume": _consume,
     "POST /api/grants/verify": _verify,
     "POST /api/grants/batch": lambda w, c: _call(
-        w, c, "POST", "/api/grants/batch", json={"operations": [{"id": _pending(w), "action": "approve"}]}),
+        w, c, "POST", "/api/grants/batch", json={"operations": [{"id": _pending(w), "action": "approve"}]}
+    ),
     "GET /api/grants/events": _events,
     "POST /api/delegations": lambda w, c: _call(
-        w, c, "POST", "/api/delegations",
-        json={"delegate": w.agents["self"].email, "audience": "matrix-only", "approval": "once", "duration": 600}),
+        w,
+        c,
+        "POST",
+        "/api/delegations",
+        json={
+            "delegate": w.agents["self"].email,
+            "audience": "matrix-only",
+            "approval": "once",
+            "duration": 600,
+        },
+    ),
     "GET /api/delegations": _get("/api/delegations"),
     "DELETE /api/delegations/:delegation_id": lambda w, c: _call(
-        w, c, "DELETE", f"/api/delegations/{w.delegation(w.agents['self'])['id']}"),
+        w, c, "DELETE", f"/api/delegations/{w.delegation(w.agents['self'])['id']}"
+    ),
     "POST /api/delegations/:delegation_id/validate": lambda w, c: _call(
-        w, c, "POST", f"/api/delegations/{w.delegation(w.agents['self'])['id']}/validate",
-        json={"delegate": w.agents["self"].email, "audience": "matrix-only"}),
+        w,
+        c,
+        "POST",
+        f"/api/delegations/{w.delegation(w.agents['self'])['id']}/validate",
+        json={"delegate": w.agents["self"].email, "audience": "matrix-only"},
+    ),
     # people (docs/api.md): the admin API
     "GET /api/admin/users": _get("/api/admin/users"),
-    "POST /api/admin/users": lambda w, c: _call(w, c, "POST", "/api/admin/users", json={"email": fresh_email("user")}),
-    "GET /api/admin/users/:ident": lambda w, c: _call(w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}"),
+    "POST /api/admin/users": lambda w, c: _call(
+        w, c, "POST", "/api/admin/users", json={"email": fresh_email("user")}
+    ),
+    "GET /api/admin/users/:ident": lambda w, c: _call(
+        w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}"
+    ),
     "PATCH /api/admin/users/:ident": lambda w, c: _call(
-        w, c, "PATCH", f"/api/admin/users/{w.person('throwaway')['email']}", json={"name": "renamed"}),
+        w, c, "PATCH", f"/api/admin/users/{w.person('throwaway')['email']}", json={"name": "renamed"}
+    ),
     "DELETE /api/admin/users/:ident": lambda w, c: _call(
-        w, c, "DELETE", f"/api/admin/users/{w.person('throwaway')['person_id']}"),
+        w, c, "DELETE", f"/api/admin/users/{w.person('throwaway')['person_id']}"
+    ),
     "GET /api/admin/users/:ident/credentials": lambda w, c: _call(
-        w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}/credentials"),
+        w, c, "GET", f"/api/admin/users/{w.persons['person']['email']}/credentials"
+    ),
     "GET /api/admin/sessions": _get("/api/admin/sessions"),
     "DELETE /api/admin/sessions/:family_id": lambda w, c: _call(
-        w, c, "DELETE", f"/api/admin/sessions/{w.throwaway_session_family()}"),
+        w, c, "DELETE", f"/api/admin/sessions/{w.throwaway_session_family()}"
+    ),
     "DELETE /api/admin/sessions/user/:ident": lambda w, c: _call(
-        w, c, "DELETE", f"/api/admin/sessions/user/{w.person('throwaway')['email']}"),
+        w, c, "DELETE", f"/api/admin/sessions/user/{w.person('throwaway')['email']}"
+    ),
     "GET /api/admin/registration-urls": _get("/api/admin/registration-urls"),
     "POST /api/admin/registration-urls": lambda w, c: _call(
-        w, c, "POST", "/api/admin/registration-urls", json={"email": fresh_email("invitee")}),
+        w, c, "POST", "/api/admin/registration-urls", json={"email": fresh_email("invitee")}
+    ),
     "DELETE /api/admin/registration-urls/:ident": lambda w, c: _call(
-        w, c, "DELETE", f"/api/admin/registration-urls/{w.throwaway_registration()}"),
+        w, c, "DELETE", f"/api/admin/registration-urls/{w.throwaway_registration()}"
+    ),
 }
 
 
@@ -777,8 +896,14 @@ def _register_verify(w: World, c: str) -> httpx.Response:
     with w.http() as http:
         answer = http.post("/api/webauthn/register/options", json={"token": token})
     response = SoftAuthenticator().create(answer.json(), w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/register/verify", json={"token": token, "response": response},
-                 binding=answer.cookies["grantd_passkey"])
+    return _call(
+        w,
+        c,
+        "POST",
+        "/api/webauthn/register/verify",
+        json={"token": token, "response": response},
+        binding=answer.cookies["grantd_passkey"],
+    )
 
 
 def _login_verify(w: World, c: str) -> httpx.Response:
@@ -788,29 +913,39 @@ def _login_verify(w: World, c: str) -> httpx.Response:
         authenticator, token = SoftAuthenticator(), _registration_token(w)
         with w.http() as http:
             options = http.post("/api/webauthn/register/options", json={"token": token}).json()
-            r = http.post("/api/webauthn/register/verify",
-                          json={"token": token, "response": authenticator.create(options, w.srv.url)})
+            r = http.post(
+                "/api/webauthn/register/verify",
+                json={"token": token, "response": authenticator.create(options, w.srv.url)},
+            )
         assert r.status_code == 200, r.text
         w.__dict__["passkey"] = authenticator
     with w.http() as http:
         answer = http.post("/api/webauthn/login/options", json={})
     response = w.__dict__["passkey"].get(answer.json(), w.srv.url)
-    return _call(w, c, "POST", "/api/webauthn/login/verify", json={"response": response},
-                 binding=answer.cookies["grantd_passkey"])
+    return _call(
+        w,
+        c,
+        "POST",
+        "/api/webauthn/login/verify",
+        json={"response": response},
+        binding=answer.cookies["grantd_passkey"],
+    )
 
 
-REQUESTS.update({
-    # The browser pages (grantd.web.pages): read-only GETs; redirects are not followed.
-    "GET /": _get("/"),
-    "GET /login": _get("/login"),
-    "GET /register": lambda w, c: _call(w, c, "GET", f"/register?token={_registration_token(w)}"),
-    "GET /account": _get("/account"),
-    "GET /grants": _get("/grants"),
-    "GET /grant-approval": lambda w, c: _call(w, c, "GET", f"/grant-approval?grant_id={_pending(w)}"),
-    "GET /enroll": _get("/enroll?name=bot&key=ssh-ed25519%20AAAA"),
-    "GET /admin": _get("/admin"),
-    "GET /static/:name": _get("/static/grantd.js"),
-})
+REQUESTS.update(
+    {
+        # The browser pages (grantd.web.pages): read-only GETs; redirects are not followed.
+        "GET /": _get("/"),
+        "GET /login": _get("/login"),
+        "GET /register": lambda w, c: _call(w, c, "GET", f"/register?token={_registration_token(w)}"),
+        "GET /account": _get("/account"),
+        "GET /grants": _get("/grants"),
+        "GET /grant-approval": lambda w, c: _call(w, c, "GET", f"/grant-approval?grant_id={_pending(w)}"),
+        "GET /enroll": _get("/enroll?name=bot&key=ssh-ed25519%20AAAA"),
+        "GET /admin": _get("/admin"),
+        "GET /static/:name": _get("/static/grantd.js"),
+    }
+)
 
 
 def _user_code(w: World) -> str:
@@ -821,13 +956,19 @@ def _user_code(w: World) -> str:
     return str(r.json()["user_code"])
 
 
-REQUESTS.update({
-    # The device grant (grantd.web.api.device).
-    "POST /device_authorization": lambda w, c: _call(w, c, "POST", "/device_authorization", data={"client_id": "grantd-cli"}),
-    "GET /device": lambda w, c: _call(w, c, "GET", f"/device?user_code={_user_code(w)}"),
-    "POST /api/device/decide": lambda w, c: _call(
-        w, c, "POST", "/api/device/decide", json={"user_code": _user_code(w), "approve": True}),
-})
+REQUESTS.update(
+    {
+        # The device grant (grantd.web.api.device).
+        "POST /device_authorization": lambda w, c: _call(
+            w, c, "POST", "/device_authorization", data={"client_id": "grantd-cli"}
+        ),
+        "GET /device": lambda w, c: _call(w, c, "GET", f"/device?user_code={_user_code(w)}"),
+        "POST /api/device/decide": lambda w, c: _call(
+            w, c, "POST", "/api/device/decide", json={"user_code": _user_code(w), "approve": True}
+        ),
+    }
+)
+
 
 def _passkey_of(w: World, c: str) -> Any:
     """A SoftAuthenticator holding a passkey of the column's person (registered once through an
@@ -838,11 +979,16 @@ def _passkey_of(w: World, c: str) -> Any:
         return None
     held = w.__dict__.setdefault("person_passkeys", {})
     if c not in held:
-        authenticator, token = SoftAuthenticator(), make_registration(w.srv, w.persons[c]["email"], purpose="add-device")
+        authenticator, token = (
+            SoftAuthenticator(),
+            make_registration(w.srv, w.persons[c]["email"], purpose="add-device"),
+        )
         with w.http() as http:
             options = http.post("/api/webauthn/register/options", json={"token": token}).json()
-            r = http.post("/api/webauthn/register/verify",
-                          json={"token": token, "response": authenticator.create(options, w.srv.url)})
+            r = http.post(
+                "/api/webauthn/register/verify",
+                json={"token": token, "response": authenticator.create(options, w.srv.url)},
+            )
         assert r.status_code == 200, r.text
         held[c] = authenticator
     return held[c]
@@ -892,51 +1038,79 @@ def _spare_passkey(w: World, c: str) -> str:
     return str(r.json()["credential"]["id"])
 
 
-REQUESTS.update({
-    "POST /api/webauthn/register/options": lambda w, c: _call(
-        w, c, "POST", "/api/webauthn/register/options", json={"token": _registration_token(w)}),
-    "POST /api/webauthn/register/verify": _register_verify,
-    "POST /api/webauthn/login/options": lambda w, c: _call(w, c, "POST", "/api/webauthn/login/options", json={}),
-    "POST /api/webauthn/login/verify": _login_verify,
-    "GET /api/webauthn/credentials": _get("/api/webauthn/credentials"),
-    "POST /api/webauthn/credentials/add/reauth": _reauth,
-    "POST /api/webauthn/credentials/add/options": _confirmed_add_options,
-    "GET /api/sessions": _get("/api/sessions"),
-    "DELETE /api/sessions/:session_id": _end_own_session,
-    "POST /api/webauthn/credentials/add/verify": lambda w, c: _add_passkey(w, c),
-    "DELETE /api/webauthn/credentials/:credential_id": lambda w, c: _call(
-        w, c, "DELETE", f"/api/webauthn/credentials/{_spare_passkey(w, c)}"),
-    "POST /api/logout": lambda w, c: _call(w, c, "POST", "/api/logout", json={}),
-})
+REQUESTS.update(
+    {
+        "POST /api/webauthn/register/options": lambda w, c: _call(
+            w, c, "POST", "/api/webauthn/register/options", json={"token": _registration_token(w)}
+        ),
+        "POST /api/webauthn/register/verify": _register_verify,
+        "POST /api/webauthn/login/options": lambda w, c: _call(
+            w, c, "POST", "/api/webauthn/login/options", json={}
+        ),
+        "POST /api/webauthn/login/verify": _login_verify,
+        "GET /api/webauthn/credentials": _get("/api/webauthn/credentials"),
+        "POST /api/webauthn/credentials/add/reauth": _reauth,
+        "POST /api/webauthn/credentials/add/options": _confirmed_add_options,
+        "GET /api/sessions": _get("/api/sessions"),
+        "DELETE /api/sessions/:session_id": _end_own_session,
+        "POST /api/webauthn/credentials/add/verify": lambda w, c: _add_passkey(w, c),
+        "DELETE /api/webauthn/credentials/:credential_id": lambda w, c: _call(
+            w, c, "DELETE", f"/api/webauthn/credentials/{_spare_passkey(w, c)}"
+        ),
+        "POST /api/logout": lambda w, c: _call(w, c, "POST", "/api/logout", json={}),
+    }
+)
 
-REQUESTS.update({
-    # SP login (D9): the matrix server is its own IdP for matrix.test (a DDISA record on a local DNS server)
-    "POST /api/login": lambda w, c: _call(w, c, "POST", "/api/login", json={"email": "someone@matrix.test"}),
-    "GET /api/callback": _get("/api/callback?code=not-a-code&state=not-a-state"),  # -> /?error=...
-    "GET /auth/federated/:provider_id": _get("/auth/federated/self?next=/account"),
-    "GET /auth/federated/:provider_id/callback": _get("/auth/federated/self/callback?code=x&state=not-a-state"),
-    "GET /.well-known/oauth-client-metadata": _get("/.well-known/oauth-client-metadata"),
-    "GET /.well-known/auth.md": _get("/.well-known/auth.md"),
-    "GET /.well-known/grantd.json": _get("/.well-known/grantd.json"),
-    "GET /.well-known/service.json": _get("/.well-known/service.json"),
-})
+REQUESTS.update(
+    {
+        # SP login (D9): the matrix server is its own IdP for matrix.test (a DDISA record on a local DNS server)
+        "POST /api/login": lambda w, c: _call(
+            w, c, "POST", "/api/login", json={"email": "someone@matrix.test"}
+        ),
+        "GET /api/callback": _get("/api/callback?code=not-a-code&state=not-a-state"),  # -> /?error=...
+        "GET /auth/federated/:provider_id": _get("/auth/federated/self?next=/account"),
+        "GET /auth/federated/:provider_id/callback": _get(
+            "/auth/federated/self/callback?code=x&state=not-a-state"
+        ),
+        "GET /.well-known/oauth-client-metadata": _get("/.well-known/oauth-client-metadata"),
+        "GET /.well-known/auth.md": _get("/.well-known/auth.md"),
+        "GET /.well-known/grantd.json": _get("/.well-known/grantd.json"),
+        "GET /.well-known/service.json": _get("/.well-known/service.json"),
+    }
+)
 
 
 def _remember_consent(w: World, c: str) -> None:
     """The column's person has consented to apes-cli before (so /authorize answers with a code)."""
     if c in w.persons:
         now = w.srv.clock.now_ms()
-        w.srv.call(w.srv.services.store.consents.remember({
-            "person_id": w.persons[c]["person_id"], "client_id": "apes-cli", "scope": "openid email profile offline_access",
-            "created_at": now, "updated_at": now}))
+        w.srv.call(
+            w.srv.services.store.consents.remember(
+                {
+                    "person_id": w.persons[c]["person_id"],
+                    "client_id": "apes-cli",
+                    "scope": "openid email profile offline_access",
+                    "created_at": now,
+                    "updated_at": now,
+                }
+            )
+        )
 
 
 def _apes_authorize(challenge: str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM") -> str:
     from urllib.parse import urlencode
 
-    return urlencode({"response_type": "code", "client_id": "apes-cli", "redirect_uri": "http://localhost:9876/callback",
-                      "code_challenge": challenge, "code_challenge_method": "S256", "state": "matrix",
-                      "scope": "openid email profile offline_access"})
+    return urlencode(
+        {
+            "response_type": "code",
+            "client_id": "apes-cli",
+            "redirect_uri": "http://localhost:9876/callback",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "matrix",
+            "scope": "openid email profile offline_access",
+        }
+    )
 
 
 def _consent_ticket(w: World, c: str) -> str | None:
@@ -951,8 +1125,13 @@ def _consent_ticket(w: World, c: str) -> str | None:
 
 
 def _consent(w: World, c: str) -> httpx.Response:
-    return _call(w, c, "POST", "/authorize/consent",
-                 json={"request": _apes_authorize(), "approve": True, "ticket": _consent_ticket(w, c)})
+    return _call(
+        w,
+        c,
+        "POST",
+        "/authorize/consent",
+        json={"request": _apes_authorize(), "approve": True, "ticket": _consent_ticket(w, c)},
+    )
 
 
 def _code_exchange(w: World) -> dict[str, str]:
@@ -964,11 +1143,19 @@ def _code_exchange(w: World) -> dict[str, str]:
     with httpx.Client(base_url=w.srv.url, cookies={SESSION_COOKIE: w.cookies["person"]}, timeout=10) as http:
         # apes-cli is asked every time (RFC 8252 §8.6): the consent page's approval gives the code
         ticket = _consent_ticket(w, "person")
-        location = http.post("/authorize/consent", json={"request": _apes_authorize(), "approve": True, "ticket": ticket},
-                             headers={"Origin": w.srv.url}).json()["location"]
+        location = http.post(
+            "/authorize/consent",
+            json={"request": _apes_authorize(), "approve": True, "ticket": ticket},
+            headers={"Origin": w.srv.url},
+        ).json()["location"]
     code = parse_qs(urlsplit(location).query)["code"][0]
-    return {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": "apes-cli",
-            "redirect_uri": "http://localhost:9876/callback"}
+    return {
+        "grant_type": "authorization_code",
+        "code": code,
+        "code_verifier": verifier,
+        "client_id": "apes-cli",
+        "redirect_uri": "http://localhost:9876/callback",
+    }
 
 
 def _withdraw_consent(w: World, c: str) -> httpx.Response:
@@ -976,17 +1163,22 @@ def _withdraw_consent(w: World, c: str) -> httpx.Response:
     return _call(w, c, "DELETE", "/api/account/consents/apes-cli")
 
 
-REQUESTS.update({
-    # The OAuth provider (grantd.web.api.oauth)
-    "GET /authorize": lambda w, c: (_remember_consent(w, c), _call(w, c, "GET", "/authorize?" + _apes_authorize()))[1],
-    "POST /authorize/consent": _consent,
-    "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
-    "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
-    "GET /userinfo": _get("/userinfo"),
-    "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
-    "GET /api/account/consents": _get("/api/account/consents"),
-    "DELETE /api/account/consents/:client_id": _withdraw_consent,
-})
+REQUESTS.update(
+    {
+        # The OAuth provider (grantd.web.api.oauth)
+        "GET /authorize": lambda w, c: (
+            _remember_consent(w, c),
+            _call(w, c, "GET", "/authorize?" + _apes_authorize()),
+        )[1],
+        "POST /authorize/consent": _consent,
+        "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
+        "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
+        "GET /userinfo": _get("/userinfo"),
+        "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
+        "GET /api/account/consents": _get("/api/account/consents"),
+        "DELETE /api/account/consents/:client_id": _withdraw_consent,
+    }
+)
 
 
 def check(response: httpx.Response, expected: str) -> None:
@@ -1000,7 +1192,9 @@ def check(response: httpx.Response, expected: str) -> None:
     if marker == "page":  # an HTML page (errors too: pages never answer problem+json)
         assert response.headers["content-type"].startswith("text/html"), response.headers
         return
-    if marker == "oauth":  # /token, /revoke, /userinfo errors: {error, error_description} (D2), not problem+json
+    if (
+        marker == "oauth"
+    ):  # /token, /revoke, /userinfo errors: {error, error_description} (D2), not problem+json
         assert response.headers["content-type"].startswith("application/json"), response.headers
         assert "error" in response.json() and response.headers["cache-control"].startswith("no-store")
         if status == 401:
@@ -1069,8 +1263,10 @@ def federate_to_itself(srv: Any) -> None:
     (srv.directory / "self-client-secret").write_text("matrix-client-secret\n")
     (srv.directory / "self-client-secret").chmod(0o600)
     with srv.config_path.open("a") as config:
-        config.write(f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
-                     'client_id = "matrix"\nclient_secret = "file:self-client-secret"\n')
+        config.write(
+            f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
+            'client_id = "matrix"\nclient_secret = "file:self-client-secret"\n'
+        )
 
 
 CELLS = [(route, column) for route in ROWS for column in COLUMNS]

@@ -58,7 +58,9 @@ BUILD_VENV_PYTHON = ROOT / "build" / "bundle-venv" / "bin" / "python"  # packagi
 REQUIREMENTS = ROOT / "packaging" / "requirements-bundle.txt"
 FOLDERS = {"appliance": "grantd", "plugins": "grantd.plugins", "tui": "grantd.tui"}  # pyproject's package-dir
 PLUGIN_CONFIG = '[plugins]\nmodules = ["sample_plugin"]\n'
-ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]")
+ANSI = re.compile(
+    rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][A-Za-z0-9]|\x1b[=>78]"
+)
 
 
 # -- the build -------------------------------------------------------------------------------------
@@ -66,7 +68,9 @@ ANSI = re.compile(rb"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b
 
 def inputs_digest() -> str:
     """packaging/bundle_inputs.py: the hash of our sources, the packaging and the build venv's distributions."""
-    return subprocess.run([str(BUILD_VENV_PYTHON), str(INPUTS)], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [str(BUILD_VENV_PYTHON), str(INPUTS)], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -80,9 +84,13 @@ def bundle() -> Path:
         started = time.monotonic()
         result = subprocess.run([str(BUILD)], cwd=ROOT, capture_output=True, text=True, timeout=1800)
         took = time.monotonic() - started
-        assert result.returncode == 0, f"packaging/build failed after {took:.0f} s:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+        assert result.returncode == 0, (
+            f"packaging/build failed after {took:.0f} s:\n{result.stdout[-4000:]}\n{result.stderr[-8000:]}"
+        )
         assert PROGRAM.is_file() and (DIST / "_internal").is_dir(), result.stdout
-        assert f"(inputs {STAMP.read_text().strip()[:12]})" in result.stdout  # the digest of what it was built from
+        assert (
+            f"(inputs {STAMP.read_text().strip()[:12]})" in result.stdout
+        )  # the digest of what it was built from
     return PROGRAM
 
 
@@ -99,11 +107,18 @@ def test_the_build_is_skipped_while_the_inputs_are_unchanged(bundle, tmp_path):
         pytest.skip("a source changed during the check (an editor at work)")
     assert "up to date" in result.stdout, result.stdout
     assert PROGRAM.stat().st_mtime_ns == built
-    listed = subprocess.run([str(BUILD_VENV_PYTHON), str(INPUTS), "--list"], capture_output=True, text=True,
-                            check=True).stdout
+    listed = subprocess.run(
+        [str(BUILD_VENV_PYTHON), str(INPUTS), "--list"], capture_output=True, text=True, check=True
+    ).stdout
     names = {line.split("  ", 1)[1] for line in listed.splitlines()}
-    assert {"file pyproject.toml", "file appliance/cli/__init__.py", "file plugins/elevate_default.py",
-            "file tui/console.tcss", "file packaging/grantd.spec", "python"} <= names
+    assert {
+        "file pyproject.toml",
+        "file appliance/cli/__init__.py",
+        "file plugins/elevate_default.py",
+        "file tui/console.tcss",
+        "file packaging/grantd.spec",
+        "python",
+    } <= names
     assert {"distribution sanic", "distribution textual", "distribution pyinstaller"} <= names
 
 
@@ -119,8 +134,12 @@ def test_the_bundle_is_built_from_the_pinned_requirements_only(bundle):
         if line:
             name, version = line.split("==")
             pinned[name.split("[")[0].lower()] = version
-    listed = subprocess.run([str(BUILD_VENV_PYTHON), "-m", "pip", "list", "--format", "json"], capture_output=True,
-                            text=True, check=True).stdout
+    listed = subprocess.run(
+        [str(BUILD_VENV_PYTHON), "-m", "pip", "list", "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     installed = {d["name"].lower().replace("_", "-"): d["version"] for d in json.loads(listed)}
     installed.pop("pip", None)  # the venv's own installer
     assert installed == pinned
@@ -130,10 +149,23 @@ def test_the_bundle_is_built_from_the_pinned_requirements_only(bundle):
         assert "psycopg" not in pinned  # .venv has it here (the test extras): the bundle still does not
 
 
-def run(bundle: Path, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = 60, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(bundle), *args], capture_output=True, text=True, timeout=timeout,
-                          env=env if env is not None else clean_env(), cwd=cwd or ROOT, **kwargs)
+def run(
+    bundle: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+    **kwargs: Any,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(bundle), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else clean_env(),
+        cwd=cwd or ROOT,
+        **kwargs,
+    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -149,14 +181,35 @@ def test_the_bundle_is_a_onedir_program_built_from_this_tree(bundle):
     assert bundle == ROOT / "dist" / "grantd" / "grantd"
     assert bundle.stat().st_mode & stat.S_IXUSR
     internal = DIST / "_internal"
-    assert (internal / "grantd" / "tui" / "console.tcss").is_file()  # the console's stylesheet is next to grantd/tui/app.py
+    assert (
+        internal / "grantd" / "tui" / "console.tcss"
+    ).is_file()  # the console's stylesheet is next to grantd/tui/app.py
     # the storage backends' numbered migrations, read as package data (grantd.store.migrations)
-    assert (internal / "grantd" / "plugins" / "storage_sqlite" / "schema" / "0001_core.sql").read_text().startswith("-- 1: ")
-    assert (internal / "grantd" / "plugins" / "storage_postgres" / "schema" / "0001_core.sql").read_text().startswith("-- 1: ")
+    assert (
+        (internal / "grantd" / "plugins" / "storage_sqlite" / "schema" / "0001_core.sql")
+        .read_text()
+        .startswith("-- 1: ")
+    )
+    assert (
+        (internal / "grantd" / "plugins" / "storage_postgres" / "schema" / "0001_core.sql")
+        .read_text()
+        .startswith("-- 1: ")
+    )
     assert any((internal / "textual").rglob("*.scm"))  # Textual's own data files
-    assert (internal / "tracerite" / "style.css").is_file() and (internal / "sanic" / "pages" / "styles").is_dir()
+    assert (internal / "tracerite" / "style.css").is_file() and (
+        internal / "sanic" / "pages" / "styles"
+    ).is_dir()
     # What the spec keeps out, to keep the bundle small.
-    for left_out in ("tkinter", "_tkinter", "pytest", "_pytest", "hypothesis", "pip", "setuptools", "PyInstaller"):
+    for left_out in (
+        "tkinter",
+        "_tkinter",
+        "pytest",
+        "_pytest",
+        "hypothesis",
+        "pip",
+        "setuptools",
+        "PyInstaller",
+    ):
         assert not (internal / left_out).exists(), left_out
     assert sum(p.stat().st_size for p in DIST.rglob("*") if p.is_file()) < 120 * 1024 * 1024
 
@@ -172,14 +225,30 @@ def test_every_module_of_appliance_plugins_and_tui_is_in_the_bundle(bundle):
         for path in (ROOT / top).rglob("*.py"):
             parts = path.relative_to(ROOT / top).with_suffix("").parts
             module = ".".join([name, *(parts[:-1] if parts[-1] == "__init__" else parts)])
-            if not module.startswith("grantd.testing"):  # the contract suite for plugin authors: pytest, not bundled
+            if not module.startswith(
+                "grantd.testing"
+            ):  # the contract suite for plugin authors: pytest, not bundled
                 ours.add(module)
     assert set(BUILTIN_PLUGINS) <= ours
     assert {entry.module for entry in COMMANDS.values()} <= ours
     assert not {name for name in frozen if name.split(".")[0] in FOLDERS}  # only the grantd names
     assert ours - frozen == set()
-    for dependency in ("sanic", "sanic_routing", "tracerite", "html5tagger", "textual", "webauthn", "jwt",
-                       "cryptography", "sqlite_utils", "pluggy", "tomli_w", "httpx", "dns", "uvloop"):
+    for dependency in (
+        "sanic",
+        "sanic_routing",
+        "tracerite",
+        "html5tagger",
+        "textual",
+        "webauthn",
+        "jwt",
+        "cryptography",
+        "sqlite_utils",
+        "pluggy",
+        "tomli_w",
+        "httpx",
+        "dns",
+        "uvloop",
+    ):
         assert dependency in frozen, dependency
     assert "textual.widgets._data_table" in frozen and "sanic.worker.loader" in frozen
 
@@ -214,7 +283,10 @@ def test_the_built_in_plugins_load_inside_the_bundle(bundle):
     assert result.returncode == 0, result.stderr
     listed = {p["name"]: p for p in json.loads(result.stdout)}
     assert set(BUILTIN_PLUGINS) <= set(listed)
-    assert all(listed[name]["source"] == "builtin" and listed[name]["version"] == __version__ for name in BUILTIN_PLUGINS)
+    assert all(
+        listed[name]["source"] == "builtin" and listed[name]["version"] == __version__
+        for name in BUILTIN_PLUGINS
+    )
     assert listed["grantd.plugins.storage_sqlite"]["hooks"] == ["storage_backends"]
     assert listed["grantd.plugins.elevate_default"]["hooks"] == ["elevate_verify"]
     text = run(bundle, "plugins").stdout
@@ -239,7 +311,9 @@ def test_pythonpath_cannot_add_plugins_or_code_to_the_bundle(bundle, tmp_path):
     # Nor do PYTHONSTARTUP, PYTHONHOME or PYTHONINSPECT change what the bundle runs.
     evil = tmp_path / "evil.py"
     evil.write_text("open(__file__ + '.ran', 'w').close()\n")
-    hostile = clean_env(PYTHONPATH=str(tmp_path), PYTHONSTARTUP=str(evil), PYTHONHOME=str(tmp_path), PYTHONINSPECT="1")
+    hostile = clean_env(
+        PYTHONPATH=str(tmp_path), PYTHONSTARTUP=str(evil), PYTHONHOME=str(tmp_path), PYTHONINSPECT="1"
+    )
     result = run(bundle, "version", env=hostile)
     assert result.returncode == 0 and result.stdout == f"grantd {__version__}\n", result.stderr
     assert not Path(f"{evil}.ran").exists()
@@ -253,9 +327,15 @@ def test_plugin_paths_load_a_site_plugin_inside_the_bundle(bundle, tmp_path):
     site = tmp_path / "site"
     site.mkdir(mode=0o755)
     (site / "sample_plugin.py").write_text((TESTS / "plugins" / "sample_plugin.py").read_text())
-    srv = make_server(tmp_path / "srv", extra=f'[plugins]\nmodules = ["sample_plugin"]\npaths = ["{site}"]\n',
-                      command=[str(bundle)], env=clean_env())
-    listed = json.loads(run(bundle, "plugins", "--json", "--config", str(srv.config_path), env=clean_env()).stdout)
+    srv = make_server(
+        tmp_path / "srv",
+        extra=f'[plugins]\nmodules = ["sample_plugin"]\npaths = ["{site}"]\n',
+        command=[str(bundle)],
+        env=clean_env(),
+    )
+    listed = json.loads(
+        run(bundle, "plugins", "--json", "--config", str(srv.config_path), env=clean_env()).stdout
+    )
     assert {p["name"]: p for p in listed}["sample_plugin"]["hooks"] == ["register_routes", "startup"]
     srv.start()
     try:
@@ -270,7 +350,9 @@ def test_config_init_writes_a_config_the_bundle_serves(bundle, tmp_path):
     directory = tmp_path / "fresh"
     directory.mkdir()
     port = free_port()
-    init = run(bundle, "config", "init", "--path", str(directory / "grantd.toml"), "--port", str(port), cwd=directory)
+    init = run(
+        bundle, "config", "init", "--path", str(directory / "grantd.toml"), "--port", str(port), cwd=directory
+    )
     assert init.returncode == 0, init.stderr
     token = (directory / "management-token").read_text().strip()
     assert token in init.stdout and stat.S_IMODE((directory / "management-token").stat().st_mode) == 0o600
@@ -292,7 +374,9 @@ def test_config_init_writes_a_config_the_bundle_serves(bundle, tmp_path):
 @pytest.fixture(scope="module")
 def served(bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`dist/grantd/grantd serve` with a config written the way conftest writes one (asking for 2 workers)."""
-    srv = make_server(tmp_path_factory.mktemp("bundle-server"), workers=2, command=[str(bundle)], env=clean_env())
+    srv = make_server(
+        tmp_path_factory.mktemp("bundle-server"), workers=2, command=[str(bundle)], env=clean_env()
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -323,7 +407,10 @@ def test_enroll_challenge_authenticate_with_ssh_keygen_and_the_token_verifies(se
     assert me.status_code == 200 and me.json()["email"] == agent.email
 
     raw = sign_in(served, agent)  # the raw Ed25519 signature works too
-    assert jwt.decode(raw, key.key, algorithms=["EdDSA"], audience="apes-cli", issuer=served.url)["sub"] == agent.email
+    assert (
+        jwt.decode(raw, key.key, algorithms=["EdDSA"], audience="apes-cli", issuer=served.url)["sub"]
+        == agent.email
+    )
 
 
 def test_errors_are_problem_json_in_the_bundle(served, tmp_path):
@@ -331,12 +418,20 @@ def test_errors_are_problem_json_in_the_bundle(served, tmp_path):
     with served.client() as http:
         challenge = http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}).json()["challenge"]
         forged = agent.sign_raw("not the challenge")
-        r = http.post("/api/agent/authenticate", json={"agent_id": agent.email, "challenge": challenge, "signature": forged})
+        r = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": challenge, "signature": forged},
+        )
         assert r.status_code == 401 and problem(r)["detail"] == "invalid signature"
-        again = http.post("/api/agent/authenticate",
-                          json={"agent_id": agent.email, "challenge": challenge, "signature": agent.sign_raw(challenge)})
+        again = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": challenge, "signature": agent.sign_raw(challenge)},
+        )
         assert again.status_code == 401 and problem(again)["detail"] == "expired challenge"
-        assert problem(http.post("/api/agent/challenge", json={"agent_id": "nobody@example.com"}))["status"] == 404
+        assert (
+            problem(http.post("/api/agent/challenge", json={"agent_id": "nobody@example.com"}))["status"]
+            == 404
+        )
         assert problem(http.get("/no/such/route"))["status"] == 404
     with served.client() as http:
         r = http.post("/api/agent/enroll", json={"email": "x@example.com"})
@@ -408,14 +503,19 @@ def test_the_tui_runs_from_the_bundle_shows_a_pending_grant_and_approves_it(serv
     sign_in(served, agent)
     marker = f"bundle-tui-{os.getpid()}"
     grant = request_grant(served, agent, command=[marker, "--now"])
-    terminal = Terminal([str(served.command[0]), "tui", "--config", str(served.config_path), "--management-token"],
-                        clean_env(TERM="xterm-256color", LANG="C.UTF-8"), served.directory)
+    terminal = Terminal(
+        [str(served.command[0]), "tui", "--config", str(served.config_path), "--management-token"],
+        clean_env(TERM="xterm-256color", LANG="C.UTF-8"),
+        served.directory,
+    )
     try:
         terminal.wait_for(marker)  # Textual, its CSS and the console's stylesheet work in the bundle
         deadline = time.monotonic() + 60
         pressed = 0.0
         while server_grant(served, grant["id"])["status"] != "approved":
-            assert time.monotonic() < deadline, f"the TUI did not approve the grant:\n{terminal.text()[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"the TUI did not approve the grant:\n{terminal.text()[-3000:]}"
+            )
             if time.monotonic() - pressed > 5:  # again if a busy machine dropped the first key press
                 terminal.press("a")
                 pressed = time.monotonic()
@@ -438,20 +538,31 @@ def test_run_hands_the_grant_to_the_bundles_elevate(served, bundle, tmp_path):
     target = make_target(tmp_path / "target", [served.url], allowed_approvers=[APPROVER])
     home = tmp_path / "home"
     home.mkdir()
-    env = clean_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GRANTD_ELEVATE_CONFIG=str(target.config))
+    env = clean_env(
+        HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), GRANTD_ELEVATE_CONFIG=str(target.config)
+    )
     env = {k: v for k, v in env.items() if not k.startswith("XDG_") or k == "XDG_CONFIG_HOME"}
     email = f"bundle-run-{os.getpid()}@example.com"
     made = run(bundle, "agent", "keygen", "--comment", email, "--json", env=env, cwd=home)
     assert made.returncode == 0, made.stderr
     with served.admin() as http:
-        enrolled = http.post("/api/agent/enroll", json={"email": email, "name": "bundle", "publicKey": json.loads(made.stdout)["public_key"]})
+        enrolled = http.post(
+            "/api/agent/enroll",
+            json={"email": email, "name": "bundle", "publicKey": json.loads(made.stdout)["public_key"]},
+        )
     assert enrolled.status_code == 201, enrolled.text
     login = run(bundle, "agent", "login", "--idp", served.url, "--email", email, env=env, cwd=home)
     assert login.returncode == 0, login.stderr
 
     argv = ["id", "-u"]
-    proc = subprocess.Popen([str(bundle), "run", "--as", "root", "--wait", "--", *argv], env=env, cwd="/",
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(bundle), "run", "--as", "root", "--wait", "--", *argv],
+        env=env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     grant = pending_grant(served, email, argv, proc=proc)
     assert grant["request"]["target_host"] == HOST and grant["request"]["grant_type"] == "once"
     decide(served, grant["id"])
@@ -485,8 +596,11 @@ def _require(tool: str) -> str:
 def test_the_sudoers_rule_parses_and_allows_only_grantd_elevate_as_root():
     result = subprocess.run([_require("visudo"), "-cf", str(SUDOERS)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    parsed = json.loads(subprocess.run([_require("cvtsudoers"), "-f", "json", str(SUDOERS)],
-                                       capture_output=True, text=True, check=True).stdout)
+    parsed = json.loads(
+        subprocess.run(
+            [_require("cvtsudoers"), "-f", "json", str(SUDOERS)], capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert parsed["Command_Aliases"] == {"GRANTD_ELEVATE": [{"command": "/usr/local/bin/grantd elevate *"}]}
     [spec] = parsed["User_Specs"]
     assert spec["User_List"] == [{"username": "ALL"}] and spec["Host_List"] == [{"hostname": "ALL"}]
@@ -497,8 +611,11 @@ def test_the_sudoers_rule_parses_and_allows_only_grantd_elevate_as_root():
     [defaults] = parsed["Defaults"]
     assert defaults["Binding"] == [{"cmndalias": "GRANTD_ELEVATE"}]
     options = {k: v for option in defaults["Options"] for k, v in option.items()}
-    assert options == {"env_reset": True, "env_keep": False,
-                       "secure_path": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    assert options == {
+        "env_reset": True,
+        "env_keep": False,
+        "secure_path": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    }
 
 
 def _mode(path: Path) -> int:
@@ -522,14 +639,18 @@ def test_install_lays_out_the_bundle_the_command_the_config_dir_and_the_sudoers_
             assert (path.lstat().st_uid, path.lstat().st_gid) == (0, 0), path
     installed = sorted(p.relative_to(opt) for p in opt.rglob("*"))
     # the bundle as built, plus the README and docs the unit's Documentation= and the banner name
-    assert [p for p in installed if p.parts[0] != "docs"] == sorted(p.relative_to(DIST) for p in DIST.rglob("*"))
+    assert [p for p in installed if p.parts[0] != "docs"] == sorted(
+        p.relative_to(DIST) for p in DIST.rglob("*")
+    )
     shipped_docs = {p.name for p in installed if p.parts[0] == "docs" and len(p.parts) == 2}
     assert shipped_docs == {"README.md", *(d.name for d in (ROOT / "docs").glob("*.md"))}
 
     link = root / "usr" / "local" / "bin" / "grantd"
     assert link.is_symlink() and os.readlink(link) == "../../../opt/grantd/grantd"
     via_link = subprocess.run([str(link), "version"], capture_output=True, text=True, timeout=60)
-    assert via_link.stdout == f"grantd {__version__}\n", via_link.stderr  # the bootloader finds _internal via the link
+    assert via_link.stdout == f"grantd {__version__}\n", (
+        via_link.stderr
+    )  # the bootloader finds _internal via the link
 
     etc = root / "etc" / "grantd"
     assert etc.is_dir() and _mode(etc) == 0o755
@@ -543,7 +664,9 @@ def test_install_lays_out_the_bundle_the_command_the_config_dir_and_the_sudoers_
     # Installing again (DESTDIR style) replaces the bundle and keeps the operator's configuration.
     (etc / "elevate.toml").write_text('allowed_issuers = ["https://idp.example.com"]\n')
     (opt / "stale-file").write_text("from an older version\n")
-    again = subprocess.run([str(INSTALL)], capture_output=True, text=True, timeout=300, env={**os.environ, "DESTDIR": str(root)})
+    again = subprocess.run(
+        [str(INSTALL)], capture_output=True, text=True, timeout=300, env={**os.environ, "DESTDIR": str(root)}
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert not (opt / "stale-file").exists()
     assert (etc / "elevate.toml").read_text() == 'allowed_issuers = ["https://idp.example.com"]\n'
@@ -554,7 +677,9 @@ def test_install_refuses_a_sudoers_rule_that_does_not_parse_and_installs_nothing
     broken = tmp_path / "broken"
     broken.write_text("ALL ALL = (root) NOPASSWD /usr/local/bin/grantd elevate *\n")  # the colon is missing
     root = tmp_path / "root"
-    result = subprocess.run([str(INSTALL), "--root", str(root), "--sudoers", str(broken)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(INSTALL), "--root", str(root), "--sudoers", str(broken)], capture_output=True, text=True
+    )
     assert result.returncode == 1
     assert "does not pass visudo -cf; nothing installed" in result.stderr
     assert not (root / "opt").exists() and not (root / "etc").exists()
@@ -563,7 +688,11 @@ def test_install_refuses_a_sudoers_rule_that_does_not_parse_and_installs_nothing
 def test_install_needs_a_built_bundle(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = subprocess.run([str(INSTALL), "--root", str(tmp_path / "root"), "--bundle", str(empty)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(INSTALL), "--root", str(tmp_path / "root"), "--bundle", str(empty)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 1 and "run packaging/build first" in result.stderr
 
 

@@ -87,7 +87,9 @@ def _access_lines(server, path: str) -> list[dict]:
 
 
 @pytest.mark.parametrize(("proxies", "expected"), [("[]", "127.0.0.1"), ('["127.0.0.1"]', "198.51.100.7")])
-def test_access_log_remote_honours_x_forwarded_for_only_from_a_trusted_peer(server_factory, proxies, expected):
+def test_access_log_remote_honours_x_forwarded_for_only_from_a_trusted_peer(
+    server_factory, proxies, expected
+):
     srv = server_factory(log_format="json")
     text = srv.config_path.read_text()
     srv.config_path.write_text(text.replace("[server]\n", f"[server]\ntrusted_proxies = {proxies}\n", 1))

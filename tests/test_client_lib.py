@@ -58,8 +58,11 @@ def test_a_problem_is_read_one_way_and_its_words_escaped():
 
     assert read_problem(_answer(400, {"error": "slow_down"})).detail == "slow_down"
     assert read_problem(_answer(400, {"title": "Bad Request", "message": "m"})).detail == "Bad Request"
-    for answer in (_answer(502, text="<html>bad gateway</html>"), _answer(500, ["not", "an", "object"]),
-                   _answer(500, {"detail": 7, "error": ""})):
+    for answer in (
+        _answer(502, text="<html>bad gateway</html>"),
+        _answer(500, ["not", "an", "object"]),
+        _answer(500, {"detail": 7, "error": ""}),
+    ):
         problem = read_problem(answer)
         assert problem.detail is None and problem.error is None
         assert problem.text == f"HTTP {answer.status_code} {answer.reason_phrase}"
@@ -70,13 +73,27 @@ def test_a_problem_is_read_one_way_and_its_words_escaped():
 
 def test_the_decoder_reads_events_and_heartbeats_in_order():
     decoder = SseDecoder("4")
-    lines = [": heartbeat", "", "id: 5", "event: grant.approved", 'data: {"grant":', 'data: {"id": "g"}}', "",
-             "id: 6", "", ":", "data: plain", ""]
+    lines = [
+        ": heartbeat",
+        "",
+        "id: 5",
+        "event: grant.approved",
+        'data: {"grant":',
+        'data: {"id": "g"}}',
+        "",
+        "id: 6",
+        "",
+        ":",
+        "data: plain",
+        "",
+    ]
     assert list(decoder.read(lines)) == [
         SseComment("heartbeat"),
         SseEvent("grant.approved", '{"grant":\n{"id": "g"}}', "5"),
         SseComment(""),
-        SseEvent("message", "plain", "6"),  # an id alone dispatches nothing but is what the next event carries
+        SseEvent(
+            "message", "plain", "6"
+        ),  # an id alone dispatches nothing but is what the next event carries
     ]
     assert decoder.last_event_id == "6"
     assert SseDecoder().feed_line(": heartbeat") is None  # the console's way: comments are not events
@@ -99,8 +116,14 @@ class _HostileIssuer(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         base = f"http://127.0.0.1:{self.server.server_address[1]}"
         issuer = f"{base}/\x1b[2J{HOSTILE}" if self.other_issuer else base
-        self._send(200, {"issuer": issuer, "device_authorization_endpoint": f"{base}/device_authorization",
-                         "token_endpoint": f"{base}/token"})
+        self._send(
+            200,
+            {
+                "issuer": issuer,
+                "device_authorization_endpoint": f"{base}/device_authorization",
+                "token_endpoint": f"{base}/token",
+            },
+        )
 
     def do_POST(self) -> None:  # noqa: N802
         self._send(400, {"error": "invalid_scope\x1b[31m", "error_description": HOSTILE})
@@ -122,8 +145,14 @@ def hostile_issuer(request: pytest.FixtureRequest) -> Iterator[tuple[str, bool]]
 
 def test_grantd_login_shows_a_hostile_servers_words_escaped(hostile_issuer, tmp_path):
     url, other_issuer = hostile_issuer
-    result = subprocess.run([*GRANTD, "login", "--url", url, "--session-file", str(tmp_path / "s" / "session.json")],
-                            env=cli_env(tmp_path), capture_output=True, text=True, timeout=60, cwd="/")
+    result = subprocess.run(
+        [*GRANTD, "login", "--url", url, "--session-file", str(tmp_path / "s" / "session.json")],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert result.returncode == 1, result.stderr
     assert_terminal_safe(result.stdout + result.stderr)
     if other_issuer:
@@ -172,13 +201,25 @@ def test_agent_keygen_refuses_to_write_a_key_where_others_may_swap_it(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    result = subprocess.run([*GRANTD, "agent", "keygen", "--output", str(shared / "key"), "--comment", "a@example.com"],
-                            env=cli_env(tmp_path), capture_output=True, text=True, timeout=60, cwd="/")
+    result = subprocess.run(
+        [*GRANTD, "agent", "keygen", "--output", str(shared / "key"), "--comment", "a@example.com"],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert result.returncode == 1, result.stdout
     assert "writable by others" in result.stderr
     assert not (shared / "key").exists()
-    made = subprocess.run([*GRANTD, "agent", "keygen", "--output", str(tmp_path / "keys" / "key"), "--json"],
-                          env=cli_env(tmp_path), capture_output=True, text=True, timeout=60, cwd="/")
+    made = subprocess.run(
+        [*GRANTD, "agent", "keygen", "--output", str(tmp_path / "keys" / "key"), "--json"],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert made.returncode == 0, made.stderr
     assert _mode(tmp_path / "keys" / "key") == 0o600 and _mode(tmp_path / "keys") == 0o700
     assert os.path.exists(json.loads(made.stdout)["public_key_file"])

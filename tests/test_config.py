@@ -74,7 +74,7 @@ x = 1
         "admin.management_token: cannot read secret file",
         "admin.emails: 'not-an-email' is not an e-mail address",
         'storage.plugn: unknown key (did you mean "storage.plugin"?)',
-        'log.format: must be one of text, json, got \'jsn\' (did you mean "json"?)',
+        "log.format: must be one of text, json, got 'jsn' (did you mean \"json\"?)",
         'sevrer: unknown key (did you mean "server"?)',
     ]
     for line in expected:
@@ -115,18 +115,29 @@ def test_short_management_token_is_refused(tmp_path):
 
 def test_config_validate_command_lists_every_problem_and_exits_non_zero(tmp_path):
     path = write(tmp_path, "version = 1\n[server]\nprot = 1\n[stroage]\n")
-    result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
     assert result.returncode == 1
     assert "3 problems" in result.stderr
     assert 'did you mean "server.port"' in result.stderr and 'did you mean "storage"' in result.stderr
-    ok = subprocess.run([*GRANTD, "config", "validate", str(write(tmp_path, GOOD))], capture_output=True, text=True, cwd=ROOT,
-                        env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32})
+    ok = subprocess.run(
+        [*GRANTD, "config", "validate", str(write(tmp_path, GOOD))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32},
+    )
     assert ok.returncode == 0 and "valid" in ok.stdout
 
 
 def test_serve_with_a_bad_config_exits_non_zero_with_the_list(tmp_path):
-    path = write(tmp_path, f"version = 1\n[server]\nport = {free_port()}\nhots = 'x'\n[admin]\nemails = 'a'\n")
-    result = subprocess.run([*GRANTD, "serve", "--config", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    path = write(
+        tmp_path, f"version = 1\n[server]\nport = {free_port()}\nhots = 'x'\n[admin]\nemails = 'a'\n"
+    )
+    result = subprocess.run(
+        [*GRANTD, "serve", "--config", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert result.returncode == 1
     assert 'server.hots: unknown key (did you mean "server.host"?)' in result.stderr
     assert "admin.emails: must be a list" in result.stderr
@@ -135,15 +146,25 @@ def test_serve_with_a_bad_config_exits_non_zero_with_the_list(tmp_path):
 
 def test_grantd_config_env_variable_names_the_file(tmp_path):
     path = write(tmp_path, GOOD)
-    result = subprocess.run([*GRANTD, "keys", "list", "--json"], capture_output=True, text=True, cwd=tmp_path,
-                            env={**os.environ, "GRANTD_CONFIG": str(path), "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [*GRANTD, "keys", "list", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "GRANTD_CONFIG": str(path), "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "grantd.db").exists()
 
 
 def test_config_init_writes_a_commented_config_with_a_fresh_secret(tmp_path):
     target = tmp_path / "etc" / "grantd.toml"
-    result = subprocess.run([*GRANTD, "config", "init", "--path", str(target), "--port", "9000"], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [*GRANTD, "config", "init", "--path", str(target), "--port", "9000"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     token = (target.parent / "management-token").read_text().strip()
     assert len(token) >= 32 and token in result.stdout
@@ -152,7 +173,9 @@ def test_config_init_writes_a_commented_config_with_a_fresh_secret(tmp_path):
     assert "# Address to listen on." in text and token not in text
     config = load(target)
     assert config.server.port == 9000 and config.admin.management_token == token
-    again = subprocess.run([*GRANTD, "config", "init", "--path", str(target)], capture_output=True, text=True, cwd=ROOT)
+    again = subprocess.run(
+        [*GRANTD, "config", "init", "--path", str(target)], capture_output=True, text=True, cwd=ROOT
+    )
     assert again.returncode == 1 and "exists" in again.stderr
 
 
@@ -164,20 +187,37 @@ def test_generated_secrets_are_url_safe_and_private(tmp_path):
 
     url_safe = re.compile(r"^[A-Za-z0-9_-]{43}$")
     target = tmp_path / "client-secret"
-    made = subprocess.run([*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT)
+    made = subprocess.run(
+        [*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT
+    )
     assert made.returncode == 0, made.stderr
     first = target.read_text().strip()
     assert url_safe.match(first) and target.stat().st_mode & 0o777 == 0o600
-    assert first not in made.stdout and f'client_secret = "file:{target}"' in made.stdout  # never shown on screen
-    again = subprocess.run([*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT)
+    assert (
+        first not in made.stdout and f'client_secret = "file:{target}"' in made.stdout
+    )  # never shown on screen
+    again = subprocess.run(
+        [*GRANTD, "config", "secret", str(target)], capture_output=True, text=True, cwd=ROOT
+    )
     assert again.returncode == 1 and "exists" in again.stderr and target.read_text().strip() == first
-    forced = subprocess.run([*GRANTD, "config", "secret", str(target), "--force"], capture_output=True, text=True, cwd=ROOT)
-    assert forced.returncode == 0 and url_safe.match(target.read_text().strip()) and target.read_text().strip() != first
+    forced = subprocess.run(
+        [*GRANTD, "config", "secret", str(target), "--force"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert (
+        forced.returncode == 0
+        and url_safe.match(target.read_text().strip())
+        and target.read_text().strip() != first
+    )
     from grantd.config import new_secret
 
     assert all(url_safe.match(new_secret()) for _ in range(200))
     init = tmp_path / "etc" / "grantd.toml"
-    assert subprocess.run([*GRANTD, "config", "init", "--path", str(init)], capture_output=True, cwd=ROOT).returncode == 0
+    assert (
+        subprocess.run(
+            [*GRANTD, "config", "init", "--path", str(init)], capture_output=True, cwd=ROOT
+        ).returncode
+        == 0
+    )
     assert url_safe.match((init.parent / "management-token").read_text().strip())
 
 
@@ -196,10 +236,19 @@ def test_required_key_names_exist():
     """Other tools rely on these names."""
     from grantd.config import SCHEMA
 
-    for section, name in [("", "version"), ("server", "host"), ("server", "port"), ("server", "issuer"),
-                          ("admin", "management_token"), ("admin", "emails"), ("admin", "management_identity"),
-                          ("storage", "plugin"), ("storage", "path"), ("server", "trusted_proxies"),
-                          ("federation", "providers")]:
+    for section, name in [
+        ("", "version"),
+        ("server", "host"),
+        ("server", "port"),
+        ("server", "issuer"),
+        ("admin", "management_token"),
+        ("admin", "emails"),
+        ("admin", "management_identity"),
+        ("storage", "plugin"),
+        ("storage", "path"),
+        ("server", "trusted_proxies"),
+        ("federation", "providers"),
+    ]:
         assert name in SCHEMA[section]
 
 
@@ -220,7 +269,13 @@ def _attribute_reads() -> set[tuple[str, str]]:
             for node in ast.walk(ast.parse(path.read_text(), str(path))):
                 if isinstance(node, ast.Attribute):
                     owner = node.value
-                    section = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else None
+                    section = (
+                        owner.attr
+                        if isinstance(owner, ast.Attribute)
+                        else owner.id
+                        if isinstance(owner, ast.Name)
+                        else None
+                    )
                     if section:
                         reads.add((section, node.attr))
     return reads
@@ -234,7 +289,13 @@ def test_every_config_key_is_read_by_the_code():
     from grantd.config import SCHEMA
 
     reads = _attribute_reads()
-    unread = [f"{section}.{name}" for section, keys in SCHEMA.items() if section for name in keys if (section, name) not in reads]
+    unread = [
+        f"{section}.{name}"
+        for section, keys in SCHEMA.items()
+        if section
+        for name in keys
+        if (section, name) not in reads
+    ]
     assert not unread, f"config keys no code reads (make them work or remove them): {unread}"
     assert list(SCHEMA[""]) == ["version"]
 
@@ -248,9 +309,13 @@ def test_the_key_scan_would_notice_an_unread_key():
 def test_sp_keys_are_checked(tmp_path):
     """SP login (D9): [sp] is off by default; nameservers are addresses; the fallback IdP a URL."""
     config = load(write(tmp_path, GOOD))
-    assert config.sp.enabled is False and config.sp.nameservers == [] and config.sp.dns_negative_cache_ttl == 60
-    text = GOOD + '[sp]\nenabled = true\nnameservers = ["127.0.0.1:5353", "dns.example.com"]\n' \
+    assert (
+        config.sp.enabled is False and config.sp.nameservers == [] and config.sp.dns_negative_cache_ttl == 60
+    )
+    text = (
+        GOOD + '[sp]\nenabled = true\nnameservers = ["127.0.0.1:5353", "dns.example.com"]\n'
         'fallback_idp = "idp.example.com"\nallow_http = true\n'
+    )
     with pytest.raises(ConfigError) as caught:
         load(write(tmp_path, text))
     problems = "\n".join(caught.value.problems)
@@ -277,8 +342,10 @@ def _with_proxies(line: str) -> str:
 def test_trusted_proxies_are_addresses_or_networks(tmp_path):
     config = load(write(tmp_path, _with_proxies('["10.0.0.1", "192.168.0.0/16", "::1", "fd00::/8"]')))
     assert config.server.trusted_proxies == (
-        ipaddress.ip_network("10.0.0.1/32"), ipaddress.ip_network("192.168.0.0/16"),
-        ipaddress.ip_network("::1/128"), ipaddress.ip_network("fd00::/8"),
+        ipaddress.ip_network("10.0.0.1/32"),
+        ipaddress.ip_network("192.168.0.0/16"),
+        ipaddress.ip_network("::1/128"),
+        ipaddress.ip_network("fd00::/8"),
     )
     with pytest.raises(ConfigError) as caught:
         load(write(tmp_path, _with_proxies('["proxy.example.com", "10.0.0.1/8"]')))
@@ -290,7 +357,9 @@ def test_trusted_proxies_are_addresses_or_networks(tmp_path):
 
 
 def test_federation_provider_tables_have_a_unique_url_safe_id_and_a_type(tmp_path):
-    text = GOOD + """
+    text = (
+        GOOD
+        + """
 [[federation.providers]]
 id = "corp"
 type = "oidc"
@@ -303,6 +372,7 @@ type = 3
 [[federation.providers]]
 name = ""
 """
+    )
     with pytest.raises(ConfigError) as caught:
         load(write(tmp_path, text))
     assert caught.value.problems == [
@@ -315,7 +385,9 @@ name = ""
     ]
     with pytest.raises(ConfigError, match="federation.providers: every item must be a table"):
         load(write(tmp_path, GOOD + "[federation]\nproviders = ['corp']\n"))
-    config = load(write(tmp_path, GOOD + '[[federation.providers]]\nid = "corp"\ntype = "oidc"\nissuer = "x"\n'))
+    config = load(
+        write(tmp_path, GOOD + '[[federation.providers]]\nid = "corp"\ntype = "oidc"\nissuer = "x"\n')
+    )
     assert config.federation.providers == ({"id": "corp", "type": "oidc", "issuer": "x", "name": "corp"},)
 
 
@@ -368,11 +440,26 @@ def test_a_misspelt_config_key_fails_mypy(tmp_path):
 
     tree = _import_tree(tmp_path / "tree")
     probe = tmp_path / "probe.py"
-    probe.write_text("from grantd.config import Config\n\n\ndef f(config: Config) -> str:\n"
-                     "    print(config.server.prot)\n    return config.grants.pending_ttl\n")
-    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                             "--cache-dir", str(ROOT / ".mypy_cache"), str(probe)],
-                            cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "MYPYPATH": str(tree)})
+    probe.write_text(
+        "from grantd.config import Config\n\n\ndef f(config: Config) -> str:\n"
+        "    print(config.server.prot)\n    return config.grants.pending_ttl\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(probe),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "MYPYPATH": str(tree)},
+    )
     assert '"ServerSection" has no attribute "prot"' in result.stdout, result.stdout + result.stderr
     assert 'Incompatible return value type (got "int", expected "str")' in result.stdout, result.stdout
 
@@ -383,10 +470,17 @@ def test_a_misspelt_config_key_fails_mypy(tmp_path):
 def test_config_validate_reports_approval_policy_mistakes_with_key_paths(tmp_path):
     """The approval policies are the first declared section (grantd.config.extensions.REVIEW): their
     keys are known, and `grantd config validate` lists their mistakes with the rest, by key path."""
-    bad = GOOD + ('\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
-                  '\n[[policies]]\nid = "p"\nforbid = ["ownr"]\n[[policies.require]]\nid = "r"\ngroups = ["ops", "nope"]\napprove = 0\n')
-    result = subprocess.run([*GRANTD, "config", "validate", str(write(tmp_path, bad))], capture_output=True, text=True,
-                            cwd=ROOT, env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32})
+    bad = GOOD + (
+        '\n[[groups]]\nid = "ops"\nmembers = ["a@example.com"]\n'
+        '\n[[policies]]\nid = "p"\nforbid = ["ownr"]\n[[policies.require]]\nid = "r"\ngroups = ["ops", "nope"]\napprove = 0\n'
+    )
+    result = subprocess.run(
+        [*GRANTD, "config", "validate", str(write(tmp_path, bad))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "TEST_GRANTD_TOKEN": "t" * 32},
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert "policies[0].require[0].approve: must be at least 1, got 0" in result.stderr
     assert "policies[0].require[0].groups[1]: unknown group 'nope'" in result.stderr
@@ -400,10 +494,12 @@ def test_valid_approval_policies_are_loaded_into_the_typed_config(tmp_path, monk
     from grantd.core.review import ReviewConfig
 
     monkeypatch.setenv("TEST_GRANTD_TOKEN", "t" * 32)
-    good_policy = GOOD + ('\n[[groups]]\nid = "ops"\nmembers = ["A@example.com", "b@example.com"]\n'
-                          '\n[[rules]]\nid = "ro"\neffect = "approve"\nreason = "read-only"\nmatch.argv = [["id"]]\n'
-                          '\n[[policies]]\nid = "p"\nmatch.run_as = ["root"]\n[[policies.require]]\nid = "r"\n'
-                          'groups = ["ops"]\napprove = 2\n')
+    good_policy = GOOD + (
+        '\n[[groups]]\nid = "ops"\nmembers = ["A@example.com", "b@example.com"]\n'
+        '\n[[rules]]\nid = "ro"\neffect = "approve"\nreason = "read-only"\nmatch.argv = [["id"]]\n'
+        '\n[[policies]]\nid = "p"\nmatch.run_as = ["root"]\n[[policies.require]]\nid = "r"\n'
+        'groups = ["ops"]\napprove = 2\n'
+    )
     review = load(write(tmp_path, good_policy)).extra["review"]
     assert isinstance(review, ReviewConfig)
     assert [p.id for p in review.policies] == ["p"] and [r.id for r in review.rules] == ["ro"]
@@ -422,7 +518,9 @@ def test_a_declared_section_cannot_take_a_key_of_the_schema_or_of_another_sectio
         return None, ()
 
     doc = {"version": 1, "admin": {"management_token": "x" * 20}}
-    with pytest.raises(ConfigError, match="server: declared by the config section 'mine' but a key of grantd's own"):
+    with pytest.raises(
+        ConfigError, match="server: declared by the config section 'mine' but a key of grantd's own"
+    ):
         validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("server",), nothing)))
     with pytest.raises(ConfigError, match="policies: declared by both 'review' and 'mine'"):
         validate(doc, None, (*BUILTIN_SECTIONS, ConfigSection("mine", ("policies",), nothing)))

@@ -45,9 +45,23 @@ def run_suite(where: Path, *args: str, **env: str) -> tuple[int, str, dict[str, 
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST", "PYTHONPATH"))}
     report = where / "report.xml"
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         "--pyargs", "grantd.testing", *args],
-        cwd=where, env={**clean, **env}, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            "--pyargs",
+            "grantd.testing",
+            *args,
+        ],
+        cwd=where,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     outcomes = {}
     for case in ET.parse(report).getroot().iter("testcase"):
@@ -63,7 +77,9 @@ def test_the_shipped_suite_passes_from_any_directory_on_sqlite_and_the_example(t
     assert not (tmp_path / "tests").exists() and "grantd/testing" not in str(tmp_path)
     ran = {name for name, outcome in outcomes.items() if outcome == "passed"}
     assert any(n.endswith("[sqlite]") for n in ran) and any(n.endswith("[example]") for n in ran)
-    assert not any(n.startswith("test_keys::") and "[postgres]" in n for n in outcomes)  # no DSN: no PostgreSQL backend
+    assert not any(
+        n.startswith("test_keys::") and "[postgres]" in n for n in outcomes
+    )  # no DSN: no PostgreSQL backend
     # the PostgreSQL-only tests say why they did not run
     assert {n for n, o in outcomes.items() if o == "skipped"} == {n for n in outcomes if "postgres" in n}
     assert "test_store::test_migrate_twice_is_a_no_op[sqlite]" in ran
@@ -71,12 +87,18 @@ def test_the_shipped_suite_passes_from_any_directory_on_sqlite_and_the_example(t
 
 def test_a_third_party_backend_runs_the_suite_by_naming_its_store(tmp_path):
     (tmp_path / "my_backend.py").write_text(THIRD_PARTY)
-    code, output, outcomes = run_suite(tmp_path, "-k", "test_rates or test_keys",
-                                       GRANTD_CONTRACT_STORE="my_backend:open_for_contract", PYTHONPATH=str(tmp_path))
+    code, output, outcomes = run_suite(
+        tmp_path,
+        "-k",
+        "test_rates or test_keys",
+        GRANTD_CONTRACT_STORE="my_backend:open_for_contract",
+        PYTHONPATH=str(tmp_path),
+    )
     assert code == 0, output
     assert outcomes and all(n.endswith("[plugin]") for n in outcomes) and set(outcomes.values()) == {"passed"}
-    code, output, outcomes = run_suite(tmp_path, "-k", "test_rates",
-                                       GRANTD_CONTRACT_STORE="my_backend:open_broken", PYTHONPATH=str(tmp_path))
+    code, output, outcomes = run_suite(
+        tmp_path, "-k", "test_rates", GRANTD_CONTRACT_STORE="my_backend:open_broken", PYTHONPATH=str(tmp_path)
+    )
     assert code == 1, output
     assert "failure" in outcomes.values()
 
@@ -86,8 +108,12 @@ def test_the_shipped_suite_runs_on_postgresql_given_a_dsn(tmp_path):
     server = pg.Postgres().start()
     try:
         dsn = server.create_database()
-        code, output, outcomes = run_suite(tmp_path, "-k", "postgres and (test_keys or test_migrations_parties)",
-                                           GRANTD_CONTRACT_POSTGRES_DSN=dsn)
+        code, output, outcomes = run_suite(
+            tmp_path,
+            "-k",
+            "postgres and (test_keys or test_migrations_parties)",
+            GRANTD_CONTRACT_POSTGRES_DSN=dsn,
+        )
         assert code == 0, output
         assert outcomes and set(outcomes.values()) == {"passed"}
         assert any(n.endswith("[postgres]") for n in outcomes)

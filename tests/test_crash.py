@@ -40,8 +40,17 @@ pytestmark = pytest.mark.slow
 THREADS = 4
 KILL_AFTER = (0.6, 1.5, 2.7)  # seconds of load before each kill -9
 LIMITS_OFF = "\n[limits]\n" + "".join(
-    f"{k} = 0\n" for k in ("grants_per_agent", "pending_per_agent", "pending_per_owner", "authenticate_per_agent", "authenticate_per_address",
-                           "enroll_per_address", "verify_per_address", "failed_bearer_per_address")
+    f"{k} = 0\n"
+    for k in (
+        "grants_per_agent",
+        "pending_per_agent",
+        "pending_per_owner",
+        "authenticate_per_agent",
+        "authenticate_per_address",
+        "enroll_per_address",
+        "verify_per_address",
+        "failed_bearer_per_address",
+    )
 )
 
 
@@ -63,7 +72,9 @@ class Ledger:
 
 
 def load(srv: Server, tokens: list[str], ledger: Ledger, stop: threading.Event, worker: int) -> None:
-    agent = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {tokens[worker % len(tokens)]}"}, timeout=5)
+    agent = httpx.Client(
+        base_url=srv.url, headers={"Authorization": f"Bearer {tokens[worker % len(tokens)]}"}, timeout=5
+    )
     admin = httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=5)
     n = 0
     try:
@@ -86,7 +97,9 @@ def load(srv: Server, tokens: list[str], ledger: Ledger, stop: threading.Event, 
             seen = ledger.grants[created["id"]]
             seen.in_flight = target
             try:
-                d = admin.post(f"/api/grants/{created['id']}/{verb}", json={} if verb == "approve" else {"reason": "no"})
+                d = admin.post(
+                    f"/api/grants/{created['id']}/{verb}", json={} if verb == "approve" else {"reason": "no"}
+                )
             except httpx.HTTPError:
                 ledger.failed += 1
                 continue  # in flight at the kill: either outcome may be stored
@@ -126,15 +139,19 @@ def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]
     if pg.suite_storage() == "sqlite":
         assert pg.server_sql(directory, "PRAGMA integrity_check")[0][0] == "ok"
     columns = ("id", "status", "decided_by", "decided_at", "expires_at")
-    rows = {r[0]: dict(zip(columns, r, strict=True))
-            for r in pg.server_sql(directory, f"SELECT {', '.join(columns)} FROM grants")}  # noqa: S608 - fixed columns
+    rows = {
+        r[0]: dict(zip(columns, r, strict=True))
+        for r in pg.server_sql(directory, f"SELECT {', '.join(columns)} FROM grants")
+    }  # noqa: S608 - fixed columns
     events: dict[str, list[str]] = {}
     for grant_id, event in pg.server_sql(directory, "SELECT grant_id, event FROM grant_events ORDER BY seq"):
         events.setdefault(grant_id, []).append(event)
     for gid, row in rows.items():
         status = row["status"]
         assert status in EXPECTED_EVENTS, (gid, status)
-        assert events.get(gid) == EXPECTED_EVENTS[status], f"half-done grant {gid}: {status} with events {events.get(gid)}"
+        assert events.get(gid) == EXPECTED_EVENTS[status], (
+            f"half-done grant {gid}: {status} with events {events.get(gid)}"
+        )
         if status == "approved":
             assert row["decided_by"] and row["decided_at"] and row["expires_at"], row
         elif status == "denied":
@@ -145,8 +162,11 @@ def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]
     return rows
 
 
-LEAVES_OF = {"grant.created": ["grant.created"], "grant.approved": ["grant.reviewed", "grant.approved"],
-             "grant.denied": ["grant.reviewed", "grant.denied"]}
+LEAVES_OF = {
+    "grant.created": ["grant.created"],
+    "grant.approved": ["grant.reviewed", "grant.approved"],
+    "grant.denied": ["grant.reviewed", "grant.denied"],
+}
 
 
 def check_log(srv: Server) -> int:
@@ -157,9 +177,13 @@ def check_log(srv: Server) -> int:
     from grantd.core.tlog.verify import verify_log
 
     expected: dict[str, list[str]] = {}
-    for grant_id, event in pg.server_sql(srv.directory, "SELECT grant_id, event FROM grant_events ORDER BY seq"):
+    for grant_id, event in pg.server_sql(
+        srv.directory, "SELECT grant_id, event FROM grant_events ORDER BY seq"
+    ):
         expected.setdefault(grant_id, []).extend(LEAVES_OF[event])
-    others = int(pg.server_sql(srv.directory, "SELECT count(*) FROM audit_events")[0][0])  # agents enrolled, ...
+    others = int(
+        pg.server_sql(srv.directory, "SELECT count(*) FROM audit_events")[0][0]
+    )  # agents enrolled, ...
     size = sum(len(kinds) for kinds in expected.values()) + others
     deadline = time.monotonic() + 15
     while True:
@@ -173,15 +197,21 @@ def check_log(srv: Server) -> int:
         vkeys = http.get("/api/audit/key").text.splitlines()
         leaves: list[bytes] = []
         while len(leaves) < size:
-            leaves += [e["leaf"].encode() for e in
-                       http.get("/api/audit/entries", params={"start": len(leaves), "end": size}).json()["entries"]]
+            leaves += [
+                e["leaf"].encode()
+                for e in http.get("/api/audit/entries", params={"start": len(leaves), "end": size}).json()[
+                    "entries"
+                ]
+            ]
     seen: dict[str, list[str]] = {}
     for raw in leaves:
         leaf = parse_leaf(raw)
         if leaf.grant_id is not None:
             seen.setdefault(leaf.grant_id, []).append(leaf.kind)
     assert seen == expected, "the log's leaves are not the grant events, once each"
-    earlier = [str(r[0]) for r in pg.server_sql(srv.directory, "SELECT note FROM tlog_checkpoints ORDER BY size")]
+    earlier = [
+        str(r[0]) for r in pg.server_sql(srv.directory, "SELECT note FROM tlog_checkpoints ORDER BY size")
+    ]
     result = verify_log(note.text, vkeys, None, leaves, earlier=earlier)
     assert result.code == 0, result.reason
     return size
@@ -211,8 +241,10 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
         ledger = Ledger()
         for moment in KILL_AFTER:
             stop = threading.Event()
-            threads = [threading.Thread(target=load, args=(srv, tokens, ledger, stop, i), daemon=True)
-                       for i in range(THREADS)]
+            threads = [
+                threading.Thread(target=load, args=(srv, tokens, ledger, stop, i), daemon=True)
+                for i in range(THREADS)
+            ]
             for t in threads:
                 t.start()
             time.sleep(moment)
@@ -228,9 +260,10 @@ def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
             check_log(srv)
         assert ledger.acknowledged >= 20, ledger.acknowledged
         decided = sum(1 for seen in ledger.grants.values() if seen.acked["status"] != "pending")
-        print(f"crash: {len(ledger.grants)} grants acknowledged ({decided} decided), {ledger.acknowledged} writes "
-              f"acknowledged, {ledger.failed} requests cut off, {len(KILL_AFTER)} kills, {time.monotonic() - started:.1f} s")
+        print(
+            f"crash: {len(ledger.grants)} grants acknowledged ({decided} decided), {ledger.acknowledged} writes "
+            f"acknowledged, {ledger.failed} requests cut off, {len(KILL_AFTER)} kills, {time.monotonic() - started:.1f} s"
+        )
     finally:
         srv.stop()
     assert time.monotonic() - started < 60
-

@@ -34,19 +34,63 @@ def run(coroutine: Any) -> Any:
 @pytest.mark.parametrize(
     ("record", "idp", "mode", "priority"),
     [
-        ("v=ddisa1 idp=https://idp.example.com; mode=open", "https://idp.example.com", "open", 10),  # peer form
-        ("v=ddisa1; idp=https://idp.example.com; priority=5", "https://idp.example.com", None, 5),  # spec-repo form
-        ("v=ddisa1 idp=https://idp.example.com mode=bogus", "https://idp.example.com", None, 10),  # bad mode dropped
-        ("V=DDISA1;IDP=https://idp.example.com/;MODE=Deny", "https://idp.example.com", "deny", 10),  # keys any case
-        ("  v=ddisa1\tidp=https://idp.example.com:8443/tenant ;; priority=0  ", "https://idp.example.com:8443/tenant", None, 0),
-        ("v=ddisa1 idp=https://a.example.com; idp=https://b.example.com", "https://a.example.com", None, 10),  # first wins
+        (
+            "v=ddisa1 idp=https://idp.example.com; mode=open",
+            "https://idp.example.com",
+            "open",
+            10,
+        ),  # peer form
+        (
+            "v=ddisa1; idp=https://idp.example.com; priority=5",
+            "https://idp.example.com",
+            None,
+            5,
+        ),  # spec-repo form
+        (
+            "v=ddisa1 idp=https://idp.example.com mode=bogus",
+            "https://idp.example.com",
+            None,
+            10,
+        ),  # bad mode dropped
+        (
+            "V=DDISA1;IDP=https://idp.example.com/;MODE=Deny",
+            "https://idp.example.com",
+            "deny",
+            10,
+        ),  # keys any case
+        (
+            "  v=ddisa1\tidp=https://idp.example.com:8443/tenant ;; priority=0  ",
+            "https://idp.example.com:8443/tenant",
+            None,
+            0,
+        ),
+        (
+            "v=ddisa1 idp=https://a.example.com; idp=https://b.example.com",
+            "https://a.example.com",
+            None,
+            10,
+        ),  # first wins
         ("v=ddisa1 idp=https://idp.example.com; priority=high", "https://idp.example.com", None, 10),
         ("v=ddisa1 idp=https://idp.example.com; priority=-1", "https://idp.example.com", None, 10),
-        ("v=ddisa1 idp=https://idp.example.com; priority=1000000", "https://idp.example.com", None, 1_000_000),
-        ("v=ddisa1 idp=https://idp.example.com; priority=" + "9" * 30, "https://idp.example.com", None, 10**18),
+        (
+            "v=ddisa1 idp=https://idp.example.com; priority=1000000",
+            "https://idp.example.com",
+            None,
+            1_000_000,
+        ),
+        (
+            "v=ddisa1 idp=https://idp.example.com; priority=" + "9" * 30,
+            "https://idp.example.com",
+            None,
+            10**18,
+        ),
         ("v=ddisa1 idp=https://idp.example.com; priority=²", "https://idp.example.com", None, 10),
-        ("v=ddisa1 idp=https://idp.example.com; mode=allowlist-user; policy_endpoint=https://x", "https://idp.example.com",
-         "allowlist-user", 10),
+        (
+            "v=ddisa1 idp=https://idp.example.com; mode=allowlist-user; policy_endpoint=https://x",
+            "https://idp.example.com",
+            "allowlist-user",
+            10,
+        ),
     ],
 )
 def test_records_in_both_spellings_parse(record: str, idp: str, mode: str | None, priority: int) -> None:
@@ -81,22 +125,40 @@ def test_unsafe_or_foreign_records_are_ignored(record: str) -> None:
 
 def test_http_idps_only_when_allowed() -> None:
     assert parse_record("v=ddisa1 idp=http://127.0.0.1:9999") is None
-    assert parse_record("v=ddisa1 idp=http://127.0.0.1:9999", allow_http=True) == DdisaRecord("http://127.0.0.1:9999", None, 10)
+    assert parse_record("v=ddisa1 idp=http://127.0.0.1:9999", allow_http=True) == DdisaRecord(
+        "http://127.0.0.1:9999", None, 10
+    )
     assert not valid_idp_url("ftp://idp.example.com", allow_http=True)
-    assert valid_idp_url("https://idp.example.com") and valid_idp_url("http://idp.example.com", allow_http=True)
+    assert valid_idp_url("https://idp.example.com") and valid_idp_url(
+        "http://idp.example.com", allow_http=True
+    )
 
 
 def test_the_lowest_priority_wins_and_ties_keep_the_first() -> None:
-    a, b, c = DdisaRecord("https://a", None, 5), DdisaRecord("https://b", None, 1), DdisaRecord("https://c", None, 1)
+    a, b, c = (
+        DdisaRecord("https://a", None, 5),
+        DdisaRecord("https://b", None, 1),
+        DdisaRecord("https://c", None, 1),
+    )
     assert choose([a, b, c]) is b
     assert choose([]) is None
 
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("10.0.0.1", ("10.0.0.1", 53)), ("127.0.0.1:5353", ("127.0.0.1", 5353)), ("::1", ("::1", 53)),
-     ("[::1]:5353", ("::1", 5353)), ("[::1]", ("::1", 53)), ("dns.example.com", None), ("1.2.3.4:0", None),
-     ("1.2.3.4:70000", None), ("1.2.3.4:x", None), ("[::1]x", None), ("", None)],
+    [
+        ("10.0.0.1", ("10.0.0.1", 53)),
+        ("127.0.0.1:5353", ("127.0.0.1", 5353)),
+        ("::1", ("::1", 53)),
+        ("[::1]:5353", ("::1", 5353)),
+        ("[::1]", ("::1", 53)),
+        ("dns.example.com", None),
+        ("1.2.3.4:0", None),
+        ("1.2.3.4:70000", None),
+        ("1.2.3.4:x", None),
+        ("[::1]x", None),
+        ("", None),
+    ],
 )
 def test_nameservers_are_addresses_with_optional_ports(value: str, expected: tuple[str, int] | None) -> None:
     assert parse_nameserver(value) == expected
@@ -104,9 +166,17 @@ def test_nameservers_are_addresses_with_optional_ports(value: str, expected: tup
 
 @pytest.mark.parametrize(
     ("email", "domain"),
-    [("Alice@Example.ORG", "example.org"), ("a@example.org.", "example.org"), ("a@bücher.example", "xn--bcher-kva.example"),
-     ("a@", None), ("a@bad..domain", None), ("a@-x.example", None), ("a@" + "x" * 64 + ".example", None),
-     ("a@exa mple.org", None), ("a@example.org/x", None)],
+    [
+        ("Alice@Example.ORG", "example.org"),
+        ("a@example.org.", "example.org"),
+        ("a@bücher.example", "xn--bcher-kva.example"),
+        ("a@", None),
+        ("a@bad..domain", None),
+        ("a@-x.example", None),
+        ("a@" + "x" * 64 + ".example", None),
+        ("a@exa mple.org", None),
+        ("a@example.org/x", None),
+    ],
 )
 def test_email_domains(email: str, domain: str | None) -> None:
     assert email_domain(email) == domain
@@ -115,9 +185,11 @@ def test_email_domains(email: str, domain: str | None) -> None:
 # -- lookups against a real DNS server ---------------------------------------------------------------
 
 RECORDS = {
-    "_ddisa.example.org": ["v=ddisa1 idp=https://backup.example.org; priority=20",
-                           "v=ddisa1 idp=https://idp.example.org; priority=1",
-                           "v=ddisa1 idp=http://plain.example.org; priority=0"],  # invalid (http): ignored
+    "_ddisa.example.org": [
+        "v=ddisa1 idp=https://backup.example.org; priority=20",
+        "v=ddisa1 idp=https://idp.example.org; priority=1",
+        "v=ddisa1 idp=http://plain.example.org; priority=0",
+    ],  # invalid (http): ignored
     "_ddisa.spec.test": ["v=ddisa1; idp=https://idp.spec.test; mode=open"],
     "_ddisa.http.test": ["v=ddisa1 idp=http://127.0.0.1:9999"],
     "_ddisa.denied.test": ["v=ddisa1 idp=https://idp.denied.test; mode=deny"],
@@ -140,7 +212,8 @@ def test_lookups_take_the_lowest_valid_priority_in_either_spelling(dns: TxtDnsSe
         assert await d.discover("x@junk.test") is None  # records, none of them a valid DDISA one
         assert await d.discover("x@http.test") is None
         assert await Discovery([dns.address], allow_http=True).discover("x@http.test") == DdisaRecord(
-            "http://127.0.0.1:9999", None, 10)
+            "http://127.0.0.1:9999", None, 10
+        )
         assert await d.discover("x@nowhere.test") is None
         assert await d.discover("not-an-email") is None
         assert "_ddisa.example.org" in dns.queries and "_ddisa.spec.test" in dns.queries

@@ -32,8 +32,12 @@ def test_a_covered_request_is_approved_at_once_by_the_delegator(server: Server, 
     assert grant["delegation_id"] == d["id"]
     with server.client(agent.token) as http:
         token = http.post(f"/api/grants/{grant['id']}/token").json()["authz_jwt"]
-        assert http.post(f"/api/grants/{grant['id']}/consume", headers={"Authorization": f"Bearer {token}"}).json()[
-            "status"] == "consumed"
+        assert (
+            http.post(
+                f"/api/grants/{grant['id']}/consume", headers={"Authorization": f"Bearer {token}"}
+            ).json()["status"]
+            == "consumed"
+        )
     # deleting it ends the automatic approvals
     r = admin_post(server, "/api/delegations", None)
     assert r.status_code == 400
@@ -49,9 +53,14 @@ def test_scopes_audience_and_approval_limit_what_is_covered(server: Server, agen
     assert request_grant(server, agent)["status"] == "approved"  # systemctl ...
     assert request_grant(server, agent, command=["rm", "-rf", "/srv"])["status"] == "pending"
     assert request_grant(server, agent, command=None, permissions=["db:read"])["status"] == "approved"
-    assert request_grant(server, agent, command=None, permissions=["db:read", "db:drop"])["status"] == "pending"
+    assert (
+        request_grant(server, agent, command=None, permissions=["db:read", "db:drop"])["status"] == "pending"
+    )
     assert request_grant(server, agent, audience="grantd")["status"] == "pending"
-    assert request_grant(server, agent, grant_type="always", command=["systemctl", "reload", "x"])["status"] == "pending"
+    assert (
+        request_grant(server, agent, grant_type="always", command=["systemctl", "reload", "x"])["status"]
+        == "pending"
+    )
     timed = request_grant(server, agent, grant_type="timed", duration=60, command=["systemctl", "status"])
     assert timed["status"] == "approved" and timed["expires_at"] - timed["decided_at"] == 60_000
 
@@ -79,33 +88,56 @@ def test_iso_expiry_from_the_peer_cli_and_the_grant_type_alias(server: Server, a
 
 @pytest.mark.parametrize(
     ("fields", "field"),
-    [({"delegate": "not-an-email"}, "delegate"), ({"audience": ""}, "audience"), ({"approval": "sometimes"}, "approval"),
-     ({"scopes": "all"}, "scopes"), ({"duration": -1}, "duration"), ({"expires_at": "yesterday"}, "expires_at"),
-     ({"expires_at": 1000}, "expires_at")],
+    [
+        ({"delegate": "not-an-email"}, "delegate"),
+        ({"audience": ""}, "audience"),
+        ({"approval": "sometimes"}, "approval"),
+        ({"scopes": "all"}, "scopes"),
+        ({"duration": -1}, "duration"),
+        ({"expires_at": "yesterday"}, "expires_at"),
+        ({"expires_at": 1000}, "expires_at"),
+    ],
 )
-def test_invalid_delegations_are_400(server: Server, agent: Agent, fields: dict[str, Any], field: str) -> None:
+def test_invalid_delegations_are_400(
+    server: Server, agent: Agent, fields: dict[str, Any], field: str
+) -> None:
     body = {"delegate": agent.email, "audience": "escapes", "approval": "always", **fields}
     r = admin_post(server, "/api/delegations", body)
     assert r.status_code == 400 and problem(r)["field"] == field
 
 
-def test_agents_cannot_delegate_and_nobody_lends_rights_they_lack(server: Server, agent: Agent, tmp_path: Path) -> None:
+def test_agents_cannot_delegate_and_nobody_lends_rights_they_lack(
+    server: Server, agent: Agent, tmp_path: Path
+) -> None:
     with server.client(agent.token) as http:
         r = http.post("/api/delegations", json={"delegate": agent.email, "audience": "escapes"})
     assert r.status_code == 403
     owned = enroll(server, tmp_path / "owned", owner="alice@example.com", approver="alice@example.com")
-    r = admin_post(server, "/api/delegations", {"delegator": "mallory@example.com", "delegate": owned.email,
-                                                "audience": "escapes"})
+    r = admin_post(
+        server,
+        "/api/delegations",
+        {"delegator": "mallory@example.com", "delegate": owned.email, "audience": "escapes"},
+    )
     assert r.status_code == 403 and "may not decide" in problem(r)["detail"]
-    d = admin_post(server, "/api/delegations", {"delegator": "alice@example.com", "delegate": owned.email,
-                                                "audience": "*", "approval": "once"}).json()
+    d = admin_post(
+        server,
+        "/api/delegations",
+        {"delegator": "alice@example.com", "delegate": owned.email, "audience": "*", "approval": "once"},
+    ).json()
     sign_in(server, owned)
     assert request_grant(server, owned)["decided_by"] == "alice@example.com"
     # alice stops being the agent's owner/approver: her delegation stops working
     with server.admin() as http:
-        assert http.put(f"/api/admin/agents/{owned.agent_id}", json={"owner": "bob@example.com",
-                                                                     "approver": "bob@example.com"}).status_code == 200
-        check = http.post(f"/api/delegations/{d['id']}/validate", json={"delegate": owned.email, "audience": "escapes"})
+        assert (
+            http.put(
+                f"/api/admin/agents/{owned.agent_id}",
+                json={"owner": "bob@example.com", "approver": "bob@example.com"},
+            ).status_code
+            == 200
+        )
+        check = http.post(
+            f"/api/delegations/{d['id']}/validate", json={"delegate": owned.email, "audience": "escapes"}
+        )
     assert check.json()["valid"] is False
     assert request_grant(server, owned, reason="later")["status"] == "pending"
 
@@ -124,11 +156,16 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
     with server.client(other.token) as http:
         assert http.post(f"/api/delegations/{d['id']}/validate", json={}).status_code == 404
     with server.client(agent.token) as http:
-        ok = http.post(f"/api/delegations/{d['id']}/validate", json={"delegate": agent.email, "audience": "escapes",
-                                                                     "scope": "db:read"}).json()
+        ok = http.post(
+            f"/api/delegations/{d['id']}/validate",
+            json={"delegate": agent.email, "audience": "escapes", "scope": "db:read"},
+        ).json()
         assert ok["valid"] is True and ok["delegation"]["id"] == d["id"]
-        for body, error in (({"delegate": other.email}, "delegate"), ({"audience": "grantd"}, "audience"),
-                            ({"scope": "db:write"}, "scope")):
+        for body, error in (
+            ({"delegate": other.email}, "delegate"),
+            ({"audience": "grantd"}, "audience"),
+            ({"scope": "db:write"}, "scope"),
+        ):
             answer = http.post(f"/api/delegations/{d['id']}/validate", json=body).json()
             assert answer["valid"] is False and error in answer["error"]
         assert http.post("/api/delegations/missing/validate", json={}).status_code == 404
@@ -140,8 +177,14 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
 
 
 def test_owner_and_approver_may_decide_others_may_not() -> None:
-    agent = {"agent_id": "agt_1", "email": "agent+x@example.com", "owner": "owner@example.com",
-             "approver": "approver@example.com", "owner_id": "usr_owner", "approver_id": "usr_approver"}
+    agent = {
+        "agent_id": "agt_1",
+        "email": "agent+x@example.com",
+        "owner": "owner@example.com",
+        "approver": "approver@example.com",
+        "owner_id": "usr_owner",
+        "approver_id": "usr_approver",
+    }
     admins = frozenset({"root@example.com", "admin@example.com"})
     cases = {
         principals.Principal(principals.Kind.PERSON, "usr_owner", "owner@example.com"): True,

@@ -59,8 +59,14 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     # A second public client allowed the device grant (config cannot name grant types): the one
     # that must not redeem grantd-cli's codes.
     server.services.oauth_clients.configured[OTHER_DEVICE_CLIENT] = Client(
-        OTHER_DEVICE_CLIENT, "Other terminal", (), public=True, api_access=True,
-        grant_types=(CLIENT_DEVICE_GRANT, "refresh_token"), source="config")
+        OTHER_DEVICE_CLIENT,
+        "Other terminal",
+        (),
+        public=True,
+        api_access=True,
+        grant_types=(CLIENT_DEVICE_GRANT, "refresh_token"),
+        source="config",
+    )
     yield server
     server.stop()
 
@@ -68,7 +74,11 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
 def start(srv: Any, client_id: str = "grantd-cli", *, as_json: bool = False, **extra: str) -> httpx.Response:
     body = {"client_id": client_id, **extra}
     with srv.client() as http:
-        return http.post("/device_authorization", json=body) if as_json else http.post("/device_authorization", data=body)
+        return (
+            http.post("/device_authorization", json=body)
+            if as_json
+            else http.post("/device_authorization", data=body)
+        )
 
 
 def started(srv: Any, client_id: str = "grantd-cli", **extra: str) -> dict[str, Any]:
@@ -79,7 +89,9 @@ def started(srv: Any, client_id: str = "grantd-cli", **extra: str) -> dict[str, 
 
 def poll(srv: Any, device_code: str, client_id: str = "grantd-cli") -> httpx.Response:
     with srv.client() as http:
-        return http.post("/token", data={"grant_type": GRANT_TYPE, "device_code": device_code, "client_id": client_id})
+        return http.post(
+            "/token", data={"grant_type": GRANT_TYPE, "device_code": device_code, "client_id": client_id}
+        )
 
 
 def error_of(response: httpx.Response) -> str:
@@ -104,14 +116,25 @@ def test_start_answers_the_rfc_8628_fields_and_stores_only_a_hash(srv):
     r = start(srv)
     assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
     body = r.json()
-    assert set(body) == {"device_code", "user_code", "verification_uri", "verification_uri_complete", "expires_in", "interval"}
+    assert set(body) == {
+        "device_code",
+        "user_code",
+        "verification_uri",
+        "verification_uri_complete",
+        "expires_in",
+        "interval",
+    }
     assert USER_CODE.match(body["user_code"]), body["user_code"]
     issuer = srv.services.issuer.rstrip("/")
     assert body["verification_uri"] == f"{issuer}/device"
     assert body["verification_uri_complete"] == f"{issuer}/device?user_code={body['user_code']}"
     assert (body["expires_in"], body["interval"]) == (600, 5)
     assert len(body["device_code"]) >= 43
-    record = srv.call(srv.services.store.device_codes.get_by_user_code(body["user_code"].replace("-", ""), srv.clock.now_ms()))
+    record = srv.call(
+        srv.services.store.device_codes.get_by_user_code(
+            body["user_code"].replace("-", ""), srv.clock.now_ms()
+        )
+    )
     assert record["device_code_hash"] == hashlib.sha256(body["device_code"].encode()).hexdigest()
     assert body["device_code"] not in json.dumps(record)
     assert record["status"] == "pending" and record["client_id"] == "grantd-cli"
@@ -120,12 +143,15 @@ def test_start_answers_the_rfc_8628_fields_and_stores_only_a_hash(srv):
     assert again.status_code == 200 and again.json()["user_code"] != body["user_code"]
 
 
-@pytest.mark.parametrize(("body", "status", "error"), [
-    ({}, 400, "invalid_request"),
-    ({"client_id": "no-such-client"}, 401, "invalid_client"),
-    ({"client_id": "apes-cli"}, 400, "unauthorized_client"),  # a code-flow client: not the device grant
-    ({"client_id": "grantd-cli", "scope": "openid root"}, 400, "invalid_scope"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({}, 400, "invalid_request"),
+        ({"client_id": "no-such-client"}, 401, "invalid_client"),
+        ({"client_id": "apes-cli"}, 400, "unauthorized_client"),  # a code-flow client: not the device grant
+        ({"client_id": "grantd-cli", "scope": "openid root"}, 400, "invalid_scope"),
+    ],
+)
 def test_start_refuses(srv, body, status, error):
     with srv.client() as http:
         r = http.post("/device_authorization", data=body)
@@ -137,8 +163,11 @@ def test_start_refuses(srv, body, status, error):
 
 def test_start_refuses_repeated_parameters_and_other_bodies(srv):
     with srv.client() as http:
-        repeated = http.post("/device_authorization", content="client_id=grantd-cli&client_id=apes-cli",
-                             headers={"Content-Type": "application/x-www-form-urlencoded"})
+        repeated = http.post(
+            "/device_authorization",
+            content="client_id=grantd-cli&client_id=apes-cli",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         xml = http.post("/device_authorization", content="<a/>", headers={"Content-Type": "text/xml"})
         not_string = http.post("/device_authorization", json={"client_id": ["grantd-cli"]})
     for r in (repeated, xml, not_string):
@@ -161,7 +190,11 @@ def test_pending_then_slow_down_when_polled_faster_than_the_interval(srv):
     assert error_of(poll(srv, pair["device_code"])) == "authorization_pending"
     srv.clock.advance(2)  # faster than the 5 s interval
     assert error_of(poll(srv, pair["device_code"])) == "slow_down"
-    record = srv.call(srv.services.store.device_codes.get_by_user_code(pair["user_code"].replace("-", ""), srv.clock.now_ms()))
+    record = srv.call(
+        srv.services.store.device_codes.get_by_user_code(
+            pair["user_code"].replace("-", ""), srv.clock.now_ms()
+        )
+    )
     assert record["interval"] == pair["interval"] + 5  # stored: every later poll must wait 10 s
     srv.clock.advance(pair["interval"])  # the old interval is too fast now: slow_down again, 15 s
     assert error_of(poll(srv, pair["device_code"])) == "slow_down"
@@ -196,8 +229,12 @@ def test_approved_once_gives_the_persons_tokens_exactly_once(srv):
         assert page.status_code == 200 and "grantd (terminal)" in page.text and pair["user_code"] in page.text
         r = decide(browser, pair["user_code"].replace("-", " "), True)
         assert r.status_code == 200, r.text
-        assert r.json() == {"status": "approved", "client_id": "grantd-cli", "client_name": "grantd (terminal)",
-                            "scope": "openid email profile offline_access"}
+        assert r.json() == {
+            "status": "approved",
+            "client_id": "grantd-cli",
+            "client_name": "grantd (terminal)",
+            "scope": "openid email profile offline_access",
+        }
         again = decide(browser, pair["user_code"], False)
         assert again.status_code == 409  # decided once; never flipped
     srv.clock.advance(pair["interval"])
@@ -222,7 +259,10 @@ def test_another_client_cannot_redeem_the_code(srv):
     srv.clock.advance(pair["interval"])
     assert error_of(poll(srv, pair["device_code"], client_id=OTHER_DEVICE_CLIENT)) == "invalid_grant"
     refused = poll(srv, pair["device_code"], client_id="apes-cli")
-    assert refused.status_code in (400, 401) and error_of(refused) in ("unauthorized_client", "invalid_client")
+    assert refused.status_code in (400, 401) and error_of(refused) in (
+        "unauthorized_client",
+        "invalid_client",
+    )
     assert error_of(poll(srv, "x" * 43)) == "invalid_grant"  # an unknown code
     srv.clock.advance(pair["interval"])
     assert poll(srv, pair["device_code"]).status_code == 200  # still there for its own client
@@ -245,11 +285,17 @@ def test_only_a_browser_session_of_a_person_may_decide(srv):
         assert decide(http, pair["user_code"], True).status_code == 401
     _, browser = person_browser(srv)
     with browser:  # another site's page cannot make a signed-in person's browser approve (D8)
-        r = browser.post("/api/device/decide", json={"user_code": pair["user_code"], "approve": True},
-                         headers={"Origin": "https://evil.example"})
+        r = browser.post(
+            "/api/device/decide",
+            json={"user_code": pair["user_code"], "approve": True},
+            headers={"Origin": "https://evil.example"},
+        )
         assert r.status_code == 403, r.text
-        r = browser.post("/api/device/decide", content=f"user_code={pair['user_code']}&approve=true",
-                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        r = browser.post(
+            "/api/device/decide",
+            content=f"user_code={pair['user_code']}&approve=true",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
         assert r.status_code == 415, r.text
     # A person's access token (another terminal of theirs) cannot approve a new terminal.
     other = started(srv)
@@ -260,15 +306,24 @@ def test_only_a_browser_session_of_a_person_may_decide(srv):
     token = poll(srv, other["device_code"]).json()["access_token"]
     with srv.client(token) as http:
         assert decide(http, pair["user_code"], True).status_code == 403
-    record = srv.call(srv.services.store.device_codes.get_by_user_code(pair["user_code"].replace("-", ""), srv.clock.now_ms()))
+    record = srv.call(
+        srv.services.store.device_codes.get_by_user_code(
+            pair["user_code"].replace("-", ""), srv.clock.now_ms()
+        )
+    )
     assert record["status"] == "pending"
 
 
 def test_decide_refuses_malformed_bodies(srv):
     _, browser = person_browser(srv)
     with browser:
-        for body in ({}, {"user_code": "BCDF-GHJK"}, {"user_code": "BCDF-GHJK", "approve": "yes"},
-                     {"user_code": "AAAA-AAAA", "approve": True}, {"user_code": 5, "approve": True}):
+        for body in (
+            {},
+            {"user_code": "BCDF-GHJK"},
+            {"user_code": "BCDF-GHJK", "approve": "yes"},
+            {"user_code": "AAAA-AAAA", "approve": True},
+            {"user_code": 5, "approve": True},
+        ):
             r = browser.post("/api/device/decide", json=body)
             assert r.status_code == 400, (body, r.text)
         assert decide(browser, "BCDF-GHJK", True).status_code == 404  # well formed, no such request
@@ -293,7 +348,11 @@ def test_guessing_user_codes_is_rate_limited_per_address(tmp_path):
         # Starting device sign-ins has its own counter: a flood of live codes is refused too.
         assert [start(limited).status_code for _ in range(5)] == [200] * 5  # a new window (the clock moved)
         refused = start(limited)
-        assert refused.status_code == 429 and error_of(refused) == "slow_down" and "retry-after" in refused.headers
+        assert (
+            refused.status_code == 429
+            and error_of(refused) == "slow_down"
+            and "retry-after" in refused.headers
+        )
     finally:
         limited.stop()
 
@@ -312,15 +371,24 @@ def approved_tokens(srv: Any, browser: httpx.Client, pair: dict[str, Any]) -> di
 
 def refreshed(srv: Any, tokens: dict[str, Any]) -> dict[str, Any]:
     with srv.client() as http:
-        r = http.post("/token", data={"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                                      "client_id": "grantd-cli"})
+        r = http.post(
+            "/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": "grantd-cli",
+            },
+        )
     assert r.status_code == 200, r.text
     return dict(r.json())
 
 
-ADMIN_ROUTES = (("GET", "/api/admin/users", None), ("GET", "/api/admin/agents", None),
-                ("POST", "/api/admin/users", {"email": "mallory-made@example.com"}),
-                ("POST", "/api/admin/registration-urls", {"email": "mallory-made@example.com"}))
+ADMIN_ROUTES = (
+    ("GET", "/api/admin/users", None),
+    ("GET", "/api/admin/agents", None),
+    ("POST", "/api/admin/users", {"email": "mallory-made@example.com"}),
+    ("POST", "/api/admin/registration-urls", {"email": "mallory-made@example.com"}),
+)
 
 
 def test_an_admin_approving_a_code_that_did_not_ask_for_admin_hands_out_no_admin_rights(srv):
@@ -349,7 +417,10 @@ def test_an_admin_approving_a_code_that_did_not_ask_for_admin_hands_out_no_admin
                 assert r.status_code == 403, (method, path, r.status_code, r.text)
             # someone else's agent: only an administrator could decide it
             theirs = request_grant(srv, others_token)
-            assert http.post(f"/api/grants/{theirs['id']}/approve", json={}).status_code in (403, 404)  # not even seen
+            assert http.post(f"/api/grants/{theirs['id']}/approve", json={}).status_code in (
+                403,
+                404,
+            )  # not even seen
             assert srv.call(srv.services.store.grants.get(theirs["id"]))["status"] == "pending"
             # the admin's own agent: decided as that person
             mine = request_grant(srv, own_token)
@@ -390,13 +461,18 @@ def test_a_device_that_asks_for_admin_gets_it_only_from_an_admin_and_the_page_sa
 def test_the_page_names_the_client_the_address_and_the_time_the_request_came_from(tmp_path):
     proxied = InProcessServer(tmp_path / "proxied")
     text = proxied.config_path.read_text()
-    proxied.config_path.write_text(text.replace("[server]\n", '[server]\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+    proxied.config_path.write_text(
+        text.replace("[server]\n", '[server]\ntrusted_proxies = ["127.0.0.1"]\n', 1)
+    )
     proxied.start()
     try:
         began = proxied.clock.now_ms()
         with proxied.client() as http:
-            r = http.post("/device_authorization", data={"client_id": "grantd-cli"},
-                          headers={"X-Forwarded-For": "2001:db8:bad::66"})
+            r = http.post(
+                "/device_authorization",
+                data={"client_id": "grantd-cli"},
+                headers={"X-Forwarded-For": "2001:db8:bad::66"},
+            )
         assert r.status_code == 200, r.text
         pair = r.json()
         proxied.clock.advance(90)
@@ -407,6 +483,7 @@ def test_the_page_names_the_client_the_address_and_the_time_the_request_came_fro
         assert "grantd (terminal)" in page.text
         assert '<code data-field="client_address">2001:db8:bad::66</code>' in page.text
         from grantd.web.views import format_ms, iso_ms
+
         assert f'datetime="{iso_ms(began)}"' in page.text and format_ms(began) in page.text
     finally:
         proxied.stop()
@@ -421,7 +498,9 @@ def person_browser_admin(srv: Any) -> tuple[dict[str, Any], httpx.Client]:
 
 def test_the_session_file_is_0600_in_a_0700_directory(tmp_path, monkeypatch):
     store = SessionFile(tmp_path / "cfg" / "grantd" / "session.json")
-    session = StoredSession("http://127.0.0.1:1", "refresh-secret", "access-secret", 10, "pat@example.com", "Pat")
+    session = StoredSession(
+        "http://127.0.0.1:1", "refresh-secret", "access-secret", 10, "pat@example.com", "Pat"
+    )
     old_umask = os.umask(0o022)
     try:
         store.save(session)
@@ -451,7 +530,10 @@ def test_the_session_file_is_0600_in_a_0700_directory(tmp_path, monkeypatch):
     shared.mkdir()
     shared.chmod(0o755)
     SessionFile(shared / "s.json").save(session)
-    assert stat.S_IMODE(shared.stat().st_mode) == 0o755 and stat.S_IMODE((shared / "s.json").stat().st_mode) == 0o600
+    assert (
+        stat.S_IMODE(shared.stat().st_mode) == 0o755
+        and stat.S_IMODE((shared / "s.json").stat().st_mode) == 0o600
+    )
     shared.chmod(0o777)
     with pytest.raises(SignInError, match="writable by others"):
         SessionFile(shared / "s.json").save(session)
@@ -469,6 +551,7 @@ def device_session(srv: Any, person: dict[str, Any] | None = None) -> tuple[dict
             await asyncio.sleep(0)
 
         async with DeviceSignIn(srv.url, sleep=approve_and_wait) as signin:
+
             def show(authorization: Any) -> None:
                 with browser:
                     assert decide(browser, authorization.user_code, True).status_code == 200
@@ -508,7 +591,7 @@ def test_the_cli_module_signs_in_and_refresh_rotates(srv, tmp_path):
 
     async def again() -> StoredSession:
         async with DeviceSignIn(srv.url) as signin:
-            return await current_session(signin, store, wall_clock=lambda: time.time() + 10 ** 6)
+            return await current_session(signin, store, wall_clock=lambda: time.time() + 10**6)
 
     with pytest.raises(SignInRequired):
         asyncio.run(again())
@@ -534,7 +617,9 @@ def test_the_tuis_credential_refreshes_once_for_concurrent_requests(srv, tmp_pat
     assert [r.status_code for r in answers] == [200] * 5
     assert {r.json()["email"] for r in answers} == {person["email"]}
     stored = store.load()
-    assert stored is not None and stored == credential.session and stored.refresh_token != session.refresh_token
+    assert (
+        stored is not None and stored == credential.session and stored.refresh_token != session.refresh_token
+    )
 
     async def refresh_again() -> StoredSession:
         async with DeviceSignIn(srv.url) as signin:
@@ -590,17 +675,25 @@ def test_two_consoles_sharing_the_session_file_refresh_once(srv, tmp_path):
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     """A real-time server (the CLI waits between polls for real): interval 1 s."""
-    server = InProcessServer(tmp_path_factory.mktemp("live"), extra="[oauth]\ndevice_poll_interval = 1\n",
-                             clock=SYSTEM_CLOCK)  # type: ignore[arg-type]
+    server = InProcessServer(
+        tmp_path_factory.mktemp("live"), extra="[oauth]\ndevice_poll_interval = 1\n", clock=SYSTEM_CLOCK
+    )  # type: ignore[arg-type]
     yield server.start()
     server.stop()
 
 
-def grantd_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen[str]:
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "plugins")]), **(env or {})}
+def grantd_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[str]:
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "plugins")]),
+        **(env or {}),
+    }
     full_env.pop("GRANTD_CONFIG", None)
-    return subprocess.Popen([*GRANTD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
-                            cwd=cwd)
+    return subprocess.Popen(
+        [*GRANTD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd
+    )
 
 
 def test_grantd_login_and_logout_as_processes(live, tmp_path):
@@ -621,7 +714,11 @@ def test_grantd_login_and_logout_as_processes(live, tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
-    assert json.loads(out) == {"issuer": live.url, "email": person["email"], "name": person.get("name") or person["email"]}
+    assert json.loads(out) == {
+        "issuer": live.url,
+        "email": person["email"],
+        "name": person.get("name") or person["email"],
+    }
     assert stat.S_IMODE(session_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(session_file.parent.stat().st_mode) == 0o700
     stored = json.loads(session_file.read_text())
@@ -630,7 +727,9 @@ def test_grantd_login_and_logout_as_processes(live, tmp_path):
     # Signed in already: a second login says so without a new code.
     again = grantd_cli("login", "--url", live.url, "--session-file", str(session_file))
     out, err = again.communicate(timeout=60)
-    assert again.returncode == 0 and "Already signed in" in err and json.loads(out)["email"] == person["email"]
+    assert (
+        again.returncode == 0 and "Already signed in" in err and json.loads(out)["email"] == person["email"]
+    )
 
     # logout revokes at the server (the refresh token no longer works) and deletes the file.
     out_proc = grantd_cli("logout", "--session-file", str(session_file))
@@ -638,8 +737,14 @@ def test_grantd_login_and_logout_as_processes(live, tmp_path):
     assert out_proc.returncode == 0 and "Signed out" in err and "could not" not in err, err
     assert not session_file.exists()
     with live.client() as http:
-        r = http.post("/token", data={"grant_type": "refresh_token", "refresh_token": stored["refresh_token"],
-                                      "client_id": "grantd-cli"})
+        r = http.post(
+            "/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": stored["refresh_token"],
+                "client_id": "grantd-cli",
+            },
+        )
     assert r.status_code == 400 and r.json()["error"] == "invalid_grant", r.text
 
 
@@ -726,8 +831,11 @@ def test_grantd_tui_as_a_process_signs_a_person_in(live, tmp_path):
     session_file = tmp_path / "cfg" / "session.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST"))}
     env.update(PYTHONPATH=str(ROOT), TERM="xterm-256color", LANG="C.UTF-8")
-    terminal = Terminal([sys.executable, "-m", "grantd", "tui", "--url", live.url, "--session-file", str(session_file)],
-                        env, tmp_path)
+    terminal = Terminal(
+        [sys.executable, "-m", "grantd", "tui", "--url", live.url, "--session-file", str(session_file)],
+        env,
+        tmp_path,
+    )
     try:
         terminal.wait_for("enter this code")
         terminal.wait_for("Waiting for approval")
@@ -743,9 +851,11 @@ def test_grantd_tui_as_a_process_signs_a_person_in(live, tmp_path):
 
 
 def test_grantd_login_does_not_import_textual():
-    probe = ("import sys, runpy; sys.argv = ['grantd', 'login', '--help']\n"
-             "try:\n    runpy.run_module('grantd', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-             "print('textual' in sys.modules, 'sanic' in sys.modules)")
+    probe = (
+        "import sys, runpy; sys.argv = ['grantd', 'login', '--help']\n"
+        "try:\n    runpy.run_module('grantd', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('textual' in sys.modules, 'sanic' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
 

@@ -23,8 +23,26 @@ from grantd.core.display import (
 
 # The code points the second attack pass used (issue 19 item 8): each rendered as nothing or as a blank.
 # Shared with the page, TUI and agent CLI tests.
-BLANKS = ("\u3164", "\uffa0", "\u2800", "\u115f", "\u1160", "\ufe0f", "\ufe00", "\U000e0100", "\u034f",
-          "\u180e", "\u17b4", "\u2065", "\U000e0041", "\u00ad", "\u061c", "\u2060", "\u200b", "\u202e")
+BLANKS = (
+    "\u3164",
+    "\uffa0",
+    "\u2800",
+    "\u115f",
+    "\u1160",
+    "\ufe0f",
+    "\ufe00",
+    "\U000e0100",
+    "\u034f",
+    "\u180e",
+    "\u17b4",
+    "\u2065",
+    "\U000e0041",
+    "\u00ad",
+    "\u061c",
+    "\u2060",
+    "\u200b",
+    "\u202e",
+)
 HOMOGLYPH = "syst\u0435mctl"  # Cyrillic small letter ie
 
 
@@ -42,8 +60,20 @@ def test_the_table_is_sorted_and_holds_the_published_count():
 
 # Cf characters that are not Default_Ignorable_Code_Point (UAX #44's derivation): the prepended
 # concatenation marks, the interlinear annotation characters and the Egyptian hieroglyph format controls.
-_CF_NOT_IGNORABLE = {*range(0x0600, 0x0606), 0x06DD, 0x070F, 0x0890, 0x0891, 0x08E2, 0x110BD, 0x110CD,
-                     0xFFF9, 0xFFFA, 0xFFFB, *range(0x13430, 0x13440)}
+_CF_NOT_IGNORABLE = {
+    *range(0x0600, 0x0606),
+    0x06DD,
+    0x070F,
+    0x0890,
+    0x0891,
+    0x08E2,
+    0x110BD,
+    0x110CD,
+    0xFFF9,
+    0xFFFA,
+    0xFFFB,
+    *range(0x13430, 0x13440),
+}
 
 
 def test_every_format_character_is_in_the_table_except_the_ones_the_derivation_leaves_out():
@@ -63,8 +93,12 @@ def test_the_rest_of_the_table_is_variation_selectors_fillers_and_reserved_code_
             name = unicodedata.name(ch, "")
             if category == "Cf":
                 continue
-            assert (category == "Cn" or "VARIATION SELECTOR" in name or "FILLER" in name
-                    or c in (0x034F, 0x17B4, 0x17B5)), (hex(c), category, name)
+            assert (
+                category == "Cn"
+                or "VARIATION SELECTOR" in name
+                or "FILLER" in name
+                or c in (0x034F, 0x17B4, 0x17B5)
+            ), (hex(c), category, name)
     # ... and every variation selector Python knows is in it.
     for c in range(sys.maxunicode + 1):
         if "VARIATION SELECTOR" in unicodedata.name(chr(c), ""):

@@ -42,7 +42,11 @@ def raw(key: Ed25519PrivateKey) -> bytes:
 
 
 def ssh_line(key: Ed25519PrivateKey) -> str:
-    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
 
 
 def proof(key=KEY, *, method="POST", url=URL, iat=NOW, jti="j-1", **kw) -> str:
@@ -116,35 +120,95 @@ def _claims(**change):
 ATTACKS = [
     ("wrong typ", lambda: forge(_header(typ="JWT"), good_claims()), "typ"),
     ("typ case-folded", lambda: forge(_header(typ="DPoP+JWT"), good_claims()), "typ"),
-    ("typ with application/ prefix", lambda: forge(_header(typ="application/dpop+jwt"), good_claims()), "typ"),
+    (
+        "typ with application/ prefix",
+        lambda: forge(_header(typ="application/dpop+jwt"), good_claims()),
+        "typ",
+    ),
     ("no typ", lambda: forge(_header(typ=None), good_claims()), "typ"),
     ("alg none, no signature", lambda: forge(_header(alg="none"), good_claims(), signature=b""), "alg"),
-    ("alg HS256 keyed with the public key",
-     lambda: forge(_header(alg="HS256"), good_claims(), signature=b"\0" * 32), "alg"),
+    (
+        "alg HS256 keyed with the public key",
+        lambda: forge(_header(alg="HS256"), good_claims(), signature=b"\0" * 32),
+        "alg",
+    ),
     ("alg ES256", lambda: forge(_header(alg="ES256"), good_claims()), "alg"),
-    ("private key in jwk", lambda: forge(_header(jwk={**good_header()["jwk"], "d": b64url(KEY.private_bytes(
-        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()))}), good_claims()),
-     "private key member (d)"),
-    ("symmetric key in jwk", lambda: forge(_header(jwk={"kty": "oct", "k": "c2VjcmV0"}), good_claims()), "private"),
+    (
+        "private key in jwk",
+        lambda: forge(
+            _header(
+                jwk={
+                    **good_header()["jwk"],
+                    "d": b64url(
+                        KEY.private_bytes(
+                            serialization.Encoding.Raw,
+                            serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption(),
+                        )
+                    ),
+                }
+            ),
+            good_claims(),
+        ),
+        "private key member (d)",
+    ),
+    (
+        "symmetric key in jwk",
+        lambda: forge(_header(jwk={"kty": "oct", "k": "c2VjcmV0"}), good_claims()),
+        "private",
+    ),
     ("no jwk", lambda: forge(_header(jwk=None), good_claims()), "jwk"),
-    ("jwk an EC key", lambda: forge(_header(jwk={"kty": "EC", "crv": "P-256", "x": "AA", "y": "AA"}), good_claims()),
-     "OKP Ed25519"),
-    ("jwk x too short", lambda: forge(_header(jwk={"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}), good_claims()), "32-byte"),
+    (
+        "jwk an EC key",
+        lambda: forge(_header(jwk={"kty": "EC", "crv": "P-256", "x": "AA", "y": "AA"}), good_claims()),
+        "OKP Ed25519",
+    ),
+    (
+        "jwk x too short",
+        lambda: forge(_header(jwk={"kty": "OKP", "crv": "Ed25519", "x": "AAAA"}), good_claims()),
+        "32-byte",
+    ),
     ("crit header", lambda: forge(_header(crit=["exp"]), good_claims()), "critical"),
-    ("signature by another key than the jwk's", lambda: forge(good_header(), good_claims(), key=OTHER), "signature"),
-    ("tampered payload", lambda: (lambda p: p.split(".")[0] + "." + b64url(json.dumps(
-        _claims(htu=URL + "x")).encode()) + "." + p.split(".")[2])(proof()), "signature"),
+    (
+        "signature by another key than the jwk's",
+        lambda: forge(good_header(), good_claims(), key=OTHER),
+        "signature",
+    ),
+    (
+        "tampered payload",
+        lambda: (
+            lambda p: (
+                p.split(".")[0]
+                + "."
+                + b64url(json.dumps(_claims(htu=URL + "x")).encode())
+                + "."
+                + p.split(".")[2]
+            )
+        )(proof()),
+        "signature",
+    ),
     ("not three parts", lambda: "a.b", "compact JWS"),
     ("header not JSON", lambda: "bm90IGpzb24." + proof().split(".", 1)[1], "header"),
-    ("padding in base64url", lambda: (lambda p: p.split(".")[0] + "=." + p.split(".", 1)[1])(proof()), "header"),
+    (
+        "padding in base64url",
+        lambda: (lambda p: p.split(".")[0] + "=." + p.split(".", 1)[1])(proof()),
+        "header",
+    ),
     ("no jti", lambda: forge(good_header(), _claims(jti=None)), "jti"),
     ("jti not a string", lambda: forge(good_header(), _claims(jti=7)), "jti"),
     ("wrong htm", lambda: proof(method="GET"), "htm"),
     ("lower-case htm", lambda: proof(method="post"), "htm"),
     ("htu of another path", lambda: proof(url=f"{ISSUER}/api/grants/x/consume"), "htu"),
-    ("htu of another host (a Host header trick)", lambda: proof(url="https://evil.example/api/grants"), "htu"),
-    ("htu of the issuer's host with another port", lambda: proof(url="https://grantd.example.com:8443/api/grants"),
-     "htu"),
+    (
+        "htu of another host (a Host header trick)",
+        lambda: proof(url="https://evil.example/api/grants"),
+        "htu",
+    ),
+    (
+        "htu of the issuer's host with another port",
+        lambda: proof(url="https://grantd.example.com:8443/api/grants"),
+        "htu",
+    ),
     ("htu over http", lambda: proof(url="http://grantd.example.com/api/grants"), "htu"),
     ("htu with userinfo", lambda: proof(url="https://evil@grantd.example.com/api/grants"), "htu"),
     ("htu relative", lambda: proof(url="/api/grants"), "htu"),
@@ -188,7 +252,12 @@ def test_htu_normalisation_per_rfc9449():
     assert normalize_htu("http://h:80/a%2fb") == "http://h/a%2Fb"
     assert normalize_htu("https://[::1]:8443/x") == "https://[::1]:8443/x"
     assert expected_htu(ISSUER + "/", "/api/grants") == URL
-    for ok in ("https://GRANTD.example.com/api/grants", f"{URL}?q=1", f"{URL}#frag", "https://grantd.example.com:443/api/grants"):
+    for ok in (
+        "https://GRANTD.example.com/api/grants",
+        f"{URL}?q=1",
+        f"{URL}#frag",
+        "https://grantd.example.com:443/api/grants",
+    ):
         verify(proof(url=ok))
     for bad in ("ftp://h/x", "https:///x", "https://h:99999/x", "https://h/ x", "", "https://u:p@h/"):
         with pytest.raises(ValueError):
@@ -259,9 +328,18 @@ def test_no_byte_string_is_anything_but_a_verified_proof_or_a_refusal(data):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.dictionaries(st.sampled_from(["typ", "alg", "jwk", "crit", "kid", "jti", "htm", "htu", "iat", "ath"]),
-                       st.one_of(st.none(), st.integers(), st.text(max_size=10), st.lists(st.integers(), max_size=2),
-                                 st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=3))))
+@given(
+    st.dictionaries(
+        st.sampled_from(["typ", "alg", "jwk", "crit", "kid", "jti", "htm", "htu", "iat", "ath"]),
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.text(max_size=10),
+            st.lists(st.integers(), max_size=2),
+            st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=3),
+        ),
+    )
+)
 def test_mutated_headers_and_claims_only_ever_refuse(change):
     header, claims = good_header(), good_claims()
     for name, value in change.items():

@@ -89,13 +89,19 @@ def test_symlinked_config_is_refused(server, target):
     assert result.returncode == 1 and error_line(result)["error"] == "config"
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("allowed_approvers = ['a@example.com']\n", "allowed_issuers: required"),
-    ("allowed_issuers = ['http://x']\nallowed_approvers = ['a@example.com']\nallowed_issuer = 1\n", "did you mean"),
-    ("allowed_issuers = 'http://x'\nallowed_approvers = ['a@example.com']\n", "list of http(s) URLs"),
-    ("allowed_issuers = [\n", "not valid TOML"),
-    ("allowed_issuers = ['http://x']\nallowed_approvers = ['a@example.com']\ntimeout = 0\n", "timeout"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("allowed_approvers = ['a@example.com']\n", "allowed_issuers: required"),
+        (
+            "allowed_issuers = ['http://x']\nallowed_approvers = ['a@example.com']\nallowed_issuer = 1\n",
+            "did you mean",
+        ),
+        ("allowed_issuers = 'http://x'\nallowed_approvers = ['a@example.com']\n", "list of http(s) URLs"),
+        ("allowed_issuers = [\n", "not valid TOML"),
+        ("allowed_issuers = ['http://x']\nallowed_approvers = ['a@example.com']\ntimeout = 0\n", "timeout"),
+    ],
+)
 def test_config_errors_exit_1_and_name_the_problem(server, target, content, message):
     target.config.write_text(content)
     result = elevate(target, ARGV, token=mint_token(server, ARGV))
@@ -169,8 +175,12 @@ def test_bad_signature(server, target):
 
     good = mint_token(server, ARGV)
     kid = pyjwt.get_unverified_header(good)["kid"]
-    forged = pyjwt.encode(claims_for(server, ARGV), Ed25519PrivateKey.generate(), algorithm="EdDSA",
-                          headers={"kid": kid, "typ": "JWT"})
+    forged = pyjwt.encode(
+        claims_for(server, ARGV),
+        Ed25519PrivateKey.generate(),
+        algorithm="EdDSA",
+        headers={"kid": kid, "typ": "JWT"},
+    )
     line = refusal(elevate(target, ARGV, token=forged))
     assert line == {"error": "bad_signature", "reason": "bad signature"}
 
@@ -189,11 +199,19 @@ def test_tampered_claims_break_the_signature(server, target):
 def test_unknown_kid_and_other_algorithms_are_bad_signatures(server, target):
     import jwt as pyjwt
 
-    unknown = pyjwt.encode(claims_for(server, ARGV), Ed25519PrivateKey.generate(), algorithm="EdDSA",
-                           headers={"kid": "key-nobody"})
+    unknown = pyjwt.encode(
+        claims_for(server, ARGV),
+        Ed25519PrivateKey.generate(),
+        algorithm="EdDSA",
+        headers={"kid": "key-nobody"},
+    )
     assert refusal(elevate(target, ARGV, token=unknown))["error"] == "bad_signature"
-    hs = pyjwt.encode(claims_for(server, ARGV), "secret-secret-secret-secret-secret", algorithm="HS256",
-                      headers={"kid": "key-nobody"})
+    hs = pyjwt.encode(
+        claims_for(server, ARGV),
+        "secret-secret-secret-secret-secret",
+        algorithm="HS256",
+        headers={"kid": "key-nobody"},
+    )
     assert refusal(elevate(target, ARGV, token=hs))["error"] == "bad_signature"
 
 
@@ -210,7 +228,10 @@ def test_audience_mismatch(server, target):
 
 def test_target_host_differs(server, target):
     line = refusal(elevate(target, ARGV, token=mint_token(server, ARGV, target_host="db1.example.com")))
-    assert line == {"error": "target_host_mismatch", "reason": "target_host differs from the system host name"}
+    assert line == {
+        "error": "target_host_mismatch",
+        "reason": "target_host differs from the system host name",
+    }
 
 
 def test_approver_not_allowed(server, target):
@@ -218,7 +239,9 @@ def test_approver_not_allowed(server, target):
     assert line == {"error": "approver_not_allowed", "reason": "approver not allowed"}
 
 
-@pytest.mark.parametrize("argv", [["id", "-g"], ["id", "-u", "root"], ["id"], ["id -u"], ["/usr/bin/id", "-u"]])
+@pytest.mark.parametrize(
+    "argv", [["id", "-g"], ["id", "-u", "root"], ["id"], ["id -u"], ["/usr/bin/id", "-u"]]
+)
 def test_command_differs(server, target, argv):
     line = refusal(elevate(target, argv, token=mint_token(server, ARGV)))
     assert line["error"] == "cmd_hash_mismatch" and "cmd_hash mismatch" in line["reason"]
@@ -281,8 +304,14 @@ def test_grant_file_is_opened_with_the_callers_permissions(server, tmp_path):
     )
     env = {**os.environ, "SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"}
     for path, expected in ((secret, "error"), (readable, "token")):
-        out = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, env=env,
-                             timeout=60, cwd=str(Path(__file__).resolve().parent.parent))
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
         answer = json.loads(out.stdout)
         assert expected in answer, (path, answer, out.stderr)
         if expected == "error":
@@ -299,8 +328,12 @@ def test_an_issuer_that_never_answers_times_out_with_exit_1(server, tmp_path, bl
     import jwt as pyjwt
 
     target = make_target(tmp_path / "t", [black_hole], timeout=2)
-    token = pyjwt.encode({**claims_for(server, ARGV), "iss": black_hole}, Ed25519PrivateKey.generate(),
-                         algorithm="EdDSA", headers={"kid": "k1"})
+    token = pyjwt.encode(
+        {**claims_for(server, ARGV), "iss": black_hole},
+        Ed25519PrivateKey.generate(),
+        algorithm="EdDSA",
+        headers={"kid": "k1"},
+    )
     started = time.monotonic()
     result = elevate(target, ARGV, token=token, timeout=60)
     elapsed = time.monotonic() - started
@@ -319,8 +352,14 @@ def gone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Tar
     """A server whose JWKS was fetched into the target's cache; then it stopped."""
     base = tmp_path_factory.mktemp("gone")
     srv = make_server(base / "idp").start()
-    target = make_target(base / "target", [srv.url], timeout=3, jwks_refresh=0, plugin_dirs=[PLUGIN_DIR],
-                         offline_grant_types=["timed"])
+    target = make_target(
+        base / "target",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        plugin_dirs=[PLUGIN_DIR],
+        offline_grant_types=["timed"],
+    )
     elevate(target, ARGV, token=mint_token(srv, ARGV))  # fetches and caches the keys
     assert any(target.cache.iterdir()), "the JWKS was not cached"
     srv.stop()
@@ -333,7 +372,9 @@ def test_timed_grants_run_on_cached_keys_while_the_issuer_is_down(gone):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "0"
     last = attempts(target)[-1]
-    assert last["result"] == "allowed" and "jwks from cache" in last["jwks"] and "unreachable" in last["consume"]
+    assert (
+        last["result"] == "allowed" and "jwks from cache" in last["jwks"] and "unreachable" in last["consume"]
+    )
     assert "offline_grant_types" in last["consume"]
 
 
@@ -346,8 +387,15 @@ def test_once_grants_fail_closed_while_the_issuer_is_down(gone):
 
 def test_the_key_cache_has_a_bound(gone, tmp_path):
     srv, target = gone
-    bounded = make_target(tmp_path / "bounded", [srv.url], timeout=3, jwks_refresh=0, jwks_max_stale=60,
-                          jwks_cache_dir=str(target.cache), offline_grant_types=["timed"])
+    bounded = make_target(
+        tmp_path / "bounded",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_max_stale=60,
+        jwks_cache_dir=str(target.cache),
+        offline_grant_types=["timed"],
+    )
     cached = next(target.cache.iterdir())
     entry = json.loads(cached.read_text())
     entry["fetched_at"] -= 3600
@@ -376,8 +424,18 @@ def test_the_command_gets_a_clean_environment(gone):
     result = elevate(target, ["env"], token=mint_token(srv, ["env"]), env=dirty_env(TZ="../../etc/shadow"))
     assert result.returncode == 0, result.stderr
     env = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
-    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONSTARTUP", "IFS", "BASH_ENV", "ENV", "CDPATH",
-                 "PERL5OPT", "TZ"):
+    for name in (
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "CDPATH",
+        "PERL5OPT",
+        "TZ",
+    ):
         assert name not in env, name
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert env["USER"] == env["LOGNAME"] == "root" and env["HOME"] == pwd.getpwnam("root").pw_dir
@@ -454,8 +512,13 @@ def test_run_as_an_unknown_user_exits_1(gone):
 def test_rest_of_stdin_reaches_the_command(gone):
     srv, target = gone
     token = mint_token(srv, ["cat"])
-    result = subprocess.run([*GRANTD, "elevate", "--config", str(target.config), "--grant-stdin", "--", "cat"],
-                            input=token + "\nhello from stdin\n", capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*GRANTD, "elevate", "--config", str(target.config), "--grant-stdin", "--", "cat"],
+        input=token + "\nhello from stdin\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hello from stdin\n"
 
@@ -471,8 +534,15 @@ def _office_hours(target: Target, start: str, end: str) -> None:
 
 def test_an_office_hours_plugin_can_refuse(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         plugin_dirs=[PLUGIN_DIR], offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        plugin_dirs=[PLUGIN_DIR],
+        offline_grant_types=["timed"],
+    )
     now = time.gmtime()
     closed_from = f"{(now.tm_hour + 1) % 24:02d}:00"
     closed_to = f"{(now.tm_hour + 2) % 24:02d}:00"
@@ -484,18 +554,34 @@ def test_an_office_hours_plugin_can_refuse(gone, tmp_path):
 
 def test_an_office_hours_plugin_lets_grants_through_in_hours(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         plugin_dirs=[PLUGIN_DIR], offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        plugin_dirs=[PLUGIN_DIR],
+        offline_grant_types=["timed"],
+    )
     now = time.gmtime()
-    _office_hours(target, f"{now.tm_hour:02d}:00", f"{(now.tm_hour + 1) % 24:02d}:00" if now.tm_min < 59 else "23:59")
+    _office_hours(
+        target, f"{now.tm_hour:02d}:00", f"{(now.tm_hour + 1) % 24:02d}:00" if now.tm_min < 59 else "23:59"
+    )
     result = elevate(target, ARGV, token=mint_token(srv, ARGV))
     assert result.returncode == 0, result.stderr
 
 
 def test_the_default_checks_still_come_first_with_a_plugin(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         plugin_dirs=[PLUGIN_DIR], offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        plugin_dirs=[PLUGIN_DIR],
+        offline_grant_types=["timed"],
+    )
     now = time.gmtime()
     _office_hours(target, f"{(now.tm_hour + 1) % 24:02d}:00", f"{(now.tm_hour + 2) % 24:02d}:00")
     result = elevate(target, ARGV, token=mint_token(srv, ARGV, aud="shapes"))
@@ -523,8 +609,14 @@ def test_a_plugin_directory_others_can_write_is_refused(server, tmp_path):
 
 def test_every_attempt_is_one_json_line_in_the_audit_log(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        offline_grant_types=["timed"],
+    )
     tries = [
         (ARGV, mint_token(srv, ARGV), 0),
         (["id", "-g"], mint_token(srv, ARGV), 5),
@@ -541,12 +633,32 @@ def test_every_attempt_is_one_json_line_in_the_audit_log(gone, tmp_path):
     assert [line["event"] for line in lines] == ["attempt", "exit"] + ["attempt"] * (len(tries) - 1)
     ended = lines.pop(1)
     assert ended["status"] == 0 and ended["result"] == "exited" and ended["grant_id"] == lines[0]["grant_id"]
-    required = {"time", "real_uid", "agent", "grant_id", "grant_type", "decided_by", "command", "cmd_hash", "run_as",
-                "host", "cwd", "result", "reason"}
+    required = {
+        "time",
+        "real_uid",
+        "agent",
+        "grant_id",
+        "grant_type",
+        "decided_by",
+        "command",
+        "cmd_hash",
+        "run_as",
+        "host",
+        "cwd",
+        "result",
+        "reason",
+    }
     for line in lines:
         assert required <= set(line), line
         assert line["real_uid"] == os.getuid() and line["host"] == HOST
-    assert [line["result"] for line in lines] == ["allowed", "refused", "refused", "error", "error", "refused"]
+    assert [line["result"] for line in lines] == [
+        "allowed",
+        "refused",
+        "refused",
+        "error",
+        "error",
+        "refused",
+    ]
     assert lines[0]["agent"] == "agent+test@example.com" and lines[0]["decided_by"] == "admin@example.com"
     assert lines[1]["reason"].startswith("cmd_hash mismatch") and lines[1]["command"] == ["id", "-g"]
     assert oct(target.audit_log.stat().st_mode & 0o777) == "0o640"
@@ -594,7 +706,9 @@ def test_an_issuer_that_answers_500_does_not_let_revoked_grants_run(issuer, tmp_
     # the attacker provoked) used to count as "the issuer is away" and let it run on cached keys.
     issuer.answer = (500, "text/plain", b"Internal Server Error", {})
     target = issuer.target(tmp_path / "t", offline_grant_types=["timed", "always"])
-    result = elevate(target, ["sh", "-c", "echo ran"], token=issuer.token(["sh", "-c", "echo ran"], grant_type=grant_type))
+    result = elevate(
+        target, ["sh", "-c", "echo ran"], token=issuer.token(["sh", "-c", "echo ran"], grant_type=grant_type)
+    )
     assert result.returncode == 1 and "ran" not in result.stdout
     assert "HTTP 500" in error_line(result)["reason"]
 
@@ -657,7 +771,9 @@ def test_a_refused_connection_runs_a_grant_whose_type_is_opted_in(refusing, tmp_
     assert result.stdout.strip() == "0"
     note = attempts(target)[-1]["consume"]
     assert "issuer unreachable" in note and "Connection refused" in note
-    always = elevate(target, ARGV, token=refusing.token(ARGV, grant_type="always"))  # not named: needs the issuer
+    always = elevate(
+        target, ARGV, token=refusing.token(ARGV, grant_type="always")
+    )  # not named: needs the issuer
     assert always.returncode == 1 and error_line(always)["error"] == "network"
 
 
@@ -706,22 +822,34 @@ def test_grant_in_argv_is_refused_under_sudo(server, target):
 def test_grant_in_argv_is_refused_through_real_sudo(server, target):
     token = mint_token(server, ARGV, aud="shapes")
     base = ["sudo", "-n", sys.executable, "-I", "-m", "grantd", "elevate", "--config", str(target.config)]
-    through_argv = subprocess.run([*base, "--grant", token, "--", *ARGV], capture_output=True, text=True, timeout=60,
-                                  cwd="/")
+    through_argv = subprocess.run(
+        [*base, "--grant", token, "--", *ARGV], capture_output=True, text=True, timeout=60, cwd="/"
+    )
     if "a password is required" in through_argv.stderr or "not allowed" in through_argv.stderr:
         pytest.skip("sudo is not usable here")
     assert through_argv.returncode == 1, through_argv.stderr
     assert error_line(through_argv)["error"] == "grant_in_argv"
     # The same token through stdin reaches verification (and is refused there: wrong audience).
-    through_stdin = subprocess.run([*base, "--grant-stdin", "--", *ARGV], input=token + "\n", capture_output=True,
-                                   text=True, timeout=60, cwd="/")
+    through_stdin = subprocess.run(
+        [*base, "--grant-stdin", "--", *ARGV],
+        input=token + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert through_stdin.returncode == 5, through_stdin.stderr
     assert error_line(through_stdin)["error"] == "audience_mismatch"
 
 
 def test_grant_in_argv_from_a_root_shell_works_with_a_warning(server, target):
-    result = elevate(target, ARGV, token=mint_token(server, ARGV, aud="shapes"), via="argv",
-                     env={k: v for k, v in os.environ.items() if not k.startswith("SUDO_")})
+    result = elevate(
+        target,
+        ARGV,
+        token=mint_token(server, ARGV, aud="shapes"),
+        via="argv",
+        env={k: v for k, v in os.environ.items() if not k.startswith("SUDO_")},
+    )
     assert result.returncode == 5 and error_line(result)["error"] == "audience_mismatch"
     assert "process list" in result.stderr
 
@@ -742,7 +870,11 @@ def test_a_grant_file_others_can_read_or_write_is_refused(server, target, tmp_pa
     result = elevate(target, ARGV, extra_args=["--grant-file", str(path)])
     assert result.returncode == 1, result.stderr
     line = error_line(result)
-    assert line["error"] == "usage" and "readable or writable by others" in line["reason"] and "0600" in line["reason"]
+    assert (
+        line["error"] == "usage"
+        and "readable or writable by others" in line["reason"]
+        and "0600" in line["reason"]
+    )
 
 
 def test_a_grant_file_of_another_user_is_refused(server, target, tmp_path):
@@ -762,8 +894,14 @@ def test_a_private_grant_file_of_the_caller_is_read(server, target, tmp_path):
 
 def test_the_exit_status_is_propagated_and_audited(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        offline_grant_types=["timed"],
+    )
     argv = ["sh", "-c", "echo out; echo err >&2; exit 7"]
     token = mint_token(srv, argv)
     result = elevate(target, argv, token=token)
@@ -773,15 +911,25 @@ def test_the_exit_status_is_propagated_and_audited(gone, tmp_path):
     assert started["event"] == "attempt" and started["result"] == "allowed"
     assert ended["event"] == "exit" and ended["result"] == "exited"
     assert ended["status"] == 7 and ended["exit_code"] == 7 and "signal" not in ended
-    assert ended["grant_id"] == started["grant_id"] and ended["command"] == argv and ended["pid"] == started["pid"]
+    assert (
+        ended["grant_id"] == started["grant_id"]
+        and ended["command"] == argv
+        and ended["pid"] == started["pid"]
+    )
     assert ended["child_pid"] != ended["pid"] and ended["duration_ms"] >= 0
     assert "eyJ" not in target.audit_log.read_text()
 
 
 def test_a_command_ended_by_a_signal_gives_128_plus_n(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        offline_grant_types=["timed"],
+    )
     argv = ["sh", "-c", "kill -TERM $$"]
     result = elevate(target, argv, token=mint_token(srv, argv))
     assert result.returncode == 128 + 15, result.stderr
@@ -797,11 +945,22 @@ def _children(pid: int) -> list[int]:
 
 def test_sigterm_sent_to_elevate_reaches_the_command(gone, tmp_path):
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        offline_grant_types=["timed"],
+    )
     argv = ["sleep", "60"]
-    proc = subprocess.Popen([*GRANTD, "elevate", "--config", str(target.config), "--grant-stdin", "--", *argv],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*GRANTD, "elevate", "--config", str(target.config), "--grant-stdin", "--", *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdin is not None
     proc.stdin.write(mint_token(srv, argv) + "\n")
     proc.stdin.close()
@@ -831,8 +990,14 @@ def test_sigterm_sent_to_elevate_reaches_the_command(gone, tmp_path):
 def test_an_exec_failure_in_the_child_is_126_and_audited(gone, tmp_path, test_user):
     # Executable by root, not by the run_as user: found before consume, refused by the kernel in the child.
     srv, base = gone
-    target = make_target(tmp_path / "t", [srv.url], timeout=3, jwks_refresh=0, jwks_cache_dir=str(base.cache),
-                         offline_grant_types=["timed"])
+    target = make_target(
+        tmp_path / "t",
+        [srv.url],
+        timeout=3,
+        jwks_refresh=0,
+        jwks_cache_dir=str(base.cache),
+        offline_grant_types=["timed"],
+    )
     script = tmp_path / "root-only.sh"
     script.write_text("#!/bin/sh\necho hi\n")
     script.chmod(0o700)

@@ -26,7 +26,9 @@ OTHER = Ed25519PrivateKey.generate()
 def jkt(key: Ed25519PrivateKey) -> str:
     from cryptography.hazmat.primitives import serialization
 
-    return thumbprint_of_raw(key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+    return thumbprint_of_raw(
+        key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    )
 
 
 @pytest.fixture
@@ -43,7 +45,13 @@ def bound(issuer: FakeIssuer, **overrides) -> tuple[str, str]:
 
 
 def proof_for(token: str, url: str, key=AGENT, **kw) -> str:
-    args = {"method": "POST", "url": url, "iat": int(time.time()), "jti": str(uuid.uuid4()), "access_token": token}
+    args = {
+        "method": "POST",
+        "url": url,
+        "iat": int(time.time()),
+        "jti": str(uuid.uuid4()),
+        "access_token": token,
+    }
     args.update(kw)
     return make_proof(key, **args)
 
@@ -75,8 +83,20 @@ def test_the_bare_bound_jwt_is_refused(issuer, tmp_path):
     assert issuer.consumed == []  # never consumed
 
 
-@pytest.mark.parametrize("name", ["another key", "wrong htu", "another grant's htu", "wrong htm", "wrong ath", "stale",
-                                  "future", "typ JWT", "issuer host tricked"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "another key",
+        "wrong htu",
+        "another grant's htu",
+        "wrong htm",
+        "wrong ath",
+        "stale",
+        "future",
+        "typ JWT",
+        "issuer host tricked",
+    ],
+)
 def test_a_bad_proof_is_refused_before_consume(issuer, tmp_path, name):
     target = issuer.target(tmp_path / "t")
     token, url = bound(issuer)
@@ -117,10 +137,16 @@ def test_an_unbound_grant_is_unchanged_and_sends_no_proof(issuer, tmp_path):
     assert "DPoP" not in issuer.consume_headers[-1]
 
 
-@pytest.mark.parametrize("grant,why", [
-    ("{not json", "not JSON"), ('{"dpop": "x"}', "authz_jwt"), ('{"authz_jwt": 5}', "authz_jwt"),
-    ('{"authz_jwt": "a.b.c", "dpop": 7}', "dpop"), ('{"authz_jwt": "a.b.c", "extra": 1}', "unknown members"),
-])
+@pytest.mark.parametrize(
+    "grant,why",
+    [
+        ("{not json", "not JSON"),
+        ('{"dpop": "x"}', "authz_jwt"),
+        ('{"authz_jwt": 5}', "authz_jwt"),
+        ('{"authz_jwt": "a.b.c", "dpop": 7}', "dpop"),
+        ('{"authz_jwt": "a.b.c", "extra": 1}', "unknown members"),
+    ],
+)
 def test_a_malformed_grant_line_is_a_usage_error(issuer, tmp_path, grant, why):
     target = issuer.target(tmp_path / "t")
     result = elevate(target, ARGV, token=grant)

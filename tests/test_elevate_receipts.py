@@ -40,7 +40,9 @@ class ReceiptIssuer:
         self.fake = FakeIssuer(f"http://127.0.0.1:{self.port}")
         self.url = self.fake.url
         self.hosts: dict[str, str] = {}
-        self.logged: dict[tuple[str, str, str], dict[str, Any]] = {}  # receipt_key -> claims: what a leaf would hold
+        self.logged: dict[
+            tuple[str, str, str], dict[str, Any]
+        ] = {}  # receipt_key -> claims: what a leaf would hold
         self.answers: list[int] = []
         self.checkpoint = (7, base64.b64encode(hashlib.sha256(b"root").digest()).decode())
         self._server: Any = None
@@ -120,8 +122,13 @@ def issuer() -> Iterator[ReceiptIssuer]:
 def host_target(issuer: ReceiptIssuer, directory: Path, **keys: Any) -> Target:
     """A target trusting the issuer (keys cached), with host_key and receipt_spool in its folder;
     timed grants run while the issuer cannot be connected to (so a run happens with the issuer down)."""
-    settings = {"offline_grant_types": ["timed"], "host_key": str(directory / "etc" / "host_ed25519"),
-                "receipt_spool": str(directory / "spool"), "receipt_timeout": 2, **keys}
+    settings = {
+        "offline_grant_types": ["timed"],
+        "host_key": str(directory / "etc" / "host_ed25519"),
+        "receipt_spool": str(directory / "spool"),
+        "receipt_timeout": 2,
+        **keys,
+    }
     return issuer.fake.target(directory, **settings)
 
 
@@ -211,8 +218,11 @@ def test_receipts_forced_on_without_a_key_and_bad_values_are_config_errors(issue
     target = host_target(issuer, tmp_path / "t", receipts=True)
     result = elevate(target, [], extra_args=["--check-config"])
     assert result.returncode == 1 and "--init-host" in error_line(result)["reason"]
-    for bad, message in (({"receipts": "yes"}, "true or false"), ({"receipt_spool": "spool"}, "absolute path"),
-                         ({"receipt_timeout": 0}, "receipt_timeout")):
+    for bad, message in (
+        ({"receipts": "yes"}, "true or false"),
+        ({"receipt_spool": "spool"}, "absolute path"),
+        ({"receipt_timeout": 0}, "receipt_timeout"),
+    ):
         target = host_target(issuer, tmp_path / f"b{len(message)}", **bad)
         result = elevate(target, [], extra_args=["--check-config"])
         assert result.returncode == 1 and message in error_line(result)["reason"], result.stderr
@@ -233,8 +243,12 @@ def test_a_run_and_a_refusal_each_post_a_receipt_the_issuer_verifies(issuer, tmp
 
     sent = jwt.decode(token, options={"verify_signature": False})
     assert claims["iss"] == f"host:{HOST}" and claims["aud"] == issuer.url
-    assert (claims["grant_id"], claims["authz_jti"], claims["result"], claims["exit_code"]) == \
-        (sent["grant_id"], sent["jti"], "exited", 0)
+    assert (claims["grant_id"], claims["authz_jti"], claims["result"], claims["exit_code"]) == (
+        sent["grant_id"],
+        sent["jti"],
+        "exited",
+        0,
+    )
     assert claims["cmd_hash"] == sent["cmd_hash"] and claims["run_as"] == "root"
     assert claims["started_at"] <= claims["ended_at"] and isinstance(claims["duration_ms"], int)
     assert exits(target)[-1]["receipt"] == "sent"
@@ -243,7 +257,11 @@ def test_a_run_and_a_refusal_each_post_a_receipt_the_issuer_verifies(issuer, tmp
     result = elevate(target, ARGV, token=wrong)
     assert result.returncode == 5 and error_line(result)["error"] == "cmd_hash_mismatch"
     refusal = [c for c in issuer.logged.values() if c["result"] == "refused"]
-    assert len(refusal) == 1 and refusal[0]["exit_code"] == 5 and refusal[0]["reason"].startswith("cmd_hash mismatch")
+    assert (
+        len(refusal) == 1
+        and refusal[0]["exit_code"] == 5
+        and refusal[0]["reason"].startswith("cmd_hash mismatch")
+    )
     assert attempts(target)[-1]["result"] == "refused" and attempts(target)[-1]["receipt"] == "sent"
     assert issuer.answers == [201, 201]
     assert spooled(tmp_path / "t") == []
@@ -304,8 +322,12 @@ def test_receipts_wait_in_the_spool_while_the_issuer_is_down_and_arrive_exactly_
     assert sorted(c["result"] for c in issuer.logged.values()) == ["exited", "exited", "refused"]
     assert spooled(tmp_path / "t") == []
     result = elevate(target, [], extra_args=["--flush-receipts"])
-    assert result.returncode == 0 and json.loads(result.stdout) == {"receipt_spool": str(spool), "sent": 0, "kept": 0,
-                                                                     "dropped": 0}
+    assert result.returncode == 0 and json.loads(result.stdout) == {
+        "receipt_spool": str(spool),
+        "sent": 0,
+        "kept": 0,
+        "dropped": 0,
+    }
     # A receipt sent twice (a crash between the answer and the unlink) is a repeat: it adds nothing.
     files[0].write_text(saved)
     files[0].chmod(0o600)

@@ -44,9 +44,19 @@ async def _mint(config_path: Path, claims: dict[str, Any]) -> str:
 def claims_for(server: Server, argv: list[str], **overrides: Any) -> dict[str, Any]:
     now = int(time.time())
     claims: dict[str, Any] = {
-        "iss": server.url, "sub": "agent+test@example.com", "aud": "grantd", "target_host": HOST,
-        "grant_id": str(uuid.uuid4()), "grant_type": "timed", "permissions": [], "command": argv,
-        "cmd_hash": cmd_hash(argv), "decided_by": APPROVER, "iat": now, "exp": now + 300, "jti": str(uuid.uuid4()),
+        "iss": server.url,
+        "sub": "agent+test@example.com",
+        "aud": "grantd",
+        "target_host": HOST,
+        "grant_id": str(uuid.uuid4()),
+        "grant_type": "timed",
+        "permissions": [],
+        "command": argv,
+        "cmd_hash": cmd_hash(argv),
+        "decided_by": APPROVER,
+        "iat": now,
+        "exp": now + 300,
+        "jti": str(uuid.uuid4()),
     }
     claims.update(overrides)
     return {k: v for k, v in claims.items() if v is not None}
@@ -79,8 +89,12 @@ def make_target(directory: Path, issuers: list[str], *, extra: str = "", **keys:
     etc.chmod(0o755)
     target = Target(directory, etc / "elevate.toml", directory / "log" / "elevate.log", directory / "cache")
     settings: dict[str, Any] = {
-        "allowed_issuers": issuers, "allowed_approvers": [APPROVER], "host": HOST, "audit_log": str(target.audit_log),
-        "jwks_cache_dir": str(target.cache), "timeout": 5,
+        "allowed_issuers": issuers,
+        "allowed_approvers": [APPROVER],
+        "host": HOST,
+        "audit_log": str(target.audit_log),
+        "jwks_cache_dir": str(target.cache),
+        "timeout": 5,
     }
     settings.update(keys)
     lines = [f"{k} = {json.dumps(v)}" for k, v in settings.items() if v is not None]
@@ -92,19 +106,37 @@ def make_target(directory: Path, issuers: list[str], *, extra: str = "", **keys:
 def dirty_env(**extra: str) -> dict[str, str]:
     """The caller's environment with everything an attacker would like the root command to inherit."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST"))}
-    env.update({
-        "LD_PRELOAD": "/nonexistent/evil.so", "LD_LIBRARY_PATH": "/tmp/evil", "PYTHONPATH": "/tmp/evil-python",
-        "PYTHONSTARTUP": "/tmp/evil.py", "IFS": "x", "BASH_ENV": "/tmp/evil.sh", "ENV": "/tmp/evil.sh",
-        "CDPATH": "/tmp", "PATH": "/tmp/evil-bin:" + os.environ.get("PATH", "/usr/bin:/bin"), "PERL5OPT": "-d",
-        "LANG": "C.UTF-8", "TERM": "xterm",
-    })
+    env.update(
+        {
+            "LD_PRELOAD": "/nonexistent/evil.so",
+            "LD_LIBRARY_PATH": "/tmp/evil",
+            "PYTHONPATH": "/tmp/evil-python",
+            "PYTHONSTARTUP": "/tmp/evil.py",
+            "IFS": "x",
+            "BASH_ENV": "/tmp/evil.sh",
+            "ENV": "/tmp/evil.sh",
+            "CDPATH": "/tmp",
+            "PATH": "/tmp/evil-bin:" + os.environ.get("PATH", "/usr/bin:/bin"),
+            "PERL5OPT": "-d",
+            "LANG": "C.UTF-8",
+            "TERM": "xterm",
+        }
+    )
     env.update(extra)
     return env
 
 
-def elevate(target: Target | Path, argv: list[str], *, token: str | None = None, via: str = "stdin",
-            env: dict[str, str] | None = None, timeout: float = 60, cwd: Path | None = None,
-            extra_args: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+def elevate(
+    target: Target | Path,
+    argv: list[str],
+    *,
+    token: str | None = None,
+    via: str = "stdin",
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    cwd: Path | None = None,
+    extra_args: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run `grantd elevate` as a separate process, the way sudo would start it."""
     config = target.config if isinstance(target, Target) else target
     args = [*GRANTD, "elevate", "--config", str(config), *(extra_args or [])]
@@ -132,8 +164,16 @@ def elevate(target: Target | Path, argv: list[str], *, token: str | None = None,
     run_env = env if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("SUDO_")}
     run_env.setdefault("PYTHONPATH", str(ROOT))
     try:
-        return subprocess.run([*args, "--", *argv], input=stdin, capture_output=True, text=True, timeout=timeout,
-                              env=run_env, pass_fds=pass_fds, cwd=cwd or ROOT)
+        return subprocess.run(
+            [*args, "--", *argv],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=run_env,
+            pass_fds=pass_fds,
+            cwd=cwd or ROOT,
+        )
     finally:
         if read_fd is not None:
             os.close(read_fd)
@@ -173,7 +213,12 @@ class FakeIssuer:
         self.key = Ed25519PrivateKey.generate()
         self.kid = "fake-" + uuid.uuid4().hex[:8]
         self.url = url or ""
-        self.answer: tuple[int, str, bytes, dict[str, str]] = (200, "application/json", b'{"status":"valid"}', {})
+        self.answer: tuple[int, str, bytes, dict[str, str]] = (
+            200,
+            "application/json",
+            b'{"status":"valid"}',
+            {},
+        )
         self.consumed: list[str] = []
         self.consume_headers: list[dict[str, str]] = []  # each consume request's headers
         self._server: Any = None
@@ -185,16 +230,27 @@ class FakeIssuer:
 
         raw = self.key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
         x = base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-        return {"keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": self.kid, "alg": "EdDSA", "use": "sig"}]}
+        return {
+            "keys": [{"kty": "OKP", "crv": "Ed25519", "x": x, "kid": self.kid, "alg": "EdDSA", "use": "sig"}]
+        }
 
     def token(self, argv: list[str], **overrides: Any) -> str:
         import jwt
 
         now = int(time.time())
         claims: dict[str, Any] = {
-            "iss": self.url, "sub": "agent+fake@example.com", "aud": "grantd", "target_host": HOST,
-            "grant_id": str(uuid.uuid4()), "grant_type": "timed", "command": argv, "cmd_hash": cmd_hash(argv),
-            "decided_by": APPROVER, "iat": now, "exp": now + 300, "jti": str(uuid.uuid4()),
+            "iss": self.url,
+            "sub": "agent+fake@example.com",
+            "aud": "grantd",
+            "target_host": HOST,
+            "grant_id": str(uuid.uuid4()),
+            "grant_type": "timed",
+            "command": argv,
+            "cmd_hash": cmd_hash(argv),
+            "decided_by": APPROVER,
+            "iat": now,
+            "exp": now + 300,
+            "jti": str(uuid.uuid4()),
         }
         claims.update(overrides)
         return jwt.encode(claims, self.key, algorithm="EdDSA", headers={"kid": self.kid})

@@ -37,14 +37,24 @@ API_KEY = "static-api-key-value-5678"
 
 
 def _config(*providers: dict, tmp_path=None, modules=()):
-    raw = {"version": 1, "admin": TOKEN, "federation": {"providers": list(providers)},
-           "plugins": {"modules": list(modules)}}
+    raw = {
+        "version": 1,
+        "admin": TOKEN,
+        "federation": {"providers": list(providers)},
+        "plugins": {"modules": list(modules)},
+    }
     return validate(raw, (tmp_path / "grantd.toml") if tmp_path else None)
 
 
 def _oidc(**overrides) -> dict:
-    return {"id": "corp", "type": "oidc", "issuer": "https://sso.example.com", "client_id": "grantd",
-            "client_secret": "env:TEST_OIDC_SECRET", **overrides}
+    return {
+        "id": "corp",
+        "type": "oidc",
+        "issuer": "https://sso.example.com",
+        "client_id": "grantd",
+        "client_secret": "env:TEST_OIDC_SECRET",
+        **overrides,
+    }
 
 
 @pytest.fixture(autouse=True)
@@ -59,11 +69,18 @@ def _build(config):
 def test_an_oidc_provider_is_built_with_its_secret_and_defaults(tmp_path):
     (tmp_path / "corp-secret").write_text(SECRET + "\n")
     (tmp_path / "corp-secret").chmod(0o600)
-    config = _config(_oidc(name="Corp SSO", client_secret="file:corp-secret", allowed_domains=["example.com"]),
-                     tmp_path=tmp_path)
+    config = _config(
+        _oidc(name="Corp SSO", client_secret="file:corp-secret", allowed_domains=["example.com"]),
+        tmp_path=tmp_path,
+    )
     (built,) = _build(config)
     assert built.provider.client_secret == SECRET and built.provider.allowed_domains == ("example.com",)
-    assert built.public_info() == {"id": "corp", "type": "oidc", "name": "Corp SSO", "issuer": "https://sso.example.com"}
+    assert built.public_info() == {
+        "id": "corp",
+        "type": "oidc",
+        "name": "Corp SSO",
+        "issuer": "https://sso.example.com",
+    }
     assert not [w for w in config.warnings if w.startswith("federation")]
 
 
@@ -80,8 +97,16 @@ def test_every_bad_oidc_key_is_reported_at_once_with_its_path(monkeypatch):
     monkeypatch.delenv("TEST_OIDC_SECRET")
     config = _config(
         _oidc(),
-        _oidc(id="second", issuer="http://sso.example.com", client_id=" ", scopes=["email"], email_claim="",
-              allowed_domains=["Not A Domain"], create_unknown="yes", client_secrte="x"),
+        _oidc(
+            id="second",
+            issuer="http://sso.example.com",
+            client_id=" ",
+            scopes=["email"],
+            email_claim="",
+            allowed_domains=["Not A Domain"],
+            create_unknown="yes",
+            client_secrte="x",
+        ),
         _oidc(id="third", scopes="openid"),
     )
     with pytest.raises(ConfigError) as caught:
@@ -106,10 +131,13 @@ def test_missing_oidc_keys_are_named():
     config = _config({"id": "bare", "type": "oidc"})
     with pytest.raises(ConfigError) as caught:
         _build(config)
-    assert caught.value.problems == [
-        "federation.providers[0].issuer: missing (the provider's https issuer URL)",
-        "federation.providers[0].client_id: missing or empty (the client id the provider gave grantd)",
-    ]  # client_secret is optional (D9: an upstream offering "none" needs none); checked against discovery at sign-in
+    assert (
+        caught.value.problems
+        == [
+            "federation.providers[0].issuer: missing (the provider's https issuer URL)",
+            "federation.providers[0].client_id: missing or empty (the client id the provider gave grantd)",
+        ]
+    )  # client_secret is optional (D9: an upstream offering "none" needs none); checked against discovery at sign-in
 
 
 def test_an_unknown_provider_type_is_a_config_error_with_a_suggestion():
@@ -129,11 +157,15 @@ def test_a_factory_s_other_errors_are_reported_too(tmp_path, monkeypatch):
         "@hookimpl\ndef federation_provider_types():\n    return {'needs-url': needs_url, 'refuses': refuses}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    config = _config({"id": "a", "type": "needs-url"}, {"id": "b", "type": "refuses"}, modules=["odd_provider"])
+    config = _config(
+        {"id": "a", "type": "needs-url"}, {"id": "b", "type": "refuses"}, modules=["odd_provider"]
+    )
     with pytest.raises(ConfigError) as caught:
         _build(config)
-    assert caught.value.problems == ["federation.providers[0].url: missing",
-                                     "federation.providers[1]: this provider is switched off"]
+    assert caught.value.problems == [
+        "federation.providers[0].url: missing",
+        "federation.providers[1]: this provider is switched off",
+    ]
 
 
 # -- the worked example from docs/plugins.md, through a real server ------------------------------
@@ -176,10 +208,17 @@ def test_a_provider_type_from_a_site_plugin_is_listed_without_secrets(server_fac
     with srv.client() as http:  # no credential: a login page lists them
         r = http.get("/api/federation/providers")
     assert r.status_code == 200, r.text
-    assert r.json() == {"providers": [
-        {"id": "corp", "type": "oidc", "name": "Corp SSO", "issuer": "https://sso.example.com"},
-        {"id": "static-1", "type": "static-example", "name": "Static login", "login_url": "https://login.example.com/start"},
-    ]}
+    assert r.json() == {
+        "providers": [
+            {"id": "corp", "type": "oidc", "name": "Corp SSO", "issuer": "https://sso.example.com"},
+            {
+                "id": "static-1",
+                "type": "static-example",
+                "name": "Static login",
+                "login_url": "https://login.example.com/start",
+            },
+        ]
+    }
     assert SECRET not in r.text and API_KEY not in r.text and "corp-secret" not in r.text
     assert SECRET not in srv.log() and API_KEY not in srv.log()
 
@@ -193,17 +232,25 @@ def test_no_providers_is_an_empty_list(server_factory):
 @pytest.mark.parametrize(
     ("table", "problem"),
     [
-        ('type = "static-exampel"\nlogin_url = "https://l.example.com"\napi_key = "env:TEST_STATIC_API_KEY"',
-         "federation.providers[0].type: no provider type named 'static-exampel' (did you mean \"static-example\"?); "
-         "available: oidc, static-example"),
-        ('type = "static-example"\nlogin_url = "http://l.example.com"\napi_key = "env:TEST_STATIC_API_KEY"',
-         "federation.providers[0].login_url: must be an https URL, got 'http://l.example.com'"),
-        ('type = "static-example"\nlogin_url = "https://l.example.com"\napi_key = "env:NO_SUCH_VARIABLE_X"',
-         "federation.providers[0].api_key: environment variable NO_SUCH_VARIABLE_X is not set or empty"),
+        (
+            'type = "static-exampel"\nlogin_url = "https://l.example.com"\napi_key = "env:TEST_STATIC_API_KEY"',
+            "federation.providers[0].type: no provider type named 'static-exampel' (did you mean \"static-example\"?); "
+            "available: oidc, static-example",
+        ),
+        (
+            'type = "static-example"\nlogin_url = "http://l.example.com"\napi_key = "env:TEST_STATIC_API_KEY"',
+            "federation.providers[0].login_url: must be an https URL, got 'http://l.example.com'",
+        ),
+        (
+            'type = "static-example"\nlogin_url = "https://l.example.com"\napi_key = "env:NO_SUCH_VARIABLE_X"',
+            "federation.providers[0].api_key: environment variable NO_SUCH_VARIABLE_X is not set or empty",
+        ),
     ],
 )
 def test_a_bad_provider_table_stops_serve_and_fails_validate(server_factory, table, problem):
-    srv = server_factory(extra=f'[plugins]\nmodules = ["federation_example"]\n[[federation.providers]]\nid = "x"\n{table}\n')
+    srv = server_factory(
+        extra=f'[plugins]\nmodules = ["federation_example"]\n[[federation.providers]]\nid = "x"\n{table}\n'
+    )
     srv.env["TEST_STATIC_API_KEY"] = API_KEY
     validated = srv.grantd("config", "validate", str(srv.config_path), check=False)
     assert validated.returncode == 1 and problem in validated.stderr, validated.stderr
@@ -290,9 +337,17 @@ class Upstream:
 
     def id_token_claims(self, request: dict[str, Any]) -> dict[str, Any]:
         now = self.now()
-        claims = {"iss": self.issuer, "sub": "upstream-" + self.email, "aud": CLIENT_ID, "iat": now, "exp": now + 300,
-                  "nonce": request["nonce"], "email": self.email, "email_verified": self.email_verified,
-                  "name": self.name}
+        claims = {
+            "iss": self.issuer,
+            "sub": "upstream-" + self.email,
+            "aud": CLIENT_ID,
+            "iat": now,
+            "exp": now + 300,
+            "nonce": request["nonce"],
+            "email": self.email,
+            "email_verified": self.email_verified,
+            "name": self.name,
+        }
         for key, value in self.claims.items():
             if value is None:
                 claims.pop(key, None)
@@ -325,22 +380,31 @@ class Upstream:
                 url = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(url.query).items()}
                 if url.path == "/.well-known/openid-configuration":
-                    self._json(200, {
-                        "issuer": upstream.discovery_issuer or upstream.issuer,
-                        "authorization_endpoint": f"{upstream.issuer}/authorize",
-                        "token_endpoint": f"{upstream.issuer}/token",
-                        "jwks_uri": f"{upstream.issuer}/jwks",
-                        "userinfo_endpoint": f"{upstream.issuer}/userinfo",
-                        "token_endpoint_auth_methods_supported": upstream.auth_methods,
-                        "id_token_signing_alg_values_supported": ["EdDSA", "ES256", "RS256"],
-                        **upstream.discovery_extra,
-                    })
+                    self._json(
+                        200,
+                        {
+                            "issuer": upstream.discovery_issuer or upstream.issuer,
+                            "authorization_endpoint": f"{upstream.issuer}/authorize",
+                            "token_endpoint": f"{upstream.issuer}/token",
+                            "jwks_uri": f"{upstream.issuer}/jwks",
+                            "userinfo_endpoint": f"{upstream.issuer}/userinfo",
+                            "token_endpoint_auth_methods_supported": upstream.auth_methods,
+                            "id_token_signing_alg_values_supported": ["EdDSA", "ES256", "RS256"],
+                            **upstream.discovery_extra,
+                        },
+                    )
                 elif url.path == "/jwks":
                     upstream.jwks_fetches += 1
-                    self._json(200, {"keys": [_public_jwk(alg, key, kid) for kid, (alg, key) in upstream.keys.items()]})
+                    self._json(
+                        200,
+                        {"keys": [_public_jwk(alg, key, kid) for kid, (alg, key) in upstream.keys.items()]},
+                    )
                 elif url.path == "/authorize":
                     assert query["response_type"] == "code" and query["client_id"] == CLIENT_ID
-                    assert query["code_challenge_method"] == "S256" and set(query["scope"].split()) >= {"openid", "email"}
+                    assert query["code_challenge_method"] == "S256" and set(query["scope"].split()) >= {
+                        "openid",
+                        "email",
+                    }
                     back = query["redirect_uri"]
                     if upstream.authorize_error:
                         refusal = {"error": upstream.authorize_error, "state": query["state"]}
@@ -352,7 +416,10 @@ class Upstream:
                     upstream.codes[code] = query
                     self._redirect(back + "?" + urlencode({"code": code, "state": query["state"]}))
                 elif url.path == "/userinfo":
-                    if upstream.userinfo is None or self.headers.get("Authorization") != "Bearer upstream-access":
+                    if (
+                        upstream.userinfo is None
+                        or self.headers.get("Authorization") != "Bearer upstream-access"
+                    ):
                         self._json(401, {"error": "invalid_token"})
                     else:
                         self._json(200, upstream.userinfo)
@@ -366,12 +433,19 @@ class Upstream:
                 upstream.token_requests.append({"form": form, "authorization": authorization})
                 # strict, as the peer's IdP is: client_id always in the form, and only an advertised
                 # method counts (Basic header, client_secret in the form, or neither: "none")
-                method = ("client_secret_basic" if authorization else
-                          "client_secret_post" if "client_secret" in form else "none")
+                method = (
+                    "client_secret_basic"
+                    if authorization
+                    else "client_secret_post"
+                    if "client_secret" in form
+                    else "none"
+                )
                 basic = "Basic " + base64.b64encode(f"{CLIENT_ID}:{UPSTREAM_SECRET}".encode()).decode()
-                proved = {"client_secret_basic": authorization == basic,
-                          "client_secret_post": form.get("client_secret") == UPSTREAM_SECRET,
-                          "none": True}[method]
+                proved = {
+                    "client_secret_basic": authorization == basic,
+                    "client_secret_post": form.get("client_secret") == UPSTREAM_SECRET,
+                    "none": True,
+                }[method]
                 if form.get("client_id") != CLIENT_ID or method not in upstream.auth_methods or not proved:
                     self._json(401, {"error": "invalid_client", "error_description": f"{method} refused"})
                     return
@@ -383,13 +457,25 @@ class Upstream:
                     self._json(400, {"error": "invalid_grant", "error_description": "unknown code"})
                     return
                 challenge = _b64(hashlib.sha256(form.get("code_verifier", "").encode()).digest())
-                if challenge != request["code_challenge"] or form.get("redirect_uri") != request["redirect_uri"]:
-                    self._json(400, {"error": "invalid_grant", "error_description": "PKCE or redirect_uri mismatch"})
+                if (
+                    challenge != request["code_challenge"]
+                    or form.get("redirect_uri") != request["redirect_uri"]
+                ):
+                    self._json(
+                        400, {"error": "invalid_grant", "error_description": "PKCE or redirect_uri mismatch"}
+                    )
                     return
                 claims = upstream.id_token_claims(request)
                 token = upstream.mint(claims) if upstream.mint else upstream.sign(claims)
-                self._json(200, {"access_token": "upstream-access", "token_type": "Bearer", "expires_in": 300,
-                                 "id_token": token})
+                self._json(
+                    200,
+                    {
+                        "access_token": "upstream-access",
+                        "token_type": "Bearer",
+                        "expires_in": 300,
+                        "id_token": token,
+                    },
+                )
 
         return Handler
 
@@ -399,8 +485,13 @@ class Upstream:
 
 
 def _oidc_table(provider_id: str, issuer: str, *, secret: bool = True, **keys: Any) -> str:
-    lines = [f'id = "{provider_id}"', 'type = "oidc"', f'name = "{provider_id.title()} SSO"', f'issuer = "{issuer}"',
-             f'client_id = "{CLIENT_ID}"'] + (['client_secret = "file:upstream-secret"'] if secret else [])
+    lines = [
+        f'id = "{provider_id}"',
+        'type = "oidc"',
+        f'name = "{provider_id.title()} SSO"',
+        f'issuer = "{issuer}"',
+        f'client_id = "{CLIENT_ID}"',
+    ] + (['client_secret = "file:upstream-secret"'] if secret else [])
     lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
     return "[[federation.providers]]\n" + "\n".join(lines) + "\n"
 
@@ -417,11 +508,14 @@ def fed(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Iterato
     """grantd with five providers on the same upstream: ``corp`` (known people only), ``open``
     (create_unknown), ``narrow`` (create_unknown, example.org only), ``public`` (no client_secret)
     and ``trusting`` (trust_email, example.org only)."""
-    extra = ("[limits]\npasskey_per_address = 0\n\n" + _oidc_table("corp", upstream.issuer)
-             + _oidc_table("open", upstream.issuer, create_unknown=True)
-             + _oidc_table("narrow", upstream.issuer, create_unknown=True, allowed_domains=["example.org"])
-             + _oidc_table("public", upstream.issuer, secret=False)
-             + _oidc_table("trusting", upstream.issuer, trust_email=True, allowed_domains=["example.org"]))
+    extra = (
+        "[limits]\npasskey_per_address = 0\n\n"
+        + _oidc_table("corp", upstream.issuer)
+        + _oidc_table("open", upstream.issuer, create_unknown=True)
+        + _oidc_table("narrow", upstream.issuer, create_unknown=True, allowed_domains=["example.org"])
+        + _oidc_table("public", upstream.issuer, secret=False)
+        + _oidc_table("trusting", upstream.issuer, trust_email=True, allowed_domains=["example.org"])
+    )
     server = InProcessServer(tmp_path_factory.mktemp("federation") / "srv", extra=extra)
     secret = server.directory / "upstream-secret"
     secret.write_text(UPSTREAM_SECRET + "\n")
@@ -443,10 +537,18 @@ class Flow:
     """One browser's sign-in: the answers of grantd's start, the upstream's /authorize and grantd's
     callback, and the client (its cookies) to look around afterwards."""
 
-    def __init__(self, srv: InProcessServer, provider: str = "corp", *, next_path: str | None = None,
-                 http: httpx.Client | None = None):
+    def __init__(
+        self,
+        srv: InProcessServer,
+        provider: str = "corp",
+        *,
+        next_path: str | None = None,
+        http: httpx.Client | None = None,
+    ):
         self.http = http or httpx.Client(base_url=srv.url, timeout=10)
-        self.start = self.http.get(f"/auth/federated/{provider}", params={"next": next_path} if next_path else None)
+        self.start = self.http.get(
+            f"/auth/federated/{provider}", params={"next": next_path} if next_path else None
+        )
         self.authorize: httpx.Response | None = None
         self.callback: httpx.Response | None = None
         if self.start.status_code == 302 and self.start.headers["location"].startswith("http://127.0.0.1"):
@@ -538,7 +640,9 @@ def _exchange_of(up: Upstream) -> dict[str, Any]:
         (None, "corp", "client_secret_basic"),  # not advertised: the OpenID Connect Discovery default
     ],
 )
-def test_the_code_exchange_uses_an_advertised_method_and_always_sends_client_id(fed, up, advertised, provider, sent):
+def test_the_code_exchange_uses_an_advertised_method_and_always_sends_client_id(
+    fed, up, advertised, provider, sent
+):
     up.auth_methods = advertised if advertised is not None else ["client_secret_basic"]
     if advertised is None:
         up.discovery_extra = {"token_endpoint_auth_methods_supported": None}
@@ -546,7 +650,9 @@ def test_the_code_exchange_uses_an_advertised_method_and_always_sends_client_id(
     try:
         create_person(fed, up.email)
         flow = Flow(fed, provider)
-        assert flow.signed_in(), (flow.callback.status_code, flow.callback.text[-800:]) if flow.callback else flow.start.text
+        assert flow.signed_in(), (
+            (flow.callback.status_code, flow.callback.text[-800:]) if flow.callback else flow.start.text
+        )
         exchange = _exchange_of(up)
         assert exchange["form"]["client_id"] == CLIENT_ID
         if sent == "none":  # no secret at all: neither a Basic header nor a form member
@@ -574,7 +680,9 @@ def test_no_usable_method_is_refused_before_the_browser_leaves(fed, up, advertis
     _forget_discovery(fed)
     try:
         flow = Flow(fed, provider)
-        assert flow.start.status_code == 503 and words in " ".join(flow.start.text.split()), flow.start.text[-800:]
+        assert flow.start.status_code == 503 and words in " ".join(flow.start.text.split()), flow.start.text[
+            -800:
+        ]
         assert flow.authorize is None and up.token_requests == []
     finally:
         up.reset()
@@ -598,7 +706,11 @@ def test_a_public_provider_without_a_secret_is_built_and_listed(tmp_path):
         ({"email_verified": False}, None, False),  # an explicit false is always refused
         ({"email_verified": "false"}, None, False),
         ({"email_verified": True}, None, True),
-        ({"email": None, "email_verified": None}, {"email_verified": None}, True),  # from userinfo, never sent
+        (
+            {"email": None, "email_verified": None},
+            {"email_verified": None},
+            True,
+        ),  # from userinfo, never sent
         ({"email": None, "email_verified": None}, {"email_verified": False}, False),  # userinfo says false
     ],
 )
@@ -690,7 +802,9 @@ def test_several_audiences_with_our_azp_are_accepted(fed, up):
 def test_a_signature_by_another_key_is_refused(fed, up):
     create_person(fed, up.email)
     stranger = _new_key("EdDSA")
-    up.mint = lambda claims: jwt.encode(claims, stranger, algorithm="EdDSA", headers={"kid": up.current_kid()})
+    up.mint = lambda claims: jwt.encode(
+        claims, stranger, algorithm="EdDSA", headers={"kid": up.current_kid()}
+    )
     _refused(Flow(fed), 400, "signature does not verify")
 
 
@@ -714,8 +828,12 @@ def test_alg_none_and_hmac_are_refused(fed, up, alg):
     create_person(fed, up.email)
     kid = up.current_kid()
     if alg == "none":
-        up.mint = lambda claims: (_b64(json.dumps({"alg": "none", "kid": kid}).encode()) + "."
-                                  + _b64(json.dumps(claims).encode()) + ".")
+        up.mint = lambda claims: (
+            _b64(json.dumps({"alg": "none", "kid": kid}).encode())
+            + "."
+            + _b64(json.dumps(claims).encode())
+            + "."
+        )
     else:
         up.mint = lambda claims: jwt.encode(claims, UPSTREAM_SECRET, algorithm="HS256", headers={"kid": kid})
     _refused(Flow(fed), 400, "grantd accepts EdDSA, ES256, RS256")
@@ -726,7 +844,9 @@ def test_an_alg_that_does_not_fit_the_key_is_refused(fed, up):
     create_person(fed, up.email)
     rsa_kid = next(kid for kid, (alg, _) in up.keys.items() if alg == "RS256")
     ed_kid = up.current_kid()
-    up.mint = lambda claims: jwt.encode(claims, up.keys[rsa_kid][1], algorithm="RS256", headers={"kid": ed_kid})
+    up.mint = lambda claims: jwt.encode(
+        claims, up.keys[rsa_kid][1], algorithm="RS256", headers={"kid": ed_kid}
+    )
     _refused(Flow(fed), 400, "names alg RS256")
 
 
@@ -740,7 +860,9 @@ def test_an_unknown_kid_makes_grantd_fetch_the_keys_again(fed, up):
     assert Flow(fed).signed_in()
     assert up.jwks_fetches == before + 1
     # a kid the upstream does not publish even after a fresh fetch
-    up.mint = lambda claims: jwt.encode(claims, _new_key("EdDSA"), algorithm="EdDSA", headers={"kid": "nobody"})
+    up.mint = lambda claims: jwt.encode(
+        claims, _new_key("EdDSA"), algorithm="EdDSA", headers={"kid": "nobody"}
+    )
     _refused(Flow(fed), 400, "a key its JWKS does not publish")
     assert up.jwks_fetches == before + 2
 
@@ -791,7 +913,10 @@ def test_a_refusal_shows_only_oauth_error_codes_never_free_text(fed, up):
     """Content spoofing (issue 19): the callback's ``error_description`` and unknown ``error``
     values are the query's words, not ours: they never reach the page."""
     create_person(fed, up.email)
-    up.authorize_error, up.authorize_error_description = "server_error", "Your account is locked, call +1 555 0100"
+    up.authorize_error, up.authorize_error_description = (
+        "server_error",
+        "Your account is locked, call +1 555 0100",
+    )
     flow = Flow(fed)
     _refused(flow, 400, "did not sign you in: server_error")
     assert "locked" not in flow.callback.text
@@ -882,10 +1007,14 @@ def test_a_flow_older_than_ten_minutes_is_refused(fed, up):
 
 
 def test_bad_links_are_html_pages_not_errors(fed, up):
-    for path, status in [("/auth/federated/nobody", 404), ("/auth/federated/nobody/callback?state=x", 404),
-                         ("/auth/federated/corp/callback", 400), ("/auth/federated/corp/callback?state=forged", 400),
-                         ("/auth/federated/corp/callback?code=x&state=" + "a" * 500, 400),
-                         ("/auth/federated/corp/callback?error=access_denied", 400)]:
+    for path, status in [
+        ("/auth/federated/nobody", 404),
+        ("/auth/federated/nobody/callback?state=x", 404),
+        ("/auth/federated/corp/callback", 400),
+        ("/auth/federated/corp/callback?state=forged", 400),
+        ("/auth/federated/corp/callback?code=x&state=" + "a" * 500, 400),
+        ("/auth/federated/corp/callback?error=access_denied", 400),
+    ]:
         r = httpx.get(fed.url + path)
         assert r.status_code == status, (path, r.status_code, r.text[:300])
         assert r.headers["content-type"].startswith("text/html") and "Traceback" not in r.text
@@ -911,9 +1040,11 @@ def test_the_e_mail_may_come_from_userinfo(fed, up):
 
 @pytest.mark.parametrize(
     ("change", "words"),
-    [({"discovery_issuer": "https://evil.example"}, "names another issuer"),
-     ({"discovery_extra": {"padding": "x" * 600_000}}, "too large"),
-     ({"discovery_extra": {"token_endpoint": "http://sso.example.com/token"}}, "no usable token_endpoint")],
+    [
+        ({"discovery_issuer": "https://evil.example"}, "names another issuer"),
+        ({"discovery_extra": {"padding": "x" * 600_000}}, "too large"),
+        ({"discovery_extra": {"token_endpoint": "http://sso.example.com/token"}}, "no usable token_endpoint"),
+    ],
 )
 def test_a_discovery_document_that_does_not_check_out_is_refused(tmp_path, upstream, change, words):
     upstream.reset()
@@ -948,9 +1079,16 @@ def test_an_upstream_that_is_down_is_a_readable_page(tmp_path):
 
 @pytest.mark.parametrize(
     ("issuer", "ok"),
-    [("http://localhost:8080", True), ("http://127.0.0.1:9000/realms/x", True), ("http://[::1]:9000", True),
-     ("https://sso.example.com/", True), ("http://sso.example.com", False), ("http://localhost.evil.example", False),
-     ("http://127.0.0.1.nip.io", False), ("ftp://localhost", False)],
+    [
+        ("http://localhost:8080", True),
+        ("http://127.0.0.1:9000/realms/x", True),
+        ("http://[::1]:9000", True),
+        ("https://sso.example.com/", True),
+        ("http://sso.example.com", False),
+        ("http://localhost.evil.example", False),
+        ("http://127.0.0.1.nip.io", False),
+        ("ftp://localhost", False),
+    ],
 )
 def test_http_issuers_only_on_a_loopback_host(issuer, ok):
     config = _config(_oidc(issuer=issuer))
@@ -983,8 +1121,11 @@ class ExampleLoginPage:
                 query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
                 name = "Example Person"
                 sig = signature(api_key, query["nonce"], page.email, name)
-                back = query["redirect_uri"] + "?" + urlencode({"state": query["state"], "email": page.email,
-                                                                 "name": name, "sig": sig})
+                back = (
+                    query["redirect_uri"]
+                    + "?"
+                    + urlencode({"state": query["state"], "email": page.email, "name": name, "sig": sig})
+                )
                 self.send_response(302)
                 self.send_header("Location", back)
                 self.send_header("Content-Length", "0")
@@ -999,14 +1140,18 @@ def test_the_worked_example_provider_type_signs_people_in(tmp_path):
     site = _site_plugins(tmp_path)
     page = ExampleLoginPage(API_KEY)
     (tmp_path / "api-key").write_text(API_KEY)
-    extra = (f'[plugins]\nmodules = ["federation_example"]\npaths = ["{site}"]\n'
-             f'[[federation.providers]]\nid = "static-1"\ntype = "static-example"\nname = "Static login"\n'
-             f'login_url = "{page.url}"\napi_key = "file:{tmp_path / "api-key"}"\ncreate_unknown = true\n')
+    extra = (
+        f'[plugins]\nmodules = ["federation_example"]\npaths = ["{site}"]\n'
+        f'[[federation.providers]]\nid = "static-1"\ntype = "static-example"\nname = "Static login"\n'
+        f'login_url = "{page.url}"\napi_key = "file:{tmp_path / "api-key"}"\ncreate_unknown = true\n'
+    )
     server = InProcessServer(tmp_path / "srv", extra=extra).start()
     try:
         page.email = fresh("example")
         flow = Flow(server, "static-1", next_path="/account")
-        assert flow.callback is not None and flow.callback.status_code == 303, flow.callback.text if flow.callback else flow.start.text
+        assert flow.callback is not None and flow.callback.status_code == 303, (
+            flow.callback.text if flow.callback else flow.start.text
+        )
         assert flow.callback.headers["location"] == "/account"
         assert flow.me().json()["email"] == page.email
         # a forged signature is refused readably
@@ -1030,7 +1175,9 @@ def test_starting_sign_ins_is_limited_per_address(tmp_path, upstream):
     try:
         answers = [httpx.get(f"{server.url}/auth/federated/corp") for _ in range(3)]
         assert [a.status_code for a in answers] == [302, 302, 429]
-        assert answers[2].headers["content-type"].startswith("text/html") and "Retry-After" in answers[2].headers
+        assert (
+            answers[2].headers["content-type"].startswith("text/html") and "Retry-After" in answers[2].headers
+        )
         assert "Too many sign-in attempts" in answers[2].text
     finally:
         server.stop()

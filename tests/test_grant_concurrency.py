@@ -33,27 +33,35 @@ def in_parallel(server: Server, calls: list[tuple[str, str, str | None]]) -> lis
 
     def one(call: tuple[str, str, str | None]) -> httpx.Response:
         method, path, token = call
-        with httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
+        with httpx.Client(
+            base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        ) as http:
             return http.request(method, path, json={} if method == "POST" else None)
 
     with ThreadPoolExecutor(PARALLEL) as pool:
         return list(pool.map(one, calls))
 
 
-def test_parallel_consumes_of_a_once_grant_yield_exactly_one_consumed(two_workers: Server, requester: Agent) -> None:
+def test_parallel_consumes_of_a_once_grant_yield_exactly_one_consumed(
+    two_workers: Server, requester: Agent
+) -> None:
     for _ in range(3):  # a few rounds: a lucky interleaving once proves little
         grant = request_grant(two_workers, requester)
         token = approve(two_workers, grant["id"])["authz_jwt"]
         answers = in_parallel(two_workers, [("POST", f"/api/grants/{grant['id']}/consume", token)] * PARALLEL)
         assert {r.status_code for r in answers} == {200}
-        outcome = Counter(r.json().get("status") if "error" not in r.json() else r.json()["error"] for r in answers)
+        outcome = Counter(
+            r.json().get("status") if "error" not in r.json() else r.json()["error"] for r in answers
+        )
         assert outcome == {"consumed": 1, "already_consumed": PARALLEL - 1}, outcome
 
 
 def test_parallel_approvals_have_exactly_one_winner(two_workers: Server, requester: Agent) -> None:
     for _ in range(3):
         grant = request_grant(two_workers, requester)
-        answers = in_parallel(two_workers, [("POST", f"/api/grants/{grant['id']}/approve", two_workers.token)] * PARALLEL)
+        answers = in_parallel(
+            two_workers, [("POST", f"/api/grants/{grant['id']}/approve", two_workers.token)] * PARALLEL
+        )
         assert sorted(r.status_code for r in answers) == [200] + [400] * (PARALLEL - 1)
         assert all(r.json()["detail"] == "grant already decided" for r in answers if r.status_code == 400)
         with two_workers.admin() as http:
@@ -63,7 +71,10 @@ def test_parallel_approvals_have_exactly_one_winner(two_workers: Server, request
 
 def test_approve_racing_deny_leaves_one_decision(two_workers: Server, requester: Agent) -> None:
     grant = request_grant(two_workers, requester)
-    calls = [("POST", f"/api/grants/{grant['id']}/{'approve' if i % 2 else 'deny'}", two_workers.token) for i in range(PARALLEL)]
+    calls = [
+        ("POST", f"/api/grants/{grant['id']}/{'approve' if i % 2 else 'deny'}", two_workers.token)
+        for i in range(PARALLEL)
+    ]
     answers = in_parallel(two_workers, calls)
     winners = [r for r in answers if r.status_code == 200]
     assert len(winners) == 1

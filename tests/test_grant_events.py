@@ -18,7 +18,8 @@ from grants_support import EventReader, admin_post, approve, consume, request_gr
 def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Two processes, a quick heartbeat and a quick expiry sweep."""
     srv = make_server(
-        tmp_path_factory.mktemp("events"), workers=2,
+        tmp_path_factory.mktemp("events"),
+        workers=2,
         extra="[grants]\nevents_heartbeat = 1\nexpiry_sweep_interval = 1\n",
     ).start()
     yield srv
@@ -71,7 +72,9 @@ def test_last_event_id_replays_what_was_missed(live: Server, requester: Agent) -
     replay = [resumed.until(lambda e: e["grant"]["id"] == grant["id"]) for _ in range(2)]
     assert [e["event"] for e in replay] == ["grant.approved", "grant.revoked"]
     resumed.close()
-    with httpx.Client(base_url=live.url, headers={"Authorization": f"Bearer {live.token}"}, timeout=5) as http:
+    with httpx.Client(
+        base_url=live.url, headers={"Authorization": f"Bearer {live.token}"}, timeout=5
+    ) as http:
         r = http.get("/api/grants/events", headers={"Last-Event-ID": "not-a-number"})
     assert r.status_code == 400 and problem(r)["field"] == "Last-Event-ID"
 
@@ -113,7 +116,9 @@ def test_expiry_is_announced(live: Server, requester: Agent) -> None:
     stream = EventReader(live, live.token)
     grant = request_grant(live, requester, grant_type="timed", duration=1, command=["date"])
     approve(live, grant["id"])
-    expired = stream.until(lambda e: e["event"] == "grant.expired" and e["grant"]["id"] == grant["id"], timeout=15)
+    expired = stream.until(
+        lambda e: e["event"] == "grant.expired" and e["grant"]["id"] == grant["id"], timeout=15
+    )
     assert expired["grant"]["status"] == "expired"
     stream.close()
 
@@ -130,6 +135,9 @@ def test_a_restart_ends_streams_promptly(tmp_path: Path) -> None:
 def test_a_stream_ends_when_its_agent_is_disabled(live: Server, requester: Agent) -> None:
     stream = EventReader(live, requester.token)
     with live.admin() as http:
-        assert http.put(f"/api/admin/agents/{requester.agent_id}", json={"status": "disabled"}).status_code == 200
+        assert (
+            http.put(f"/api/admin/agents/{requester.agent_id}", json={"status": "disabled"}).status_code
+            == 200
+        )
     stream._thread.join(timeout=10)  # heartbeats are 1 s here; the next one finds the credential gone
     assert not stream._thread.is_alive(), "the stream stayed open for a disabled agent"

@@ -20,7 +20,9 @@ from grants_support import COMMAND, admin_post, approve, consume, decode_authz, 
 
 def test_create_answers_201_with_the_stored_request(server: Server, agent: Agent) -> None:
     with server.client(agent.token) as http:
-        r = http.post("/api/grants", json=grant_body(requester="someone-else@example.com", cmd_hash="sha256:forged"))
+        r = http.post(
+            "/api/grants", json=grant_body(requester="someone-else@example.com", cmd_hash="sha256:forged")
+        )
     assert r.status_code == 201, r.text
     grant = r.json()
     assert set(grant) >= {"id", "type", "request", "status", "created_at", "requester"}
@@ -68,7 +70,9 @@ def test_a_permissions_grant_has_type_permissions(server: Server, agent: Agent) 
         ({"reason": "x" * 1001}, "reason"),
     ],
 )
-def test_invalid_requests_are_400_naming_the_field(server: Server, agent: Agent, fields: dict[str, Any], field: str) -> None:
+def test_invalid_requests_are_400_naming_the_field(
+    server: Server, agent: Agent, fields: dict[str, Any], field: str
+) -> None:
     body = grant_body()
     body.update(fields)
     body = {k: v for k, v in body.items() if v is not None}
@@ -113,21 +117,33 @@ def test_malformed_json_is_400(server: Server, agent: Agent) -> None:
 
 
 @pytest.mark.parametrize("grant_type", ["timed", "always"])
-def test_timed_and_always_reuse_a_matching_approved_grant(server: Server, agent: Agent, grant_type: str) -> None:
+def test_timed_and_always_reuse_a_matching_approved_grant(
+    server: Server, agent: Agent, grant_type: str
+) -> None:
     fields = {"grant_type": grant_type, "duration": 3600 if grant_type == "timed" else None}
     first = request_grant(server, agent, **fields)
     approve(server, first["id"])
     with server.client(agent.token) as http:
         again = http.post("/api/grants", json=grant_body(reason="another reason", **fields))
-    assert again.status_code == 200 and again.json()["id"] == first["id"] and again.json()["status"] == "approved"
+    assert (
+        again.status_code == 200
+        and again.json()["id"] == first["id"]
+        and again.json()["status"] == "approved"
+    )
     # anything that changes what the grant allows is a new request
-    for change in ({"command": ["systemctl", "stop", "nginx"]}, {"run_as": "www-data"}, {"target_host": "web-2"},
-                   {"audience": "grantd"}):
+    for change in (
+        {"command": ["systemctl", "stop", "nginx"]},
+        {"run_as": "www-data"},
+        {"target_host": "web-2"},
+        {"audience": "grantd"},
+    ):
         other = request_grant(server, agent, **{**fields, **change})
         assert other["id"] != first["id"] and other["status"] == "pending"
 
 
-def test_once_is_never_reused_and_nobody_reuses_another_agents_grant(server: Server, agent: Agent, tmp_path: Path) -> None:
+def test_once_is_never_reused_and_nobody_reuses_another_agents_grant(
+    server: Server, agent: Agent, tmp_path: Path
+) -> None:
     once = request_grant(server, agent)
     approve(server, once["id"])
     assert request_grant(server, agent)["id"] != once["id"]
@@ -149,10 +165,17 @@ def test_get_has_a_strong_etag_and_answers_304(server: Server, agent: Agent) -> 
         assert tag.startswith('"') and not tag.startswith("W/")
         unchanged = http.get(f"/api/grants/{grant['id']}", headers={"If-None-Match": tag})
         assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["etag"] == tag
-        assert http.get(f"/api/grants/{grant['id']}", headers={"If-None-Match": f'W/{tag}, "x"'}).status_code == 304
+        assert (
+            http.get(f"/api/grants/{grant['id']}", headers={"If-None-Match": f'W/{tag}, "x"'}).status_code
+            == 304
+        )
         approve(server, grant["id"])
         changed = http.get(f"/api/grants/{grant['id']}", headers={"If-None-Match": tag})
-    assert changed.status_code == 200 and changed.headers["etag"] != tag and changed.json()["status"] == "approved"
+    assert (
+        changed.status_code == 200
+        and changed.headers["etag"] != tag
+        and changed.json()["status"] == "approved"
+    )
 
 
 def test_get_needs_a_credential_that_may_see_the_grant(server: Server, agent: Agent, tmp_path: Path) -> None:
@@ -177,7 +200,9 @@ def test_list_pages_with_a_cursor_and_filters(server: Server, tmp_path: Path) ->
     cursor = None
     with server.client(mine.token) as http:
         while True:
-            page = http.get("/api/grants", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+            page = http.get(
+                "/api/grants", params={"limit": 2, **({"cursor": cursor} if cursor else {})}
+            ).json()
             assert set(page) == {"data", "pagination"} and len(page["data"]) <= 2
             seen += [g["id"] for g in page["data"]]
             assert all(g["requester"] == mine.email for g in page["data"])  # top-level requester (peer CLI)
@@ -189,7 +214,11 @@ def test_list_pages_with_a_cursor_and_filters(server: Server, tmp_path: Path) ->
         assert [g["id"] for g in approved] == [ids[0]]
         many = http.get("/api/grants", params={"limit": 200})
         assert many.status_code == 200 and len(many.json()["data"]) == 5  # clamped, not refused
-        for params, field in (({"status": "bogus"}, "status"), ({"limit": "ten"}, "limit"), ({"cursor": "zz"}, "cursor")):
+        for params, field in (
+            ({"status": "bogus"}, "status"),
+            ({"limit": "ten"}, "limit"),
+            ({"cursor": "zz"}, "cursor"),
+        ):
             r = http.get("/api/grants", params=params)
             assert r.status_code == 400 and problem(r)["field"] == field
         r = http.get("/api/grants", params={"requester": "someone-else@example.com"})
@@ -241,7 +270,9 @@ def test_approve_returns_the_grant_and_an_authz_jwt_with_every_claim(server: Ser
         assert type(claims[name]) is int, name
 
 
-def test_no_agent_may_decide_and_a_decided_grant_stays_decided(server: Server, agent: Agent, tmp_path: Path) -> None:
+def test_no_agent_may_decide_and_a_decided_grant_stays_decided(
+    server: Server, agent: Agent, tmp_path: Path
+) -> None:
     grant = request_grant(server, agent)
     other = signed_in(server, tmp_path / "other")
     with server.client(agent.token) as http:  # the requester sees its grant but never decides it
@@ -281,9 +312,13 @@ def test_an_always_token_lives_an_hour(server: Server, agent: Agent) -> None:
 def test_an_empty_body_with_a_json_content_type_means_no_override(server: Server, agent: Agent) -> None:
     grant = request_grant(server, agent)
     with server.admin() as http:
-        r = http.post(f"/api/grants/{grant['id']}/approve", content=b"", headers={"content-type": "application/json"})
+        r = http.post(
+            f"/api/grants/{grant['id']}/approve", content=b"", headers={"content-type": "application/json"}
+        )
         assert r.status_code == 200 and r.json()["grant"]["status"] == "approved"
-        r = http.post(f"/api/grants/{grant['id']}/revoke", content=b"{", headers={"content-type": "application/json"})
+        r = http.post(
+            f"/api/grants/{grant['id']}/revoke", content=b"{", headers={"content-type": "application/json"}
+        )
     assert r.status_code == 400
 
 
@@ -313,7 +348,9 @@ def test_revoke_ends_an_approved_grant(server: Server, agent: Agent) -> None:
     assert r.status_code == 200 and r.json()["grant"]["status"] == "revoked"
 
 
-def test_the_requester_may_withdraw_but_others_may_not_revoke(server: Server, agent: Agent, tmp_path: Path) -> None:
+def test_the_requester_may_withdraw_but_others_may_not_revoke(
+    server: Server, agent: Agent, tmp_path: Path
+) -> None:
     grant = request_grant(server, agent)
     other = signed_in(server, tmp_path / "other")
     with server.client(other.token) as http:
@@ -355,9 +392,16 @@ def test_a_once_grant_is_consumed_exactly_once(server: Server, agent: Agent) -> 
 
 
 @pytest.mark.parametrize("grant_type", ["timed", "always"])
-def test_timed_and_always_consume_as_valid_and_stay_approved(server: Server, agent: Agent, grant_type: str) -> None:
-    grant = request_grant(server, agent, grant_type=grant_type, duration=600 if grant_type == "timed" else None,
-                          command=["journalctl", "-u", grant_type])
+def test_timed_and_always_consume_as_valid_and_stay_approved(
+    server: Server, agent: Agent, grant_type: str
+) -> None:
+    grant = request_grant(
+        server,
+        agent,
+        grant_type=grant_type,
+        duration=600 if grant_type == "timed" else None,
+        command=["journalctl", "-u", grant_type],
+    )
     token = approve(server, grant["id"])["authz_jwt"]
     for _ in range(3):
         r = consume(server, grant["id"], token)
@@ -399,7 +443,10 @@ def test_verify_has_no_side_effects(server: Server, agent: Agent) -> None:
             assert {"sub", "aud", "target_host", "grant_type", "cmd_hash", "decided_by"} <= set(claims)
         assert consume(server, grant["id"], token).json()["status"] == "consumed"
         assert http.post("/api/grants/verify", json={"token": token}).json() == {
-            "valid": False, "error": "already_consumed", "status": "consumed"}
+            "valid": False,
+            "error": "already_consumed",
+            "status": "consumed",
+        }
         for body in ({}, {"token": ""}, {"token": "garbage"}, {"token": agent.token}):
             r = http.post("/api/grants/verify", json=body)
             assert r.status_code == 200 and r.json()["valid"] is False and r.json()["error"]
@@ -409,7 +456,9 @@ def test_verify_has_no_side_effects(server: Server, agent: Agent) -> None:
 
 
 def test_expired_grants_are_expired_everywhere(tmp_path: Path) -> None:
-    srv = InProcessServer(tmp_path / "expiry", extra="[grants]\npending_ttl = 2\nexpiry_sweep_interval = 3600\n").start()
+    srv = InProcessServer(
+        tmp_path / "expiry", extra="[grants]\npending_ttl = 2\nexpiry_sweep_interval = 3600\n"
+    ).start()
     try:
         _expired_everywhere(srv, tmp_path)
     finally:
@@ -455,13 +504,21 @@ def test_batch_authorises_and_applies_each_operation_on_its_own(server: Server, 
     assert r.status_code == 200
     results = r.json()["results"]
     assert [(x["id"], x["success"]) for x in results] == [
-        (a["id"], True), (b["id"], True), (c["id"], True), ("missing", False), (a["id"], False), (a["id"], False)]
+        (a["id"], True),
+        (b["id"], True),
+        (c["id"], True),
+        ("missing", False),
+        (a["id"], False),
+        (a["id"], False),
+    ]
     assert [x.get("status") for x in results[:3]] == ["approved", "denied", "revoked"]
     assert results[3]["error"]["status"] == 404 and results[3]["error"]["title"]
     assert results[5]["error"]["detail"] == "grant already decided"
     with server.client(agent.token) as http:
         d = request_grant(server, agent, reason="by the agent")
-        mine = http.post("/api/grants/batch", json={"operations": [{"id": d["id"], "action": "approve"}]}).json()
+        mine = http.post(
+            "/api/grants/batch", json={"operations": [{"id": d["id"], "action": "approve"}]}
+        ).json()
     assert mine["results"][0]["success"] is False and mine["results"][0]["error"]["status"] == 403
     r = admin_post(server, "/api/grants/batch", {"operations": [{"id": "x", "action": "deny"}] * 101})
     assert r.status_code == 400 and problem(r)["field"] == "operations"
@@ -479,7 +536,9 @@ def test_discovery_and_jwks_serve_what_peer_tools_read(server: Server) -> None:
     assert doc["openape_delegations_endpoint"] == f"{server.url}/api/delegations"
     for key in keys:
         assert set(key) <= {"kty", "crv", "x", "kid", "alg", "use"}
-        assert key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA" and key["use"] == "sig"
+        assert (
+            key["kty"] == "OKP" and key["crv"] == "Ed25519" and key["alg"] == "EdDSA" and key["use"] == "sig"
+        )
 
 
 def test_ids_in_paths_may_be_percent_encoded(server: Server, agent: Agent) -> None:

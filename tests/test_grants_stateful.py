@@ -23,14 +23,21 @@ from conftest import Agent, signed_in
 
 PENDING_TTL = 3
 COMMANDS = [["systemctl", "restart", "nginx"], ["id", "-u"]]
-UNUSABLE = {"consumed": "already_consumed", "revoked": "revoked", "denied": "denied", "expired": "expired",
-            "pending": "not_approved"}
+UNUSABLE = {
+    "consumed": "already_consumed",
+    "revoked": "revoked",
+    "denied": "denied",
+    "expired": "expired",
+    "pending": "not_approved",
+}
 
 
 @pytest.fixture(scope="module")
 def sm_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    srv = InProcessServer(tmp_path_factory.mktemp("stateful"),
-                          extra=f"[grants]\npending_ttl = {PENDING_TTL}\nexpiry_sweep_interval = 1\n").start()
+    srv = InProcessServer(
+        tmp_path_factory.mktemp("stateful"),
+        extra=f"[grants]\npending_ttl = {PENDING_TTL}\nexpiry_sweep_interval = 1\n",
+    ).start()
     yield srv
     srv.stop()
 
@@ -49,8 +56,10 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             return {status}
         return {"expired"} if clock.now_ms() >= deadline else {status}
 
-    clients = {a.email: httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {a.token}"}, timeout=20)
-               for a in agents}
+    clients = {
+        a.email: httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {a.token}"}, timeout=20)
+        for a in agents
+    }
     admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20)
 
     class GrantMachine(RuleBasedStateMachine):
@@ -67,12 +76,21 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             assert actual in allowed, f"server says {actual}, model allows {allowed} for {grant}"
             grant["status"] = actual
 
-        @rule(target=grants, who=st.sampled_from(range(len(agents))), grant_type=st.sampled_from(["once", "timed", "always"]),
-              command=st.sampled_from(range(len(COMMANDS))), duration=st.integers(1, 2))
+        @rule(
+            target=grants,
+            who=st.sampled_from(range(len(agents))),
+            grant_type=st.sampled_from(["once", "timed", "always"]),
+            command=st.sampled_from(range(len(COMMANDS))),
+            duration=st.integers(1, 2),
+        )
         def create(self, who: int, grant_type: str, command: int, duration: int) -> str:
             requester = agents[who].email
-            body: dict[str, Any] = {"target_host": self.host, "audience": "escapes", "grant_type": grant_type,
-                                    "command": COMMANDS[command]}
+            body: dict[str, Any] = {
+                "target_host": self.host,
+                "audience": "escapes",
+                "grant_type": grant_type,
+                "command": COMMANDS[command],
+            }
             if grant_type == "timed":
                 body["duration"] = duration
             r = clients[requester].post("/api/grants", json=body)
@@ -87,25 +105,47 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             assert r.status_code == 201, r.text
             answer = r.json()
             if grant_type in ("timed", "always"):  # nothing reusable may have existed for certain
-                certain = [g for g in self.model.values() if g["key"] == key and possible(g) == {"approved"}
-                           and g["grant_type"] == grant_type]
+                certain = [
+                    g
+                    for g in self.model.values()
+                    if g["key"] == key and possible(g) == {"approved"} and g["grant_type"] == grant_type
+                ]
                 assert not certain, f"a reusable grant existed: {certain}"
-            self.model[answer["id"]] = {"id": answer["id"], "requester": requester, "key": key, "status": "pending",
-                                        "grant_type": grant_type, "created_at": answer["created_at"],
-                                        "expires_at": None, "token": None, "token_exp": None}
+            self.model[answer["id"]] = {
+                "id": answer["id"],
+                "requester": requester,
+                "key": key,
+                "status": "pending",
+                "grant_type": grant_type,
+                "created_at": answer["created_at"],
+                "expires_at": None,
+                "token": None,
+                "token_exp": None,
+            }
             return str(answer["id"])
 
-        @rule(gid=grants, override=st.sampled_from([None, ("timed", 1), ("timed", 2), ("always", None), ("once", None)]))
+        @rule(
+            gid=grants,
+            override=st.sampled_from([None, ("timed", 1), ("timed", 2), ("always", None), ("once", None)]),
+        )
         def approve(self, gid: str, override: tuple[str, int | None] | None) -> None:
             grant = self.model[gid]
             before = possible(grant)
-            body = {} if override is None else {"grant_type": override[0], **({"duration": override[1]} if override[1] else {})}
+            body = (
+                {}
+                if override is None
+                else {"grant_type": override[0], **({"duration": override[1]} if override[1] else {})}
+            )
             r = admin.post(f"/api/grants/{gid}/approve", json=body)
             if r.status_code == 200:
                 assert "pending" in before
                 decided = r.json()["grant"]
-                grant.update(status="approved", grant_type=decided["request"]["grant_type"],
-                             expires_at=decided["expires_at"], token=r.json()["authz_jwt"])
+                grant.update(
+                    status="approved",
+                    grant_type=decided["request"]["grant_type"],
+                    expires_at=decided["expires_at"],
+                    token=r.json()["authz_jwt"],
+                )
                 grant["key"] = (grant["key"][0], grant["grant_type"], grant["key"][2])
                 grant["token_exp"] = self._exp(grant)
             else:
@@ -127,7 +167,9 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
         def deny(self, gid: str, reason: str | None) -> None:
             grant = self.model[gid]
             before = possible(grant)
-            r = admin.post(f"/api/grants/{gid}/deny", json={"reason": reason} if reason and reason.strip() else {})
+            r = admin.post(
+                f"/api/grants/{gid}/deny", json={"reason": reason} if reason and reason.strip() else {}
+            )
             if r.status_code == 400 and r.json().get("field") == "reason":
                 return  # a reason with control characters is refused before the grant is looked at (D12)
             if r.status_code == 200:
@@ -172,8 +214,11 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             if grant["token"] is None:
                 return
             before = possible(grant)
-            r = httpx.post(f"{server.url}/api/grants/{gid}/consume", headers={"Authorization": f"Bearer {grant['token']}"},
-                           timeout=20)
+            r = httpx.post(
+                f"{server.url}/api/grants/{gid}/consume",
+                headers={"Authorization": f"Bearer {grant['token']}"},
+                timeout=20,
+            )
             if r.status_code == 401:  # the token itself ran out (timed tokens end with the grant)
                 assert clock.now_s() >= grant["token_exp"], r.text
                 return
@@ -195,7 +240,9 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             if grant["token"] is None:
                 return
             before = possible(grant)
-            answer = httpx.post(f"{server.url}/api/grants/verify", json={"token": grant["token"]}, timeout=20).json()
+            answer = httpx.post(
+                f"{server.url}/api/grants/verify", json={"token": grant["token"]}, timeout=20
+            ).json()
             if answer["valid"]:
                 assert "approved" in before and answer["claims"]["grant_id"] == gid
                 grant["status"] = "approved"
@@ -231,16 +278,24 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
     try:
         run_state_machine_as_test(
             GrantMachine,
-            settings=settings(max_examples=30, stateful_step_count=30, deadline=None, database=None,
-                              derandomize=True, phases=(Phase.explicit, Phase.generate, Phase.shrink),
-                              suppress_health_check=list(HealthCheck)),
+            settings=settings(
+                max_examples=30,
+                stateful_step_count=30,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=(Phase.explicit, Phase.generate, Phase.shrink),
+                suppress_health_check=list(HealthCheck),
+            ),
         )
     finally:
         for http in (*clients.values(), admin):
             http.close()
 
 
-def test_random_operation_sequences_follow_the_state_table(sm_server: InProcessServer, tmp_path: Path) -> None:
+def test_random_operation_sequences_follow_the_state_table(
+    sm_server: InProcessServer, tmp_path: Path
+) -> None:
     agents = []
     for i in range(2):
         agent = signed_in(sm_server, tmp_path / f"a{i}")
@@ -290,7 +345,10 @@ def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path
     for email in [*QUORUM_MEMBERS, QUORUM_OWNER]:
         create_person(server, email)
     agent, token = enrol_agent(server, owner=QUORUM_OWNER)
-    voters = {email: cookie_client(server, start_session(server, email)) for email in [*QUORUM_MEMBERS, QUORUM_OWNER]}
+    voters = {
+        email: cookie_client(server, start_session(server, email))
+        for email in [*QUORUM_MEMBERS, QUORUM_OWNER]
+    }
     requester = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=20)
     admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20)
     approver = [QUORUM_OWNER]
@@ -329,8 +387,10 @@ def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path
 
         @rule(target=grants)
         def create(self) -> str:
-            r = requester.post("/api/grants", json={"target_host": "q-1", "audience": "escapes",
-                                                     "command": ["id"], "grant_type": "once"})
+            r = requester.post(
+                "/api/grants",
+                json={"target_host": "q-1", "audience": "escapes", "command": ["id"], "grant_type": "once"},
+            )
             assert r.status_code == 201, r.text
             answer = r.json()
             assert answer["review"]["policy_ids"] == ["two-of-q"]
@@ -359,9 +419,12 @@ def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path
             assert ("authz_jwt" in answer) == (expected == "approved")
             grant["status"] = expected
 
-        @rule(gid=grants, voter=st.sampled_from([*QUORUM_MEMBERS, QUORUM_OWNER]),
-              decision=st.sampled_from(["approve", "approve", "approve", "deny"]),
-              path=st.sampled_from(["review", "approve", "deny"]))
+        @rule(
+            gid=grants,
+            voter=st.sampled_from([*QUORUM_MEMBERS, QUORUM_OWNER]),
+            decision=st.sampled_from(["approve", "approve", "approve", "deny"]),
+            path=st.sampled_from(["review", "approve", "deny"]),
+        )
         def vote(self, gid: str, voter: str, decision: str, path: str) -> None:
             if path != "review":
                 decision = path
@@ -375,12 +438,20 @@ def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path
             grant = self.model[gid]
             before_status = self.status(grant)
             with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                answers = list(pool.map(lambda e: voters[e].post(f"/api/grants/{gid}/approve", json={}), pair))
+                answers = list(
+                    pool.map(lambda e: voters[e].post(f"/api/grants/{gid}/approve", json={}), pair)
+                )
             assert all(a.status_code in (200, 400, 403, 409) for a in answers), [a.text for a in answers]
             assert sum(1 for a in answers if a.status_code == 200 and "authz_jwt" in a.json()) <= 1
-            if pair[0] == pair[1] and before_status == "pending" and self.excluded(pair[0]) is None \
-                    and all(e != pair[0] for e, _ in grant["votes"]):
-                assert sorted(a.status_code for a in answers) in ([200, 409], [200, 400]), [a.text for a in answers]
+            if (
+                pair[0] == pair[1]
+                and before_status == "pending"
+                and self.excluded(pair[0]) is None
+                and all(e != pair[0] for e, _ in grant["votes"])
+            ):
+                assert sorted(a.status_code for a in answers) in ([200, 409], [200, 400]), [
+                    a.text for a in answers
+                ]
             shown = admin.get(f"/api/grants/{gid}").json()
             for a, email in zip(answers, pair, strict=True):
                 if a.status_code == 200 and (email, "approve") not in grant["votes"]:
@@ -412,9 +483,15 @@ def test_random_votes_follow_the_quorum(quorum_server: InProcessServer, tmp_path
     try:
         run_state_machine_as_test(
             QuorumMachine,
-            settings=settings(max_examples=25, stateful_step_count=25, deadline=None, database=None,
-                              derandomize=True, phases=(Phase.explicit, Phase.generate, Phase.shrink),
-                              suppress_health_check=list(HealthCheck)),
+            settings=settings(
+                max_examples=25,
+                stateful_step_count=25,
+                deadline=None,
+                database=None,
+                derandomize=True,
+                phases=(Phase.explicit, Phase.generate, Phase.shrink),
+                suppress_health_check=list(HealthCheck),
+            ),
         )
     finally:
         for http in (*voters.values(), requester, admin):

@@ -55,8 +55,15 @@ def bad_request(response: httpx.Response, *, field: str | None = None, says: str
 # -- 1. the sixteen inputs that answered 500 --------------------------------------------------------
 
 BODY_ROUTES = [
-    "/api/agent/challenge", "/api/agent/authenticate", "/api/auth/challenge", "/api/auth/authenticate",
-    "/api/agent/enroll", "/api/admin/agents", "/api/grants", "/api/grants/verify", "/api/grants/batch",
+    "/api/agent/challenge",
+    "/api/agent/authenticate",
+    "/api/auth/challenge",
+    "/api/auth/authenticate",
+    "/api/agent/enroll",
+    "/api/admin/agents",
+    "/api/grants",
+    "/api/grants/verify",
+    "/api/grants/batch",
     "/api/delegations",
 ]
 
@@ -92,13 +99,23 @@ SURROGATE = '"\\ud800"'
         ("/api/agent/challenge", '{"agent_id": %s}', "agent_id"),
         ("/api/agent/challenge", '{"id": %s}', "id"),
         ("/api/agent/authenticate", '{"agent_id": %s, "challenge": "c", "signature": "s"}', "agent_id"),
-        ("/api/agent/authenticate", '{"agent_id": "a@example.com", "challenge": %s, "signature": "s"}', "challenge"),
-        ("/api/agent/authenticate", '{"agent_id": "a@example.com", "challenge": "c", "signature": %s}', "signature"),
+        (
+            "/api/agent/authenticate",
+            '{"agent_id": "a@example.com", "challenge": %s, "signature": "s"}',
+            "challenge",
+        ),
+        (
+            "/api/agent/authenticate",
+            '{"agent_id": "a@example.com", "challenge": "c", "signature": %s}',
+            "signature",
+        ),
         ("/api/grants/verify", '{"token": %s}', "token"),
         ("/api/grants/verify", '{"token": "x", "extra": [1, {"deep": %s}]}', "extra"),
     ],
 )
-def test_lone_surrogates_without_credentials_are_400(server: Server, path: str, template: str, field: str) -> None:
+def test_lone_surrogates_without_credentials_are_400(
+    server: Server, path: str, template: str, field: str
+) -> None:
     bad_request(post(server, path, template % SURROGATE), field=field, says="surrogate")
 
 
@@ -116,7 +133,11 @@ def test_a_surrogate_pair_is_one_character_and_fine(server: Server) -> None:
     [
         ("/api/agent/enroll", {"email": "a\ud800@example.com", "name": "n", "publicKey": "k"}, "email"),
         ("/api/admin/agents", {"email": "a@example.com", "name": "n\udfff", "publicKey": "k"}, "name"),
-        ("/api/agent/enroll", {"email": "a@example.com", "name": "n", "publicKey": "k", "owner": "\ud800@x.y"}, "owner"),
+        (
+            "/api/agent/enroll",
+            {"email": "a@example.com", "name": "n", "publicKey": "k", "owner": "\ud800@x.y"},
+            "owner",
+        ),
         ("/api/delegations", {"delegate": "\ud800@example.com", "audience": "x"}, "delegate"),
         ("/api/delegations", {"delegate": "a@example.com", "audience": "\ud800"}, "audience"),
         ("/api/delegations", {"delegate": "a@example.com", "audience": "x", "scopes": ["\ud800"]}, "scopes"),
@@ -132,18 +153,34 @@ def test_lone_surrogates_under_the_management_token_are_400(
 
 
 def test_a_surrogate_in_an_agents_command_is_400(server: Server, agent: Agent) -> None:
-    bad_request(post(server, "/api/grants", '{"target_host": "h", "audience": "a", "command": ["ls", SURROGATE]}'.replace("SURROGATE", SURROGATE),
-                     agent.token), field="command", says="surrogate")
+    bad_request(
+        post(
+            server,
+            "/api/grants",
+            '{"target_host": "h", "audience": "a", "command": ["ls", SURROGATE]}'.replace(
+                "SURROGATE", SURROGATE
+            ),
+            agent.token,
+        ),
+        field="command",
+        says="surrogate",
+    )
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e999"])
 def test_numbers_that_are_not_finite_are_400(server: Server, literal: str) -> None:
-    bad_request(post(server, "/api/grants/verify", '{"token": "x", "n": LITERAL}'.replace("LITERAL", literal)))
+    bad_request(
+        post(server, "/api/grants/verify", '{"token": "x", "n": LITERAL}'.replace("LITERAL", literal))
+    )
 
 
 def test_grant_type_null_means_absent(server: Server, agent: Agent) -> None:
-    r = post(server, "/api/grants", json.dumps(grant_body(requester=agent.email, grant_type=None) | {"grant_type": None}),
-             server.token)
+    r = post(
+        server,
+        "/api/grants",
+        json.dumps(grant_body(requester=agent.email, grant_type=None) | {"grant_type": None}),
+        server.token,
+    )
     assert r.status_code == 201, r.text
     assert r.json()["request"]["grant_type"] == "once"
     grant = request_grant(server, agent)
@@ -155,9 +192,19 @@ def test_grant_type_null_means_absent(server: Server, agent: Agent) -> None:
 
 def test_null_optional_delegation_fields_mean_absent(server: Server, agent: Agent) -> None:
     with server.admin() as http:
-        r = http.post("/api/delegations", json={"delegate": agent.email, "audience": "nowhere", "approval": None,
-                                                "grant_type": None, "scopes": None, "duration": None,
-                                                "expires_at": None, "delegator": None})
+        r = http.post(
+            "/api/delegations",
+            json={
+                "delegate": agent.email,
+                "audience": "nowhere",
+                "approval": None,
+                "grant_type": None,
+                "scopes": None,
+                "duration": None,
+                "expires_at": None,
+                "delegator": None,
+            },
+        )
     assert r.status_code == 201, r.text
     assert r.json()["approval"] == "once" and r.json()["scopes"] == []
 
@@ -165,8 +212,17 @@ def test_null_optional_delegation_fields_mean_absent(server: Server, agent: Agen
 def test_null_in_an_agent_update_leaves_the_field_as_it_is(server: Server, tmp_path: Path) -> None:
     other = signed_in(server, tmp_path, name="Keep me")
     with server.admin() as http:
-        r = http.put(f"/api/admin/agents/{other.agent_id}", json={"name": None, "owner": None, "approver": None,
-                                                                  "status": None, "isActive": None, "publicKey": None})
+        r = http.put(
+            f"/api/admin/agents/{other.agent_id}",
+            json={
+                "name": None,
+                "owner": None,
+                "approver": None,
+                "status": None,
+                "isActive": None,
+                "publicKey": None,
+            },
+        )
     assert r.status_code == 200, r.text
     assert r.json()["name"] == "Keep me" and r.json()["status"] == "active"
     with server.client(other.token) as http:
@@ -187,33 +243,57 @@ def test_a_last_event_id_that_is_not_an_event_id_is_400(server: Server, value: s
     with server.admin() as http:  # the header, as raw latin-1 and as UTF-8 bytes
         for header in (value.encode("latin-1", errors="ignore"), value.encode()):
             if header:
-                bad_request(http.get("/api/grants/events", headers={"Last-Event-ID": header}), field="Last-Event-ID")
+                bad_request(
+                    http.get("/api/grants/events", headers={"Last-Event-ID": header}), field="Last-Event-ID"
+                )
 
 
 @pytest.mark.parametrize("action", [{}, [], ["approve"], {"approve": True}, None, 1, True])
-def test_a_batch_action_of_the_wrong_type_fails_that_operation_only(server: Server, agent: Agent, action: Any) -> None:
+def test_a_batch_action_of_the_wrong_type_fails_that_operation_only(
+    server: Server, agent: Agent, action: Any
+) -> None:
     grant = request_grant(server, agent)
     with server.admin() as http:
-        r = http.post("/api/grants/batch", json={"operations": [{"id": grant["id"], "action": action},
-                                                                {"id": grant["id"], "action": "deny"}]})
+        r = http.post(
+            "/api/grants/batch",
+            json={
+                "operations": [{"id": grant["id"], "action": action}, {"id": grant["id"], "action": "deny"}]
+            },
+        )
     assert r.status_code == 200, r.text
     failed, denied = r.json()["results"]
     assert failed["success"] is False and failed["error"]["field"] == "action" and failed["action"] is None
     assert denied["success"] is True and denied["status"] == "denied"
 
 
-@pytest.mark.parametrize("expires_at", [1e30, 10**30, -(10**30), 1.5, "9" * 5000, "+275760-09-13T00:00:00Z", [], {}])
+@pytest.mark.parametrize(
+    "expires_at", [1e30, 10**30, -(10**30), 1.5, "9" * 5000, "+275760-09-13T00:00:00Z", [], {}]
+)
 def test_absurd_delegation_expiries_are_400(server: Server, agent: Agent, expires_at: Any) -> None:
     with server.admin() as http:
-        r = http.post("/api/delegations", json={"delegate": agent.email, "audience": "x", "expires_at": expires_at})
+        r = http.post(
+            "/api/delegations", json={"delegate": agent.email, "audience": "x", "expires_at": expires_at}
+        )
     bad_request(r, field="expires_at")
 
 
 # -- 2. identifiers refuse control and format characters (D12) -------------------------------------
 
 BAD_CHARACTERS = {
-    "NUL": "\x00", "ESC": "\x1b", "BEL": "\x07", "LF": "\n", "CR": "\r", "TAB": "\t", "DEL": "\x7f", "NEL": "\x85",
-    "RLO": "\u202e", "ZWSP": "\u200b", "BOM": "\ufeff", "LRI": "\u2066", "SHY": "\u00ad", "LSEP": "\u2028",
+    "NUL": "\x00",
+    "ESC": "\x1b",
+    "BEL": "\x07",
+    "LF": "\n",
+    "CR": "\r",
+    "TAB": "\t",
+    "DEL": "\x7f",
+    "NEL": "\x85",
+    "RLO": "\u202e",
+    "ZWSP": "\u200b",
+    "BOM": "\ufeff",
+    "LRI": "\u2066",
+    "SHY": "\u00ad",
+    "LSEP": "\u2028",
 }
 
 
@@ -225,10 +305,20 @@ IDENTIFIER_CASES = [
     # (route, field, a good value, the body around it, credential)
     ("POST /api/agent/enroll", "email", "x@example.com", {"name": "n"}, "management"),
     ("POST /api/agent/enroll", "name", "Deploy bot", {"email": "x@example.com"}, "management"),
-    ("POST /api/agent/enroll", "owner", "owner@example.com", {"email": "x@example.com", "name": "n", "publicKey": "{key}"},
-     "management"),
-    ("POST /api/admin/agents", "approver", "appr@example.com", {"email": "x@example.com", "name": "n", "publicKey": "{key}"},
-     "management"),
+    (
+        "POST /api/agent/enroll",
+        "owner",
+        "owner@example.com",
+        {"email": "x@example.com", "name": "n", "publicKey": "{key}"},
+        "management",
+    ),
+    (
+        "POST /api/admin/agents",
+        "approver",
+        "appr@example.com",
+        {"email": "x@example.com", "name": "n", "publicKey": "{key}"},
+        "management",
+    ),
     ("PUT /api/admin/agents/{agent}", "name", "Renamed", {}, "management"),
     ("PUT /api/admin/agents/{agent}", "owner", "owner@example.com", {}, "management"),
     ("PUT /api/admin/agents/{agent}", "approver", "appr@example.com", {}, "management"),
@@ -238,9 +328,21 @@ IDENTIFIER_CASES = [
     ("POST /api/grants", "permissions", ["deploy:web"], grant_body(command=None), "agent"),
     ("POST /api/grants", "requester", "{email}", grant_body(), "management"),
     ("POST /api/delegations", "delegate", "{email}", {"audience": "x"}, "management"),
-    ("POST /api/delegations", "delegator", "admin@example.com", {"audience": "x", "delegate": "{email}"}, "management"),
+    (
+        "POST /api/delegations",
+        "delegator",
+        "admin@example.com",
+        {"audience": "x", "delegate": "{email}"},
+        "management",
+    ),
     ("POST /api/delegations", "audience", "escapes", {"delegate": "{email}"}, "management"),
-    ("POST /api/delegations", "scopes", ["command:ls"], {"delegate": "{email}", "audience": "x"}, "management"),
+    (
+        "POST /api/delegations",
+        "scopes",
+        ["command:ls"],
+        {"delegate": "{email}", "audience": "x"},
+        "management",
+    ),
     ("POST /api/agent/challenge", "agent_id", "{email}", {}, "none"),
     ("POST /api/agent/challenge", "id", "{email}", {}, "none"),
 ]
@@ -248,7 +350,11 @@ IDENTIFIER_CASES = [
 
 def _fill(value: Any, agent: Agent) -> Any:
     if isinstance(value, str):
-        return value.replace("{email}", agent.email).replace("{agent}", agent.agent_id).replace("{key}", agent.public_key)
+        return (
+            value.replace("{email}", agent.email)
+            .replace("{agent}", agent.agent_id)
+            .replace("{key}", agent.public_key)
+        )
     if isinstance(value, list):
         return [_fill(v, agent) for v in value]
     if isinstance(value, dict):
@@ -256,22 +362,36 @@ def _fill(value: Any, agent: Agent) -> Any:
     return value
 
 
-@pytest.mark.parametrize(("route", "field", "good", "around", "credential"), IDENTIFIER_CASES,
-                         ids=[f"{c[0].split()[1]}:{c[1]}" for c in IDENTIFIER_CASES])
+@pytest.mark.parametrize(
+    ("route", "field", "good", "around", "credential"),
+    IDENTIFIER_CASES,
+    ids=[f"{c[0].split()[1]}:{c[1]}" for c in IDENTIFIER_CASES],
+)
 @pytest.mark.parametrize("char", list(BAD_CHARACTERS.values()), ids=list(BAD_CHARACTERS))
 def test_identifiers_refuse_control_and_format_characters(
-    server: Server, agent: Agent, route: str, field: str, good: Any, around: dict[str, Any], credential: str, char: str
+    server: Server,
+    agent: Agent,
+    route: str,
+    field: str,
+    good: Any,
+    around: dict[str, Any],
+    credential: str,
+    char: str,
 ) -> None:
     method, path = route.split()
     good = _fill(good, agent)
-    where = "end" if char in "\n\r\t" else "middle"  # "root\n": a trailing newline must not slip past a pattern
+    where = (
+        "end" if char in "\n\r\t" else "middle"
+    )  # "root\n": a trailing newline must not slip past a pattern
     bad = [_with(good[0], char, where)] if isinstance(good, list) else _with(good, char, where)
     body = {**_fill(around, agent), field: bad}
     token = {"management": server.token, "agent": agent.token, "none": None}[credential]
     with server.client(token) as http:
         r = http.request(method, _fill(path, agent), json=body)
     body = bad_request(r, field=field)
-    assert "control or format characters" in body["detail"] or (char == "\x00" and "NUL" in body["detail"]), body
+    assert "control or format characters" in body["detail"] or (char == "\x00" and "NUL" in body["detail"]), (
+        body
+    )
 
 
 def test_identifiers_without_such_characters_still_pass(server: Server, agent: Agent, tmp_path: Path) -> None:
@@ -280,7 +400,10 @@ def test_identifiers_without_such_characters_still_pass(server: Server, agent: A
     assert other.token
     request_grant(server, agent, run_as="www-data", target_host="web-1.example.com", audience="escapes:ünï")
     with server.admin() as http:
-        r = http.post("/api/delegations", json={"delegate": agent.email, "audience": "nowhere", "scopes": ["command:ls"]})
+        r = http.post(
+            "/api/delegations",
+            json={"delegate": agent.email, "audience": "nowhere", "scopes": ["command:ls"]},
+        )
     assert r.status_code == 201, r.text
 
 
@@ -293,8 +416,10 @@ def test_run_as_must_be_a_user_name_as_a_whole(server: Server, agent: Agent, run
 @pytest.mark.parametrize("email", ["a@example.com\n", "a@b@c", "a b@example.com", "@example.com", "a@"])
 def test_e_mails_must_match_as_a_whole(server: Server, agent: Agent, email: str) -> None:
     with server.admin() as http:
-        bad_request(http.post("/api/agent/enroll", json={"email": email, "name": "n", "publicKey": agent.public_key}),
-                    field="email")
+        bad_request(
+            http.post("/api/agent/enroll", json={"email": email, "name": "n", "publicKey": agent.public_key}),
+            field="email",
+        )
 
 
 def test_reasons_keep_newlines_and_tabs_but_nothing_else(server: Server, agent: Agent) -> None:
@@ -305,7 +430,9 @@ def test_reasons_keep_newlines_and_tabs_but_nothing_else(server: Server, agent: 
             bad_request(http.post("/api/grants", json=grant_body(reason=f"deploy{char}now")), field="reason")
         grant = request_grant(server, agent)
         with server.admin() as http:
-            bad_request(http.post(f"/api/grants/{grant['id']}/deny", json={"reason": f"no{char}"}), field="reason")
+            bad_request(
+                http.post(f"/api/grants/{grant['id']}/deny", json={"reason": f"no{char}"}), field="reason"
+            )
 
 
 # -- 3. logs are escaped -------------------------------------------------------------------------
@@ -325,8 +452,14 @@ def raw_request(port: int, data: bytes) -> bytes:
                 break
             answer += chunk
             head, sep, body = answer.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), None)
+            length = next(
+                (
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                None,
+            )
             if sep and length is not None and len(body) >= length:
                 break
     return answer
@@ -343,10 +476,19 @@ HOSTILE_REQUESTS = [
     (b"GET /a\x07b\x08c\x7f HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     (b"GET /\xe2\x80\xaeevil HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     (b"G\x1b[31mET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", None),
-    (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-ID: a\x1b[31mb\r\nX-Forwarded-For: 1.2.3.4\x1b\r\n\r\n", 200),
+    (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Request-ID: a\x1b[31mb\r\nX-Forwarded-For: 1.2.3.4\x1b\r\n\r\n",
+        200,
+    ),
     (b"GET /api/me HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \x1b[31m\x07\xff\r\n\r\n", 401),
-    (b"GET /api/grants/%1b%5b31m HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \x1b\r\nIf-None-Match: \x1b\r\n\r\n", 401),
-    (b"POST /api/agent/challenge HTTP/1.1\r\nHost: x\r\nContent-Type: \x1b\r\nContent-Length: 16\r\n\r\n{\"agent_id\":\"\x1b\"}", 400),
+    (
+        b"GET /api/grants/%1b%5b31m HTTP/1.1\r\nHost: x\r\nLast-Event-ID: \x1b\r\nIf-None-Match: \x1b\r\n\r\n",
+        401,
+    ),
+    (
+        b'POST /api/agent/challenge HTTP/1.1\r\nHost: x\r\nContent-Type: \x1b\r\nContent-Length: 16\r\n\r\n{"agent_id":"\x1b"}',
+        400,
+    ),
     (b"garbage\x1b[31m\r\n\r\n", 400),
 ]
 
@@ -383,8 +525,15 @@ def test_the_text_log_escapes_messages_and_tracebacks_but_keeps_traceback_lines(
         raise ValueError("boom \x1b[31m\u202e")
     except ValueError:
         exc_info = sys.exc_info()
-    record = logging.LogRecord("grantd", logging.ERROR, __file__, 1, "unhandled error on %s %s",
-                               ("G\x1bET", "/a\nb\x00\ud800"), exc_info)
+    record = logging.LogRecord(
+        "grantd",
+        logging.ERROR,
+        __file__,
+        1,
+        "unhandled error on %s %s",
+        ("G\x1bET", "/a\nb\x00\ud800"),
+        exc_info,
+    )
     record.request_id = "rid\x1b"
     text = TextFormatter().format(record)
     assert "G\\x1bET /a\\nb\\x00\\ud800" in text and "rid=rid\\x1b" in text

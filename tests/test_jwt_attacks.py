@@ -58,7 +58,9 @@ def b64url_decode(segment: str) -> bytes:
     return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
 
 
-def compact(header: dict[str, Any], payload: dict[str, Any] | str, sign: Callable[[bytes], bytes] | None) -> str:
+def compact(
+    header: dict[str, Any], payload: dict[str, Any] | str, sign: Callable[[bytes], bytes] | None
+) -> str:
     """A JWS compact serialisation of exactly these bytes (payload may be raw JSON text)."""
     body = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     signing_input = f"{b64url(json.dumps(header, separators=(',', ':')).encode())}.{b64url(body.encode())}"
@@ -117,13 +119,18 @@ class Kit:
         return compact({k: v for k, v in full.items() if v is not None}, payload, self.foreign.sign)
 
     def public_x(self) -> str:
-        raw = self.private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        raw = self.private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
         return b64url(raw)
 
 
 def _hs256(kit: Kit, kind: str, secret: bytes) -> str:
-    return compact({"alg": "HS256", "typ": "JWT", "kid": kit.kid}, kit.claims(kind),
-                   lambda data: hmac.new(secret, data, hashlib.sha256).digest())
+    return compact(
+        {"alg": "HS256", "typ": "JWT", "kid": kit.kid},
+        kit.claims(kind),
+        lambda data: hmac.new(secret, data, hashlib.sha256).digest(),
+    )
 
 
 def _swap_header(token: str, **changes: Any) -> str:
@@ -151,7 +158,9 @@ def _other_signature(kit: Kit, kind: str) -> str:
 def _with_signature_chars(kit: Kit, kind: str) -> str:
     """A token of ours (fresh jti) whose signature segment contains '-' or '_'."""
     for _ in range(200):
-        token = kit.ours({**kit.claims(kind), "jti": b64url(hashlib.sha256(str(time.monotonic_ns()).encode()).digest())})
+        token = kit.ours(
+            {**kit.claims(kind), "jti": b64url(hashlib.sha256(str(time.monotonic_ns()).encode()).digest())}
+        )
         if set(token.split(".")[2]) & {"-", "_"}:
             return token
     raise AssertionError("no signature with - or _ in 200 tries")
@@ -182,7 +191,11 @@ def _duplicate(key: str) -> Callable[[Kit, str], str]:
             claims[key] = "x"
         real = claims.pop(key)
         rest = json.dumps(claims, separators=(",", ":"))[1:-1]
-        text = "{" + f"{json.dumps(key)}:{json.dumps('attacker@example.com')},{rest},{json.dumps(key)}:{json.dumps(real)}" + "}"
+        text = (
+            "{"
+            + f"{json.dumps(key)}:{json.dumps('attacker@example.com')},{rest},{json.dumps(key)}:{json.dumps(real)}"
+            + "}"
+        )
         return kit.ours(text)
 
     return make
@@ -213,7 +226,9 @@ def _main_claim(value: Any) -> Callable[[Kit, str], str]:
 
 
 def _ec_signed(kit: Kit, kind: str) -> str:
-    return jwt.encode(kit.claims(kind), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": kit.kid})
+    return jwt.encode(
+        kit.claims(kind), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256", headers={"kid": kit.kid}
+    )
 
 
 def _rsa_signed(kit: Kit, kind: str) -> str:
@@ -228,12 +243,17 @@ def _foreign_jwk(kit: Kit) -> dict[str, Any]:
 
 VARIANTS: dict[str, Callable[[Kit, str], str]] = {
     "alg none": lambda kit, kind: compact({"alg": "none", "typ": "JWT"}, kit.claims(kind), None),
-    "alg none with our kid": lambda kit, kind: compact({"alg": "none", "typ": "JWT", "kid": kit.kid}, kit.claims(kind), None),
+    "alg none with our kid": lambda kit, kind: compact(
+        {"alg": "none", "typ": "JWT", "kid": kit.kid}, kit.claims(kind), None
+    ),
     "alg None (capitalised) with a signature": lambda kit, kind: _swap_header(kit.tokens[kind], alg="None"),
     "HS256 keyed with our public key (JWK x)": lambda kit, kind: _hs256(kit, kind, kit.public_x().encode()),
-    "HS256 keyed with our raw public key bytes": lambda kit, kind: _hs256(kit, kind, b64url_decode(kit.public_x())),
-    "HS256 keyed with our JWK as JSON": lambda kit, kind: _hs256(kit, kind, json.dumps(
-        {"kty": "OKP", "crv": "Ed25519", "x": kit.public_x()}).encode()),
+    "HS256 keyed with our raw public key bytes": lambda kit, kind: _hs256(
+        kit, kind, b64url_decode(kit.public_x())
+    ),
+    "HS256 keyed with our JWK as JSON": lambda kit, kind: _hs256(
+        kit, kind, json.dumps({"kty": "OKP", "crv": "Ed25519", "x": kit.public_x()}).encode()
+    ),
     "header alg ES256, original signature": lambda kit, kind: _swap_header(kit.tokens[kind], alg="ES256"),
     "header alg RS256, original signature": lambda kit, kind: _swap_header(kit.tokens[kind], alg="RS256"),
     "ES256 signed by a P-256 key under our kid": _ec_signed,
@@ -241,32 +261,46 @@ VARIANTS: dict[str, Callable[[Kit, str], str]] = {
     "unknown kid, foreign key": lambda kit, kind: kit.by_foreign(kit.claims(kind), kid="key-nobody"),
     "our kid, foreign key": lambda kit, kind: kit.by_foreign(kit.claims(kind)),
     "missing kid (our key)": lambda kit, kind: kit.ours(kit.claims(kind), kid=None),
-    "kid null (our key)": lambda kit, kind: compact({"alg": "EdDSA", "typ": "JWT", "kid": None}, kit.claims(kind), kit.private.sign),
+    "kid null (our key)": lambda kit, kind: compact(
+        {"alg": "EdDSA", "typ": "JWT", "kid": None}, kit.claims(kind), kit.private.sign
+    ),
     "kid a number (our key)": lambda kit, kind: kit.ours(kit.claims(kind), kid=1),
-    "kid path traversal (our key)": lambda kit, kind: kit.ours(kit.claims(kind), kid="../../../../../../etc/passwd"),
+    "kid path traversal (our key)": lambda kit, kind: kit.ours(
+        kit.claims(kind), kid="../../../../../../etc/passwd"
+    ),
     "kid SQL text (our key)": lambda kit, kind: kit.ours(kit.claims(kind), kid="' OR '1'='1' -- "),
     "kid ours plus SQL (our key)": lambda kit, kind: kit.ours(kit.claims(kind), kid=kit.kid + "' OR 1=1 --"),
     "jku pointing elsewhere (foreign key)": lambda kit, kind: kit.by_foreign(
-        kit.claims(kind), kid="attacker", jku=kit.sink.url + "/jwks.json"),
+        kit.claims(kind), kid="attacker", jku=kit.sink.url + "/jwks.json"
+    ),
     "x5u pointing elsewhere (foreign key)": lambda kit, kind: kit.by_foreign(
-        kit.claims(kind), kid="attacker", x5u=kit.sink.url + "/cert.pem"),
-    "embedded jwk (foreign key)": lambda kit, kind: kit.by_foreign(kit.claims(kind), kid="attacker", jwk=_foreign_jwk(kit)),
+        kit.claims(kind), kid="attacker", x5u=kit.sink.url + "/cert.pem"
+    ),
+    "embedded jwk (foreign key)": lambda kit, kind: kit.by_foreign(
+        kit.claims(kind), kid="attacker", jwk=_foreign_jwk(kit)
+    ),
     "embedded jwk under our kid (foreign key)": lambda kit, kind: kit.by_foreign(
-        kit.claims(kind), jwk={**_foreign_jwk(kit), "kid": kit.kid}, jku=kit.sink.url + "/jwks.json"),
+        kit.claims(kind), jwk={**_foreign_jwk(kit), "kid": kit.kid}, jku=kit.sink.url + "/jwks.json"
+    ),
     "crit names an unknown extension (our key)": lambda kit, kind: kit.ours(
-        kit.claims(kind), crit=["urn:example:must-understand"], **{"urn:example:must-understand": True}),
+        kit.claims(kind), crit=["urn:example:must-understand"], **{"urn:example:must-understand": True}
+    ),
     "crit names exp (our key, exp in the past)": lambda kit, kind: kit.ours(
-        {**kit.claims(kind), "exp": kit.srv.clock.now_s() - 600}, crit=["exp"]),
+        {**kit.claims(kind), "exp": kit.srv.clock.now_s() - 600}, crit=["exp"]
+    ),
     "expired (our key)": _claim(iat=lambda now: now - 7200, exp=lambda now: now - 3600),
     "expired by one second (our key)": _claim(exp=lambda now: now - 1),
     "exp as a string (our key)": _claim(exp=lambda now: str(now + 600)),
     "nbf an hour in the future (our key)": _claim(nbf=lambda now: now + 3600),
     "iat an hour in the future (our key)": _claim(iat=lambda now: now + 3600, exp=lambda now: now + 7200),
     "wrong iss (our key)": _claim(iss="https://evil.example.com"),
-    "iss with a trailing slash (our key)": lambda kit, kind: kit.ours({**kit.claims(kind), "iss": kit.claims(kind)["iss"] + "/"}),
+    "iss with a trailing slash (our key)": lambda kit, kind: kit.ours(
+        {**kit.claims(kind), "iss": kit.claims(kind)["iss"] + "/"}
+    ),
     "wrong aud (our key)": _claim(aud="someone-else"),
     "aud as a list with ours and another (our key)": lambda kit, kind: kit.ours(
-        {**kit.claims(kind), "aud": [kit.claims(kind)["aud"], "someone-else"]}),
+        {**kit.claims(kind), "aud": [kit.claims(kind)["aud"], "someone-else"]}
+    ),
     "missing exp (our key)": _without("exp"),
     "missing iss (our key)": _without("iss"),
     "missing sub (our key)": _without("sub"),
@@ -305,8 +339,9 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
         k = Kit(srv, key.private, key.kid, sink)
         agent = world.agents["self"]
         k.tokens["identity"] = agent.token
-        token, grant_id = world.approved(agent, target_host=HOST, audience="escapes", command=ARGV,
-                                         grant_type="timed", duration=3600)
+        token, grant_id = world.approved(
+            agent, target_host=HOST, audience="escapes", command=ARGV, grant_type="timed", duration=3600
+        )
         k.tokens["authz"], k.grant_id = token, grant_id
         yield k
         assert sink.connections == 0, "a verifier followed a jku/x5u header"
@@ -399,8 +434,9 @@ def test_tokens_of_a_retired_and_dropped_key_are_refused_everywhere(tmp_path: Pa
         world = build_world(srv)
         old = srv.call(srv.services.keyring.signing_key())
         agent = world.agents["self"]
-        authz, grant_id = world.approved(agent, target_host=HOST, audience="escapes", command=ARGV,
-                                         grant_type="always")
+        authz, grant_id = world.approved(
+            agent, target_host=HOST, audience="escapes", command=ARGV, grant_type="always"
+        )
         identity_claims = jwt.decode(agent.token, options={"verify_signature": False})
         authz_claims = jwt.decode(authz, options={"verify_signature": False})
         srv.call(srv.services.keyring.rotate())
@@ -411,7 +447,9 @@ def test_tokens_of_a_retired_and_dropped_key_are_refused_everywhere(tmp_path: Pa
             assert old.kid not in {k["kid"] for k in http.get("/.well-known/jwks.json").json()["keys"]}
         now = srv.clock.now_s()
         fresh = {"iat": now, "exp": now + 600}
-        identity = jwt.encode({**identity_claims, **fresh}, old.private, algorithm="EdDSA", headers={"kid": old.kid})
+        identity = jwt.encode(
+            {**identity_claims, **fresh}, old.private, algorithm="EdDSA", headers={"kid": old.kid}
+        )
         late = jwt.encode({**authz_claims, **fresh}, old.private, algorithm="EdDSA", headers={"kid": old.kid})
         new_identity = world.sign_in(agent)  # the agent itself still signs in (with the new key)
         with srv.client(new_identity) as http:
@@ -438,12 +476,18 @@ def test_tokens_in_flight_die_when_their_key_is_revoked(tmp_path: Path) -> None:
     try:
         world = build_world(srv)
         agent = world.agents["self"]
-        authz, grant_id = world.approved(agent, target_host=HOST, audience="escapes", command=ARGV,
-                                         grant_type="timed", duration=3600)
+        authz, grant_id = world.approved(
+            agent, target_host=HOST, audience="escapes", command=ARGV, grant_type="timed", duration=3600
+        )
         kid = jwt.get_unverified_header(authz)["kid"]
-        done = subprocess.run([sys.executable, "-m", "grantd", "keys", "revoke", kid, "--config", str(srv.config_path)],
-                              cwd=srv.directory, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-m", "grantd", "keys", "revoke", kid, "--config", str(srv.config_path)],
+            cwd=srv.directory,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert done.returncode == 0, done.stderr
         srv.clock.advance(2)  # "in every server process within a second"
         with srv.client(agent.token) as http:
@@ -453,14 +497,19 @@ def test_tokens_in_flight_die_when_their_key_is_revoked(tmp_path: Path) -> None:
         with srv.client() as http:
             assert http.post("/api/grants/verify", json={"token": authz}).json()["valid"] is False
             assert kid not in {k["kid"] for k in http.get("/.well-known/jwks.json").json()["keys"]}
-        target = make_target(tmp_path / "target", [jwt.decode(authz, options={"verify_signature": False})["iss"]],
-                             allowed_audiences=["escapes"])
+        target = make_target(
+            tmp_path / "target",
+            [jwt.decode(authz, options={"verify_signature": False})["iss"]],
+            allowed_audiences=["escapes"],
+        )
         result = elevate(target, ARGV, token=authz)
         assert result.returncode == 5 and result.stdout.strip() != "0", result.stderr
         world.sign_in(agent)
         with srv.client(agent.token) as http:
             assert http.get("/api/me").status_code == 200
-            assert http.post(f"/api/grants/{grant_id}/token").status_code == 200  # grants survive; tokens are re-minted
+            assert (
+                http.post(f"/api/grants/{grant_id}/token").status_code == 200
+            )  # grants survive; tokens are re-minted
     finally:
         srv.stop()
 
@@ -484,8 +533,13 @@ def test_a_key_made_elsewhere_never_reaches_the_jwks(kit: Kit) -> None:
 # the kind's own place: the `typ` is checked, not only the claims.
 
 PLACES = ("bearer", "userinfo", "consume", "verify")
-BELONGS = {("identity", "bearer"), ("access", "bearer"), ("access", "userinfo"), ("authz", "consume"),
-           ("authz", "verify")}
+BELONGS = {
+    ("identity", "bearer"),
+    ("access", "bearer"),
+    ("access", "userinfo"),
+    ("authz", "consume"),
+    ("authz", "verify"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -524,7 +578,9 @@ def test_each_kind_is_minted_with_its_typ(kinds: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("kind", ["identity", "authz", "access", "id"])
 @pytest.mark.parametrize("place", PLACES)
-def test_a_kind_is_accepted_only_where_it_belongs(kit: Kit, kinds: dict[str, str], kind: str, place: str) -> None:
+def test_a_kind_is_accepted_only_where_it_belongs(
+    kit: Kit, kinds: dict[str, str], kind: str, place: str
+) -> None:
     assert accepted_at(kit, place, kinds[kind]) is ((kind, place) in BELONGS)
 
 
@@ -533,11 +589,15 @@ SWAPPED_TYP = {"identity": "at+jwt", "authz": "at+jwt", "access": "JWT", "id": "
 
 @pytest.mark.parametrize("spelling", ["swapped", "missing", "media type of the other kind"])
 @pytest.mark.parametrize("kind", ["identity", "authz", "access", "id"])
-def test_a_kinds_claims_under_another_typ_are_refused_everywhere(kit: Kit, kinds: dict[str, str], kind: str,
-                                                                 spelling: str) -> None:
+def test_a_kinds_claims_under_another_typ_are_refused_everywhere(
+    kit: Kit, kinds: dict[str, str], kind: str, spelling: str
+) -> None:
     claims = jwt.decode(kinds[kind], options={"verify_signature": False})
-    typ = {"swapped": SWAPPED_TYP[kind], "missing": None,
-           "media type of the other kind": "application/" + SWAPPED_TYP[kind]}[spelling]
+    typ = {
+        "swapped": SWAPPED_TYP[kind],
+        "missing": None,
+        "media type of the other kind": "application/" + SWAPPED_TYP[kind],
+    }[spelling]
     token = kit.ours(claims, typ=typ)
     assert all(not accepted_at(kit, place, token) for place in PLACES)
     # the same claims under the kind's own typ (media-type spelling too) are accepted: the typ decided
@@ -547,8 +607,9 @@ def test_a_kinds_claims_under_another_typ_are_refused_everywhere(kit: Kit, kinds
         assert all(accepted_at(kit, place, kit.ours(claims, typ=spelled)) for place in places)
 
 
-def test_an_authz_jwt_typed_as_an_access_token_is_refused_by_elevate(kit: Kit, kinds: dict[str, str],
-                                                                     target: Target) -> None:
+def test_an_authz_jwt_typed_as_an_access_token_is_refused_by_elevate(
+    kit: Kit, kinds: dict[str, str], target: Target
+) -> None:
     claims = jwt.decode(kinds["authz"], options={"verify_signature": False})
     result = elevate(target, ARGV, token=kit.ours(claims, typ="at+jwt"))
     assert result.returncode == 5 and result.stdout.strip() != "0", (result.stdout, result.stderr)
@@ -601,8 +662,13 @@ APPROVALS_REFUSALS = {
 @pytest.fixture(scope="module")
 def quorum_target(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> Target:
     claims = kit.claims("authz")
-    return make_target(tmp_path_factory.mktemp("elevate-quorum"), [claims["iss"]], allowed_audiences=["escapes"],
-                       allowed_approvers=[claims["decided_by"], "second-approver@example.com"], min_approvals=2)
+    return make_target(
+        tmp_path_factory.mktemp("elevate-quorum"),
+        [claims["iss"]],
+        allowed_audiences=["escapes"],
+        allowed_approvers=[claims["decided_by"], "second-approver@example.com"],
+        min_approvals=2,
+    )
 
 
 def test_two_signed_approvals_meet_the_hosts_quorum(kit: Kit, quorum_target: Target) -> None:

@@ -42,7 +42,10 @@ def test_rotation_signs_with_the_new_key_at_once_and_old_tokens_keep_verifying(s
     with srv.client(old_token) as http:
         assert http.get("/api/me").status_code == 200
 
-    states = {k["kid"]: k["state"] for k in json.loads(srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout)}
+    states = {
+        k["kid"]: k["state"]
+        for k in json.loads(srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout)
+    }
     assert states == {rotated["kid"]: "active", old_kid: "published"}
 
 
@@ -58,8 +61,10 @@ def test_keys_survive_a_restart(server_factory, tmp_path):
         assert http.get("/api/me").status_code == 200
 
 
-@pg.sqlite_only("grantd db backup through VACUUM INTO, read back with sqlite3 (PostgreSQL's pg_dump backup: "
-                "tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)")
+@pg.sqlite_only(
+    "grantd db backup through VACUUM INTO, read back with sqlite3 (PostgreSQL's pg_dump backup: "
+    "tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)"
+)
 def test_db_backup_writes_a_usable_copy(server_factory, tmp_path):
     import sqlite3
 
@@ -101,7 +106,9 @@ def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
     # its own thread and loop: another test in this worker may have left an event loop running here
     with ThreadPoolExecutor(1) as pool:
         forged = pool.submit(asyncio.run, forge()).result()
-    revoked = json.loads(srv.grantd("keys", "revoke", old_kid, "--json", "--config", str(srv.config_path)).stdout)
+    revoked = json.loads(
+        srv.grantd("keys", "revoke", old_kid, "--json", "--config", str(srv.config_path)).stdout
+    )
     assert revoked["revoked"] == old_kid and revoked["new_active_kid"] not in (None, old_kid)
     # Every process re-reads its key list at least once a second (KeyRing.REFRESH_MS): within that,
     # requests on fresh connections (spread over both workers) must all be refused.

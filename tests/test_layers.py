@@ -59,30 +59,58 @@ class Part:
 
 CLIENT_PARTS = (
     # The dispatcher itself: it names its subcommands' modules as strings, imports only the one it runs.
-    Part("the grantd dispatcher", ("grantd.cli",), ("grantd",),
-         (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
+    Part(
+        "the grantd dispatcher",
+        ("grantd.cli",),
+        ("grantd",),
+        (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography"),
+    ),
     # The agent CLI: a client of the HTTP interface (httpx, cryptography for its key); it shows what the
     # server sends with the one escaping rule (grantd.core.display, pure standard library; D18).
-    Part("the agent CLI", ("grantd.agent", "grantd.agent.*"),
-         ("grantd", "grantd.core", "grantd.core.display", "grantd.client", "grantd.client.*"),
-         (*SERVER_THIRD_PARTY, "textual")),
+    Part(
+        "the agent CLI",
+        ("grantd.agent", "grantd.agent.*"),
+        ("grantd", "grantd.core", "grantd.core.display", "grantd.client", "grantd.client.*"),
+        (*SERVER_THIRD_PARTY, "textual"),
+    ),
     # The client library the agent CLI, the console and `grantd login` share (problems, SSE, private
     # files): the standard library and the escaping rule only, so each client stays as light as it was.
-    Part("the client library", ("grantd.client", "grantd.client.*"), ("grantd", "grantd.core", "grantd.core.display"),
-         (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography")),
+    Part(
+        "the client library",
+        ("grantd.client", "grantd.client.*"),
+        ("grantd", "grantd.core", "grantd.core.display"),
+        (*SERVER_THIRD_PARTY, "textual", "httpx", "pluggy", "jwt", "cryptography"),
+    ),
     # The elevation tool runs as root: itself, its hook spec, the digest and its built-in check plugin;
     # the receipt format (grantd.receipts, with grantd.sshkeys) when it signs a receipt (D14 "Hosts");
     # the DPoP verifier (grantd.dpop) when a bound AuthZ-JWT comes with a proof (D16).
-    Part("the elevation tool", ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
-         ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys", "grantd.dpop"),
-         (*SERVER_THIRD_PARTY, "textual")),
+    Part(
+        "the elevation tool",
+        ("grantd.elevate", "grantd.elevate.*", "grantd.plugins.elevate_default"),
+        ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys", "grantd.dpop"),
+        (*SERVER_THIRD_PARTY, "textual"),
+    ),
     # The approver console reads the URL and token from the server's config file (grantd.config,
     # which checks the whole file: its key checks and the approval-policy parser are pure core code).
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
-    Part("the approver console", ("grantd.tui", "grantd.tui.*"),
-         ("grantd", "grantd.config", "grantd.config.*", "grantd.client_address", "grantd.core", "grantd.core.display",
-          "grantd.core.config_keys", "grantd.core.review", "grantd.core.review.*", "grantd.core.lifecycle",
-          "grantd.client", "grantd.client.*")),
+    Part(
+        "the approver console",
+        ("grantd.tui", "grantd.tui.*"),
+        (
+            "grantd",
+            "grantd.config",
+            "grantd.config.*",
+            "grantd.client_address",
+            "grantd.core",
+            "grantd.core.display",
+            "grantd.core.config_keys",
+            "grantd.core.review",
+            "grantd.core.review.*",
+            "grantd.core.lifecycle",
+            "grantd.client",
+            "grantd.client.*",
+        ),
+    ),
 )
 
 
@@ -96,9 +124,24 @@ class Layer:
 
 
 SERVER_LAYERS = (
-    Layer("entry points and clients", ("grantd.__main__", "grantd.cli", "grantd.cli.*", "grantd.agent", "grantd.agent.*",
-                                       "grantd.tui", "grantd.tui.*", "grantd.elevate", "grantd.elevate.*",
-                                       "grantd.testing", "grantd.testing.*", "grantd.client", "grantd.client.*")),
+    Layer(
+        "entry points and clients",
+        (
+            "grantd.__main__",
+            "grantd.cli",
+            "grantd.cli.*",
+            "grantd.agent",
+            "grantd.agent.*",
+            "grantd.tui",
+            "grantd.tui.*",
+            "grantd.elevate",
+            "grantd.elevate.*",
+            "grantd.testing",
+            "grantd.testing.*",
+            "grantd.client",
+            "grantd.client.*",
+        ),
+    ),
     Layer("web", ("grantd.web", "grantd.web.*")),
     Layer("plugins", ("grantd.plugins", "grantd.plugins.*")),
     Layer("sp", ("grantd.sp", "grantd.sp.*")),
@@ -107,14 +150,27 @@ SERVER_LAYERS = (
     # What every server part stands on: config, plugin loading and hook specs (the elevation tool's
     # hook spec and what a token's approvals mean, grantd.elevate.approvals, are shared with its
     # built-in plugin), logging, small pure helpers.
-    Layer("platform", ("grantd.plugin_manager", "grantd.hookspecs", "grantd.elevate.hookspecs",
-                       "grantd.elevate.approvals", "grantd.config",
-                       "grantd.config.*", "grantd.logs", "grantd.client_address", "grantd.commands")),
+    Layer(
+        "platform",
+        (
+            "grantd.plugin_manager",
+            "grantd.hookspecs",
+            "grantd.elevate.hookspecs",
+            "grantd.elevate.approvals",
+            "grantd.config",
+            "grantd.config.*",
+            "grantd.logs",
+            "grantd.client_address",
+            "grantd.commands",
+        ),
+    ),
     Layer("store", ("grantd.store", "grantd.store.*")),
     # grantd.sshkeys: parsing an OpenSSH public key line, pure (the log's receipts name hosts by one)
     # grantd.receipts: the execution receipts' format (the log checks them, elevate builds them)
     # grantd.dpop: DPoP proofs (RFC 9449; the server and elevate share the one verifier, D16)
-    Layer("core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys", "grantd.receipts", "grantd.dpop")),
+    Layer(
+        "core", ("grantd.core", "grantd.core.*", "grantd", "grantd.sshkeys", "grantd.receipts", "grantd.dpop")
+    ),
 )
 
 
@@ -139,8 +195,10 @@ def upward_imports(graph: tuple[Import, ...]) -> list[str]:
             continue
         source, target = layer_of(imp.source), layer_of(imp.target)
         if source is not None and target is not None and target < source:
-            found.append(f"{imp.source} ({SERVER_LAYERS[source].name}) imports {imp.target} "
-                         f"({SERVER_LAYERS[target].name}) at line {imp.line}")
+            found.append(
+                f"{imp.source} ({SERVER_LAYERS[source].name}) imports {imp.target} "
+                f"({SERVER_LAYERS[target].name}) at line {imp.line}"
+            )
     return sorted(found)
 
 
@@ -210,7 +268,8 @@ def sources() -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _targets(node: ast.Import | ast.ImportFrom, source: str, is_package: bool) -> list[str]:
@@ -236,7 +295,9 @@ def imports() -> tuple[Import, ...]:
     for source, path in sources().items():
         is_package = path.name == "__init__.py"
 
-        def visit(node: ast.AST, module_level: bool, source: str = source, is_package: bool = is_package) -> None:
+        def visit(
+            node: ast.AST, module_level: bool, source: str = source, is_package: bool = is_package
+        ) -> None:
             if isinstance(node, ast.If) and _is_type_checking(node.test):
                 for child in node.orelse:
                     visit(child, module_level)
@@ -245,7 +306,9 @@ def imports() -> tuple[Import, ...]:
                 for target in _targets(node, source, is_package):
                     found.append(Import(source, target, node.lineno, module_level))
                 return
-            inside = module_level and not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            inside = module_level and not isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+            )
             for child in ast.iter_child_nodes(node):
                 visit(child, inside)
 
@@ -276,8 +339,11 @@ def _reach(start: str, graph: tuple[Import, ...]) -> dict[str, list[str]]:
     todo = [start]
     while todo:
         current = todo.pop()
-        following = [t for imp in by_source.get(current, []) for t in (
-            _with_parents(imp.target) if _grantd(imp.target) else [imp.target.split(".")[0]])]
+        following = [
+            t
+            for imp in by_source.get(current, [])
+            for t in (_with_parents(imp.target) if _grantd(imp.target) else [imp.target.split(".")[0]])
+        ]
         for target in following:
             if target not in chains:
                 chains[target] = [*chains[current], target]
@@ -307,8 +373,18 @@ def violations(part: Part, modules: list[str], graph: tuple[Import, ...]) -> lis
 
 def test_the_scan_sees_every_part():
     names = set(sources())
-    assert {"grantd", "grantd.cli", "grantd.cli.server", "grantd.agent.cli", "grantd.client.problems", "grantd.elevate.cli",
-            "grantd.elevate.hookspecs", "grantd.plugins.elevate_default", "grantd.tui.cli", "grantd.hookspecs"} <= names
+    assert {
+        "grantd",
+        "grantd.cli",
+        "grantd.cli.server",
+        "grantd.agent.cli",
+        "grantd.client.problems",
+        "grantd.elevate.cli",
+        "grantd.elevate.hookspecs",
+        "grantd.plugins.elevate_default",
+        "grantd.tui.cli",
+        "grantd.hookspecs",
+    } <= names
     unresolved = {imp.target for imp in imports() if _grantd(imp.target) and imp.target not in names}
     assert not unresolved, f"imports of grantd modules that do not exist: {sorted(unresolved)}"
     for part in CLIENT_PARTS:
@@ -324,12 +400,16 @@ def test_no_import_cycle_hidden_in_functions():
     """An import inside a function that closes a circle is the same circle, only later (issue 21:
     services context <-> authn, web pages <-> api/oauth, web app <-> processes were such)."""
     cycles = import_cycles(imports(), module_level_only=False)
-    assert not cycles, "import cycles (counting imports inside functions):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+    assert not cycles, "import cycles (counting imports inside functions):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
 
 
 def test_every_module_has_one_layer():
     unplaced = sorted(name for name in sources() if layer_of(name) is None)
-    assert not unplaced, f"modules in no layer (add them to SERVER_LAYERS and docs/architecture.md): {unplaced}"
+    assert not unplaced, (
+        f"modules in no layer (add them to SERVER_LAYERS and docs/architecture.md): {unplaced}"
+    )
 
 
 def test_no_layer_imports_a_layer_above_it():
@@ -342,21 +422,28 @@ def test_no_layer_imports_a_layer_above_it():
 def test_the_layer_rules_catch_upward_and_hidden_imports():
     """The checker itself, on made-up graphs: an in-function import upward counts, and so does a
     circle closed inside a function (which the module-level check alone would miss)."""
-    graph = (Import("grantd.services.context", "grantd.oauth.clients", 13, True),
-             Import("grantd.core.review.model", "grantd.config", 26, True),
-             Import("grantd.store", "grantd.web.pages", 5, False),
-             Import("grantd.web.pages", "grantd.services.grants", 3, True))
+    graph = (
+        Import("grantd.services.context", "grantd.oauth.clients", 13, True),
+        Import("grantd.core.review.model", "grantd.config", 26, True),
+        Import("grantd.store", "grantd.web.pages", 5, False),
+        Import("grantd.web.pages", "grantd.services.grants", 3, True),
+    )
     assert upward_imports(graph) == [
         "grantd.core.review.model (core) imports grantd.config (platform) at line 26",
         "grantd.services.context (services) imports grantd.oauth.clients (oauth) at line 13",
         "grantd.store (store) imports grantd.web.pages (web) at line 5",
     ]
-    hidden = (Import("grantd.web.app", "grantd.web.processes", 416, False),
-              Import("grantd.web.processes", "grantd.web.app", 1, True))
+    hidden = (
+        Import("grantd.web.app", "grantd.web.processes", 416, False),
+        Import("grantd.web.processes", "grantd.web.app", 1, True),
+    )
     assert import_cycles(hidden, module_level_only=True) == []
     assert import_cycles(hidden, module_level_only=False) == [["grantd.web.app", "grantd.web.processes"]]
     assert layer_of("grantd.elevate.hookspecs") == layer_of("grantd.hookspecs")
-    assert layer_of("grantd.elevate.cli") == 0 and layer_of("grantd.core.tlog.anything") == len(SERVER_LAYERS) - 1
+    assert (
+        layer_of("grantd.elevate.cli") == 0
+        and layer_of("grantd.core.tlog.anything") == len(SERVER_LAYERS) - 1
+    )
 
 
 @pytest.mark.parametrize("part", CLIENT_PARTS, ids=lambda part: part.name.replace(" ", "-"))
@@ -368,9 +455,11 @@ def test_client_parts_never_reach_server_modules(part):
 def test_the_rules_catch_a_server_import_even_through_an_allowed_module():
     """The checker itself, on a made-up graph: a function-level import counts, and so does a chain."""
     console = CLIENT_PARTS[-1]
-    graph = (Import("grantd.tui.cli", "grantd.config", 39, False),
-             Import("grantd.config", "grantd.services.context", 1, True),
-             Import("grantd.tui.app", "sanic", 3, True))
+    graph = (
+        Import("grantd.tui.cli", "grantd.config", 39, False),
+        Import("grantd.config", "grantd.services.context", 1, True),
+        Import("grantd.tui.app", "sanic", 3, True),
+    )
     assert violations(console, ["grantd.tui.cli", "grantd.tui.app"], graph) == [
         "grantd.tui.app -> sanic",
         "grantd.tui.cli -> grantd.config -> grantd.services",
@@ -392,15 +481,24 @@ runpy.run_module("grantd", run_name="__main__", alter_sys=True)
 @cache
 def _baseline() -> frozenset[str]:
     """What the interpreter loads before any of our code (site, .pth hooks such as the editable finder)."""
-    out = subprocess.run([sys.executable, "-c", "import sys, json; print(json.dumps(sorted(sys.modules)))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return frozenset(json.loads(out.stdout))
 
 
 def loaded_by(*args: str) -> tuple[set[str], str]:
     """The modules `python -m grantd ARGS` has loaded when it exits (beyond the baseline), and stderr."""
-    result = subprocess.run([sys.executable, "-X", "importtime", "-c", PROBE, *args], capture_output=True, text=True,
-                            timeout=60, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     line = next(line for line in result.stderr.splitlines() if line.startswith("MODULES "))
     modules = set(json.loads(line.removeprefix("MODULES "))) - _baseline()
     return modules, result.stderr
@@ -408,12 +506,21 @@ def loaded_by(*args: str) -> tuple[set[str], str]:
 
 def _foreign(modules: set[str], allowed: tuple[str, ...]) -> list[str]:
     """Modules that are neither the standard library nor allowed (``__mp_main__`` & co. are aliases)."""
-    return sorted(m for m in modules if m.split(".")[0] not in sys.stdlib_module_names and not m.startswith("__")
-                  and not _matches(m, allowed))
+    return sorted(
+        m
+        for m in modules
+        if m.split(".")[0] not in sys.stdlib_module_names
+        and not m.startswith("__")
+        and not _matches(m, allowed)
+    )
 
 
 def _slowest(stderr: str, n: int = 8) -> str:
-    rows = [line.split("|") for line in stderr.splitlines() if line.startswith("import time:") and "self [us]" not in line]
+    rows = [
+        line.split("|")
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and "self [us]" not in line
+    ]
     rows.sort(key=lambda row: -int(row[1]))
     return "; ".join(f"{row[2].strip()} {int(row[1]) / 1000:.1f} ms" for row in rows[:n])
 
@@ -436,14 +543,31 @@ def test_grantd_elevate_help_loads_only_the_elevation_tool():
 def test_grantd_elevate_check_config_loads_only_the_tool_its_plugin_and_pluggy(tmp_path):
     tmp_path.chmod(0o755)
     config = tmp_path / "elevate.toml"
-    config.write_text(f'allowed_issuers = ["https://idp.example.com"]\nallowed_approvers = ["*"]\n'
-                      f'audit_log = "{tmp_path / "audit.log"}"\njwks_cache_dir = ""\n')
+    config.write_text(
+        f'allowed_issuers = ["https://idp.example.com"]\nallowed_approvers = ["*"]\n'
+        f'audit_log = "{tmp_path / "audit.log"}"\njwks_cache_dir = ""\n'
+    )
     config.chmod(0o644)
     modules, stderr = loaded_by("elevate", "--config", str(config), "--check-config")
     assert "grantd.plugins.elevate_default" in modules, stderr[-2000:]
-    allowed = (*ELEVATE_MODULES, "grantd.commands", "grantd.plugins", "grantd.plugins.elevate_default", "pluggy", "pluggy.*")
+    allowed = (
+        *ELEVATE_MODULES,
+        "grantd.commands",
+        "grantd.plugins",
+        "grantd.plugins.elevate_default",
+        "pluggy",
+        "pluggy.*",
+    )
     assert _foreign(modules, allowed) == [], _slowest(stderr)
-    for server_side in ("grantd.hookspecs", "grantd.config", "grantd.plugin_manager", "sanic", "httpx", "textual", "jwt"):
+    for server_side in (
+        "grantd.hookspecs",
+        "grantd.config",
+        "grantd.plugin_manager",
+        "sanic",
+        "httpx",
+        "textual",
+        "jwt",
+    ):
         assert server_side not in modules
 
 
@@ -477,7 +601,13 @@ def refusals_in(source: str, module: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
+        name = (
+            node.func.attr
+            if isinstance(node.func, ast.Attribute)
+            else node.func.id
+            if isinstance(node.func, ast.Name)
+            else ""
+        )
         first = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
         status = first if isinstance(first, int) else None
         if name == "forbidden" or (name == "Problem" and status == 403):
@@ -493,7 +623,9 @@ def test_routes_and_pages_leave_authorisation_to_policy():
     for module, path in sources().items():
         if module.startswith("grantd.web") and module not in REFUSALS_OUTSIDE_POLICY:
             problems += refusals_in(path.read_text(encoding="utf-8"), module)
-    assert not problems, "refusals decided in the web layer (move them to grantd.core.policy):\n" + "\n".join(problems)
+    assert not problems, "refusals decided in the web layer (move them to grantd.core.policy):\n" + "\n".join(
+        problems
+    )
 
 
 def test_the_refusal_scan_sees_an_inline_rule():

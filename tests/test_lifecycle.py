@@ -27,7 +27,9 @@ def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_onc
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("GRANTD_CONFIG", None)
-    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -40,7 +42,9 @@ def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_onc
         assert oct((tmp_path / "management-token").stat().st_mode & 0o777) == "0o600"
         config = (tmp_path / "grantd.toml").read_text()
         assert token not in config and 'management_token = "file:management-token"' in config
-        r = httpx.get(f"http://127.0.0.1:{port}/api/admin/agents", headers={"Authorization": f"Bearer {token}"})
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/api/admin/agents", headers={"Authorization": f"Bearer {token}"}
+        )
         assert r.status_code == 200
         assert (tmp_path / "grantd.db").exists()
     finally:
@@ -68,7 +72,9 @@ def test_json_log_format_has_one_line_per_request_with_request_id(server_factory
     srv.stop()
     entries = [json.loads(line) for line in srv.log().splitlines() if line.startswith("{")]
     access = [e for e in entries if e["logger"] == "grantd.access"]
-    assert any(e["request_id"] == "abc-123" and e["path"] == "/healthz" and e["status"] == 200 for e in access)
+    assert any(
+        e["request_id"] == "abc-123" and e["path"] == "/healthz" and e["status"] == 200 for e in access
+    )
     assert any(e["path"] == "/api/agent/challenge" and e["status"] == 400 for e in access)
     assert all(isinstance(e["duration_ms"], float | int) for e in access)
 
@@ -79,7 +85,9 @@ def test_one_challenge_is_single_use_across_two_server_processes(server_factory,
     agent = enroll(srv, tmp_path)
     pids = set()
     for _ in range(3):
-        challenge = httpx.post(f"{srv.url}/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
+        challenge = httpx.post(f"{srv.url}/api/agent/challenge", json={"agent_id": agent.email}).json()[
+            "challenge"
+        ]
         body = {"agent_id": agent.email, "challenge": challenge, "signature": agent.sign_raw(challenge)}
 
         async def attempt(client: httpx.AsyncClient) -> int:
@@ -100,7 +108,9 @@ def test_one_challenge_is_single_use_across_two_server_processes(server_factory,
 
 
 def test_python_m_grantd_is_the_grantd_command():
-    out = subprocess.run([sys.executable, "-m", "grantd", "--version"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "grantd", "--version"], capture_output=True, text=True, cwd=ROOT
+    )
     assert out.returncode == 0 and out.stdout.startswith("grantd ")
 
 

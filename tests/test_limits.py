@@ -25,9 +25,16 @@ from conftest import Server, make_server, problem, sign_in, signed_in, ssh_keyge
 from grants_support import grant_body, request_grant
 
 ALL_OFF = {
-    "authenticate_per_agent": 0, "authenticate_per_address": 0, "enroll_per_address": 0,
-    "failed_bearer_per_address": 0, "grants_per_agent": 0, "pending_per_agent": 0, "verify_per_address": 0,
-    "streams_per_principal": 0, "streams_per_owner": 0, "streams_per_process": 0,
+    "authenticate_per_agent": 0,
+    "authenticate_per_address": 0,
+    "enroll_per_address": 0,
+    "failed_bearer_per_address": 0,
+    "grants_per_agent": 0,
+    "pending_per_agent": 0,
+    "verify_per_address": 0,
+    "streams_per_principal": 0,
+    "streams_per_owner": 0,
+    "streams_per_process": 0,
 }
 
 
@@ -80,14 +87,34 @@ def test_challenge_is_limited_per_client_address(clocked, tmp_path):
     agent = signed_in(srv, tmp_path / "keys")  # from 127.0.0.1: its own counter
     with srv.client() as http:
         for _ in range(3):
-            assert http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")).status_code == 200
+            assert (
+                http.post(
+                    "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
+                ).status_code
+                == 200
+            )
         r = http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1"))
         retry_after = assert_limited(r, "too many authentication attempts; retry in")
         # unknown agents count too: the address is what is limited
-        assert http.post("/api/agent/challenge", json={"agent_id": "nobody@example.com"}, headers=from_("203.0.113.1")).status_code == 429
-        assert http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.2")).status_code == 200
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": "nobody@example.com"}, headers=from_("203.0.113.1")
+            ).status_code
+            == 429
+        )
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.2")
+            ).status_code
+            == 200
+        )
         srv.clock.advance(retry_after)  # the window ends: the address may try again
-        assert http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")).status_code == 200
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
+            ).status_code
+            == 200
+        )
 
 
 def test_challenge_and_authenticate_are_limited_per_agent(clocked, tmp_path):
@@ -97,11 +124,23 @@ def test_challenge_and_authenticate_are_limited_per_agent(clocked, tmp_path):
     bad = {"challenge": "0" * 64, "signature": "AAAA"}
     with srv.client() as http:
         # the id and the e-mail name the same agent: one counter, from any address
-        assert http.post("/api/agent/authenticate", json={"agent_id": agent.agent_id, **bad}, headers=from_("198.51.100.1")).status_code == 401
-        r = http.post("/api/agent/authenticate", json={"id": agent.email.upper(), **bad}, headers=from_("198.51.100.2"))
+        assert (
+            http.post(
+                "/api/agent/authenticate",
+                json={"agent_id": agent.agent_id, **bad},
+                headers=from_("198.51.100.1"),
+            ).status_code
+            == 401
+        )
+        r = http.post(
+            "/api/agent/authenticate", json={"id": agent.email.upper(), **bad}, headers=from_("198.51.100.2")
+        )
         assert_limited(r, "too many authentication attempts")
         assert http.post("/api/agent/challenge", json={"agent_id": agent.email}).status_code == 200
-        assert_limited(http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}), "too many authentication attempts")
+        assert_limited(
+            http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}),
+            "too many authentication attempts",
+        )
         # another agent is not affected
         assert http.post("/api/agent/challenge", json={"agent_id": other.email}).status_code == 200
         srv.clock.advance(60)
@@ -113,13 +152,19 @@ def test_enrolment_is_limited_per_client_address(clocked, tmp_path):
     with srv.admin() as http:
         for i in range(3):
             _, public = ssh_keygen(tmp_path / "keys", name=f"k{i}")
-            r = http.post("/api/agent/enroll", json={"email": f"bot{i}@example.com", "name": "bot", "publicKey": public},
-                          headers=from_("192.0.2.7"))
+            r = http.post(
+                "/api/agent/enroll",
+                json={"email": f"bot{i}@example.com", "name": "bot", "publicKey": public},
+                headers=from_("192.0.2.7"),
+            )
             if i < 2:
                 assert r.status_code == 201, r.text
         assert_limited(r, "too many enrolments")
-        r = http.post("/api/agent/enroll", json={"email": "bot2@example.com", "name": "bot", "publicKey": public},
-                      headers=from_("192.0.2.8"))
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": "bot2@example.com", "name": "bot", "publicKey": public},
+            headers=from_("192.0.2.8"),
+        )
         assert r.status_code == 201, r.text
 
 
@@ -160,10 +205,20 @@ def test_verify_is_limited_per_client_address(clocked):
     srv = clocked(verify_per_address=3)
     with srv.client() as http:
         for _ in range(3):
-            assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")).json()["valid"] is False
-        assert_limited(http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")),
-                       "too many verification requests")
-        assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.10")).status_code == 200
+            assert (
+                http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")).json()[
+                    "valid"
+                ]
+                is False
+            )
+        assert_limited(
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")),
+            "too many verification requests",
+        )
+        assert (
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.10")).status_code
+            == 200
+        )
 
 
 def test_failed_bearers_shut_out_their_address_only(clocked, tmp_path):
@@ -175,18 +230,47 @@ def test_failed_bearers_shut_out_their_address_only(clocked, tmp_path):
         for _ in range(10):
             assert http.get("/api/me", headers={**good, **from_("192.0.2.3")}).status_code == 200
         for _ in range(2):
-            assert http.get("/api/me", headers={"Authorization": "Bearer wrong", **from_("192.0.2.3")}).status_code == 401
+            assert (
+                http.get(
+                    "/api/me", headers={"Authorization": "Bearer wrong", **from_("192.0.2.3")}
+                ).status_code
+                == 401
+            )
         assert http.get("/api/me", headers={**good, **from_("192.0.2.3")}).status_code == 200
         # the attacker: guessing management tokens and forging identity tokens
         for bearer in ("guess-1", "guess-2", agent.token[:-4] + "AAAA"):
-            assert http.get("/api/me", headers={"Authorization": f"Bearer {bearer}", **from_("192.0.2.66")}).status_code == 401
+            assert (
+                http.get(
+                    "/api/me", headers={"Authorization": f"Bearer {bearer}", **from_("192.0.2.66")}
+                ).status_code
+                == 401
+            )
         # now every wrong bearer from that address is 429, a forged identity token too
-        retry_after = assert_limited(http.get("/api/me", headers={"Authorization": "Bearer guess-3", **from_("192.0.2.66")}),
-                                     "too many failed authentication attempts; retry in")
-        assert http.get("/api/me", headers={"Authorization": f"Bearer {agent.token[:-4]}BBBB", **from_("192.0.2.66")}).status_code == 429
-        assert http.post("/api/grants", json=grant_body(), headers={"Authorization": "Bearer guess-4", **from_("192.0.2.66")}).status_code == 429
+        retry_after = assert_limited(
+            http.get("/api/me", headers={"Authorization": "Bearer guess-3", **from_("192.0.2.66")}),
+            "too many failed authentication attempts; retry in",
+        )
+        assert (
+            http.get(
+                "/api/me", headers={"Authorization": f"Bearer {agent.token[:-4]}BBBB", **from_("192.0.2.66")}
+            ).status_code
+            == 429
+        )
+        assert (
+            http.post(
+                "/api/grants",
+                json=grant_body(),
+                headers={"Authorization": "Bearer guess-4", **from_("192.0.2.66")},
+            ).status_code
+            == 429
+        )
         # requests without a bearer are not bearer attempts
-        assert http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("192.0.2.66")).status_code == 200
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("192.0.2.66")
+            ).status_code
+            == 200
+        )
         # the management token from another address is never limited by these failures
         assert http.get("/api/admin/agents", headers={**good, **from_("192.0.2.4")}).status_code == 200
         assert http.get("/api/me", headers=good).status_code == 200
@@ -202,8 +286,10 @@ def test_valid_credentials_are_never_locked_out_by_others_failures_at_the_same_a
     agent = signed_in(srv, tmp_path / "keys")
     nat = from_("198.51.100.50")
     with srv.client() as http:
-        codes = [http.get("/api/me", headers={"Authorization": f"Bearer guess-{i}", **nat}).status_code
-                 for i in range(5)]  # the attacker behind the NAT: over the budget
+        codes = [
+            http.get("/api/me", headers={"Authorization": f"Bearer guess-{i}", **nat}).status_code
+            for i in range(5)
+        ]  # the attacker behind the NAT: over the budget
         assert codes == [401, 401, 401, 429, 429]
         # a valid agent identity token (signed: no guess passes it) is accepted at once
         started = time.monotonic()
@@ -218,12 +304,19 @@ def test_valid_credentials_are_never_locked_out_by_others_failures_at_the_same_a
         assert time.monotonic() - started >= 1.0
         # a wrong guess waits just as long, then is refused 429 (not told apart by its timing)
         started = time.monotonic()
-        assert_limited(http.get("/api/me", headers={"Authorization": "Bearer guess-x", **nat}),
-                       "too many failed authentication attempts")
+        assert_limited(
+            http.get("/api/me", headers={"Authorization": "Bearer guess-x", **nat}),
+            "too many failed authentication attempts",
+        )
         assert time.monotonic() - started >= 1.0
         # an address under its budget is not slowed at all
         started = time.monotonic()
-        assert http.get("/api/me", headers={"Authorization": f"Bearer {srv.token}", **from_("198.51.100.51")}).status_code == 200
+        assert (
+            http.get(
+                "/api/me", headers={"Authorization": f"Bearer {srv.token}", **from_("198.51.100.51")}
+            ).status_code
+            == 200
+        )
         assert time.monotonic() - started < 0.9
 
 
@@ -232,6 +325,7 @@ def test_ipv6_clients_are_counted_per_prefix(clocked):
     still gets one counter. Other /64s are not affected; IPv4-mapped IPv6 counts as its IPv4."""
     srv = clocked(verify_per_address=3)
     with srv.client() as http:
+
         def verify(address: str) -> httpx.Response:
             return http.post("/api/grants/verify", json={"token": "x"}, headers=from_(address))
 
@@ -247,7 +341,12 @@ def test_ipv6_clients_are_counted_per_prefix(clocked):
     srv2 = clocked(token_per_address=3)
     with srv2.client() as http:
         for i in range(3):
-            assert http.post("/token", data={"grant_type": "nope"}, headers=from_(f"2001:db8:9:9::{i + 1}")).status_code == 400
+            assert (
+                http.post(
+                    "/token", data={"grant_type": "nope"}, headers=from_(f"2001:db8:9:9::{i + 1}")
+                ).status_code
+                == 400
+            )
         r = http.post("/token", data={"grant_type": "nope"}, headers=from_("2001:db8:9:9:1::5"))
         assert r.status_code == 429, r.text
 
@@ -257,8 +356,16 @@ def test_the_ipv6_prefix_is_configurable(clocked):
     with srv.client() as http:
         for i in range(4):  # four addresses of one /64, each its own counter at /128
             for _ in range(2):
-                assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_(f"2001:db8::{i + 1}")).status_code == 200
-        assert http.post("/api/grants/verify", json={"token": "x"}, headers=from_("2001:db8::1")).status_code == 429
+                assert (
+                    http.post(
+                        "/api/grants/verify", json={"token": "x"}, headers=from_(f"2001:db8::{i + 1}")
+                    ).status_code
+                    == 200
+                )
+        assert (
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("2001:db8::1")).status_code
+            == 429
+        )
 
 
 def test_limits_are_off_when_zero(clocked, tmp_path):
@@ -275,14 +382,26 @@ def test_limits_are_off_when_zero(clocked, tmp_path):
 
 def test_defaults_are_documented():
     from grantd.config import SCHEMA
+
     defaults = {name: key.default for name, key in SCHEMA["limits"].items()}
     assert defaults == {
-        "authenticate_per_agent": 120, "authenticate_per_address": 300, "enroll_per_address": 600,
-        "failed_bearer_per_address": 50, "grants_per_agent": 120, "pending_per_agent": 100,
-        "verify_per_address": 6000, "streams_per_principal": 8, "streams_per_process": 1000,
-        "passkey_per_address": 60, "device_code_per_address": 30, "token_per_address": 300, "sp_login_per_address": 60,
-        "ipv6_prefix": 64, "streams_per_owner": 32,
-        "agents_per_person": 100, "pending_per_owner": 200,
+        "authenticate_per_agent": 120,
+        "authenticate_per_address": 300,
+        "enroll_per_address": 600,
+        "failed_bearer_per_address": 50,
+        "grants_per_agent": 120,
+        "pending_per_agent": 100,
+        "verify_per_address": 6000,
+        "streams_per_principal": 8,
+        "streams_per_process": 1000,
+        "passkey_per_address": 60,
+        "device_code_per_address": 30,
+        "token_per_address": 300,
+        "sp_login_per_address": 60,
+        "ipv6_prefix": 64,
+        "streams_per_owner": 32,
+        "agents_per_person": 100,
+        "pending_per_owner": 200,
     }
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "[limits]" in readme
@@ -299,8 +418,12 @@ def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
         for name in ("a", "b"):
             srv = make_server(tmp_path / name, extra=limits_table(failed_bearer_per_address=4))
             trust_local_proxy(srv.config_path)
-            if not (servers and pg.share_database(servers[0].directory, srv.directory)):  # PostgreSQL: a's database
-                srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', f'path = "{shared}"'))
+            if not (
+                servers and pg.share_database(servers[0].directory, srv.directory)
+            ):  # PostgreSQL: a's database
+                srv.config_path.write_text(
+                    srv.config_path.read_text().replace('path = "grantd.db"', f'path = "{shared}"')
+                )
             servers.append(srv)
         a, b = (s.start() for s in servers)
         for attempt in range(3):  # the wall clock may cross a window's end mid-test: then try once more
@@ -311,10 +434,16 @@ def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
                 with srv.client("wrong") as http:
                     codes.append(http.get("/api/me", headers=address).status_code)
             with a.admin() as ha, b.admin() as hb:
-                after = [ha.get("/api/me", headers=address).status_code, hb.get("/api/me", headers=address).status_code]
+                after = [
+                    ha.get("/api/me", headers=address).status_code,
+                    hb.get("/api/me", headers=address).status_code,
+                ]
                 elsewhere = hb.get("/api/me", headers=from_("198.51.100.99")).status_code
             with a.client("wrong") as wa, b.client("wrong") as wb:
-                after += [wa.get("/api/me", headers=address).status_code, wb.get("/api/me", headers=address).status_code]
+                after += [
+                    wa.get("/api/me", headers=address).status_code,
+                    wb.get("/api/me", headers=address).status_code,
+                ]
             if int(time.time()) // 60 == window:
                 break
         assert codes == [401, 401, 401, 401]
@@ -330,18 +459,39 @@ def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
 
 
 def _grant_record(i: int, now: int) -> dict[str, Any]:
-    return {"id": f"g{i:06d}", "type": "command", "requester": "bot@example.com", "requester_id": "agt_bot",
-            "request": {"command": ["systemctl", "restart", f"svc-{i}", *["--flag"] * 20], "audience": "escapes",
-                        "target_host": "web-1", "grant_type": "once", "reason": "r" * 600,
-                        "requester": "bot@example.com"},
-            "grant_type": "once", "status": "pending", "created_at": now, "decided_by": None, "decided_at": None,
-            "expires_at": None, "used_at": None, "decision_reason": None, "delegation_id": None, "revoked_by": None,
-            "revoked_at": None, "reuse_key": None, "version": 1}
+    return {
+        "id": f"g{i:06d}",
+        "type": "command",
+        "requester": "bot@example.com",
+        "requester_id": "agt_bot",
+        "request": {
+            "command": ["systemctl", "restart", f"svc-{i}", *["--flag"] * 20],
+            "audience": "escapes",
+            "target_host": "web-1",
+            "grant_type": "once",
+            "reason": "r" * 600,
+            "requester": "bot@example.com",
+        },
+        "grant_type": "once",
+        "status": "pending",
+        "created_at": now,
+        "decided_by": None,
+        "decided_at": None,
+        "expires_at": None,
+        "used_at": None,
+        "decision_reason": None,
+        "delegation_id": None,
+        "revoked_by": None,
+        "revoked_at": None,
+        "reuse_key": None,
+        "version": 1,
+    }
 
 
 def populate_events(directory: Path, count: int) -> None:
     """``count`` grant.created events (grants of about 1.5 KB each), written into the database of the
     server in ``directory`` (SQLite or PostgreSQL) before it starts."""
+
     async def write() -> None:
         store = pg.open_store(directory)
         try:
@@ -369,7 +519,9 @@ def open_stream(port: int, token: str, last_event_id: int | None = None) -> sock
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
     resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
-    sock.sendall(f"GET /api/grants/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{resume}\r\n".encode())
+    sock.sendall(
+        f"GET /api/grants/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{resume}\r\n".encode()
+    )
     return sock
 
 
@@ -398,9 +550,14 @@ def event_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def read_frames(srv: Server, last_event_id: int, frames: int) -> list[dict[str, str]]:
     found: list[dict[str, str]] = []
-    with httpx.Client(base_url=srv.url, timeout=10) as http, http.stream(
-        "GET", "/api/grants/events", headers={"Authorization": f"Bearer {srv.token}", "Last-Event-ID": str(last_event_id)}
-    ) as r:
+    with (
+        httpx.Client(base_url=srv.url, timeout=10) as http,
+        http.stream(
+            "GET",
+            "/api/grants/events",
+            headers={"Authorization": f"Bearer {srv.token}", "Last-Event-ID": str(last_event_id)},
+        ) as r,
+    ):
         assert r.status_code == 200
         event: dict[str, str] = {}
         for line in r.iter_lines():
@@ -537,7 +694,9 @@ def test_one_owner_cannot_escape_the_stream_bound_by_streaming_as_many_agents(tm
         assert status_of(other)[0] == 200
         socks.append(other)
         grown_mb = (peak - before) / 1024
-        print(f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 stream attempts by one owner")
+        print(
+            f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 stream attempts by one owner"
+        )
         assert grown_mb < 25, f"server grew {grown_mb:.0f} MB"
         # a stream that closes frees its owner's place (once the server notices)
         socks.pop(0).close()
@@ -567,14 +726,24 @@ def test_a_person_and_the_agents_they_own_share_one_stream_budget(tmp_path):
     from grantd.core.errors import Problem
     from grantd.services.events import stream_owner
 
-    srv = InProcessServer(tmp_path / "hub", extra="[limits]\nstreams_per_principal = 3\nstreams_per_owner = 5\n").start()
+    srv = InProcessServer(
+        tmp_path / "hub", extra="[limits]\nstreams_per_principal = 3\nstreams_per_owner = 5\n"
+    ).start()
     try:
         services = srv.services
         with srv.admin() as http:
-            made = [http.post("/api/agent/enroll", json={"email": f"bot{i}@example.com", "name": "bot",
-                                                          "publicKey": ssh_keygen(tmp_path / "k", name=f"k{i}")[1],
-                                                          "owner": "pat@example.com" if i < 2 else services.config.admin.management_identity})
-                    for i in range(3)]
+            made = [
+                http.post(
+                    "/api/agent/enroll",
+                    json={
+                        "email": f"bot{i}@example.com",
+                        "name": "bot",
+                        "publicKey": ssh_keygen(tmp_path / "k", name=f"k{i}")[1],
+                        "owner": "pat@example.com" if i < 2 else services.config.admin.management_identity,
+                    },
+                )
+                for i in range(3)
+            ]
         assert all(r.status_code == 201 for r in made), [r.text for r in made]
         pat = principals.person("pat@example.com", frozenset())
         bots = [principals.agent(r.json()["agent_id"], r.json()["email"]) for r in made]
@@ -587,7 +756,9 @@ def test_a_person_and_the_agents_they_own_share_one_stream_budget(tmp_path):
                 for principal in order:
                     owner = await stream_owner(services.store, principal)
                     try:
-                        await stack.enter_async_context(services.events.subscription(principal.id, services.limits, owner))
+                        await stack.enter_async_context(
+                            services.events.subscription(principal.id, services.limits, owner)
+                        )
                         codes.append(200)
                     except Problem as exc:
                         codes.append(exc.status)

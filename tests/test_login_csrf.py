@@ -28,8 +28,12 @@ from conftest import problem
 
 LIMITS_OFF = "[limits]\npasskey_per_address = 0\n"
 EVIL = "http://evil.example"
-PASSKEY_ROUTES = ("/api/webauthn/login/options", "/api/webauthn/login/verify",
-                  "/api/webauthn/register/options", "/api/webauthn/register/verify")
+PASSKEY_ROUTES = (
+    "/api/webauthn/login/options",
+    "/api/webauthn/login/verify",
+    "/api/webauthn/register/options",
+    "/api/webauthn/register/verify",
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +83,12 @@ def post(server: InProcessServer, path: str, content: bytes, headers: dict[str, 
 
 
 def signs_in(response: httpx.Response) -> bool:
-    return any(c.startswith("grantd_session=") and not c.startswith("grantd_session=;")
-               and "max-age=0" not in c.lower() for c in response.headers.get_list("set-cookie"))
+    return any(
+        c.startswith("grantd_session=")
+        and not c.startswith("grantd_session=;")
+        and "max-age=0" not in c.lower()
+        for c in response.headers.get_list("set-cookie")
+    )
 
 
 # -- the cross-site form, as a browser sends it ----------------------------------------------------
@@ -97,12 +105,16 @@ def test_the_cross_site_text_plain_form_signs_nobody_in(server: InProcessServer,
 
 
 @pytest.mark.parametrize("path", PASSKEY_ROUTES)
-@pytest.mark.parametrize("headers", [
-    {"Origin": EVIL},
-    {"Origin": "null"},
-    {"Referer": EVIL + "/page"},
-    {"Sec-Fetch-Site": "cross-site"},
-], ids=["origin", "null-origin", "referer", "sec-fetch-site"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": EVIL},
+        {"Origin": "null"},
+        {"Referer": EVIL + "/page"},
+        {"Sec-Fetch-Site": "cross-site"},
+    ],
+    ids=["origin", "null-origin", "referer", "sec-fetch-site"],
+)
 def test_the_passkey_routes_refuse_cross_site_requests_without_a_cookie(
     server: InProcessServer, path: str, headers: dict[str, str]
 ) -> None:
@@ -111,18 +123,26 @@ def test_the_passkey_routes_refuse_cross_site_requests_without_a_cookie(
 
 
 @pytest.mark.parametrize("path", PASSKEY_ROUTES)
-@pytest.mark.parametrize("media", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""])
-def test_the_passkey_routes_take_only_json_bodies_without_a_cookie(server: InProcessServer, path: str, media: str) -> None:
+@pytest.mark.parametrize(
+    "media", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""]
+)
+def test_the_passkey_routes_take_only_json_bodies_without_a_cookie(
+    server: InProcessServer, path: str, media: str
+) -> None:
     """The form's Origin could be stripped (a privacy extension, an old browser): the body rule
     alone refuses it, on the same origin and with no header at all."""
     for headers in ({"Origin": server.url}, {}):
         sent = {**headers, "Content-Type": media} if media else headers
         answer = post(server, path, b'{"x": "="}', sent)
-        assert answer.status_code == 415 and problem(answer)["detail"] == "request body must be application/json", (headers, media)
+        assert (
+            answer.status_code == 415 and problem(answer)["detail"] == "request body must be application/json"
+        ), (headers, media)
 
 
 def test_the_forged_login_is_refused_by_its_body_alone(server: InProcessServer) -> None:
-    answer = post(server, "/api/webauthn/login/verify", text_plain(forged_login(server)), {"Content-Type": "text/plain"})
+    answer = post(
+        server, "/api/webauthn/login/verify", text_plain(forged_login(server)), {"Content-Type": "text/plain"}
+    )
     assert answer.status_code == 415 and not signs_in(answer)
 
 
@@ -133,9 +153,13 @@ def test_a_login_response_from_another_browser_is_refused(server: InProcessServe
     """Even a same-origin JSON request (as if the other locks were gone) cannot redeem a challenge
     that another browser asked for: with no binding cookie, nor with the victim's own."""
     victim = PasskeyBrowser(server.url, server.url)
-    assert victim.request("POST", "/api/webauthn/login/options", json_body={}).status_code == 200  # its own binding
+    assert (
+        victim.request("POST", "/api/webauthn/login/options", json_body={}).status_code == 200
+    )  # its own binding
     for send_cookies in (False, True):
-        answer = victim.request("POST", "/api/webauthn/login/verify", json_body=forged_login(server), cookie=send_cookies)
+        answer = victim.request(
+            "POST", "/api/webauthn/login/verify", json_body=forged_login(server), cookie=send_cookies
+        )
         assert answer.status_code == 401 and "another browser" in problem(answer)["detail"]
         assert not signs_in(answer) and victim.cookie is None
     assert victim.me().status_code == 401
@@ -163,8 +187,11 @@ def test_the_browser_that_asked_signs_in_and_two_tabs_both_work(server: InProces
     first = mallory.request("POST", "/api/webauthn/login/options", json_body={}).json()
     second = mallory.request("POST", "/api/webauthn/login/options", json_body={}).json()  # a second tab
     for opts in (first, second):
-        answer = mallory.request("POST", "/api/webauthn/login/verify",
-                                 json_body={"response": mallory.authenticator.get(opts, server.url)})
+        answer = mallory.request(
+            "POST",
+            "/api/webauthn/login/verify",
+            json_body={"response": mallory.authenticator.get(opts, server.url)},
+        )
         assert answer.status_code == 200, answer.text
 
 
@@ -175,21 +202,37 @@ def test_cookie_authenticated_bodies_must_be_json_outside_the_api_too(server: In
     _, http = signed_in_person(server)
     with http:
         for path in ("/authorize/consent", "/account", "/grants"):
-            answer = http.post(path, content=b"approve=true", headers={"Content-Type": "application/x-www-form-urlencoded"})
+            answer = http.post(
+                path, content=b"approve=true", headers={"Content-Type": "application/x-www-form-urlencoded"}
+            )
             assert answer.status_code == 415, (path, answer.status_code)
 
 
-def test_agents_sign_in_routes_and_bearers_keep_taking_json_under_any_content_type(server: InProcessServer) -> None:
+def test_agents_sign_in_routes_and_bearers_keep_taking_json_under_any_content_type(
+    server: InProcessServer,
+) -> None:
     _, http = signed_in_person(server)
     body = json.dumps({"agent_id": "nobody@example.com"}).encode()
     for path in ("/api/agent/challenge", "/api/auth/challenge"):
         for cookies in ({}, dict(http.cookies)):  # curl -d, and a browser that happens to hold a session
-            answer = httpx.post(server.url + path, content=body, cookies=cookies, timeout=10,
-                                headers={"Content-Type": "application/x-www-form-urlencoded"})
+            answer = httpx.post(
+                server.url + path,
+                content=body,
+                cookies=cookies,
+                timeout=10,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )
             assert answer.status_code != 415, (path, answer.text)
-    answer = httpx.post(server.url + "/api/admin/users", content=json.dumps({"email": f"curl{next(_serial)}@example.com"}).encode(),
-                        headers={"Authorization": f"Bearer {server.token}", "Content-Type": "application/x-www-form-urlencoded",
-                                 "Cookie": f"grantd_session={http.cookies['grantd_session']}"}, timeout=10)
+    answer = httpx.post(
+        server.url + "/api/admin/users",
+        content=json.dumps({"email": f"curl{next(_serial)}@example.com"}).encode(),
+        headers={
+            "Authorization": f"Bearer {server.token}",
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Cookie": f"grantd_session={http.cookies['grantd_session']}",
+        },
+        timeout=10,
+    )
     assert answer.status_code == 201, answer.text
     http.close()
 
@@ -199,6 +242,10 @@ def test_a_client_without_origin_or_referer_signs_in(server: InProcessServer) ->
     mallory = attacker(server)
     mallory.cookie = None
     opts = mallory.request("POST", "/api/webauthn/login/options", json_body={}, origin=False)
-    answer = mallory.request("POST", "/api/webauthn/login/verify", origin=False,
-                             json_body={"response": mallory.authenticator.get(opts.json(), server.url)})
+    answer = mallory.request(
+        "POST",
+        "/api/webauthn/login/verify",
+        origin=False,
+        json_body={"response": mallory.authenticator.get(opts.json(), server.url)},
+    )
     assert answer.status_code == 200 and signs_in(answer)

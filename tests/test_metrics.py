@@ -44,8 +44,12 @@ def metered(tmp_path_factory: pytest.TempPathFactory):
     tmp.mkdir()
     (directory / "metrics-token").write_text(METRICS_TOKEN + "\n")
     (directory / "metrics-token").chmod(0o600)
-    srv = make_server(directory, workers=2, env={"TMPDIR": str(tmp)},
-                      extra='[metrics]\nenabled = true\ntoken = "file:metrics-token"\n\n[limits]\nverify_per_address = 3\n')
+    srv = make_server(
+        directory,
+        workers=2,
+        env={"TMPDIR": str(tmp)},
+        extra='[metrics]\nenabled = true\ntoken = "file:metrics-token"\n\n[limits]\nverify_per_address = 3\n',
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -60,8 +64,10 @@ def test_a_scrape_sees_every_worker_and_only_route_patterns(metered: Server, tmp
         assert http.get(raw_path).status_code == 404
     agent = signed_in(metered, tmp_path / "keys")
     with metered.client(agent.token) as http:
-        r = http.post("/api/grants", json={"target_host": "web1", "audience": "escapes", "grant_type": "once",
-                                           "command": ["id"]})
+        r = http.post(
+            "/api/grants",
+            json={"target_host": "web1", "audience": "escapes", "grant_type": "once", "command": ["id"]},
+        )
         assert r.status_code == 201, r.text
         grant_id = r.json()["id"]
         assert http.get(f"/api/grants/{grant_id}").status_code == 200
@@ -72,12 +78,24 @@ def test_a_scrape_sees_every_worker_and_only_route_patterns(metered: Server, tmp
     text = scrape(metered)
     found = samples(text)
     assert value(found, "grantd_http_requests_total", route="/healthz", method="GET", status="200") == 20
-    assert value(found, "grantd_http_requests_total", route="/api/grants/<grant_id:str>", method="GET", status="200") >= 1
+    assert (
+        value(
+            found,
+            "grantd_http_requests_total",
+            route="/api/grants/<grant_id:str>",
+            method="GET",
+            status="200",
+        )
+        >= 1
+    )
     assert value(found, "grantd_http_requests_total", route="-", method="-", status="404") >= 1
     assert raw_path not in text and grant_id not in text  # patterns only: no per-id or per-URL series
     assert value(found, "grantd_http_request_duration_seconds_count", route="/healthz", method="GET") == 20
     assert value(found, "grantd_rate_limit_refusals_total", limit="verify.address") == 2
-    assert value(found, "grantd_http_requests_total", route="/api/grants/verify", method="POST", status="429") == 2
+    assert (
+        value(found, "grantd_http_requests_total", route="/api/grants/verify", method="POST", status="429")
+        == 2
+    )
     assert value(found, "grantd_grants", status="pending") == 1
     assert value(found, "grantd_grants", status="approved") == 0
     assert value(found, "grantd_oldest_pending_grant_age_seconds") > 0
@@ -87,8 +105,12 @@ def test_open_event_streams_are_counted_over_processes(metered: Server) -> None:
     opened, done = threading.Event(), threading.Event()
 
     def follow() -> None:
-        with httpx.stream("GET", f"{metered.url}/api/grants/events", headers={"Authorization": f"Bearer {metered.token}"},
-                          timeout=httpx.Timeout(30, read=30)) as response:
+        with httpx.stream(
+            "GET",
+            f"{metered.url}/api/grants/events",
+            headers={"Authorization": f"Bearer {metered.token}"},
+            timeout=httpx.Timeout(30, read=30),
+        ) as response:
             assert response.status_code == 200
             opened.set()
             for _ in response.iter_raw():
@@ -107,7 +129,9 @@ def test_open_event_streams_are_counted_over_processes(metered: Server) -> None:
         done.set()
 
 
-@pytest.mark.parametrize("header", [None, "Bearer wrong-token-wrong-token", f"Basic {METRICS_TOKEN}", "Bearer"])
+@pytest.mark.parametrize(
+    "header", [None, "Bearer wrong-token-wrong-token", f"Basic {METRICS_TOKEN}", "Bearer"]
+)
 def test_metrics_need_the_token(metered: Server, header: str | None) -> None:
     r = httpx.get(f"{metered.url}/metrics", headers={"Authorization": header} if header else {}, timeout=10)
     assert r.status_code == 401 and problem(r)["detail"] == "metrics need the [metrics] token"

@@ -31,7 +31,9 @@ def localhost_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve
     """A server whose issuer is http://localhost:PORT; the tests reach it at http://127.0.0.1:PORT."""
     srv = make_server(tmp_path_factory.mktemp("newcomer"))
     config = srv.config_path.read_text()
-    srv.config_path.write_text(config.replace("[server]\n", f'[server]\nissuer = "http://localhost:{srv.port}"\n', 1))
+    srv.config_path.write_text(
+        config.replace("[server]\n", f'[server]\nissuer = "http://localhost:{srv.port}"\n', 1)
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -53,7 +55,9 @@ class Agent:
         self.env = cli_env(home)
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*GRANTD, *args], env=self.env, capture_output=True, text=True, timeout=60, cwd="/")
+        return subprocess.run(
+            [*GRANTD, *args], env=self.env, capture_output=True, text=True, timeout=60, cwd="/"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +67,10 @@ def agent(localhost_server: Server, tmp_path_factory: pytest.TempPathFactory) ->
     made = a.run("agent", "keygen", "--comment", a.email, "--json")
     assert made.returncode == 0, made.stderr
     with localhost_server.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": a.email, "name": "newcomer",
-                                                 "publicKey": json.loads(made.stdout)["public_key"]})
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": a.email, "name": "newcomer", "publicKey": json.loads(made.stdout)["public_key"]},
+        )
         assert r.status_code == 201, r.text
     login = a.run("agent", "login", "--idp", localhost_server.url, "--email", a.email)
     assert login.returncode == 0, login.stderr
@@ -96,7 +102,9 @@ def test_run_prints_the_approval_link_on_the_issuer_not_on_the_address_it_used(l
     assert answer["approval_url"] == f"{issuer_of(localhost_server)}/grant-approval?grant_id={answer['id']}"
 
     asked = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--", *argv)
-    assert asked.returncode == 75 and f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in asked.stderr
+    assert (
+        asked.returncode == 75 and f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in asked.stderr
+    )
     who = json.loads(agent.run("agent", "whoami", "--json").stdout)
     assert who["idp"] == localhost_server.url and who["issuer"] == issuer_of(localhost_server)
 
@@ -118,14 +126,20 @@ def test_login_at_another_address_of_the_server_points_to_the_issuer(localhost_s
     assert r.status_code == 200
     assert "data-elsewhere" in r.text
     assert f'href="{issuer}/login?next=/grants%3Fstatus%3Dpending"' in r.text
-    at_issuer = httpx.get(f"{localhost_server.url}/login", headers={"Host": f"localhost:{localhost_server.port}"})
+    at_issuer = httpx.get(
+        f"{localhost_server.url}/login", headers={"Host": f"localhost:{localhost_server.port}"}
+    )
     assert at_issuer.status_code == 200 and "data-elsewhere" not in at_issuer.text
-    same_case = httpx.get(f"{localhost_server.url}/login", headers={"Host": f"LocalHost:{localhost_server.port}"})
+    same_case = httpx.get(
+        f"{localhost_server.url}/login", headers={"Host": f"LocalHost:{localhost_server.port}"}
+    )
     assert "data-elsewhere" not in same_case.text
 
 
 def test_registration_links_printed_by_the_cli_are_on_the_issuer(localhost_server):
-    added = localhost_server.grantd("users", "add", unique_email("person"), "--config", str(localhost_server.config_path))
+    added = localhost_server.grantd(
+        "users", "add", unique_email("person"), "--config", str(localhost_server.config_path)
+    )
     assert f"{issuer_of(localhost_server)}/register?token=" in added.stdout + added.stderr
 
 
@@ -134,15 +148,32 @@ def test_registration_links_printed_by_the_cli_are_on_the_issuer(localhost_serve
 
 def test_a_timed_run_reuses_an_approved_grant_without_duration(localhost_server, agent):
     argv = ["echo", "timed", uuid.uuid4().hex[:8]]
-    fresh = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv)
+    fresh = agent.run(
+        "grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv
+    )
     assert fresh.returncode == 2, fresh.stderr  # a new timed grant still needs its duration
     assert "--duration" in json.loads(fresh.stderr)["message"]
-    asked = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--duration", "1h",
-                      "--json", "--", *argv)
+    asked = agent.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        HOST,
+        "--type",
+        "timed",
+        "--duration",
+        "1h",
+        "--json",
+        "--",
+        *argv,
+    )
     assert asked.returncode == 75, asked.stderr
     grant_id = json.loads(asked.stdout)["id"]
     approve(localhost_server, grant_id)
-    again = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv)
+    again = agent.run(
+        "grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv
+    )
     assert again.returncode == 0, again.stderr
     reused = json.loads(again.stdout)
     assert reused["id"] == grant_id and reused["reused"] is True and reused["status"] == "approved"
@@ -176,27 +207,54 @@ client_secret = "file:{secret}"
 # (name, extra TOML, every problem `config validate` must list in one run). Serve prints the same
 # list, except for the storage's own preconditions, which its preflight reports in its one start-up
 # line when it opens the storage (STORAGE_CASES: what that line says).
-STORAGE_CASES = {"postgres without a dsn": "storage.dsn: missing",
-                 "a database path under a file": "cannot open the SQLite database",
-                 "a PostgreSQL that cannot be reached": "cannot connect to PostgreSQL"}
+STORAGE_CASES = {
+    "postgres without a dsn": "storage.dsn: missing",
+    "a database path under a file": "cannot open the SQLite database",
+    "a PostgreSQL that cannot be reached": "cannot connect to PostgreSQL",
+}
 BAD_CONFIGS = [
-    ("unknown storage plugin", '[storage]\nplugin = "sqlight"\n',
-     ['storage.plugin: no storage plugin named \'sqlight\' (did you mean "sqlite"?)']),
-    ("unknown provider type beside a bad key", "[log]\nformt = 'json'\n" + OIDC.format(kind="odic", secret="token"),
-     ['log.formt: unknown key (did you mean "log.format"?)',
-      "federation.providers[0].type: no provider type named 'odic' (did you mean \"oidc\"?)"]),
-    ("unknown storage plugin and an unreadable token file", '[storage]\nplugin = "mysql"\n',
-     ["storage.plugin: no storage plugin named 'mysql'", "admin.management_token:"]),
-    ("a plugin module that is not there and an unknown provider type",
-     '[plugins]\nmodules = ["no_such_grantd_plugin"]\n' + OIDC.format(kind="saml", secret="token"),
-     ["plugins.modules: cannot import 'no_such_grantd_plugin'", "federation.providers[0].type: no provider type named 'saml'"]),
-    ("a provider secret that cannot be read", OIDC.format(kind="oidc", secret="no-such-secret"),
-     ["federation.providers[0].client_secret:"]),
+    (
+        "unknown storage plugin",
+        '[storage]\nplugin = "sqlight"\n',
+        ["storage.plugin: no storage plugin named 'sqlight' (did you mean \"sqlite\"?)"],
+    ),
+    (
+        "unknown provider type beside a bad key",
+        "[log]\nformt = 'json'\n" + OIDC.format(kind="odic", secret="token"),
+        [
+            'log.formt: unknown key (did you mean "log.format"?)',
+            "federation.providers[0].type: no provider type named 'odic' (did you mean \"oidc\"?)",
+        ],
+    ),
+    (
+        "unknown storage plugin and an unreadable token file",
+        '[storage]\nplugin = "mysql"\n',
+        ["storage.plugin: no storage plugin named 'mysql'", "admin.management_token:"],
+    ),
+    (
+        "a plugin module that is not there and an unknown provider type",
+        '[plugins]\nmodules = ["no_such_grantd_plugin"]\n' + OIDC.format(kind="saml", secret="token"),
+        [
+            "plugins.modules: cannot import 'no_such_grantd_plugin'",
+            "federation.providers[0].type: no provider type named 'saml'",
+        ],
+    ),
+    (
+        "a provider secret that cannot be read",
+        OIDC.format(kind="oidc", secret="no-such-secret"),
+        ["federation.providers[0].client_secret:"],
+    ),
     ("postgres without a dsn", '[storage]\nplugin = "postgres"\n', ["storage.dsn: missing"]),
-    ("a PostgreSQL that cannot be reached",
-     '[storage]\nplugin = "postgres"\ndsn = "host=/nonexistent-grantd-socket-dir dbname=grantd connect_timeout=2"\n',
-     ["storage.dsn: cannot connect to PostgreSQL"]),
-    ("a database path under a file", '[storage]\npath = "token/grantd.db"\n', ["storage.path: cannot create"]),
+    (
+        "a PostgreSQL that cannot be reached",
+        '[storage]\nplugin = "postgres"\ndsn = "host=/nonexistent-grantd-socket-dir dbname=grantd connect_timeout=2"\n',
+        ["storage.dsn: cannot connect to PostgreSQL"],
+    ),
+    (
+        "a database path under a file",
+        '[storage]\npath = "token/grantd.db"\n',
+        ["storage.path: cannot create"],
+    ),
 ]
 
 
@@ -212,20 +270,34 @@ def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp
     path = tmp_path / "grantd.toml"
     path.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
-    validated = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path,
-                               env=env, timeout=60)
+    validated = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert validated.returncode == 1, validated.stdout
     listed = [line.strip()[2:] for line in validated.stderr.splitlines() if line.strip().startswith("- ")]
     for problem in problems:
         assert any(line.startswith(problem) for line in listed), (problem, validated.stderr)
     assert f"({len(listed)} problem" in validated.stderr
 
-    served = subprocess.run([*GRANTD, "serve", "--config", str(path)], capture_output=True, text=True, cwd=tmp_path,
-                            env=env, timeout=60)
+    served = subprocess.run(
+        [*GRANTD, "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert served.returncode == 1, served.stderr
     assert "grantd: serving" not in served.stderr and "Traceback" not in served.stderr, served.stderr
     if name in STORAGE_CASES:
-        assert "grantd: cannot start: " in served.stderr and STORAGE_CASES[name] in served.stderr, served.stderr
+        assert "grantd: cannot start: " in served.stderr and STORAGE_CASES[name] in served.stderr, (
+            served.stderr
+        )
     else:
         assert validated.stderr in served.stderr  # the same list, word for word
 
@@ -241,8 +313,14 @@ def test_config_validate_accepts_what_serve_starts(tmp_path):
     port = free_port()
     path.write_text(BASE.format(port=port) + OIDC.format(kind="oidc", secret="secret"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
-    validated = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path,
-                               env=env, timeout=60)
+    validated = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
     assert validated.returncode == 0, validated.stderr
     srv = Server(tmp_path, port, "t" * 32, GRANTD, env)
     srv.start()
@@ -266,8 +344,15 @@ def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*GRANTD, "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     assert proc.stderr is not None
     threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
@@ -282,13 +367,15 @@ def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
     token = (tmp_path / "management-token").read_text().strip()
     text = "".join(lines)
     assert text.count(token) == 1, text
-    ours = [line.rstrip("\n") for line in lines if line.startswith("grantd:")]  # the banner, before the server's log
+    ours = [
+        line.rstrip("\n") for line in lines if line.startswith("grantd:")
+    ]  # the banner, before the server's log
     at = next(i for i, line in enumerate(ours) if token in line)
-    frame = ours[at - 3:at + 5]
+    frame = ours[at - 3 : at + 5]
     assert frame[0] == frame[-1] == "grantd: " + "=" * 72, "\n".join(ours)
     assert "management token (shown once" in frame[1] and str(tmp_path / "management-token") in frame[1]
     assert "acts as admin@grantd.local (admin.management_identity)" in "\n".join(frame)
-    after = ours[at + 5:]
+    after = ours[at + 5 :]
     assert after == [], f"the token is the banner's last word, found after it: {after}"
     before = "\n".join(ours[:at])
     assert "grantd: serving http://localhost:" in before and "first administrator admin@localhost" in before
@@ -300,8 +387,24 @@ def test_building_grantd_gives_no_setuptools_warnings(tmp_path):
     (grantd.web.static and grantd.web.templates missing from the package list)."""
     import sys
 
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
-                            str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     output = built.stdout + built.stderr
     assert "absent from the `packages` configuration" not in output and "Warning" not in output, output
@@ -323,10 +426,14 @@ def _fake_venv_bootstrap(tmp_path: Path, pip_exit: int) -> subprocess.CompletedP
     shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
     (checkout / ".venv" / "bin").mkdir(parents=True)
     stand_in = checkout / ".venv" / "bin" / "python"
-    stand_in.write_text(f"#!/bin/sh\ncase \"$*\" in *pip*) for i in $(seq 200); do echo \"noise $i\" >&2; done; "
-                        f"exit {pip_exit};; esac\nexit 0\n")
+    stand_in.write_text(
+        f'#!/bin/sh\ncase "$*" in *pip*) for i in $(seq 200); do echo "noise $i" >&2; done; '
+        f"exit {pip_exit};; esac\nexit 0\n"
+    )
     stand_in.chmod(0o755)
-    return subprocess.run(["bash", str(checkout / "scripts" / "bootstrap")], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(checkout / "scripts" / "bootstrap")], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_install_is_quiet_unless_it_fails(tmp_path):
@@ -360,7 +467,9 @@ def test_the_sudo_path_of_a_source_checkout_is_named_when_it_is_missing():
     assert said is not None
     assert "reached through `sudo -n /nonexistent/bin/grantd elevate`" in said and "does not exist" in said
     assert "--elevate-command" in said and "packaging/install" in said
-    assert elevate_missing(["sudo", "-n", "/bin/sh"]) is None  # sudo (scripts/bootstrap test installs it) and the program
+    assert (
+        elevate_missing(["sudo", "-n", "/bin/sh"]) is None
+    )  # sudo (scripts/bootstrap test installs it) and the program
     assert "names no program after sudo" in str(elevate_missing(["sudo", "-n"]))
     assert "no-such-program-grantd not found" in str(elevate_missing(["no-such-program-grantd"]))
 
@@ -374,12 +483,32 @@ def test_run_hands_its_elevate_config_to_elevate(server, tmp_path):
     a = Agent(server, tmp_path / "home")
     made = a.run("agent", "keygen", "--comment", a.email, "--json")
     with server.admin() as http:
-        assert http.post("/api/agent/enroll", json={"email": a.email, "name": "newcomer",
-                                                    "publicKey": json.loads(made.stdout)["public_key"]}).status_code == 201
+        assert (
+            http.post(
+                "/api/agent/enroll",
+                json={
+                    "email": a.email,
+                    "name": "newcomer",
+                    "publicKey": json.loads(made.stdout)["public_key"],
+                },
+            ).status_code
+            == 201
+        )
     assert a.run("agent", "login", "--idp", server.url, "--email", a.email).returncode == 0
     argv = ["echo", "elevated", uuid.uuid4().hex[:8]]
-    asked = a.run("grant", "request", "--audience", "grantd", "--host", socket.gethostname(), "--type",
-                  "always", "--json", "--", *argv)
+    asked = a.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        socket.gethostname(),
+        "--type",
+        "always",
+        "--json",
+        "--",
+        *argv,
+    )
     approve(server, json.loads(asked.stdout)["id"])
     ran = a.run("run", "--type", "always", "--elevate-config", str(target.config), "--", *argv)
     assert ran.returncode == 0, ran.stderr
@@ -416,7 +545,9 @@ def test_jwks_says_503_while_postgresql_is_down(tmp_path):
             r = httpx.get(f"{srv.url}{path}", headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
             assert r.status_code == 503, (path, r.status_code, r.text)
             assert r.headers["content-type"].startswith("application/problem+json")
-            assert r.json()["detail"] == "database unreachable; retry later" and r.headers["retry-after"] == "5"
+            assert (
+                r.json()["detail"] == "database unreachable; retry later" and r.headers["retry-after"] == "5"
+            )
     finally:
         if srv is not None:
             srv.stop()
@@ -438,8 +569,9 @@ def test_an_unknown_route_is_a_page_for_a_browser_and_problem_json_for_the_api(l
 @pytest.mark.parametrize("workers", [1, 2])
 def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
     srv = make_server(tmp_path / "srv", log_format="json", workers=workers)
-    config = srv.config_path.read_text().replace('management_token = "file:management-token"',
-                                                 f'management_token = "{srv.token}"')  # inline: a warning
+    config = srv.config_path.read_text().replace(
+        'management_token = "file:management-token"', f'management_token = "{srv.token}"'
+    )  # inline: a warning
     srv.config_path.write_text(config)
     srv.start()
     with httpx.Client(base_url=srv.url) as http:
@@ -455,8 +587,13 @@ def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
             not_json.append(line)
     assert not not_json, "\n".join(not_json)
     entries = [json.loads(line) for line in lines]
-    assert any(e.get("event") == "config_warning" and e["level"] == "warning" and "inline" in e["message"] for e in entries)
-    assert any(e.get("event") == "banner" and e["message"].startswith("serving http://127.0.0.1:") for e in entries)
+    assert any(
+        e.get("event") == "config_warning" and e["level"] == "warning" and "inline" in e["message"]
+        for e in entries
+    )
+    assert any(
+        e.get("event") == "banner" and e["message"].startswith("serving http://127.0.0.1:") for e in entries
+    )
 
 
 def test_every_command_says_what_it_does_in_its_help():
@@ -465,14 +602,24 @@ def test_every_command_says_what_it_does_in_its_help():
     from grantd.cli import COMMANDS
 
     for name in COMMANDS:
-        shown = subprocess.run([sys.executable, "-m", "grantd", name, "--help"], capture_output=True, text=True, timeout=60,
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+        shown = subprocess.run(
+            [sys.executable, "-m", "grantd", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert shown.returncode == 0, (name, shown.stderr)
         text = shown.stdout.split("\n\n")
         assert text[0].startswith("usage: grantd"), (name, shown.stdout)
         description = text[1].strip() if len(text) > 1 else ""
-        assert description and not description.startswith(("options:", "positional arguments:")), (name, shown.stdout)
-    serve = subprocess.run([sys.executable, "-m", "grantd", "serve", "--help"], capture_output=True, text=True, timeout=60)
+        assert description and not description.startswith(("options:", "positional arguments:")), (
+            name,
+            shown.stdout,
+        )
+    serve = subprocess.run(
+        [sys.executable, "-m", "grantd", "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert "SIGTERM" in serve.stdout and "admin@localhost" in serve.stdout
 
 
@@ -495,7 +642,7 @@ def test_every_markdown_file_the_docs_name_is_in_the_repository():
 def _operations_section() -> str:
     text = (ROOT / "docs" / "operations.md").read_text()
     start = text.index("\n## From an empty machine to an approved command on a second host\n")
-    return text[start:text.index("\n## ", start + 1)]
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def test_the_operator_paths_elevate_toml_is_accepted_by_elevate(tmp_path):
@@ -509,8 +656,13 @@ def test_the_operator_paths_elevate_toml_is_accepted_by_elevate(tmp_path):
     config.parent.mkdir()
     config.write_text(block.replace("/var/log/grantd/elevate.log", str(audit)))
     config.chmod(0o644)
-    checked = subprocess.run([sys.executable, "-m", "grantd", "elevate", "--config", str(config), "--check-config"],
-                             capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    checked = subprocess.run(
+        [sys.executable, "-m", "grantd", "elevate", "--config", str(config), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     shown = checked.stdout
     assert "https://idp.example.com" in shown and "alice@example.com" in shown, shown
@@ -524,17 +676,26 @@ def test_the_operator_paths_first_administrator_gets_a_link_on_the_issuer(tmp_pa
     grantd = [sys.executable, "-m", "grantd"]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}, "PYTHONPATH": str(ROOT)}
     path = tmp_path / "grantd.toml"
-    made = subprocess.run([*grantd, "config", "init", "--path", str(path)], capture_output=True, text=True, env=env,
-                          timeout=60)
+    made = subprocess.run(
+        [*grantd, "config", "init", "--path", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert made.returncode == 0, made.stderr
     text = path.read_text()
-    text = re.sub(r'(?m)^issuer = .*$', 'issuer = "https://idp.example.com"', text)
+    text = re.sub(r"(?m)^issuer = .*$", 'issuer = "https://idp.example.com"', text)
     assert 'issuer = "https://idp.example.com"' in text
     path.write_text(text)
-    checked = subprocess.run([*grantd, "config", "validate", str(path)], capture_output=True, text=True, env=env, timeout=60)
+    checked = subprocess.run(
+        [*grantd, "config", "validate", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert checked.returncode == 0, checked.stderr
-    added = subprocess.run([*grantd, "users", "add", "alice@example.com", "--admin", "--config", str(path)],
-                           capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    added = subprocess.run(
+        [*grantd, "users", "add", "alice@example.com", "--admin", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert added.returncode == 0, added.stderr
     lines = added.stdout.splitlines()
     assert lines[0] == "created administrator alice@example.com"
@@ -556,17 +717,48 @@ def test_the_postgres_extra_installs_offline_as_the_readme_says(tmp_path):
     assert 'pip install --no-index --find-links wheels ".[postgres]"' in readme
     online = tmp_path / "online"
     subprocess.run([sys.executable, "-m", "venv", str(online)], check=True, timeout=120)
-    fetched = subprocess.run([str(online / "bin" / "pip"), "download", "-q", "-d", str(tmp_path / "wheels"),
-                              ".[postgres]", "setuptools>=68"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    fetched = subprocess.run(
+        [
+            str(online / "bin" / "pip"),
+            "download",
+            "-q",
+            "-d",
+            str(tmp_path / "wheels"),
+            ".[postgres]",
+            "setuptools>=68",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert fetched.returncode == 0, fetched.stdout + fetched.stderr
     offline = tmp_path / "offline"
     subprocess.run([sys.executable, "-m", "venv", str(offline)], check=True, timeout=120)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
-    installed = subprocess.run([str(offline / "bin" / "pip"), "install", "-q", "--no-index", "--find-links",
-                                str(tmp_path / "wheels"), ".[postgres]"], cwd=ROOT, env=env, capture_output=True,
-                               text=True, timeout=600)
+    installed = subprocess.run(
+        [
+            str(offline / "bin" / "pip"),
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(tmp_path / "wheels"),
+            ".[postgres]",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    works = subprocess.run([str(offline / "bin" / "python"), "-c", "import psycopg, grantd.plugins.storage_postgres"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    works = subprocess.run(
+        [str(offline / "bin" / "python"), "-c", "import psycopg, grantd.plugins.storage_postgres"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert works.returncode == 0, works.stderr

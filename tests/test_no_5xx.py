@@ -36,10 +36,29 @@ from grants_support import grant_body
 
 EXAMPLES_PER_ROUTE = 40
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-LIMITS_OFF = ["authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-              "grants_per_agent", "pending_per_agent", "pending_per_owner", "agents_per_person", "verify_per_address", "device_code_per_address",
-              "sp_login_per_address"]
-LOGGERS = ["grantd", "grantd.access", "sanic.root", "sanic.error", "sanic.server", "sanic.websockets", "asyncio", ""]
+LIMITS_OFF = [
+    "authenticate_per_agent",
+    "authenticate_per_address",
+    "enroll_per_address",
+    "failed_bearer_per_address",
+    "grants_per_agent",
+    "pending_per_agent",
+    "pending_per_owner",
+    "agents_per_person",
+    "verify_per_address",
+    "device_code_per_address",
+    "sp_login_per_address",
+]
+LOGGERS = [
+    "grantd",
+    "grantd.access",
+    "sanic.root",
+    "sanic.error",
+    "sanic.server",
+    "sanic.websockets",
+    "asyncio",
+    "",
+]
 
 
 class LogCapture(logging.Handler):
@@ -73,7 +92,9 @@ def _b64(data: bytes) -> str:
 
 def expired_looking_jwt(kid: str, email: str) -> str:
     header = _b64(json.dumps({"alg": "EdDSA", "typ": "JWT", "kid": kid}).encode())
-    claims = _b64(json.dumps({"sub": email, "act": "agent", "iat": 1, "exp": 2, "aud": "apes-cli", "jti": "x"}).encode())
+    claims = _b64(
+        json.dumps({"sub": email, "act": "agent", "iat": 1, "exp": 2, "aud": "apes-cli", "jti": "x"}).encode()
+    )
     signature = _b64(bytes(64))
     return f"{header}.{claims}.{signature}"
 
@@ -83,8 +104,10 @@ def federate_to_itself(srv: InProcessServer) -> None:
     (srv.directory / "self-client-secret").write_text("no5xx-client-secret\n")
     (srv.directory / "self-client-secret").chmod(0o600)
     with srv.config_path.open("a") as config:
-        config.write(f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
-                     'client_id = "no5xx"\nclient_secret = "file:self-client-secret"\n')
+        config.write(
+            f'\n[[federation.providers]]\nid = "self"\ntype = "oidc"\nissuer = "{srv.url}"\n'
+            'client_id = "no5xx"\nclient_secret = "file:self-client-secret"\n'
+        )
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +119,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # SP login on, asking a local DNS server that knows no domain: its routes are driven too (D9)
     dns = TxtDnsServer({}).__enter__()
     sp = f'\n[sp]\nenabled = true\nnameservers = ["{dns.address}"]\n'
-    srv = InProcessServer(directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}{sp}")
+    srv = InProcessServer(
+        directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}{sp}"
+    )
     # X-Forwarded-For is parsed only from a trusted proxy: trust the test client so it is driven too.
-    srv.config_path.write_text(srv.config_path.read_text().replace(
-        "workers = 1\n", 'workers = 1\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+    srv.config_path.write_text(
+        srv.config_path.read_text().replace(
+            "workers = 1\n", 'workers = 1\ntrusted_proxies = ["127.0.0.1"]\n', 1
+        )
+    )
     federate_to_itself(srv)  # a federation provider "self": /auth/federated/self runs a real sign-in start
     capture = LogCapture()
     srv.start()
@@ -113,7 +141,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             to_approve = http.post("/api/grants", json=grant_body(reason="approve me")).json()["id"]
         with srv.admin() as http:
             authz = http.post(f"/api/grants/{to_approve}/approve", json={}).json()["authz_jwt"]
-            delegation = http.post("/api/delegations", json={"delegate": other.email, "audience": "elsewhere"}).json()["id"]
+            delegation = http.post(
+                "/api/delegations", json={"delegate": other.email, "audience": "elsewhere"}
+            ).json()["id"]
             kid = http.get("/.well-known/jwks.json").json()["keys"][0]["kid"]
         world = World(srv, capture, agent, other)
         world.callers = {
@@ -137,17 +167,76 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 # -- what hypothesis sends -------------------------------------------------------------------------
 
 FIELDS = [
-    "agent_id", "id", "challenge", "signature", "email", "name", "publicKey", "public_key", "owner", "approver",
-    "status", "isActive", "target_host", "audience", "grant_type", "command", "permissions", "duration", "reason",
-    "run_as", "requester", "token", "operations", "action", "delegate", "delegator", "scopes", "scope", "approval",
-    "expires_at", "authorization_details", "execution_context", "cmd_hash",
-    "user_code", "approve", "client_id", "device_code",  # the device grant
-    "decision", "via",  # a vote (D13)
+    "agent_id",
+    "id",
+    "challenge",
+    "signature",
+    "email",
+    "name",
+    "publicKey",
+    "public_key",
+    "owner",
+    "approver",
+    "status",
+    "isActive",
+    "target_host",
+    "audience",
+    "grant_type",
+    "command",
+    "permissions",
+    "duration",
+    "reason",
+    "run_as",
+    "requester",
+    "token",
+    "operations",
+    "action",
+    "delegate",
+    "delegator",
+    "scopes",
+    "scope",
+    "approval",
+    "expires_at",
+    "authorization_details",
+    "execution_context",
+    "cmd_hash",
+    "user_code",
+    "approve",
+    "client_id",
+    "device_code",  # the device grant
+    "decision",
+    "via",  # a vote (D13)
 ]
 SPECIAL_TEXT = [
-    "", " ", "once", "timed", "always", "approve", "deny", "revoke", "active", "disabled", "root", "root\n", "\x00",
-    "\x1b[31m", "\u202e", "\u200b", "\ufeff", "\u00b2", "1" * 23, "9" * 400, "*", "command:*", "ssh-ed25519 AAAA",
-    "2999-01-01T00:00:00Z", "1970-01-01T00:00:00", "a@b", "x" * 300, "../../etc/passwd", "%00",
+    "",
+    " ",
+    "once",
+    "timed",
+    "always",
+    "approve",
+    "deny",
+    "revoke",
+    "active",
+    "disabled",
+    "root",
+    "root\n",
+    "\x00",
+    "\x1b[31m",
+    "\u202e",
+    "\u200b",
+    "\ufeff",
+    "\u00b2",
+    "1" * 23,
+    "9" * 400,
+    "*",
+    "command:*",
+    "ssh-ed25519 AAAA",
+    "2999-01-01T00:00:00Z",
+    "1970-01-01T00:00:00",
+    "a@b",
+    "x" * 300,
+    "../../etc/passwd",
+    "%00",
 ]
 surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 any_text = st.one_of(
@@ -156,23 +245,39 @@ any_text = st.one_of(
     st.sampled_from(SPECIAL_TEXT),
 )
 numbers = st.one_of(
-    st.integers(-(2**70), 2**70), st.sampled_from([0, -1, 1, 10**30, 2**63, 86400 * 365 * 100]),
+    st.integers(-(2**70), 2**70),
+    st.sampled_from([0, -1, 1, 10**30, 2**63, 86400 * 365 * 100]),
     st.floats(allow_nan=True, allow_infinity=True),
 )
 leaves = st.one_of(st.none(), st.booleans(), numbers, any_text)
 json_values = st.recursive(
-    leaves, lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
+    leaves,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
     max_leaves=10,
 )
 
 
 def real_values(world: World) -> st.SearchStrategy[Any]:
     agent = world.agent
-    return st.sampled_from([
-        agent.email, world.other.email, agent.agent_id, agent.public_key, world.server.token, *world.ids,
-        ["ls", "-l"], ["deploy:web"], [{"id": world.ids[0], "action": "deny"}], [{"type": "x"}], {"cwd": "/"},
-        "admin@example.com", "root@example.com", "web-1", "escapes",
-    ])
+    return st.sampled_from(
+        [
+            agent.email,
+            world.other.email,
+            agent.agent_id,
+            agent.public_key,
+            world.server.token,
+            *world.ids,
+            ["ls", "-l"],
+            ["deploy:web"],
+            [{"id": world.ids[0], "action": "deny"}],
+            [{"type": "x"}],
+            {"cwd": "/"},
+            "admin@example.com",
+            "root@example.com",
+            "web-1",
+            "escapes",
+        ]
+    )
 
 
 def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, Any]]:
@@ -192,24 +297,37 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
         "decide": {"user_code": "BCDF-GHJK", "approve": True},
         "device_authorization": {"client_id": "grantd-cli", "scope": "openid"},
         # the OAuth provider (grantd.web.api.oauth)
-        "token": {"grant_type": "authorization_code", "code": "x" * 43, "code_verifier": "v" * 43, "client_id": "apes-cli",
-                  "redirect_uri": "http://localhost:9876/callback"},
-        "consent": {"request": "response_type=code&client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback"
-                               "&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
-                    "approve": True},
+        "token": {
+            "grant_type": "authorization_code",
+            "code": "x" * 43,
+            "code_verifier": "v" * 43,
+            "client_id": "apes-cli",
+            "redirect_uri": "http://localhost:9876/callback",
+        },
+        "consent": {
+            "request": "response_type=code&client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback"
+            "&code_challenge=E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM&code_challenge_method=S256",
+            "approve": True,
+        },
         "revoke": {"token": "x", "token_type_hint": "refresh_token"},
         "userinfo": {"access_token": "a.b.c"},
         # the decision log (D14)
         "hosts": {"host": "web-1", "publicKey": agent.public_key},
-        "receipts": {"receipt": "eyJhbGciOiJFZERTQSIsInR5cCI6ImdyYW50ZC1yZWNlaXB0K2p3dCJ9.eyJpc3MiOiJob3N0OndlYi0xIn0.AAAA"},
+        "receipts": {
+            "receipt": "eyJhbGciOiJFZERTQSIsInR5cCI6ImdyYW50ZC1yZWNlaXB0K2p3dCJ9.eyJpc3MiOiJob3N0OndlYi0xIn0.AAAA"
+        },
     }
     base = next((b for key, b in bases.items() if route_name.split(".")[-1].startswith(key)), {})
     if route_name.endswith("delegations.create"):
         base = {"delegate": world.other.email, "audience": "x"}
     value = st.one_of(json_values, real_values(world))
     drawn = st.dictionaries(st.sampled_from(FIELDS), value, max_size=6)
-    operations = st.lists(st.dictionaries(st.sampled_from(["id", "action", "grant_type", "duration", "reason"]), value,
-                                          max_size=4), max_size=4)
+    operations = st.lists(
+        st.dictionaries(
+            st.sampled_from(["id", "action", "grant_type", "duration", "reason"]), value, max_size=4
+        ),
+        max_size=4,
+    )
     return st.one_of(
         drawn.map(lambda extra: {**base, **extra}),
         drawn,
@@ -220,38 +338,105 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
 def raw_bodies(world: World, route_name: str) -> st.SearchStrategy[bytes | None]:
     return st.one_of(
         st.none(),
-        shaped_body(world, route_name).map(lambda b: json.dumps(b).encode()),  # surrogates become \ud800 escapes
+        shaped_body(world, route_name).map(
+            lambda b: json.dumps(b).encode()
+        ),  # surrogates become \ud800 escapes
         json_values.map(lambda v: json.dumps(v).encode()),
         st.integers(20, 3000).map(lambda n: b"[" * n + b"]" * n),
         st.integers(20, 3000).map(lambda n: b'{"a":' * n + b"1" + b"}" * n),
         st.binary(max_size=40),
-        st.sampled_from([b"", b"{", b'{"a": NaN}', b'{"a": 1e999}', b'{"a": "\\udfff"}', b"\xef\xbb\xbf{}", b"1" * 5000]),
+        st.sampled_from(
+            [b"", b"{", b'{"a": NaN}', b'{"a": 1e999}', b'{"a": "\\udfff"}', b"\xef\xbb\xbf{}", b"1" * 5000]
+        ),
         # form-encoded (the OAuth endpoints): real names, repeats, bad escapes, non-UTF-8
-        st.sampled_from([b"client_id=grantd-cli&scope=openid", b"client_id=grantd-cli&client_id=x", b"a=%zz&&=",
-                         b"client_id=%ff%fe", b"grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code"
-                         b"&device_code=x&client_id=grantd-cli", b"=" * 3000,
-                         b"grant_type=refresh_token&refresh_token=x&client_id=apes-cli&scope=openid%20x",
-                         b"grant_type=client_credentials&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-"
-                         b"type%3Ajwt-bearer&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
-                         b"grant_type=authorization_code&code=x&client_id=127.0.0.1%3A1&code_verifier=%00"]),
+        st.sampled_from(
+            [
+                b"client_id=grantd-cli&scope=openid",
+                b"client_id=grantd-cli&client_id=x",
+                b"a=%zz&&=",
+                b"client_id=%ff%fe",
+                b"grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code"
+                b"&device_code=x&client_id=grantd-cli",
+                b"=" * 3000,
+                b"grant_type=refresh_token&refresh_token=x&client_id=apes-cli&scope=openid%20x",
+                b"grant_type=client_credentials&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-"
+                b"type%3Ajwt-bearer&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
+                b"grant_type=authorization_code&code=x&client_id=127.0.0.1%3A1&code_verifier=%00",
+            ]
+        ),
     )
 
 
 header_text = st.one_of(
     st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=30),
-    st.sampled_from(["1", "0", "\u00b2", "1" * 30, "*", 'W/"x"', '"abc", W/"d"', "application/json",
-                     "text/plain; charset=utf-8", "application/x-www-form-urlencoded", "1.2.3.4", "1.2.3.4, 10.0.0.1",
-                     "::1", "garbage, ,", "-1"]),
+    st.sampled_from(
+        [
+            "1",
+            "0",
+            "\u00b2",
+            "1" * 30,
+            "*",
+            'W/"x"',
+            '"abc", W/"d"',
+            "application/json",
+            "text/plain; charset=utf-8",
+            "application/x-www-form-urlencoded",
+            "1.2.3.4",
+            "1.2.3.4, 10.0.0.1",
+            "::1",
+            "garbage, ,",
+            "-1",
+        ]
+    ),
 ).map(lambda s: s.strip().encode("latin-1"))
-headers = st.fixed_dictionaries({}, optional={
-    name: header_text for name in
-    ["Last-Event-ID", "If-None-Match", "Content-Type", "X-Forwarded-For", "X-Request-ID", "Accept", "Origin"]
-})
+headers = st.fixed_dictionaries(
+    {},
+    optional={
+        name: header_text
+        for name in [
+            "Last-Event-ID",
+            "If-None-Match",
+            "Content-Type",
+            "X-Forwarded-For",
+            "X-Request-ID",
+            "Accept",
+            "Origin",
+        ]
+    },
+)
 queries = st.dictionaries(
-    st.sampled_from(["limit", "cursor", "status", "requester", "last_event_id", "token", "x", "user_code",
-                     "next", "state", "code", "error", "client_id", "redirect_uri", "response_type", "code_challenge",
-                     "code_challenge_method", "scope", "prompt", "login_hint", "nonce", "authorization_details",
-                     "start", "end", "index", "size", "from", "to"]),
+    st.sampled_from(
+        [
+            "limit",
+            "cursor",
+            "status",
+            "requester",
+            "last_event_id",
+            "token",
+            "x",
+            "user_code",
+            "next",
+            "state",
+            "code",
+            "error",
+            "client_id",
+            "redirect_uri",
+            "response_type",
+            "code_challenge",
+            "code_challenge_method",
+            "scope",
+            "prompt",
+            "login_hint",
+            "nonce",
+            "authorization_details",
+            "start",
+            "end",
+            "index",
+            "size",
+            "from",
+            "to",
+        ]
+    ),
     st.one_of(any_text, st.integers(-(10**20), 10**20).map(str)),
     max_size=4,
 )
@@ -282,11 +467,20 @@ def check(response: httpx.Response, method: str, path: str) -> None:
         assert response.headers.get("content-type", "").startswith("application/problem+json"), where
         if method != "HEAD":
             body = response.json()
-            assert {"type", "title", "status", "detail"} <= set(body) and body["status"] == response.status_code, where
+            assert {"type", "title", "status", "detail"} <= set(body) and body[
+                "status"
+            ] == response.status_code, where
 
 
-def send(http: httpx.Client, method: str, path: str, query: dict[str, str], head: dict[str, bytes],
-         body: bytes | None, bearer: str | None) -> None:
+def send(
+    http: httpx.Client,
+    method: str,
+    path: str,
+    query: dict[str, str],
+    head: dict[str, bytes],
+    body: bytes | None,
+    bearer: str | None,
+) -> None:
     qs = "&".join(f"{quote(k)}={quote(v, safe='', errors='surrogatepass')}" for k, v in query.items())
     url = path + ("?" + qs if qs else "")
     all_headers: dict[str, Any] = dict(head)
@@ -306,8 +500,14 @@ def send(http: httpx.Client, method: str, path: str, query: dict[str, str], head
 def routes_in_order(world: World) -> list[Any]:
     """Every route; the ones that can take the callers' agents away (delete, update) run last."""
     routes = list(world.server.app.router.routes)
-    return sorted(routes, key=lambda r: ("admin/agents/<" in r.path and r.methods & {"DELETE", "PUT"} != set(),
-                                         r.path, sorted(r.methods)))
+    return sorted(
+        routes,
+        key=lambda r: (
+            "admin/agents/<" in r.path and r.methods & {"DELETE", "PUT"} != set(),
+            r.path,
+            sorted(r.methods),
+        ),
+    )
 
 
 def driver(world: World, http: httpx.Client, route: Any) -> Any:
@@ -317,19 +517,32 @@ def driver(world: World, http: httpx.Client, route: Any) -> Any:
 
     def drive(data: st.DataObject) -> None:
         # now and then a method the route does not serve: 405, still problem+json
-        method = data.draw(st.sampled_from(methods) if data.draw(st.integers(0, 9)) else st.sampled_from(METHODS),
-                           label="method")
+        method = data.draw(
+            st.sampled_from(methods) if data.draw(st.integers(0, 9)) else st.sampled_from(METHODS),
+            label="method",
+        )
         params = {name: data.draw(path_values(world), label=name) for name in param_names}
         caller = data.draw(st.sampled_from(sorted(world.callers)), label="caller")
-        send(http, method, build_path(route.path, params), data.draw(queries, label="query"),
-             data.draw(headers, label="headers"), data.draw(raw_bodies(world, route.name), label="body"),
-             world.callers[caller])
+        send(
+            http,
+            method,
+            build_path(route.path, params),
+            data.draw(queries, label="query"),
+            data.draw(headers, label="headers"),
+            data.draw(raw_bodies(world, route.name), label="body"),
+            world.callers[caller],
+        )
 
     # derandomize seeds from the function's digest: without the route in it, every route would get
     # the same examples
     drive._hypothesis_internal_add_digest = f"{route.name} {methods}".encode()  # type: ignore[attr-defined]
-    return settings(max_examples=EXAMPLES_PER_ROUTE, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck))(given(data=st.data())(drive))
+    return settings(
+        max_examples=EXAMPLES_PER_ROUTE,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )(given(data=st.data())(drive))
 
 
 def test_every_route_answers_below_500_to_anything(world: World) -> None:
@@ -350,5 +563,10 @@ def test_every_route_answers_below_500_to_anything(world: World) -> None:
 def test_the_route_list_is_the_apps(world: World) -> None:
     """The router lists what the app serves: a route the property test would miss cannot hide."""
     paths = {"/" + r.path for r in world.server.app.router.routes}
-    assert {"/api/grants", "/api/grants/events", "/api/delegations/<delegation_id:str>/validate",
-            "/api/admin/agents/<ident:str>", "/healthz"} <= paths
+    assert {
+        "/api/grants",
+        "/api/grants/events",
+        "/api/delegations/<delegation_id:str>/validate",
+        "/api/admin/agents/<ident:str>",
+        "/healthz",
+    } <= paths

@@ -28,7 +28,9 @@ from grants_support import EventReader, approve, request_grant
 ISSUER = "https://idp.nodes.example"
 NODES = 3
 AUTH_LIMIT = 6
-LATEST_PG_SCHEMA = max(version for version, _, _ in MIGRATIONS)  # what `grantd db migrate` brings a database to
+LATEST_PG_SCHEMA = max(
+    version for version, _, _ in MIGRATIONS
+)  # what `grantd db migrate` brings a database to
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,9 @@ def database() -> Iterator[tuple[pg.Postgres, str]]:
 
 
 @pytest.fixture(scope="module")
-def nodes(database: tuple[pg.Postgres, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Server]]:
+def nodes(
+    database: tuple[pg.Postgres, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Server]]:
     _, dsn = database
     started: list[Server] = []
     try:
@@ -55,7 +59,9 @@ def nodes(database: tuple[pg.Postgres, str], tmp_path_factory: pytest.TempPathFa
                 storage='plugin = "postgres"\ndsn = "file:postgres-dsn"\npool_size = 4',
                 extra=f"[grants]\nevents_poll_ms = 5000\nevents_heartbeat = 1\n[limits]\nauthenticate_per_agent = {AUTH_LIMIT}\n",
             )
-            config = node.config_path.read_text().replace(f"port = {node.port}\n", f'port = {node.port}\nissuer = "{ISSUER}"\n', 1)
+            config = node.config_path.read_text().replace(
+                f"port = {node.port}\n", f'port = {node.port}\nissuer = "{ISSUER}"\n', 1
+            )
             node.config_path.write_text(config)
             if started:  # one management token for the deployment
                 node.token = started[0].token
@@ -106,7 +112,9 @@ def test_a_challenge_from_one_node_is_answered_at_another_once(nodes: list[Serve
         assert http.get("/api/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 
 
-def test_a_once_grant_consumed_at_every_node_at_once_is_consumed_once(nodes: list[Server], tmp_path: Path) -> None:
+def test_a_once_grant_consumed_at_every_node_at_once_is_consumed_once(
+    nodes: list[Server], tmp_path: Path
+) -> None:
     agent = signed_in(nodes[0], tmp_path)
     grant = request_grant(nodes[0], agent, grant_type="once")
     authz = approve(nodes[1], grant["id"])["authz_jwt"]
@@ -135,7 +143,10 @@ def test_events_reach_streams_on_other_nodes_at_once(nodes: list[Server], tmp_pa
             grant = request_grant(a, agent)
             written = time.monotonic()
             for stream in streams:
-                stream.until(lambda e, gid=grant["id"]: e["grant"]["id"] == gid and e["event"] == "grant.created", timeout=10)
+                stream.until(
+                    lambda e, gid=grant["id"]: e["grant"]["id"] == gid and e["event"] == "grant.created",
+                    timeout=10,
+                )
                 delays.append(time.monotonic() - written)
         # the poll interval is 5 s: this fast, the NOTIFY of the commit woke the other nodes
         assert max(delays) < 0.2, delays
@@ -158,7 +169,9 @@ def test_rotate_and_revoke_take_effect_on_every_node(nodes: list[Server], tmp_pa
     for kid in before_all:
         a.grantd("keys", "revoke", kid)
     for node in nodes:  # a token signed by a revoked key is refused everywhere (within a second)
-        assert eventually(lambda node=node: node.client(old_token).get("/api/me").status_code == 401, timeout=3)
+        assert eventually(
+            lambda node=node: node.client(old_token).get("/api/me").status_code == 401, timeout=3
+        )
         with node.client(agent.token) as http:
             assert http.get("/api/me").status_code == 200
     # (each node's JWKS drops it when that node next re-reads its keys: verifying a token does)
@@ -174,7 +187,9 @@ def test_rate_limits_count_across_nodes(nodes: list[Server], tmp_path: Path) -> 
     assert statuses == [200] * AUTH_LIMIT + [429] * 3  # each node alone saw at most 3
 
 
-def test_a_session_from_one_node_is_accepted_at_another_and_a_logout_there_ends_it(nodes: list[Server]) -> None:
+def test_a_session_from_one_node_is_accepted_at_another_and_a_logout_there_ends_it(
+    nodes: list[Server],
+) -> None:
     """A person registers a passkey and is signed in at node A (a real WebAuthn ceremony over HTTP,
     as a browser at the deployment's one origin); node B accepts the cookie; logging out at B ends
     the session at A and C as well: sessions live in the shared database, not in a node."""
@@ -203,8 +218,9 @@ def test_a_session_from_one_node_is_accepted_at_another_and_a_logout_there_ends_
     assert [me(n) for n in nodes] == [401, 401, 401]  # ended at B, over at A and C too
 
 
-def test_backup_is_a_private_pg_dump_that_restores(nodes: list[Server], database: tuple[pg.Postgres, str],
-                                                   tmp_path: Path) -> None:
+def test_backup_is_a_private_pg_dump_that_restores(
+    nodes: list[Server], database: tuple[pg.Postgres, str], tmp_path: Path
+) -> None:
     server, _ = database
     enroll(nodes[0], tmp_path, email="kept@agents.example")
     target = tmp_path / "backup.dump"
@@ -230,8 +246,9 @@ def test_backup_is_a_private_pg_dump_that_restores(nodes: list[Server], database
     asyncio.run(restore_into_a_new_database())
 
 
-def test_restore_refuses_while_a_node_uses_the_database(nodes: list[Server], database: tuple[pg.Postgres, str],
-                                                        tmp_path: Path) -> None:
+def test_restore_refuses_while_a_node_uses_the_database(
+    nodes: list[Server], database: tuple[pg.Postgres, str], tmp_path: Path
+) -> None:
     target = tmp_path / "backup.dump"
     nodes[0].grantd("db", "backup", str(target))
     _, dsn = database
@@ -252,7 +269,16 @@ def test_restore_refuses_while_a_node_uses_the_database(nodes: list[Server], dat
 
 
 def _agent(name: str) -> Any:
-    return {"agent_id": f"agt_{name}", "email": f"{name}@agents.example", "name": name,
-            "public_key": f"ssh-ed25519 KEY{name}", "key_id": f"SHA256:{name}", "key_generation": 1,
-            "owner": "owner@example.com", "approver": "owner@example.com", "status": "active",
-            "created_at": 1, "updated_at": 1}
+    return {
+        "agent_id": f"agt_{name}",
+        "email": f"{name}@agents.example",
+        "name": name,
+        "public_key": f"ssh-ed25519 KEY{name}",
+        "key_id": f"SHA256:{name}",
+        "key_generation": 1,
+        "owner": "owner@example.com",
+        "approver": "owner@example.com",
+        "status": "active",
+        "created_at": 1,
+        "updated_at": 1,
+    }

@@ -28,8 +28,12 @@ from grantd.plugin_manager import build_plugin_manager
 from grantd.plugins.notify_webpush import host_allowed
 
 ARGV = ["systemctl", "restart", "nginx", "--secret-token=hunter2"]
-GRANT = {"id": "4f1c2a9e-0000-4000-8000-000000000001", "requester": "deploy-bot@agents.example.com",
-         "status": "pending", "request": {"command": ARGV, "target_host": "web1", "run_as": "root"}}
+GRANT = {
+    "id": "4f1c2a9e-0000-4000-8000-000000000001",
+    "requester": "deploy-bot@agents.example.com",
+    "status": "pending",
+    "request": {"command": ARGV, "target_host": "web1", "run_as": "root"},
+}
 LINK = "https://grantd.example.com/r/tok3n"
 DENY = "https://grantd.example.com/r/tok3n/deny"
 ALICE = Recipient(email="alice@example.com", name="Alice")
@@ -62,11 +66,14 @@ def problems(tables: list[dict[str, Any]], tmp_path: Path) -> list[str]:
 
 def notice(kind: str = "review_requested", channel: Any = None, **kwargs: Any) -> Any:
     options = channel.options if channel is not None else {}
-    grant = {**GRANT, "status": "approved", "decided_by": "alice@example.com"} if kind == "resolved" else GRANT
+    grant = (
+        {**GRANT, "status": "approved", "decided_by": "alice@example.com"} if kind == "resolved" else GRANT
+    )
     return render(kind, [grant], link=LINK, options=options, deny_link=DENY, **kwargs)
 
 
 # -- the hook and the tables ----------------------------------------------------------------------
+
 
 def test_notification_channel_types_offers_the_builtins_and_a_plugins_own():
     pm = build_plugin_manager(None)
@@ -83,23 +90,50 @@ def test_notification_channel_types_offers_the_builtins_and_a_plugins_own():
 
 
 def test_channel_tables_are_checked_with_key_paths_and_did_you_mean(tmp_path):
-    found = problems([
-        {"id": "mail", "type": "smpt", "host": "x"},
-        {"id": "mail2", "type": "smtp", "hots": "smtp.example.com", "from": "g@example.com"},
-        {"id": "Bad Id", "type": "ntfy", "url": "https://ntfy.example.com"},
-        {"id": "chat", "type": "webhook", "url": "https://chat.example.com/hook", "secret": "inline-secret-value"},
-        {"id": "chat", "type": "webhook", "url": "http://chat.example.com/hook", "format": "teams",
-         "secret": "env:GRANTD_TEST_NO_SUCH_VARIABLE"},
-    ], tmp_path)
+    found = problems(
+        [
+            {"id": "mail", "type": "smpt", "host": "x"},
+            {"id": "mail2", "type": "smtp", "hots": "smtp.example.com", "from": "g@example.com"},
+            {"id": "Bad Id", "type": "ntfy", "url": "https://ntfy.example.com"},
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": "https://chat.example.com/hook",
+                "secret": "inline-secret-value",
+            },
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": "http://chat.example.com/hook",
+                "format": "teams",
+                "secret": "env:GRANTD_TEST_NO_SUCH_VARIABLE",
+            },
+        ],
+        tmp_path,
+    )
     text = "\n".join(found)
-    assert 'notify.channels[0].type: no channel type named \'smpt\' (did you mean "smtp"?)' in text
+    assert "notify.channels[0].type: no channel type named 'smpt' (did you mean \"smtp\"?)" in text
     assert 'notify.channels[1].hots: not a key of a smtp channel (did you mean "host"?)' in text
     assert "notify.channels[2].id: missing or not an id" in text
-    assert "notify.channels[3].secret: a secret must come from file:PATH or env:NAME, never written inline" in text
+    assert (
+        "notify.channels[3].secret: a secret must come from file:PATH or env:NAME, never written inline"
+        in text
+    )
     assert "notify.channels[4].id: 'chat' is used by another channel" in text
-    channels, found = check_channels(channel_types(build_plugin_manager(None)), [
-        {"id": "chat", "type": "webhook", "url": "http://chat.example.com/hook", "format": "teams",
-         "secret": "env:GRANTD_TEST_NO_SUCH_VARIABLE", "deny_from_chat": "yes"}], base_dir=tmp_path)
+    channels, found = check_channels(
+        channel_types(build_plugin_manager(None)),
+        [
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": "http://chat.example.com/hook",
+                "format": "teams",
+                "secret": "env:GRANTD_TEST_NO_SUCH_VARIABLE",
+                "deny_from_chat": "yes",
+            }
+        ],
+        base_dir=tmp_path,
+    )
     text = "\n".join(found)
     assert not channels
     assert "notify.channels[0].url: must be an https URL" in text
@@ -109,32 +143,80 @@ def test_channel_tables_are_checked_with_key_paths_and_did_you_mean(tmp_path):
 
 
 def test_smtp_tables_refuse_plaintext_off_loopback_and_an_inline_password(tmp_path):
-    found = "\n".join(problems([
-        {"id": "a", "type": "smtp", "host": "smtp.example.com", "from": "grantd@example.com", "starttls": False},
-        {"id": "b", "type": "smtp", "host": "smtp.example.com", "from": "grantd@example.com", "username": "u",
-         "password": "hunter2"},
-        {"id": "c", "type": "smtp", "host": "smtp.example.com", "from": "not an address", "tls": True, "starttls": True},
-    ], tmp_path))
+    found = "\n".join(
+        problems(
+            [
+                {
+                    "id": "a",
+                    "type": "smtp",
+                    "host": "smtp.example.com",
+                    "from": "grantd@example.com",
+                    "starttls": False,
+                },
+                {
+                    "id": "b",
+                    "type": "smtp",
+                    "host": "smtp.example.com",
+                    "from": "grantd@example.com",
+                    "username": "u",
+                    "password": "hunter2",
+                },
+                {
+                    "id": "c",
+                    "type": "smtp",
+                    "host": "smtp.example.com",
+                    "from": "not an address",
+                    "tls": True,
+                    "starttls": True,
+                },
+            ],
+            tmp_path,
+        )
+    )
     assert "notify.channels[0].starttls: a mail server other than a loopback one needs" in found
     assert "notify.channels[1].password: a secret must come from file:PATH or env:NAME" in found
     assert "notify.channels[2].from: must be an e-mail address" in found
     assert "notify.channels[2].tls: starttls and tls exclude each other" in found
     assert "hunter2" not in found
     # a relay on the same machine may go without TLS
-    (channel,) = build([{"id": "local", "type": "smtp", "host": "127.0.0.1", "port": 25, "starttls": False,
-                         "from": "grantd@example.com"}], tmp_path)
+    (channel,) = build(
+        [
+            {
+                "id": "local",
+                "type": "smtp",
+                "host": "127.0.0.1",
+                "port": 25,
+                "starttls": False,
+                "from": "grantd@example.com",
+            }
+        ],
+        tmp_path,
+    )
     assert (channel.starttls, channel.tls, channel.port) == (False, False, 25)
 
 
 # -- smtp ---------------------------------------------------------------------------------------
 
+
 def test_smtp_sends_real_mail_over_starttls_with_auth_and_threads_a_grant(tmp_path):
     sink = SmtpSink(tmp_path, tls=True, user=("grantd", "s3cret-pass")).start()
     try:
-        (channel,) = build([{"id": "mail", "type": "smtp", "host": "127.0.0.1", "port": sink.port,
-                             "ca_file": str(sink.ca_file), "username": "grantd",
-                             "password": secret_file(tmp_path, "smtp-password", "s3cret-pass"),
-                             "from": "grantd@example.com", "reply_to": "ops@example.com"}], tmp_path)
+        (channel,) = build(
+            [
+                {
+                    "id": "mail",
+                    "type": "smtp",
+                    "host": "127.0.0.1",
+                    "port": sink.port,
+                    "ca_file": str(sink.ca_file),
+                    "username": "grantd",
+                    "password": secret_file(tmp_path, "smtp-password", "s3cret-pass"),
+                    "from": "grantd@example.com",
+                    "reply_to": "ops@example.com",
+                }
+            ],
+            tmp_path,
+        )
         assert "s3cret-pass" not in repr(channel) and "s3cret-pass" not in json.dumps(channel.public_info())
         assert run(channel.send(ctx(), notice(channel=channel), ALICE)) == DeliveryResult.sent()
         assert run(channel.send(ctx(), notice("resolved", channel=channel), ALICE)) == DeliveryResult.sent()
@@ -157,10 +239,21 @@ def test_smtp_sends_real_mail_over_starttls_with_auth_and_threads_a_grant(tmp_pa
 def test_smtp_wrong_password_is_a_failure_not_worth_retrying(tmp_path):
     sink = SmtpSink(tmp_path, tls=True, user=("grantd", "right")).start()
     try:
-        (channel,) = build([{"id": "mail", "type": "smtp", "host": "127.0.0.1", "port": sink.port,
-                             "ca_file": str(sink.ca_file), "username": "grantd",
-                             "password": secret_file(tmp_path, "pw", "wrong-password"), "from": "grantd@example.com"}],
-                           tmp_path)
+        (channel,) = build(
+            [
+                {
+                    "id": "mail",
+                    "type": "smtp",
+                    "host": "127.0.0.1",
+                    "port": sink.port,
+                    "ca_file": str(sink.ca_file),
+                    "username": "grantd",
+                    "password": secret_file(tmp_path, "pw", "wrong-password"),
+                    "from": "grantd@example.com",
+                }
+            ],
+            tmp_path,
+        )
         result = run(channel.send(ctx(), notice(channel=channel), ALICE))
     finally:
         sink.stop()
@@ -171,8 +264,18 @@ def test_smtp_wrong_password_is_a_failure_not_worth_retrying(tmp_path):
 def test_smtp_refuses_a_server_whose_certificate_it_cannot_verify(tmp_path):
     sink = SmtpSink(tmp_path, tls=True).start()
     try:
-        (channel,) = build([{"id": "mail", "type": "smtp", "host": "127.0.0.1", "port": sink.port,
-                             "from": "grantd@example.com"}], tmp_path)  # no ca_file: the system's CAs
+        (channel,) = build(
+            [
+                {
+                    "id": "mail",
+                    "type": "smtp",
+                    "host": "127.0.0.1",
+                    "port": sink.port,
+                    "from": "grantd@example.com",
+                }
+            ],
+            tmp_path,
+        )  # no ca_file: the system's CAs
         result = run(channel.send(ctx(), notice(channel=channel), ALICE))
     finally:
         sink.stop()
@@ -181,8 +284,19 @@ def test_smtp_refuses_a_server_whose_certificate_it_cannot_verify(tmp_path):
 
 def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path):
     sink = SmtpSink()
-    (channel,) = build([{"id": "mail", "type": "smtp", "host": "127.0.0.1", "port": sink.port, "starttls": False,
-                         "from": "grantd@example.com"}], tmp_path)
+    (channel,) = build(
+        [
+            {
+                "id": "mail",
+                "type": "smtp",
+                "host": "127.0.0.1",
+                "port": sink.port,
+                "starttls": False,
+                "from": "grantd@example.com",
+            }
+        ],
+        tmp_path,
+    )
     down = run(channel.send(ctx(), notice(channel=channel), ALICE))
     assert down.status == "failed" and down.retryable
     sink.start()
@@ -195,19 +309,28 @@ def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path)
 
 # -- webpush ------------------------------------------------------------------------------------
 
+
 def vapid_pem(tmp_path: Path, name: str = "vapid.pem") -> str:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = ec.generate_private_key(ec.SECP256R1())
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     return secret_file(tmp_path, name, pem)
 
 
 def push_channel(tmp_path: Path, **extra: Any) -> Any:
-    table = {"id": "push", "type": "webpush", "vapid_private_key": vapid_pem(tmp_path), "subject": "mailto:ops@example.com",
-             "allowed_push_hosts": ["127.0.0.1"], "allow_private_push_hosts": True, **extra}
+    table = {
+        "id": "push",
+        "type": "webpush",
+        "vapid_private_key": vapid_pem(tmp_path),
+        "subject": "mailto:ops@example.com",
+        "allowed_push_hosts": ["127.0.0.1"],
+        "allow_private_push_hosts": True,
+        **extra,
+    }
     (channel,) = build([table], tmp_path)
     return channel
 
@@ -223,7 +346,9 @@ def test_webpush_message_passes_the_emulators_vapid_and_decryption_checks(tmp_pa
     channel = push_channel(tmp_path)
     subscription = push_service.subscribe(application_server_key=channel.public_key)
     person = Recipient(email="alice@example.com", subscription=subscription)
-    assert run(channel.send(ctx(), notice(channel=channel), person)) == DeliveryResult.sent(), push_service.refusals
+    assert run(channel.send(ctx(), notice(channel=channel), person)) == DeliveryResult.sent(), (
+        push_service.refusals
+    )
     (message,) = push_service.received
     assert message.claims["aud"] == push_service.origin and message.claims["sub"] == "mailto:ops@example.com"
     assert time.time() < message.claims["exp"] <= time.time() + 24 * 3600
@@ -252,7 +377,12 @@ def test_webpush_gone_subscriptions_are_reported_gone(tmp_path, push_service):
     result = run(channel.send(ctx(), notice(channel=channel), person))
     assert result.status == "gone" and "410" in (result.error or "")
     unknown = {**subscription, "endpoint": f"{push_service.origin}/push/nobody"}
-    assert run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=unknown))).status == "gone"
+    assert (
+        run(
+            channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=unknown))
+        ).status
+        == "gone"
+    )
 
 
 def test_webpush_emulator_refuses_another_application_server_key_and_a_far_exp(tmp_path, push_service):
@@ -261,7 +391,9 @@ def test_webpush_emulator_refuses_another_application_server_key_and_a_far_exp(t
     person = Recipient(email="alice@example.com", subscription=push_service.subscribe(channel.public_key))
     refused = run(other.send(ctx(), notice(channel=other), person))
     assert refused.status == "failed" and not refused.retryable and "403" in (refused.error or "")
-    far = run(channel.send(ctx(offset=2 * 86400), notice(channel=channel), person))  # grantd's clock two days ahead
+    far = run(
+        channel.send(ctx(offset=2 * 86400), notice(channel=channel), person)
+    )  # grantd's clock two days ahead
     assert far.status == "failed" and "401" in (far.error or "")
     assert [status for status, _ in push_service.refusals] == [403, 401] and not push_service.received
 
@@ -270,27 +402,36 @@ def test_webpush_bad_subscription_keys_fail_without_a_request(tmp_path, push_ser
     channel = push_channel(tmp_path)
     subscription = push_service.subscribe(channel.public_key)
     broken = {**subscription, "keys": {"p256dh": "bm90IGEga2V5", "auth": subscription["keys"]["auth"]}}
-    result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=broken)))
+    result = run(
+        channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=broken))
+    )
     assert result.status == "failed" and not result.retryable
     assert not push_service.received and not push_service.refusals
 
 
-@pytest.mark.parametrize(("endpoint", "allowed", "reason"), [
-    ("http://fcm.googleapis.com/fcm/send/x", ["fcm.googleapis.com"], "must be https"),
-    ("https://evil.example.com/push", ["fcm.googleapis.com"], "not an allowed push service"),
-    ("https://fcm.googleapis.com.evil.example.com/x", ["fcm.googleapis.com"], "not an allowed push service"),
-    ("https://push.apple.com.evil.example/x", ["*.push.apple.com"], "not an allowed push service"),
-    ("https://127.0.0.1/push", ["127.0.0.1"], "non-public address"),
-    ("https://169.254.169.254/latest/meta-data", ["169.254.169.254"], "non-public address"),
-    ("https://10.1.2.3/push", ["10.1.2.3"], "non-public address"),
-    ("https://[::1]/push", ["fcm.googleapis.com"], "not an allowed push service"),
-    ("https://localhost/push", ["localhost"], "non-public address"),
-    ("https://user@fcm.googleapis.com/x", ["fcm.googleapis.com"], "without user information"),
-    ("javascript:alert(1)", ["fcm.googleapis.com"], "must be https"),
-    ("https://fcm.googleapis.com:99999/x", ["fcm.googleapis.com"], "must be a URL"),
-    ("https://fcm.googleapis.com/a b", ["fcm.googleapis.com"], "must be a URL"),
-    (None, ["fcm.googleapis.com"], "must be a URL"),
-])
+@pytest.mark.parametrize(
+    ("endpoint", "allowed", "reason"),
+    [
+        ("http://fcm.googleapis.com/fcm/send/x", ["fcm.googleapis.com"], "must be https"),
+        ("https://evil.example.com/push", ["fcm.googleapis.com"], "not an allowed push service"),
+        (
+            "https://fcm.googleapis.com.evil.example.com/x",
+            ["fcm.googleapis.com"],
+            "not an allowed push service",
+        ),
+        ("https://push.apple.com.evil.example/x", ["*.push.apple.com"], "not an allowed push service"),
+        ("https://127.0.0.1/push", ["127.0.0.1"], "non-public address"),
+        ("https://169.254.169.254/latest/meta-data", ["169.254.169.254"], "non-public address"),
+        ("https://10.1.2.3/push", ["10.1.2.3"], "non-public address"),
+        ("https://[::1]/push", ["fcm.googleapis.com"], "not an allowed push service"),
+        ("https://localhost/push", ["localhost"], "non-public address"),
+        ("https://user@fcm.googleapis.com/x", ["fcm.googleapis.com"], "without user information"),
+        ("javascript:alert(1)", ["fcm.googleapis.com"], "must be https"),
+        ("https://fcm.googleapis.com:99999/x", ["fcm.googleapis.com"], "must be a URL"),
+        ("https://fcm.googleapis.com/a b", ["fcm.googleapis.com"], "must be a URL"),
+        (None, ["fcm.googleapis.com"], "must be a URL"),
+    ],
+)
 def test_push_endpoints_are_refused_by_the_ssrf_rules(tmp_path, endpoint, allowed, reason):
     channel = push_channel(tmp_path, allowed_push_hosts=allowed, allow_private_push_hosts=False)
     with pytest.raises(EndpointRefused, match=reason):
@@ -300,10 +441,14 @@ def test_push_endpoints_are_refused_by_the_ssrf_rules(tmp_path, endpoint, allowe
 def test_a_refused_endpoint_is_never_contacted_and_http_loopback_needs_the_test_flag(tmp_path, push_service):
     strict = push_channel(tmp_path, allow_private_push_hosts=False)
     subscription = push_service.subscribe(strict.public_key)
-    result = run(strict.send(ctx(), notice(channel=strict), Recipient("a@example.com", subscription=subscription)))
+    result = run(
+        strict.send(ctx(), notice(channel=strict), Recipient("a@example.com", subscription=subscription))
+    )
     assert result.status == "failed" and not result.retryable and "must be https" in (result.error or "")
     https_loopback = {**subscription, "endpoint": subscription["endpoint"].replace("http://", "https://")}
-    result = run(strict.send(ctx(), notice(channel=strict), Recipient("a@example.com", subscription=https_loopback)))
+    result = run(
+        strict.send(ctx(), notice(channel=strict), Recipient("a@example.com", subscription=https_loopback))
+    )
     assert result.status == "failed" and "non-public address" in (result.error or "")
     assert not push_service.received and not push_service.refusals
 
@@ -319,25 +464,49 @@ def test_webpush_tables_need_a_p256_key_from_a_file_and_a_contact_subject(tmp_pa
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    p384 = ec.generate_private_key(ec.SECP384R1()).private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
-    found = "\n".join(problems([
-        {"id": "a", "type": "webpush", "vapid_private_key": "inline", "subject": "ops@example.com"},
-        {"id": "b", "type": "webpush", "vapid_private_key": secret_file(tmp_path, "p384", p384), "subject": "https://x.example"},
-        {"id": "c", "type": "webpush", "vapid_private_key": secret_file(tmp_path, "junk", "not a key"),
-         "subject": "mailto:ops@example.com", "allowed_push_hosts": ["https://fcm.googleapis.com/"]},
-    ], tmp_path))
+    p384 = (
+        ec.generate_private_key(ec.SECP384R1())
+        .private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        .decode()
+    )
+    found = "\n".join(
+        problems(
+            [
+                {"id": "a", "type": "webpush", "vapid_private_key": "inline", "subject": "ops@example.com"},
+                {
+                    "id": "b",
+                    "type": "webpush",
+                    "vapid_private_key": secret_file(tmp_path, "p384", p384),
+                    "subject": "https://x.example",
+                },
+                {
+                    "id": "c",
+                    "type": "webpush",
+                    "vapid_private_key": secret_file(tmp_path, "junk", "not a key"),
+                    "subject": "mailto:ops@example.com",
+                    "allowed_push_hosts": ["https://fcm.googleapis.com/"],
+                },
+            ],
+            tmp_path,
+        )
+    )
     assert "notify.channels[0].vapid_private_key: a secret must come from file:PATH or env:NAME" in found
     assert "notify.channels[0].subject: must be a mailto: or https: URI" in found
     assert "notify.channels[1].vapid_private_key: VAPID needs a P-256 (prime256v1) key" in found
     assert "notify.channels[2].vapid_private_key: not a P-256 private key" in found
     assert "notify.channels[2].allowed_push_hosts: 'https://fcm.googleapis.com/' is not a host name" in found
     raw = secret_file(tmp_path, "raw", "3Uqw5dIk1rw3vSAq9eFWQXn6-FO1WjHe_tfSuAYzsQA")  # a base64url raw key
-    (channel,) = build([{"id": "p", "type": "webpush", "vapid_private_key": raw, "subject": "mailto:a@example.com"}], tmp_path)
+    (channel,) = build(
+        [{"id": "p", "type": "webpush", "vapid_private_key": raw, "subject": "mailto:a@example.com"}],
+        tmp_path,
+    )
     assert len(channel.public_info()["publicKey"]) == 87 and channel.allow_private_push_hosts is False
 
 
 # -- ntfy ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def ntfy():
@@ -347,8 +516,18 @@ def ntfy():
 
 
 def test_ntfy_publishes_to_the_persons_topic_with_a_deny_that_needs_a_post(tmp_path, ntfy):
-    (channel,) = build([{"id": "phone", "type": "ntfy", "url": ntfy.origin, "deny_from_chat": True,
-                         "token": secret_file(tmp_path, "ntfy-token", "tk_abc123")}], tmp_path)
+    (channel,) = build(
+        [
+            {
+                "id": "phone",
+                "type": "ntfy",
+                "url": ntfy.origin,
+                "deny_from_chat": True,
+                "token": secret_file(tmp_path, "ntfy-token", "tk_abc123"),
+            }
+        ],
+        tmp_path,
+    )
     person = Recipient(email="alice@example.com", topic="alice-grantd-7f3a")
     assert run(channel.send(ctx(), notice(channel=channel), person)) == DeliveryResult.sent()
     (published,) = ntfy.published
@@ -356,14 +535,27 @@ def test_ntfy_publishes_to_the_persons_topic_with_a_deny_that_needs_a_post(tmp_p
     assert published["click"] == LINK and published["priority"] == 4
     assert published["actions"] == [
         {"action": "view", "label": "Review", "url": LINK, "clear": False},
-        {"action": "http", "label": "Deny", "url": DENY, "method": "POST", "clear": True}]
+        {"action": "http", "label": "Deny", "url": DENY, "method": "POST", "clear": True},
+    ]
     assert "hunter2" not in json.dumps(published)
 
 
 def test_ntfy_without_a_topic_or_with_a_wrong_token_fails_for_good(tmp_path, ntfy):
-    (channel,) = build([{"id": "phone", "type": "ntfy", "url": ntfy.origin,
-                         "token": secret_file(tmp_path, "t", "tk_wrong")}], tmp_path)
-    assert run(channel.send(ctx(), notice(channel=channel), ALICE)).error == "no usable ntfy topic for this person"
+    (channel,) = build(
+        [
+            {
+                "id": "phone",
+                "type": "ntfy",
+                "url": ntfy.origin,
+                "token": secret_file(tmp_path, "t", "tk_wrong"),
+            }
+        ],
+        tmp_path,
+    )
+    assert (
+        run(channel.send(ctx(), notice(channel=channel), ALICE)).error
+        == "no usable ntfy topic for this person"
+    )
     result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", topic="alice")))
     assert result.status == "failed" and not result.retryable and "401" in (result.error or "")
     assert "tk_wrong" not in repr(channel) and not ntfy.published
@@ -382,8 +574,18 @@ def receiver():
 
 
 def hook(tmp_path: Path, receiver: WebhookReceiver, **extra: Any) -> Any:
-    (channel,) = build([{"id": "chat", "type": "webhook", "url": f"{receiver.origin}/hook",
-                         "secret": secret_file(tmp_path, "hook-secret", SECRET), **extra}], tmp_path)
+    (channel,) = build(
+        [
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": f"{receiver.origin}/hook",
+                "secret": secret_file(tmp_path, "hook-secret", SECRET),
+                **extra,
+            }
+        ],
+        tmp_path,
+    )
     return channel
 
 
@@ -400,31 +602,62 @@ def test_webhook_generic_body_is_signed_and_carries_no_approve_action(tmp_path, 
 
 def test_webhook_slack_format_escapes_mrkdwn_and_offers_only_review_and_deny(tmp_path, receiver):
     channel = hook(tmp_path, receiver, format="slack", deny_from_chat=True)
-    grant = {**GRANT, "requester": "bot@example.com", "request": {**GRANT["request"], "command": ["<!channel>", "x"]}}
-    sent = render("review_requested", [grant], link=LINK, options=channel.options, deny_link=DENY,
-                  agents={"bot@example.com": "<https://evil.example|click me> & co"})
+    grant = {
+        **GRANT,
+        "requester": "bot@example.com",
+        "request": {**GRANT["request"], "command": ["<!channel>", "x"]},
+    }
+    sent = render(
+        "review_requested",
+        [grant],
+        link=LINK,
+        options=channel.options,
+        deny_link=DENY,
+        agents={"bot@example.com": "<https://evil.example|click me> & co"},
+    )
     assert run(channel.send(ctx(), sent, ALICE)).status == "sent"
     body = receiver.received[0]["json"]
     text = json.dumps(body)
     assert "<!channel>" not in text and "&lt;!channel&gt;" in text
     assert "<https://evil" not in text and "&lt;https://evil.example|click me&gt; &amp; co" in text
     (actions,) = [b for b in body["blocks"] if b["type"] == "actions"]
-    assert [(e["action_id"], e["url"]) for e in actions["elements"]] == [("grantd_review", LINK), ("grantd_deny", DENY)]
+    assert [(e["action_id"], e["url"]) for e in actions["elements"]] == [
+        ("grantd_review", LINK),
+        ("grantd_deny", DENY),
+    ]
 
 
 def test_webhook_matrix_format_escapes_html(tmp_path, receiver):
     channel = hook(tmp_path, receiver, format="matrix")
-    grant = {**GRANT, "request": {**GRANT["request"], "target_host": "web1", "command": ['<img src=x onerror=alert(1)>']}}
-    assert run(channel.send(ctx(), render("review_requested", [grant], link=LINK, options={}), ALICE)).status == "sent"
+    grant = {
+        **GRANT,
+        "request": {**GRANT["request"], "target_host": "web1", "command": ["<img src=x onerror=alert(1)>"]},
+    }
+    assert (
+        run(channel.send(ctx(), render("review_requested", [grant], link=LINK, options={}), ALICE)).status
+        == "sent"
+    )
     body = receiver.received[0]["json"]
     assert body["msgtype"] == "m.text" and body["format"] == "org.matrix.custom.html"
-    assert "<img" not in body["formatted_body"] and "&lt;img src=x onerror=alert(1)&gt;" in body["formatted_body"]
+    assert (
+        "<img" not in body["formatted_body"]
+        and "&lt;img src=x onerror=alert(1)&gt;" in body["formatted_body"]
+    )
     assert f'<a href="{LINK}">Review</a>' in body["formatted_body"] and "Deny" not in body["formatted_body"]
 
 
 def test_webhook_receiver_refuses_a_wrong_secret_and_failures_say_whether_to_retry(tmp_path, receiver):
-    (wrong,) = build([{"id": "chat", "type": "webhook", "url": f"{receiver.origin}/hook",
-                       "secret": secret_file(tmp_path, "other", "another-secret-0123")}], tmp_path)
+    (wrong,) = build(
+        [
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": f"{receiver.origin}/hook",
+                "secret": secret_file(tmp_path, "other", "another-secret-0123"),
+            }
+        ],
+        tmp_path,
+    )
     refused = run(wrong.send(ctx(), notice(), ALICE))
     assert refused.status == "failed" and not refused.retryable and receiver.refused == ["bad signature"]
     stale = run(hook(tmp_path, receiver).send(ctx(offset=-3600), notice(), ALICE))  # a clock an hour behind
@@ -449,21 +682,26 @@ def test_the_plugin_guides_worked_channel_type_loads_builds_and_sends(tmp_path):
     pm.register(module, name="jsonl_channel_example")
     with pytest.raises(ConfigError, match=r"notify.channels\[0\].path: must be absolute"):
         build_channels(pm, [{"id": "audit", "type": "jsonl", "path": "relative.jsonl"}], base_dir=tmp_path)
-    (channel,) = build_channels(pm, [{"id": "audit", "type": "jsonl", "path": str(tmp_path / "n.jsonl")}],
-                                base_dir=tmp_path)
+    (channel,) = build_channels(
+        pm, [{"id": "audit", "type": "jsonl", "path": str(tmp_path / "n.jsonl")}], base_dir=tmp_path
+    )
     assert run(channel.send(ctx(), notice(channel=channel), ALICE)) == DeliveryResult.sent()
     line = json.loads((tmp_path / "n.jsonl").read_text())
     assert line["to"] == "alice@example.com" and line["link"] == LINK and line["fields"]["Host"] == "web1"
 
 
 def test_grantd_plugins_lists_the_notification_channel_types():
-    result = subprocess.run([sys.executable, "-m", "grantd", "plugins"], capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "grantd", "plugins"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     listed = result.stdout.split("notification channel types:\n")[1]
     assert "    smtp: e-mail through an SMTP server" in listed and "    webhook: a signed JSON POST" in listed
     assert "    webpush: " in listed and "    ntfy: " in listed
-    assert "grantd.plugins.notify_smtp 0" in result.stdout and "hooks: notification_channel_types" in result.stdout
+    assert (
+        "grantd.plugins.notify_smtp 0" in result.stdout
+        and "hooks: notification_channel_types" in result.stdout
+    )
 
 
 def test_a_webhook_url_may_be_a_secret_and_is_then_never_shown(tmp_path, receiver, monkeypatch):
@@ -479,12 +717,16 @@ def test_the_push_emulator_refuses_a_body_encrypted_to_other_keys(tmp_path, push
     channel = push_channel(tmp_path)
     mine, other = push_service.subscribe(channel.public_key), push_service.subscribe(channel.public_key)
     crossed = {**mine, "keys": other["keys"]}
-    result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=crossed)))
+    result = run(
+        channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", subscription=crossed))
+    )
     assert result.status == "failed" and not result.retryable and "400" in (result.error or "")
     assert push_service.refusals == [(400, "cannot decrypt: ECEException")] and not push_service.received
 
 
-def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_grant_threads(tmp_path, push_service):
+def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_grant_threads(
+    tmp_path, push_service
+):
     grants = [{**GRANT, "id": f"g{i}"} for i in range(3)]
     digest = render("digest", grants, link="https://grantd.example.com/grants", options={})
     channel = push_channel(tmp_path)
@@ -494,8 +736,19 @@ def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_gran
     assert "topic" not in message.headers and message.payload["title"] == "3 requests wait for your decision"
     sink = SmtpSink().start()
     try:
-        (mail,) = build([{"id": "m", "type": "smtp", "host": "127.0.0.1", "port": sink.port, "starttls": False,
-                          "from": "grantd@example.com"}], tmp_path)
+        (mail,) = build(
+            [
+                {
+                    "id": "m",
+                    "type": "smtp",
+                    "host": "127.0.0.1",
+                    "port": sink.port,
+                    "starttls": False,
+                    "from": "grantd@example.com",
+                }
+            ],
+            tmp_path,
+        )
         assert run(mail.send(ctx(), digest, ALICE)).status == "sent"
     finally:
         sink.stop()

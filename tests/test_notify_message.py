@@ -13,8 +13,12 @@ from grantd.notify.message import plain_text, render, topic_for
 from grantd.notify.signature import SignatureError, sign, verify
 
 ARGV = ["rm", "-rf", "/srv/data", "--token=hunter2"]
-GRANT = {"id": "7d9e0c1a-0000-4000-8000-00000000abcd", "requester": "bot@agents.example.com", "status": "pending",
-         "request": {"command": ARGV, "target_host": "db1", "run_as": "postgres"}}
+GRANT = {
+    "id": "7d9e0c1a-0000-4000-8000-00000000abcd",
+    "requester": "bot@agents.example.com",
+    "status": "pending",
+    "request": {"command": ARGV, "target_host": "db1", "run_as": "postgres"},
+}
 LINK = "https://grantd.example.com/r/abc"
 DENY = "https://grantd.example.com/r/abc/deny"
 
@@ -26,8 +30,12 @@ def text_of(notice) -> str:
 def test_a_notice_names_agent_host_run_as_and_program_but_not_the_command():
     notice = render("review_requested", [GRANT], link=LINK, options={})
     assert notice.title == "Approval wanted: rm on db1"
-    assert dict(notice.fields) == {"Agent": "bot@agents.example.com", "Host": "db1", "Run as": "postgres",
-                                   "Program": "rm"}
+    assert dict(notice.fields) == {
+        "Agent": "bot@agents.example.com",
+        "Host": "db1",
+        "Run as": "postgres",
+        "Program": "rm",
+    }
     assert "hunter2" not in text_of(notice) and "/srv/data" not in text_of(notice)
     assert notice.link == LINK and notice.urgency == "high" and notice.grant_ids == (GRANT["id"],)
 
@@ -44,13 +52,23 @@ def test_permission_grants_show_the_first_permission_and_a_count():
     notice = render("review_requested", [grant], link=LINK, options={})
     assert dict(notice.fields)["Permission"] == "db:read (+2 more)" and "db:drop" not in text_of(notice)
     assert dict(notice.fields)["Run as"] == "root"
-    assert dict(render("review_requested", [grant], link=LINK, options={"include_command": True}).fields)[
-        "Permissions"] == "db:read, db:write, db:drop"
+    assert (
+        dict(render("review_requested", [grant], link=LINK, options={"include_command": True}).fields)[
+            "Permissions"
+        ]
+        == "db:read, db:write, db:drop"
+    )
 
 
 def test_every_value_is_escaped_with_the_one_escaping_rule():
-    grant = {**GRANT, "request": {"command": ["sy\u202estemctl\n", "restart\x1b[2J"], "target_host": "db1",
-                                  "run_as": "root\u200b"}}
+    grant = {
+        **GRANT,
+        "request": {
+            "command": ["sy\u202estemctl\n", "restart\x1b[2J"],
+            "target_host": "db1",
+            "run_as": "root\u200b",
+        },
+    }
     agents = {"bot@agents.example.com": "Friendly\rBot\u3164"}
     notice = render("review_requested", [grant], link=LINK, options={"include_command": True}, agents=agents)
     fields = dict(notice.fields)
@@ -66,7 +84,9 @@ def test_long_values_are_clipped_so_a_notice_stays_small():
     grant = {**GRANT, "request": {"command": ["x" * 5000, *(["arg"] * 3000)], "target_host": "db1"}}
     notice = render("review_requested", [grant], link=LINK, options={"include_command": True})
     fields = dict(notice.fields)
-    assert len(fields["Program"]) <= 202 and len(fields["Command"]) <= 1002 and fields["Command"].endswith(" …")
+    assert (
+        len(fields["Program"]) <= 202 and len(fields["Command"]) <= 1002 and fields["Command"].endswith(" …")
+    )
 
 
 def test_nothing_in_a_notice_approves_and_deny_is_only_on_pending_chat_notices():
@@ -101,8 +121,12 @@ def test_resolved_shares_the_topic_of_the_pending_notice_and_says_who_decided():
 
 
 def test_a_digest_lists_what_waits_without_commands():
-    grants = [{**GRANT, "id": f"g{i}", "request": {**GRANT["request"], "target_host": f"h{i}"}} for i in range(12)]
-    notice = render("digest", grants, link="https://grantd.example.com/grants", options={"include_command": True})
+    grants = [
+        {**GRANT, "id": f"g{i}", "request": {**GRANT["request"], "target_host": f"h{i}"}} for i in range(12)
+    ]
+    notice = render(
+        "digest", grants, link="https://grantd.example.com/grants", options={"include_command": True}
+    )
     assert notice.title == "12 requests wait for your decision" and notice.topic is None
     assert len(notice.grant_ids) == 12 and notice.fields[0] == ("Waiting", "bot@agents.example.com: rm on h0")
     assert notice.fields[-1] == ("Waiting", "and 2 more") and "hunter2" not in text_of(notice)
@@ -169,9 +193,22 @@ def test_a_rotating_sender_may_sign_with_two_secrets():
     assert verify(SECRET, both, BODY, now=NOW) == NOW
 
 
-@pytest.mark.parametrize("header", [None, "", "garbage", "t=,v1=", "t=abc,v1=00", "v1=" + "0" * 64,
-                                    f"t={NOW}", f"t={NOW},t={NOW},v1=" + "0" * 64, "t=1\u00e9,v1=00",
-                                    "t=" + "9" * 40 + ",v1=00", "x" * 5000])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "",
+        "garbage",
+        "t=,v1=",
+        "t=abc,v1=00",
+        "v1=" + "0" * 64,
+        f"t={NOW}",
+        f"t={NOW},t={NOW},v1=" + "0" * 64,
+        "t=1\u00e9,v1=00",
+        "t=" + "9" * 40 + ",v1=00",
+        "x" * 5000,
+    ],
+)
 def test_malformed_signature_headers_are_refused_cleanly(header):
     with pytest.raises(SignatureError, match="missing or malformed"):
         verify(SECRET, header, BODY, now=NOW)

@@ -75,7 +75,9 @@ def claims_of(token: str) -> dict[str, Any]:
     return jwt.decode(token, options={"verify_signature": False})  # type: ignore[no-any-return]
 
 
-def bearer(srv: InProcessServer, token: str, path: str = "/api/me", method: str = "GET", **kwargs: Any) -> httpx.Response:
+def bearer(
+    srv: InProcessServer, token: str, path: str = "/api/me", method: str = "GET", **kwargs: Any
+) -> httpx.Response:
     with srv.client(token) as http:
         return http.request(method, path, **kwargs)
 
@@ -86,7 +88,9 @@ def no_redirect_page(answer: httpx.Response) -> None:
     assert answer.headers["content-type"].startswith("text/html")
 
 
-def code_login(srv: InProcessServer, person: Person, client_id: str, redirect_uri: str, **extra: Any) -> dict[str, Any]:
+def code_login(
+    srv: InProcessServer, person: Person, client_id: str, redirect_uri: str, **extra: Any
+) -> dict[str, Any]:
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(client_id, redirect_uri, challenge, **extra))
     secret = {"client_secret": SECRET} if client_id == "wiki" else {}
@@ -98,59 +102,76 @@ def code_login(srv: InProcessServer, person: Person, client_id: str, redirect_ur
 # -- redirect_uri tricks: never a redirect to an unproven URI -----------------------------------------
 
 
-@pytest.mark.parametrize("uri", [
-    "http://localhost:9876/callback/",
-    "http://localhost:9876/Callback",
-    "http://localhost:9876/%63allback",
-    "http://localhost:9876/callback%2F..%2F",
-    "http://localhost:9876//callback",
-    "http://localhost:9876/callback?x=1",
-    "http://localhost:9876/callback#frag",
-    "http://localhost:9876/callback;x",
-    "http://localhost.evil.com:9876/callback",
-    "http://127.0.0.1.nip.io:9876/callback",
-    "http://localhost:9876@evil.com/callback",
-    "http://evil.com@localhost:9876/callback",
-    "http://evil.com:x@127.0.0.1:9876/callback",
-    "http://127.0.0.1:9876\\@evil.com/callback",
-    "http://127.0.0.1:9876\\.evil.com/callback",
-    "http://[::ffff:127.0.0.1]:9876/callback",
-    "http://[::ffff:7f00:1]:9876/callback",
-    "http://127.0.0.2:9876/callback",
-    "http://0x7f000001:9876/callback",
-    "http://2130706433:9876/callback",
-    "http://0177.0.0.1:9876/callback",
-    "http://127.1:9876/callback",
-    "http://0.0.0.0:9876/callback",
-    "http://localhost./callback",
-    "http://localhost.:9876/callback",
-    "http://localhost/callback",
-    "http://localhost:65536/callback",
-    "http://localhost:-1/callback",
-    "http://localhost:9876 /callback",
-    "https://localhost:9876/callback",
-    "HTTP://evil.com/callback",
-    "//localhost:9876/callback",
-    "/callback",
-    "javascript://localhost:9876/callback",
-    "http://local\thost:9876/callback",
-    "http://localhost:98\n76/callback",
-    "http://localhost:9876/call\rback",
-    "http://loc%61lhost:9876/callback",
-    "http://xn--localhost-:9876/callback",
-    "http://localhost:9876/callback\x00",
-])
-def test_apes_cli_redirect_uri_tricks_are_refused_on_grantds_own_page(srv: InProcessServer, person: Person, uri: str) -> None:
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "http://localhost:9876/callback/",
+        "http://localhost:9876/Callback",
+        "http://localhost:9876/%63allback",
+        "http://localhost:9876/callback%2F..%2F",
+        "http://localhost:9876//callback",
+        "http://localhost:9876/callback?x=1",
+        "http://localhost:9876/callback#frag",
+        "http://localhost:9876/callback;x",
+        "http://localhost.evil.com:9876/callback",
+        "http://127.0.0.1.nip.io:9876/callback",
+        "http://localhost:9876@evil.com/callback",
+        "http://evil.com@localhost:9876/callback",
+        "http://evil.com:x@127.0.0.1:9876/callback",
+        "http://127.0.0.1:9876\\@evil.com/callback",
+        "http://127.0.0.1:9876\\.evil.com/callback",
+        "http://[::ffff:127.0.0.1]:9876/callback",
+        "http://[::ffff:7f00:1]:9876/callback",
+        "http://127.0.0.2:9876/callback",
+        "http://0x7f000001:9876/callback",
+        "http://2130706433:9876/callback",
+        "http://0177.0.0.1:9876/callback",
+        "http://127.1:9876/callback",
+        "http://0.0.0.0:9876/callback",
+        "http://localhost./callback",
+        "http://localhost.:9876/callback",
+        "http://localhost/callback",
+        "http://localhost:65536/callback",
+        "http://localhost:-1/callback",
+        "http://localhost:9876 /callback",
+        "https://localhost:9876/callback",
+        "HTTP://evil.com/callback",
+        "//localhost:9876/callback",
+        "/callback",
+        "javascript://localhost:9876/callback",
+        "http://local\thost:9876/callback",
+        "http://localhost:98\n76/callback",
+        "http://localhost:9876/call\rback",
+        "http://loc%61lhost:9876/callback",
+        "http://xn--localhost-:9876/callback",
+        "http://localhost:9876/callback\x00",
+    ],
+)
+def test_apes_cli_redirect_uri_tricks_are_refused_on_grantds_own_page(
+    srv: InProcessServer, person: Person, uri: str
+) -> None:
     no_redirect_page(person.authorize(authorize_params(redirect_uri=uri)))
 
 
-@pytest.mark.parametrize("uri", [
-    "https://WIKI.example.com/cb", "https://wiki.example.com/cb/", "https://wiki.example.com/cb?x=1",
-    "https://wiki.example.com/cb#", "https://wiki.example.com:443/cb", "https://wiki.example.com/CB",
-    "https://wiki.example.com/cb/../cb", "https://wiki.example.com.evil.com/cb", "https://evil.com/cb",
-    "https://wiki.example.com@evil.com/cb", "http://wiki.example.com/cb", "https://wiki.example.com/%63b",
-    " https://wiki.example.com/cb", "https://wiki.example.com/cb ",
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://WIKI.example.com/cb",
+        "https://wiki.example.com/cb/",
+        "https://wiki.example.com/cb?x=1",
+        "https://wiki.example.com/cb#",
+        "https://wiki.example.com:443/cb",
+        "https://wiki.example.com/CB",
+        "https://wiki.example.com/cb/../cb",
+        "https://wiki.example.com.evil.com/cb",
+        "https://evil.com/cb",
+        "https://wiki.example.com@evil.com/cb",
+        "http://wiki.example.com/cb",
+        "https://wiki.example.com/%63b",
+        " https://wiki.example.com/cb",
+        "https://wiki.example.com/cb ",
+    ],
+)
 def test_configured_redirect_uris_match_exactly(srv: InProcessServer, person: Person, uri: str) -> None:
     no_redirect_page(person.authorize(authorize_params("wiki", uri)))
 
@@ -158,8 +179,18 @@ def test_configured_redirect_uris_match_exactly(srv: InProcessServer, person: Pe
 def test_a_bad_client_with_a_bad_everything_never_redirects(srv: InProcessServer, person: Person) -> None:
     for params in (
         {"client_id": "evil.example", "redirect_uri": "https://evil.example/cb", "response_type": "token"},
-        {"client_id": "wiki", "redirect_uri": "https://evil.example/cb", "response_type": "token", "prompt": "none"},
-        {"client_id": "wiki", "redirect_uri": WIKI, "client_id ": "x", "redirect_uri ": "https://evil.example/cb"},
+        {
+            "client_id": "wiki",
+            "redirect_uri": "https://evil.example/cb",
+            "response_type": "token",
+            "prompt": "none",
+        },
+        {
+            "client_id": "wiki",
+            "redirect_uri": WIKI,
+            "client_id ": "x",
+            "redirect_uri ": "https://evil.example/cb",
+        },
     ):
         answer = person.authorize(params)
         if answer.status_code == 302:  # only ever back to the registered URI
@@ -168,7 +199,9 @@ def test_a_bad_client_with_a_bad_everything_never_redirects(srv: InProcessServer
             no_redirect_page(answer)
 
 
-def test_a_repeated_redirect_uri_or_client_id_is_a_page_not_a_redirect(srv: InProcessServer, person: Person) -> None:
+def test_a_repeated_redirect_uri_or_client_id_is_a_page_not_a_redirect(
+    srv: InProcessServer, person: Person
+) -> None:
     base = authorize_params("wiki", WIKI)
     for extra in (("redirect_uri", "https://evil.example/cb"), ("client_id", "apes-cli")):
         query = urlencode(base) + "&" + urlencode([extra])
@@ -179,11 +212,30 @@ def test_a_repeated_redirect_uri_or_client_id_is_a_page_not_a_redirect(srv: InPr
 # -- next= / returnTo: local paths only -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [
-    "//evil.com", "///evil.com", "/\\evil.com", "/\\/evil.com", "\\\\evil.com", "https://evil.com", "http:evil.com",
-    "javascript:alert(1)", "/\t/evil.com", "/\n/evil.com", "/\r\n//evil.com", " //evil.com", "\x00//evil.com",
-    "/%0a/evil.com\n", "evil.com", "/" + "a" * 5000, "/\u2028//evil.com", "\u3000//evil.com",
-], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        "//evil.com",
+        "///evil.com",
+        "/\\evil.com",
+        "/\\/evil.com",
+        "\\\\evil.com",
+        "https://evil.com",
+        "http:evil.com",
+        "javascript:alert(1)",
+        "/\t/evil.com",
+        "/\n/evil.com",
+        "/\r\n//evil.com",
+        " //evil.com",
+        "\x00//evil.com",
+        "/%0a/evil.com\n",
+        "evil.com",
+        "/" + "a" * 5000,
+        "/\u2028//evil.com",
+        "\u3000//evil.com",
+    ],
+    ids=repr,
+)
 def test_next_is_a_local_path_only(value: str) -> None:
     from grantd.web.views import DEFAULT_NEXT
 
@@ -201,17 +253,22 @@ def test_login_next_never_leads_off_site(srv: InProcessServer, value: str) -> No
 # -- PKCE ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("change", [
-    {"code_challenge_method": "plain"},
-    {"code_challenge_method": "s256"},
-    {"code_challenge_method": None},
-    {"code_challenge": None, "code_challenge_method": None},
-    {"code_challenge": "short"},
-    {"code_challenge": "a" * 129},
-    {"code_challenge": "a" * 42 + "="},
-    {"code_challenge": "a" * 42 + "+"},
-])
-def test_pkce_downgrades_are_refused_at_the_client(srv: InProcessServer, person: Person, change: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"code_challenge_method": "plain"},
+        {"code_challenge_method": "s256"},
+        {"code_challenge_method": None},
+        {"code_challenge": None, "code_challenge_method": None},
+        {"code_challenge": "short"},
+        {"code_challenge": "a" * 129},
+        {"code_challenge": "a" * 42 + "="},
+        {"code_challenge": "a" * 42 + "+"},
+    ],
+)
+def test_pkce_downgrades_are_refused_at_the_client(
+    srv: InProcessServer, person: Person, change: dict[str, Any]
+) -> None:
     params = authorize_params(**change) if "code_challenge" in change else {**authorize_params(), **change}
     params = {k: v for k, v in params.items() if v is not None}
     answer = person.authorize(params)
@@ -234,13 +291,17 @@ def test_odd_verifiers_are_refused_without_a_5xx(srv: InProcessServer, person: P
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
     code = person.code_for(authorize_params(challenge=challenge))
     answer = exchange(srv, code, verifier or None)
-    assert answer.status_code == 400 and answer.json()["error"] in ("invalid_grant", "invalid_request"), answer.text
+    assert answer.status_code == 400 and answer.json()["error"] in ("invalid_grant", "invalid_request"), (
+        answer.text
+    )
 
 
 # -- codes across clients, replay ---------------------------------------------------------------------
 
 
-def test_a_public_clients_code_cannot_be_taken_by_a_confidential_one_and_vice_versa(srv: InProcessServer, person: Person) -> None:
+def test_a_public_clients_code_cannot_be_taken_by_a_confidential_one_and_vice_versa(
+    srv: InProcessServer, person: Person
+) -> None:
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(challenge=challenge))
     stolen = exchange(srv, code, verifier, client_id="wiki", redirect_uri=APES_REDIRECT, client_secret=SECRET)
@@ -250,7 +311,9 @@ def test_a_public_clients_code_cannot_be_taken_by_a_confidential_one_and_vice_ve
     code = person.code_for(authorize_params("wiki", WIKI, challenge))
     assert exchange(srv, code, verifier, client_id="wiki", redirect_uri=WIKI).status_code == 401  # no secret
     code = person.code_for(authorize_params("wiki", WIKI, challenge))
-    assert exchange(srv, code, verifier, client_id="tool", redirect_uri=WIKI).json()["error"] == "invalid_grant"
+    assert (
+        exchange(srv, code, verifier, client_id="tool", redirect_uri=WIKI).json()["error"] == "invalid_grant"
+    )
 
 
 def test_racing_exchanges_of_one_code_have_one_winner(srv: InProcessServer, person: Person) -> None:
@@ -272,7 +335,9 @@ def test_racing_exchanges_of_one_code_have_one_winner(srv: InProcessServer, pers
 # -- consent ------------------------------------------------------------------------------------------
 
 
-def test_consent_for_a_smaller_scope_is_not_reused_for_a_bigger_one(srv: InProcessServer, person: Person) -> None:
+def test_consent_for_a_smaller_scope_is_not_reused_for_a_bigger_one(
+    srv: InProcessServer, person: Person
+) -> None:
     code_login(srv, person, "wiki", WIKI, scope="openid")
     answer = person.authorize(authorize_params("wiki", WIKI, scope="openid email profile offline_access"))
     assert answer.status_code == 200 and "data-consent" in answer.text
@@ -280,23 +345,32 @@ def test_consent_for_a_smaller_scope_is_not_reused_for_a_bigger_one(srv: InProce
     assert query_of(silent.headers["location"])["error"] == "consent_required"
 
 
-@pytest.mark.parametrize("headers, body_kind", [
-    ({"Origin": "https://evil.example"}, "json"),
-    ({"Origin": "null"}, "json"),
-    ({"Referer": "https://evil.example/page"}, "json"),
-    ({"Origin": "http://127.0.0.1.evil.example"}, "json"),
-    ({}, "form"),
-    ({}, "text"),
-    ({"Content-Type": "application/json-patch+json"}, "raw"),
-])
-def test_consent_cannot_be_forged_cross_site(srv: InProcessServer, person: Person, headers: dict[str, str], body_kind: str) -> None:
+@pytest.mark.parametrize(
+    "headers, body_kind",
+    [
+        ({"Origin": "https://evil.example"}, "json"),
+        ({"Origin": "null"}, "json"),
+        ({"Referer": "https://evil.example/page"}, "json"),
+        ({"Origin": "http://127.0.0.1.evil.example"}, "json"),
+        ({}, "form"),
+        ({}, "text"),
+        ({"Content-Type": "application/json-patch+json"}, "raw"),
+    ],
+)
+def test_consent_cannot_be_forged_cross_site(
+    srv: InProcessServer, person: Person, headers: dict[str, str], body_kind: str
+) -> None:
     query = urlencode(authorize_params("wiki", WIKI))
     payload = json.dumps({"request": query, "approve": True})
     with person.http() as http:
         if body_kind == "json":
-            answer = http.post("/authorize/consent", json={"request": query, "approve": True}, headers=headers)
+            answer = http.post(
+                "/authorize/consent", json={"request": query, "approve": True}, headers=headers
+            )
         elif body_kind == "form":
-            answer = http.post("/authorize/consent", data={"request": query, "approve": "true"}, headers=headers)
+            answer = http.post(
+                "/authorize/consent", data={"request": query, "approve": "true"}, headers=headers
+            )
         elif body_kind == "text":
             answer = http.post("/authorize/consent", content=payload, headers={"Content-Type": "text/plain"})
         else:
@@ -314,22 +388,33 @@ def test_a_get_of_the_consent_endpoint_approves_nothing(srv: InProcessServer, pe
     assert "data-consent" in person.authorize(authorize_params("wiki", WIKI)).text
 
 
-def test_a_consent_post_with_a_bearer_and_the_cookie_uses_no_cookie(srv: InProcessServer, person: Person) -> None:
+def test_a_consent_post_with_a_bearer_and_the_cookie_uses_no_cookie(
+    srv: InProcessServer, person: Person
+) -> None:
     query = urlencode(authorize_params("wiki", WIKI))
     with person.http() as http:
-        answer = http.post("/authorize/consent", json={"request": query, "approve": True},
-                           headers={"Authorization": f"Bearer {srv.token}"})
+        answer = http.post(
+            "/authorize/consent",
+            json={"request": query, "approve": True},
+            headers={"Authorization": f"Bearer {srv.token}"},
+        )
     assert answer.status_code == 401
 
 
 # -- apes-cli: never a code without the person's click (issue 19 item 4; RFC 8252 §8.6, D8) ----------
 
 
-@pytest.mark.parametrize("client_id, redirect_uri", [("apes-cli", "http://127.0.0.1:{port}/callback"),
-                                                     ("apes-cli", "http://localhost:{port}/callback"),
-                                                     ("tool", TOOL)])
-def test_apes_cli_never_gets_a_code_without_the_persons_click(srv: InProcessServer, person: Person, client_id: str,
-                                                              redirect_uri: str) -> None:
+@pytest.mark.parametrize(
+    "client_id, redirect_uri",
+    [
+        ("apes-cli", "http://127.0.0.1:{port}/callback"),
+        ("apes-cli", "http://localhost:{port}/callback"),
+        ("tool", TOOL),
+    ],
+)
+def test_apes_cli_never_gets_a_code_without_the_persons_click(
+    srv: InProcessServer, person: Person, client_id: str, redirect_uri: str
+) -> None:
     """After one consent, a web page navigating the person's browser to /authorize for a public
     client with API access (any loopback port, the attacker's code_challenge) gets no code: the
     consent page is shown again, and prompt=none answers consent_required."""
@@ -338,20 +423,29 @@ def test_apes_cli_never_gets_a_code_without_the_persons_click(srv: InProcessServ
         assert [c["client_id"] for c in http.get("/api/account/consents").json()["data"]] == [client_id]
     _, attackers_challenge = pkce()
     uri = redirect_uri.format(port=49152 + uuid.uuid4().int % 10000)
-    for extra in ({}, {"prompt": "none"}, {"scope": "openid"}, {"scope": "openid email profile offline_access"}):
+    for extra in (
+        {},
+        {"prompt": "none"},
+        {"scope": "openid"},
+        {"scope": "openid email profile offline_access"},
+    ):
         answer = person.authorize(authorize_params(client_id, uri, attackers_challenge, **extra))
         if extra.get("prompt") == "none":
             assert answer.status_code == 302, answer.text
             found = query_of(answer.headers["location"])
             assert found["error"] in ("consent_required", "interaction_required") and "code" not in found
         else:
-            assert answer.status_code == 200 and "data-consent" in answer.text, (answer.status_code, answer.headers)
+            assert answer.status_code == 200 and "data-consent" in answer.text, (
+                answer.status_code,
+                answer.headers,
+            )
             assert "code=" not in answer.headers.get("location", "")
             assert "asks you every time" in answer.text
 
 
-def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_request(srv: InProcessServer,
-                                                                                  person: Person) -> None:
+def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_request(
+    srv: InProcessServer, person: Person
+) -> None:
     """The click must be on the consent page grantd showed for this very request: an approval
     POST without its one-time ticket, with the ticket of another request or person, or with a
     used one, gets no code (403) and remembers nothing."""
@@ -368,8 +462,11 @@ def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_reques
         refused = person.consent(query, ticket=wrong) if not isinstance(wrong, list | int) else None
         if refused is None:
             with person.http() as http:
-                refused = http.post("/authorize/consent", json={"request": query, "approve": True, "ticket": wrong},
-                                    headers={"Origin": srv.url})
+                refused = http.post(
+                    "/authorize/consent",
+                    json={"request": query, "approve": True, "ticket": wrong},
+                    headers={"Origin": srv.url},
+                )
         assert refused.status_code == 403, (wrong, refused.text)
         assert "code=" not in refused.text
     with person.http() as http:
@@ -383,7 +480,9 @@ def test_an_apes_cli_approval_needs_the_ticket_of_the_page_shown_for_that_reques
     assert query_of(denied.json()["location"])["error"] == "access_denied"
 
 
-def test_a_remembered_consent_still_spares_a_confidential_client_the_page(srv: InProcessServer, person: Person) -> None:
+def test_a_remembered_consent_still_spares_a_confidential_client_the_page(
+    srv: InProcessServer, person: Person
+) -> None:
     """The control: the rule is about public clients with API access, not every client."""
     code_login(srv, person, "wiki", WIKI, scope="openid email")
     again = person.authorize(authorize_params("wiki", WIKI, scope="openid email", prompt="none"))
@@ -393,14 +492,18 @@ def test_a_remembered_consent_still_spares_a_confidential_client_the_page(srv: I
 # -- a replayed authorization code ends what it issued (issue 19 item 9; RFC 6749 §4.1.2) ------------
 
 
-@pytest.mark.parametrize("client_id, redirect_uri, scope", [
-    ("apes-cli", APES_REDIRECT, "openid email profile offline_access"),  # API bearer + refresh token
-    ("tool", TOOL, "openid email"),  # API bearer, no refresh token
-    ("wiki", WIKI, "openid email"),  # /userinfo only, no refresh token
-    ("wiki", WIKI, "openid email offline_access"),  # /userinfo + refresh token
-])
-def test_a_replayed_code_revokes_every_token_it_issued(srv: InProcessServer, person: Person, client_id: str,
-                                                       redirect_uri: str, scope: str) -> None:
+@pytest.mark.parametrize(
+    "client_id, redirect_uri, scope",
+    [
+        ("apes-cli", APES_REDIRECT, "openid email profile offline_access"),  # API bearer + refresh token
+        ("tool", TOOL, "openid email"),  # API bearer, no refresh token
+        ("wiki", WIKI, "openid email"),  # /userinfo only, no refresh token
+        ("wiki", WIKI, "openid email offline_access"),  # /userinfo + refresh token
+    ],
+)
+def test_a_replayed_code_revokes_every_token_it_issued(
+    srv: InProcessServer, person: Person, client_id: str, redirect_uri: str, scope: str
+) -> None:
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(client_id, redirect_uri, challenge, scope=scope))
     secret = {"client_secret": SECRET} if client_id == "wiki" else {}
@@ -417,27 +520,39 @@ def test_a_replayed_code_revokes_every_token_it_issued(srv: InProcessServer, per
     if api:
         assert bearer(srv, tokens["access_token"]).status_code == 401
     if "refresh_token" in tokens:
-        refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                                     "client_id": client_id, **secret})
+        refreshed = token_post(
+            srv,
+            {
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": client_id,
+                **secret,
+            },
+        )
         assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
     else:
         assert client_id != "apes-cli"
 
 
-def test_a_code_replayed_long_after_still_ends_the_refresh_family(srv: InProcessServer, person: Person) -> None:
+def test_a_code_replayed_long_after_still_ends_the_refresh_family(
+    srv: InProcessServer, person: Person
+) -> None:
     """The code lived 60 s, but its refresh token lives for weeks: a replay while it is alive ends it."""
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(challenge=challenge))
     tokens = exchange(srv, code, verifier).json()
     srv.clock.advance(1200)  # past the code's record (600 s) and its access token (600 s here)
     assert exchange(srv, code, verifier).json()["error"] == "invalid_grant"
-    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                                 "client_id": "apes-cli"})
+    refreshed = token_post(
+        srv,
+        {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"], "client_id": "apes-cli"},
+    )
     assert refreshed.status_code == 400 and refreshed.json()["error"] == "invalid_grant"
 
 
-def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(srv: InProcessServer,
-                                                                               person: Person) -> None:
+def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(
+    srv: InProcessServer, person: Person
+) -> None:
     """The replay proves the code leaked, whoever presents it (RFC 6749 §4.1.2: "SHOULD revoke")."""
     verifier, challenge = pkce()
     code = person.code_for(authorize_params(challenge=challenge))
@@ -445,8 +560,17 @@ def test_a_code_replayed_by_someone_without_the_verifier_still_ends_its_tokens(s
     wrong_verifier, _ = pkce()
     assert exchange(srv, code, wrong_verifier).json()["error"] == "invalid_grant"
     assert bearer(srv, tokens["access_token"]).status_code == 401
-    assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                            "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+    assert (
+        token_post(
+            srv,
+            {
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": "apes-cli",
+            },
+        ).json()["error"]
+        == "invalid_grant"
+    )
 
 
 def test_a_replay_ends_only_that_codes_sign_in(srv: InProcessServer, person: Person) -> None:
@@ -456,8 +580,9 @@ def test_a_replay_ends_only_that_codes_sign_in(srv: InProcessServer, person: Per
     assert exchange(srv, code, verifier).status_code == 200
     assert exchange(srv, code, verifier).status_code == 400
     assert bearer(srv, other["access_token"]).status_code == 200
-    refreshed = token_post(srv, {"grant_type": "refresh_token", "refresh_token": other["refresh_token"],
-                                 "client_id": "apes-cli"})
+    refreshed = token_post(
+        srv, {"grant_type": "refresh_token", "refresh_token": other["refresh_token"], "client_id": "apes-cli"}
+    )
     assert refreshed.status_code == 200, refreshed.text
 
 
@@ -479,11 +604,22 @@ def test_racing_replays_of_one_code_leave_no_live_token(srv: InProcessServer, pe
     assert len(issued) <= 1
     for tokens in issued:
         assert bearer(srv, tokens["access_token"]).status_code == 401
-        assert token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                                "client_id": "apes-cli"}).json()["error"] == "invalid_grant"
+        assert (
+            token_post(
+                srv,
+                {
+                    "grant_type": "refresh_token",
+                    "refresh_token": tokens["refresh_token"],
+                    "client_id": "apes-cli",
+                },
+            ).json()["error"]
+            == "invalid_grant"
+        )
 
 
-def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(srv: InProcessServer, person: Person) -> None:
+def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(
+    srv: InProcessServer, person: Person
+) -> None:
     """The interleaving a race can produce, forced: the replay is seen after the first redeemer took
     the code but before it recorded its family; the redeemer then finds the replay and revokes."""
     from grantd.oauth import token as oauth_token
@@ -503,13 +639,23 @@ def test_a_replay_between_the_take_and_the_mark_still_ends_the_family(srv: InPro
 # -- refresh tokens ---------------------------------------------------------------------------------
 
 
-def test_racing_refreshes_of_one_token_have_one_winner_and_then_the_family_dies(srv: InProcessServer, person: Person) -> None:
+def test_racing_refreshes_of_one_token_have_one_winner_and_then_the_family_dies(
+    srv: InProcessServer, person: Person
+) -> None:
     tokens = login(srv, person)
     results: list[httpx.Response] = []
 
     def go() -> None:
-        results.append(token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"],
-                                        "client_id": "apes-cli"}))
+        results.append(
+            token_post(
+                srv,
+                {
+                    "grant_type": "refresh_token",
+                    "refresh_token": tokens["refresh_token"],
+                    "client_id": "apes-cli",
+                },
+            )
+        )
 
     threads = [threading.Thread(target=go) for _ in range(6)]
     for t in threads:
@@ -520,8 +666,14 @@ def test_racing_refreshes_of_one_token_have_one_winner_and_then_the_family_dies(
     assert len(winners) <= 1
     for won in winners:  # a reuse happened: the winner's tokens are dead too
         assert bearer(srv, won.json()["access_token"]).status_code == 401
-        again = token_post(srv, {"grant_type": "refresh_token", "refresh_token": won.json()["refresh_token"],
-                                 "client_id": "apes-cli"})
+        again = token_post(
+            srv,
+            {
+                "grant_type": "refresh_token",
+                "refresh_token": won.json()["refresh_token"],
+                "client_id": "apes-cli",
+            },
+        )
         assert again.json()["error"] == "invalid_grant"
 
 
@@ -540,8 +692,16 @@ def test_a_confidential_clients_refresh_token_needs_its_secret(srv: InProcessSer
 def test_refresh_cannot_widen_by_repeats_or_case(srv: InProcessServer, person: Person) -> None:
     tokens = code_login(srv, person, "wiki", WIKI, scope="openid offline_access")
     for scope in ("openid email", "OPENID", "openid openid email"):
-        refused = token_post(srv, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"], "client_id": "wiki",
-                                   "client_secret": SECRET, "scope": scope})
+        refused = token_post(
+            srv,
+            {
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": "wiki",
+                "client_secret": SECRET,
+                "scope": scope,
+            },
+        )
         assert refused.json()["error"] == "invalid_scope", refused.text
 
 
@@ -551,7 +711,13 @@ def test_refresh_cannot_widen_by_repeats_or_case(srv: InProcessServer, person: P
 def test_no_sp_or_id_or_refresh_token_is_an_api_bearer(srv: InProcessServer, person: Person) -> None:
     wiki = code_login(srv, person, "wiki", WIKI, scope="openid email profile offline_access")
     apes = login(srv, person)
-    for token in (wiki["access_token"], wiki["id_token"], wiki["refresh_token"], apes["id_token"], apes["refresh_token"]):
+    for token in (
+        wiki["access_token"],
+        wiki["id_token"],
+        wiki["refresh_token"],
+        apes["id_token"],
+        apes["refresh_token"],
+    ):
         assert bearer(srv, token).status_code == 401
         assert bearer(srv, token, "/api/grants").status_code == 401
     for token in (wiki["id_token"], apes["id_token"], apes["refresh_token"]):
@@ -561,8 +727,10 @@ def test_no_sp_or_id_or_refresh_token_is_an_api_bearer(srv: InProcessServer, per
 def test_an_agents_identity_token_is_no_userinfo_bearer(srv: InProcessServer) -> None:
     key, public = new_public_key()
     with srv.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": f"agent+ui{uuid.uuid4().hex[:6]}@example.com", "name": "ui",
-                                                 "publicKey": public})
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": f"agent+ui{uuid.uuid4().hex[:6]}@example.com", "name": "ui", "publicKey": public},
+        )
     assert r.status_code == 201
     from people_support import agent_token
 
@@ -575,14 +743,25 @@ def test_a_device_clients_token_cannot_approve_another_terminal(srv: InProcessSe
     apes = login(srv, person)
     with httpx.Client(base_url=srv.url) as http:
         started = http.post("/device_authorization", data={"client_id": "grantd-cli"}).json()
-    refused = bearer(srv, apes["access_token"], "/api/device/decide", "POST",
-                     json={"user_code": started["user_code"], "approve": True})
+    refused = bearer(
+        srv,
+        apes["access_token"],
+        "/api/device/decide",
+        "POST",
+        json={"user_code": started["user_code"], "approve": True},
+    )
     assert refused.status_code == 403
 
 
-def test_a_withdrawn_consent_ends_a_refreshless_token_at_userinfo(srv: InProcessServer, person: Person) -> None:
-    tokens = code_login(srv, person, "wiki", WIKI, scope="openid email")  # no offline_access: no refresh token
-    assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]  # but a family all the same
+def test_a_withdrawn_consent_ends_a_refreshless_token_at_userinfo(
+    srv: InProcessServer, person: Person
+) -> None:
+    tokens = code_login(
+        srv, person, "wiki", WIKI, scope="openid email"
+    )  # no offline_access: no refresh token
+    assert (
+        "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]
+    )  # but a family all the same
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 200
     with person.http() as http:
         assert http.delete("/api/account/consents/wiki", headers={"Origin": srv.url}).status_code == 200
@@ -593,7 +772,9 @@ def test_a_withdrawn_consent_ends_a_refreshless_token_at_userinfo(srv: InProcess
     assert bearer(srv, tokens["access_token"], "/userinfo").status_code == 401  # the old one stays dead
 
 
-def test_a_withdrawn_consent_ends_a_refreshless_token_on_the_api(srv: InProcessServer, person: Person) -> None:
+def test_a_withdrawn_consent_ends_a_refreshless_token_on_the_api(
+    srv: InProcessServer, person: Person
+) -> None:
     tokens = code_login(srv, person, "tool", TOOL, scope="openid email")
     assert "refresh_token" not in tokens and claims_of(tokens["access_token"])["sid"]
     assert bearer(srv, tokens["access_token"]).status_code == 200
@@ -609,24 +790,41 @@ def test_a_withdrawn_consent_ends_a_refreshless_token_on_the_api(srv: InProcessS
 def guest(srv: InProcessServer) -> httpx.Client:
     from grantd.services import sessions
 
-    cookie, _ = srv.call(sessions.start_guest(srv.services, idp="https://idp.evil.example", email="root@example.com",
-                                              name="Root", user_agent="pytest"))
-    return httpx.Client(base_url=srv.url, cookies={SESSION_COOKIE: cookie}, timeout=10, follow_redirects=False)
+    cookie, _ = srv.call(
+        sessions.start_guest(
+            srv.services,
+            idp="https://idp.evil.example",
+            email="root@example.com",
+            name="Root",
+            user_agent="pytest",
+        )
+    )
+    return httpx.Client(
+        base_url=srv.url, cookies={SESSION_COOKIE: cookie}, timeout=10, follow_redirects=False
+    )
 
 
-def test_a_guest_session_gets_no_code_no_consent_no_device_approval(srv: InProcessServer, guest: httpx.Client) -> None:
+def test_a_guest_session_gets_no_code_no_consent_no_device_approval(
+    srv: InProcessServer, guest: httpx.Client
+) -> None:
     with guest as http:
         assert http.get("/api/me").json()["kind"] == "guest"
         answer = http.get("/authorize?" + urlencode(authorize_params()))
         assert answer.status_code == 303 and answer.headers["location"].startswith("/login?")
         silent = http.get("/authorize?" + urlencode(authorize_params(prompt="none")))
         assert query_of(silent.headers["location"])["error"] == "login_required"
-        consent = http.post("/authorize/consent", json={"request": urlencode(authorize_params()), "approve": True},
-                            headers={"Origin": srv.url})
+        consent = http.post(
+            "/authorize/consent",
+            json={"request": urlencode(authorize_params()), "approve": True},
+            headers={"Origin": srv.url},
+        )
         assert consent.status_code == 401
         started = httpx.post(f"{srv.url}/device_authorization", data={"client_id": "grantd-cli"}).json()
-        decided = http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": True},
-                            headers={"Origin": srv.url})
+        decided = http.post(
+            "/api/device/decide",
+            json={"user_code": started["user_code"], "approve": True},
+            headers={"Origin": srv.url},
+        )
         assert decided.status_code == 403
         assert http.get("/api/account/consents").status_code == 403
         assert http.get("/device", params={"user_code": started["user_code"]}).status_code in (303, 403)
@@ -639,15 +837,24 @@ def test_a_device_decision_cannot_be_forged_cross_site(srv: InProcessServer, per
     with httpx.Client(base_url=srv.url) as http:
         started = http.post("/device_authorization", data={"client_id": "grantd-cli"}).json()
     with person.http() as http:
-        cross = http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": True},
-                          headers={"Origin": "https://evil.example"})
+        cross = http.post(
+            "/api/device/decide",
+            json={"user_code": started["user_code"], "approve": True},
+            headers={"Origin": "https://evil.example"},
+        )
         assert cross.status_code == 403
         form = http.post("/api/device/decide", data={"user_code": started["user_code"], "approve": "true"})
         assert form.status_code in (400, 415)
         got = http.get("/api/device/decide", params={"user_code": started["user_code"], "approve": "true"})
         assert got.status_code in (404, 405)
-    poll = token_post(srv, {"grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-                            "device_code": started["device_code"], "client_id": "grantd-cli"})
+    poll = token_post(
+        srv,
+        {
+            "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "device_code": started["device_code"],
+            "client_id": "grantd-cli",
+        },
+    )
     assert poll.json()["error"] == "authorization_pending"
 
 
@@ -655,14 +862,32 @@ def test_another_person_cannot_redecide_a_device_request(srv: InProcessServer, p
     with httpx.Client(base_url=srv.url) as http:
         started = http.post("/device_authorization", data={"client_id": "grantd-cli"}).json()
     with person.http() as http:
-        assert http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": False},
-                         headers={"Origin": srv.url}).status_code == 200
+        assert (
+            http.post(
+                "/api/device/decide",
+                json={"user_code": started["user_code"], "approve": False},
+                headers={"Origin": srv.url},
+            ).status_code
+            == 200
+        )
     other = Person(srv)
     with other.http() as http:
-        assert http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": True},
-                         headers={"Origin": srv.url}).status_code == 409
-    poll = token_post(srv, {"grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-                            "device_code": started["device_code"], "client_id": "grantd-cli"})
+        assert (
+            http.post(
+                "/api/device/decide",
+                json={"user_code": started["user_code"], "approve": True},
+                headers={"Origin": srv.url},
+            ).status_code
+            == 409
+        )
+    poll = token_post(
+        srv,
+        {
+            "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "device_code": started["device_code"],
+            "client_id": "grantd-cli",
+        },
+    )
     assert poll.json()["error"] == "access_denied"
 
 
@@ -673,10 +898,16 @@ def test_device_user_codes_cannot_be_guessed_at_speed(tmp_path: Path) -> None:
         started = httpx.post(f"{server.url}/device_authorization", data={"client_id": "grantd-cli"}).json()
         with victim.http() as http:
             for _ in range(5):
-                http.post("/api/device/decide", json={"user_code": "BBBB-BBBB", "approve": True},
-                          headers={"Origin": server.url})
-            right = http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": True},
-                              headers={"Origin": server.url})
+                http.post(
+                    "/api/device/decide",
+                    json={"user_code": "BBBB-BBBB", "approve": True},
+                    headers={"Origin": server.url},
+                )
+            right = http.post(
+                "/api/device/decide",
+                json={"user_code": started["user_code"], "approve": True},
+                headers={"Origin": server.url},
+            )
             assert right.status_code == 429  # even the right code, once over the limit
             assert http.get("/device", params={"user_code": started["user_code"]}).status_code == 429
     finally:
@@ -698,14 +929,28 @@ def agent(srv: InProcessServer) -> tuple[dict[str, Any], Any, str]:
 
 def claims_for(srv: InProcessServer, ident: str, **change: Any) -> dict[str, Any]:
     now = srv.clock.now_s()
-    claims = {"iss": ident, "sub": ident, "aud": f"{srv.url}/token", "iat": now, "exp": now + 120, "jti": uuid.uuid4().hex,
-              **change}
+    claims = {
+        "iss": ident,
+        "sub": ident,
+        "aud": f"{srv.url}/token",
+        "iat": now,
+        "exp": now + 120,
+        "jti": uuid.uuid4().hex,
+        **change,
+    }
     return {k: v for k, v in claims.items() if v is not None}
 
 
 def cc(srv: InProcessServer, assertion: str, **extra: str) -> httpx.Response:
-    return token_post(srv, {"grant_type": "client_credentials", "client_assertion": assertion,
-                            "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer", **extra})
+    return token_post(
+        srv,
+        {
+            "grant_type": "client_credentials",
+            "client_assertion": assertion,
+            "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            **extra,
+        },
+    )
 
 
 def _b64(data: bytes) -> str:
@@ -728,18 +973,32 @@ def test_assertion_alg_confusion_is_refused(srv: InProcessServer, agent: Any) ->
         assert cc(srv, f"{header}.{body}.{_b64(mac)}").status_code == 401
     rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     assert cc(srv, jwt.encode(claims, rsa_key, algorithm="RS256")).status_code == 401
-    pem = rsa_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    assert cc(srv, jwt.encode(claims, pem, algorithm="RS256", headers={"jwk": {"kty": "RSA"}})).status_code == 401
+    pem = rsa_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    assert (
+        cc(srv, jwt.encode(claims, pem, algorithm="RS256", headers={"jwk": {"kty": "RSA"}})).status_code
+        == 401
+    )
 
 
 def test_assertion_audience_and_replay_tricks(srv: InProcessServer, agent: Any) -> None:
     record, key, _ = agent
     for aud in (srv.url, f"{srv.url}/token/", f"{srv.url}/userinfo", "apes-cli", [f"{srv.url}/x"]):
-        assert cc(srv, jwt.encode(claims_for(srv, record["email"], aud=aud), key, algorithm="EdDSA")).status_code == 401
+        assert (
+            cc(srv, jwt.encode(claims_for(srv, record["email"], aud=aud), key, algorithm="EdDSA")).status_code
+            == 401
+        )
     jti = uuid.uuid4().hex
-    assert cc(srv, jwt.encode(claims_for(srv, record["email"], jti=jti), key, algorithm="EdDSA")).status_code == 200
+    assert (
+        cc(srv, jwt.encode(claims_for(srv, record["email"], jti=jti), key, algorithm="EdDSA")).status_code
+        == 200
+    )
     # the same jti under the agent's other name, or with another exp: still a replay
-    assert cc(srv, jwt.encode(claims_for(srv, record["agent_id"], jti=jti), key, algorithm="EdDSA")).status_code == 401
+    assert (
+        cc(srv, jwt.encode(claims_for(srv, record["agent_id"], jti=jti), key, algorithm="EdDSA")).status_code
+        == 401
+    )
     later = claims_for(srv, record["email"], jti=jti, exp=srv.clock.now_s() + 200)
     assert cc(srv, jwt.encode(later, key, algorithm="EdDSA")).status_code == 401
     for exp in (srv.clock.now_s() + 10**9, float(srv.clock.now_s() + 60), str(srv.clock.now_s() + 60), True):
@@ -749,7 +1008,9 @@ def test_assertion_audience_and_replay_tricks(srv: InProcessServer, agent: Any) 
     assert cc(srv, jwt.encode(other, key, algorithm="EdDSA"), client_id="apes-cli").status_code == 401
 
 
-def test_an_assertion_naming_an_agent_by_a_person_or_the_management_identity_is_refused(srv: InProcessServer, person: Person) -> None:
+def test_an_assertion_naming_an_agent_by_a_person_or_the_management_identity_is_refused(
+    srv: InProcessServer, person: Person
+) -> None:
     key, _ = new_public_key()
     for ident in (person.email, "admin@example.com", "root@example.com"):
         assert cc(srv, jwt.encode(claims_for(srv, ident), key, algorithm="EdDSA")).status_code == 401
@@ -758,13 +1019,41 @@ def test_an_assertion_naming_an_agent_by_a_person_or_the_management_identity_is_
 # -- SSRF guard of the client metadata fetch --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("address", [
-    "127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1", "0.0.0.0", "255.255.255.255",
-    "224.0.0.1", "::1", "::", "fe80::1", "fc00::1", "fd00:ec2::254", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
-    "::127.0.0.1", "2002:7f00:1::", "2002:a9fe:a9fe::", "2001:0:4136:e378:8000:63bf:80ff:fffe", "64:ff9b::7f00:1",
-    "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1", "ff02::1", "fe80::1%eth0", "198.18.0.1", "192.0.0.170", "240.0.0.1",
-    "100::1", "2001:db8::1",
-])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "10.0.0.1",
+        "172.16.0.1",
+        "192.168.1.1",
+        "169.254.169.254",
+        "100.64.0.1",
+        "0.0.0.0",
+        "255.255.255.255",
+        "224.0.0.1",
+        "::1",
+        "::",
+        "fe80::1",
+        "fc00::1",
+        "fd00:ec2::254",
+        "::ffff:127.0.0.1",
+        "::ffff:169.254.169.254",
+        "::127.0.0.1",
+        "2002:7f00:1::",
+        "2002:a9fe:a9fe::",
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",
+        "64:ff9b::7f00:1",
+        "64:ff9b::a9fe:a9fe",
+        "64:ff9b:1::a00:1",
+        "ff02::1",
+        "fe80::1%eth0",
+        "198.18.0.1",
+        "192.0.0.170",
+        "240.0.0.1",
+        "100::1",
+        "2001:db8::1",
+    ],
+)
 def test_non_public_addresses_in_every_form_are_refused(address: str) -> None:
     assert oauth_clients.public_address(address) is False
 
@@ -785,10 +1074,25 @@ def test_a_domain_client_resolving_to_a_private_address_is_never_fetched(srv: In
     assert tried == ["sp.example.com"]
 
 
-@pytest.mark.parametrize("client_id", [
-    "2130706433", "0x7f000001", "[::1]", "127.0.0.1:80@evil.com", "evil.com/x", "evil.com#", "evil.com?x",
-    "EVIL.com", "evil.com.", "user@evil.com", "evil.com:99999x", "evil.com:80:80", "-evil.com", "evil..com",
-])
+@pytest.mark.parametrize(
+    "client_id",
+    [
+        "2130706433",
+        "0x7f000001",
+        "[::1]",
+        "127.0.0.1:80@evil.com",
+        "evil.com/x",
+        "evil.com#",
+        "evil.com?x",
+        "EVIL.com",
+        "evil.com.",
+        "user@evil.com",
+        "evil.com:99999x",
+        "evil.com:80:80",
+        "-evil.com",
+        "evil..com",
+    ],
+)
 def test_odd_client_ids_are_not_domain_clients(client_id: str) -> None:
     assert not oauth_clients.is_domain_client_id(client_id)
 
@@ -799,8 +1103,11 @@ def test_odd_client_ids_are_not_domain_clients(client_id: str) -> None:
 def test_metadata_cannot_inject_markup_or_script_links(srv: InProcessServer, person: Person) -> None:
     sp = MetadataServer()
     try:
-        sp.document = {**sp.document, "client_name": '<script>alert(1)</script>"><img src=x onerror=alert(2)>',
-                       "client_uri": "javascript:alert(3)//http://x"}
+        sp.document = {
+            **sp.document,
+            "client_name": '<script>alert(1)</script>"><img src=x onerror=alert(2)>',
+            "client_uri": "javascript:alert(3)//http://x",
+        }
         page = person.authorize(authorize_params(sp.client_id, sp.redirect_uri))
         assert page.status_code == 200, page.text[:400]
         assert "<script>alert" not in page.text and "<img" not in page.text
@@ -821,16 +1128,23 @@ def test_metadata_redirect_uris_must_be_http_urls(srv: InProcessServer, person: 
 # -- odd input: never a 5xx, never a secret in an answer ----------------------------------------------
 
 
-@pytest.mark.parametrize("query", [
-    "client_id=%ff%fe&redirect_uri=%c0%af",
-    "client_id=apes-cli&redirect_uri=" + "x" * 20000,
-    "client_id=" + "a." * 130 + "com",
-    "&".join(["scope=openid"] * 500),
-    "client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback&response_type=code&state=%00%ff",
-    "client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback&response_type=code&code_challenge_method=S256"
-    "&code_challenge=" + "A" * 43 + "&nonce=%ed%a0%80&login_hint=%ed%a0%80",
-    "client_id=%00", "client_id=a%0d%0aSet-Cookie:%20x=y", "%ff=%ff", "client_id",
-], ids=lambda q: q[:40])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "client_id=%ff%fe&redirect_uri=%c0%af",
+        "client_id=apes-cli&redirect_uri=" + "x" * 20000,
+        "client_id=" + "a." * 130 + "com",
+        "&".join(["scope=openid"] * 500),
+        "client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback&response_type=code&state=%00%ff",
+        "client_id=apes-cli&redirect_uri=http%3A%2F%2Flocalhost%3A9876%2Fcallback&response_type=code&code_challenge_method=S256"
+        "&code_challenge=" + "A" * 43 + "&nonce=%ed%a0%80&login_hint=%ed%a0%80",
+        "client_id=%00",
+        "client_id=a%0d%0aSet-Cookie:%20x=y",
+        "%ff=%ff",
+        "client_id",
+    ],
+    ids=lambda q: q[:40],
+)
 def test_odd_authorize_queries_never_5xx(srv: InProcessServer, person: Person, query: str) -> None:
     with person.http() as http:
         answer = http.get("/authorize?" + query)
@@ -842,41 +1156,72 @@ def test_odd_authorize_queries_never_5xx(srv: InProcessServer, person: Person, q
 
 
 @pytest.mark.parametrize("path", ["/token", "/revoke", "/userinfo", "/device_authorization"])
-@pytest.mark.parametrize("content, ctype", [
-    (b"\xff\xfe=\xff", "application/x-www-form-urlencoded"),
-    (b"grant_type=authorization_code&" + b"a=b&" * 2000, "application/x-www-form-urlencoded"),
-    (b'{"grant_type": {"x": 1}}', "application/json"),
-    (b'{"grant_type": 1e999}', "application/json"),
-    (b'{"client_id": "\\ud800"}', "application/json"),
-    (b"[" * 100000, "application/json"),
-    (b'{"grant_type": "refresh_token", "refresh_token": "' + b"a" * 100000 + b'", "client_id": "apes-cli"}', "application/json"),
-    (b"grant_type=client_credentials&client_assertion=a.b.c&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3A"
-     b"client-assertion-type%3Ajwt-bearer", "application/x-www-form-urlencoded"),
-    (b"grant_type=client_credentials&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOlsxXX0.AA&client_assertion_type=urn"
-     b"%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer", "application/x-www-form-urlencoded"),
-    (b"grant_type=client_credentials&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOnsiYSI6MX0sInN1YiI6eyJhIjoxfX0.AA"
-     b"&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer",
-     "application/x-www-form-urlencoded"),
-    (b"token=a.b.c&client_id=%ff", "application/x-www-form-urlencoded"),
-    (b"client_id=grantd-cli&scope=" + b"openid%20" * 400, "application/x-www-form-urlencoded"),
-    (b"grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code&client_id=grantd-cli&device_code=%ed%a0%80",
-     "application/x-www-form-urlencoded"),
-], ids=lambda v: repr(v[:30]) if isinstance(v, bytes) else v)
-def test_odd_bodies_never_5xx_and_are_never_cached(srv: InProcessServer, path: str, content: bytes, ctype: str) -> None:
+@pytest.mark.parametrize(
+    "content, ctype",
+    [
+        (b"\xff\xfe=\xff", "application/x-www-form-urlencoded"),
+        (b"grant_type=authorization_code&" + b"a=b&" * 2000, "application/x-www-form-urlencoded"),
+        (b'{"grant_type": {"x": 1}}', "application/json"),
+        (b'{"grant_type": 1e999}', "application/json"),
+        (b'{"client_id": "\\ud800"}', "application/json"),
+        (b"[" * 100000, "application/json"),
+        (
+            b'{"grant_type": "refresh_token", "refresh_token": "'
+            + b"a" * 100000
+            + b'", "client_id": "apes-cli"}',
+            "application/json",
+        ),
+        (
+            b"grant_type=client_credentials&client_assertion=a.b.c&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3A"
+            b"client-assertion-type%3Ajwt-bearer",
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            b"grant_type=client_credentials&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOlsxXX0.AA&client_assertion_type=urn"
+            b"%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer",
+            "application/x-www-form-urlencoded",
+        ),
+        (
+            b"grant_type=client_credentials&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOnsiYSI6MX0sInN1YiI6eyJhIjoxfX0.AA"
+            b"&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer",
+            "application/x-www-form-urlencoded",
+        ),
+        (b"token=a.b.c&client_id=%ff", "application/x-www-form-urlencoded"),
+        (b"client_id=grantd-cli&scope=" + b"openid%20" * 400, "application/x-www-form-urlencoded"),
+        (
+            b"grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code&client_id=grantd-cli&device_code=%ed%a0%80",
+            "application/x-www-form-urlencoded",
+        ),
+    ],
+    ids=lambda v: repr(v[:30]) if isinstance(v, bytes) else v,
+)
+def test_odd_bodies_never_5xx_and_are_never_cached(
+    srv: InProcessServer, path: str, content: bytes, ctype: str
+) -> None:
     with httpx.Client(base_url=srv.url, timeout=20) as http:
         answer = http.post(path, content=content, headers={"Content-Type": ctype})
     assert answer.status_code < 500, answer.text[:300]
     assert answer.headers.get("cache-control", "").startswith("no-store"), dict(answer.headers)
 
 
-@pytest.mark.parametrize("header", [
-    "Basic " + base64.b64encode(b"\xff\xfe:\xff").decode(), "Basic " + base64.b64encode(b"wiki").decode(), "Basic ===",
-    "Basic " + base64.b64encode(b"wiki:%ff%fe").decode(), "Basic " + base64.b64encode(b"%00:x").decode(),
-    "Basic " + base64.b64encode(("a" * 5000 + ":b").encode()).decode(),
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Basic " + base64.b64encode(b"\xff\xfe:\xff").decode(),
+        "Basic " + base64.b64encode(b"wiki").decode(),
+        "Basic ===",
+        "Basic " + base64.b64encode(b"wiki:%ff%fe").decode(),
+        "Basic " + base64.b64encode(b"%00:x").decode(),
+        "Basic " + base64.b64encode(("a" * 5000 + ":b").encode()).decode(),
+    ],
+)
 def test_odd_basic_credentials_never_5xx(srv: InProcessServer, header: str) -> None:
     with httpx.Client(base_url=srv.url, timeout=10) as http:
-        answer = http.post("/token", data={"grant_type": "authorization_code", "code": "x"}, headers={"Authorization": header})
+        answer = http.post(
+            "/token",
+            data={"grant_type": "authorization_code", "code": "x"},
+            headers={"Authorization": header},
+        )
     assert answer.status_code == 401, answer.text
     assert "www-authenticate" in answer.headers
 
@@ -884,11 +1229,17 @@ def test_odd_basic_credentials_never_5xx(srv: InProcessServer, header: str) -> N
 def test_errors_never_echo_a_secret(srv: InProcessServer, person: Person) -> None:
     wrong = "wrong-secret-" + uuid.uuid4().hex
     answers = [
-        token_post(srv, {"grant_type": "authorization_code", "code": "x", "client_id": "wiki", "client_secret": wrong}),
+        token_post(
+            srv,
+            {"grant_type": "authorization_code", "code": "x", "client_id": "wiki", "client_secret": wrong},
+        ),
         token_post(srv, {"grant_type": "refresh_token", "refresh_token": wrong, "client_id": "apes-cli"}),
         token_post(srv, {"grant_type": "authorization_code", "code": wrong, "client_id": "apes-cli"}),
-        token_post(srv, {"grant_type": "authorization_code", "code": "x"},
-                   headers={"Authorization": "Basic " + base64.b64encode(f"wiki:{wrong}".encode()).decode()}),
+        token_post(
+            srv,
+            {"grant_type": "authorization_code", "code": "x"},
+            headers={"Authorization": "Basic " + base64.b64encode(f"wiki:{wrong}".encode()).decode()},
+        ),
     ]
     with httpx.Client(base_url=srv.url) as http:
         answers.append(http.get("/userinfo", headers={"Authorization": f"Bearer {wrong}.{wrong}.{wrong}"}))
@@ -904,9 +1255,13 @@ def test_token_answers_are_never_cached(srv: InProcessServer, person: Person) ->
     with httpx.Client(base_url=srv.url) as http:
         answers.append(http.post("/device_authorization", data={"client_id": "grantd-cli"}))
         answers.append(http.post("/revoke", data={"token": "x"}))
-        answers.append(http.get("/userinfo", headers={"Authorization": f"Bearer {answers[0].json()['access_token']}"}))
+        answers.append(
+            http.get("/userinfo", headers={"Authorization": f"Bearer {answers[0].json()['access_token']}"})
+        )
     for answer in answers:
-        assert answer.headers["cache-control"] == "no-store" and answer.headers["pragma"] == "no-cache", answer.headers
+        assert answer.headers["cache-control"] == "no-store" and answer.headers["pragma"] == "no-cache", (
+            answer.headers
+        )
     assert person.authorize(authorize_params()).headers["cache-control"] == "no-store"
 
 
@@ -926,10 +1281,13 @@ def test_state_is_returned_verbatim_and_cannot_split_headers(srv: InProcessServe
             assert found["state"] == state and found.get("code", "").count("injected") == 0
 
 
-def test_an_id_token_for_a_domain_client_cannot_become_an_api_bearer_by_client_id(srv: InProcessServer, person: Person) -> None:
+def test_an_id_token_for_a_domain_client_cannot_become_an_api_bearer_by_client_id(
+    srv: InProcessServer, person: Person
+) -> None:
     # a domain client named like the API audience would get ID tokens with aud = the API audience
-    assert not oauth_clients.is_domain_client_id(srv.services.tokens.agent_audience) or \
-        srv.services.tokens.agent_audience in ("apes-cli",)
+    assert not oauth_clients.is_domain_client_id(
+        srv.services.tokens.agent_audience
+    ) or srv.services.tokens.agent_audience in ("apes-cli",)
     tokens = login(srv, person)
     assert claims_of(tokens["id_token"])["aud"] == "apes-cli"
     assert bearer(srv, tokens["id_token"]).status_code == 401
@@ -951,15 +1309,22 @@ def test_forged_access_tokens_are_refused(srv: InProcessServer, person: Person) 
     kid = jwt.get_unverified_header(real["access_token"])["kid"]
     with httpx.Client(base_url=srv.url) as http:
         jwks = http.get("/.well-known/jwks.json").json()["keys"]
-    secrets_to_try = [kid.encode(), b""] + [json.dumps(k).encode() for k in jwks] + \
-        [base64.urlsafe_b64decode(k["x"] + "==") for k in jwks if "x" in k]
+    secrets_to_try = (
+        [kid.encode(), b""]
+        + [json.dumps(k).encode() for k in jwks]
+        + [base64.urlsafe_b64decode(k["x"] + "==") for k in jwks if "x" in k]
+    )
     forged = [_forge({"alg": "none", "kid": kid, "typ": "JWT"}, claims), _forge({"alg": "none"}, claims)]
     forged += [_forge({"alg": "HS256", "kid": kid, "typ": "JWT"}, claims, s) for s in secrets_to_try]
     attacker = Ed25519PrivateKey.generate()
     raw = attacker.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     embedded = {"kty": "OKP", "crv": "Ed25519", "x": _b64(raw)}
     forged.append(jwt.encode(claims, attacker, algorithm="EdDSA", headers={"kid": kid, "jwk": embedded}))
-    forged.append(jwt.encode(claims, attacker, algorithm="EdDSA", headers={"kid": "attacker", "jku": "https://evil.example/j"}))
+    forged.append(
+        jwt.encode(
+            claims, attacker, algorithm="EdDSA", headers={"kid": "attacker", "jku": "https://evil.example/j"}
+        )
+    )
     other_kids = [k["kid"] for k in jwks if k.get("kty") != "OKP"]
     for other in other_kids:
         forged.append(_forge({"alg": "RS256", "kid": other}, claims, b"x"))
@@ -989,24 +1354,39 @@ def test_a_bearer_plus_a_junk_cookie_cannot_approve_a_terminal(srv: InProcessSer
     started = httpx.post(f"{srv.url}/device_authorization", data={"client_id": "grantd-cli"}).json()
     for cookie in ("junk", person.cookie):
         with httpx.Client(base_url=srv.url, cookies={SESSION_COOKIE: cookie}) as http:
-            answer = http.post("/api/device/decide", json={"user_code": started["user_code"], "approve": True},
-                               headers={"Authorization": f"Bearer {apes['access_token']}"})
+            answer = http.post(
+                "/api/device/decide",
+                json={"user_code": started["user_code"], "approve": True},
+                headers={"Authorization": f"Bearer {apes['access_token']}"},
+            )
         assert answer.status_code == 403, answer.text
 
 
 def test_a_guest_is_never_an_administrator(srv: InProcessServer, guest: httpx.Client) -> None:
     with guest as http:
         assert http.get("/api/admin/users").status_code == 403
-        assert http.post("/api/agent/enroll", json={"email": "agent+g@example.com", "name": "g", "publicKey": new_public_key()[1]},
-                         headers={"Origin": srv.url}).status_code == 403
+        assert (
+            http.post(
+                "/api/agent/enroll",
+                json={"email": "agent+g@example.com", "name": "g", "publicKey": new_public_key()[1]},
+                headers={"Origin": srv.url},
+            ).status_code
+            == 403
+        )
         assert http.get("/api/grants").status_code == 403
 
 
-@pytest.mark.parametrize("body", [b"[" * 100000, b'{"a":' * 50000 + b"1" + b"}" * 50000], ids=["array", "object"])
-def test_deep_json_at_the_consent_and_device_routes_is_a_4xx(srv: InProcessServer, person: Person, body: bytes) -> None:
+@pytest.mark.parametrize(
+    "body", [b"[" * 100000, b'{"a":' * 50000 + b"1" + b"}" * 50000], ids=["array", "object"]
+)
+def test_deep_json_at_the_consent_and_device_routes_is_a_4xx(
+    srv: InProcessServer, person: Person, body: bytes
+) -> None:
     with person.http() as http:
         for path in ("/authorize/consent", "/api/device/decide"):
-            answer = http.post(path, content=body, headers={"Content-Type": "application/json", "Origin": srv.url})
+            answer = http.post(
+                path, content=body, headers={"Content-Type": "application/json", "Origin": srv.url}
+            )
             assert 400 <= answer.status_code < 500, (path, answer.status_code)
 
 
@@ -1028,17 +1408,39 @@ def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_pat
         statuses = []
         with httpx.Client(base_url=server.url, timeout=10) as http:
             for n in range(8):
-                statuses.append(http.get("/authorize", params={"client_id": f"x{n}.attacker{n}.example",
-                                                               "redirect_uri": "https://x/cb"}).status_code)
+                statuses.append(
+                    http.get(
+                        "/authorize",
+                        params={"client_id": f"x{n}.attacker{n}.example", "redirect_uri": "https://x/cb"},
+                    ).status_code
+                )
             for n in range(8):
-                statuses.append(http.post("/revoke", data={"client_id": f"r{n}.attacker-r{n}.example", "token": "t"}).status_code)
+                statuses.append(
+                    http.post(
+                        "/revoke", data={"client_id": f"r{n}.attacker-r{n}.example", "token": "t"}
+                    ).status_code
+                )
             for n in range(4):
                 basic = base64.b64encode(f"b{n}.attacker-b{n}.example:s".encode()).decode()
-                statuses.append(http.post("/revoke", data={"token": "t"}, headers={"Authorization": f"Basic {basic}"}).status_code)
-                statuses.append(http.post("/token", data={"grant_type": "refresh_token", "refresh_token": "t",
-                                                          "client_id": f"t{n}.attacker-t{n}.example"}).status_code)
+                statuses.append(
+                    http.post(
+                        "/revoke", data={"token": "t"}, headers={"Authorization": f"Basic {basic}"}
+                    ).status_code
+                )
+                statuses.append(
+                    http.post(
+                        "/token",
+                        data={
+                            "grant_type": "refresh_token",
+                            "refresh_token": "t",
+                            "client_id": f"t{n}.attacker-t{n}.example",
+                        },
+                    ).status_code
+                )
             # a client already known (cached, even negatively) costs nothing: no count
-            again = http.get("/authorize", params={"client_id": "x0.attacker0.example", "redirect_uri": "https://x/cb"})
+            again = http.get(
+                "/authorize", params={"client_id": "x0.attacker0.example", "redirect_uri": "https://x/cb"}
+            )
         assert len(resolved) <= 5, resolved
         assert statuses.count(429) >= 19 and again.status_code == 400
     finally:
@@ -1046,7 +1448,9 @@ def test_metadata_fetches_for_made_up_client_ids_are_limited_per_address(tmp_pat
 
 
 @pytest.mark.parametrize("path", ["/token", "/revoke", "/device_authorization"])
-def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(srv: InProcessServer, path: str) -> None:
+def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(
+    srv: InProcessServer, path: str
+) -> None:
     """RFC 6749 §3.2: a parameter given twice is refused; a JSON body must not let the last one win."""
     body = b'{"grant_type": "refresh_token", "client_id": "grantd-cli", "client_id": "wiki", "token": "t", "refresh_token": "t"}'
     with httpx.Client(base_url=srv.url) as http:
@@ -1057,7 +1461,9 @@ def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(srv
 # -- slow client metadata (issue 19 item 5; D12): one deadline, a bound, failures per domain ------------
 
 
-def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(srv: InProcessServer, person: Person) -> None:
+def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(
+    srv: InProcessServer, person: Person
+) -> None:
     """One byte a second never trips a 3 s read timeout; the whole fetch still ends at 5 s, the
     unauthenticated /authorize answers with a clear page, and grantd hangs up on the server."""
     import time
@@ -1089,8 +1495,10 @@ def _registry(config_text: str, directory: Path, resolver: Any) -> tuple[Any, An
     from grantd.core.clock import ManualClock
 
     path = directory / "grantd.toml"
-    path.write_text(f'version = 1\n[server]\nissuer = "http://127.0.0.1:1"\n[admin]\nmanagement_token = "{"m" * 32}"\n'
-                    f"[oauth]\nallow_private_metadata_hosts = true\n{config_text}")
+    path.write_text(
+        f'version = 1\n[server]\nissuer = "http://127.0.0.1:1"\n[admin]\nmanagement_token = "{"m" * 32}"\n'
+        f"[oauth]\nallow_private_metadata_hosts = true\n{config_text}"
+    )
     clock = ManualClock()
     return oauth_clients.ClientRegistry(load(path), clock, resolver=resolver), clock
 
@@ -1164,11 +1572,18 @@ def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -
         drip.close()
 
 
-@pytest.mark.parametrize("host, expected", [
-    ("a.b.example.com", "example.com"), ("example.com", "example.com"), ("x.example.co.uk", "example.co.uk"),
-    ("deep.x.example.com.au", "example.com.au"), ("127.0.0.1", "127.0.0.1:8443"), ("localhost", "localhost:8443"),
-    ("EXAMPLE.com.", "example.com"),
-])
+@pytest.mark.parametrize(
+    "host, expected",
+    [
+        ("a.b.example.com", "example.com"),
+        ("example.com", "example.com"),
+        ("x.example.co.uk", "example.co.uk"),
+        ("deep.x.example.com.au", "example.com.au"),
+        ("127.0.0.1", "127.0.0.1:8443"),
+        ("localhost", "localhost:8443"),
+        ("EXAMPLE.com.", "example.com"),
+    ],
+)
 def test_failures_are_remembered_per_registrable_domain(host: str, expected: str) -> None:
     from grantd.services.outbound import registrable_domain
 

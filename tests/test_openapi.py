@@ -74,7 +74,12 @@ def test_served_without_credential_and_cacheable(srv: InProcessServer) -> None:
     assert doc["servers"] == [{"url": srv.services.issuer}]
     schemes = doc["components"]["securitySchemes"]
     assert {"managementToken", "agentToken", "authzJwt", "session"} <= set(schemes)
-    assert schemes["session"] == {**schemes["session"], "type": "apiKey", "in": "cookie", "name": "grantd_session"}
+    assert schemes["session"] == {
+        **schemes["session"],
+        "type": "apiKey",
+        "in": "cookie",
+        "name": "grantd_session",
+    }
 
 
 def test_every_route_is_documented_and_nothing_else(srv: InProcessServer, document: dict) -> None:
@@ -93,7 +98,9 @@ def test_operation_ids_are_the_route_names(srv: InProcessServer, document: dict)
     names = {}
     for route in srv.app.router.routes:
         for method in route.methods:
-            names[(method.upper(), openapi_path("/" + route.path.lstrip("/")))] = route.name.removeprefix("grantd.")
+            names[(method.upper(), openapi_path("/" + route.path.lstrip("/")))] = route.name.removeprefix(
+                "grantd."
+            )
     for path, item in document["paths"].items():
         for method, operation in item.items():
             assert operation["operationId"] == names[(method.upper(), path)], (method, path)
@@ -118,10 +125,21 @@ def test_errors_are_problem_json_and_api_errors_documented(document: dict) -> No
         for method, op in item.items():
             responses = op["responses"]
             for status, answer in responses.items():
-                if int(status) >= 400 and not path.startswith("/api/") and list(answer["content"]) == ["text/html"]:
+                if (
+                    int(status) >= 400
+                    and not path.startswith("/api/")
+                    and list(answer["content"]) == ["text/html"]
+                ):
                     continue  # a browser redirect's failure (federated sign-in): an HTML page for the person
-                if int(status) >= 400 and path in ("/token", "/revoke", "/userinfo", "/device_authorization"):  # D2: the OAuth error shape
-                    assert answer["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/OAuthError"}
+                if int(status) >= 400 and path in (
+                    "/token",
+                    "/revoke",
+                    "/userinfo",
+                    "/device_authorization",
+                ):  # D2: the OAuth error shape
+                    assert answer["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/OAuthError"
+                    }
                 elif int(status) >= 400:
                     assert list(answer["content"]) == ["application/problem+json"], (method, path, status)
                 elif int(status) != 304 and not 300 <= int(status) < 400:  # a redirect has no body
@@ -141,7 +159,9 @@ def test_a_new_route_is_one_entry() -> None:
     """The document is generated from OPERATIONS: one Op is the whole of a new route's entry."""
     from grantd.web.openapi import OPERATIONS, Ok, Op, build_document, ref
 
-    extra = Op("GET", "/api/example/{thing_id}", "example.get", "An example", "bearer", ok={200: Ok(ref("Ok"))})
+    extra = Op(
+        "GET", "/api/example/{thing_id}", "example.get", "An example", "bearer", ok={200: Ok(ref("Ok"))}
+    )
     doc = build_document("https://idp.example.com", (*OPERATIONS, extra))
     op = doc["paths"]["/api/example/{thing_id}"]["get"]
     assert {"200", "400", "401", "403", "404", "429"} == set(op["responses"])

@@ -52,11 +52,22 @@ def test_the_unit_runs_the_installed_command_as_its_own_user_with_persistent_sta
 
 def test_the_unit_is_hardened() -> None:
     s = service()
-    for key in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "LockPersonality", "MemoryDenyWriteExecute",
-                "PrivateDevices", "RestrictSUIDSGID", "RestrictNamespaces", "ProtectKernelTunables"):
+    for key in (
+        "NoNewPrivileges",
+        "ProtectHome",
+        "PrivateTmp",
+        "LockPersonality",
+        "MemoryDenyWriteExecute",
+        "PrivateDevices",
+        "RestrictSUIDSGID",
+        "RestrictNamespaces",
+        "ProtectKernelTunables",
+    ):
         assert s.get(key) == ["yes"], key
     assert s["ProtectSystem"] == ["strict"]
-    assert s["CapabilityBoundingSet"] == [""] and s["AmbientCapabilities"] == [""]  # no capabilities: port > 1024
+    assert s["CapabilityBoundingSet"] == [""] and s["AmbientCapabilities"] == [
+        ""
+    ]  # no capabilities: port > 1024
     assert s["RestrictAddressFamilies"] == ["AF_INET AF_INET6 AF_UNIX"]
     assert s["ReadWritePaths"] == ["/var/lib/grantd"]
     assert SCHEMA["server"]["port"].default > 1024
@@ -73,8 +84,11 @@ def test_systemd_analyze_accepts_the_unit_when_it_is_there(tmp_path: Path) -> No
     if analyze is None:
         return  # the parse above is the check; systemd is not installed on every CI machine
     result = subprocess.run([analyze, "verify", str(UNIT)], capture_output=True, text=True, timeout=60)
-    problems = [line for line in (result.stdout + result.stderr).splitlines()
-                if line.strip() and "/usr/local/bin/grantd is not executable" not in line]  # not installed here
+    problems = [
+        line
+        for line in (result.stdout + result.stderr).splitlines()
+        if line.strip() and "/usr/local/bin/grantd is not executable" not in line
+    ]  # not installed here
     assert not problems, problems
 
 
@@ -89,8 +103,12 @@ def fake_bundle(directory: Path) -> Path:
 
 def test_install_with_service_lays_out_the_unit(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    result = subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path)), "--with-service"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path)), "--with-service"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     unit = root / "etc" / "systemd" / "system" / "grantd.service"
     assert unit.read_text() == UNIT.read_text()
@@ -103,8 +121,12 @@ def test_install_with_service_lays_out_the_unit(tmp_path: Path) -> None:
 
 def test_install_without_the_switch_installs_no_unit(tmp_path: Path) -> None:
     root = tmp_path / "root"
-    result = subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path))],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert not (root / "etc" / "systemd").exists()
 
@@ -113,20 +135,33 @@ def test_every_file_the_unit_and_the_banner_point_to_is_installed(tmp_path: Path
     """Issue 20 item 6: the unit's Documentation= named a file the install did not ship, and the
     installed server's banner said "see README.md". Both now name files under /opt/grantd/docs/."""
     root = tmp_path / "root"
-    result = subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path)), "--with-service"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path)), "--with-service"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
-    documentation = [url for line in UNIT.read_text().splitlines() if line.startswith("Documentation=")
-                     for url in line.split("=", 1)[1].split()]
+    documentation = [
+        url
+        for line in UNIT.read_text().splitlines()
+        if line.startswith("Documentation=")
+        for url in line.split("=", 1)[1].split()
+    ]
     assert documentation
     for url in documentation:
         assert url.startswith("file:///"), url
         shipped = root / url.removeprefix("file:///")
         assert shipped.is_file(), f"{url} is not installed"
-        assert shipped.read_text() == (ROOT / ("README.md" if shipped.name == "README.md" else f"docs/{shipped.name}")).read_text()
+        assert (
+            shipped.read_text()
+            == (ROOT / ("README.md" if shipped.name == "README.md" else f"docs/{shipped.name}")).read_text()
+        )
     docs = root / "opt" / "grantd" / "docs"
     assert (docs / "README.md").is_file() and (docs / "operations.md").is_file()
-    assert all(not stat.S_IMODE(p.stat().st_mode) & 0o022 for p in docs.iterdir())  # nothing writable by others
+    assert all(
+        not stat.S_IMODE(p.stat().st_mode) & 0o022 for p in docs.iterdir()
+    )  # nothing writable by others
 
 
 def test_a_frozen_grantd_names_the_installed_readme(tmp_path: Path, monkeypatch: Any) -> None:
@@ -135,8 +170,12 @@ def test_a_frozen_grantd_names_the_installed_readme(tmp_path: Path, monkeypatch:
     from grantd.cli.server import readme_path
 
     root = tmp_path / "root"
-    subprocess.run([str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path))], check=True,
-                   capture_output=True, timeout=120)
+    subprocess.run(
+        [str(INSTALL), "--root", str(root), "--bundle", str(fake_bundle(tmp_path))],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(sys, "executable", str(root / "opt" / "grantd" / "grantd"))
     assert readme_path() == str(root / "opt" / "grantd" / "docs" / "README.md")

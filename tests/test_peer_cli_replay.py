@@ -52,12 +52,19 @@ def fill(value: Any, names: dict[str, str]) -> Any:
     return value
 
 
-def send(server: Server | InProcessServer, method: str, path: str, headers: dict[str, str],
-         body: Any) -> tuple[int, dict[str, str], Any]:
+def send(
+    server: Server | InProcessServer, method: str, path: str, headers: dict[str, str], body: Any
+) -> tuple[int, dict[str, str], Any]:
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=20)
     form = headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded")
     try:
-        data = None if body is None else urllib.parse.urlencode(body).encode() if form else json.dumps(body).encode()
+        data = (
+            None
+            if body is None
+            else urllib.parse.urlencode(body).encode()
+            if form
+            else json.dumps(body).encode()
+        )
         conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
         conn.putheader("Host", f"127.0.0.1:{server.port}")
         for name, value in headers.items():
@@ -87,7 +94,9 @@ def replay(server: Server | InProcessServer, name: str, names: dict[str, str]) -
         else:
             path = fill(step["path"], names)
             assert path.startswith("//"), "the fixtures replay apes with a trailing-slash IdP"
-        status, headers, body = send(server, step["method"], path, fill(step["headers"], names), fill(step["body"], names))
+        status, headers, body = send(
+            server, step["method"], path, fill(step["headers"], names), fill(step["body"], names)
+        )
         assert status == step["status"], (step["name"], status, body)
         if 200 <= status < 300:
             assert headers["content-type"].startswith("application/json") and body is not None, step["name"]
@@ -101,18 +110,30 @@ def replay(server: Server | InProcessServer, name: str, names: dict[str, str]) -
 def peer(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """`apes login`: an enrolled agent signs in through the replayed challenge/authenticate."""
     agent: Agent = enroll(server, tmp_path_factory.mktemp("peer-keys"))
-    names = {"EMAIL": agent.email, "EMAIL_Q": urllib.parse.quote(agent.email, safe=""), "MGMT_TOKEN": server.token}
+    names = {
+        "EMAIL": agent.email,
+        "EMAIL_Q": urllib.parse.quote(agent.email, safe=""),
+        "MGMT_TOKEN": server.token,
+    }
     fixture = json.loads((FIXTURES / "login.json").read_text())
     discovery, challenge, authenticate = fixture["requests"]
     status, _, document = send(server, discovery["method"], discovery["path"], discovery["headers"], None)
     assert status == 200, document
     names["DISCOVERY"] = json.dumps(document)
-    status, _, body = send(server, challenge["method"], challenge["path"], challenge["headers"], fill(challenge["body"], names))
+    status, _, body = send(
+        server, challenge["method"], challenge["path"], challenge["headers"], fill(challenge["body"], names)
+    )
     assert status == 200, body
     # apes signs the 64-char challenge string's UTF-8 bytes: a raw Ed25519 signature, standard base64 with padding
     names["SIGNATURE"] = base64.b64encode(agent.private_key().sign(body["challenge"].encode())).decode()
     names["CHALLENGE"] = body["challenge"]
-    status, _, body = send(server, authenticate["method"], authenticate["path"], authenticate["headers"], fill(authenticate["body"], names))
+    status, _, body = send(
+        server,
+        authenticate["method"],
+        authenticate["path"],
+        authenticate["headers"],
+        fill(authenticate["body"], names),
+    )
     assert status == 200, body
     names["AGENT_TOKEN"] = body["token"]
     assert body["expires_in"] == 3600
@@ -124,7 +145,9 @@ def peer(server: Server, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
 
 def raw_request(server: Server, request_line: str, token: str) -> tuple[str, bytes]:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(f"{request_line}\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode())
+        sock.sendall(
+            f"{request_line}\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode()
+        )
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -142,7 +165,9 @@ def test_repeated_slashes_collapse_over_a_real_socket(server: Server) -> None:
 
 def test_the_query_string_is_never_changed(server: Server) -> None:
     # a cursor is opaque: two slashes in it stay two slashes (a changed one would be refused or mean something else)
-    status, body = raw_request(server, "GET //api/grants?status=pending&requester=a//b%40example.com HTTP/1.1", server.token)
+    status, body = raw_request(
+        server, "GET //api/grants?status=pending&requester=a//b%40example.com HTTP/1.1", server.token
+    )
     assert status == "HTTP/1.1 200 OK", body
     assert json.loads(body)["data"] == []
     # the function the request class applies before routing, byte for byte
@@ -168,7 +193,9 @@ def test_collapsing_opens_nothing_new(server: Server) -> None:
 
 def test_login_with_a_trailing_slash_idp(server: Server, peer: dict[str, str]) -> None:
     document = json.loads(peer["DISCOVERY"])
-    assert document["issuer"] == server.url  # no trailing slash: what escapes and the SP compare byte for byte
+    assert (
+        document["issuer"] == server.url
+    )  # no trailing slash: what escapes and the SP compare byte for byte
     assert document["ddisa_auth_challenge_endpoint"] == f"{server.url}/api/auth/challenge"
     claims = jwt.decode(peer["AGENT_TOKEN"], options={"verify_signature": False})
     assert claims["sub"] == peer["EMAIL"] and claims["aud"] == "apes-cli"
@@ -176,7 +203,9 @@ def test_login_with_a_trailing_slash_idp(server: Server, peer: dict[str, str]) -
 
 def test_grants_request_run_status_and_list_used(server: Server, peer: dict[str, str]) -> None:
     names = dict(peer)
-    created, approved, read, token, consumed, status, listed = replay(server, "grants_request_shapes.json", names)
+    created, approved, read, token, consumed, status, listed = replay(
+        server, "grants_request_shapes.json", names
+    )
     sent = json.loads((FIXTURES / "grants_request_shapes.json").read_text())["requests"][0]["body"]
     assert created["status"] == "pending" and created["requester"] == peer["EMAIL"]
     # the shapes fields come back verbatim, in the grant and in the AuthZ-JWT
@@ -213,7 +242,11 @@ def test_grants_revoke_a_b_sends_a_twice_and_both_succeed(server: Server, peer: 
     assert status == 200 and b["status"] == "approved"
 
 
-AGENT_HEADERS = {"User-Agent": "node", "Content-Type": "application/json", "Authorization": "Bearer {{AGENT_TOKEN}}"}
+AGENT_HEADERS = {
+    "User-Agent": "node",
+    "Content-Type": "application/json",
+    "Authorization": "Bearer {{AGENT_TOKEN}}",
+}
 
 
 def test_delegation_with_an_iso_expiry(server: Server, peer: dict[str, str]) -> None:
@@ -231,7 +264,9 @@ def test_run_approval_timed_without_duration_is_refused(server: Server, peer: di
     names = dict(peer)
     reuse, refused = replay(server, "run_timed.json", names)
     assert isinstance(reuse["data"], list)
-    assert refused["status"] == 400 and refused["detail"].startswith("duration is required")  # kept: the specification requires it
+    assert refused["status"] == 400 and refused["detail"].startswith(
+        "duration is required"
+    )  # kept: the specification requires it
 
 
 # -- the browser login's silent refresh ---------------------------------------------------------------

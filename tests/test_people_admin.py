@@ -77,7 +77,9 @@ def test_create_get_and_delete_a_user(srv: InProcessServer) -> None:
 
 def test_a_name_defaults_to_the_local_part_and_admin_from_config_shows(srv: InProcessServer) -> None:
     root(srv)
-    user = admin_call(srv, "GET", "/api/admin/users/root@example.com").json()  # in admin.emails of the test config
+    user = admin_call(
+        srv, "GET", "/api/admin/users/root@example.com"
+    ).json()  # in admin.emails of the test config
     assert user["admin"] is True and user["admin_by_config"] is True and user["name"] == "root"
 
 
@@ -93,7 +95,9 @@ def test_a_name_defaults_to_the_local_part_and_admin_from_config_shows(srv: InPr
         ({"email": "ok@example.com", "registration": 1}, "registration"),
     ],
 )
-def test_bad_user_fields_are_400_naming_the_field(srv: InProcessServer, body: dict[str, Any], field: str) -> None:
+def test_bad_user_fields_are_400_naming_the_field(
+    srv: InProcessServer, body: dict[str, Any], field: str
+) -> None:
     assert field_of(admin_call(srv, "POST", "/api/admin/users", json=body)) == field
 
 
@@ -110,13 +114,18 @@ def test_an_email_is_unique_across_persons_agents_and_the_management_identity(sr
     agent, _ = enrol_agent(srv, owner=person["email"])
     r = admin_call(srv, "POST", "/api/admin/users", json={"email": agent["email"]})
     assert r.status_code == 409
-    r = admin_call(srv, "POST", "/api/admin/users", json={"email": "ADMIN@example.com"})  # management identity
+    r = admin_call(
+        srv, "POST", "/api/admin/users", json={"email": "ADMIN@example.com"}
+    )  # management identity
     assert r.status_code == 409 and "management identity" in problem(r)["detail"]
     # and the other way round: an agent cannot take a person's e-mail
     with srv.admin() as http:
         from people_support import new_public_key
 
-        r = http.post("/api/agent/enroll", json={"email": person["email"], "name": "x", "publicKey": new_public_key()[1]})
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": person["email"], "name": "x", "publicKey": new_public_key()[1]},
+        )
     assert r.status_code == 409
 
 
@@ -145,11 +154,18 @@ def test_list_pages_with_a_cursor_and_searches_literally(srv: InProcessServer) -
     assert admin_call(srv, "GET", "/api/admin/users", params={"search": "p_-"}).json()["data"] == []
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"limit": "many"}, "limit"), ({"cursor": "nonsense"}, "cursor"), ({"search": "a\x07b"}, "search"),
-    ({"search": "x" * 300}, "search"),
-])
-def test_bad_list_parameters_are_400_naming_the_field(srv: InProcessServer, params: dict[str, str], field: str) -> None:
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"limit": "many"}, "limit"),
+        ({"cursor": "nonsense"}, "cursor"),
+        ({"search": "a\x07b"}, "search"),
+        ({"search": "x" * 300}, "search"),
+    ],
+)
+def test_bad_list_parameters_are_400_naming_the_field(
+    srv: InProcessServer, params: dict[str, str], field: str
+) -> None:
     assert field_of(admin_call(srv, "GET", "/api/admin/users", params=params)) == field
 
 
@@ -169,12 +185,23 @@ def test_deleting_a_person_ends_their_sessions_and_passkeys_at_once(srv: InProce
 def test_credentials_list_shows_passkeys_without_keys(srv: InProcessServer) -> None:
     person = create_person(srv)
     first = add_passkey(srv, person["person_id"])
-    srv.clock.advance(1)  # a later created_at: at the same instant the order falls to the random credential ids
+    srv.clock.advance(
+        1
+    )  # a later created_at: at the same instant the order falls to the random credential ids
     add_passkey(srv, person["person_id"])
     body = admin_call(srv, "GET", f"/api/admin/users/{person['person_id']}/credentials").json()
     assert [c["credential_id"] for c in body["data"]][0] == first["credential_id"]  # oldest first
-    assert set(body["data"][0]) >= {"credential_id", "credentialId", "name", "rp_id", "transports", "backedUp",
-                                    "created_at", "last_used_at", "sign_count"}
+    assert set(body["data"][0]) >= {
+        "credential_id",
+        "credentialId",
+        "name",
+        "rp_id",
+        "transports",
+        "backedUp",
+        "created_at",
+        "last_used_at",
+        "sign_count",
+    }
     assert all("public_key" not in c for c in body["data"])
 
 
@@ -193,14 +220,22 @@ def test_make_admin_and_disable_a_person(srv: InProcessServer) -> None:
     person, http = signed_in_person(srv)
     with http:
         assert http.get("/api/admin/users").status_code == 403
-        r = admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"admin": True, "name": "Boss"})
+        r = admin_call(
+            srv, "PATCH", f"/api/admin/users/{person['email']}", json={"admin": True, "name": "Boss"}
+        )
         assert r.status_code == 200 and r.json()["admin"] is True and r.json()["name"] == "Boss"
         assert http.get("/api/admin/users").status_code == 200  # the next request sees it
         r = admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"isActive": False})
         assert r.status_code == 200 and r.json()["status"] == "disabled"
         assert http.get("/api/me").status_code == 401
-    assert field_of(admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"status": "gone"})) == "status"
-    assert field_of(admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"email": "x@y"})) == "email"
+    assert (
+        field_of(admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"status": "gone"}))
+        == "status"
+    )
+    assert (
+        field_of(admin_call(srv, "PATCH", f"/api/admin/users/{person['email']}", json={"email": "x@y"}))
+        == "email"
+    )
 
 
 # -- sessions ---------------------------------------------------------------------------------------
@@ -214,10 +249,16 @@ def test_sessions_list_and_revoke_by_family_and_by_user(srv: InProcessServer) ->
     assert all("session_id" not in s for s in body["data"]), "session ids are hashes of cookie secrets"
     assert all(c not in str(body) for c in cookies)
     # paging
-    first = admin_call(srv, "GET", "/api/admin/sessions", params={"user": person["email"], "limit": "2"}).json()
+    first = admin_call(
+        srv, "GET", "/api/admin/sessions", params={"user": person["email"], "limit": "2"}
+    ).json()
     assert len(first["data"]) == 2 and first["pagination"]["has_more"]
-    rest = admin_call(srv, "GET", "/api/admin/sessions",
-                      params={"user": person["email"], "cursor": first["pagination"]["cursor"]}).json()
+    rest = admin_call(
+        srv,
+        "GET",
+        "/api/admin/sessions",
+        params={"user": person["email"], "cursor": first["pagination"]["cursor"]},
+    ).json()
     assert {s["family_id"] for s in first["data"] + rest["data"]} == {s["family_id"] for s in body["data"]}
     # by family: that session ends, the others live
     family = body["data"][0]["family_id"]
@@ -231,11 +272,16 @@ def test_sessions_list_and_revoke_by_family_and_by_user(srv: InProcessServer) ->
     r = admin_call(srv, "DELETE", f"/api/admin/sessions/user/{person['email']}")
     assert r.status_code == 200 and r.json()["revoked"] == 2
     assert [cookie_client(srv, c).get("/api/me").status_code for c in cookies] == [401, 401, 401]
-    assert admin_call(srv, "GET", "/api/admin/sessions", params={"user": person["email"]}).json()["data"] == []
+    assert (
+        admin_call(srv, "GET", "/api/admin/sessions", params={"user": person["email"]}).json()["data"] == []
+    )
 
 
 def test_session_routes_404_for_unknown_users(srv: InProcessServer) -> None:
-    assert admin_call(srv, "GET", "/api/admin/sessions", params={"user": "nobody@example.com"}).status_code == 404
+    assert (
+        admin_call(srv, "GET", "/api/admin/sessions", params={"user": "nobody@example.com"}).status_code
+        == 404
+    )
     assert admin_call(srv, "DELETE", "/api/admin/sessions/user/nobody@example.com").status_code == 404
     assert field_of(admin_call(srv, "GET", "/api/admin/sessions", params={"limit": "-x"})) == "limit"
 
@@ -245,16 +291,30 @@ def test_session_routes_404_for_unknown_users(srv: InProcessServer) -> None:
 
 def test_a_user_created_with_registration_gets_a_single_use_unguessable_url(srv: InProcessServer) -> None:
     email = fresh("newcomer")
-    r = admin_call(srv, "POST", "/api/admin/users", json={"email": email, "admin": True, "registration": True})
+    r = admin_call(
+        srv, "POST", "/api/admin/users", json={"email": email, "admin": True, "registration": True}
+    )
     assert r.status_code == 201, r.text
     reg = r.json()["registration"]
     match = TOKEN_URL.fullmatch(reg["url"])
-    assert match and match["issuer"] == srv.url and reg["registrationUrl"] == reg["url"] and reg["token"] == match["token"]
-    assert reg["email"] == email and reg["admin"] is True and reg["purpose"] == "register" and reg["status"] == "pending"
+    assert (
+        match
+        and match["issuer"] == srv.url
+        and reg["registrationUrl"] == reg["url"]
+        and reg["token"] == match["token"]
+    )
+    assert (
+        reg["email"] == email
+        and reg["admin"] is True
+        and reg["purpose"] == "register"
+        and reg["status"] == "pending"
+    )
     assert reg["rp_id"] == "127.0.0.1" and reg["expires_at"] - reg["created_at"] == 86_400_000
     assert reg["expiresInHours"] == 24 and "token_hash" not in reg
     token = match["token"]
-    stored = srv.call(srv.services.store.registrations.get_by_token_hash(hashlib.sha256(token.encode()).hexdigest()))
+    stored = srv.call(
+        srv.services.store.registrations.get_by_token_hash(hashlib.sha256(token.encode()).hexdigest())
+    )
     assert stored is not None and stored["id"] == reg["id"]
     listed = admin_call(srv, "GET", "/api/admin/registration-urls", params={"limit": "100"}).json()["data"]
     mine = [x for x in listed if x["id"] == reg["id"]]
@@ -270,19 +330,30 @@ def test_the_token_is_not_in_the_database(srv: InProcessServer) -> None:
 
 def test_registration_urls_create_with_expiry_list_expire_and_delete(srv: InProcessServer) -> None:
     email = fresh("reg")
-    r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": email, "name": "Reg", "expiresInHours": 2})
+    r = admin_call(
+        srv, "POST", "/api/admin/registration-urls", json={"email": email, "name": "Reg", "expiresInHours": 2}
+    )
     assert r.status_code == 201, r.text
     reg = r.json()
     assert reg["expires_at"] - reg["created_at"] == 2 * 3_600_000 and reg["created_by"] == "admin@example.com"
-    assert admin_call(srv, "GET", f"/api/admin/users/{email}").json()["name"] == "Reg"  # the person exists now
+    assert (
+        admin_call(srv, "GET", f"/api/admin/users/{email}").json()["name"] == "Reg"
+    )  # the person exists now
     r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": email, "expires_in": 60})
     short = r.json()
     srv.clock.advance(61)
-    listed = {x["id"]: x for x in admin_call(srv, "GET", "/api/admin/registration-urls",
-                                              params={"limit": "100"}).json()["data"]}
+    listed = {
+        x["id"]: x
+        for x in admin_call(srv, "GET", "/api/admin/registration-urls", params={"limit": "100"}).json()[
+            "data"
+        ]
+    }
     assert listed[short["id"]]["status"] == "expired" and listed[reg["id"]]["status"] == "pending"
     # delete by token, then by id; twice is 404
-    assert admin_call(srv, "DELETE", f"/api/admin/registration-urls/{reg['token']}").json() == {"deleted": True, "id": reg["id"]}
+    assert admin_call(srv, "DELETE", f"/api/admin/registration-urls/{reg['token']}").json() == {
+        "deleted": True,
+        "id": reg["id"],
+    }
     assert admin_call(srv, "DELETE", f"/api/admin/registration-urls/{reg['token']}").status_code == 404
     assert admin_call(srv, "DELETE", f"/api/admin/registration-urls/{short['id']}").status_code == 200
     assert admin_call(srv, "DELETE", f"/api/admin/registration-urls/{short['id']}").status_code == 404
@@ -301,7 +372,9 @@ def test_registration_urls_create_with_expiry_list_expire_and_delete(srv: InProc
         ({"email": "x@example.com", "admin": "true"}, "admin"),
     ],
 )
-def test_bad_registration_fields_are_400_naming_the_field(srv: InProcessServer, body: dict[str, Any], field: str) -> None:
+def test_bad_registration_fields_are_400_naming_the_field(
+    srv: InProcessServer, body: dict[str, Any], field: str
+) -> None:
     assert field_of(admin_call(srv, "POST", "/api/admin/registration-urls", json=body)) == field
 
 
@@ -309,18 +382,28 @@ def test_register_urls_never_graft_a_passkey_onto_an_account_that_has_one(srv: I
     """The peer's takeover bug (9, 10): a `register` link for an account with a passkey is refused;
     an add-device link is for existing persons only, bound to this RP."""
     person = create_person(srv)
-    assert admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": person["email"]}).status_code == 201
+    assert (
+        admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": person["email"]}).status_code
+        == 201
+    )
     add_passkey(srv, person["person_id"], rp_id="127.0.0.1")
     r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": person["email"]})
     assert r.status_code == 409 and "add-device" in problem(r)["detail"]
-    r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": person["email"], "purpose": "add-device"})
+    r = admin_call(
+        srv, "POST", "/api/admin/registration-urls", json={"email": person["email"], "purpose": "add-device"}
+    )
     assert r.status_code == 201 and r.json()["purpose"] == "add-device" and r.json()["rp_id"] == "127.0.0.1"
-    r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": fresh("ghost"), "purpose": "add-device"})
+    r = admin_call(
+        srv, "POST", "/api/admin/registration-urls", json={"email": fresh("ghost"), "purpose": "add-device"}
+    )
     assert r.status_code == 404
     # a passkey on another RP does not count against this one (peer bug 10)
     other = create_person(srv)
     add_passkey(srv, other["person_id"], rp_id="elsewhere.example")
-    assert admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": other["email"]}).status_code == 201
+    assert (
+        admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": other["email"]}).status_code
+        == 201
+    )
 
 
 def test_no_registration_url_for_an_agents_or_the_management_email(srv: InProcessServer) -> None:
@@ -329,7 +412,9 @@ def test_no_registration_url_for_an_agents_or_the_management_email(srv: InProces
     for email in (agent["email"], "admin@example.com"):
         r = admin_call(srv, "POST", "/api/admin/registration-urls", json={"email": email})
         assert r.status_code == 409, r.text
-    assert admin_call(srv, "GET", f"/api/admin/users/{agent['email']}").status_code == 404  # nothing left behind
+    assert (
+        admin_call(srv, "GET", f"/api/admin/users/{agent['email']}").status_code == 404
+    )  # nothing left behind
 
 
 def test_deleting_a_person_drops_their_unused_registration_urls(srv: InProcessServer) -> None:
@@ -401,7 +486,9 @@ def test_refused_bearers_on_the_admin_api_are_rate_limited(tmp_path: Path) -> No
         with server.client("guess-again") as http:
             r = http.get("/api/admin/users")
             assert r.status_code == 429 and r.headers["retry-after"]  # every wrong bearer, this minute
-        with server.admin() as http:  # D12: a valid bearer is never refused for others' failures (slowed, not locked)
+        with (
+            server.admin() as http
+        ):  # D12: a valid bearer is never refused for others' failures (slowed, not locked)
             assert http.get("/api/admin/users").status_code == 200
         server.clock.advance(61)
         with server.client("guess-again") as http:

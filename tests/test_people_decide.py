@@ -119,8 +119,14 @@ def test_administrators_keep_todays_enrolment(srv: InProcessServer) -> None:
     owner = create_person(srv)
     _, admin = signed_in_person(srv, admin=True)
     with admin:
-        r = enrol_as(admin, name="x", email=fresh("any-address"), owner=owner["email"], approver="carol@example.com")
-        assert r.status_code == 201 and r.json()["owner"] == owner["email"] and r.json()["approver"] == "carol@example.com"
+        r = enrol_as(
+            admin, name="x", email=fresh("any-address"), owner=owner["email"], approver="carol@example.com"
+        )
+        assert (
+            r.status_code == 201
+            and r.json()["owner"] == owner["email"]
+            and r.json()["approver"] == "carol@example.com"
+        )
     with srv.admin() as http:
         r = http.post("/api/agent/enroll", json={"name": "x", "publicKey": new_public_key()[1]})
         assert r.status_code == 400 and problem(r)["field"] == "email"  # the token names the e-mail
@@ -180,7 +186,9 @@ def test_the_approver_denies_with_a_reason(srv: InProcessServer) -> None:
     with http:
         r = decide(http, grant["id"], "deny", reason="not today")
         assert r.status_code == 200, r.text
-        assert r.json()["grant"]["status"] == "denied" and r.json()["grant"]["decided_by"] == approver["email"]
+        assert (
+            r.json()["grant"]["status"] == "denied" and r.json()["grant"]["decided_by"] == approver["email"]
+        )
         r = decide(http, grant["id"], "approve")
         assert r.status_code == 400 and problem(r)["detail"] == "grant already decided"
 
@@ -196,7 +204,9 @@ def test_other_people_cannot_see_or_decide(srv: InProcessServer) -> None:
             assert r.status_code == 404 and problem(r)["detail"] == "grant not found", r.text
         assert stranger.get(f"/api/grants/{grant['id']}").status_code == 404
         assert grant["id"] not in [g["id"] for g in stranger.get("/api/grants").json()["data"]]
-        r = stranger.post("/api/grants/batch", json={"operations": [{"id": grant["id"], "action": "approve"}]})
+        r = stranger.post(
+            "/api/grants/batch", json={"operations": [{"id": grant["id"], "action": "approve"}]}
+        )
         assert r.status_code == 200 and r.json()["results"][0]["success"] is False
     with srv.client(token) as agent:  # and the requesting agent itself never decides (D11)
         assert decide(agent, grant["id"], "approve").status_code == 403
@@ -211,7 +221,9 @@ def test_administrators_by_flag_or_config_decide_every_grant(srv: InProcessServe
     with flagged:
         r = decide(flagged, first["id"], "approve")
         assert r.status_code == 200 and r.json()["grant"]["decided_by"].startswith("person-")
-    root = srv.call(srv.services.store.people.get("root@example.com")) or create_person(srv, "root@example.com")
+    root = srv.call(srv.services.store.people.get("root@example.com")) or create_person(
+        srv, "root@example.com"
+    )
     with cookie_client(srv, start_session(srv, root["email"])) as by_config:
         r = decide(by_config, second["id"], "deny")
         assert r.status_code == 200 and r.json()["grant"]["decided_by"] == "root@example.com"
@@ -230,12 +242,16 @@ def test_a_revoked_session_decides_nothing_on_the_next_request(srv: InProcessSer
 # -- delegations ------------------------------------------------------------------------------------------
 
 
-def test_people_create_list_and_revoke_delegations_and_covered_requests_are_approved(srv: InProcessServer) -> None:
+def test_people_create_list_and_revoke_delegations_and_covered_requests_are_approved(
+    srv: InProcessServer,
+) -> None:
     owner, http = signed_in_person(srv)
     agent, token = enrol_agent(srv, owner=owner["email"])
     with http:
-        r = http.post("/api/delegations", json={"delegate": agent["email"], "audience": "escapes", "approval": "once",
-                                                "duration": 3600})
+        r = http.post(
+            "/api/delegations",
+            json={"delegate": agent["email"], "audience": "escapes", "approval": "once", "duration": 3600},
+        )
         assert r.status_code == 201, r.text
         delegation = r.json()
         assert delegation["delegator"] == owner["email"] and delegation["delegate"] == agent["email"]
@@ -262,8 +278,10 @@ def test_a_person_cannot_delegate_an_agent_they_may_not_decide_nor_revoke_others
         assert stranger.delete(f"/api/delegations/{d['id']}").status_code == 404
         assert stranger.get("/api/delegations").json()["data"] == []
         # naming someone else as delegator is only for the management token
-        r = stranger.post("/api/delegations", json={"delegate": agent["email"], "audience": "x",
-                                                    "delegator": owner["email"]})
+        r = stranger.post(
+            "/api/delegations",
+            json={"delegate": agent["email"], "audience": "x", "delegator": owner["email"]},
+        )
         assert r.status_code == 403
 
 

@@ -42,7 +42,13 @@ from grantd.services import federation
 
 from conftest import problem
 
-COMMAND = {"target_host": "web-1", "audience": "escapes", "command": ["bash"], "grant_type": "timed", "duration": 2_592_000}
+COMMAND = {
+    "target_host": "web-1",
+    "audience": "escapes",
+    "command": ["bash"],
+    "grant_type": "timed",
+    "duration": 2_592_000,
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +105,12 @@ class CookieStream:
 
     def _run(self, url: str, cookie: str) -> None:
         try:
-            with httpx.Client(base_url=url, cookies={SESSION_COOKIE: cookie}, timeout=httpx.Timeout(10, read=30)) as http, \
-                    http.stream("GET", "/api/grants/events") as response:
+            with (
+                httpx.Client(
+                    base_url=url, cookies={SESSION_COOKIE: cookie}, timeout=httpx.Timeout(10, read=30)
+                ) as http,
+                http.stream("GET", "/api/grants/events") as response,
+            ):
                 self.status = response.status_code
                 self.opened.set()
                 for _ in response.iter_lines():
@@ -119,7 +129,9 @@ class CookieStream:
 
 
 @pytest.mark.parametrize("how", ["disable", "delete"])
-def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(srv: InProcessServer, how: str) -> None:
+def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(
+    srv: InProcessServer, how: str
+) -> None:
     person = create_person(srv)
     cookie = start_session(srv, person["email"])
     with cookie_client(srv, cookie) as http:
@@ -140,14 +152,28 @@ def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(s
     # a refresh family of theirs (OAuth), as the token endpoint stores it
     family = f"rtf_{how}"
     now = srv.clock.now_ms()
-    srv.call(srv.services.store.refresh_tokens.create({
-        "token_hash": f"{how}-{person['person_id']}", "family_id": family, "client_id": "apes-cli",
-        "person_id": person["person_id"], "scope": "openid", "auth_time": now // 1000, "created_at": now,
-        "expires_at": now + 86_400_000, "used_at": None, "revoked_at": None,
-    }))
+    srv.call(
+        srv.services.store.refresh_tokens.create(
+            {
+                "token_hash": f"{how}-{person['person_id']}",
+                "family_id": family,
+                "client_id": "apes-cli",
+                "person_id": person["person_id"],
+                "scope": "openid",
+                "auth_time": now // 1000,
+                "created_at": now,
+                "expires_at": now + 86_400_000,
+                "used_at": None,
+                "revoked_at": None,
+            }
+        )
+    )
     record = srv.call(srv.services.store.people.get(person["person_id"]))
-    access = srv.call(srv.services.tokens.mint_access(record, client_id="apes-cli", api_access=True, scope="openid",
-                                                      sid=family, ttl=3600))
+    access = srv.call(
+        srv.services.tokens.mint_access(
+            record, client_id="apes-cli", api_access=True, scope="openid", sid=family, ttl=3600
+        )
+    )
     with srv.client(access) as bearer:
         assert bearer.get("/api/me").status_code == 200
     stream = CookieStream(srv, cookie)
@@ -163,7 +189,10 @@ def test_a_retired_persons_own_root_grant_sessions_delegations_and_streams_end(s
         grant = _admin(srv, "GET", f"/api/grants/{gid}").json()
         assert grant["status"] == "revoked" and grant["revoked_by"] == "admin@example.com", grant
     events = srv.call(srv.services.store.grants.events_after(seq, 100))
-    assert {(e["event"], e["grant_id"]) for e in events} >= {("grant.revoked", approved_id), ("grant.revoked", pending_id)}
+    assert {(e["event"], e["grant_id"]) for e in events} >= {
+        ("grant.revoked", approved_id),
+        ("grant.revoked", pending_id),
+    }
     for delegation in (made.json(), named.json()):
         ended = srv.call(srv.services.store.delegations.get(delegation["id"]))
         assert (ended["status"], ended["revoked_by"]) == ("revoked", "admin@example.com"), ended
@@ -203,8 +232,8 @@ def test_a_person_recreated_with_a_deleted_owners_email_decides_nothing(srv: InP
     _, admin_page = signed_in_person(srv, admin=True)
     with admin_page:
         html = admin_page.get("/admin").text
-    row = html[html.index(f'data-agent="{bot["agent_id"]}"'):]
-    row = row[:row.index("</tr>")]
+    row = html[html.index(f'data-agent="{bot["agent_id"]}"') :]
+    row = row[: row.index("</tr>")]
     assert ">deleted</span>" in row and ">ownerless</span>" in row
 
     newcomer, http = signed_in_person(srv, owner["email"])  # an administrator re-creates the address
@@ -226,11 +255,17 @@ def test_delegations_of_and_to_a_deleted_person_never_approve_for_a_newcomer(srv
     owner, owner_http = signed_in_person(srv)
     bot, bot_token = enrol_agent(srv, owner=owner["email"])
     with owner_http:
-        made = owner_http.post("/api/delegations", json={"delegate": bot["email"], "audience": "*", "approval": "always"})
+        made = owner_http.post(
+            "/api/delegations", json={"delegate": bot["email"], "audience": "*", "approval": "always"}
+        )
     assert made.status_code == 201
     delegate = create_person(srv)
-    named = _admin(srv, "POST", "/api/delegations", json={"delegate": delegate["email"], "audience": "*",
-                                                          "approval": "always"})
+    named = _admin(
+        srv,
+        "POST",
+        "/api/delegations",
+        json={"delegate": delegate["email"], "audience": "*", "approval": "always"},
+    )
     assert named.status_code == 201
     # today both approve at once
     assert request_grant(srv, bot_token, audience="before")["status"] == "approved"
@@ -262,7 +297,10 @@ def test_federation_never_creates_a_person_whose_email_still_names_an_owner_appr
     approver = fresh("approver")
     bot, _ = enrol_agent(srv, owner=owner["email"], approver=approver)
     delegate = fresh("delegate")
-    assert _admin(srv, "POST", "/api/delegations", json={"delegate": delegate, "audience": "*"}).status_code == 201
+    assert (
+        _admin(srv, "POST", "/api/delegations", json={"delegate": delegate, "audience": "*"}).status_code
+        == 201
+    )
     assert _admin(srv, "DELETE", f"/api/admin/users/{owner['email']}").status_code == 200
     for email in (owner["email"], approver, delegate):
         with pytest.raises(FederationError) as refused:
@@ -314,8 +352,10 @@ def test_a_person_enrols_at_most_agents_per_person_and_floods_nobody(capped: InP
     person, http = signed_in_person(capped)
     first_admin = create_person(capped, admin=True)
     with http:
-        r = http.post("/api/agent/enroll", json={"name": "flood", "publicKey": new_public_key()[1],
-                                                 "approver": first_admin["email"]})
+        r = http.post(
+            "/api/agent/enroll",
+            json={"name": "flood", "publicKey": new_public_key()[1], "approver": first_admin["email"]},
+        )
         assert r.status_code == 403 and "approver" in problem(r)["detail"], r.text
         for i in range(2):
             assert _enrol_mine(capped, http, f"bot{i}").status_code == 201
@@ -323,8 +363,11 @@ def test_a_person_enrols_at_most_agents_per_person_and_floods_nobody(capped: InP
         assert r.status_code == 429 and "agents_per_person" in problem(r)["detail"], r.text
         assert int(r.headers["Retry-After"]) > 0
     # deleting one frees a place
-    mine = [a for a in _admin(capped, "GET", "/api/admin/agents", params={"limit": 100}).json()["data"]
-            if a["owner"] == person["email"]]
+    mine = [
+        a
+        for a in _admin(capped, "GET", "/api/admin/agents", params={"limit": 100}).json()["data"]
+        if a["owner"] == person["email"]
+    ]
     assert len(mine) == 2
     assert _admin(capped, "DELETE", f"/api/admin/agents/{mine[0]['agent_id']}").status_code == 200
     with cookie_client(capped, start_session(capped, person["email"])) as again:
@@ -373,7 +416,13 @@ def test_an_email_with_a_trailing_dot_is_refused_everywhere(srv: InProcessServer
     assert r.status_code == 400 and problem(r)["field"] == "email", r.text
     _, public = new_public_key()
     for field, value in (("email", "agent+x@example.com."), ("owner", dotted), ("approver", dotted)):
-        body = {"email": fresh("agent+dot"), "name": "dot", "publicKey": public, "owner": person["email"], field: value}
+        body = {
+            "email": fresh("agent+dot"),
+            "name": "dot",
+            "publicKey": public,
+            "owner": person["email"],
+            field: value,
+        }
         r = _admin(srv, "POST", "/api/agent/enroll", json=body)
         assert r.status_code == 400 and problem(r)["field"] == field, r.text
     bot, _ = enrol_agent(srv, owner=person["email"])

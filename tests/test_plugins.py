@@ -22,7 +22,9 @@ def test_external_plugin_named_in_the_config_is_loaded_and_its_hooks_called(serv
     with srv.client() as http:
         r = http.get("/sample-plugin/ping")
     assert r.status_code == 200 and r.json() == {"plugin": "sample", "issuer": srv.url}
-    assert (srv.directory / "sample-plugin-started").read_text().strip().isdigit()  # the async startup hook ran
+    assert (
+        (srv.directory / "sample-plugin-started").read_text().strip().isdigit()
+    )  # the async startup hook ran
 
 
 def test_grantd_plugins_lists_builtins_and_the_external_plugin_with_hooks(server_factory):
@@ -39,7 +41,13 @@ def test_grantd_plugins_lists_builtins_and_the_external_plugin_with_hooks(server
 
 
 def test_a_plugin_module_that_does_not_import_is_a_config_error():
-    config = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"modules": ["no_such_plugin_mod"]}})
+    config = validate(
+        {
+            "version": 1,
+            "admin": {"management_token": "x" * 20},
+            "plugins": {"modules": ["no_such_plugin_mod"]},
+        }
+    )
     with pytest.raises(ConfigError, match="cannot import 'no_such_plugin_mod'"):
         build_plugin_manager(config)
 
@@ -49,7 +57,9 @@ def test_a_misspelled_hook_fails_fast(tmp_path, monkeypatch):
         "from grantd.hookspecs import hookimpl\n@hookimpl\ndef storage_backend():\n    return {}\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    config = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"modules": ["typo_plugin"]}})
+    config = validate(
+        {"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"modules": ["typo_plugin"]}}
+    )
     with pytest.raises(ConfigError, match="storage_backend"):
         build_plugin_manager(config)
 
@@ -58,7 +68,7 @@ def test_unknown_storage_plugin_is_a_config_error_with_a_suggestion(server_facto
     srv = server_factory(storage='plugin = "sqlit"\npath = "grantd.db"')
     result = srv.grantd("serve", "--config", str(srv.config_path), check=False)
     assert result.returncode == 1
-    assert 'storage.plugin: no storage plugin named \'sqlit\' (did you mean "sqlite"?)' in result.stderr
+    assert "storage.plugin: no storage plugin named 'sqlit' (did you mean \"sqlite\"?)" in result.stderr
 
 
 def test_entry_point_plugins_are_loaded(tmp_path, monkeypatch):
@@ -78,7 +88,13 @@ def test_entry_point_plugins_are_loaded(tmp_path, monkeypatch):
 
 def test_every_hook_spec_is_documented_and_tested():
     specs = [name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "grantd_spec")]
-    assert set(specs) >= {"storage_backends", "federation_provider_types", "elevate_verify", "startup", "register_routes"}
+    assert set(specs) >= {
+        "storage_backends",
+        "federation_provider_types",
+        "elevate_verify",
+        "startup",
+        "register_routes",
+    }
     guide = (ROOT / "docs" / "plugins.md").read_text()
     texts = [p.read_text() for p in (ROOT / "tests").glob("test_*.py")]
     # This test names every hook itself: leave it out, or the check could never fail.
@@ -95,7 +111,9 @@ def test_every_hook_spec_is_called_by_grantd():
     source = "\n".join(p.read_text() for p in (ROOT / "appliance").rglob("*.py") if p.name != "hookspecs.py")
     for name in specs:
         assert re.search(rf"\bhook\.{name}\b", source), f"no code calls the hook {name}"
-    assert "sp_login_discover_idp" not in specs  # SP login is a later issue; grantd.sp.ddisa is a plain library
+    assert (
+        "sp_login_discover_idp" not in specs
+    )  # SP login is a later issue; grantd.sp.ddisa is a plain library
 
 
 def test_plugin_paths_make_a_site_plugin_importable_without_pythonpath(server_factory, tmp_path):
@@ -114,11 +132,18 @@ def test_plugin_paths_others_can_write_to_are_refused(tmp_path, mode):
     site = tmp_path / "open"
     site.mkdir()
     site.chmod(mode)
-    config = validate({"version": 1, "admin": {"management_token": "x" * 20},
-                       "plugins": {"modules": [], "paths": [str(site)]}})
+    config = validate(
+        {
+            "version": 1,
+            "admin": {"management_token": "x" * 20},
+            "plugins": {"modules": [], "paths": [str(site)]},
+        }
+    )
     with pytest.raises(ConfigError, match="writable by other users"):
         build_plugin_manager(config)
-    missing = validate({"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"paths": [str(tmp_path / "no")]}})
+    missing = validate(
+        {"version": 1, "admin": {"management_token": "x" * 20}, "plugins": {"paths": [str(tmp_path / "no")]}}
+    )
     with pytest.raises(ConfigError, match="not a directory"):
         build_plugin_manager(missing)
 
@@ -126,7 +151,9 @@ def test_plugin_paths_others_can_write_to_are_refused(tmp_path, mode):
 def _notify_plugin(tmp_path):
     site = tmp_path / "site-plugins"
     site.mkdir(mode=0o755, exist_ok=True)
-    (site / "notify_section_plugin.py").write_text((ROOT / "tests" / "plugins" / "notify_section_plugin.py").read_text())
+    (site / "notify_section_plugin.py").write_text(
+        (ROOT / "tests" / "plugins" / "notify_section_plugin.py").read_text()
+    )
     return f'[plugins]\nmodules = ["notify_section_plugin"]\npaths = ["{site}"]\n'
 
 
@@ -140,19 +167,32 @@ def test_config_sections_a_plugin_declares_are_checked_with_the_rest(tmp_path):
     token.chmod(0o600)
     base = f'version = 1\n[admin]\nmanagement_token = "file:{token}"\n[server]\nprot = 1\n'
     path = tmp_path / "grantd.toml"
-    path.write_text(base + _notify_plugin(tmp_path) + '[notify]\nchannel = "mial"\nretries = 11\nsilent = true\n')
-    result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    path.write_text(
+        base + _notify_plugin(tmp_path) + '[notify]\nchannel = "mial"\nretries = 11\nsilent = true\n'
+    )
+    result = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert result.returncode == 1
-    assert 'notify.channel: must be one of mail, matrix, got \'mial\' (did you mean "mail"?)' in result.stderr
-    assert "notify.retries: must be at most 10, got 11" in result.stderr and "notify.silent: unknown key" in result.stderr
+    assert "notify.channel: must be one of mail, matrix, got 'mial' (did you mean \"mail\"?)" in result.stderr
+    assert (
+        "notify.retries: must be at most 10, got 11" in result.stderr
+        and "notify.silent: unknown key" in result.stderr
+    )
     assert 'server.prot: unknown key (did you mean "server.port"?)' in result.stderr
     # the operator's commands read the file with its plugins' sections too
-    path.write_text(base.replace("prot", "port") + _notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n')
-    listed = subprocess.run([*GRANTD, "plugins", "--config", str(path), "--json"], capture_output=True, text=True, cwd=tmp_path)
+    path.write_text(
+        base.replace("prot", "port") + _notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n'
+    )
+    listed = subprocess.run(
+        [*GRANTD, "plugins", "--config", str(path), "--json"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert listed.returncode == 0, listed.stderr
     assert "notify_section_plugin" in {info["name"] for info in json.loads(listed.stdout)}
     path.write_text(base + '[notify]\nchannel = "mail"\n')  # no plugin declares it
-    result = subprocess.run([*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path
+    )
     assert "notify: unknown key" in result.stderr
 
 

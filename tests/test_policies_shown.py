@@ -134,14 +134,19 @@ def test_without_a_policy_the_owner_still_decides_with_buttons(srv: InProcessSer
     assert status == 404
 
 
-def test_a_group_member_finds_the_grants_they_may_approve_in_the_lists(srv: InProcessServer, bot: Any) -> None:
+def test_a_group_member_finds_the_grants_they_may_approve_in_the_lists(
+    srv: InProcessServer, bot: Any
+) -> None:
     mine = request_grant(srv, bot[1], target_host="prod-list-1")
     other = request_grant(srv, bot[1], target_host="web-list-1")  # the default policy: owner and admins only
     with cookie_client(srv, start_session(srv, SRE[2])) as http:
         # Before: only by id (GET /api/grants/:id); the lists held the caller's own scope only.
         listed = {g["id"] for g in http.get("/api/grants", params={"limit": 100}).json()["data"]}
         assert mine["id"] in listed and other["id"] not in listed
-        pending = {g["id"] for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]}
+        pending = {
+            g["id"]
+            for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]
+        }
         assert mine["id"] in pending
         inbox = html.unescape(http.get("/grants").text)
         assert mine["id"] in inbox and other["id"] not in inbox
@@ -149,11 +154,17 @@ def test_a_group_member_finds_the_grants_they_may_approve_in_the_lists(srv: InPr
     with outsider:  # a person no block names sees neither
         listed = {g["id"] for g in outsider.get("/api/grants", params={"limit": 100}).json()["data"]}
         assert mine["id"] not in listed and other["id"] not in listed
-    with cookie_client(srv, start_session(srv, SRE[0])) as a, cookie_client(srv, start_session(srv, SRE[1])) as b:
+    with (
+        cookie_client(srv, start_session(srv, SRE[0])) as a,
+        cookie_client(srv, start_session(srv, SRE[1])) as b,
+    ):
         assert a.post(f"/api/grants/{mine['id']}/approve", json={}).status_code == 200
         assert b.post(f"/api/grants/{mine['id']}/approve", json={}).status_code == 200
     with cookie_client(srv, start_session(srv, SRE[2])) as http:  # decided: out of the pending list
-        pending = {g["id"] for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]}
+        pending = {
+            g["id"]
+            for g in http.get("/api/grants", params={"status": "pending", "limit": 100}).json()["data"]
+        }
         assert mine["id"] not in pending
 
 
@@ -163,8 +174,10 @@ def test_a_group_member_sees_the_grants_events(srv: InProcessServer, bot: Any) -
     stop = threading.Event()
 
     def follow() -> None:
-        with cookie_client(srv, start_session(srv, SRE[2])) as http, http.stream(
-                "GET", "/api/grants/events", timeout=httpx.Timeout(10, read=30)) as response:
+        with (
+            cookie_client(srv, start_session(srv, SRE[2])) as http,
+            http.stream("GET", "/api/grants/events", timeout=httpx.Timeout(10, read=30)) as response,
+        ):
             opened.set()
             for line in response.iter_lines():
                 if stop.is_set():
@@ -199,7 +212,9 @@ def test_list_items_carry_review_and_approvals_as_the_grant_does(srv: InProcessS
             one = admin.get(f"/api/grants/{gid}").json()
             assert items[gid]["review"] == one["review"] and items[gid]["approvals"] == one["approvals"]
     item = items[grant["id"]]
-    assert item["review"]["requirements"][0]["approvals"] == [SRE[0]] and item["approvals"][0]["sub"] == SRE[0]
+    assert (
+        item["review"]["requirements"][0]["approvals"] == [SRE[0]] and item["approvals"][0]["sub"] == SRE[0]
+    )
     assert items[plain["id"]]["review"]["policy_ids"] == [] and items[plain["id"]]["approvals"] == []
     with cookie_client(srv, start_session(srv, SRE[1])) as http:  # the inbox says how far it is
         inbox = html.unescape(http.get("/grants").text)
@@ -208,13 +223,16 @@ def test_list_items_carry_review_and_approvals_as_the_grant_does(srv: InProcessS
 
 
 def test_a_deny_rule_s_decision_names_the_rule_on_the_page(tmp_path: Any) -> None:
-    config = CONFIG + '''
+    config = (
+        CONFIG
+        + """
 [[rules]]
 id = "no-rm"
 effect = "deny"
 reason = "rm -rf is never reviewed"
 match.argv = [["rm", "-rf", "**"]]
-'''
+"""
+    )
     server = InProcessServer(tmp_path, extra=config).start()
     try:
         create_person(server, OWNER)

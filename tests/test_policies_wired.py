@@ -89,9 +89,12 @@ def test_two_of_sre_not_the_owner(srv: InProcessServer, bot: tuple[dict[str, Any
     _, token = bot
     grant = prod_root(srv, token)
     assert grant["status"] == "pending"
-    assert grant["review"]["policy_ids"] == ["prod-root"] and grant["review"]["policy_hash"].startswith("sha256:")
+    assert grant["review"]["policy_ids"] == ["prod-root"] and grant["review"]["policy_hash"].startswith(
+        "sha256:"
+    )
     assert grant["review"]["requirements"] == [
-        {"id": "prod-root/sre", "approve": 2, "deny": 1, "approvals": [], "denials": []}]
+        {"id": "prod-root/sre", "approve": 2, "deny": 1, "approvals": [], "denials": []}
+    ]
     path = f"/api/grants/{grant['id']}"
 
     with person(srv, OWNER) as owner:  # the owner sees the grant and is in sre, but is excluded
@@ -119,7 +122,9 @@ def test_two_of_sre_not_the_owner(srv: InProcessServer, bot: tuple[dict[str, Any
         assert body["review"]["requirements"][0]["approvals"] == [SRE[0]]
         shown = first.get(path).json()
         assert shown["status"] == "pending" and [a["sub"] for a in shown["approvals"]] == [SRE[0]]
-        assert shown["approvals"][0]["via"] == "web" and shown["approvals"][0]["requirement"] == "prod-root/sre"
+        assert (
+            shown["approvals"][0]["via"] == "web" and shown["approvals"][0]["requirement"] == "prod-root/sre"
+        )
         # the same person again: 409 on every path
         for route, payload in (("/approve", {}), ("/deny", {}), ("/review", {"decision": "approve"})):
             r = first.post(path + route, json=payload)
@@ -141,7 +146,9 @@ def test_two_of_sre_not_the_owner(srv: InProcessServer, bot: tuple[dict[str, Any
         assert r.status_code == 400 and problem(r)["detail"] == "grant already decided"
 
 
-def test_one_eligible_denial_denies_under_a_policy(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_one_eligible_denial_denies_under_a_policy(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     grant = prod_root(srv, bot[1])
     with person(srv, SRE[3]) as sre:
         r = sre.post(f"/api/grants/{grant['id']}/review", json={"decision": "deny", "reason": "not now"})
@@ -150,14 +157,18 @@ def test_one_eligible_denial_denies_under_a_policy(srv: InProcessServer, bot: tu
     assert r.json()["grant"]["decided_by"] == SRE[3]
 
 
-def test_a_deny_rule_beats_an_approve_rule_and_says_why(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_a_deny_rule_beats_an_approve_rule_and_says_why(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     grant = request_grant(srv, bot[1], command=["rm", "-rf", "/tmp/x"])
     assert grant["status"] == "denied" and grant["decided_by"] == "policy:no-rm"
     assert grant["decision_reason"] == "rm -rf is never pre-approved nor reviewed"
     assert "authz_jwt" not in grant
 
 
-def test_an_approve_rule_approves_at_once_with_its_reason(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_an_approve_rule_approves_at_once_with_its_reason(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     grant = request_grant(srv, bot[1], command=["journalctl", "-u", "nginx"])
     assert grant["status"] == "approved" and grant["decided_by"] == "policy:journal-ro"
     assert grant["decision_reason"] == "read-only journalctl is pre-approved (CHG-1234)"
@@ -187,7 +198,9 @@ def test_an_owner_removed_from_the_group_after_voting_no_longer_counts(srv: InPr
     assert r.json()["review"]["requirements"][0]["approvals"] == [SRE[5]]
 
 
-def test_twenty_concurrent_votes_have_exactly_one_final_winner(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_twenty_concurrent_votes_have_exactly_one_final_winner(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     grant = prod_root(srv, bot[1])
     path = f"/api/grants/{grant['id']}/approve"
     clients = [person(srv, email) for email in SRE]
@@ -209,7 +222,9 @@ def test_twenty_concurrent_votes_have_exactly_one_final_winner(srv: InProcessSer
     assert sum(1 for e in events if e["grant_id"] == grant["id"] and e["event"] == "grant.approved") == 1
 
 
-def test_without_a_matching_policy_one_vote_by_the_owner_decides(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_without_a_matching_policy_one_vote_by_the_owner_decides(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     grant = request_grant(srv, bot[1], target_host="staging-1")
     assert grant["review"]["policy_ids"] == [] and grant["review"]["requirements"][0]["id"] == "default"
     with person(srv, OWNER) as owner:
@@ -246,10 +261,17 @@ def test_reviewers_say_who_may_still_approve(srv: InProcessServer, bot: tuple[di
         assert outsider.get(path).status_code == 404
 
 
-def test_evaluate_shows_the_outcome_and_creates_nothing(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_evaluate_shows_the_outcome_and_creates_nothing(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     agent, token = bot
-    body = {"requester": agent["email"], "target_host": "prod-db-2", "audience": "escapes", "run_as": "root",
-            "command": ["systemctl", "restart", "nginx"]}
+    body = {
+        "requester": agent["email"],
+        "target_host": "prod-db-2",
+        "audience": "escapes",
+        "run_as": "root",
+        "command": ["systemctl", "restart", "nginx"],
+    }
     before = srv.call(srv.services.store.grants.last_event_seq())
     with srv.admin() as admin:
         r = admin.post("/api/policies/evaluate", json=body)
@@ -258,8 +280,10 @@ def test_evaluate_shows_the_outcome_and_creates_nothing(srv: InProcessServer, bo
         assert found["outcome"] == "needs_review" and found["policies_matched"] == ["prod-root"]
         assert found["requirements"][0]["approve"] == 2
         assert [e["email"] for e in found["eligible_approvers"][0]["eligible"]] == sorted(SRE)
-        denied = admin.post("/api/policies/evaluate", json={**body, "requester": agent["agent_id"],
-                                                             "command": ["rm", "-rf", "/"]}).json()
+        denied = admin.post(
+            "/api/policies/evaluate",
+            json={**body, "requester": agent["agent_id"], "command": ["rm", "-rf", "/"]},
+        ).json()
         assert denied["outcome"] == "auto_deny" and denied["rules_matched"] == ["no-rm"]
         assert denied["reason"] == "rm -rf is never pre-approved nor reviewed"
         approved = admin.post("/api/policies/evaluate", json={**body, "command": ["journalctl"]}).json()
@@ -320,7 +344,11 @@ def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) 
 
         def escalations() -> list[tuple[str, int]]:
             events = server.call(server.services.store.grants.events_after(0, 1000))
-            return [(e["grant_id"], e["grant"]["escalation_level"]) for e in events if e["event"] == "grant.escalated"]
+            return [
+                (e["grant_id"], e["grant"]["escalation_level"])
+                for e in events
+                if e["event"] == "grant.escalated"
+            ]
 
         assert sweep() == 0 and escalations() == []
         server.clock.advance(15 * 60)
@@ -345,7 +373,8 @@ def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) 
 
 
 def test_grantd_policy_test_prints_the_outcome_and_who_could_approve(
-        srv: InProcessServer, bot: tuple[dict[str, Any], str], tmp_path: Any) -> None:
+    srv: InProcessServer, bot: tuple[dict[str, Any], str], tmp_path: Any
+) -> None:
     import json
     import os
     import subprocess
@@ -354,30 +383,67 @@ def test_grantd_policy_test_prints_the_outcome_and_who_could_approve(
 
     token_file = tmp_path / "token"
     token_file.write_text(srv.token)
-    base = [*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", bot[0]["email"]]
+    base = [
+        *GRANTD,
+        "policy",
+        "test",
+        "--url",
+        srv.url,
+        "--token-file",
+        str(token_file),
+        "--agent",
+        bot[0]["email"],
+    ]
     env = {**os.environ, "GRANTD_CONFIG": ""}
     before = srv.call(srv.services.store.grants.last_event_seq())
-    shown = subprocess.run([*base, "--host", "prod-db-3", "--run-as", "root", "--", "systemctl", "restart", "nginx"],
-                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    shown = subprocess.run(
+        [*base, "--host", "prod-db-3", "--run-as", "root", "--", "systemctl", "restart", "nginx"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "outcome: needs_review" in shown.stdout and "policies matched: prod-root" in shown.stdout
     assert "requirement prod-root/sre: 2 approval(s) of sre" in shown.stdout and f"  {SRE[0]}" in shown.stdout
     assert OWNER not in shown.stdout
-    as_json = subprocess.run([*base, "--json", "--host", "web-1", "--", "rm", "-rf", "/"], capture_output=True,
-                             text=True, cwd=ROOT, env=env, timeout=60)
+    as_json = subprocess.run(
+        [*base, "--json", "--host", "web-1", "--", "rm", "-rf", "/"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert as_json.returncode == 0, as_json.stderr
     answer = json.loads(as_json.stdout)
     assert answer["outcome"] == "auto_deny" and answer["rules_matched"] == ["no-rm"]
     assert srv.call(srv.services.store.grants.last_event_seq()) == before  # nothing created
-    refused = subprocess.run([*base, "--", "id"], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                             env=env | {"GRANTD_CONFIG": ""}, input="")
+    refused = subprocess.run(
+        [*base, "--", "id"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=env | {"GRANTD_CONFIG": ""},
+        input="",
+    )
     assert refused.returncode == 0  # the default policy: still an answer
-    bad = subprocess.run([*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", "x"],
-                         capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    bad = subprocess.run(
+        [*GRANTD, "policy", "test", "--url", srv.url, "--token-file", str(token_file), "--agent", "x"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "give the command after --" in bad.stderr
 
 
-def test_the_console_votes_as_tui_and_a_browser_as_web(srv: InProcessServer, bot: tuple[dict[str, Any], str]) -> None:
+def test_the_console_votes_as_tui_and_a_browser_as_web(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
     import asyncio
 
     from grantd.tui.client import GrantdClient, ManagementTokenCredential
@@ -392,8 +458,9 @@ def test_the_console_votes_as_tui_and_a_browser_as_web(srv: InProcessServer, bot
     assert decision.authz_jwt is not None
     with srv.admin() as admin:
         shown = admin.get(f"/api/grants/{grant['id']}").json()
-    assert shown["approvals"] == [{"sub": "admin@example.com", "at": shown["decided_at"], "via": "tui",
-                                   "requirement": "default"}]
+    assert shown["approvals"] == [
+        {"sub": "admin@example.com", "at": shown["decided_at"], "via": "tui", "requirement": "default"}
+    ]
     assert claims(decision.authz_jwt)["approvals"][0]["via"] == "tui"
     other = request_grant(srv, bot[1], target_host="staging-3")
     with person(srv, OWNER) as owner:  # a browser session is `web`, whatever the body says
@@ -441,14 +508,24 @@ approve = 2
             create_person(server, email)
         agent, token = enrol_agent(server, owner="ops1@deleg.example", approver="ops2@deleg.example")
         with person(server, "ops1@deleg.example") as ops1:
-            r = ops1.post("/api/delegations", json={"delegate": agent["email"], "audience": "escapes",
-                                                     "approval": "once", "duration": 3600})
+            r = ops1.post(
+                "/api/delegations",
+                json={
+                    "delegate": agent["email"],
+                    "audience": "escapes",
+                    "approval": "once",
+                    "duration": 3600,
+                },
+            )
             assert r.status_code == 201, r.text
         strict = request_grant(server, token, target_host="strict-1")
         assert strict["status"] == "pending" and strict["approvals"] == []
         relaxed = request_grant(server, token, target_host="relaxed-1")
         assert relaxed["status"] == "approved" and relaxed["decided_by"] == "ops1@deleg.example"
-        assert relaxed["approvals"][0]["via"] == "delegation" and relaxed["approvals"][0]["requirement"] == "relaxed/ops"
+        assert (
+            relaxed["approvals"][0]["via"] == "delegation"
+            and relaxed["approvals"][0]["requirement"] == "relaxed/ops"
+        )
         two = request_grant(server, token, target_host="relaxed2-1")
         assert two["status"] == "pending"  # the delegation is one vote of two
         assert [(a["sub"], a["via"]) for a in two["approvals"]] == [("ops1@deleg.example", "delegation")]
@@ -458,7 +535,10 @@ approve = 2
         with person(server, "ops2@deleg.example") as ops2:
             r = ops2.post(f"/api/grants/{two['id']}/approve", json={})
             assert r.status_code == 200, r.text
-            assert r.json()["grant"]["status"] == "approved" and r.json()["grant"]["decided_by"] == "ops2@deleg.example"
+            assert (
+                r.json()["grant"]["status"] == "approved"
+                and r.json()["grant"]["decided_by"] == "ops2@deleg.example"
+            )
             assert [a["via"] for a in r.json()["review"]["approvals"]] == ["delegation", "web"]
     finally:
         server.stop()

@@ -50,7 +50,8 @@ def _sessions(server: pg.Postgres, app_name: str, like: str = "%") -> list[tuple
 
     with psycopg.connect(server.dsn("contract"), autocommit=True) as conn:
         return conn.execute(
-            "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s", (app_name, like)
+            "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s AND query LIKE %s",
+            (app_name, like),
         ).fetchall()
 
 
@@ -135,8 +136,14 @@ def test_exactly_one_of_concurrent_transitions_wins_on_the_serving_loop_and_acro
             store.serving()
             await store.grants.create(grant("g1"), ["grant.created"])
             calls = [
-                s.grants.update_if("g1", expect=("pending",), changes={"status": "approved", "decided_at": NOW},
-                                   event="grant.approved", lapse=lapse(), now=NOW)
+                s.grants.update_if(
+                    "g1",
+                    expect=("pending",),
+                    changes={"status": "approved", "decided_at": NOW},
+                    event="grant.approved",
+                    lapse=lapse(),
+                    now=NOW,
+                )
                 for s in [store] * 12 + [other] * 6
             ]
             return list(await asyncio.gather(*calls))
@@ -159,16 +166,32 @@ def test_a_conflict_or_a_lost_race_leaves_nothing_behind_and_the_connections_usa
             store.serving()
             await store.grants.create(grant("g1"), ["grant.created"])
             with pytest.raises(Conflict):
-                await store.grants.create(grant("g1", requester="other@agents.example.com"), ["grant.created"])
-            lost = await store.grants.update_if("g1", expect=("approved",), changes={"status": "consumed"},
-                                                event="grant.consumed", lapse=lapse(), now=NOW)
+                await store.grants.create(
+                    grant("g1", requester="other@agents.example.com"), ["grant.created"]
+                )
+            lost = await store.grants.update_if(
+                "g1",
+                expect=("approved",),
+                changes={"status": "consumed"},
+                event="grant.consumed",
+                lapse=lapse(),
+                now=NOW,
+            )
             assert lost is None
             assert (await store.grants.get("g1"))["requester"] == "bot@agents.example.com"
-            won = await store.grants.update_if("g1", expect=("pending",), changes={"status": "denied"},
-                                               event="grant.denied", lapse=lapse(), now=NOW)
+            won = await store.grants.update_if(
+                "g1",
+                expect=("pending",),
+                changes={"status": "denied"},
+                event="grant.denied",
+                lapse=lapse(),
+                now=NOW,
+            )
             assert won is not None and won["status"] == "denied" and won["version"] == 2
             conns = store._db.served._idle
-            assert len(conns) == 1 and conns[0].pgconn.transaction_status == 0  # idle: no transaction left open
+            assert (
+                len(conns) == 1 and conns[0].pgconn.transaction_status == 0
+            )  # idle: no transaction left open
             store.close()
 
         asyncio.run(serve())
@@ -197,7 +220,9 @@ def test_broken_connections_are_replaced(server: pg.Postgres, dsn: str) -> None:
                 try:
                     assert (await store.grants.get("g1"))["id"] == "g1"
                 except Exception:
-                    failures += 1  # a dead idle connection fails its first statement (as psycopg_pool's would)
+                    failures += (
+                        1  # a dead idle connection fails its first statement (as psycopg_pool's would)
+                    )
             assert failures <= 2
             assert (await store.grants.get("g1"))["id"] == "g1"
             store.close()

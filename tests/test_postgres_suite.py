@@ -48,9 +48,24 @@ def test_the_http_suite_passes_on_postgres(tmp_path: Path) -> None:
     env[pg.STORAGE_ENV] = "postgres"
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q",
-         "--basetemp", str(tmp_path / "run"), *FILES],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            "-q",
+            "--basetemp",
+            str(tmp_path / "run"),
+            *FILES,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
     )
     took = time.monotonic() - started
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""

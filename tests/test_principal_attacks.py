@@ -118,7 +118,9 @@ def test_re_enrolment_under_the_same_email_inherits_nothing(world: World) -> Non
         # not visible ...
         assert http.get(f"/api/grants/{grant_id}").status_code == 404
         assert http.post(f"/api/grants/{grant_id}/token").status_code == 404
-        assert grant_id not in {g["id"] for g in http.get("/api/grants", params={"limit": 100}).json()["data"]}
+        assert grant_id not in {
+            g["id"] for g in http.get("/api/grants", params={"limit": 100}).json()["data"]
+        }
         # ... and not reused: the same request is a new, pending grant
         r = http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", **body})
     assert r.status_code == 201 and r.json()["id"] != grant_id and r.json()["status"] == "pending", r.text
@@ -139,7 +141,10 @@ def test_replacing_the_key_ends_the_old_keys_tokens_and_sign_ins(world: World) -
     assert r.status_code == 200, r.text
     with world.http(stolen_token) as http:
         assert http.get("/api/me").status_code == 401
-        assert http.post("/api/grants", json={"target_host": "h", "audience": "a", "command": ["x"]}).status_code == 401
+        assert (
+            http.post("/api/grants", json={"target_host": "h", "audience": "a", "command": ["x"]}).status_code
+            == 401
+        )
     with pytest.raises(AssertionError):
         world.sign_in(agent)  # the stolen key no longer signs in (401 invalid signature)
     agent.key = new_key
@@ -154,21 +159,38 @@ def test_replacing_the_key_ends_the_old_keys_tokens_and_sign_ins(world: World) -
 
 def _enroll_status(w: World, email: str, **fields: Any) -> httpx.Response:
     _, public = new_public_key()
-    return w.admin("POST", "/api/agent/enroll", json={"email": email, "name": "mallory", "publicKey": public, **fields})
+    return w.admin(
+        "POST", "/api/agent/enroll", json={"email": email, "name": "mallory", "publicKey": public, **fields}
+    )
 
 
 @pytest.fixture(scope="module")
 def people(world: World) -> dict[str, str]:
     """E-mails of persons in every role: owner only, approver only, delegator only."""
-    owner, approver, delegator = (fresh_email(p).replace("+", ".") for p in ("owner", "approver", "delegator"))
+    owner, approver, delegator = (
+        fresh_email(p).replace("+", ".") for p in ("owner", "approver", "delegator")
+    )
     world.enroll("owned", owner=owner)
     world.enroll("approved", approver=approver)
     delegate = world.enroll("delegated", owner=delegator)
-    r = world.admin("POST", "/api/delegations", json={"delegator": delegator, "delegate": delegate.email,
-                                                      "audience": "people-only", "approval": "once"})
+    r = world.admin(
+        "POST",
+        "/api/delegations",
+        json={
+            "delegator": delegator,
+            "delegate": delegate.email,
+            "audience": "people-only",
+            "approval": "once",
+        },
+    )
     assert r.status_code == 201, r.text
     # from now on the delegator is a delegator only (no longer the owner)
-    assert world.admin("PUT", f"/api/admin/agents/{delegate.agent_id}", json={"owner": "admin@example.com"}).status_code == 200
+    assert (
+        world.admin(
+            "PUT", f"/api/admin/agents/{delegate.agent_id}", json={"owner": "admin@example.com"}
+        ).status_code
+        == 200
+    )
     return {"owner": owner, "approver": approver, "delegator": delegator}
 
 
@@ -207,11 +229,22 @@ def test_an_agent_cannot_be_made_owner_or_approver(world: World, role: str) -> N
 def test_an_agent_cannot_be_made_a_delegator(world: World) -> None:
     mallory = world.signed_in("mallory-delegator")
     accomplice = world.signed_in("accomplice")
-    r = world.admin("POST", "/api/delegations", json={"delegator": mallory.email, "delegate": accomplice.email,
-                                                      "audience": "escapes", "approval": "always"})
+    r = world.admin(
+        "POST",
+        "/api/delegations",
+        json={
+            "delegator": mallory.email,
+            "delegate": accomplice.email,
+            "audience": "escapes",
+            "approval": "always",
+        },
+    )
     assert r.status_code in (403, 409), r.text
     with world.http(mallory.token) as http:  # nor by itself
-        r = http.post("/api/delegations", json={"delegate": accomplice.email, "audience": "escapes", "approval": "always"})
+        r = http.post(
+            "/api/delegations",
+            json={"delegate": accomplice.email, "audience": "escapes", "approval": "always"},
+        )
     assert r.status_code == 403, r.text
     assert world.grant(accomplice)["status"] == "pending"  # nothing approves the accomplice's requests
 
@@ -253,7 +286,12 @@ def test_a_disabled_agents_stream_ends_while_events_flow_in_process(world: World
     flow = Flow(world.srv, talker.token)
     try:
         time.sleep(0.3)
-        assert world.admin("PUT", f"/api/admin/agents/{listener.agent_id}", json={"status": "disabled"}).status_code == 200
+        assert (
+            world.admin(
+                "PUT", f"/api/admin/agents/{listener.agent_id}", json={"status": "disabled"}
+            ).status_code
+            == 200
+        )
         assert _ended_within(stream, 5), "the disabled agent's stream stayed open"
         assert flow.count > 0
     finally:
@@ -266,7 +304,9 @@ def test_a_retired_agents_streams_end_in_every_process_while_events_flow(tmp_pat
     """Two server processes; several streams of the agent (so some live in the process that does not
     handle the disable) and a steady flow of other agents' events, faster than the heartbeat (2 s, so an
     idle stream would end within 2 s): every stream must still end."""
-    srv = make_server(tmp_path / "srv", workers=2, extra="[grants]\nevents_heartbeat = 2\n" + NO_LIMITS).start()
+    srv = make_server(
+        tmp_path / "srv", workers=2, extra="[grants]\nevents_heartbeat = 2\n" + NO_LIMITS
+    ).start()
     try:
         listener = signed_in(srv, tmp_path / "listener")
         talker = signed_in(srv, tmp_path / "talker")
@@ -286,7 +326,9 @@ def test_a_retired_agents_streams_end_in_every_process_while_events_flow(tmp_pat
             open_streams = streams
             while open_streams and time.monotonic() < deadline:
                 open_streams = [s for s in open_streams if not _ended_within(s, 0.2)]
-            assert not open_streams, f"{len(open_streams)} of 6 streams stayed open 5 s after the agent was retired"
+            assert not open_streams, (
+                f"{len(open_streams)} of 6 streams stayed open 5 s after the agent was retired"
+            )
             assert flow.count > 20
         finally:
             flow.stop()

@@ -44,22 +44,60 @@ def test_mypy_checks_every_folder_pyproject_maps(tmp_path):
         linked = tmp_path.joinpath(*name.split("."))
         assert (linked / "__init__.py").resolve() == (ROOT / folder / "__init__.py").resolve(), name
     # The modules mypy is given (-p grantd) are every Python file of every mapped folder.
-    seen = {(Path(folder) / name).relative_to(tree).with_suffix("").as_posix().replace("/", ".")
-            for folder, _, files in os.walk(tree / "grantd", followlinks=True) if "__pycache__" not in folder
-            for name in files if name.endswith(".py")}
-    assert {"grantd.tui.app", "grantd.tui.screens.main", "grantd.plugins.elevate_default", "grantd.elevate.cli"} <= seen
+    seen = {
+        (Path(folder) / name).relative_to(tree).with_suffix("").as_posix().replace("/", ".")
+        for folder, _, files in os.walk(tree / "grantd", followlinks=True)
+        if "__pycache__" not in folder
+        for name in files
+        if name.endswith(".py")
+    }
+    assert {
+        "grantd.tui.app",
+        "grantd.tui.screens.main",
+        "grantd.plugins.elevate_default",
+        "grantd.elevate.cli",
+    } <= seen
 
 
 def test_ruff_is_clean():
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "appliance", "plugins", "tui", "tests", "bench"],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "appliance", "plugins", "tui", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_formatter_holds_everywhere():
+    """`ruff format` is the one formatter (issue 21): applied in one mechanical commit, kept here."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "appliance", "plugins", "tui", "tests", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_mypy_is_clean(tmp_path):
     tree = _import_tree(tmp_path)
     env = {**os.environ, "MYPYPATH": str(tree)}
-    result = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                             "--cache-dir", str(ROOT / ".mypy_cache"), "-p", "grantd"],
-                            cwd=tmp_path, capture_output=True, text=True, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            "-p",
+            "grantd",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -40,7 +40,9 @@ esac
 
 def drill_script() -> str:
     text = OPERATIONS.read_text()
-    found = re.search(r"<!-- restore-drill:start -->\s*```sh\n(.*?)```\s*<!-- restore-drill:end -->", text, re.S)
+    found = re.search(
+        r"<!-- restore-drill:start -->\s*```sh\n(.*?)```\s*<!-- restore-drill:end -->", text, re.S
+    )
     assert found, "docs/operations.md lost its restore drill block"
     return found.group(1)
 
@@ -49,8 +51,10 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-@pg.sqlite_only("docs/operations.md's restore drill backs up and restores a SQLite file and checks its modes "
-                "(PostgreSQL's pg_dump/restore: tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)")
+@pg.sqlite_only(
+    "docs/operations.md's restore drill backs up and restores a SQLite file and checks its modes "
+    "(PostgreSQL's pg_dump/restore: tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)"
+)
 def test_the_documented_restore_drill_runs(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("drill")
     bin_dir = tmp_path / "bin"
@@ -60,16 +64,35 @@ def test_the_documented_restore_drill_runs(server_factory, tmp_path: Path) -> No
     (bin_dir / "grantd").write_text(f'#!/bin/sh\nexec "{sys.executable}" -m grantd "$@"\n')
     (bin_dir / "grantd").chmod(0o755)
     pidfile = tmp_path / "grantd.pid"
-    env = {**srv.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GRANTD_CONFIG": str(srv.config_path),
-           "BACKUP": str(tmp_path / "backups" / "drill.db"), "GRANTD_PIDFILE": str(pidfile),
-           "GRANTD_PYTHON": sys.executable, "GRANTD_LOG": str(srv.log_path), "GRANTD_URL": srv.url}
+    env = {
+        **srv.env,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "GRANTD_CONFIG": str(srv.config_path),
+        "BACKUP": str(tmp_path / "backups" / "drill.db"),
+        "GRANTD_PIDFILE": str(pidfile),
+        "GRANTD_PYTHON": sys.executable,
+        "GRANTD_LOG": str(srv.log_path),
+        "GRANTD_URL": srv.url,
+    }
     (tmp_path / "backups").mkdir(mode=0o700)
-    start = subprocess.run([str(bin_dir / "systemctl"), "start", "grantd"], env=env, cwd=srv.directory, capture_output=True,
-                           text=True, timeout=120)
+    start = subprocess.run(
+        [str(bin_dir / "systemctl"), "start", "grantd"],
+        env=env,
+        cwd=srv.directory,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert start.returncode == 0, start.stderr + srv.log()
     try:
-        result = subprocess.run(["bash", "-c", drill_script()], env=env, cwd=srv.directory, capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            ["bash", "-c", drill_script()],
+            env=env,
+            cwd=srv.directory,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{srv.log()[-3000:]}"
         assert "restore drill: OK" in result.stdout
         assert "restored" in result.stdout and "previous contents are kept in" in result.stdout
@@ -90,10 +113,14 @@ def test_restore_is_refused_while_the_server_runs(server_factory, tmp_path: Path
     keys = srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout
     result = srv.grantd("db", "restore", "--config", str(srv.config_path), str(backup), check=False)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "restore refused" in result.stderr and "in use by another" in result.stderr  # process (SQLite), session (PostgreSQL)
+    assert (
+        "restore refused" in result.stderr and "in use by another" in result.stderr
+    )  # process (SQLite), session (PostgreSQL)
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert not Path(f"{srv.directory / 'grantd.db'}.before-restore").exists()
-    assert srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout == keys  # nothing changed
+    assert (
+        srv.grantd("keys", "list", "--json", "--config", str(srv.config_path)).stdout == keys
+    )  # nothing changed
 
 
 @pg.sqlite_only("forges SQLite files with sqlite3 (a newer schema, a foreign database) as restore sources")
@@ -105,24 +132,34 @@ def test_restore_refuses_files_that_are_not_grantd_backups(server_factory, tmp_p
     newer = tmp_path / "newer.db"
     newer.write_bytes(backup.read_bytes())
     with sqlite3.connect(newer) as conn:
-        conn.execute("INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)")
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)"
+        )
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE notes (x)")
     text = tmp_path / "notes.txt"
     text.write_text("not a database at all\n" * 200)
-    for source, reason in [(newer, "newer than this grantd knows"), (other, "not a grantd one"),
-                           (text, "not a grantd database"), (tmp_path / "missing.db", "no such file")]:
+    for source, reason in [
+        (newer, "newer than this grantd knows"),
+        (other, "not a grantd one"),
+        (text, "not a grantd database"),
+        (tmp_path / "missing.db", "no such file"),
+    ]:
         result = srv.grantd("db", "restore", "--config", str(srv.config_path), str(source), check=False)
         assert result.returncode == 1 and reason in result.stderr, (source, result.stderr)
         assert "Traceback" not in result.stderr
     assert not Path(f"{srv.directory / 'grantd.db'}.before-restore").exists()
 
 
-@pg.sqlite_only("flock on the SQLite file is what a SQLite restore holds (PostgreSQL's restore refuses while any "
-                "session uses the database: tests/test_nodes.py::test_restore_refuses_while_a_node_uses_the_database)")
+@pg.sqlite_only(
+    "flock on the SQLite file is what a SQLite restore holds (PostgreSQL's restore refuses while any "
+    "session uses the database: tests/test_nodes.py::test_restore_refuses_while_a_node_uses_the_database)"
+)
 @pytest.mark.parametrize("log_format", ["text"])
-def test_a_server_does_not_start_on_a_database_being_restored(server_factory, tmp_path: Path, log_format: str) -> None:
+def test_a_server_does_not_start_on_a_database_being_restored(
+    server_factory, tmp_path: Path, log_format: str
+) -> None:
     """The restore's exclusive lock keeps a starting server out (one line, exit 1)."""
     import fcntl
 
@@ -132,8 +169,14 @@ def test_a_server_does_not_start_on_a_database_being_restored(server_factory, tm
     fd = os.open(db, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # what a restore holds
-        result = subprocess.run([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
-                                env=srv.env, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [*srv.command, "serve", "--config", str(srv.config_path)],
+            cwd=srv.directory,
+            env=srv.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(fd)
     assert result.returncode == 1, result.stderr

@@ -32,28 +32,45 @@ def config(text: str) -> ReviewConfig:
 
 
 def request(argv: tuple[str, ...] | None = ("ls",), **facts) -> RequestFacts:
-    base = {"target_host": "prod-1", "audience": "escapes", "agent_email": "agent+ci@example.com",
-            "agent_id": "agt_1", "grant_type": "once"}
+    base = {
+        "target_host": "prod-1",
+        "audience": "escapes",
+        "agent_email": "agent+ci@example.com",
+        "agent_id": "agt_1",
+        "grant_type": "once",
+    }
     return RequestFacts(argv=argv, **{**base, **facts})
 
 
 ARGV_CASES = [
     # pattern, argv, matches?
     (["systemctl", "restart", "*"], ["systemctl", "restart", "nginx"], True),
-    (["systemctl", "restart", "*"], ["systemctl", "restart", "nginx; reboot"], True),  # one argument, as exec'd
+    (
+        ["systemctl", "restart", "*"],
+        ["systemctl", "restart", "nginx; reboot"],
+        True,
+    ),  # one argument, as exec'd
     (["systemctl", "restart", "*"], ["systemctl", "restart", "nginx", "reboot"], False),  # an extra argument
     (["systemctl", "restart", "*"], ["systemctl", "restart"], False),  # a missing one
     (["systemctl", "restart", "*"], ["systemctl restart nginx"], False),  # a joined string is never matched
     (["systemctl", "restart|reload", "*"], ["systemctl", "reload", "nginx"], True),
     (["systemctl", "restart|reload", "*"], ["systemctl", "stop", "nginx"], False),
-    (["systemctl", "restart|reload", "*"], ["systemctl", "restart|reload", "nginx"], False),  # | is an alternative
+    (
+        ["systemctl", "restart|reload", "*"],
+        ["systemctl", "restart|reload", "nginx"],
+        False,
+    ),  # | is an alternative
     (["journalctl", "**"], ["journalctl"], True),  # "**" also matches no further argument
     (["journalctl", "**"], ["journalctl", "-u", "nginx", "--since", "1h"], True),
     (["journalctl", "**"], ["journalctl2"], False),
     (["journalctl", "**"], ["/usr/bin/journalctl"], False),  # the program as written, no path lookup
     (["/usr/bin/journalctl|journalctl", "**"], ["/usr/bin/journalctl", "-f"], True),
     (["cat", "/var/log/*"], ["cat", "/var/log/syslog"], True),
-    (["cat", "/var/log/*"], ["cat", "/var/log/../../etc/shadow"], True),  # a glob's * crosses "/": use re: to pin it
+    (
+        ["cat", "/var/log/*"],
+        ["cat", "/var/log/../../etc/shadow"],
+        True,
+    ),  # a glob's * crosses "/": use re: to pin it
     (["cat", "re:/var/log/[a-z]+"], ["cat", "/var/log/../../etc/shadow"], False),
     (["cat", "re:/var/log/[a-z]+"], ["cat", "/var/log/syslog"], True),
     (["cat", "re:/var/log/[a-z]+"], ["cat", "/var/log/syslogX/"], False),  # fullmatch, not search
@@ -99,7 +116,10 @@ KEY_CASES = [
 
 @pytest.mark.parametrize(("keys", "facts", "expected"), KEY_CASES)
 def test_match_keys(keys, facts, expected):
-    keys = {k: tuple(v.lower() for v in vals) if k in ("target_host", "agents") else vals for k, vals in keys.items()}
+    keys = {
+        k: tuple(v.lower() for v in vals) if k in ("target_host", "agents") else vals
+        for k, vals in keys.items()
+    }
     assert Match.build(**keys).matches(request(**facts)) is expected
 
 
@@ -165,7 +185,10 @@ def test_evaluation_order_and_answers():
     cfg = config(RULES_AND_POLICIES)
     ev = evaluate(cfg, request(("journalctl", "-u", "nginx"), target_host="staging-1"))
     assert (ev.outcome, ev.rules_matched, ev.reason) == (
-        AUTO_APPROVE, ("staging-journal",), "read-only journalctl on staging is pre-approved (CHG-1234)")
+        AUTO_APPROVE,
+        ("staging-journal",),
+        "read-only journalctl on staging is pre-approved (CHG-1234)",
+    )
     assert ev.decided_by == "policy:staging-journal"
     # above the rule's max_grant_type: not pre-approved by it; the next approve rule in file order decides
     ev = evaluate(cfg, request(("journalctl",), target_host="staging-1", grant_type="always"))
@@ -173,7 +196,11 @@ def test_evaluation_order_and_answers():
     # a deny rule beats an approve rule, whatever the order in the file; every deny rule that matched is named
     ev = evaluate(cfg, request(("journalctl", "--vacuum-size", "1M"), target_host="prod-7"))
     assert (ev.outcome, ev.rules_matched, ev.reason, ev.decided_by) == (
-        AUTO_DENY, ("no-rm", "no-prod-7"), "rm is never approved", "policy:no-rm")
+        AUTO_DENY,
+        ("no-rm", "no-prod-7"),
+        "rm is never approved",
+        "policy:no-rm",
+    )
     # policies: every matching one contributes its blocks; ids are <policy>/<require>
     ev = evaluate(cfg, request(("systemctl", "restart", "nginx")))
     assert ev.outcome == NEEDS_REVIEW and ev.rules_matched == () and ev.reason is None
@@ -186,7 +213,9 @@ def test_evaluation_order_and_answers():
     assert evaluate(cfg, request(("rm", "-rf", "/"))).policies_matched == ("prod-root", "all-prod")
     # nothing matches: the default policy, today's behaviour
     ev = evaluate(cfg, request(("ls",), target_host="dev-1"))
-    assert ev.outcome == NEEDS_REVIEW and ev.review == DEFAULT_REVIEW and ev.policy_hash == DEFAULT_POLICY_HASH
+    assert (
+        ev.outcome == NEEDS_REVIEW and ev.review == DEFAULT_REVIEW and ev.policy_hash == DEFAULT_POLICY_HASH
+    )
 
 
 def test_combined_settings_are_the_most_restrictive():
@@ -237,32 +266,49 @@ def test_no_config_is_the_default_policy_for_every_request():
     assert ev.outcome == NEEDS_REVIEW and ev.review is DEFAULT_REVIEW
     assert DEFAULT_REVIEW.requirements[0].groups == ("@owner", "@approver", "@admins")
     assert DEFAULT_REVIEW.requirements[0].approve == 1
-    assert DEFAULT_REVIEW.allow_management_token and DEFAULT_REVIEW.allow_delegation and DEFAULT_REVIEW.allow_self_approval
+    assert (
+        DEFAULT_REVIEW.allow_management_token
+        and DEFAULT_REVIEW.allow_delegation
+        and DEFAULT_REVIEW.allow_self_approval
+    )
     assert DEFAULT_REVIEW.forbid == frozenset() and DEFAULT_REVIEW.pending_ttl is None
 
 
 # -- properties -----------------------------------------------------------------------------------
 
-WORDS = st.sampled_from(["ls", "rm", "journalctl", "systemctl", "restart", "-u", "nginx", "/etc/shadow", "*", "a|b"])
+WORDS = st.sampled_from(
+    ["ls", "rm", "journalctl", "systemctl", "restart", "-u", "nginx", "/etc/shadow", "*", "a|b"]
+)
 ARGVS = st.lists(WORDS, min_size=1, max_size=5).map(tuple)
 HOSTS = st.sampled_from(["prod-1", "PROD-2", "staging-1", "db-1", "dev"])
 GLOBS = st.sampled_from(["prod-*", "staging-*", "*", "db-?", "dev"])
-REQUESTS = st.builds(lambda argv, host, gt, run_as: request(argv, target_host=host, grant_type=gt, run_as=run_as),
-                     ARGVS, HOSTS, st.sampled_from(["once", "timed", "always"]), st.sampled_from(["root", "www"]))
+REQUESTS = st.builds(
+    lambda argv, host, gt, run_as: request(argv, target_host=host, grant_type=gt, run_as=run_as),
+    ARGVS,
+    HOSTS,
+    st.sampled_from(["once", "timed", "always"]),
+    st.sampled_from(["root", "www"]),
+)
 
 
 def _rule(i: int, effect: str, host: str, argv0: str) -> str:
-    return (f'[[rules]]\nid = "r{i}"\neffect = "{effect}"\nreason = "because {i}"\n'
-            f'match.target_host = ["{host}"]\nmatch.argv = [["{argv0}", "**"]]\n')
+    return (
+        f'[[rules]]\nid = "r{i}"\neffect = "{effect}"\nreason = "because {i}"\n'
+        f'match.target_host = ["{host}"]\nmatch.argv = [["{argv0}", "**"]]\n'
+    )
 
 
-RULE_SETS = st.lists(st.tuples(st.sampled_from(["approve", "deny"]), GLOBS, WORDS.filter(lambda w: w not in ("*", "a|b"))),
-                     max_size=6)
+RULE_SETS = st.lists(
+    st.tuples(st.sampled_from(["approve", "deny"]), GLOBS, WORDS.filter(lambda w: w not in ("*", "a|b"))),
+    max_size=6,
+)
 
 
 @given(RULE_SETS, REQUESTS)
 def test_a_matching_deny_rule_always_wins(rules, req):
-    text = "".join(_rule(i, *r) for i, r in enumerate(rules)) + """
+    text = (
+        "".join(_rule(i, *r) for i, r in enumerate(rules))
+        + """
 [[policies]]
 id = "p"
 match.target_host = ["*"]
@@ -271,11 +317,20 @@ id = "r"
 groups = ["@admins"]
 approve = 1
 """
+    )
     ev = evaluate(config(text), req)
-    denying = [f"r{i}" for i, (effect, host, argv0) in enumerate(rules)
-               if effect == "deny" and Match.build(target_host=(host,), argv=(ArgvPattern.build([argv0, "**"]),)).matches(req)]
+    denying = [
+        f"r{i}"
+        for i, (effect, host, argv0) in enumerate(rules)
+        if effect == "deny"
+        and Match.build(target_host=(host,), argv=(ArgvPattern.build([argv0, "**"]),)).matches(req)
+    ]
     if denying:
-        assert ev.outcome == AUTO_DENY and ev.rules_matched == tuple(denying) and ev.reason == f"because {denying[0][1:]}"
+        assert (
+            ev.outcome == AUTO_DENY
+            and ev.rules_matched == tuple(denying)
+            and ev.reason == f"because {denying[0][1:]}"
+        )
     else:
         assert ev.outcome != AUTO_DENY
 
@@ -283,13 +338,17 @@ approve = 1
 @given(REQUESTS, st.lists(st.sampled_from(["sre", "ops"]), max_size=3))
 def test_without_policies_every_request_gets_the_default_policy(req, group_ids):
     """Groups alone change nothing: no rule and no policy -> today's behaviour for every request."""
-    text = "".join(f'[[groups]]\nid = "{g}{i}"\nmembers = ["x{i}@example.com"]\n' for i, g in enumerate(group_ids))
+    text = "".join(
+        f'[[groups]]\nid = "{g}{i}"\nmembers = ["x{i}@example.com"]\n' for i, g in enumerate(group_ids)
+    )
     ev = evaluate(config(text), req)
     assert ev.outcome == NEEDS_REVIEW and ev.review == DEFAULT_REVIEW and ev.policies_matched == ()
 
 
-@given(st.lists(WORDS, max_size=6).map(tuple), st.lists(st.sampled_from(["ls", "*", "rm|ls", "**", "re:[a-z]+"]),
-                                                         min_size=1, max_size=4))
+@given(
+    st.lists(WORDS, max_size=6).map(tuple),
+    st.lists(st.sampled_from(["ls", "*", "rm|ls", "**", "re:[a-z]+"]), min_size=1, max_size=4),
+)
 def test_argv_matching_never_joins_arguments(argv, pattern):
     """A pattern without "**" matches only argv of exactly its length; with it, at least the rest."""
     if "**" in pattern[:-1]:
@@ -323,8 +382,11 @@ def test_the_examples_in_docs_policies_md_parse_and_do_what_the_page_says(tmp_pa
     assert len(blocks) >= 5
     defined = 'members = ["alice@example.com", "bob@example.com", "carol@example.com", "sec@example.com"]\n'
     for block in blocks:
-        groups = "".join(f'[[groups]]\nid = "{g}"\n{defined}' for g in ("sre", "dba", "security", "sre-leads", "managers")
-                         if f'id = "{g}"\nmembers' not in block)
+        groups = "".join(
+            f'[[groups]]\nid = "{g}"\n{defined}'
+            for g in ("sre", "dba", "security", "sre-leads", "managers")
+            if f'id = "{g}"\nmembers' not in block
+        )
         parsed = parse_review_config(tomllib.loads(groups + block))
         assert parsed.problems == (), (block, parsed.problems)
     rules = config(blocks[3])
@@ -332,12 +394,19 @@ def test_the_examples_in_docs_policies_md_parse_and_do_what_the_page_says(tmp_pa
     assert evaluate(rules, staging).rules_matched == ("staging-journal",)
     vacuum = evaluate(rules, request(("journalctl", "--vacuum-size=1M"), target_host="staging-3"))
     assert (vacuum.outcome, vacuum.rules_matched) == (AUTO_DENY, ("journal-vacuum",))
-    assert evaluate(rules, request(("journalctl",), target_host="staging-3", grant_type="always")).outcome == NEEDS_REVIEW
+    assert (
+        evaluate(rules, request(("journalctl",), target_host="staging-3", grant_type="always")).outcome
+        == NEEDS_REVIEW
+    )
     assert evaluate(rules, request(("/bin/journalctl",), target_host="staging-3")).outcome == NEEDS_REVIEW
     # the office-hours key beyond.md sketches is refused, not ignored
-    assert parse_review_config(tomllib.loads(blocks[3].replace('max_grant_type = "once"',
-                                                               'max_grant_type = "once"\nschedule = {days = "mon-fri"}'))
-                               ).problems == ("rules[0].schedule: unknown key",)
+    assert parse_review_config(
+        tomllib.loads(
+            blocks[3].replace(
+                'max_grant_type = "once"', 'max_grant_type = "once"\nschedule = {days = "mon-fri"}'
+            )
+        )
+    ).problems == ("rules[0].schedule: unknown key",)
     # the page's dry-run snippet runs as printed, on the page's first example
     snippet = regex.search(r"```python\n(.*?)```", page, flags=regex.S).group(1)
     (tmp_path / "grantd.toml").write_text(blocks[0])

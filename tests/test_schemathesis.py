@@ -46,11 +46,27 @@ from grants_support import grant_body
 EXAMPLES = {"management": (8, 4, 8), "agent": (5, 3, 5), "person": (4, 2, 4)}
 MIN_SUCCEEDED = {"management": 25, "agent": 10, "person": 8}  # lower bounds, well below what a run reaches
 STREAMING = {"grants.events"}
-LIMITS_OFF = ["authenticate_per_agent", "authenticate_per_address", "enroll_per_address", "failed_bearer_per_address",
-              "grants_per_agent", "pending_per_agent", "pending_per_owner", "agents_per_person", "verify_per_address", "challenge_per_agent",
-              "challenge_per_address", "token_per_address"]
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          response_headers_conformance]
+LIMITS_OFF = [
+    "authenticate_per_agent",
+    "authenticate_per_address",
+    "enroll_per_address",
+    "failed_bearer_per_address",
+    "grants_per_agent",
+    "pending_per_agent",
+    "pending_per_owner",
+    "agents_per_person",
+    "verify_per_address",
+    "challenge_per_agent",
+    "challenge_per_address",
+    "token_per_address",
+]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
 def limits_off() -> str:
@@ -70,12 +86,18 @@ class World:
         person = create_person(srv, admin=False)
         self.cookie = start_session(srv, person["email"])
         with srv.client(self.agent.token) as http:
-            grants = [http.post("/api/grants", json=grant_body(reason=f"r{i}")).json()["id"] for i in range(6)]
+            grants = [
+                http.post("/api/grants", json=grant_body(reason=f"r{i}")).json()["id"] for i in range(6)
+            ]
         with srv.admin() as http:
             approved = grants[-1]
             http.post(f"/api/grants/{approved}/approve", json={})
-            delegation = http.post("/api/delegations", json={"delegate": victim.email, "audience": "x"}).json()["id"]
-            registration = http.post("/api/admin/registration-urls", json={"email": "invitee@example.com"}).json()["id"]
+            delegation = http.post(
+                "/api/delegations", json={"delegate": victim.email, "audience": "x"}
+            ).json()["id"]
+            registration = http.post(
+                "/api/admin/registration-urls", json={"email": "invitee@example.com"}
+            ).json()["id"]
         self.ids: dict[str, list[str]] = {
             "grant_id": grants,
             "delegation_id": [delegation],
@@ -100,13 +122,17 @@ def world(tmp_path: Path) -> Iterator[World]:
     w.server.stop()
 
 
-def strategies(operation: Any, ids: dict[str, list[str]], budget: tuple[int, int, int]) -> list[tuple[int, Any]]:
+def strategies(
+    operation: Any, ids: dict[str, list[str]], budget: tuple[int, int, int]
+) -> list[tuple[int, Any]]:
     """(examples, strategy): positive and negative data with generated path values, and positive
     data aimed at real records."""
     positive, negative, real = budget
     found = [(positive, operation.as_strategy(schemathesis.GenerationMode.POSITIVE))]
     if operation.body or operation.query or operation.path_parameters or operation.headers:
-        found.append((negative, operation.as_strategy(schemathesis.GenerationMode.NEGATIVE)))  # something to get wrong
+        found.append(
+            (negative, operation.as_strategy(schemathesis.GenerationMode.NEGATIVE))
+        )  # something to get wrong
     names = [p.name for p in operation.path_parameters]
     if names and all(n in ids for n in names):
         values = st.fixed_dictionaries({n: st.sampled_from(ids[n]) for n in names})
@@ -115,8 +141,15 @@ def strategies(operation: Any, ids: dict[str, list[str]], budget: tuple[int, int
 
 
 def run_operation(examples: int, strategy: st.SearchStrategy[Any], call: Callable[[Any], None]) -> None:
-    @settings(max_examples=examples, derandomize=True, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )
     @given(case=strategy)
     def run(case: Any) -> None:
         call(case)
@@ -162,10 +195,14 @@ def test_document_holds_against_the_server(world: World, caller: str) -> None:
                 break
     elapsed = time.monotonic() - started
     assert operations >= 40
-    print(f"schemathesis as {caller}: {operations} operations, {sum(statuses.values())} requests in {elapsed:.1f} s, "
-          f"{len(succeeded)} operations answered 2xx; statuses {dict(sorted(statuses.items()))}")
+    print(
+        f"schemathesis as {caller}: {operations} operations, {sum(statuses.values())} requests in {elapsed:.1f} s, "
+        f"{len(succeeded)} operations answered 2xx; statuses {dict(sorted(statuses.items()))}"
+    )
     assert len(succeeded) >= MIN_SUCCEEDED[caller], sorted(succeeded)
-    assert not failures, f"{len(failures)} operation(s) failed as {caller} ({elapsed:.0f} s):\n\n" + "\n\n".join(failures)
+    assert not failures, (
+        f"{len(failures)} operation(s) failed as {caller} ({elapsed:.0f} s):\n\n" + "\n\n".join(failures)
+    )
 
 
 @pytest.mark.parametrize("caller", ["agent", "management"])

@@ -42,7 +42,9 @@ def forms(raw: bytes) -> list[str]:
 
 
 def private_raw(key: Ed25519PrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
 
 
 class Secrets:
@@ -68,7 +70,10 @@ def sign_in(srv: Server, agent: Agent, secrets: Secrets, *, ssh: bool) -> str:
     with srv.client() as http:
         challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
         signature = agent.sign_ssh(challenge) if ssh else agent.sign_raw(challenge)
-        r = http.post("/api/agent/authenticate", json={"agent_id": agent.email, "challenge": challenge, "signature": signature})
+        r = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": challenge, "signature": signature},
+        )
     assert r.status_code == 200, r.text
     secrets.add("challenge", challenge)
     if ssh:
@@ -98,7 +103,10 @@ def flow(srv: Server, tmp: Path, secrets: Secrets) -> Path:
         challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}).json()["challenge"]
         wrong = agent.sign_raw("0" * 64)
         secrets.add("refused signature", wrong)
-        r = http.post("/api/agent/authenticate", json={"agent_id": agent.email, "challenge": challenge, "signature": wrong})
+        r = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": challenge, "signature": wrong},
+        )
         assert r.status_code == 401
     guess = "guessed-management-token-" + srv.token[::-1]
     secrets.add("guessed management token", guess)
@@ -112,15 +120,22 @@ def flow(srv: Server, tmp: Path, secrets: Secrets) -> Path:
         authz = http.post(f"/api/grants/{grant['id']}/token").json()["authz_jwt"]
         secrets.add("authz jwt (token)", authz)
         assert httpx.post(f"{srv.url}/api/grants/verify", json={"token": authz}).json()["valid"] is True
-        consumed = httpx.post(f"{srv.url}/api/grants/{grant['id']}/consume", headers={"Authorization": f"Bearer {authz}"})
+        consumed = httpx.post(
+            f"{srv.url}/api/grants/{grant['id']}/consume", headers={"Authorization": f"Bearer {authz}"}
+        )
         assert consumed.json()["status"] == "consumed"
-        again = httpx.post(f"{srv.url}/api/grants/{grant['id']}/consume?token={authz}", headers={"Authorization": f"Bearer {authz}"})
+        again = httpx.post(
+            f"{srv.url}/api/grants/{grant['id']}/consume?token={authz}",
+            headers={"Authorization": f"Bearer {authz}"},
+        )
         assert again.json()["error"] == "already_consumed"
         delegation = admin.post("/api/delegations", json={"delegate": agent.email, "audience": "other"})
         assert delegation.status_code == 201, delegation.text
         did = delegation.json()["id"]
         assert admin.get("/api/delegations").status_code == 200
-        assert admin.post(f"/api/delegations/{did}/validate", json={"delegate": agent.email}).status_code == 200
+        assert (
+            admin.post(f"/api/delegations/{did}/validate", json={"delegate": agent.email}).status_code == 200
+        )
         assert admin.delete(f"/api/delegations/{did}").status_code == 200
         # errors: unknown grant, malformed JSON, a bad token in a query string and a body
         assert http.get("/api/grants/no-such-grant").status_code == 404
@@ -162,7 +177,9 @@ def assert_private(path: Path) -> None:
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_no_secret_in_logs_or_cli_output_and_files_are_private(tmp_path: Path, log_format: str) -> None:
     srv = make_server(tmp_path / "srv", log_format=log_format)
-    config = srv.config_path.read_text().replace(f'format = "{log_format}"\n', f'format = "{log_format}"\nlevel = "debug"\naccess = true\n')
+    config = srv.config_path.read_text().replace(
+        f'format = "{log_format}"\n', f'format = "{log_format}"\nlevel = "debug"\naccess = true\n'
+    )
     srv.config_path.write_text(config)
     srv.start()
     secrets = Secrets()
@@ -170,7 +187,11 @@ def test_no_secret_in_logs_or_cli_output_and_files_are_private(tmp_path: Path, l
         backup = flow(srv, tmp_path, secrets)
         db = srv.directory / "grantd.db"
         # the SQLite files, or (GRANTD_TEST_STORAGE=postgres) the file that holds the DSN
-        stored = [db, Path(f"{db}-wal"), Path(f"{db}-shm")] if pg.suite_storage() == "sqlite" else [srv.directory / "postgres-dsn"]
+        stored = (
+            [db, Path(f"{db}-wal"), Path(f"{db}-shm")]
+            if pg.suite_storage() == "sqlite"
+            else [srv.directory / "postgres-dsn"]
+        )
         for path in (*stored, backup, srv.directory / "management-token"):
             assert path.exists(), path
             assert_private(path)
@@ -180,7 +201,9 @@ def test_no_secret_in_logs_or_cli_output_and_files_are_private(tmp_path: Path, l
     log = srv.log()
     assert "/api/grants/verify" in log and "/api/agent/authenticate" in log, "access lines are on"
     if log_format == "json":
-        access = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"status"' in line]
+        access = [
+            json.loads(line) for line in log.splitlines() if line.startswith("{") and '"status"' in line
+        ]
         assert access and all("path" in line for line in access)
     assert " 401 " in log or '"status": 401' in log or '"status":401' in log
     leaks = secrets.found_in(log)
@@ -192,8 +215,14 @@ def test_config_init_writes_a_private_token_file(tmp_path: Path) -> None:
     """The token file `grantd config init` writes (the one operators keep) is 0600; the command
     shows the token once on purpose, so its output is not searched."""
     target = tmp_path / "etc" / "grantd.toml"
-    subprocess.run([*GRANTD, "config", "init", "--path", str(target)], check=True, capture_output=True, timeout=60,
-                   cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    subprocess.run(
+        [*GRANTD, "config", "init", "--path", str(target)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert_private(target.parent / "management-token")
     assert "management-token" in target.read_text()
 

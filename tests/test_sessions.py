@@ -54,7 +54,9 @@ def test_the_cookie_flags_on_http(server: InProcessServer) -> None:
     # the store holds the SHA-256 of the cookie, never the cookie itself
     services = server.services
     now = services.clock.now_ms()
-    stored = server.call(services.store.sessions.get(hashlib.sha256(flags["value"].encode()).hexdigest(), now))
+    stored = server.call(
+        services.store.sessions.get(hashlib.sha256(flags["value"].encode()).hexdigest(), now)
+    )
     assert stored is not None and stored["expires_at"] == now + 28_800_000 and stored["family_id"]
 
 
@@ -68,7 +70,12 @@ def test_the_cookie_is_secure_when_the_issuer_is_https(tmp_path) -> None:  # typ
         answer = b.register(make_registration(srv, "secure@example.com"))
         assert answer.status_code == 200, answer.text
         flags = cookie_attributes(answer)
-        assert "secure" in flags and "httponly" in flags and flags["samesite"] == "Lax" and flags["max-age"] == "3600"
+        assert (
+            "secure" in flags
+            and "httponly" in flags
+            and flags["samesite"] == "Lax"
+            and flags["max-age"] == "3600"
+        )
         assert b.me().json()["email"] == "secure@example.com"
         # the origin the passkey was made for is the https one; a page on http is another origin
         assert b.request("POST", "/api/logout", headers={"Origin": "http://grantd.test"}).status_code == 403
@@ -84,7 +91,9 @@ def test_me_for_a_person_an_agent_and_the_management_token(server: InProcessServ
     me = b.me()
     assert me.status_code == 200 and me.headers["cache-control"] == "no-store"
     body = me.json()
-    assert body["sub"] == body["email"] == email.lower() and body["act"] == "human" and body["kind"] == "person"
+    assert (
+        body["sub"] == body["email"] == email.lower() and body["act"] == "human" and body["kind"] == "person"
+    )
     assert body["id"].startswith("usr_") and body["admin"] is False and body["name"]
     management = httpx.get(server.url + "/api/me", headers={"Authorization": f"Bearer {server.token}"}).json()
     assert management["kind"] == "management" and management["act"] == "management"
@@ -138,7 +147,9 @@ def test_admin_revocation_takes_effect_on_the_next_request(server: InProcessServ
     assert b.me().status_code == 401
 
     b2 = signed_in(server)
-    sessions, _ = server.call(services.store.sessions.list(_page(), b2.me().json()["id"], services.clock.now_ms()))
+    sessions, _ = server.call(
+        services.store.sessions.list(_page(), b2.me().json()["id"], services.clock.now_ms())
+    )
     server.call(services.store.sessions.revoke_family(sessions[0]["family_id"], services.clock.now_ms()))
     assert b2.me().status_code == 401
 
@@ -183,17 +194,25 @@ def test_a_bearer_request_never_uses_the_cookie(server: InProcessServer) -> None
     answer = b.request("GET", "/api/me", headers={"Authorization": f"Bearer {server.token}"})
     assert answer.json()["kind"] == "management"
     # and logout with a bearer leaves the session alone
-    assert b.request("POST", "/api/logout", headers={"Authorization": f"Bearer {server.token}"}).json() == {"ok": True}
+    assert b.request("POST", "/api/logout", headers={"Authorization": f"Bearer {server.token}"}).json() == {
+        "ok": True
+    }
     assert b.me().status_code == 200
 
 
 # -- CSRF (D8) ------------------------------------------------------------------------------------
 def test_a_cross_origin_post_with_the_cookie_is_refused(server: InProcessServer) -> None:
     b = signed_in(server)
-    for headers in ({"Origin": "http://evil.example"}, {"Origin": "null"},
-                    {"Origin": f"http://localhost:{server.port}"}, {"Origin": f"https://127.0.0.1:{server.port}"}):
+    for headers in (
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Origin": f"http://localhost:{server.port}"},
+        {"Origin": f"https://127.0.0.1:{server.port}"},
+    ):
         answer = b.request("POST", "/api/logout", headers=headers)
-        assert answer.status_code == 403 and problem(answer)["detail"] == "cross-site request refused", headers
+        assert answer.status_code == 403 and problem(answer)["detail"] == "cross-site request refused", (
+            headers
+        )
     for referer in ("http://evil.example/page", f"http://127.0.0.1:{server.port}.evil.example/", "not a url"):
         answer = b.request("POST", "/api/logout", origin=False, headers={"Referer": referer})
         assert answer.status_code == 403, referer
@@ -205,8 +224,13 @@ def test_a_cross_origin_post_with_the_cookie_is_refused(server: InProcessServer)
 def test_same_origin_and_headerless_requests_are_allowed(server: InProcessServer) -> None:
     b = signed_in(server)
     assert b.add_passkey(SoftAuthenticator()).status_code == 201  # Origin = ours
-    answer = b.request("POST", "/api/webauthn/credentials/add/reauth", origin=False,
-                       headers={"Referer": f"{server.url}/account"}, json_body={})
+    answer = b.request(
+        "POST",
+        "/api/webauthn/credentials/add/reauth",
+        origin=False,
+        headers={"Referer": f"{server.url}/account"},
+        json_body={},
+    )
     assert answer.status_code == 200
     answer = b.request("POST", "/api/webauthn/credentials/add/reauth", origin=False, json_body={})
     assert answer.status_code == 200  # neither Origin nor Referer: not a browser
@@ -215,15 +239,28 @@ def test_same_origin_and_headerless_requests_are_allowed(server: InProcessServer
 
 def test_cookie_authenticated_api_bodies_must_be_json(server: InProcessServer) -> None:
     b = signed_in(server)
-    for content_type in ("application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "text/plain", None):
+    for content_type in (
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "text/plain",
+        None,
+    ):
         headers = {"Content-Type": content_type} if content_type else {}
         answer = b.request("POST", "/api/webauthn/credentials/add/reauth", content=b"{}", headers=headers)
-        assert answer.status_code == 415 and problem(answer)["detail"] == "request body must be application/json"
-    answer = b.request("POST", "/api/webauthn/credentials/add/reauth", content=b"{}",
-                       headers={"Content-Type": "application/json; charset=utf-8"})
+        assert (
+            answer.status_code == 415 and problem(answer)["detail"] == "request body must be application/json"
+        )
+    answer = b.request(
+        "POST",
+        "/api/webauthn/credentials/add/reauth",
+        content=b"{}",
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
     assert answer.status_code == 200
     # a form post to logout (body, form type) is refused even from our own origin
-    answer = b.request("POST", "/api/logout", content=b"a=b", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    answer = b.request(
+        "POST", "/api/logout", content=b"a=b", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert answer.status_code == 415
     assert b.me().status_code == 200
 
@@ -233,13 +270,21 @@ def test_bearer_requests_are_not_affected(server: InProcessServer) -> None:
     headers = {"Authorization": f"Bearer {server.token}", "Origin": "http://evil.example"}
     answer = b.request("POST", "/api/agent/enroll", headers=headers, json_body={"email": "bad"})
     assert answer.status_code == 400  # validated, not refused as cross-site
-    answer = httpx.post(server.url + "/api/grants/verify", content=b"x=1",
-                        headers={**headers, "Content-Type": "application/x-www-form-urlencoded"})
+    answer = httpx.post(
+        server.url + "/api/grants/verify",
+        content=b"x=1",
+        headers={**headers, "Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert answer.status_code != 415 and answer.status_code != 403
     # and without the cookie nothing is refused as cross-site (no session to abuse) — except the
     # passkey routes, which start sessions (issue 19: tests/test_login_csrf.py)
-    answer = httpx.post(server.url + "/api/agent/challenge", json={"agent_id": "nobody@example.com"},
-                        headers={"Origin": "http://evil.example"})
+    answer = httpx.post(
+        server.url + "/api/agent/challenge",
+        json={"agent_id": "nobody@example.com"},
+        headers={"Origin": "http://evil.example"},
+    )
     assert answer.status_code not in (403, 415)
-    answer = httpx.post(server.url + "/api/webauthn/login/options", json={}, headers={"Origin": "http://evil.example"})
+    answer = httpx.post(
+        server.url + "/api/webauthn/login/options", json={}, headers={"Origin": "http://evil.example"}
+    )
     assert answer.status_code == 403

@@ -48,21 +48,32 @@ def dns() -> Iterator[TxtDnsServer]:
 @pytest.fixture(scope="module")
 def idp(tmp_path_factory: pytest.TempPathFactory, dns: TxtDnsServer) -> Iterator[InProcessServer]:
     server = InProcessServer(tmp_path_factory.mktemp("idp-a"), extra=IDP_CONFIG).start()
-    dns.records.update({
-        "_ddisa.a.test": [f"v=ddisa1 idp={server.url}; mode=open"],
-        # the spec repo's spelling; two records, the lowest priority names A
-        "_ddisa.prio.test": ["v=ddisa1; idp=https://unused.prio.test; priority=20", f"v=ddisa1; idp={server.url}; priority=3"],
-        "_ddisa.example.com": [f"v=ddisa1 idp={server.url}"],  # the domain of B's configured administrators
-        "_ddisa.deny.test": [f"v=ddisa1 idp={server.url}; mode=deny"],
-        "_ddisa.closed.test": ["v=ddisa1 idp=https://idp.closed.test; mode=deny"],
-    })
+    dns.records.update(
+        {
+            "_ddisa.a.test": [f"v=ddisa1 idp={server.url}; mode=open"],
+            # the spec repo's spelling; two records, the lowest priority names A
+            "_ddisa.prio.test": [
+                "v=ddisa1; idp=https://unused.prio.test; priority=20",
+                f"v=ddisa1; idp={server.url}; priority=3",
+            ],
+            "_ddisa.example.com": [
+                f"v=ddisa1 idp={server.url}"
+            ],  # the domain of B's configured administrators
+            "_ddisa.deny.test": [f"v=ddisa1 idp={server.url}; mode=deny"],
+            "_ddisa.closed.test": ["v=ddisa1 idp=https://idp.closed.test; mode=deny"],
+        }
+    )
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="module")
-def sp(tmp_path_factory: pytest.TempPathFactory, dns: TxtDnsServer, idp: InProcessServer) -> Iterator[InProcessServer]:
-    server = InProcessServer(tmp_path_factory.mktemp("sp-b"), extra=sp_config(dns, allow_http_idp=True)).start()
+def sp(
+    tmp_path_factory: pytest.TempPathFactory, dns: TxtDnsServer, idp: InProcessServer
+) -> Iterator[InProcessServer]:
+    server = InProcessServer(
+        tmp_path_factory.mktemp("sp-b"), extra=sp_config(dns, allow_http_idp=True)
+    ).start()
     yield server
     server.stop()
 
@@ -82,7 +93,9 @@ def at_idp(idp: InProcessServer, idp_cookie: str, redirect_url: str, *, approve:
         r = http.get(redirect_url)
         if r.status_code == 200:  # A's consent page
             assert "text/html" in r.headers["content-type"]
-            r = http.post("/authorize/consent", json={"request": urlsplit(redirect_url).query, "approve": approve})
+            r = http.post(
+                "/authorize/consent", json={"request": urlsplit(redirect_url).query, "approve": approve}
+            )
             assert r.status_code == 200, r.text
             return str(r.json()["location"])
         assert r.status_code in (302, 303), (r.status_code, r.text[:300])
@@ -91,7 +104,7 @@ def at_idp(idp: InProcessServer, idp_cookie: str, redirect_url: str, *, approve:
 
 def callback_path(location: str, sp: InProcessServer) -> str:
     assert location.startswith(sp.url + "/api/callback?"), location
-    return location[len(sp.url):]
+    return location[len(sp.url) :]
 
 
 def error_of(response: httpx.Response) -> str:
@@ -100,7 +113,7 @@ def error_of(response: httpx.Response) -> str:
     assert location.startswith("/?error="), location
     from grantd.sp.login import LOGIN_ERRORS
 
-    code = unquote(location[len("/?error="):])
+    code = unquote(location[len("/?error=") :])
     assert code in LOGIN_ERRORS, code  # a code of the fixed table, never free text (issue 19)
     return LOGIN_ERRORS[code]
 
@@ -122,7 +135,9 @@ def login(sp: InProcessServer, idp: InProcessServer, http: httpx.Client, email: 
 # -- the round trip ---------------------------------------------------------------------------------
 
 
-def test_a_person_of_a_logs_in_to_b_found_through_dns(sp: InProcessServer, idp: InProcessServer, dns: TxtDnsServer) -> None:
+def test_a_person_of_a_logs_in_to_b_found_through_dns(
+    sp: InProcessServer, idp: InProcessServer, dns: TxtDnsServer
+) -> None:
     with browser(sp) as http:
         r = begin(http, "Alice@A.test")
         assert r.status_code == 200, r.text
@@ -173,8 +188,11 @@ def test_the_lowest_priority_record_names_the_idp(sp: InProcessServer, idp: InPr
 
 def test_return_to_is_a_local_path_only(sp: InProcessServer, idp: InProcessServer) -> None:
     with browser(sp) as http:
-        for wanted, landed in (("/account?tab=1", "/account?tab=1"), ("https://evil.example/", "/grants"),
-                               ("//evil.example", "/grants")):
+        for wanted, landed in (
+            ("/account?tab=1", "/account?tab=1"),
+            ("https://evil.example/", "/grants"),
+            ("//evil.example", "/grants"),
+        ):
             r = begin(http, "erin@a.test", returnTo=wanted)
             location = at_idp(idp, person_at(idp, "erin@a.test"), r.json()["redirectUrl"])
             r = http.get(callback_path(location, sp))
@@ -215,7 +233,9 @@ def test_no_record_goes_to_the_fallback_idp(tmp_path: Path, dns: TxtDnsServer, i
         server.stop()
 
 
-def test_an_http_idp_is_refused_unless_allowed(tmp_path: Path, dns: TxtDnsServer, idp: InProcessServer) -> None:
+def test_an_http_idp_is_refused_unless_allowed(
+    tmp_path: Path, dns: TxtDnsServer, idp: InProcessServer
+) -> None:
     """Without ``sp.allow_http_idp`` the record naming A (http://127.0.0.1:…) is no record (peer bug 8)."""
     server = InProcessServer(tmp_path / "strict", extra=sp_config(dns)).start()
     try:
@@ -271,8 +291,11 @@ def test_a_client_id_other_than_the_one_a_issued_for_is_the_audience_message(
     elif str(table.get("dsn", "")).startswith("file:"):
         table["dsn"] = "file:" + str(sp.directory / table["dsn"][5:])
     storage = "\n".join(f"{key} = {json.dumps(value)}" for key, value in table.items())
-    node = InProcessServer(tmp_path / "node2", storage=storage,
-                           extra=sp_config(dns, allow_http_idp=True, client_id="sp-node-2.example")).start()
+    node = InProcessServer(
+        tmp_path / "node2",
+        storage=storage,
+        extra=sp_config(dns, allow_http_idp=True, client_id="sp-node-2.example"),
+    ).start()
     try:
         with browser(sp) as http:
             url = begin(http, "judy@a.test").json()["redirectUrl"]
@@ -286,7 +309,9 @@ def test_a_client_id_other_than_the_one_a_issued_for_is_the_audience_message(
         node.stop()
 
 
-def test_a_callback_in_another_browser_or_without_state_signs_nobody_in(sp: InProcessServer, idp: InProcessServer) -> None:
+def test_a_callback_in_another_browser_or_without_state_signs_nobody_in(
+    sp: InProcessServer, idp: InProcessServer
+) -> None:
     with browser(sp) as http:
         url = begin(http, "ken@a.test").json()["redirectUrl"]
         location = at_idp(idp, person_at(idp, "ken@a.test"), url)
@@ -307,8 +332,14 @@ def test_a_refusal_at_the_idp_comes_back_readably(sp: InProcessServer, idp: InPr
         assert page.status_code == 200 and "the IdP refused the login: access_denied" in page.text
 
 
-SPOOFS = ("Your account is locked, call +1 555 0100", "<script>alert(1)</script>\x1b[31m",
-          "LOGIN_FAILED", "login_failed ", "__class__", "a" * 5000)
+SPOOFS = (
+    "Your account is locked, call +1 555 0100",
+    "<script>alert(1)</script>\x1b[31m",
+    "LOGIN_FAILED",
+    "login_failed ",
+    "__class__",
+    "a" * 5000,
+)
 SPOOF_IDS = ("phone", "script", "upper-case", "trailing-space", "dunder", "long")
 
 
@@ -339,17 +370,35 @@ def test_the_home_page_shows_the_message_of_each_known_code(sp: InProcessServer)
 # -- a guest has no rights at B ---------------------------------------------------------------------
 
 
-def test_a_guest_is_nobody_here_even_with_an_administrators_email(sp: InProcessServer, idp: InProcessServer) -> None:
+def test_a_guest_is_nobody_here_even_with_an_administrators_email(
+    sp: InProcessServer, idp: InProcessServer
+) -> None:
     """B knows boss@a.test as an administrator and root@example.com is in B's admin.emails; both
     log in through A (another IdP's word) and may do nothing at B but say who they are."""
     create_person(sp, "boss@a.test", admin=True)
     with sp.admin() as admin:
         _, public = __import__("people_support").new_public_key()
-        agent = admin.post("/api/agent/enroll", json={"email": "agent+bot@a.test", "name": "bot", "publicKey": public,
-                                                      "owner": "boss@a.test", "approver": "boss@a.test"})
+        agent = admin.post(
+            "/api/agent/enroll",
+            json={
+                "email": "agent+bot@a.test",
+                "name": "bot",
+                "publicKey": public,
+                "owner": "boss@a.test",
+                "approver": "boss@a.test",
+            },
+        )
         assert agent.status_code == 201, agent.text
-        grant = admin.post("/api/grants", json={"requester": "agent+bot@a.test", "target_host": "web-1",
-                                                "audience": "escapes", "command": ["true"], "grant_type": "once"})
+        grant = admin.post(
+            "/api/grants",
+            json={
+                "requester": "agent+bot@a.test",
+                "target_host": "web-1",
+                "audience": "escapes",
+                "command": ["true"],
+                "grant_type": "once",
+            },
+        )
         assert grant.status_code in (200, 201), grant.text
         grant_id = grant.json()["id"]
     for email in ("boss@a.test", "root@example.com"):
@@ -358,14 +407,34 @@ def test_a_guest_is_nobody_here_even_with_an_administrators_email(sp: InProcessS
             me = http.get("/api/me").json()
             assert me["kind"] == "guest" and me["admin"] is False and me["email"] == email
             assert http.post(f"/api/grants/{grant_id}/approve", json={}).status_code == 403
-            assert http.post("/api/grants/batch", json={"operations": [{"id": grant_id, "action": "approve"}]}).status_code == 403
+            assert (
+                http.post(
+                    "/api/grants/batch", json={"operations": [{"id": grant_id, "action": "approve"}]}
+                ).status_code
+                == 403
+            )
             assert http.get(f"/api/grants/{grant_id}").status_code == 403
             assert http.get("/api/grants").status_code == 403
             assert http.get("/api/admin/users").status_code == 403
             assert http.get("/api/admin/agents").status_code == 403
-            assert http.post("/api/grants", json={"target_host": "web-1", "audience": "escapes", "command": ["id"],
-                                                  "grant_type": "once"}).status_code == 403
-            assert http.post("/api/delegations", json={"delegate": "agent+bot@a.test", "audience": "x"}).status_code == 403
+            assert (
+                http.post(
+                    "/api/grants",
+                    json={
+                        "target_host": "web-1",
+                        "audience": "escapes",
+                        "command": ["id"],
+                        "grant_type": "once",
+                    },
+                ).status_code
+                == 403
+            )
+            assert (
+                http.post(
+                    "/api/delegations", json={"delegate": "agent+bot@a.test", "audience": "x"}
+                ).status_code
+                == 403
+            )
             assert http.get("/api/webauthn/credentials").status_code == 403
             page = http.get("/grants")
             assert page.status_code == 303 and page.headers["location"].startswith("/login")
@@ -389,15 +458,23 @@ def test_the_well_known_documents(sp: InProcessServer, idp: InProcessServer) -> 
         assert body["grant_types"] == ["authorization_code"] and body["response_types"] == ["code"]
         auth = http.get("/.well-known/auth.md")
         assert auth.status_code == 200 and auth.headers["content-type"].startswith("text/markdown")
-        assert "/api/login" in auth.text and "_ddisa." in auth.text and auth.headers["access-control-allow-origin"] == "*"
+        assert (
+            "/api/login" in auth.text
+            and "_ddisa." in auth.text
+            and auth.headers["access-control-allow-origin"] == "*"
+        )
         manifest = http.get("/.well-known/grantd.json")
         assert manifest.status_code == 200 and manifest.json() == http.get("/.well-known/service.json").json()
         assert manifest.json()["auth"]["supported_methods"] == ["ddisa"]
         assert manifest.json()["endpoints"]["login"] == sp.url + "/api/login"
     with httpx.Client(base_url=idp.url, timeout=10) as off:  # [sp] off on A: every SP route is 404
-        for method, path in (("GET", "/.well-known/oauth-client-metadata"), ("GET", "/.well-known/auth.md"),
-                             ("GET", "/.well-known/grantd.json"), ("GET", "/.well-known/service.json"),
-                             ("GET", "/api/callback?code=x&state=y")):
+        for method, path in (
+            ("GET", "/.well-known/oauth-client-metadata"),
+            ("GET", "/.well-known/auth.md"),
+            ("GET", "/.well-known/grantd.json"),
+            ("GET", "/.well-known/service.json"),
+            ("GET", "/api/callback?code=x&state=y"),
+        ):
             assert off.request(method, path).status_code == 404, path
         assert off.post("/api/login", json={"email": "a@a.test"}).status_code == 404
 
@@ -441,8 +518,15 @@ class FakeIdp:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 idp.requests.append(("GET", self.path))
                 if self.path == "/.well-known/openid-configuration":
-                    self._send(200, {"issuer": idp.issuer or idp.url, "authorization_endpoint": idp.url + "/authorize",
-                                     "token_endpoint": idp.url + "/token", "jwks_uri": idp.url + "/jwks"})
+                    self._send(
+                        200,
+                        {
+                            "issuer": idp.issuer or idp.url,
+                            "authorization_endpoint": idp.url + "/authorize",
+                            "token_endpoint": idp.url + "/token",
+                            "jwks_uri": idp.url + "/jwks",
+                        },
+                    )
                 elif self.path == "/jwks":
                     self._send(200, {"keys": [idp.jwk(kid, key) for kid, key in idp.keys.items()]})
                 else:
@@ -467,14 +551,28 @@ class FakeIdp:
     def jwk(kid: str, key: Any) -> dict[str, Any]:
         from jwt.algorithms import OKPAlgorithm
 
-        return {**OKPAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": kid, "alg": "EdDSA", "use": "sig"}
+        return {
+            **OKPAlgorithm.to_jwk(key.public_key(), as_dict=True),
+            "kid": kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        }
 
     def token(self, form: dict[str, str]) -> str:
         import jwt
 
         now = self.clock.now_s()
-        claims = {"iss": self.url, "aud": form["client_id"], "sub": self.email, "email": self.email, "name": "Fake Person",
-                  "iat": now, "exp": now + 300, "nonce": self.nonce, "act": "human"}
+        claims = {
+            "iss": self.url,
+            "aud": form["client_id"],
+            "sub": self.email,
+            "email": self.email,
+            "name": "Fake Person",
+            "iat": now,
+            "exp": now + 300,
+            "nonce": self.nonce,
+            "act": "human",
+        }
         claims.update(self.claims)
         claims = {k: v for k, v in claims.items() if v is not None}
         kid, key = self.sign_with
@@ -496,7 +594,9 @@ def fake(sp: InProcessServer, dns: TxtDnsServer) -> Iterator[FakeIdp]:
     idp.close()
 
 
-def via_fake(sp: InProcessServer, fake: FakeIdp, http: httpx.Client, email: str = "pat@fake.test") -> httpx.Response:
+def via_fake(
+    sp: InProcessServer, fake: FakeIdp, http: httpx.Client, email: str = "pat@fake.test"
+) -> httpx.Response:
     r = begin(http, email)
     assert r.status_code == 200, r.text
     query = parse_qs(urlsplit(r.json()["redirectUrl"]).query)
@@ -517,11 +617,16 @@ def via_fake(sp: InProcessServer, fake: FakeIdp, http: httpx.Client, email: str 
         ({"delta": (120, 300)}, "the ID token was issued in the future"),
         ({"act": "agent"}, "only people sign in here (the ID token's act is not human)"),
         ({"act": {"sub": "agent+x@fake.test"}}, "only people sign in here (the ID token's act is not human)"),
-        ({"email": "boss@a.test", "sub": "boss@a.test"}, "the IdP signed in another e-mail address than the one entered"),
+        (
+            {"email": "boss@a.test", "sub": "boss@a.test"},
+            "the IdP signed in another e-mail address than the one entered",
+        ),
         ({"exp": None}, "the ID token has no exp claim"),
     ],
 )
-def test_every_id_token_check_refuses(sp: InProcessServer, fake: FakeIdp, claims: dict[str, Any], message: str) -> None:
+def test_every_id_token_check_refuses(
+    sp: InProcessServer, fake: FakeIdp, claims: dict[str, Any], message: str
+) -> None:
     delta = claims.pop("delta", None)
     if delta is not None:
         now = sp.clock.now_s()
@@ -532,17 +637,29 @@ def test_every_id_token_check_refuses(sp: InProcessServer, fake: FakeIdp, claims
         assert http.get("/api/me").status_code == 401
 
 
-def test_the_fake_idp_signs_people_in_and_a_code_exchange_is_standard(sp: InProcessServer, fake: FakeIdp) -> None:
+def test_the_fake_idp_signs_people_in_and_a_code_exchange_is_standard(
+    sp: InProcessServer, fake: FakeIdp
+) -> None:
     with browser(sp) as http:
         r = via_fake(sp, fake, http)
         assert r.status_code == 303 and r.headers["location"] == "/", r.headers
-        assert http.get("/api/me").json() == {"sub": "pat@fake.test", "email": "pat@fake.test", "name": "Fake Person",
-                                              "act": "human", "kind": "guest", "admin": False, "idp": fake.url,
-                                              "id": http.get("/api/me").json()["id"]}
+        assert http.get("/api/me").json() == {
+            "sub": "pat@fake.test",
+            "email": "pat@fake.test",
+            "name": "Fake Person",
+            "act": "human",
+            "kind": "guest",
+            "admin": False,
+            "idp": fake.url,
+            "id": http.get("/api/me").json()["id"],
+        }
     assert fake.form["grant_type"] == "authorization_code" and fake.form["code"] == "any-code"
     assert fake.form["redirect_uri"] == sp.url + "/api/callback" and len(fake.form["code_verifier"]) >= 43
     fake.answer_field = "assertion"  # the peer IdP's name for it
-    fake.claims = {"aud": ["x.example", urlsplit(sp.url).netloc], "azp": urlsplit(sp.url).netloc}  # a list with azp
+    fake.claims = {
+        "aud": ["x.example", urlsplit(sp.url).netloc],
+        "azp": urlsplit(sp.url).netloc,
+    }  # a list with azp
     with browser(sp) as http:
         assert via_fake(sp, fake, http).headers["location"] == "/"
 
@@ -573,10 +690,20 @@ def test_tokens_of_other_algorithms_are_refused(sp: InProcessServer, fake: FakeI
 
     def unsigned(form: dict[str, str]) -> str:
         now = sp.clock.now_s()
-        claims = {"iss": fake.url, "aud": form["client_id"], "sub": fake.email, "email": fake.email, "iat": now,
-                  "exp": now + 300, "nonce": fake.nonce}
-        return jwt.encode(claims, None, algorithm="none") if fake.alg == "none" else jwt.encode(
-            claims, "k" * 32, algorithm="HS256", headers={"kid": "k1"})
+        claims = {
+            "iss": fake.url,
+            "aud": form["client_id"],
+            "sub": fake.email,
+            "email": fake.email,
+            "iat": now,
+            "exp": now + 300,
+            "nonce": fake.nonce,
+        }
+        return (
+            jwt.encode(claims, None, algorithm="none")
+            if fake.alg == "none"
+            else jwt.encode(claims, "k" * 32, algorithm="HS256", headers={"kid": "k1"})
+        )
 
     fake.token = unsigned  # type: ignore[method-assign]
     for alg in ("none", "HS256"):
@@ -587,9 +714,20 @@ def test_tokens_of_other_algorithms_are_refused(sp: InProcessServer, fake: FakeI
 
 def test_token_endpoint_refusals(sp: InProcessServer, fake: FakeIdp) -> None:
     for refusal, message in (
-        ((400, {"error": "invalid_grant", "error_description": "code_verifier does not match the code_challenge"}),
-         "code exchange error"),
-        ((400, {"error": "invalid_grant", "error_description": "expired authorization code"}), "expired authorization code"),
+        (
+            (
+                400,
+                {
+                    "error": "invalid_grant",
+                    "error_description": "code_verifier does not match the code_challenge",
+                },
+            ),
+            "code exchange error",
+        ),
+        (
+            (400, {"error": "invalid_grant", "error_description": "expired authorization code"}),
+            "expired authorization code",
+        ),
         ((500, {}), "code exchange error"),
         ((200, {"token_type": "Bearer"}), "code exchange error: the IdP sent no ID token"),
     ):
@@ -610,14 +748,18 @@ def test_an_idp_on_a_private_address_is_not_asked_unless_allowed(tmp_path: Path,
         server.stop()
 
 
-def test_guest_sessions_are_listed_and_ended_by_administrators(sp: InProcessServer, idp: InProcessServer) -> None:
+def test_guest_sessions_are_listed_and_ended_by_administrators(
+    sp: InProcessServer, idp: InProcessServer
+) -> None:
     with browser(sp) as http:
         assert login(sp, idp, http, "olga@a.test").headers["location"] == "/"
         with sp.admin() as admin:
             listed = admin.get("/api/admin/sessions", params={"limit": 100})
             assert listed.status_code == 200, listed.text
             family = http.get("/api/me").json()["id"].removeprefix("guest:")
-            assert any(s.get("family_id", s.get("familyId")) == family for s in listed.json()["data"]), listed.json()
+            assert any(s.get("family_id", s.get("familyId")) == family for s in listed.json()["data"]), (
+                listed.json()
+            )
             guest = next(s for s in listed.json()["data"] if s["family_id"] == family)
             assert guest["person_id"] is None and guest["email"] == "olga@a.test" and guest["idp"] == idp.url
         _, page_client = signed_in_person(sp, admin=True)
@@ -631,7 +773,9 @@ def test_guest_sessions_are_listed_and_ended_by_administrators(sp: InProcessServ
 
 def test_logins_are_limited_per_address(tmp_path: Path, dns: TxtDnsServer) -> None:
     """D12: every login costs a DNS lookup and a request to an IdP; ``limits.sp_login_per_address``."""
-    server = InProcessServer(tmp_path / "limited", extra=sp_config(dns) + "\n[limits]\nsp_login_per_address = 3\n").start()
+    server = InProcessServer(
+        tmp_path / "limited", extra=sp_config(dns) + "\n[limits]\nsp_login_per_address = 3\n"
+    ).start()
     try:
         with browser(server) as http:
             answers = [begin(http, f"n{i}@nowhere.test").status_code for i in range(4)]
@@ -668,7 +812,9 @@ def test_a_new_login_replaces_the_browsers_session(sp: InProcessServer, idp: InP
         assert old.get("/api/me").status_code == 401
 
 
-def test_a_dripping_idp_is_cut_off_at_the_deadline_and_not_asked_again(sp: InProcessServer, dns: TxtDnsServer) -> None:
+def test_a_dripping_idp_is_cut_off_at_the_deadline_and_not_asked_again(
+    sp: InProcessServer, dns: TxtDnsServer
+) -> None:
     """D12, issue 19 item 5: the IdP a DNS record names drips its discovery document a byte a
     second (no read timeout fires); the login answers 503 at the 5 s deadline, and for a while the
     IdP's domain is not asked again (no new connection)."""

@@ -32,14 +32,22 @@ from conftest import Server, make_server
 BANNERS = ("grantd: serving", "listening on")
 
 
-def run_serve(srv: Server, *, wrap: list[str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_serve(
+    srv: Server, *, wrap: list[str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*(wrap or []), *srv.command, "serve", "--config", str(srv.config_path)],
-        cwd=srv.directory, env=srv.env, capture_output=True, text=True, timeout=timeout,
+        cwd=srv.directory,
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
-def assert_one_line_failure(result: subprocess.CompletedProcess[str], *, contains: str, json_format: bool = False) -> str:
+def assert_one_line_failure(
+    result: subprocess.CompletedProcess[str], *, contains: str, json_format: bool = False
+) -> str:
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "Traceback" not in output, output
@@ -63,8 +71,11 @@ def test_a_port_in_use_is_one_line_before_any_banner(tmp_path: Path, log_format:
     srv = make_server(tmp_path / "srv", log_format=log_format)
     with socket.create_server(("127.0.0.1", srv.port)):
         result = run_serve(srv)
-    assert_one_line_failure(result, contains=f"cannot listen on 127.0.0.1:{srv.port}: the address is already in use",
-                            json_format=log_format == "json")
+    assert_one_line_failure(
+        result,
+        contains=f"cannot listen on 127.0.0.1:{srv.port}: the address is already in use",
+        json_format=log_format == "json",
+    )
 
 
 def _without_root_bypass() -> list[str]:
@@ -73,7 +84,9 @@ def _without_root_bypass() -> list[str]:
         return []
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        raise AssertionError("as root, an unwritable directory needs setpriv (util-linux, installed by scripts/bootstrap)")
+        raise AssertionError(
+            "as root, an unwritable directory needs setpriv (util-linux, installed by scripts/bootstrap)"
+        )
     return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
 
 
@@ -83,12 +96,16 @@ def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: 
     srv = make_server(tmp_path / "srv", log_format=log_format)
     data = srv.directory / "data"
     data.mkdir(mode=0o500)
-    srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"'))
+    srv.config_path.write_text(
+        srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"')
+    )
     try:
         result = run_serve(srv, wrap=_without_root_bypass())
     finally:
         data.chmod(0o700)
-    line = assert_one_line_failure(result, contains="cannot open the SQLite database", json_format=log_format == "json")
+    line = assert_one_line_failure(
+        result, contains="cannot open the SQLite database", json_format=log_format == "json"
+    )
     assert f"the directory {data} must be writable" in line
 
 
@@ -97,7 +114,9 @@ def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
     srv = make_server(tmp_path / "srv")
     data = srv.directory / "data"
     data.mkdir(mode=0o000)
-    srv.config_path.write_text(srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"'))
+    srv.config_path.write_text(
+        srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"')
+    )
     try:
         result = run_serve(srv, wrap=_without_root_bypass())
     finally:
@@ -106,8 +125,10 @@ def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
     assert "Permission denied" in line and str(data) in line
 
 
-@pg.sqlite_only("a read-only SQLite file and its -wal/-shm companions (PostgreSQL has no file here; an "
-                "unreachable network database: test_a_storage_plugin_that_cannot_connect_is_one_line)")
+@pg.sqlite_only(
+    "a read-only SQLite file and its -wal/-shm companions (PostgreSQL has no file here; an "
+    "unreachable network database: test_a_storage_plugin_that_cannot_connect_is_one_line)"
+)
 def test_a_database_file_that_is_not_writable_is_one_line(tmp_path: Path) -> None:
     srv = make_server(tmp_path / "srv").start()
     srv.stop()
@@ -132,7 +153,7 @@ def test_a_bad_config_in_json_mode_is_one_json_line(tmp_path: Path) -> None:
     assert entry["problems"] == ['server.hots: unknown key (did you mean "server.host"?)']
 
 
-UNREACHABLE_PLUGIN = '''
+UNREACHABLE_PLUGIN = """
 from grantd.hookspecs import hookimpl
 
 @hookimpl
@@ -141,19 +162,26 @@ def storage_backends():
         raise ConnectionRefusedError(
             "connection to server at \\"10.9.9.9\\", port 5432 failed: Connection refused\\n\\tIs the server running?")
     return {"unreachable": open_store}
-'''
+"""
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_a_storage_plugin_that_cannot_connect_is_one_line(tmp_path: Path, log_format: str) -> None:
     """The hook for network databases: whatever open_services raises prints as one line."""
-    srv = make_server(tmp_path / "srv", log_format=log_format, storage='plugin = "unreachable"\npath = "grantd.db"',
-                      extra='[plugins]\nmodules = ["unreachable_store"]\npaths = ["site-plugins"]\n')
+    srv = make_server(
+        tmp_path / "srv",
+        log_format=log_format,
+        storage='plugin = "unreachable"\npath = "grantd.db"',
+        extra='[plugins]\nmodules = ["unreachable_store"]\npaths = ["site-plugins"]\n',
+    )
     (srv.directory / "site-plugins").mkdir()
     (srv.directory / "site-plugins" / "unreachable_store.py").write_text(UNREACHABLE_PLUGIN)
     result = run_serve(srv)
-    line = assert_one_line_failure(result, contains="port 5432 failed: Connection refused Is the server running?",
-                                   json_format=log_format == "json")
+    line = assert_one_line_failure(
+        result,
+        contains="port 5432 failed: Connection refused Is the server running?",
+        json_format=log_format == "json",
+    )
     assert "10.9.9.9" in line
 
 
@@ -164,7 +192,9 @@ def test_an_unreachable_postgresql_is_one_line(tmp_path: Path, log_format: str) 
     with socket.socket() as probe:  # a free port, closed again: connecting to it is refused
         probe.bind(("127.0.0.1", 0))
         dead = probe.getsockname()[1]
-    srv = make_server(tmp_path / "srv", log_format=log_format, storage='plugin = "postgres"\ndsn = "file:dsn"')
+    srv = make_server(
+        tmp_path / "srv", log_format=log_format, storage='plugin = "postgres"\ndsn = "file:dsn"'
+    )
     dsn = srv.directory / "dsn"
     dsn.write_text(f"postgresql://grantd@127.0.0.1:{dead}/grantd?connect_timeout=3\n")
     dsn.chmod(0o600)
@@ -179,7 +209,8 @@ def test_describe_startup_error_is_always_one_line() -> None:
     assert describe_startup_error(Weird("first\n  second\n")) == "Weird: first second"
     assert describe_startup_error(Weird()) == "Weird"
     assert describe_startup_error(PermissionError(13, "Permission denied", "/var/lib/grantd")).startswith(
-        "Permission denied: /var/lib/grantd")
+        "Permission denied: /var/lib/grantd"
+    )
 
 
 # -- stopping ------------------------------------------------------------------------------------------
@@ -219,8 +250,12 @@ def _wait_ready(srv: Server, timeout: float = 60) -> None:
 
 def _open_stream(srv: Server, opened: threading.Event, ended: threading.Event) -> None:
     try:
-        with httpx.stream("GET", f"{srv.url}/api/grants/events", headers={"Authorization": f"Bearer {srv.token}"},
-                          timeout=httpx.Timeout(30, read=30)) as response:
+        with httpx.stream(
+            "GET",
+            f"{srv.url}/api/grants/events",
+            headers={"Authorization": f"Bearer {srv.token}"},
+            timeout=httpx.Timeout(30, read=30),
+        ) as response:
             assert response.status_code == 200
             opened.set()
             for _ in response.iter_raw():
@@ -234,12 +269,18 @@ def _open_stream(srv: Server, opened: threading.Event, ended: threading.Event) -
 @pytest.mark.parametrize("workers", [2, 1])
 @pytest.mark.parametrize("moment", ["0.05s", "0.3s", "manager-up", "manager-up+0.3s", "ready", "stream"])
 def test_sigterm_at_any_moment_ends_in_time(tmp_path: Path, moment: str, workers: int) -> None:
-    """"manager-up": the moment the first process starts the others; "ready": the moment a server
+    """ "manager-up": the moment the first process starts the others; "ready": the moment a server
     answers, when SIGTERM used to be lost in Sanic's after-start phase (grantd.web.processes.Stopper)."""
     srv = make_server(tmp_path / "srv", workers=workers)
     log = open(srv.log_path, "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
-                            stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*srv.command, "serve", "--config", str(srv.config_path)],
+        cwd=srv.directory,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=srv.env,
+        start_new_session=True,
+    )
     stream_ended = threading.Event()
     try:
         if moment.endswith("s") and moment[0].isdigit():
@@ -261,7 +302,9 @@ def test_sigterm_at_any_moment_ends_in_time(tmp_path: Path, moment: str, workers
             pytest.fail(f"grantd did not stop within {ALLOWED + 10} s of SIGTERM at {moment}:\n{srv.log()}")
         took = time.monotonic() - sent
         assert took < ALLOWED, f"stopping took {took:.1f} s (SIGTERM at {moment}):\n{srv.log()}"
-        assert code in (0, -signal.SIGTERM), srv.log()  # -15: the signal came before grantd set up its handlers
+        assert code in (0, -signal.SIGTERM), (
+            srv.log()
+        )  # -15: the signal came before grantd set up its handlers
         assert _group_gone(proc.pid), f"worker processes left behind:\n{srv.log()}"
         assert "Traceback" not in srv.log(), srv.log()
         if moment == "stream":
@@ -375,7 +418,9 @@ def test_the_others_stop_when_the_first_process_is_killed(tmp_path: Path) -> Non
 
 
 def test_a_server_process_that_cannot_start_stops_the_server_with_one_line(tmp_path: Path) -> None:
-    srv = make_server(tmp_path / "srv", workers=2, extra='[plugins]\nmodules = ["refuse_in_peer_processes"]\n')
+    srv = make_server(
+        tmp_path / "srv", workers=2, extra='[plugins]\nmodules = ["refuse_in_peer_processes"]\n'
+    )
     result = run_serve(srv, timeout=90)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
@@ -398,8 +443,14 @@ def _serve_once(srv: Server, rng: Any, ready_after: float) -> tuple[str, float, 
     srv.log_path.write_bytes(b"")
     log = open(srv.log_path, "ab")  # noqa: SIM115 - closed below
     started = time.monotonic()
-    proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
-                            stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+    proc = subprocess.Popen(
+        [*srv.command, "serve", "--config", str(srv.config_path)],
+        cwd=srv.directory,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=srv.env,
+        start_new_session=True,
+    )
     try:
         kind = rng.choice(["from-start", "listening", "ready"])
         delay = rng.uniform(0.0, ready_after * 1.2 if kind == "from-start" else 0.4)
@@ -453,10 +504,20 @@ def test_sigterm_near_ready_is_never_lost_in_many_tries(tmp_path: Path, workers:
     failures = []
     for run in range(RACE_RUNS):
         moment, took, code, left, log_text = _serve_once(srv, rng, ready_after)
-        if code is None or took >= ALLOWED or code not in (0, -signal.SIGTERM) or left or "Traceback" in log_text:
-            failures.append(f"run {run} (SIGTERM at {moment}): exit {code} after {took:.1f} s; "
-                            f"left behind: {left or 'nothing'}\n{log_text}")
-    assert not failures, f"{len(failures)} of {RACE_RUNS} runs with {workers} worker(s) did not stop:\n" + "\n".join(failures)
+        if (
+            code is None
+            or took >= ALLOWED
+            or code not in (0, -signal.SIGTERM)
+            or left
+            or "Traceback" in log_text
+        ):
+            failures.append(
+                f"run {run} (SIGTERM at {moment}): exit {code} after {took:.1f} s; "
+                f"left behind: {left or 'nothing'}\n{log_text}"
+            )
+    assert not failures, (
+        f"{len(failures)} of {RACE_RUNS} runs with {workers} worker(s) did not stop:\n" + "\n".join(failures)
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -472,9 +533,16 @@ def test_sigterm_while_after_start_listeners_run_is_not_lost(tmp_path: Path, wor
         for marker in srv.directory.glob("after-start-*"):
             marker.unlink()
         log = open(srv.log_path, "wb")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen([*srv.command, "serve", "--config", str(srv.config_path)], cwd=srv.directory,
-                                stdout=log, stderr=subprocess.STDOUT, env=srv.env, start_new_session=True)
+        proc = subprocess.Popen(
+            [*srv.command, "serve", "--config", str(srv.config_path)],
+            cwd=srv.directory,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=srv.env,
+            start_new_session=True,
+        )
         try:
+
             def in_after_start() -> bool:
                 pids = {int(m.name.rsplit("-", 1)[1]) for m in srv.directory.glob("after-start-*")}
                 return any(pid != proc.pid for pid in pids) if workers > 1 else proc.pid in pids

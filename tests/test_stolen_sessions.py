@@ -63,7 +63,9 @@ def test_a_stolen_session_alone_gets_no_creation_options(server: InProcessServer
     assert reauth.status_code == 200 and reauth.json()["userVerification"] == "required"
     assert [c["id"] for c in reauth.json()["allowCredentials"]] == passkeys_of(victim)
     thiefs_key = registered(server, thief.authenticator)  # the thief's own account and passkey here
-    forged = thief.authenticator.get(reauth.json(), server.url, credential=thiefs_key.authenticator.credentials[0])
+    forged = thief.authenticator.get(
+        reauth.json(), server.url, credential=thiefs_key.authenticator.credentials[0]
+    )
     answer = thief.request("POST", "/api/webauthn/credentials/add/options", json_body={"response": forged})
     assert answer.status_code == 401
     assert passkeys_of(victim) == passkeys_of(thief) and len(passkeys_of(victim)) == 1
@@ -83,18 +85,29 @@ def test_the_assertion_must_be_fresh_and_answer_a_reauth_challenge(server: InPro
     victim = registered(server)
     reauth = victim.request("POST", "/api/webauthn/credentials/add/reauth", json_body={}).json()
     server.clock.advance(301)  # more than 5 minutes: the reauth challenge is gone
-    late = victim.request("POST", "/api/webauthn/credentials/add/options",
-                          json_body={"response": victim.authenticator.get(reauth, server.url)})
+    late = victim.request(
+        "POST",
+        "/api/webauthn/credentials/add/options",
+        json_body={"response": victim.authenticator.get(reauth, server.url)},
+    )
     assert late.status_code == 401 and "challenge" in problem(late)["detail"]
     # a sign-in challenge (another purpose) does not stand in for one
     login = victim.request("POST", "/api/webauthn/login/options", json_body={}).json()
-    answer = victim.request("POST", "/api/webauthn/credentials/add/options",
-                            json_body={"response": victim.authenticator.get(login, server.url)})
+    answer = victim.request(
+        "POST",
+        "/api/webauthn/credentials/add/options",
+        json_body={"response": victim.authenticator.get(login, server.url)},
+    )
     assert answer.status_code == 401
     # and one reauth challenge serves one add: it is used up
     reauth = victim.request("POST", "/api/webauthn/credentials/add/reauth", json_body={}).json()
     assertion = victim.authenticator.get(reauth, server.url)
-    assert victim.request("POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion}).status_code == 200
+    assert (
+        victim.request(
+            "POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion}
+        ).status_code
+        == 200
+    )
     again = victim.request("POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion})
     assert again.status_code == 401
 
@@ -103,9 +116,15 @@ def test_another_persons_reauth_does_not_count(server: InProcessServer) -> None:
     alice, mallory = registered(server), registered(server)
     reauth = alice.request("POST", "/api/webauthn/credentials/add/reauth", json_body={}).json()
     # mallory answers alice's challenge with her own passkey, in her own session: refused
-    answer = mallory.request("POST", "/api/webauthn/credentials/add/options",
-                             json_body={"response": mallory.authenticator.get(reauth, server.url,
-                                                                              credential=mallory.authenticator.credentials[0])})
+    answer = mallory.request(
+        "POST",
+        "/api/webauthn/credentials/add/options",
+        json_body={
+            "response": mallory.authenticator.get(
+                reauth, server.url, credential=mallory.authenticator.credentials[0]
+            )
+        },
+    )
     assert answer.status_code == 401
 
 
@@ -166,19 +185,31 @@ def test_nobody_ends_or_sees_someone_elses_sessions(server: InProcessServer) -> 
     assert alice.me().status_code == 200
     anonymous = httpx.get(server.url + "/api/sessions", timeout=10)
     assert anonymous.status_code == 401
-    management = httpx.delete(server.url + f"/api/sessions/{alices}", headers={"Authorization": f"Bearer {server.token}"},
-                              timeout=10)
+    management = httpx.delete(
+        server.url + f"/api/sessions/{alices}",
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=10,
+    )
     assert management.status_code == 403 and alice.me().status_code == 200
     for bad in ("x" * 300, "fam\u202e", "%00"):
         assert alice.request("DELETE", f"/api/sessions/{bad}").status_code in (400, 404)
 
 
-BAD_BODIES = [b"", b"{", b"[]", b"null", b'{"response": 1}', b'{"response": {}}', b'{"response": {"response": {}}}',
-              b'{"response": {"id": "x", "response": {"clientDataJSON": "!!"}}}',
-              b'{"response": {"id": "' + b"A" * 5000 + b'", "response": {"clientDataJSON": "e30"}}}',
-              b'{"response": {"rawId": 5, "response": {"clientDataJSON": "eyJjaGFsbGVuZ2UiOiAxfQ"}}}',
-              b'{"response": {"id": "AAAA", "response": {"clientDataJSON": "eyJjaGFsbGVuZ2UiOiAiXHVkODAwIn0"}}}',
-              b'{"a": NaN}', b"\xff\xfe"]
+BAD_BODIES = [
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b'{"response": 1}',
+    b'{"response": {}}',
+    b'{"response": {"response": {}}}',
+    b'{"response": {"id": "x", "response": {"clientDataJSON": "!!"}}}',
+    b'{"response": {"id": "' + b"A" * 5000 + b'", "response": {"clientDataJSON": "e30"}}}',
+    b'{"response": {"rawId": 5, "response": {"clientDataJSON": "eyJjaGFsbGVuZ2UiOiAxfQ"}}}',
+    b'{"response": {"id": "AAAA", "response": {"clientDataJSON": "eyJjaGFsbGVuZ2UiOiAiXHVkODAwIn0"}}}',
+    b'{"a": NaN}',
+    b"\xff\xfe",
+]
 
 
 def test_bad_input_to_the_new_routes_is_a_clear_4xx(server: InProcessServer) -> None:
@@ -187,7 +218,9 @@ def test_bad_input_to_the_new_routes_is_a_clear_4xx(server: InProcessServer) -> 
     for body in BAD_BODIES:
         for path in ("/api/webauthn/credentials/add/options", "/api/webauthn/credentials/add/reauth"):
             answer = person.request("POST", path, content=body, headers={"Content-Type": "application/json"})
-            assert 400 <= answer.status_code < 500 or (answer.status_code == 200 and path.endswith("reauth")), (path, body)
+            assert 400 <= answer.status_code < 500 or (
+                answer.status_code == 200 and path.endswith("reauth")
+            ), (path, body)
             if answer.status_code >= 400:
                 problem(answer)
     for ident in ("x" * 300, "%00", "%ED%A0%80", "..%2f..", "fam_%1b%5b31m", "%", "\u202e"):
@@ -196,9 +229,20 @@ def test_bad_input_to_the_new_routes_is_a_clear_4xx(server: InProcessServer) -> 
         problem(answer)
     # a lone surrogate as the challenge reached the store (500) on every verify route before
     surrogate = BAD_BODIES[10]
-    for path in ("/api/webauthn/login/verify", "/api/webauthn/register/verify", "/api/webauthn/credentials/add/verify"):
-        answer = person.request("POST", path, content=surrogate.replace(b"{", b'{"token": "t", ', 1),
-                                headers={"Content-Type": "application/json"})
-        assert answer.status_code == 400 or (answer.status_code == 404 and "register" in path), (path, answer.text)
+    for path in (
+        "/api/webauthn/login/verify",
+        "/api/webauthn/register/verify",
+        "/api/webauthn/credentials/add/verify",
+    ):
+        answer = person.request(
+            "POST",
+            path,
+            content=surrogate.replace(b"{", b'{"token": "t", ', 1),
+            headers={"Content-Type": "application/json"},
+        )
+        assert answer.status_code == 400 or (answer.status_code == 404 and "register" in path), (
+            path,
+            answer.text,
+        )
     assert person.request("GET", "/api/sessions", params={"limit": "x", "cursor": "\x00"}).status_code == 200
     assert person.me().status_code == 200

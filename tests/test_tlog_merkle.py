@@ -67,40 +67,61 @@ ROOTS = {n: ref_mth(LEAVES[:n]) for n in range(N + 1)}
 # -- RFC 6962 test vectors (certificate-transparency's, also in golang.org/x/mod and Trillian) ----------
 
 h = bytes.fromhex
-CT_LEAVES = [h(x) for x in ("", "00", "10", "2021", "3031", "40414243", "5051525354555657",
-                             "606162636465666768696a6b6c6d6e6f")]
-CT_ROOTS = [h(x) for x in (
-    "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
-    "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
-    "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
-    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
-    "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
-    "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
-    "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
-    "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328")]
+CT_LEAVES = [
+    h(x)
+    for x in (
+        "",
+        "00",
+        "10",
+        "2021",
+        "3031",
+        "40414243",
+        "5051525354555657",
+        "606162636465666768696a6b6c6d6e6f",
+    )
+]
+CT_ROOTS = [
+    h(x)
+    for x in (
+        "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+        "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+        "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+        "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+        "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+        "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+        "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+    )
+]
 
 
 def test_rfc6962_vectors():
     tree = MemoryTree.of_leaves(CT_LEAVES)
     assert merkle.EMPTY_ROOT.hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
     assert [tree.root(n) for n in range(1, 9)] == CT_ROOTS
-    inclusion_5_8 = [h("bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"),
-                     h("ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0"),
-                     h("d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7")]
+    inclusion_5_8 = [
+        h("bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"),
+        h("ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0"),
+        h("d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"),
+    ]
     assert tree.inclusion_proof(5, 8) == inclusion_5_8
     merkle.verify_inclusion(5, 8, merkle.leaf_hash(CT_LEAVES[5]), inclusion_5_8, CT_ROOTS[7])
     with pytest.raises(ProofError):
         merkle.verify_inclusion(4, 8, merkle.leaf_hash(CT_LEAVES[5]), inclusion_5_8, CT_ROOTS[7])
     assert tree.inclusion_proof(2, 3) == [CT_ROOTS[1]]
-    consistency_6_8 = [h("0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a"),
-                       h("ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0"),
-                       h("d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7")]
+    consistency_6_8 = [
+        h("0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a"),
+        h("ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0"),
+        h("d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"),
+    ]
     assert tree.consistency_proof(6, 8) == consistency_6_8
     merkle.verify_consistency(6, 8, CT_ROOTS[5], CT_ROOTS[7], consistency_6_8)
     with pytest.raises(ProofError):
         merkle.verify_consistency(6, 8, CT_ROOTS[4], CT_ROOTS[7], consistency_6_8)
-    consistency_2_5 = [h("5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e"),
-                       h("bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b")]
+    consistency_2_5 = [
+        h("5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e"),
+        h("bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"),
+    ]
     assert tree.consistency_proof(2, 5) == consistency_2_5
     merkle.verify_consistency(2, 5, CT_ROOTS[1], CT_ROOTS[4], consistency_2_5)
 
@@ -134,7 +155,7 @@ def _mutations(proof: list[bytes]):
     for i in range(len(proof)):
         flipped = bytearray(proof[i])
         flipped[0] ^= 1
-        yield proof[:i] + [bytes(flipped)] + proof[i + 1:]
+        yield proof[:i] + [bytes(flipped)] + proof[i + 1 :]
     if proof:
         yield proof[:-1]
         yield proof[1:]
@@ -165,7 +186,7 @@ def test_every_broken_consistency_proof_is_refused():
             for bad in _mutations(good):
                 with pytest.raises(ProofError):
                     merkle.verify_consistency(m, n, ROOTS[m], ROOTS[n], bad)
-            forked = ref_mth([*LEAVES[:m - 1], b"forked", *LEAVES[m:n]])
+            forked = ref_mth([*LEAVES[: m - 1], b"forked", *LEAVES[m:n]])
             with pytest.raises(ProofError):  # a fork: the new tree rewrote an old leaf
                 merkle.verify_consistency(m, n, ROOTS[m], forked, good)
             with pytest.raises(ProofError):
@@ -215,7 +236,7 @@ def test_compact_range_appends_write_each_complete_node_once_with_the_rfc_hash()
         for level, index, digest in compact.append(merkle.leaf_hash(leaf)):
             assert (level, index) not in written
             written[(level, index)] = digest
-            assert digest == ref_mth(LEAVES[index << level:(index + 1) << level])
+            assert digest == ref_mth(LEAVES[index << level : (index + 1) << level])
         assert compact.root() == ROOTS[n]
         assert [(lv, ix) for lv, ix, _ in compact.peaks] == CompactRange.coords(n)
     assert written == TREE.nodes
@@ -232,7 +253,7 @@ def test_a_sequencer_resuming_from_the_store_gets_the_same_tree(leaves, data):
     while size < len(leaves):
         batch = data.draw(st.integers(min_value=1, max_value=len(leaves) - size))
         compact = CompactRange.load(size, lambda coords: {c: store[c] for c in coords if c in store})
-        for level, index, digest in compact.extend(merkle.leaf_hash(x) for x in leaves[size:size + batch]):
+        for level, index, digest in compact.extend(merkle.leaf_hash(x) for x in leaves[size : size + batch]):
             store[(level, index)] = digest
         size += batch
         assert compact.root() == ref_mth(leaves[:size])
@@ -267,7 +288,9 @@ def test_proofs_verify_and_need_few_reads_for_large_sizes(size, data):
     m = data.draw(st.integers(min_value=0, max_value=size))
     root = merkle.root(size, read)
     assert root == compact.root()
-    merkle.verify_inclusion(i, size, hashlib.sha256(b"%d" % i).digest(), merkle.inclusion_proof(i, size, read), root)
+    merkle.verify_inclusion(
+        i, size, hashlib.sha256(b"%d" % i).digest(), merkle.inclusion_proof(i, size, read), root
+    )
     merkle.verify_consistency(m, size, merkle.root(m, read), root, merkle.consistency_proof(m, size, read))
     bound = 2 * size.bit_length() ** 2
     assert max(reads) <= bound

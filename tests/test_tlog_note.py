@@ -29,8 +29,13 @@ from grantd.core.tlog.note import (
 # golang.org/x/mod/sumdb/note note_test.go (also the C2SP signed-note example).
 GO_VKEY = "PeterNeumann+c74f20a3+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"
 GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"
-GO_TEXT = "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
-GO_NOTE = GO_TEXT + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+GO_TEXT = (
+    "If you think cryptography is the answer to your problem,\nthen you don't know what your problem is.\n"
+)
+GO_NOTE = (
+    GO_TEXT
+    + "\n\u2014 PeterNeumann x08go/ZJkuBS9UG/SffcvIAQxVBtiFupLLr8pAcElZInNIuGUgYN1FFYC2pZSNXgKvqfqdngotpRZb6KE6RyyBwJnAM=\n"
+)
 
 ORIGIN = "idp.example.com/grantd"
 
@@ -78,15 +83,24 @@ def test_mangled_vkeys_are_refused():
             continue
         with pytest.raises(NoteError):
             Verifier.from_vkey(text)
-    for bad in ("", "PeterNeumann", "PeterNeumann+c74f20a3", "Peter Neumann+c74f20a3+ARpc",
-                "PeterNeumann+cc469956+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
-                "PeterNeumann+c74f20a3+ApRc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW"):
+    for bad in (
+        "",
+        "PeterNeumann",
+        "PeterNeumann+c74f20a3",
+        "Peter Neumann+c74f20a3+ARpc",
+        "PeterNeumann+cc469956+ARpc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+        "PeterNeumann+c74f20a3+ApRc2QcUPDhMQegwxbzhKqiBfsVkmqq/LDE4izWy10TW",
+    ):
         with pytest.raises(NoteError):
             Verifier.from_vkey(bad)
 
 
 def test_unknown_signatures_are_ignored_a_known_bad_one_rejects_and_one_known_good_is_needed():
-    log, witness, stranger = Signer.generate(ORIGIN), Signer.generate("witness.example"), Signer.generate(ORIGIN)
+    log, witness, stranger = (
+        Signer.generate(ORIGIN),
+        Signer.generate("witness.example"),
+        Signer.generate(ORIGIN),
+    )
     text = Checkpoint(ORIGIN, 3, bytes(32)).text()
     note = sign_note(text, [stranger, witness, log])
     opened = open_note(note, [log.verifier])
@@ -105,15 +119,22 @@ def test_unknown_signatures_are_ignored_a_known_bad_one_rejects_and_one_known_go
     assert open_note(many, [log.verifier]).verified == (log.verifier,)
 
 
-@pytest.mark.parametrize("note", [
-    "", "a\n", "a\n\n", "a\n\n\u2014 x\n", "a\n\n\u2014 x AAAA\n",  # too short a signature
-    "a\n\n- x AAAAAAAA\n",  # not an em dash
-    "a\n\n\u2014 x AAAAAAAA",  # no final newline
-    "a\n\n\u2014 x AAAAAAAA\n\n",
-    "a\n\n\u2014 x !!!!!!!!\n",
-    "a\n\n\u2014 a+b AAAAAAAA\n",
-    "\x01\n\n\u2014 x AAAAAAAA\n",
-])
+@pytest.mark.parametrize(
+    "note",
+    [
+        "",
+        "a\n",
+        "a\n\n",
+        "a\n\n\u2014 x\n",
+        "a\n\n\u2014 x AAAA\n",  # too short a signature
+        "a\n\n- x AAAAAAAA\n",  # not an em dash
+        "a\n\n\u2014 x AAAAAAAA",  # no final newline
+        "a\n\n\u2014 x AAAAAAAA\n\n",
+        "a\n\n\u2014 x !!!!!!!!\n",
+        "a\n\n\u2014 a+b AAAAAAAA\n",
+        "\x01\n\n\u2014 x AAAAAAAA\n",
+    ],
+)
 def test_malformed_notes_are_refused(note):
     with pytest.raises(NoteError):
         open_note(note, [Verifier.from_vkey(GO_VKEY)])
@@ -132,9 +153,16 @@ def test_checkpoint_format_and_parse():
     with pytest.raises(NoteError, match="not"):
         open_checkpoint(note, [signer.verifier], "other.example/grantd")
     root = base64.b64encode(tree.root()).decode()
-    for bad in (f"{ORIGIN}\n03\n{root}\n", f"{ORIGIN}\n-3\n{root}\n", f"{ORIGIN}\n3\n", f"\n3\n{root}\n",
-                f"{ORIGIN}\n3\n{root[:-4]}\n", f"{ORIGIN}\n3\n{root}", f"{ORIGIN}\nthree\n{root}\n",
-                f"{ORIGIN}\n3\n{base64.b64encode(bytes(31)).decode()}\n"):
+    for bad in (
+        f"{ORIGIN}\n03\n{root}\n",
+        f"{ORIGIN}\n-3\n{root}\n",
+        f"{ORIGIN}\n3\n",
+        f"\n3\n{root}\n",
+        f"{ORIGIN}\n3\n{root[:-4]}\n",
+        f"{ORIGIN}\n3\n{root}",
+        f"{ORIGIN}\nthree\n{root}\n",
+        f"{ORIGIN}\n3\n{base64.b64encode(bytes(31)).decode()}\n",
+    ):
         with pytest.raises(NoteError):
             parse_checkpoint(bad)
 
@@ -159,6 +187,8 @@ def test_the_log_never_signs_a_checkpoint_inconsistent_with_its_previous_one():
     with pytest.raises(InconsistentCheckpoint):  # the same size, another root
         sign_checkpoint(signer, Checkpoint(ORIGIN, 7, forked.root(7)), previous, [])
     with pytest.raises(InconsistentCheckpoint):
-        sign_checkpoint(signer, Checkpoint(ORIGIN, 12, tree.root(12)), Checkpoint("other/log", 7, tree.root(7)), proof)
+        sign_checkpoint(
+            signer, Checkpoint(ORIGIN, 12, tree.root(12)), Checkpoint("other/log", 7, tree.root(7)), proof
+        )
     with pytest.raises(NoteError):  # the key is named as the origin
         sign_checkpoint(Signer.generate("someone"), grown, previous, proof)

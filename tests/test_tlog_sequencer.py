@@ -46,7 +46,10 @@ class Store:
 
 
 def events(start: int, count: int) -> list[bytes]:
-    return [L.policy_loaded(start + i + 1, start + i, ACTOR, policy_hash=f"sha256:{start + i:064x}") for i in range(count)]
+    return [
+        L.policy_loaded(start + i + 1, start + i, ACTOR, policy_hash=f"sha256:{start + i:064x}")
+        for i in range(count)
+    ]
 
 
 def previous(store: Store, signer: Signer):

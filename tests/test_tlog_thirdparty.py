@@ -38,9 +38,12 @@ def test_sigstore_refuses_what_grantd_would_refuse():
     size, index = 37, 21
     root, proof = TREE.root(size), TREE.inclusion_proof(index, size)
     edited = LEAVES[index].replace(b"alice", b"mallory")
-    for entry in (_entry(index, size, edited, proof, root), _entry(index, size, LEAVES[index], proof[:-1], root),
-                  _entry(index, size, LEAVES[index], [*proof[:2], bytes(32), *proof[3:]], root),
-                  _entry(index + 1, size, LEAVES[index], proof, root)):
+    for entry in (
+        _entry(index, size, edited, proof, root),
+        _entry(index, size, LEAVES[index], proof[:-1], root),
+        _entry(index, size, LEAVES[index], [*proof[:2], bytes(32), *proof[3:]], root),
+        _entry(index + 1, size, LEAVES[index], proof, root),
+    ):
         with pytest.raises(VerificationError):
             verify_merkle_inclusion(entry)
 
@@ -52,7 +55,11 @@ def test_sigstore_reads_grantd_checkpoints():
     signed = SignedNote.from_text(note)
     parsed = LogCheckpoint.from_text(signed.note)
     assert (parsed.origin, parsed.log_size, parsed.log_hash, parsed.other_content) == (
-        signer.name, TREE.size, TREE.root().hex(), [])
+        signer.name,
+        TREE.size,
+        TREE.root().hex(),
+        [],
+    )
     [signature] = signed.signatures
     assert signature.name == signer.name
     assert signature.sig_hash == key_id(signer.name, signer.verifier.public)

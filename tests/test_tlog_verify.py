@@ -64,11 +64,30 @@ class Log:
         return self.signer.verifier.vkey
 
     def receipt(self, grant_id, jti, result="exited", exit_code=0, host="web-1", key=HOST_KEY) -> int:
-        token = build_receipt(key, host=host, audience=ISSUER, grant_id=grant_id, authz_jti=jti, cmd_hash="sha256:c1",
-                              run_as="root", result=result, exit_code=exit_code, started_at=1, ended_at=2,
-                              duration_ms=1000, issued_at=2)
-        return self.add(L.exec_receipt, grant_id, host=host, receipt=token, authz_jti=jti, result=result,
-                        exit_code=exit_code)
+        token = build_receipt(
+            key,
+            host=host,
+            audience=ISSUER,
+            grant_id=grant_id,
+            authz_jti=jti,
+            cmd_hash="sha256:c1",
+            run_as="root",
+            result=result,
+            exit_code=exit_code,
+            started_at=1,
+            ended_at=2,
+            duration_ms=1000,
+            issued_at=2,
+        )
+        return self.add(
+            L.exec_receipt,
+            grant_id,
+            host=host,
+            receipt=token,
+            authz_jti=jti,
+            result=result,
+            exit_code=exit_code,
+        )
 
 
 def a_busy_log() -> Log:
@@ -77,11 +96,23 @@ def a_busy_log() -> Log:
     log.add(L.host_enrolled, ALICE, host="web-1", public_key=host_public_key_line(HOST_KEY))
     for n in range(6):
         gid = f"gr_{n}"
-        log.add(L.grant_created, AGENT, gid, request={"command": ["ls", str(n)]}, cmd_hash="sha256:c1",
-                grant_type="once" if n % 2 == 0 else "timed", review=DEFAULT_REVIEW.as_dict())
+        log.add(
+            L.grant_created,
+            AGENT,
+            gid,
+            request={"command": ["ls", str(n)]},
+            cmd_hash="sha256:c1",
+            grant_type="once" if n % 2 == 0 else "timed",
+            review=DEFAULT_REVIEW.as_dict(),
+        )
         log.add(L.grant_reviewed, ALICE, gid, decision="approve", via="web")
-        log.add(L.grant_approved, ALICE, gid, grant_type="once" if n % 2 == 0 else "timed",
-                decided_by="alice@example.com")
+        log.add(
+            L.grant_approved,
+            ALICE,
+            gid,
+            grant_type="once" if n % 2 == 0 else "timed",
+            decided_by="alice@example.com",
+        )
         log.add(L.grant_consumed if n % 2 == 0 else L.grant_used, AGENT, gid, authz_jti=f"j{n}")
         log.receipt(gid, f"j{n}")
     log.add(L.grant_created, AGENT, "gr_denied", request={}, cmd_hash=None, grant_type="once")
@@ -97,10 +128,20 @@ def test_a_clean_log_verifies_and_gives_the_state_to_keep():
     log.add(L.grant_revoked, ALICE, "gr_1")
     log.add(L.audit_exported, ALICE)
     tree = MemoryTree.of_leaves(log.leaves)
-    again = verify_log(log.checkpoint(), [log.vkey], first.state, log.leaves, audience=ISSUER,
-                       consistency_proof=tree.consistency_proof(first.checkpoint.size))
+    again = verify_log(
+        log.checkpoint(),
+        [log.vkey],
+        first.state,
+        log.leaves,
+        audience=ISSUER,
+        consistency_proof=tree.consistency_proof(first.checkpoint.size),
+    )
     assert again.code == OK, again.reason
-    assert again.state == {"origin": ORIGIN, "size": len(log.leaves), "root": base64.b64encode(tree.root()).decode()}
+    assert again.state == {
+        "origin": ORIGIN,
+        "size": len(log.leaves),
+        "root": base64.b64encode(tree.root()).decode(),
+    }
     # Without a consistency proof the leaves prove it; more leaves than the checkpoint are ignored.
     assert verify_log(log.notes[-1], [log.vkey], first.state, [*log.leaves, b"later"]).code == OK
 
@@ -139,8 +180,14 @@ def test_untrusted_hashes_that_do_not_fold_to_the_signed_root_are_not_believed()
     assert edited[2] != log.leaves[2]
     lying = [leaf_hash(x) for x in edited]
     lying[20] = bytes(32)  # an attacker points at another index
-    result = verify_log(note, [log.vkey], None, edited, claimed_leaf_hashes=lying,
-                        nodes=lambda coords: {c: bytes(32) for c in coords})
+    result = verify_log(
+        note,
+        [log.vkey],
+        None,
+        edited,
+        claimed_leaf_hashes=lying,
+        nodes=lambda coords: {c: bytes(32) for c in coords},
+    )
     assert result.code == CRYPTO and not result.exact and result.bad_index == 0
     hashes = [leaf_hash(x) for x in edited]
     assert locate_first_bad(hashes, len(hashes), log.last.root, claimed_leaf_hashes=lying) == (0, False)
@@ -164,10 +211,19 @@ def test_a_shrunk_log_and_a_fork_fail_consistency_with_the_saved_state():
     result = verify_log(forked_note, [log.vkey], saved, shrunk.leaves)
     assert result.code == CRYPTO and "forked" in result.reason
     tree = MemoryTree.of_leaves(shrunk.leaves)
-    result = verify_log(forked_note, [log.vkey], saved, shrunk.leaves, consistency_proof=tree.consistency_proof(saved["size"]))
+    result = verify_log(
+        forked_note, [log.vkey], saved, shrunk.leaves, consistency_proof=tree.consistency_proof(saved["size"])
+    )
     assert result.code == CRYPTO and "consistency" in result.reason
-    assert verify_log(forked_note, [log.vkey], {"origin": "other/log", **{k: saved[k] for k in ("size", "root")}},
-                      shrunk.leaves).code == CRYPTO
+    assert (
+        verify_log(
+            forked_note,
+            [log.vkey],
+            {"origin": "other/log", **{k: saved[k] for k in ("size", "root")}},
+            shrunk.leaves,
+        ).code
+        == CRYPTO
+    )
 
 
 def test_signature_problems_are_cryptographic():
@@ -175,7 +231,15 @@ def test_signature_problems_are_cryptographic():
     note = log.checkpoint()
     stranger = Signer.generate(ORIGIN)
     assert verify_log(note, [stranger.verifier.vkey], None, log.leaves).code == CRYPTO
-    assert verify_log(note.replace(f"\n{len(log.leaves)}\n", f"\n{len(log.leaves) + 1}\n", 1), [log.vkey], None, log.leaves).code == CRYPTO
+    assert (
+        verify_log(
+            note.replace(f"\n{len(log.leaves)}\n", f"\n{len(log.leaves) + 1}\n", 1),
+            [log.vkey],
+            None,
+            log.leaves,
+        ).code
+        == CRYPTO
+    )
     assert verify_log(note, [], None, log.leaves).code == CRYPTO
     assert verify_log(note, ["garbage"], None, log.leaves).code == CRYPTO
     assert verify_log(note, [log.vkey], None, log.leaves[:-1]).code == CRYPTO  # leaves missing
@@ -199,11 +263,24 @@ def test_a_once_grant_consumed_twice_is_semantic():
     assert (result.code, result.bad_index) == (SEMANTIC, bad) and "consumed twice" in result.reason
 
 
-@pytest.mark.parametrize("case", [
-    "approval without votes", "approval short of its policy", "decided twice", "consumed unapproved",
-    "used once grant", "grant never created", "seq goes back", "receipt unknown host", "receipt bad signature",
-    "receipt unapproved grant", "receipt twice", "receipt without consume", "receipt fields differ",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "approval without votes",
+        "approval short of its policy",
+        "decided twice",
+        "consumed unapproved",
+        "used once grant",
+        "grant never created",
+        "seq goes back",
+        "receipt unknown host",
+        "receipt bad signature",
+        "receipt unapproved grant",
+        "receipt twice",
+        "receipt without consume",
+        "receipt fields differ",
+    ],
+)
 def test_semantic_violations_name_their_leaf(case):
     log = a_busy_log()
     other_key = Ed25519PrivateKey.generate()
@@ -242,10 +319,24 @@ def test_semantic_violations_name_their_leaf(case):
         log.add(L.grant_approved, ALICE, "g", grant_type="timed", decided_by="alice@example.com")
         bad = log.receipt("g", "jg")
     elif case == "receipt fields differ":
-        token = build_receipt(HOST_KEY, host="web-1", audience=ISSUER, grant_id="gr_1", authz_jti="j9",
-                              cmd_hash="sha256:c1", run_as="root", result="exited", exit_code=1, started_at=1,
-                              ended_at=2, duration_ms=1, issued_at=2)
-        bad = log.add(L.exec_receipt, "gr_1", host="web-1", receipt=token, authz_jti="j9", result="exited", exit_code=0)
+        token = build_receipt(
+            HOST_KEY,
+            host="web-1",
+            audience=ISSUER,
+            grant_id="gr_1",
+            authz_jti="j9",
+            cmd_hash="sha256:c1",
+            run_as="root",
+            result="exited",
+            exit_code=1,
+            started_at=1,
+            ended_at=2,
+            duration_ms=1,
+            issued_at=2,
+        )
+        bad = log.add(
+            L.exec_receipt, "gr_1", host="web-1", receipt=token, authz_jti="j9", result="exited", exit_code=0
+        )
     result = _semantic(log)
     assert (result.code, result.bad_index) == (SEMANTIC, bad), result.reason
     log.leaves = log.leaves[:bad]  # the same log without that leaf is clean
@@ -271,8 +362,12 @@ def test_the_approval_hook_decides_on_pinned_policies():
 
     result = _semantic(log, approval_check=strict)
     assert result.code == SEMANTIC and "gr_3: not in the sre group" in result.reason
-    assert seen[:4] == [("gr_0", 1, "grant.approved"), ("gr_1", 1, "grant.approved"), ("gr_2", 1, "grant.approved"),
-                        ("gr_3", 1, "grant.approved")]
+    assert seen[:4] == [
+        ("gr_0", 1, "grant.approved"),
+        ("gr_1", 1, "grant.approved"),
+        ("gr_2", 1, "grant.approved"),
+        ("gr_3", 1, "grant.approved"),
+    ]
 
 
 # -- the export directory ----------------------------------------------------------------------------------
@@ -285,7 +380,9 @@ def test_export_round_trip_and_offline_verify(tmp_path):
     log.checkpoint()
     write_export(tmp_path, export_files(log.leaves, log.notes, [log.vkey]))
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [
-        f"{len(log.leaves) - 1:020d}.txt", f"{len(log.leaves):020d}.txt"]
+        f"{len(log.leaves) - 1:020d}.txt",
+        f"{len(log.leaves):020d}.txt",
+    ]
     line = json.loads((tmp_path / "leaves.jsonl").read_text().splitlines()[4])
     assert line["index"] == 4 and line["leaf"].encode() == log.leaves[4]
     assert base64.b64decode(line["leaf_hash"]) == leaf_hash(log.leaves[4])
@@ -299,7 +396,10 @@ def test_export_round_trip_and_offline_verify(tmp_path):
     write_export(tmp_path, export_files(log.leaves, log.notes, [log.vkey]))
     assert verify_export(load_export(tmp_path), [log.vkey], result.state).code == OK
     with pytest.raises(ExportError):
-        write_export(tmp_path, {f"checkpoints/{1:020d}.txt": b"other"} | {"checkpoints/" + f"{len(log.leaves):020d}.txt": b"x"})
+        write_export(
+            tmp_path,
+            {f"checkpoints/{1:020d}.txt": b"other"} | {"checkpoints/" + f"{len(log.leaves):020d}.txt": b"x"},
+        )
 
 
 def test_an_edited_export_is_caught_with_its_index(tmp_path):
@@ -332,11 +432,16 @@ def test_an_export_whose_newest_checkpoint_forks_an_older_one_is_caught():
     assert result.code == CRYPTO and "forked" in result.reason
 
 
-@pytest.mark.parametrize("files", [
-    {}, {"leaves.jsonl": b"", "checkpoint": b"nope"}, {"leaves.jsonl": b'{"index": 1, "leaf": "x"}\n', "checkpoint": b""},
-    {"leaves.jsonl": b"\xff", "checkpoint": b""}, {"leaves.jsonl": b'{"index": 0, "leaf": "x", "leaf_hash": "!"}\n',
-                                                   "checkpoint": b""},
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        {},
+        {"leaves.jsonl": b"", "checkpoint": b"nope"},
+        {"leaves.jsonl": b'{"index": 1, "leaf": "x"}\n', "checkpoint": b""},
+        {"leaves.jsonl": b"\xff", "checkpoint": b""},
+        {"leaves.jsonl": b'{"index": 0, "leaf": "x", "leaf_hash": "!"}\n', "checkpoint": b""},
+    ],
+)
 def test_malformed_exports_are_refused(files):
     with pytest.raises(ExportError):
         read_export(files)
@@ -344,17 +449,33 @@ def test_malformed_exports_are_refused(files):
 
 def test_state_round_trip():
     checkpoint = Checkpoint(ORIGIN, 5, bytes(range(32)))
-    assert state_of(checkpoint) == {"origin": ORIGIN, "size": 5, "root": base64.b64encode(bytes(range(32))).decode()}
+    assert state_of(checkpoint) == {
+        "origin": ORIGIN,
+        "size": 5,
+        "root": base64.b64encode(bytes(range(32))).decode(),
+    }
 
 
 def test_passkey_evidence_must_name_a_logged_credential_of_the_voter_and_pass_the_hook():
-    webauthn = {"webauthn": {"credential_id": "cred_a", "authenticator_data": "AA", "client_data_json": "e30",
-                             "signature": "sig"}}
+    webauthn = {
+        "webauthn": {
+            "credential_id": "cred_a",
+            "authenticator_data": "AA",
+            "client_data_json": "e30",
+            "signature": "sig",
+        }
+    }
 
     def log_with(credential_owner: str | None, voter=ALICE) -> tuple[Log, int]:
         log = a_busy_log()
         if credential_owner:
-            log.add(L.person_credential_added, ALICE, email=credential_owner, credential_id="cred_a", public_key="pQE")
+            log.add(
+                L.person_credential_added,
+                ALICE,
+                email=credential_owner,
+                credential_id="cred_a",
+                public_key="pQE",
+            )
         log.add(L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once")
         return log, log.add(L.grant_reviewed, voter, "g", decision="approve", via="web", evidence=webauthn)
 
@@ -371,8 +492,12 @@ def test_passkey_evidence_must_name_a_logged_credential_of_the_voter_and_pass_th
     result = _semantic(log)
     assert (result.code, result.bad_index) == (SEMANTIC, vote) and "another person" in result.reason
     log = a_busy_log()
-    log.add(L.person_credential_added, ALICE, email="alice@example.com", credential_id="cred_a", public_key="pQE")
-    bad = log.add(L.person_credential_added, BOB, email="bob@example.com", credential_id="cred_a", public_key="pQF")
+    log.add(
+        L.person_credential_added, ALICE, email="alice@example.com", credential_id="cred_a", public_key="pQE"
+    )
+    bad = log.add(
+        L.person_credential_added, BOB, email="bob@example.com", credential_id="cred_a", public_key="pQF"
+    )
     assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, bad)
 
 
@@ -384,22 +509,34 @@ def test_backfilled_leaves_only_open_the_log():
     """Grants that existed before the log get backfilled leaves at its start; a backfilled approval
     is not held to a policy (no votes exist), so backfill anywhere later would be a bypass."""
     log = Log()
-    log.add(lambda seq, ts: L.backfilled(L.grant_created(seq, ts, AGENT, "old", request={}, cmd_hash=None,
-                                                          grant_type="timed")))
-    log.add(lambda seq, ts: L.backfilled(L.grant_approved(seq, ts, ALICE, "old", grant_type="timed",
-                                                           decided_by="alice@example.com")))
+    log.add(
+        lambda seq, ts: L.backfilled(
+            L.grant_created(seq, ts, AGENT, "old", request={}, cmd_hash=None, grant_type="timed")
+        )
+    )
+    log.add(
+        lambda seq, ts: L.backfilled(
+            L.grant_approved(seq, ts, ALICE, "old", grant_type="timed", decided_by="alice@example.com")
+        )
+    )
     log.add(L.grant_used, AGENT, "old")
     assert json.loads(log.leaves[0])["data"]["backfilled"] is True
     assert _semantic(log).code == OK
     log.add(L.grant_created, AGENT, "new", request={}, cmd_hash=None, grant_type="once")
-    bad = log.add(lambda seq, ts: L.backfilled(L.grant_approved(seq, ts, ALICE, "new", grant_type="once",
-                                                                 decided_by="alice@example.com")))
+    bad = log.add(
+        lambda seq, ts: L.backfilled(
+            L.grant_approved(seq, ts, ALICE, "new", grant_type="once", decided_by="alice@example.com")
+        )
+    )
     result = _semantic(log)
     assert (result.code, result.bad_index) == (SEMANTIC, bad) and "backfill" in result.reason
     log.leaves = log.leaves[:bad]
     log.last = None
-    bad = log.add(lambda seq, ts: L.make_leaf("grant.revoked", seq=seq, ts=ts, actor=ALICE, data={"backfilled": 1},
-                                                  grant_id="old"))
+    bad = log.add(
+        lambda seq, ts: L.make_leaf(
+            "grant.revoked", seq=seq, ts=ts, actor=ALICE, data={"backfilled": 1}, grant_id="old"
+        )
+    )
     assert (_semantic(log).code, _semantic(log).bad_index) == (SEMANTIC, bad)
 
 

@@ -30,23 +30,35 @@ class Kit:
     def __init__(self, srv: InProcessServer):
         self.srv = srv
         key = Ed25519PrivateKey.generate()
-        public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        public = key.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
         email = f"cache-{os.urandom(4).hex()}@example.com"
         with srv.admin() as http:
-            r = http.post("/api/agent/enroll", json={"email": email, "name": "cache", "publicKey": public.decode()})
+            r = http.post(
+                "/api/agent/enroll", json={"email": email, "name": "cache", "publicKey": public.decode()}
+            )
             assert r.status_code == 201, r.text
         agent_id = r.json()["agent_id"]
         with srv.client() as http:
             challenge = http.post("/api/agent/challenge", json={"agent_id": agent_id}).json()["challenge"]
             signature = base64.b64encode(key.sign(challenge.encode())).decode()
-            r = http.post("/api/agent/authenticate", json={"agent_id": agent_id, "challenge": challenge,
-                                                           "signature": signature})
+            r = http.post(
+                "/api/agent/authenticate",
+                json={"agent_id": agent_id, "challenge": challenge, "signature": signature},
+            )
             assert r.status_code == 200, r.text
         self.token = r.json()["token"]
 
     def approved(self, **fields: Any) -> tuple[str, str]:
         """(AuthZ-JWT, grant id) of a freshly approved grant."""
-        body = {"target_host": "web-1", "audience": "escapes", "command": COMMAND, "grant_type": "once", **fields}
+        body = {
+            "target_host": "web-1",
+            "audience": "escapes",
+            "command": COMMAND,
+            "grant_type": "once",
+            **fields,
+        }
         with self.srv.client(self.token) as http:
             r = http.post("/api/grants", json=body)
             assert r.status_code == 201, r.text
@@ -84,7 +96,9 @@ def test_a_once_grant_is_consumed_once_however_often_its_token_was_verified(kit:
     first = kit.consume(grant_id, token)
     assert first.status_code == 200 and first.json()["status"] == "consumed", first.text
     again = kit.consume(grant_id, token)
-    assert again.status_code == 200 and again.json()["status"] == "consumed" and again.json()["error"], again.text
+    assert again.status_code == 200 and again.json()["status"] == "consumed" and again.json()["error"], (
+        again.text
+    )
     assert kit.verify(token)["valid"] is False
 
 
@@ -113,9 +127,14 @@ def test_a_remembered_token_dies_with_its_key(kit: Kit) -> None:
     kit.warm(grant_id, token)
     assert kit.consume(grant_id, token).json()["status"] == "valid"
     kid = jwt.get_unverified_header(token)["kid"]
-    done = subprocess.run([sys.executable, "-m", "grantd", "keys", "revoke", kid, "--config", str(kit.srv.config_path)],
-                          cwd=kit.srv.directory, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-m", "grantd", "keys", "revoke", kid, "--config", str(kit.srv.config_path)],
+        cwd=kit.srv.directory,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr
     kit.srv.clock.advance(2)  # the keyring re-reads its keys within a second
     assert kit.verify(token)["valid"] is False

@@ -28,8 +28,13 @@ LOOK_ALIKE = {
     **GRANTS[0],
     "id": "g-0005-look-alikes",
     "requester": "agent+deploy@example.com",
-    "request": {**GRANTS[0]["request"], "command": [HOMOGLYPH, "restart", *(f"x{ch}y" for ch in BLANKS)],
-                "target_host": "web\u3164-1", "reason": "rotate\u2800logs", "run_as": "deploy"},
+    "request": {
+        **GRANTS[0]["request"],
+        "command": [HOMOGLYPH, "restart", *(f"x{ch}y" for ch in BLANKS)],
+        "target_host": "web\u3164-1",
+        "reason": "rotate\u2800logs",
+        "run_as": "deploy",
+    },
     "created_at": NOW - 1_000,
 }
 
@@ -42,15 +47,25 @@ class Recording(FixtureSource):
         self.grants = [Grant.from_json(g) for g in (*extra, *GRANTS)]
         self.approved: list[str] = []
 
-    async def approve(self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None) -> Decision:
+    async def approve(
+        self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None
+    ) -> Decision:
         self.approved.append(grant_id)
         return Decision(grant_id, {"status": "approved", "decided_by": "pat@example.com", "decided_at": NOW})
 
     async def agent(self, ident: str) -> AgentInfo:
         info = await super().agent(ident)
         if ident == "agent+deploy@example.com":
-            return AgentInfo.from_json({"agent_id": "a-1", "email": ident, "name": "Deploy\u3164bot", "owner": "alice@example.com",
-                                        "approver": "ops@example.com", "status": "active"})
+            return AgentInfo.from_json(
+                {
+                    "agent_id": "a-1",
+                    "email": ident,
+                    "name": "Deploy\u3164bot",
+                    "owner": "alice@example.com",
+                    "approver": "ops@example.com",
+                    "status": "active",
+                }
+            )
         return info
 
 
@@ -161,8 +176,12 @@ def test_column_widths_share_the_room_and_the_command_keeps_a_minimum() -> None:
 
 
 def test_confirm_root_asks_before_approving_a_root_command_and_only_then() -> None:
-    as_deploy = {**GRANTS[0], "id": "g-0006-as-deploy", "request": {**GRANTS[0]["request"], "run_as": "deploy"},
-                 "created_at": NOW - 500}
+    as_deploy = {
+        **GRANTS[0],
+        "id": "g-0006-as-deploy",
+        "request": {**GRANTS[0]["request"], "run_as": "deploy"},
+        "created_at": NOW - 500,
+    }
     source = Recording(as_deploy)
 
     async def steps(pilot: Any) -> None:
@@ -214,8 +233,16 @@ def test_without_confirm_root_a_root_command_is_approved_with_one_key() -> None:
 
 
 def test_a_status_or_grant_type_from_a_hostile_server_is_escaped_where_it_is_drawn() -> None:
-    grant = Grant.from_json({**GRANTS[0], "status": "pending\x1b[2J", "request": {**GRANTS[0]["request"],
-                                                                                  "grant_type": "once\u202e\x07"}})
+    grant = Grant.from_json(
+        {
+            **GRANTS[0],
+            "status": "pending\x1b[2J",
+            "request": {**GRANTS[0]["request"], "grant_type": "once\u202e\x07"},
+        }
+    )
     assert grant.status == "pending\\x1b[2J" and grant.request.grant_type == "once\\u202e\\x07"
-    assert Grant.from_json(GRANTS[1]).status == "pending" and Grant.from_json(GRANTS[1]).request.grant_type == "timed"
+    assert (
+        Grant.from_json(GRANTS[1]).status == "pending"
+        and Grant.from_json(GRANTS[1]).request.grant_type == "timed"
+    )
     assert grant.with_decision({"status": "approved\x9b"}).status == "approved\\x9b"

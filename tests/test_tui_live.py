@@ -67,26 +67,34 @@ def row(app: GrantConsole, grant_id: str) -> Grant | None:
 
 async def request_grant(server: Server, agent: Agent, **fields: Any) -> dict[str, Any]:
     body = {"target_host": "web-1", "audience": "escapes", "command": COMMAND, "reason": "deploy", **fields}
-    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {agent.token}"}, timeout=20) as http:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {agent.token}"}, timeout=20
+    ) as http:
         r = await http.post("/api/grants", json=body)
     assert r.status_code == 201, r.text
     return r.json()  # type: ignore[no-any-return]
 
 
 async def server_grant(server: Server, grant_id: str) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20) as http:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20
+    ) as http:
         r = await http.get(f"/api/grants/{grant_id}")
     assert r.status_code == 200, r.text
     return r.json()  # type: ignore[no-any-return]
 
 
 async def admin_post(server: Server, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-    async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20) as http:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {server.token}"}, timeout=20
+    ) as http:
         return await http.post(path, json=body or {})
 
 
 async def live(pilot: Any) -> None:
-    await wait_for(pilot, lambda: mode(pilot.app) == "live" and pilot.app.main.initial_loaded, "the event stream")
+    await wait_for(
+        pilot, lambda: mode(pilot.app) == "live" and pilot.app.main.initial_loaded, "the event stream"
+    )
 
 
 async def select(pilot: Any, grant_id: str) -> None:
@@ -147,7 +155,9 @@ async def test_override_form_approves_timed_with_a_duration(server: Server, agen
         assert stored["expires_at"] - stored["decided_at"] == pytest.approx(900_000, abs=2_000)
 
 
-async def test_grant_decided_elsewhere_updates_the_row_and_a_late_decision_says_so(server: Server, agent: Agent) -> None:
+async def test_grant_decided_elsewhere_updates_the_row_and_a_late_decision_says_so(
+    server: Server, agent: Agent
+) -> None:
     app = console_for(server)
     async with app.run_test(size=SIZE) as pilot:
         await live(pilot)
@@ -163,27 +173,37 @@ async def test_grant_decided_elsewhere_updates_the_row_and_a_late_decision_says_
 
         # `a` on a row that is no longer pending is refused locally ...
         await pilot.press("a")
-        await wait_for(pilot, lambda: any("Only pending" in n.message for n in app._notifications), "a local refusal")
+        await wait_for(
+            pilot, lambda: any("Only pending" in n.message for n in app._notifications), "a local refusal"
+        )
         # ... and a decision sent with a stale view (someone else was faster) reports the server's 400.
         r = await admin_post(server, f"/api/grants/{grant['id']}/revoke")
         assert r.status_code == 200, r.text
         app.main.decide(stale, "deny")
-        await wait_for(pilot, lambda: any("already decided" in n.message for n in app._notifications), "the 400 notice")
+        await wait_for(
+            pilot, lambda: any("already decided" in n.message for n in app._notifications), "the 400 notice"
+        )
         await wait_for(pilot, lambda: row(app, grant["id"]).status == "revoked", "the re-read row")  # type: ignore[union-attr]
 
 
 async def test_history_filter_and_detail_pane(server: Server, tmp_path: Path) -> None:
-    requester = signed_in(server, tmp_path / "keys", owner="owner@example.com", approver="approver@example.com")
+    requester = signed_in(
+        server, tmp_path / "keys", owner="owner@example.com", approver="approver@example.com"
+    )
     hostile = ["sh", "-c", "echo ok\n\x1b[2Krm -rf /", "\u202eevil"]
     app = console_for(server)
     async with app.run_test(size=SIZE) as pilot:
         await live(pilot)
         first = await request_grant(server, requester, command=hostile)
-        assert (await admin_post(server, f"/api/grants/{first['id']}/deny", {"reason": "no"})).status_code == 200
+        assert (
+            await admin_post(server, f"/api/grants/{first['id']}/deny", {"reason": "no"})
+        ).status_code == 200
         second = await request_grant(server, requester, command=hostile, run_as="root")
         await select(pilot, second["id"])
         detail = app.main.query_one(GrantDetail)
-        await wait_for(pilot, lambda: detail.agent is not None and detail.earlier is not None, "the detail context")
+        await wait_for(
+            pilot, lambda: detail.agent is not None and detail.earlier is not None, "the detail context"
+        )
         assert detail.agent is not None and detail.agent.owner == "owner@example.com"
         assert detail.agent.approver == "approver@example.com"
         assert [g.id for g in detail.earlier or []] == [first["id"]]
@@ -221,7 +241,12 @@ async def test_server_restart_reconnects_and_nothing_is_lost(server_factory: Any
         await asyncio.to_thread(srv.start)
         # Requested as soon as the server is back, probably before the console has reconnected.
         after = await request_grant(srv, requester)
-        await wait_for(pilot, lambda: row(app, after["id"]) is not None, "the grant requested after the restart", timeout=60)
+        await wait_for(
+            pilot,
+            lambda: row(app, after["id"]) is not None,
+            "the grant requested after the restart",
+            timeout=60,
+        )
         await wait_for(pilot, lambda: mode(app) == "live", "live again")
         assert row(app, before["id"]) is not None
 
@@ -260,12 +285,24 @@ def test_cli_reads_url_and_token_from_the_config(server: Server, tmp_path: Path)
     assert "--token-file" in result.stdout and "--token " not in result.stdout
     assert "--management-token" in result.stdout and "--session-file" in result.stdout
     env = {k: v for k, v in server.env.items() if k != "GRANTD_CONFIG"}
-    result = subprocess.run([*server.command, "tui", "--url", server.url, "--management-token"], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*server.command, "tui", "--url", server.url, "--management-token"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "no credential" in result.stderr
     env = {k: v for k, v in env.items() if k not in ("GRANTD_ISSUER", "GRANTD_SESSION_FILE")}
-    result = subprocess.run([*server.command, "tui", "--session-file", str(tmp_path / "none.json")], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [*server.command, "tui", "--session-file", str(tmp_path / "none.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "no server" in result.stderr
 
 
@@ -277,7 +314,9 @@ def test_cli_acts_as_a_person_by_default(tmp_path: Path) -> None:
     from grantd.tui.signin import SessionCredential, SessionFile, StoredSession
 
     session_file = tmp_path / "grantd" / "session.json"
-    SessionFile(session_file).save(StoredSession("http://idp.test:1", "r", "a", 1, "pat@example.com", "Pat Example"))
+    SessionFile(session_file).save(
+        StoredSession("http://idp.test:1", "r", "a", 1, "pat@example.com", "Pat Example")
+    )
     args = argparse.Namespace(url=None, config=None, session_file=session_file)
     connection = resolve_person(args)  # no config in tmp_path: the stored session names the server
     assert connection.url == "http://idp.test:1" and connection.token is None
@@ -315,8 +354,11 @@ async def test_the_console_signs_a_person_in_with_the_device_grant(tmp_path: Pat
         credential = SessionCredential(DeviceSignIn(srv.url, sleep=wait_on_server_clock), store)
         app = GrantConsole(GrantdClient(srv.url, credential), backoff=(0.2, 0.5, 1.0))
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, SignInScreen) and app.screen.authorization is not None,
-                           "the code on the sign-in screen")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, SignInScreen) and app.screen.authorization is not None,
+                "the code on the sign-in screen",
+            )
             screen = app.screen
             assert isinstance(screen, SignInScreen) and screen.authorization is not None
             code = screen.authorization.user_code
@@ -329,13 +371,20 @@ async def test_the_console_signs_a_person_in_with_the_device_grant(tmp_path: Pat
                 await wait_for(pilot, lambda: screen.error is not None, "the denial on the sign-in screen")
                 assert "denied" in str(screen.query_one("#signin-state", Static).render())
                 await pilot.press("r")
-                await wait_for(pilot, lambda: screen.authorization is not None and screen.authorization.user_code != code,
-                               "a new code")
+                await wait_for(
+                    pilot,
+                    lambda: screen.authorization is not None and screen.authorization.user_code != code,
+                    "a new code",
+                )
                 code = screen.authorization.user_code  # type: ignore[union-attr]
                 r = await browser.post("/api/device/decide", json={"user_code": code, "approve": True})
             assert r.status_code == 200, r.text
 
-            await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.screen.initial_loaded, "the main screen")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, MainScreen) and app.screen.initial_loaded,
+                "the main screen",
+            )
             await live(pilot)
             header = str(app.main.query_one("#server-label", Static).render())
             assert f"Pat Example <{person['email']}>" in header
@@ -353,11 +402,15 @@ async def test_the_console_signs_a_person_in_with_the_device_grant(tmp_path: Pat
             assert other["id"] not in app.main.grants  # not theirs to decide: the server never sent it
 
         # Started again, the console reuses the stored session: straight to the list, as the person.
-        again = GrantConsole(GrantdClient(srv.url, SessionCredential(DeviceSignIn(srv.url), store, store.load())))
+        again = GrantConsole(
+            GrantdClient(srv.url, SessionCredential(DeviceSignIn(srv.url), store, store.load()))
+        )
         async with again.run_test(size=SIZE) as pilot:
             assert isinstance(again.screen, MainScreen)
             await live(pilot)
-            assert f"Pat Example <{person['email']}>" in str(again.main.query_one("#server-label", Static).render())
+            assert f"Pat Example <{person['email']}>" in str(
+                again.main.query_one("#server-label", Static).render()
+            )
     finally:
         await asyncio.to_thread(srv.stop)
 
@@ -378,20 +431,30 @@ async def test_the_counters_say_what_they_count(server_factory: Any, tmp_path: P
         await live(pilot)
         first = await request_grant(server, requester, command=["true", "1"])
         second = await request_grant(server, requester, command=["true", "2"])
-        await wait_for(pilot, lambda: row(app, second["id"]) is not None and row(app, first["id"]) is not None, "both rows")
+        await wait_for(
+            pilot,
+            lambda: row(app, second["id"]) is not None and row(app, first["id"]) is not None,
+            "both rows",
+        )
         await wait_for(pilot, lambda: "Pending: 2 waiting " in summary(app), "two waiting")
         for grant in (first, second):
             await select(pilot, grant["id"])  # the approver's own cursor move: `a` acts at once
             await pilot.press("a")
             await wait_for(pilot, lambda g=grant: row(app, g["id"]).status == "approved", "the approved row")  # type: ignore[union-attr]
         # the decided rows stay in view until R, and the header says so instead of "2/2"
-        await wait_for(pilot, lambda: "Pending: 0 waiting · 2 just decided" in summary(app), "the counters after deciding")
+        await wait_for(
+            pilot,
+            lambda: "Pending: 0 waiting · 2 just decided" in summary(app),
+            "the counters after deciding",
+        )
         assert "2/2" not in summary(app)
         await pilot.press("h")
         await wait_for(pilot, lambda: "Decided: 2 grants " in summary(app), "the history count")
 
 
-async def test_escape_clears_the_text_filter_so_it_does_not_follow_into_history(server: Server, agent: Agent) -> None:
+async def test_escape_clears_the_text_filter_so_it_does_not_follow_into_history(
+    server: Server, agent: Agent
+) -> None:
     app = console_for(server)
     async with app.run_test(size=SIZE) as pilot:
         await live(pilot)
@@ -420,7 +483,9 @@ async def test_escape_clears_the_text_filter_so_it_does_not_follow_into_history(
         assert app.main.text_filter == "" and row(app, decided["id"]) is not None
 
 
-async def test_a_grant_arriving_above_the_cursor_cannot_be_approved_by_mistake(server_factory: Any, tmp_path: Path) -> None:
+async def test_a_grant_arriving_above_the_cursor_cannot_be_approved_by_mistake(
+    server_factory: Any, tmp_path: Path
+) -> None:
     """The cursor stays on the grant the approver chose when a newer one lands on the top row; `a`
     then names that grant and asks, so a key pressed while looking at the new top row approves nothing."""
     server = server_factory("above").start()

@@ -66,17 +66,35 @@ def person_token(srv: InProcessServer, email: str) -> str:
     person = srv.call(srv.services.store.people.get(email))
     now = srv.clock.now_ms()
     family = f"rtf_tui_{person['person_id']}_{now}"
-    srv.call(srv.services.store.refresh_tokens.create({
-        "token_hash": family, "family_id": family, "client_id": "apes-cli", "person_id": person["person_id"],
-        "scope": "openid", "auth_time": now // 1000, "created_at": now, "expires_at": now + 86_400_000,
-        "used_at": None, "revoked_at": None,
-    }))
-    return str(srv.call(srv.services.tokens.mint_access(person, client_id="apes-cli", api_access=True, scope="openid",
-                                                        sid=family, ttl=3600)))
+    srv.call(
+        srv.services.store.refresh_tokens.create(
+            {
+                "token_hash": family,
+                "family_id": family,
+                "client_id": "apes-cli",
+                "person_id": person["person_id"],
+                "scope": "openid",
+                "auth_time": now // 1000,
+                "created_at": now,
+                "expires_at": now + 86_400_000,
+                "used_at": None,
+                "revoked_at": None,
+            }
+        )
+    )
+    return str(
+        srv.call(
+            srv.services.tokens.mint_access(
+                person, client_id="apes-cli", api_access=True, scope="openid", sid=family, ttl=3600
+            )
+        )
+    )
 
 
 def console(srv: InProcessServer, email: str) -> GrantConsole:
-    return GrantConsole(GrantdClient(srv.url, BearerCredential(person_token(srv, email))), backoff=(0.2, 0.5, 1.0))
+    return GrantConsole(
+        GrantdClient(srv.url, BearerCredential(person_token(srv, email))), backoff=(0.2, 0.5, 1.0)
+    )
 
 
 async def wait_for(pilot: Any, predicate: Callable[[], object], what: str, timeout: float = 20.0) -> None:
@@ -98,8 +116,11 @@ def status_cell(app: GrantConsole, grant_id: str) -> str:
 
 async def open_grant(pilot: Any, grant_id: str) -> None:
     app = pilot.app
-    await wait_for(pilot, lambda: app.main.initial_loaded and app.main.query_one(GrantTable).shown(grant_id),
-                   "the grant's row")
+    await wait_for(
+        pilot,
+        lambda: app.main.initial_loaded and app.main.query_one(GrantTable).shown(grant_id),
+        "the grant's row",
+    )
     assert app.main.query_one(GrantTable).select(grant_id)
     await pilot.pause()
 
@@ -111,8 +132,11 @@ async def test_a_vote_shows_one_of_two_and_who_may_still_approve(srv: InProcessS
         # Before: the console listed only the person's own scope and drew no review at all.
         await open_grant(pilot, grant["id"])
         assert status_cell(app, grant["id"]) == "pend 0/2"
-        await wait_for(pilot, lambda: "May approve" in detail_text(app) and "loading" not in detail_text(app),
-                       "who may still approve")
+        await wait_for(
+            pilot,
+            lambda: "May approve" in detail_text(app) and "loading" not in detail_text(app),
+            "who may still approve",
+        )
         text = detail_text(app)
         assert "Policy      prod" in text and "0 of 2 approvals for prod/sre" in text
         may = text.split("May approve")[1]
@@ -147,19 +171,40 @@ def test_a_review_s_strings_are_drawn_escaped() -> None:
     from grantd.tui.models import Grant, Reviewers
 
     evil = "x\x1b[2J\u202e@e.com"
-    grant = Grant.from_json({
-        "id": "g1", "requester": "bot@e.com", "status": "pending", "created_at": 1,
-        "request": {"target_host": "prod-1", "audience": "a", "grant_type": "once", "command": ["ls"]},
-        "review": {"policy_ids": [evil], "requirements": [
-            {"id": evil, "approve": 2, "deny": 1, "approvals": [evil], "denials": [evil]}]},
-        "approvals": [{"sub": evil, "at": 1000, "via": evil, "requirement": evil}],
-    })
+    grant = Grant.from_json(
+        {
+            "id": "g1",
+            "requester": "bot@e.com",
+            "status": "pending",
+            "created_at": 1,
+            "request": {"target_host": "prod-1", "audience": "a", "grant_type": "once", "command": ["ls"]},
+            "review": {
+                "policy_ids": [evil],
+                "requirements": [
+                    {"id": evil, "approve": 2, "deny": 1, "approvals": [evil], "denials": [evil]}
+                ],
+            },
+            "approvals": [{"sub": evil, "at": 1000, "via": evil, "requirement": evil}],
+        }
+    )
     assert grant.quorum == "1/2"
     pane = GrantDetail()
     pane.grant, pane.now_ms = grant, 2000
-    pane.reviewers = Reviewers.from_json({"requirements": [
-        {"id": evil, "approve": 2, "deny": 1, "approvals": [], "denials": [], "missing": 1,
-         "eligible": [{"email": evil, "name": evil}]}]})
+    pane.reviewers = Reviewers.from_json(
+        {
+            "requirements": [
+                {
+                    "id": evil,
+                    "approve": 2,
+                    "deny": 1,
+                    "approvals": [],
+                    "denials": [],
+                    "missing": 1,
+                    "eligible": [{"email": evil, "name": evil}],
+                }
+            ]
+        }
+    )
     text = pane.render_text().plain
     assert "\x1b" not in text and "\u202e" not in text
     assert "x\\x1b[2J\\u202e@e.com" in text

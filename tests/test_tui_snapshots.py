@@ -115,12 +115,30 @@ GRANTS: list[dict[str, Any]] = [
 ]
 
 AGENTS = {
-    "agent+deploy@example.com": {"agent_id": "a-1", "email": "agent+deploy@example.com", "name": "Deploy bot",
-                                 "owner": "alice@example.com", "approver": "ops@example.com", "status": "active"},
-    "agent+ci@example.com": {"agent_id": "a-2", "email": "agent+ci@example.com", "name": "CI",
-                             "owner": "bob@example.com", "approver": "bob@example.com", "status": "active"},
-    "agent+reports@example.com": {"agent_id": "a-3", "email": "agent+reports@example.com", "name": "Reports",
-                                  "owner": "carol@example.com", "approver": "ops@example.com", "status": "active"},
+    "agent+deploy@example.com": {
+        "agent_id": "a-1",
+        "email": "agent+deploy@example.com",
+        "name": "Deploy bot",
+        "owner": "alice@example.com",
+        "approver": "ops@example.com",
+        "status": "active",
+    },
+    "agent+ci@example.com": {
+        "agent_id": "a-2",
+        "email": "agent+ci@example.com",
+        "name": "CI",
+        "owner": "bob@example.com",
+        "approver": "bob@example.com",
+        "status": "active",
+    },
+    "agent+reports@example.com": {
+        "agent_id": "a-3",
+        "email": "agent+reports@example.com",
+        "name": "Reports",
+        "owner": "carol@example.com",
+        "approver": "ops@example.com",
+        "status": "active",
+    },
 }
 
 
@@ -133,13 +151,21 @@ class FixtureSource:
         self.credential = BearerCredential("fixture-token", label="management token")
         self.grants = [Grant.from_json(g) for g in GRANTS]
 
-    async def list_grants(self, *, status: str | None = None, requester: str | None = None, max_items: int = 1000) -> list[Grant]:
-        return [g for g in self.grants if (status is None or g.status == status) and (requester is None or g.requester == requester)]
+    async def list_grants(
+        self, *, status: str | None = None, requester: str | None = None, max_items: int = 1000
+    ) -> list[Grant]:
+        return [
+            g
+            for g in self.grants
+            if (status is None or g.status == status) and (requester is None or g.requester == requester)
+        ]
 
     async def get_grant(self, grant_id: str) -> Grant:
         return next(g for g in self.grants if g.id == grant_id)
 
-    async def approve(self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None) -> Decision:
+    async def approve(
+        self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None
+    ) -> Decision:
         raise AssertionError("snapshot tests do not decide")
 
     async def deny(self, grant_id: str, *, reason: str | None = None) -> Decision:
@@ -151,7 +177,9 @@ class FixtureSource:
     async def agent(self, ident: str) -> AgentInfo:
         return AgentInfo.from_json(AGENTS[ident])
 
-    async def events(self, last_event_id: str | None = None, *, on_open: Callable[[], Awaitable[None]] | None = None) -> AsyncIterator[SseEvent]:
+    async def events(
+        self, last_event_id: str | None = None, *, on_open: Callable[[], Awaitable[None]] | None = None
+    ) -> AsyncIterator[SseEvent]:
         if on_open is not None:
             await on_open()
         await asyncio.Event().wait()
@@ -172,7 +200,12 @@ async def settled(pilot: Any) -> None:
         await pilot.pause(0.02)
         main = app.main
         detail = main.query_one("#detail")
-        if main.initial_loaded and detail.grant is not None and detail.earlier is not None and detail.agent is not None:
+        if (
+            main.initial_loaded
+            and detail.grant is not None
+            and detail.earlier is not None
+            and detail.agent is not None
+        ):
             return
     raise AssertionError("the console did not settle")
 
@@ -213,16 +246,30 @@ class WaitingSignIn(DeviceSignIn):
     """The device grant's first half only: a fixed code is shown, the approval never comes."""
 
     async def sign_in(self, show: Callable[[DeviceAuthorization], object], scope: str = "") -> StoredSession:
-        show(DeviceAuthorization("device-code", "BCDF-GHJK", f"{self.issuer}/device",
-                                 f"{self.issuer}/device?user_code=BCDF-GHJK", 600, 5))
+        show(
+            DeviceAuthorization(
+                "device-code",
+                "BCDF-GHJK",
+                f"{self.issuer}/device",
+                f"{self.issuer}/device?user_code=BCDF-GHJK",
+                600,
+                5,
+            )
+        )
         await asyncio.Event().wait()
         raise AssertionError("unreachable")  # pragma: no cover
 
 
 def person_app(tmp_path: Any, *, signed_in: bool) -> GrantConsole:
     source = FixtureSource()
-    session = StoredSession(source.base_url, "r", "a", 2**40, "pat@example.com", "Pat Example") if signed_in else None
-    source.credential = SessionCredential(WaitingSignIn(source.base_url), SessionFile(tmp_path / "session.json"), session)  # type: ignore[assignment]
+    session = (
+        StoredSession(source.base_url, "r", "a", 2**40, "pat@example.com", "Pat Example")
+        if signed_in
+        else None
+    )
+    source.credential = SessionCredential(
+        WaitingSignIn(source.base_url), SessionFile(tmp_path / "session.json"), session
+    )  # type: ignore[assignment]
     return GrantConsole(source, clock=lambda: NOW)
 
 
@@ -252,7 +299,12 @@ NEWER = {
     **GRANTS[0],
     "id": "g-0004-arrived-later",
     "requester": "agent+intruder@example.com",
-    "request": {**GRANTS[0]["request"], "requester": "agent+intruder@example.com", "command": ["rm", "-rf", "/srv"], "reason": "tidy"},
+    "request": {
+        **GRANTS[0]["request"],
+        "requester": "agent+intruder@example.com",
+        "command": ["rm", "-rf", "/srv"],
+        "reason": "tidy",
+    },
     "created_at": NOW - 1_000,
 }
 
@@ -280,7 +332,13 @@ def screen_text(app: GrantConsole) -> str:
 
     width, height = app.size
     console = Console(
-        width=width, height=height, file=io.StringIO(), force_terminal=True, color_system="truecolor", record=True, legacy_windows=False
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        color_system="truecolor",
+        record=True,
+        legacy_windows=False,
     )
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()

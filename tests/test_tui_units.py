@@ -51,7 +51,7 @@ def test_arguments_keep_their_boundaries() -> None:
     assert describe_argv(["rm", "-rf /"]) != describe_argv(["rm", "-rf", "/"])
     assert summarize_argv(["rm", "-rf /"]) == 'rm "-rf /"'
     assert summarize_argv(["echo", ""]) == 'echo ""'
-    assert quote_arg(' lead and trail ') == '" lead and trail "'
+    assert quote_arg(" lead and trail ") == '" lead and trail "'
     assert quote_arg('say "hi"') == '"say \\"hi\\""'
     assert describe_argv([str(i) for i in range(11)])[0] == '[ 0] "0"'
 
@@ -59,7 +59,9 @@ def test_arguments_keep_their_boundaries() -> None:
 # -- SSE ----------------------------------------------------------------------------------------------
 
 
-def decode(lines: list[str], last_event_id: str | None = None) -> tuple[list[tuple[str, str, str | None]], SseDecoder]:
+def decode(
+    lines: list[str], last_event_id: str | None = None
+) -> tuple[list[tuple[str, str, str | None]], SseDecoder]:
     decoder = SseDecoder(last_event_id)
     events = []
     for line in lines:
@@ -95,7 +97,9 @@ def test_sse_events_heartbeats_and_ids() -> None:
 
 
 def test_sse_edge_cases() -> None:
-    events, decoder = decode(["id: 3", "", "data:x", "", "event: only", "", "id: bad\x00id", "retry: 2500", "data", ""], "1")
+    events, decoder = decode(
+        ["id: 3", "", "data:x", "", "event: only", "", "id: bad\x00id", "retry: 2500", "data", ""], "1"
+    )
     # an id alone dispatches nothing but is remembered; "data:x" has no space; a field without colon is empty
     assert events == [("message", "x", "3"), ("message", "", "3")]
     assert decoder.retry_ms == 2500
@@ -105,11 +109,17 @@ def test_sse_edge_cases() -> None:
 
 
 def test_grant_parsing_is_defensive_and_decisions_merge() -> None:
-    grant = Grant.from_json({"id": "g1", "request": {"requester": "a@x", "command": ["ls", 5]}, "created_at": 10})
+    grant = Grant.from_json(
+        {"id": "g1", "request": {"requester": "a@x", "command": ["ls", 5]}, "created_at": 10}
+    )
     assert grant.type == "command" and grant.requester == "a@x" and grant.request.command == ("ls", "5")
     assert grant.status == "pending" and grant.request.grant_type == "once"
-    approved = grant.with_decision({"id": "g1", "status": "approved", "decided_by": "b@x", "decided_at": 20, "expires_at": None})
-    assert approved.status == "approved" and approved.decided_by == "b@x" and approved.request == grant.request
+    approved = grant.with_decision(
+        {"id": "g1", "status": "approved", "decided_by": "b@x", "decided_at": 20, "expires_at": None}
+    )
+    assert (
+        approved.status == "approved" and approved.decided_by == "b@x" and approved.request == grant.request
+    )
     assert approved.supersedes(grant) and not grant.supersedes(approved)
     with pytest.raises(ValueError):
         Grant.from_json({"request": {}})
@@ -118,8 +128,16 @@ def test_grant_parsing_is_defensive_and_decisions_merge() -> None:
 
 
 def test_formatting() -> None:
-    assert [age(100_000, 100_000 - ms) for ms in (0, 59_999, 60_000, 3_600_000, 90_000_000)] == ["0s", "59s", "1m", "1h", "1d"]
+    assert [age(100_000, 100_000 - ms) for ms in (0, 59_999, 60_000, 3_600_000, 90_000_000)] == [
+        "0s",
+        "59s",
+        "1m",
+        "1h",
+        "1d",
+    ]
     assert age(1, None) == "-"
-    assert duration(3600) == "1h" and duration(90) == "1m 30s" and duration(None) == "-" and duration(0) == "0s"
+    assert (
+        duration(3600) == "1h" and duration(90) == "1m 30s" and duration(None) == "-" and duration(0) == "0s"
+    )
     assert parse_duration("15m") == 900 and parse_duration(" 2H ") == 7200 and parse_duration("90") == 90
     assert parse_duration("1w") == 604800 and parse_duration("soon") is None and parse_duration("-5m") is None

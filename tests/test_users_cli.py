@@ -47,8 +47,11 @@ def test_users_add_creates_an_admin_and_prints_a_one_time_link(srv: Server) -> N
     with srv.admin() as http:
         user = http.get("/api/admin/users/boss@example.com").json()
         assert user["admin"] is True and user["name"] == "The Boss"
-        pending = [r for r in http.get("/api/admin/registration-urls", params={"limit": "100"}).json()["data"]
-                   if r["email"] == "boss@example.com"]
+        pending = [
+            r
+            for r in http.get("/api/admin/registration-urls", params={"limit": "100"}).json()["data"]
+            if r["email"] == "boss@example.com"
+        ]
     assert len(pending) == 1 and pending[0]["created_by"] == "grantd users" and pending[0]["admin"] is True
     assert match[2] not in json.dumps(pending)
 
@@ -57,7 +60,11 @@ def test_users_json_output_list_link_and_delete(srv: Server) -> None:
     added = json.loads(users(srv, "add", "json-user@example.com", "--json", "--ttl", "600").stdout)
     assert added["created"] is True and added["user"]["email"] == "json-user@example.com"
     reg = added["registration"]
-    assert reg["purpose"] == "register" and reg["expires_at"] - reg["created_at"] == 600_000 and LINK.fullmatch(reg["url"])
+    assert (
+        reg["purpose"] == "register"
+        and reg["expires_at"] - reg["created_at"] == 600_000
+        and LINK.fullmatch(reg["url"])
+    )
     again = json.loads(users(srv, "add", "json-user@example.com", "--json").stdout)
     assert again["created"] is False and again["registration"]["url"] != reg["url"]
     listed = json.loads(users(srv, "list", "--json", "--search", "json-user").stdout)
@@ -115,8 +122,15 @@ def _serve(directory: Path, port: int) -> tuple[subprocess.Popen[str], list[str]
     list that a reader thread fills with its stderr lines (the banner first)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("GRANTD_CONFIG", None)
-    proc = subprocess.Popen([*GRANTD, "serve", "--port", str(port)], cwd=directory, env=env,
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*GRANTD, "serve", "--port", str(port)],
+        cwd=directory,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     assert proc.stderr is not None
 
@@ -159,11 +173,21 @@ def _add_passkey(directory: Path, email: str) -> None:
         try:
             person = await services.store.people.get(email)
             assert person is not None
-            await services.store.credentials.add({
-                "credential_id": "Y3JlZA", "person_id": person["person_id"], "rp_id": "localhost", "public_key": "cGs",
-                "sign_count": 0, "transports": [], "aaguid": "", "name": "Passkey 1", "backed_up": False,
-                "created_at": 1, "last_used_at": None,
-            })
+            await services.store.credentials.add(
+                {
+                    "credential_id": "Y3JlZA",
+                    "person_id": person["person_id"],
+                    "rp_id": "localhost",
+                    "public_key": "cGs",
+                    "sign_count": 0,
+                    "transports": [],
+                    "aaguid": "",
+                    "name": "Passkey 1",
+                    "backed_up": False,
+                    "created_at": 1,
+                    "last_used_at": None,
+                }
+            )
         finally:
             services.store.close()
 
@@ -180,11 +204,15 @@ def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tm
         assert match and match[1] == f"http://localhost:{port}", banner
         assert f"open http://localhost:{port}/register?token={match[2]} to register your passkey" in banner
         assert "first administrator admin@localhost" in banner
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as http:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}
+        ) as http:
             user = http.get("/api/admin/users/admin@localhost").json()
             assert user["admin"] is True and user["status"] == "active"
             regs = http.get("/api/admin/registration-urls").json()["data"]
-            assert [(r["email"], r["purpose"], r["status"]) for r in regs] == [("admin@localhost", "register", "pending")]
+            assert [(r["email"], r["purpose"], r["status"]) for r in regs] == [
+                ("admin@localhost", "register", "pending")
+            ]
         assert 'first_admin = "admin@localhost"' in (tmp_path / "grantd.toml").read_text()
     finally:
         output = _stop(proc, lines)
@@ -198,7 +226,9 @@ def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tm
     try:
         second = LINK.search("".join(lines))
         assert second and second[2] != first_token
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}) as http:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"}
+        ) as http:
             regs = http.get("/api/admin/registration-urls").json()["data"]
             assert [r["status"] for r in regs] == ["pending"]
             assert http.delete(f"/api/admin/registration-urls/{first_token}").status_code == 404

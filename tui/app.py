@@ -56,7 +56,11 @@ class GrantConsole(App[None]):
 
     def _main_screen(self) -> MainScreen:
         return MainScreen(
-            self.source, clock=self.clock, bell=self.bell_on_new, poll_interval=self.poll_interval, backoff=self.backoff,
+            self.source,
+            clock=self.clock,
+            bell=self.bell_on_new,
+            poll_interval=self.poll_interval,
+            backoff=self.backoff,
             confirm_root=self.confirm_root,
         )
 

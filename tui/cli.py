@@ -36,23 +36,42 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--token-file it acts with the management token instead; a token is never given on the command line."
         ),
     )
-    p.add_argument("--url", help=f"server base URL (default: [server] issuer from the config, ${ISSUER_ENV}, "
-                   "or the stored session's)")
+    p.add_argument(
+        "--url",
+        help=f"server base URL (default: [server] issuer from the config, ${ISSUER_ENV}, "
+        "or the stored session's)",
+    )
     p.add_argument("--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
     who = p.add_mutually_exclusive_group()
-    who.add_argument("--management-token", action="store_true",
-                     help="act with the management token of the config (admin.management_token), not as a person")
+    who.add_argument(
+        "--management-token",
+        action="store_true",
+        help="act with the management token of the config (admin.management_token), not as a person",
+    )
     who.add_argument("--token-file", type=Path, help="act with the management token held in this file")
-    p.add_argument("--session-file", type=Path,
-                   help=f"where a person's sign-in is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)")
-    p.add_argument("--admin", action="store_true",
-                   help="as a person: sign in asking for administrator rights (see `grantd login --admin`); a stored "
-                        "sign-in that did not ask for them is replaced by a new one")
+    p.add_argument(
+        "--session-file",
+        type=Path,
+        help=f"where a person's sign-in is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)",
+    )
+    p.add_argument(
+        "--admin",
+        action="store_true",
+        help="as a person: sign in asking for administrator rights (see `grantd login --admin`); a stored "
+        "sign-in that did not ask for them is replaced by a new one",
+    )
     p.add_argument("--bell", action="store_true", help="ring the terminal bell when a new grant arrives")
-    p.add_argument("--confirm-root", action="store_true",
-                   help="ask before approving a command that runs as root (run as unset or root)")
-    p.add_argument("--theme", help="Textual theme, e.g. textual-light or textual-dark (default: textual-dark)")
-    p.add_argument("--poll-interval", type=float, default=5.0, help="seconds between polls when events are unavailable")
+    p.add_argument(
+        "--confirm-root",
+        action="store_true",
+        help="ask before approving a command that runs as root (run as unset or root)",
+    )
+    p.add_argument(
+        "--theme", help="Textual theme, e.g. textual-light or textual-dark (default: textual-dark)"
+    )
+    p.add_argument(
+        "--poll-interval", type=float, default=5.0, help="seconds between polls when events are unavailable"
+    )
     p.set_defaults(func=cmd_tui)
 
 
@@ -84,7 +103,9 @@ def resolve_connection(args: argparse.Namespace) -> tuple[str, str]:
     config = _config(args, needed=args.url is None or token_file is None)
     url = args.url or (config.server.issuer if config is not None else None)  # type: ignore[attr-defined]
     if not url:
-        raise UsageError(f"no server: give --url or a config (--config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
+        raise UsageError(
+            f"no server: give --url or a config (--config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})"
+        )
     if token_file is not None:
         try:
             token = token_file.read_text(encoding="utf-8").strip()
@@ -113,8 +134,10 @@ def resolve_person(args: argparse.Namespace) -> Connection:
         stored = store.load()
         url = stored.issuer if stored is not None else None
     if not url:
-        raise UsageError(f"no server: give --url, ${ISSUER_ENV} or a config (--config, ${CONFIG_ENV} or "
-                         f"./{DEFAULT_CONFIG_NAME})")
+        raise UsageError(
+            f"no server: give --url, ${ISSUER_ENV} or a config (--config, ${CONFIG_ENV} or "
+            f"./{DEFAULT_CONFIG_NAME})"
+        )
     return Connection(str(url).rstrip("/"), None, store.path)
 
 
@@ -133,7 +156,10 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from grantd.tui.client import GrantdClient, ManagementTokenCredential
 
     if args.theme and args.theme not in GrantConsole.theme_names():
-        print(f"grantd: unknown theme {args.theme!r}; choose one of {', '.join(GrantConsole.theme_names())}", file=sys.stderr)
+        print(
+            f"grantd: unknown theme {args.theme!r}; choose one of {', '.join(GrantConsole.theme_names())}",
+            file=sys.stderr,
+        )
         return 2
     if args.poll_interval <= 0:
         print("grantd: --poll-interval must be positive", file=sys.stderr)
@@ -144,8 +170,13 @@ def cmd_tui(args: argparse.Namespace) -> int:
     else:
         credential = person_credential(connection.url, connection.session_file, admin=args.admin)
     client = GrantdClient(connection.url, credential)
-    GrantConsole(client, bell=args.bell, theme=args.theme, poll_interval=args.poll_interval,
-                 confirm_root=args.confirm_root).run()
+    GrantConsole(
+        client,
+        bell=args.bell,
+        theme=args.theme,
+        poll_interval=args.poll_interval,
+        confirm_root=args.confirm_root,
+    ).run()
     return 0
 
 

@@ -127,7 +127,9 @@ class GrantdClient:
         try:
             return response.json()
         except ValueError:
-            raise ApiError(response.status_code, "the server answered with something that is not JSON") from None
+            raise ApiError(
+                response.status_code, "the server answered with something that is not JSON"
+            ) from None
 
     # -- approval policies (D13) -------------------------------------------------------------------
     async def evaluate_policies(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -158,21 +160,28 @@ class GrantdClient:
                     continue
             pagination = page.get("pagination") if isinstance(page, dict) else None
             cursor = pagination.get("cursor") if isinstance(pagination, dict) else None
-            if not (isinstance(pagination, dict) and pagination.get("has_more") and cursor) or len(grants) >= max_items:
+            if (
+                not (isinstance(pagination, dict) and pagination.get("has_more") and cursor)
+                or len(grants) >= max_items
+            ):
                 return grants[:max_items]
             params["cursor"] = cursor
 
     async def get_grant(self, grant_id: str) -> Grant:
         return Grant.from_json(await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}"))
 
-    async def approve(self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None) -> Decision:
+    async def approve(
+        self, grant_id: str, *, grant_type: str | None = None, duration: int | None = None
+    ) -> Decision:
         body: dict[str, Any] = {"via": "tui"}  # the vote's `via` (D13); servers before issue 22 ignore it
         if grant_type:
             body["grant_type"] = grant_type
         if duration is not None:
             body["duration"] = duration
         answer = await self._json("POST", f"/api/grants/{quote(grant_id, safe='')}/approve", json=body)
-        return Decision(grant_id, _partial_of(answer), answer.get("authz_jwt") if isinstance(answer, dict) else None)
+        return Decision(
+            grant_id, _partial_of(answer), answer.get("authz_jwt") if isinstance(answer, dict) else None
+        )
 
     async def deny(self, grant_id: str, *, reason: str | None = None) -> Decision:
         body: dict[str, Any] = {"via": "tui", **({"reason": reason} if reason else {})}
@@ -185,7 +194,9 @@ class GrantdClient:
 
     async def reviewers(self, grant_id: str) -> Reviewers:
         """``GET /api/grants/:id/reviewers`` (D13): per requirement, who may still approve."""
-        return Reviewers.from_json(await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}/reviewers"))
+        return Reviewers.from_json(
+            await self._json("GET", f"/api/grants/{quote(grant_id, safe='')}/reviewers")
+        )
 
     # -- agents ----------------------------------------------------------------------------------
     async def agent(self, ident: str) -> AgentInfo:
@@ -213,7 +224,9 @@ class GrantdClient:
                 await response.aread()
                 raise _error_of(response)
             if not response.headers.get("content-type", "").startswith(EVENT_STREAM):
-                raise EventsUnavailable(response.status_code, "the grant event stream is not text/event-stream")
+                raise EventsUnavailable(
+                    response.status_code, "the grant event stream is not text/event-stream"
+                )
             if on_open is not None:
                 await on_open()
             decoder = SseDecoder(last_event_id)

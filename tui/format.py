@@ -66,8 +66,14 @@ def one_line(value: str | None) -> str:
 def texts_of(grant: Grant) -> list[str]:
     """Every string of a grant an approver reads: who, where, as whom, the command or permissions, why."""
     request = grant.request
-    return [grant.requester, request.target_host, request.audience, request.run_as or "", request.reason or "",
-            *(request.command or request.permissions or ())]
+    return [
+        grant.requester,
+        request.target_host,
+        request.audience,
+        request.run_as or "",
+        request.reason or "",
+        *(request.command or request.permissions or ()),
+    ]
 
 
 def has_non_ascii(grant: Grant) -> bool:

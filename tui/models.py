@@ -203,11 +203,23 @@ class Requirement:
         if not isinstance(data, dict) or not isinstance(data.get("id"), str):
             return None
         eligible = data.get("eligible")
-        people = tuple(str(e["email"]) if isinstance(e, dict) and isinstance(e.get("email"), str) else str(e)
-                       for e in eligible) if isinstance(eligible, list) else ()
-        return cls(id=data["id"], approve=_opt_int(data.get("approve")) or 0, deny=_opt_int(data.get("deny")) or 0,
-                   approvals=_opt_strings(data.get("approvals")) or (), denials=_opt_strings(data.get("denials")) or (),
-                   missing=_opt_int(data.get("missing")), eligible=people)
+        people = (
+            tuple(
+                str(e["email"]) if isinstance(e, dict) and isinstance(e.get("email"), str) else str(e)
+                for e in eligible
+            )
+            if isinstance(eligible, list)
+            else ()
+        )
+        return cls(
+            id=data["id"],
+            approve=_opt_int(data.get("approve")) or 0,
+            deny=_opt_int(data.get("deny")) or 0,
+            approvals=_opt_strings(data.get("approvals")) or (),
+            denials=_opt_strings(data.get("denials")) or (),
+            missing=_opt_int(data.get("missing")),
+            eligible=people,
+        )
 
 
 def requirements_of(value: Any) -> tuple[Requirement, ...]:
@@ -237,8 +249,11 @@ class Review:
         policy_ids = _opt_strings(review.get("policy_ids")) or ()
         if not policy_ids:
             return None
-        votes = tuple(Vote(str(a.get("sub") or a.get("rule") or ""), _opt_int(a.get("at")), str(a.get("via") or ""))
-                      for a in (approvals if isinstance(approvals, list) else []) if isinstance(a, dict))
+        votes = tuple(
+            Vote(str(a.get("sub") or a.get("rule") or ""), _opt_int(a.get("at")), str(a.get("via") or ""))
+            for a in (approvals if isinstance(approvals, list) else [])
+            if isinstance(a, dict)
+        )
         return cls(policy_ids, requirements_of(review.get("requirements")), votes)
 
 

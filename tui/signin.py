@@ -85,15 +85,25 @@ class StoredSession:
         if not isinstance(data, dict):
             raise ValueError("not an object")
         fields = {k: data.get(k) for k in ("issuer", "refresh_token", "access_token", "email", "name")}
-        if not all(isinstance(v, str) for v in fields.values()) or not fields["issuer"] or not fields["refresh_token"]:
+        if (
+            not all(isinstance(v, str) for v in fields.values())
+            or not fields["issuer"]
+            or not fields["refresh_token"]
+        ):
             raise ValueError("missing fields")
         expires_at = data.get("expires_at")
         if not isinstance(expires_at, int):
             raise ValueError("expires_at")
         client_id = data.get("client_id") if isinstance(data.get("client_id"), str) else CLIENT_ID
-        scope = data.get("scope") if isinstance(data.get("scope"), str) else SCOPE  # files from before scopes were kept
-        return cls(expires_at=expires_at, client_id=str(client_id), scope=str(scope),
-                   **{k: str(v) for k, v in fields.items()})
+        scope = (
+            data.get("scope") if isinstance(data.get("scope"), str) else SCOPE
+        )  # files from before scopes were kept
+        return cls(
+            expires_at=expires_at,
+            client_id=str(client_id),
+            scope=str(scope),
+            **{k: str(v) for k, v in fields.items()},
+        )
 
     def fresh(self, now: float) -> bool:
         return bool(self.access_token) and now < self.expires_at - REFRESH_MARGIN
@@ -190,7 +200,9 @@ class DeviceAuthorization:
     interval: int
 
     def __repr__(self) -> str:  # the device code is a secret
-        return f"DeviceAuthorization(user_code={self.user_code!r}, verification_uri={self.verification_uri!r})"
+        return (
+            f"DeviceAuthorization(user_code={self.user_code!r}, verification_uri={self.verification_uri!r})"
+        )
 
 
 def _oauth_error(response: httpx.Response) -> tuple[str, str]:
@@ -248,7 +260,9 @@ class DeviceSignIn:
             if not isinstance(document, dict):
                 raise SignInError(f"{self.issuer}'s discovery document is not an object")
             if document.get("issuer", self.issuer).rstrip("/") != self.issuer:
-                raise SignInError(f"the discovery document names another issuer: {escape_text(str(document.get('issuer'))[:200])}")
+                raise SignInError(
+                    f"the discovery document names another issuer: {escape_text(str(document.get('issuer'))[:200])}"
+                )
             self._metadata = document
         return self._metadata
 
@@ -258,9 +272,13 @@ class DeviceSignIn:
             return value
         return f"{self.issuer}{fallback}"
 
-    async def _post(self, url: str, form: dict[str, str], headers: dict[str, str] | None = None) -> httpx.Response:
+    async def _post(
+        self, url: str, form: dict[str, str], headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         try:
-            return await self.http.post(url, data=form, headers={"Accept": "application/json", **(headers or {})})
+            return await self.http.post(
+                url, data=form, headers={"Accept": "application/json", **(headers or {})}
+            )
         except httpx.HTTPError as exc:
             raise SignInError(f"cannot reach {self.issuer}: {exc}") from None
 
@@ -273,10 +291,14 @@ class DeviceSignIn:
         body = response.json()
         try:
             return DeviceAuthorization(
-                device_code=str(body["device_code"]), user_code=str(body["user_code"]),
+                device_code=str(body["device_code"]),
+                user_code=str(body["user_code"]),
                 verification_uri=str(body["verification_uri"]),
-                verification_uri_complete=str(body.get("verification_uri_complete") or body["verification_uri"]),
-                expires_in=int(body["expires_in"]), interval=int(body.get("interval") or 5),
+                verification_uri_complete=str(
+                    body.get("verification_uri_complete") or body["verification_uri"]
+                ),
+                expires_in=int(body["expires_in"]),
+                interval=int(body.get("interval") or 5),
             )
         except (KeyError, TypeError, ValueError):
             raise SignInError("the server's device authorization answer is incomplete") from None
@@ -287,7 +309,11 @@ class DeviceSignIn:
         url = await self.endpoint("token_endpoint", "/token")
         interval = max(1, authorization.interval)
         deadline = time.monotonic() + authorization.expires_in
-        form = {"grant_type": DEVICE_GRANT, "device_code": authorization.device_code, "client_id": self.client_id}
+        form = {
+            "grant_type": DEVICE_GRANT,
+            "device_code": authorization.device_code,
+            "client_id": self.client_id,
+        }
         while True:
             await self.sleep(interval)
             if time.monotonic() > deadline:
@@ -334,12 +360,19 @@ class DeviceSignIn:
             raise SignInError("the server's token answer has no access or refresh token")
         email, name = await self.who(access)
         return StoredSession(
-            issuer=self.issuer, refresh_token=refresh, access_token=access,
-            expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0), email=email, name=name,
-            client_id=self.client_id, scope=str(tokens["scope"]) if isinstance(tokens.get("scope"), str) else scope,
+            issuer=self.issuer,
+            refresh_token=refresh,
+            access_token=access,
+            expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0),
+            email=email,
+            name=name,
+            client_id=self.client_id,
+            scope=str(tokens["scope"]) if isinstance(tokens.get("scope"), str) else scope,
         )
 
-    async def sign_in(self, show: Callable[[DeviceAuthorization], object], scope: str = SCOPE) -> StoredSession:
+    async def sign_in(
+        self, show: Callable[[DeviceAuthorization], object], scope: str = SCOPE
+    ) -> StoredSession:
         """The whole flow: start, ``show`` the code and URL to the person, wait, read who it is."""
         authorization = await self.start(scope)
         shown = show(authorization)
@@ -351,14 +384,24 @@ class DeviceSignIn:
         """A new access token (and, rotated, a new refresh token, stored at once). A refused refresh
         deletes the stored session and raises SignInRequired."""
         url = await self.endpoint("token_endpoint", "/token")
-        form = {"grant_type": "refresh_token", "refresh_token": session.refresh_token, "client_id": session.client_id}
+        form = {
+            "grant_type": "refresh_token",
+            "refresh_token": session.refresh_token,
+            "client_id": session.client_id,
+        }
         response = await self._post(url, form)
         if response.status_code != 200:
             error, description = _oauth_error(response)
-            if response.status_code in (400, 401) and error in ("invalid_grant", "invalid_client", "unauthorized_client"):
+            if response.status_code in (400, 401) and error in (
+                "invalid_grant",
+                "invalid_client",
+                "unauthorized_client",
+            ):
                 if store is not None:
                     store.delete()
-                raise SignInRequired(f"your sign-in has ended ({description}); sign in again with `grantd login`")
+                raise SignInRequired(
+                    f"your sign-in has ended ({description}); sign in again with `grantd login`"
+                )
             raise SignInError(f"refreshing the sign-in failed: {error}: {description}")
         tokens = response.json()
         access = tokens.get("access_token")
@@ -367,20 +410,32 @@ class DeviceSignIn:
         new_refresh = tokens.get("refresh_token")
         renewed = StoredSession(
             issuer=session.issuer,
-            refresh_token=new_refresh if isinstance(new_refresh, str) and new_refresh else session.refresh_token,
-            access_token=access, expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0),
-            email=session.email, name=session.name, client_id=session.client_id, scope=session.scope,
+            refresh_token=new_refresh
+            if isinstance(new_refresh, str) and new_refresh
+            else session.refresh_token,
+            access_token=access,
+            expires_at=int(self.wall_clock()) + int(tokens.get("expires_in") or 0),
+            email=session.email,
+            name=session.name,
+            client_id=session.client_id,
+            scope=session.scope,
         )
         if store is not None:
             store.save(renewed)
         return renewed
 
-    async def renew(self, session: StoredSession, store: SessionFile, *, stale: str | None = None) -> StoredSession:
+    async def renew(
+        self, session: StoredSession, store: SessionFile, *, stale: str | None = None
+    ) -> StoredSession:
         """``refresh`` under the session file's lock. If another process rotated the stored session
         meanwhile, its result is used (refreshed again only if its access token is stale too)."""
         async with store.locked():
             stored = store.load()
-            if stored is not None and stored.issuer == session.issuer and stored.refresh_token != session.refresh_token:
+            if (
+                stored is not None
+                and stored.issuer == session.issuer
+                and stored.refresh_token != session.refresh_token
+            ):
                 if stored.fresh(self.wall_clock()) and stored.access_token != stale:
                     return stored
                 session = stored
@@ -389,7 +444,11 @@ class DeviceSignIn:
     async def revoke(self, session: StoredSession) -> bool:
         """Revoke the refresh token (its whole family) at the issuer (RFC 7009); True if the server said 200."""
         url = await self.endpoint("revocation_endpoint", "/revoke")
-        form = {"token": session.refresh_token, "token_type_hint": "refresh_token", "client_id": session.client_id}
+        form = {
+            "token": session.refresh_token,
+            "token_type_hint": "refresh_token",
+            "client_id": session.client_id,
+        }
         response = await self._post(url, form)
         return response.status_code == 200
 
@@ -411,8 +470,15 @@ class SessionCredential(Credential):
     401. Refreshes are serialised, within the process (a lock) and across processes (the session
     file's lock): one refresh token is never presented twice (that would revoke the whole family)."""
 
-    def __init__(self, signin: DeviceSignIn, store: SessionFile, session: StoredSession | None = None,
-                 *, wall_clock: Callable[[], float] = time.time, scope: str = SCOPE):
+    def __init__(
+        self,
+        signin: DeviceSignIn,
+        store: SessionFile,
+        session: StoredSession | None = None,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        scope: str = SCOPE,
+    ):
         self.scope = scope  # what a sign-in from the console asks for (ADMIN_SCOPE with `grantd tui --admin`)
         self.signin = signin
         self.store = store
@@ -488,10 +554,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     _common(login)
     login.add_argument("--force", action="store_true", help="sign in again even if a session is stored")
-    login.add_argument("--admin", action="store_true",
-                       help="ask for administrator rights (the `admin` scope): the browser page says so, and only an "
-                            "administrator's approval gives them; without it the session acts as you but cannot "
-                            "administer people, agents or keys")
+    login.add_argument(
+        "--admin",
+        action="store_true",
+        help="ask for administrator rights (the `admin` scope): the browser page says so, and only an "
+        "administrator's approval gives them; without it the session acts as you but cannot "
+        "administer people, agents or keys",
+    )
     login.set_defaults(func=cmd_login)
     logout = subparsers.add_parser("logout", help="revoke and delete the stored terminal sign-in")
     _common(logout)
@@ -499,12 +568,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help=f"the server (issuer) URL (default: [server] issuer from the config, "
-                        f"${ISSUER_ENV}, or the stored session's)")
-    parser.add_argument("--config", "-c", help=f"config file to read the issuer from (default: ${CONFIG_ENV} or "
-                        f"./{DEFAULT_CONFIG_NAME} if present)")
-    parser.add_argument("--session-file", type=Path,
-                        help=f"where the session is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)")
+    parser.add_argument(
+        "--url",
+        help=f"the server (issuer) URL (default: [server] issuer from the config, "
+        f"${ISSUER_ENV}, or the stored session's)",
+    )
+    parser.add_argument(
+        "--config",
+        "-c",
+        help=f"config file to read the issuer from (default: ${CONFIG_ENV} or "
+        f"./{DEFAULT_CONFIG_NAME} if present)",
+    )
+    parser.add_argument(
+        "--session-file",
+        type=Path,
+        help=f"where the session is stored (default: ${SESSION_ENV} or ~/.config/grantd/session.json)",
+    )
 
 
 def issuer_of(args: argparse.Namespace, store: SessionFile) -> str:
@@ -529,15 +608,25 @@ def _show(authorization: DeviceAuthorization) -> None:
     uri, code = escape_text(authorization.verification_uri), escape_text(authorization.user_code)
     print(f"To sign in, open {uri} and enter the code {code}", file=sys.stderr)
     print(f"(or open {escape_text(authorization.verification_uri_complete)})", file=sys.stderr)
-    print(f"Waiting for approval (the code expires in {authorization.expires_in // 60} min)…", file=sys.stderr, flush=True)
+    print(
+        f"Waiting for approval (the code expires in {authorization.expires_in // 60} min)…",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _person(session: StoredSession) -> str:
     return json.dumps({"issuer": session.issuer, "email": session.email, "name": session.name})
 
 
-async def login(issuer: str, store: SessionFile, *, force: bool = False, admin: bool = False,
-                show: Callable[[DeviceAuthorization], object] = _show) -> tuple[StoredSession, bool]:
+async def login(
+    issuer: str,
+    store: SessionFile,
+    *,
+    force: bool = False,
+    admin: bool = False,
+    show: Callable[[DeviceAuthorization], object] = _show,
+) -> tuple[StoredSession, bool]:
     """The stored session if it still works (unless ``force``, or ``admin`` and the stored one did
     not ask for administrator rights), else a new sign-in; (session, new?)."""
     async with DeviceSignIn(issuer) as signin:
@@ -587,6 +676,8 @@ def cmd_logout(args: argparse.Namespace) -> int:
         print("grantd: not signed in", file=sys.stderr)
         return 0
     revoked, _ = asyncio.run(logout(args.url, store))
-    print("Signed out" + ("" if revoked else " (the server could not be told; the session file is deleted)"),
-          file=sys.stderr)
+    print(
+        "Signed out" + ("" if revoked else " (the server could not be told; the session file is deleted)"),
+        file=sys.stderr,
+    )
     return 0

@@ -53,15 +53,23 @@ class Api:
             if state.issuer:
                 return state.issuer
         try:
-            answer = self.client.get("/.well-known/openid-configuration", headers={"Accept": "application/json"})
+            answer = self.client.get(
+                "/.well-known/openid-configuration", headers={"Accept": "application/json"}
+            )
             found = answer.json().get("issuer") if answer.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             found = None
-        return found.rstrip("/") if isinstance(found, str) and found.startswith(("http://", "https://")) else self.idp
+        return (
+            found.rstrip("/")
+            if isinstance(found, str) and found.startswith(("http://", "https://"))
+            else self.idp
+        )
 
     def _transport_error(self, exc: Exception) -> CliError:
         if isinstance(exc, httpx.TimeoutException):
-            return CliError(f"the IdP {self.idp} did not answer in time ({exc.__class__.__name__})", kind="unreachable")
+            return CliError(
+                f"the IdP {self.idp} did not answer in time ({exc.__class__.__name__})", kind="unreachable"
+            )
         return CliError(f"cannot reach the IdP {self.idp}: {escape_text(str(exc))}", kind="unreachable")
 
     def raw(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -73,20 +81,32 @@ class Api:
     def token(self, *, force: bool = False) -> str:
         state = self.state
         if state is None or not state.email:
-            raise CliError("not logged in: run grantd agent login --idp URL --key FILE --email E", kind="auth")
+            raise CliError(
+                "not logged in: run grantd agent login --idp URL --key FILE --email E", kind="auth"
+            )
         if not force and state.token and state.expires_at - time.time() > RELOGIN_MARGIN:
             return state.token
         if not state.key_path:
-            raise CliError("the agent token expired and no key is known: run grantd agent login again", kind="auth")
+            raise CliError(
+                "the agent token expired and no key is known: run grantd agent login again", kind="auth"
+            )
         login(self, state.email, state.key_path)
         return state.token
 
-    def call(self, method: str, path: str, *, headers: dict[str, str] | None = None, **kwargs: Any) -> httpx.Response:
+    def call(
+        self, method: str, path: str, *, headers: dict[str, str] | None = None, **kwargs: Any
+    ) -> httpx.Response:
         all_headers = {"Content-Type": "application/json", "Accept": "application/json", **(headers or {})}
-        response = self.raw(method, path, headers={**all_headers, "Authorization": f"Bearer {self.token()}"}, **kwargs)
+        response = self.raw(
+            method, path, headers={**all_headers, "Authorization": f"Bearer {self.token()}"}, **kwargs
+        )
         if response.status_code == 401:  # e.g. the server's keys rotated: one fresh sign-in, then give up
-            response = self.raw(method, path, headers={**all_headers, "Authorization": f"Bearer {self.token(force=True)}"},
-                                **kwargs)
+            response = self.raw(
+                method,
+                path,
+                headers={**all_headers, "Authorization": f"Bearer {self.token(force=True)}"},
+                **kwargs,
+            )
         return response
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -104,12 +124,17 @@ class Api:
 def expect_json(response: httpx.Response, *, what: str) -> Any:
     if response.status_code >= 400:
         kind = {401: "auth", 403: "forbidden", 404: "not_found"}.get(response.status_code, "http")
-        raise CliError(f"{problem_text(response)} ({what}: HTTP {response.status_code})", kind=kind,
-                       status=response.status_code)
+        raise CliError(
+            f"{problem_text(response)} ({what}: HTTP {response.status_code})",
+            kind=kind,
+            status=response.status_code,
+        )
     try:
         return response.json()
     except ValueError:
-        raise CliError(f"{what}: the IdP answered HTTP {response.status_code} without JSON", kind="http") from None
+        raise CliError(
+            f"{what}: the IdP answered HTTP {response.status_code} without JSON", kind="http"
+        ) from None
 
 
 def issuer_of(token: str) -> str:
@@ -129,15 +154,23 @@ def login(api: Api, email: str, key_path: str) -> State:
     key = load_private_key(key_path)
     response = api.raw("POST", "/api/agent/challenge", json={"agent_id": email})
     if response.status_code == 404:
-        raise CliError(f"{email} is not enrolled at {api.idp} (ask an admin to enrol the public key)", kind="auth")
+        raise CliError(
+            f"{email} is not enrolled at {api.idp} (ask an admin to enrol the public key)", kind="auth"
+        )
     challenge = expect_json(response, what="challenge").get("challenge")
     if not isinstance(challenge, str):
         raise CliError("the IdP sent no challenge", kind="http")
     signature = base64.b64encode(key.sign(challenge.encode())).decode()
-    response = api.raw("POST", "/api/agent/authenticate", json={"agent_id": email, "challenge": challenge,
-                                                                "signature": signature})
+    response = api.raw(
+        "POST",
+        "/api/agent/authenticate",
+        json={"agent_id": email, "challenge": challenge, "signature": signature},
+    )
     if response.status_code in (400, 401, 403):
-        raise CliError(f"sign-in refused for {email}: {problem_text(response)} (is {key_path} the enrolled key?)", kind="auth")
+        raise CliError(
+            f"sign-in refused for {email}: {problem_text(response)} (is {key_path} the enrolled key?)",
+            kind="auth",
+        )
     answer = expect_json(response, what="authenticate")
     state = api.state or State()
     state.idp, state.email, state.key_path = api.idp, email, str(Path(key_path).resolve())
@@ -148,4 +181,3 @@ def login(api: Api, email: str, key_path: str) -> State:
     state.save()
     api.state = state
     return state
-

@@ -53,7 +53,7 @@ _DURATION = re.compile(r"(\d+)([smhdw]?)")
 
 
 def parse_duration(text: str) -> int:
-    """"3600", "90s", "5m", "1h30m", "7d" -> seconds."""
+    """ "3600", "90s", "5m", "1h30m", "7d" -> seconds."""
     units = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
     text = text.strip().lower()
     pos, total = 0, 0
@@ -76,14 +76,25 @@ def _run_safely(func: Any) -> Any:
             return int(func(args))
         except CliError as exc:
             if getattr(args, "json", False):
-                print(json.dumps({"error": exc.kind, "message": exc.message,
-                                  **{k: v for k, v in exc.extra.items() if k != "grant" or v}}), file=sys.stderr)
+                print(
+                    json.dumps(
+                        {
+                            "error": exc.kind,
+                            "message": exc.message,
+                            **{k: v for k, v in exc.extra.items() if k != "grant" or v},
+                        }
+                    ),
+                    file=sys.stderr,
+                )
             else:
                 print(f"grantd: {exc.message}", file=sys.stderr)
                 if exc.kind == "pending" and exc.extra.get("grant"):
                     grant = exc.extra["grant"]
-                    print(f"grantd: still waiting after the timeout; approve it at "
-                          f"{shown(approval_url(_safe_issuer(args), str(grant.get('id'))))}", file=sys.stderr)
+                    print(
+                        f"grantd: still waiting after the timeout; approve it at "
+                        f"{shown(approval_url(_safe_issuer(args), str(grant.get('id'))))}",
+                        file=sys.stderr,
+                    )
             return exc.exit_code
 
     wrapper.__doc__ = func.__doc__
@@ -108,11 +119,15 @@ def _common(p: argparse.ArgumentParser, *, idp: bool = True) -> argparse.Argumen
 
 
 def _grant_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--type", choices=("once", "timed", "always"), default="once", help="grant type (default once)")
+    p.add_argument(
+        "--type", choices=("once", "timed", "always"), default="once", help="grant type (default once)"
+    )
     p.add_argument("--duration", type=parse_duration, help="for timed grants: 3600, 30m, 1h, 7d")
     p.add_argument("--reason", help="shown to the approver (default: the command)")
     p.add_argument("--wait", action="store_true", help="wait for the decision instead of exiting 75")
-    p.add_argument("--timeout", type=parse_duration, help=f"how long --wait waits (default {DEFAULT_WAIT // 60} min)")
+    p.add_argument(
+        "--timeout", type=parse_duration, help=f"how long --wait waits (default {DEFAULT_WAIT // 60} min)"
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -123,7 +138,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--comment", "-C", help="comment of the public key (use the agent's e-mail)")
     p.add_argument("--force", action="store_true", help="replace an existing key")
     p.set_defaults(func=_run_safely(cmd_keygen))
-    p = _common(asub.add_parser("login", help="sign in by challenge-response; the token is cached and renewed"))
+    p = _common(
+        asub.add_parser("login", help="sign in by challenge-response; the token is cached and renewed")
+    )
     p.add_argument("--key", help="private key: OpenSSH or PKCS#8, unencrypted, Ed25519")
     p.add_argument("--email", help="the agent's enrolled e-mail")
     p.set_defaults(func=_run_safely(cmd_login))
@@ -134,7 +151,9 @@ def register(subparsers: Any) -> None:
 
     grant = subparsers.add_parser("grant", help="request and follow grants")
     gsub = grant.add_subparsers(dest="grant_command", metavar="ACTION", required=True)
-    p = _common(gsub.add_parser("request", help="ask for a grant: --audience A --host H [...] -- CMD ARGS..."))
+    p = _common(
+        gsub.add_parser("request", help="ask for a grant: --audience A --host H [...] -- CMD ARGS...")
+    )
     p.add_argument("--audience", required=True, help="service the grant is for (e.g. grantd, escapes)")
     p.add_argument("--host", required=True, help="target host")
     p.add_argument("--run-as", help="user to run the command as on the target")
@@ -151,29 +170,43 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_run_safely(cmd_grant_list))
     p = _common(gsub.add_parser("wait", help="wait for a decision (event stream, falls back to polling)"))
     p.add_argument("id")
-    p.add_argument("--timeout", type=parse_duration, help=f"default {DEFAULT_WAIT // 60} min; exit 75 when it passes")
+    p.add_argument(
+        "--timeout", type=parse_duration, help=f"default {DEFAULT_WAIT // 60} min; exit 75 when it passes"
+    )
     p.set_defaults(func=_run_safely(cmd_grant_wait))
-    p = _common(gsub.add_parser("token", help="print the grant's AuthZ-JWT (pipe it; never put it on a command line)"))
+    p = _common(
+        gsub.add_parser("token", help="print the grant's AuthZ-JWT (pipe it; never put it on a command line)")
+    )
     p.add_argument("id")
     p.set_defaults(func=_run_safely(cmd_grant_token))
 
-    p = _common(subparsers.add_parser(
-        "run", help="run a command with a grant: request (or reuse), wait, then grantd elevate",
-        description="Requests a grant for CMD on this host (audience 'grantd'), reuses an approved timed/always "
-                    "grant, waits with --wait (else exits 75), then runs `grantd elevate` (directly as root, "
-                    "else through `sudo -n /usr/local/bin/grantd`, or the command --elevate-command names) and "
-                    "passes the token through a pipe. Exit status: the command's; 5 refused by elevate; "
-                    "75 pending; 1 errors."))
+    p = _common(
+        subparsers.add_parser(
+            "run",
+            help="run a command with a grant: request (or reuse), wait, then grantd elevate",
+            description="Requests a grant for CMD on this host (audience 'grantd'), reuses an approved timed/always "
+            "grant, waits with --wait (else exits 75), then runs `grantd elevate` (directly as root, "
+            "else through `sudo -n /usr/local/bin/grantd`, or the command --elevate-command names) and "
+            "passes the token through a pipe. Exit status: the command's; 5 refused by elevate; "
+            "75 pending; 1 errors.",
+        )
+    )
     p.add_argument("--as", dest="as_user", metavar="USER", help="run as USER (default root)")
     p.add_argument("--audience", help=f"grant audience (default {DEFAULT_AUDIENCE}; agent.toml audience)")
     p.add_argument("--host", help="target host (default: this host's name)")
-    p.add_argument("--elevate-command", metavar="CMD",
-                   help="the command that runs grantd for `grantd elevate` (e.g. \"sudo -n /opt/grantd/grantd\"; "
-                        "env GRANTD_ELEVATE_COMMAND, agent.toml elevate_command; default: this grantd as root, "
-                        f"else sudo -n {DEFAULT_ELEVATE_PATH})")
-    p.add_argument("--elevate-config", metavar="FILE",
-                   help="elevate.toml for `grantd elevate --config` (env GRANTD_ELEVATE_CONFIG; default "
-                        "/etc/grantd/elevate.toml; through sudo only files in /etc/grantd/)")
+    p.add_argument(
+        "--elevate-command",
+        metavar="CMD",
+        help='the command that runs grantd for `grantd elevate` (e.g. "sudo -n /opt/grantd/grantd"; '
+        "env GRANTD_ELEVATE_COMMAND, agent.toml elevate_command; default: this grantd as root, "
+        f"else sudo -n {DEFAULT_ELEVATE_PATH})",
+    )
+    p.add_argument(
+        "--elevate-config",
+        metavar="FILE",
+        help="elevate.toml for `grantd elevate --config` (env GRANTD_ELEVATE_CONFIG; default "
+        "/etc/grantd/elevate.toml; through sudo only files in /etc/grantd/)",
+    )
     _grant_options(p)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=_run_safely(cmd_run))

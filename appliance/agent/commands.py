@@ -36,11 +36,15 @@ FINAL = ("approved", "denied", "revoked", "consumed", "expired")
 
 # -- commands ----------------------------------------------------------------------------------------
 
+
 def _idp_for(args: argparse.Namespace, state: State, settings: dict[str, Any]) -> str:
     idp = getattr(args, "idp", None) or os.environ.get("GRANTD_IDP") or state.idp or settings.get("idp")
     if not idp:
-        raise CliError("no IdP known: pass --idp URL (or run grantd agent login --idp URL first)", kind="usage",
-                       exit_code=EXIT_USAGE)
+        raise CliError(
+            "no IdP known: pass --idp URL (or run grantd agent login --idp URL first)",
+            kind="usage",
+            exit_code=EXIT_USAGE,
+        )
     return str(idp).rstrip("/")
 
 
@@ -49,7 +53,9 @@ def _api(args: argparse.Namespace) -> Api:
     state = State.load()
     idp = _idp_for(args, state, settings)
     if state.idp and state.idp != idp:
-        raise CliError(f"logged in at {state.idp}, not {idp}: run grantd agent login --idp {idp} ...", kind="auth")
+        raise CliError(
+            f"logged in at {state.idp}, not {idp}: run grantd agent login --idp {idp} ...", kind="auth"
+        )
     return Api(idp, state)
 
 
@@ -59,18 +65,27 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
     path = Path(args.output) if args.output else private_dir() / "agent_ed25519"
     if path.exists() and not args.force:
-        raise CliError(f"{path} exists; use --force to replace it (the IdP knows the old public key)", kind="exists")
+        raise CliError(
+            f"{path} exists; use --force to replace it (the IdP knows the old public key)", kind="exists"
+        )
     comment = args.comment or os.environ.get("GRANTD_EMAIL") or f"grantd-agent@{socket.gethostname()}"
     key = Ed25519PrivateKey.generate()
-    write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                          serialization.NoEncryption()))
+    write_private(
+        path,
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        ),
+    )
     line = public_line(key, comment)
     pub = path.with_name(path.name + ".pub")
     pub.write_text(line + "\n")
-    emit(args, {"private_key": str(path.resolve()), "public_key_file": str(pub.resolve()), "public_key": line},
-          f"{line}\n\nprivate key: {path} (0600)\npublic key:  {pub}\n"
-          "Give the public key line to an admin to enrol (POST /api/agent/enroll, field publicKey),\n"
-          f"then: grantd agent login --idp URL --key {path} --email AGENT_EMAIL")
+    emit(
+        args,
+        {"private_key": str(path.resolve()), "public_key_file": str(pub.resolve()), "public_key": line},
+        f"{line}\n\nprivate key: {path} (0600)\npublic key:  {pub}\n"
+        "Give the public key line to an admin to enrol (POST /api/agent/enroll, field publicKey),\n"
+        f"then: grantd agent login --idp URL --key {path} --email AGENT_EMAIL",
+    )
     return EXIT_OK
 
 
@@ -78,12 +93,22 @@ def cmd_login(args: argparse.Namespace) -> int:
     settings = agent_settings()
     state = State.load()
     idp = _idp_for(args, state, settings)
-    key = args.key or os.environ.get("GRANTD_KEY") or settings.get("key") or (
-        state.key_path if state.key_path and Path(state.key_path).exists() else None)
+    key = (
+        args.key
+        or os.environ.get("GRANTD_KEY")
+        or settings.get("key")
+        or (state.key_path if state.key_path and Path(state.key_path).exists() else None)
+    )
     if not key:
         default = config_dir() / "agent_ed25519"
         key = str(default) if default.exists() else os.path.expanduser("~/.ssh/id_ed25519")
-    email = args.email or os.environ.get("GRANTD_EMAIL") or settings.get("email") or _email_from_pub(key) or state.email
+    email = (
+        args.email
+        or os.environ.get("GRANTD_EMAIL")
+        or settings.get("email")
+        or _email_from_pub(key)
+        or state.email
+    )
     if not email:
         raise CliError("no agent e-mail: pass --email", kind="usage", exit_code=EXIT_USAGE)
     fresh = State() if (state.idp and state.idp != idp) or (state.email and state.email != email) else state
@@ -92,8 +117,12 @@ def cmd_login(args: argparse.Namespace) -> int:
         state = login(api, email, key)
     finally:
         api.close()
-    emit(args, state.public(), f"logged in as {state.email} at {state.idp} (token valid until "
-                                f"{datetime.fromtimestamp(state.expires_at, UTC):%H:%M:%S} UTC; renewed automatically)")
+    emit(
+        args,
+        state.public(),
+        f"logged in as {state.email} at {state.idp} (token valid until "
+        f"{datetime.fromtimestamp(state.expires_at, UTC):%H:%M:%S} UTC; renewed automatically)",
+    )
     return EXIT_OK
 
 
@@ -113,8 +142,12 @@ def cmd_whoami(args: argparse.Namespace) -> int:
     finally:
         api.close()
     info = {**api.state.public(), "server": me} if api.state else {"server": me}
-    emit(args, info, f"{shown(info.get('email'))} at {shown(info.get('idp'))} (token valid until "
-                      f"{datetime.fromtimestamp(int(info.get('expires_at') or 0), UTC):%Y-%m-%d %H:%M:%S} UTC)")
+    emit(
+        args,
+        info,
+        f"{shown(info.get('email'))} at {shown(info.get('idp'))} (token valid until "
+        f"{datetime.fromtimestamp(int(info.get('expires_at') or 0), UTC):%Y-%m-%d %H:%M:%S} UTC)",
+    )
     return EXIT_OK
 
 
@@ -138,7 +171,9 @@ def _grant_body(args: argparse.Namespace, *, audience: str, host: str, argv: lis
     if getattr(args, "permission", None):
         body["permissions"] = args.permission
     if not argv and not body.get("permissions"):
-        raise CliError("nothing to grant: give a command after -- (or --permission)", kind="usage", exit_code=EXIT_USAGE)
+        raise CliError(
+            "nothing to grant: give a command after -- (or --permission)", kind="usage", exit_code=EXIT_USAGE
+        )
     if args.duration:
         body["duration"] = args.duration
     run_as = getattr(args, "run_as", None)
@@ -154,14 +189,26 @@ def request_grant(api: Api, args: argparse.Namespace, body: dict[str, Any]) -> d
     try:
         return dict(api.json("POST", "/api/grants", json=body))
     except CliError as exc:
-        if args.type == "timed" and "duration" not in body and exc.extra.get("status") == 400 and "duration" in exc.message:
-            raise CliError("--type timed needs --duration (e.g. 1h): no approved timed grant for this command to reuse",
-                           kind="usage", exit_code=EXIT_USAGE) from None
+        if (
+            args.type == "timed"
+            and "duration" not in body
+            and exc.extra.get("status") == 400
+            and "duration" in exc.message
+        ):
+            raise CliError(
+                "--type timed needs --duration (e.g. 1h): no approved timed grant for this command to reuse",
+                kind="usage",
+                exit_code=EXIT_USAGE,
+            ) from None
         raise
 
 
 def _wait(api: Api, args: argparse.Namespace, grant: dict[str, Any]) -> dict[str, Any]:
-    timeout = float(args.timeout) if getattr(args, "timeout", None) else float(agent_settings().get("wait_timeout", DEFAULT_WAIT))
+    timeout = (
+        float(args.timeout)
+        if getattr(args, "timeout", None)
+        else float(agent_settings().get("wait_timeout", DEFAULT_WAIT))
+    )
     waiter = Waiter(api, str(grant["id"]), timeout=timeout, progress=lambda m: info(args, f"grantd: {m}"))
     return waiter.wait()
 
@@ -173,8 +220,13 @@ def cmd_grant_request(args: argparse.Namespace) -> int:
         body = _grant_body(args, audience=args.audience, host=args.host, argv=argv)
         grant = request_grant(api, args, body)
         if grant.get("status") == "pending" and args.wait:
-            info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"],
-                  approval_url=approval_url(api.issuer, grant["id"]))
+            info(
+                args,
+                approval_hint(api.issuer, grant["id"]),
+                event="pending",
+                id=grant["id"],
+                approval_url=approval_url(api.issuer, grant["id"]),
+            )
             grant = _wait(api, args, grant)
         emit(args, grant, describe_grant(grant))
         if grant.get("status") == "pending":
@@ -213,8 +265,10 @@ def cmd_grant_list(args: argparse.Namespace) -> int:
         print("no grants")
     for g in items:
         req = g.get("request") or {}
-        print(f"{shown(g.get('id'))}  {shown(g.get('status')):9}  {shown(req.get('grant_type', 'once')):6}  "
-              f"{shown(req.get('target_host'))}  {command_line(req)}")
+        print(
+            f"{shown(g.get('id'))}  {shown(g.get('status')):9}  {shown(req.get('grant_type', 'once')):6}  "
+            f"{shown(req.get('target_host'))}  {command_line(req)}"
+        )
     return EXIT_OK
 
 
@@ -258,16 +312,22 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
         token = fetch_token(api, args.id)
     finally:
         api.close()
-    emit(args, {"id": args.id, "authz_jwt": token}, shown(token))  # a JWT is ASCII: escaping changes only a forgery
+    emit(
+        args, {"id": args.id, "authz_jwt": token}, shown(token)
+    )  # a JWT is ASCII: escaping changes only a forgery
     return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     argv = _command_of(args)
     if not argv:
-        raise CliError("no command: grantd run [--as USER] -- CMD ARGS...", kind="usage", exit_code=EXIT_USAGE)
+        raise CliError(
+            "no command: grantd run [--as USER] -- CMD ARGS...", kind="usage", exit_code=EXIT_USAGE
+        )
     settings = agent_settings()
-    audience = args.audience or os.environ.get("GRANTD_AUDIENCE") or settings.get("audience") or DEFAULT_AUDIENCE
+    audience = (
+        args.audience or os.environ.get("GRANTD_AUDIENCE") or settings.get("audience") or DEFAULT_AUDIENCE
+    )
     host = args.host or socket.gethostname()
     elevate_config = args.elevate_config or os.environ.get("GRANTD_ELEVATE_CONFIG") or None
     missing = elevate_missing(elevate_prefix(settings, args.elevate_command)[0])
@@ -281,14 +341,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         if grant.get("status") == "pending":
             url = approval_url(api.issuer, grant["id"])
             if not args.wait:
-                data = {"id": grant["id"], "status": "pending", "approval_url": url, "exit_code": EXIT_PENDING}
+                data = {
+                    "id": grant["id"],
+                    "status": "pending",
+                    "approval_url": url,
+                    "exit_code": EXIT_PENDING,
+                }
                 emit(args, data, "")
                 if not args.json:
                     print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
-                    print(f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
-                          file=sys.stderr)
+                    print(
+                        f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
+                        file=sys.stderr,
+                    )
                 return EXIT_PENDING
-            info(args, approval_hint(api.issuer, grant["id"]), event="pending", id=grant["id"], approval_url=url)
+            info(
+                args,
+                approval_hint(api.issuer, grant["id"]),
+                event="pending",
+                id=grant["id"],
+                approval_url=url,
+            )
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
@@ -297,8 +370,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)
     reused = bool(grant.get("reused"))
-    info(args, f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
-                f"{shown(grant.get('decided_by') or 'delegation')}; running as {shown(args.as_user or 'root')}",
-          event="approved", id=grant["id"], grant_type=kind, decided_by=grant.get("decided_by"), reused=reused)
+    info(
+        args,
+        f"grantd: {'reusing grant' if reused else 'grant'} {shown(grant['id'])} ({shown(kind)}) approved by "
+        f"{shown(grant.get('decided_by') or 'delegation')}; running as {shown(args.as_user or 'root')}",
+        event="approved",
+        id=grant["id"],
+        grant_type=kind,
+        decided_by=grant.get("decided_by"),
+        reused=reused,
+    )
     return hand_off(token, argv, settings, elevate_command=args.elevate_command, config=elevate_config)
-

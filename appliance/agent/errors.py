@@ -19,4 +19,3 @@ class CliError(Exception):
         self.kind = kind
         self.exit_code = exit_code
         self.extra = extra
-

@@ -45,17 +45,21 @@ def describe_grant(grant: dict[str, Any]) -> str:
     if req.get("reason"):
         lines.append(f"  reason: {shown(req['reason'])}")
     if grant.get("decided_by"):
-        lines.append(f"  decided by {shown(grant['decided_by'])} at {_ms(grant.get('decided_at'))}"
-                     + (f": {shown(grant['decision_reason'])}" if grant.get("decision_reason") else ""))
+        lines.append(
+            f"  decided by {shown(grant['decided_by'])} at {_ms(grant.get('decided_at'))}"
+            + (f": {shown(grant['decision_reason'])}" if grant.get("decision_reason") else "")
+        )
     if grant.get("expires_at"):
         lines.append(f"  expires {_ms(grant['expires_at'])}")
     return "\n".join(lines)
 
 
 def approval_hint(issuer: str, grant_id: str) -> str:
-    return (f"grantd: grant {shown(grant_id)} waits for a human decision. An approver can decide\n"
-            f"  in the console:  grantd tui\n"
-            f"  in a browser:    {shown(approval_url(issuer, grant_id))}")
+    return (
+        f"grantd: grant {shown(grant_id)} waits for a human decision. An approver can decide\n"
+        f"  in the console:  grantd tui\n"
+        f"  in a browser:    {shown(approval_url(issuer, grant_id))}"
+    )
 
 
 def approval_url(issuer: str, grant_id: str) -> str:
@@ -94,4 +98,3 @@ def info(args: argparse.Namespace, message: str, **data: Any) -> None:
         print(json.dumps({"event": data.pop("event", "info"), "message": message, **data}), file=sys.stderr)
     else:
         print(message, file=sys.stderr)
-

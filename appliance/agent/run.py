@@ -37,15 +37,19 @@ def elevate_prefix(settings: dict[str, Any], given: str | None = None) -> tuple[
     ``elevate_path`` (default /usr/local/bin/grantd, where packaging/install puts it)."""
     configured = given or os.environ.get("GRANTD_ELEVATE_COMMAND") or settings.get("elevate_command")
     if configured:
-        return (shlex.split(configured) if isinstance(configured, str) else [str(c) for c in configured]), False
+        return (
+            shlex.split(configured) if isinstance(configured, str) else [str(c) for c in configured]
+        ), False
     if os.geteuid() == 0:
         return self_command(), True
     return ["sudo", "-n", str(settings.get("elevate_path") or DEFAULT_ELEVATE_PATH)], False
 
 
-ELEVATE_HOW = ("name the command that runs grantd with --elevate-command CMD, GRANTD_ELEVATE_COMMAND or "
-               "elevate_command in agent.toml (e.g. \"sudo -n /opt/grantd/grantd\"; as root, grantd run starts "
-               "elevate itself), or install the bundle (sudo packaging/install)")
+ELEVATE_HOW = (
+    "name the command that runs grantd with --elevate-command CMD, GRANTD_ELEVATE_COMMAND or "
+    'elevate_command in agent.toml (e.g. "sudo -n /opt/grantd/grantd"; as root, grantd run starts '
+    "elevate itself), or install the bundle (sudo packaging/install)"
+)
 
 
 def elevate_missing(prefix: list[str]) -> str | None:
@@ -60,15 +64,25 @@ def elevate_missing(prefix: list[str]) -> str | None:
     if os.path.basename(program) == "sudo":
         target = next((a for a in prefix[1:] if not a.startswith("-")), None)
         if target is None:
-            return f"cannot run grantd elevate: {shlex.join(prefix)} names no program after sudo; {ELEVATE_HOW}"
+            return (
+                f"cannot run grantd elevate: {shlex.join(prefix)} names no program after sudo; {ELEVATE_HOW}"
+            )
         if os.path.isabs(target) and not os.access(target, os.X_OK):
-            return (f"cannot run grantd elevate: it is reached through `{shlex.join(prefix)} elevate`, and {target} "
-                    f"does not exist or is not executable; {ELEVATE_HOW}")
+            return (
+                f"cannot run grantd elevate: it is reached through `{shlex.join(prefix)} elevate`, and {target} "
+                f"does not exist or is not executable; {ELEVATE_HOW}"
+            )
     return None
 
 
-def hand_off(token: str, argv: list[str], settings: dict[str, Any], *, elevate_command: str | None = None,
-             config: str | None = None) -> int:
+def hand_off(
+    token: str,
+    argv: list[str],
+    settings: dict[str, Any],
+    *,
+    elevate_command: str | None = None,
+    config: str | None = None,
+) -> int:
     prefix, direct = elevate_prefix(settings, elevate_command)
     config_args = ["--config", config] if config else []
     sys.stdout.flush()
@@ -126,4 +140,3 @@ def _feed_fifo(fifo: str, token: str, child: subprocess.Popen[bytes]) -> None:
         finally:
             os.close(fd)
         return
-

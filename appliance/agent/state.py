@@ -60,7 +60,9 @@ class State:
         except FileNotFoundError:
             return cls()
         except (OSError, ValueError) as exc:
-            raise CliError(f"cannot read {cls.path()}: {exc}; run grantd agent login again", kind="config") from None
+            raise CliError(
+                f"cannot read {cls.path()}: {exc}; run grantd agent login again", kind="config"
+            ) from None
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
@@ -68,8 +70,15 @@ class State:
         write_private(self.path(), json.dumps(asdict(self), indent=2).encode())
 
     def public(self) -> dict[str, Any]:
-        return {"idp": self.idp, "issuer": self.issuer or self.idp, "email": self.email, "agent_id": self.agent_id, "key_path": self.key_path,
-                "expires_at": self.expires_at, "logged_in": bool(self.token) and self.expires_at > time.time()}
+        return {
+            "idp": self.idp,
+            "issuer": self.issuer or self.idp,
+            "email": self.email,
+            "agent_id": self.agent_id,
+            "key_path": self.key_path,
+            "expires_at": self.expires_at,
+            "logged_in": bool(self.token) and self.expires_at > time.time(),
+        }
 
 
 # -- keys --------------------------------------------------------------------------------------------
@@ -83,12 +92,16 @@ def load_private_key(path: str) -> Any:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise CliError(f"key file {path} does not exist (make one with: grantd agent keygen)", kind="key") from None
+        raise CliError(
+            f"key file {path} does not exist (make one with: grantd agent keygen)", kind="key"
+        ) from None
     except OSError as exc:
         raise CliError(f"cannot read key file {path}: {exc.strerror}", kind="key") from None
-    encrypted = CliError(f"key file {path} is encrypted (has a passphrase); grantd needs an unencrypted agent key: "
-                         "make one with grantd agent keygen, or remove the passphrase with ssh-keygen -p -N '' -f FILE",
-                         kind="key")
+    encrypted = CliError(
+        f"key file {path} is encrypted (has a passphrase); grantd needs an unencrypted agent key: "
+        "make one with grantd agent keygen, or remove the passphrase with ssh-keygen -p -N '' -f FILE",
+        kind="key",
+    )
     try:
         if b"-----BEGIN OPENSSH PRIVATE KEY-----" in data:
             key: Any = serialization.load_ssh_private_key(data, password=None)
@@ -107,13 +120,16 @@ def load_private_key(path: str) -> Any:
             raise encrypted from None
         raise CliError(f"key file {path} cannot be read as a private key: {exc}", kind="key") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise CliError(f"key file {path} holds a {type(key).__name__.replace('_', '')}; agents use Ed25519 keys", kind="key")
+        raise CliError(
+            f"key file {path} holds a {type(key).__name__.replace('_', '')}; agents use Ed25519 keys",
+            kind="key",
+        )
     return key
 
 
 def public_line(key: Any, comment: str) -> str:
     from cryptography.hazmat.primitives import serialization
 
-    return key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() + (
-        f" {comment}" if comment else "")
-
+    return key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode() + (f" {comment}" if comment else "")

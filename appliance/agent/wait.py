@@ -33,8 +33,15 @@ class Waiter:
     """Waits for a decision: follows GET /api/grants/events, re-checks the grant with ETag polling
     after connecting and on every heartbeat, and falls back to polling when there is no stream."""
 
-    def __init__(self, api: Api, grant_id: str, *, timeout: float, interval: float = POLL_INTERVAL,
-                 progress: Any = None):
+    def __init__(
+        self,
+        api: Api,
+        grant_id: str,
+        *,
+        timeout: float,
+        interval: float = POLL_INTERVAL,
+        progress: Any = None,
+    ):
         self.api = api
         self.grant_id = grant_id
         self.deadline = time.monotonic() + timeout
@@ -95,19 +102,27 @@ class Waiter:
                 outage = True
                 self.pause(backoff)
                 backoff = min(backoff * 2, 10.0)
-        raise CliError(f"grant {shown(self.grant_id)} is still pending", kind="pending", exit_code=EXIT_PENDING,
-                       grant=self.grant)
+        raise CliError(
+            f"grant {shown(self.grant_id)} is still pending",
+            kind="pending",
+            exit_code=EXIT_PENDING,
+            grant=self.grant,
+        )
 
     def follow_events(self) -> dict[str, Any] | None:
         headers = {"Last-Event-ID": self.last_event_id} if self.last_event_id else {}
         read_timeout = max(min(40.0, self.remaining()), 0.5)
         with self.api.stream("/api/grants/events", headers=headers, read_timeout=read_timeout) as response:
             if response.status_code in (404, 405, 406, 501) or (
-                    response.status_code == 200 and "text/event-stream" not in response.headers.get("content-type", "")):
+                response.status_code == 200
+                and "text/event-stream" not in response.headers.get("content-type", "")
+            ):
                 raise EventsUnavailable()
             if response.status_code != 200:
                 response.read()
-                raise CliError(f"event stream: {problem_text(response)}", kind="http", status=response.status_code)
+                raise CliError(
+                    f"event stream: {problem_text(response)}", kind="http", status=response.status_code
+                )
             # Subscribed: a decision made before this point is seen by this check, later ones as events.
             grant = self.poll()
             if grant.get("status") != "pending":
@@ -116,7 +131,9 @@ class Waiter:
             for event in decoder.read(response.iter_lines()):
                 if self.remaining() <= 0:
                     return None
-                if isinstance(event, SseComment):  # heartbeat: a cheap ETag check covers anything a proxy dropped
+                if isinstance(
+                    event, SseComment
+                ):  # heartbeat: a cheap ETag check covers anything a proxy dropped
                     grant = self.poll()
                     if grant.get("status") != "pending":
                         return grant
@@ -127,7 +144,10 @@ class Waiter:
                 except ValueError:
                     continue
                 changed = payload.get("grant") if isinstance(payload, dict) else None
-                if isinstance(changed, dict) and changed.get("id") == self.grant_id and changed.get("status") != "pending":
+                if (
+                    isinstance(changed, dict)
+                    and changed.get("id") == self.grant_id
+                    and changed.get("status") != "pending"
+                ):
                     return self.poll()
         return None
-

@@ -32,19 +32,33 @@ COMMANDS: dict[str, Command] = {
     "config": Command("grantd.cli.server", "validate or create configuration files"),
     "keys": Command("grantd.cli.server", "signing keys"),
     "db": Command("grantd.cli.server", "database maintenance"),
-    "users": Command("grantd.cli.server", "people: add (prints a one-time passkey registration link), list, delete, link"),
-    "audit": Command("grantd.cli.audit", "the decision log: verify it (exit 0 ok, 2 tampered, 3 a rule broken) or export it"),
+    "users": Command(
+        "grantd.cli.server", "people: add (prints a one-time passkey registration link), list, delete, link"
+    ),
+    "audit": Command(
+        "grantd.cli.audit",
+        "the decision log: verify it (exit 0 ok, 2 tampered, 3 a rule broken) or export it",
+    ),
     "plugins": Command("grantd.cli.server", "list loaded plugins and their hooks"),
     "version": Command("grantd.cli.server", "print the version"),
     "agent": Command("grantd.agent.cli", "agent identity: key, sign-in"),
     "grant": Command("grantd.agent.cli", "request and follow grants"),
-    "run": Command("grantd.agent.cli", "run a command with a grant: request (or reuse), wait, then grantd elevate"),
-    "elevate": Command("grantd.elevate.cli",
-                       "run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo"),
-    "policy": Command("grantd.tui.policy",
-                      "approval policies: test what a request would meet and who could approve it (creates nothing)"),
+    "run": Command(
+        "grantd.agent.cli", "run a command with a grant: request (or reuse), wait, then grantd elevate"
+    ),
+    "elevate": Command(
+        "grantd.elevate.cli",
+        "run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo",
+    ),
+    "policy": Command(
+        "grantd.tui.policy",
+        "approval policies: test what a request would meet and who could approve it (creates nothing)",
+    ),
     "tui": Command("grantd.tui.cli", "approver console: live pending grants, decide with one key"),
-    "login": Command("grantd.tui.signin", "sign a person in on this terminal (device code shown here, approved in a browser)"),
+    "login": Command(
+        "grantd.tui.signin",
+        "sign a person in on this terminal (device code shown here, approved in a browser)",
+    ),
     "logout": Command("grantd.tui.signin", "revoke and delete the stored terminal sign-in"),
 }
 
@@ -63,7 +77,9 @@ def _load(module_name: str) -> Any | None:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser, with the real subparsers of `command`'s module and placeholders for the rest."""
-    parser = argparse.ArgumentParser(prog="grantd", description="Identity provider and human-in-the-loop grants for agents.")
+    parser = argparse.ArgumentParser(
+        prog="grantd", description="Identity provider and human-in-the-loop grants for agents."
+    )
     parser.add_argument("--version", action="version", version=f"grantd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     missing: set[str] = set()
@@ -96,7 +112,9 @@ def _command_of(argv: list[str]) -> str | None:
 def _print_config_error(exc: Any) -> None:
     where = f" in {exc.path}" if exc.path else ""
     count = len(exc.problems)
-    print(f"grantd: configuration invalid{where} ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr)
+    print(
+        f"grantd: configuration invalid{where} ({count} problem{'s' if count != 1 else ''}):", file=sys.stderr
+    )
     for problem in exc.problems:
         print(f"  - {problem}", file=sys.stderr)
 

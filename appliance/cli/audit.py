@@ -88,7 +88,9 @@ class _Bearer(httpx.Auth):
 async def _fetch(url: str, auth: httpx.Auth | None, state_size: int | None) -> dict[str, Any]:
     """The newest note, every leaf with its stored hash up to its size, and the consistency proof
     from ``state_size`` (when the server can give one)."""
-    async with httpx.AsyncClient(base_url=url, auth=auth, timeout=30, headers={"User-Agent": "grantd-audit"}) as http:
+    async with httpx.AsyncClient(
+        base_url=url, auth=auth, timeout=30, headers={"User-Agent": "grantd-audit"}
+    ) as http:
         r = await http.get("/api/audit/checkpoint")
         if r.status_code != 200:
             raise AuditError(f"GET /api/audit/checkpoint: {r.status_code} {r.text[:200]}")
@@ -100,7 +102,9 @@ async def _fetch(url: str, auth: httpx.Auth | None, state_size: int | None) -> d
         leaves: list[bytes] = []
         hashes: list[bytes] = []
         while len(leaves) < size:
-            r = await http.get("/api/audit/entries", params={"start": len(leaves), "end": min(size, len(leaves) + PAGE)})
+            r = await http.get(
+                "/api/audit/entries", params={"start": len(leaves), "end": min(size, len(leaves) + PAGE)}
+            )
             if r.status_code != 200:
                 raise AuditError(f"GET /api/audit/entries: {r.status_code} {_detail(r)}")
             entries = r.json().get("entries") or []
@@ -180,9 +184,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise AuditError("--url is required (or --from-export DIR)")
             url = args.url.rstrip("/")
             fetched = asyncio.run(_fetch(url, _auth(args, url), state["size"] if state else None))
-            result = verify_log(fetched["note"], keys, state, fetched["leaves"], consistency_proof=fetched["proof"],
-                                claimed_leaf_hashes=fetched["hashes"] if len(fetched["hashes"]) == len(fetched["leaves"]) else None,
-                                audience=url)
+            result = verify_log(
+                fetched["note"],
+                keys,
+                state,
+                fetched["leaves"],
+                consistency_proof=fetched["proof"],
+                claimed_leaf_hashes=fetched["hashes"]
+                if len(fetched["hashes"]) == len(fetched["leaves"])
+                else None,
+                audience=url,
+            )
     except (AuditError, httpx.HTTPError) as error:
         print(f"grantd audit verify: {error}", file=sys.stderr)
         return EXIT_TROUBLE
@@ -199,15 +211,23 @@ def cmd_export(args: argparse.Namespace) -> int:
         url = args.url.rstrip("/")
         fetched = asyncio.run(_fetch(url, _auth(args, url), None))
         if len(fetched["leaves"]) < fetched["size"]:
-            raise AuditError(f"the server gave {len(fetched['leaves'])} leaves for a checkpoint of {fetched['size']}")
+            raise AuditError(
+                f"the server gave {len(fetched['leaves'])} leaves for a checkpoint of {fetched['size']}"
+            )
         keys = [] if not args.key else _vkeys(args.key)
         if not keys:
+
             async def vkeys() -> list[str]:
                 async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-                    return [line for line in (await http.get("/api/audit/key")).text.splitlines() if line.strip()]
+                    return [
+                        line for line in (await http.get("/api/audit/key")).text.splitlines() if line.strip()
+                    ]
+
             keys = asyncio.run(vkeys())
         leaves = fetched["leaves"][: fetched["size"]]
-        files = export_files(leaves, [fetched["note"]], keys, leaf_hashes=fetched["hashes"][: fetched["size"]])
+        files = export_files(
+            leaves, [fetched["note"]], keys, leaf_hashes=fetched["hashes"][: fetched["size"]]
+        )
         write_export(args.directory, files)
     except (AuditError, ExportError, OSError, httpx.HTTPError) as error:
         print(f"grantd audit export: {error}", file=sys.stderr)
@@ -223,18 +243,28 @@ def register(sub: Any) -> None:
     asub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
 
     def credentials(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--token-file", help=f"a file holding a bearer token (default: ${TOKEN_ENV}, else `grantd login`)")
+        p.add_argument(
+            "--token-file", help=f"a file holding a bearer token (default: ${TOKEN_ENV}, else `grantd login`)"
+        )
 
-    p = asub.add_parser("verify", help="check the log: signature, consistency with --state, root, semantics (exit 0/2/3)")
+    p = asub.add_parser(
+        "verify", help="check the log: signature, consistency with --state, root, semantics (exit 0/2/3)"
+    )
     p.add_argument("--url", help="the server (its issuer URL)")
     p.add_argument("--key", required=True, help="the log's vkey, or a file of vkey lines")
-    p.add_argument("--state", required=True, help="where the last verified checkpoint is kept (created on first run)")
+    p.add_argument(
+        "--state", required=True, help="where the last verified checkpoint is kept (created on first run)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object: code, reason, bad_index")
-    p.add_argument("--from-export", metavar="DIR", help="check an export directory offline instead of the server")
+    p.add_argument(
+        "--from-export", metavar="DIR", help="check an export directory offline instead of the server"
+    )
     credentials(p)
     p.set_defaults(func=cmd_verify)
 
-    p = asub.add_parser("export", help="write the leaves and the newest checkpoint to DIR (earlier checkpoints kept)")
+    p = asub.add_parser(
+        "export", help="write the leaves and the newest checkpoint to DIR (earlier checkpoints kept)"
+    )
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--url", required=True, help="the server (its issuer URL)")
     p.add_argument("--key", help="vkeys to record in DIR/keys.txt (default: the server's /api/audit/key)")

@@ -47,7 +47,9 @@ def load_config_or_exit(args: argparse.Namespace) -> Config:
     if path is None:
         path = Path(DEFAULT_CONFIG_NAME)
         if not path.exists():
-            raise ConfigError([f"no config given (--config or {CONFIG_ENV}) and ./{DEFAULT_CONFIG_NAME} does not exist"])
+            raise ConfigError(
+                [f"no config given (--config or {CONFIG_ENV}) and ./{DEFAULT_CONFIG_NAME} does not exist"]
+            )
     from grantd.plugin_manager import load_with_plugins
 
     return load_with_plugins(path)  # with the sections its plugins declare
@@ -98,12 +100,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from grantd.plugin_manager import check_startup
 
     try:
-        config = check_startup(path, storage=False)  # `config validate`'s checks (D18); preflight opens the storage
+        config = check_startup(
+            path, storage=False
+        )  # `config validate`'s checks (D18); preflight opens the storage
     except ConfigError as exc:
         if _log_format_of(path) != "json":
             raise  # the dispatcher lists every problem
-        _startup_failed("json", f"configuration invalid in {exc.path or path}: {'; '.join(exc.problems)}",
-                        problems=exc.problems)
+        _startup_failed(
+            "json",
+            f"configuration invalid in {exc.path or path}: {'; '.join(exc.problems)}",
+            problems=exc.problems,
+        )
         return EXIT_CONFIG
     for warning in config.warnings:
         _say(config.log.format, f"warning: {warning}", level=logging.WARNING, event="config_warning")
@@ -127,14 +134,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return EXIT_STARTUP
     issuer = config.server.issuer
     fmt = config.log.format
-    _say(fmt, f"serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)", event="banner")
-    _say(fmt, f"enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", event="banner")
+    _say(
+        fmt,
+        f"serving {issuer}  (health: {issuer}/healthz, keys: {issuer}/.well-known/jwks.json)",
+        event="banner",
+    )
+    _say(
+        fmt, f"enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", event="banner"
+    )
     program, on_path = grantd_program()
-    _say(fmt, f"decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
-         event="banner")
+    _say(
+        fmt,
+        f"decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
+        event="banner",
+    )
     if not on_path:
-        _say(fmt, f"('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
-             event="banner")
+        _say(
+            fmt,
+            f"('grantd' is not on PATH here; to type just 'grantd': export PATH=\"{Path(program).parent}:$PATH\")",
+            event="banner",
+        )
     try:
         _print_first_admin_link(config)
         if new_token is not None:
@@ -213,8 +232,12 @@ def _print_first_admin_link(config: Config) -> None:
     link = asyncio.run(_with_services(config, work))
     if link:
         hours = config.people.registration_ttl / 3600
-        _say(config.log.format, f"first administrator {email}: open {link} to register your passkey "
-                                f"(single use, valid {hours:g} h; a new link at each start until then)", event="first_admin")
+        _say(
+            config.log.format,
+            f"first administrator {email}: open {link} to register your passkey "
+            f"(single use, valid {hours:g} h; a new link at each start until then)",
+            event="first_admin",
+        )
 
 
 def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
@@ -265,7 +288,9 @@ def cmd_config_secret(args: argparse.Namespace) -> int:
         _err(f"cannot write {path}: {exc.strerror or exc}")
         return EXIT_CONFIG
     print(f"wrote a new secret (URL-safe: A-Z a-z 0-9 - _) to {path.resolve()}, mode 0600")
-    print(f'name it in the config as client_secret = "file:{path}" and give the client the same file\'s content')
+    print(
+        f'name it in the config as client_secret = "file:{path}" and give the client the same file\'s content'
+    )
     return EXIT_OK
 
 
@@ -304,6 +329,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 def cmd_keys_rotate(args: argparse.Namespace) -> int:
     config = load_config_or_exit(args)
     if args.log:
+
         async def rotate_log(services: Any) -> str:
             return str(await services.audit.rotate_key())
 
@@ -321,7 +347,9 @@ def cmd_keys_rotate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"kid": kid, "retired": retired}))
     else:
-        print(f"new signing key {kid}; retired {', '.join(retired) or 'none'} (still published until their tokens expire)")
+        print(
+            f"new signing key {kid}; retired {', '.join(retired) or 'none'} (still published until their tokens expire)"
+        )
     return EXIT_OK
 
 
@@ -441,12 +469,19 @@ def cmd_users_add(args: argparse.Namespace) -> int:
         if person is None:
             person = await people.create_person(services, email, name=args.name, admin=args.admin)
         else:
-            changes = {k: v for k, v in (("admin", True if args.admin else None), ("name", args.name)) if v is not None}
+            changes = {
+                k: v
+                for k, v in (("admin", True if args.admin else None), ("name", args.name))
+                if v is not None
+            }
             if changes:
                 changes["updated_at"] = services.clock.now_ms()
                 person = await services.store.people.update(person["person_id"], changes) or person
             if await people.has_passkey(services, person):
-                raise Problem(409, f"{email} already has a passkey; for another device: grantd users link {email} --add-device")
+                raise Problem(
+                    409,
+                    f"{email} already has a passkey; for another device: grantd users link {email} --add-device",
+                )
         url, record = await people.create_registration_url(
             services, email, admin=person["admin"], purpose="register", created_by=USERS_CREATOR, ttl=args.ttl
         )
@@ -454,8 +489,10 @@ def cmd_users_add(args: argparse.Namespace) -> int:
         view = people.person_view(person, services.admin_emails)
         role = "administrator" if view["admin"] else "user"
         verb = "created" if created else "exists:"
-        return {"json": {"user": view, "created": created, "registration": link},
-                "text": f"{verb} {role} {email}\n{_link_text(link)}"}
+        return {
+            "json": {"user": view, "created": created, "registration": link},
+            "text": f"{verb} {role} {email}\n{_link_text(link)}",
+        }
 
     return _users(args, work)
 
@@ -475,8 +512,10 @@ def cmd_users_list(args: argparse.Namespace) -> int:
             query["cursor"] = answer["pagination"]["cursor"]
         for user in users:
             user["passkeys"] = len(await services.store.credentials.list_for(user["person_id"]))
-        lines = [f"{u['email']}  {u['name']}  {'admin' if u['admin'] else '-'}  {u['status']}  passkeys: {u['passkeys']}"
-                 for u in users]
+        lines = [
+            f"{u['email']}  {u['name']}  {'admin' if u['admin'] else '-'}  {u['status']}  passkeys: {u['passkeys']}"
+            for u in users
+        ]
         return {"json": users, "text": "\n".join(lines) or "no users"}
 
     return _users(args, work)
@@ -487,8 +526,10 @@ def cmd_users_delete(args: argparse.Namespace) -> int:
 
     async def work(services: Any) -> dict[str, Any]:
         person = await people.delete_person(services, None, args.email)
-        return {"json": {"deleted": True, "user": people.person_view(person, services.admin_emails)},
-                "text": f"deleted {person['email']} (their passkeys and sessions too; their grants and delegations revoked)"}
+        return {
+            "json": {"deleted": True, "user": people.person_view(person, services.admin_emails)},
+            "text": f"deleted {person['email']} (their passkeys and sessions too; their grants and delegations revoked)",
+        }
 
     return _users(args, work)
 
@@ -499,8 +540,12 @@ def cmd_users_link(args: argparse.Namespace) -> int:
     async def work(services: Any) -> dict[str, Any]:
         person = await people.get_person(services, args.email)
         url, record = await people.create_registration_url(
-            services, person["email"], admin=person["admin"], purpose="add-device" if args.add_device else "register",
-            created_by=USERS_CREATOR, ttl=args.ttl,
+            services,
+            person["email"],
+            admin=person["admin"],
+            purpose="add-device" if args.add_device else "register",
+            created_by=USERS_CREATOR,
+            ttl=args.ttl,
         )
         link = people.registration_answer(services, url, record)
         return {"json": link, "text": _link_text(link)}
@@ -540,17 +585,23 @@ def register(sub: Any) -> None:
     from grantd.cli import COMMANDS
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})")
+        p.add_argument(
+            "--config", "-c", help=f"config file (default: ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME})"
+        )
         return p
 
-    p = with_config(sub.add_parser(
-        "serve", help=COMMANDS["serve"].help,
-        description="Run the grantd server until SIGTERM or SIGINT (in-flight requests get [server] "
-                    "graceful_shutdown_timeout). The config is --config, else $GRANTD_CONFIG, else ./grantd.toml; "
-                    "without any, a development config is written to ./grantd.toml with a fresh management token "
-                    "(printed once) and a first administrator, admin@localhost, whose passkey registration link is "
-                    "printed. The config is checked as `grantd config validate` checks it; problems are listed and "
-                    "the exit status is 1."))
+    p = with_config(
+        sub.add_parser(
+            "serve",
+            help=COMMANDS["serve"].help,
+            description="Run the grantd server until SIGTERM or SIGINT (in-flight requests get [server] "
+            "graceful_shutdown_timeout). The config is --config, else $GRANTD_CONFIG, else ./grantd.toml; "
+            "without any, a development config is written to ./grantd.toml with a fresh management token "
+            "(printed once) and a first administrator, admin@localhost, whose passkey registration link is "
+            "printed. The config is checked as `grantd config validate` checks it; problems are listed and "
+            "the exit status is 1.",
+        )
+    )
     p.add_argument("--host", help="override [server] host")
     p.add_argument("--port", type=int, help="override [server] port")
     p.set_defaults(func=cmd_serve)
@@ -566,7 +617,9 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--force", action="store_true")
     p.set_defaults(func=cmd_config_init)
-    p = csub.add_parser("secret", help="write a new URL-safe secret to a 0600 file (an OAuth client's client_secret)")
+    p = csub.add_parser(
+        "secret", help="write a new URL-safe secret to a 0600 file (an OAuth client's client_secret)"
+    )
     p.add_argument("path")
     p.add_argument("--force", action="store_true", help="replace the file if it exists")
     p.set_defaults(func=cmd_config_secret)
@@ -578,12 +631,21 @@ def register(sub: Any) -> None:
     p = with_config(ksub.add_parser("list", help="list signing keys"))
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_keys_list)
-    p = with_config(ksub.add_parser("rotate", help="make a new signing key; old keys stay published until their tokens expire"))
+    p = with_config(
+        ksub.add_parser(
+            "rotate", help="make a new signing key; old keys stay published until their tokens expire"
+        )
+    )
     p.add_argument("--json", action="store_true")
-    p.add_argument("--log", action="store_true",
-                   help="rotate the decision log's checkpoint key instead (D14; the old one stays listed)")
+    p.add_argument(
+        "--log",
+        action="store_true",
+        help="rotate the decision log's checkpoint key instead (D14; the old one stays listed)",
+    )
     p.set_defaults(func=cmd_keys_rotate)
-    p = with_config(ksub.add_parser("revoke", help="stop trusting a key at once: every token it signed stops verifying"))
+    p = with_config(
+        ksub.add_parser("revoke", help="stop trusting a key at once: every token it signed stops verifying")
+    )
     p.add_argument("kid", help="the key id (grantd keys list)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_keys_revoke)
@@ -595,19 +657,26 @@ def register(sub: Any) -> None:
     p = with_config(dsub.add_parser("backup", help="write a consistent copy of the database"))
     p.add_argument("target")
     p.set_defaults(func=cmd_db_backup)
-    p = with_config(dsub.add_parser(
-        "restore", help="replace the database with a backup (stop the server first; the old contents are kept)"
-    ))
+    p = with_config(
+        dsub.add_parser(
+            "restore",
+            help="replace the database with a backup (stop the server first; the old contents are kept)",
+        )
+    )
     p.add_argument("source", help="a file written by grantd db backup")
     p.set_defaults(func=cmd_db_restore)
 
     users = sub.add_parser("users", help=COMMANDS["users"].help)
     usub = users.add_subparsers(dest="users_command", metavar="ACTION", required=True)
-    p = with_config(usub.add_parser("add", help="create a person (if needed) and print a one-time registration link"))
+    p = with_config(
+        usub.add_parser("add", help="create a person (if needed) and print a one-time registration link")
+    )
     p.add_argument("email")
     p.add_argument("--admin", action="store_true", help="make them an administrator")
     p.add_argument("--name", help="display name (default: the e-mail's local part)")
-    p.add_argument("--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)")
+    p.add_argument(
+        "--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_users_add)
     p = with_config(usub.add_parser("list", help="list people"))
@@ -620,18 +689,29 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_users_delete)
     p = with_config(usub.add_parser("link", help="a new one-time registration link for a person"))
     p.add_argument("email", help="e-mail or person id")
-    p.add_argument("--add-device", action="store_true", help="for one more passkey (the person already has one)")
-    p.add_argument("--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)")
+    p.add_argument(
+        "--add-device", action="store_true", help="for one more passkey (the person already has one)"
+    )
+    p.add_argument(
+        "--ttl", type=int, help="seconds the link stays valid (default: [people] registration_ttl)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_users_link)
 
-    p = with_config(sub.add_parser(
-        "plugins", help=COMMANDS["plugins"].help,
-        description="List the plugins grantd loads (built-in, entry points, and the config's [plugins] modules "
-                    "when a config is given) with their versions and the hooks each implements."))
+    p = with_config(
+        sub.add_parser(
+            "plugins",
+            help=COMMANDS["plugins"].help,
+            description="List the plugins grantd loads (built-in, entry points, and the config's [plugins] modules "
+            "when a config is given) with their versions and the hooks each implements.",
+        )
+    )
     p.add_argument("--json", action="store_true", help="one JSON list: name, source, version, hooks")
     p.set_defaults(func=cmd_plugins)
 
-    p = sub.add_parser("version", help=COMMANDS["version"].help,
-                       description="Print grantd's version (the same as grantd --version).")
+    p = sub.add_parser(
+        "version",
+        help=COMMANDS["version"].help,
+        description="Print grantd's version (the same as grantd --version).",
+    )
     p.set_defaults(func=cmd_version)

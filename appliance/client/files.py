@@ -37,7 +37,9 @@ def private_directory(directory: Path, *, own: bool = False) -> Path:
         return directory
     mode = directory.stat().st_mode
     if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
-        raise PrivateFileError(f"{directory} is writable by others: keep private files in a private directory")
+        raise PrivateFileError(
+            f"{directory} is writable by others: keep private files in a private directory"
+        )
     return directory
 
 

@@ -58,7 +58,9 @@ def read_problem(response: Answer) -> Problem:
         body = None
     detail = error = None
     if isinstance(body, dict):
-        detail = next((escape_text(body[key]) for key in _WORDS if isinstance(body.get(key), str) and body[key]), None)
+        detail = next(
+            (escape_text(body[key]) for key in _WORDS if isinstance(body.get(key), str) and body[key]), None
+        )
         if isinstance(body.get("error"), str) and body["error"]:
             error = escape_text(body["error"])
     return Problem(response.status_code, escape_text(response.reason_phrase or ""), detail, error, body)

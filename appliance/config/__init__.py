@@ -29,7 +29,25 @@ from grantd.config.validation import validate
 from grantd.core.config_keys import Key, check_value
 
 __all__ = [
-    "BUILTIN_SECTIONS", "CONFIG_ENV", "CURRENT_VERSION", "DEFAULT_CONFIG_NAME", "SCHEMA", "SECTION_HELP", "Config", "ConfigError", "ConfigSection", "Key",
-    "SECTION_TYPES", "check_value", "development_issuer", "load", "new_secret", "read_toml", "render", "resolve_secret",
-    "validate", "write_new_config", "write_secret_file",
+    "BUILTIN_SECTIONS",
+    "CONFIG_ENV",
+    "CURRENT_VERSION",
+    "DEFAULT_CONFIG_NAME",
+    "SCHEMA",
+    "SECTION_HELP",
+    "Config",
+    "ConfigError",
+    "ConfigSection",
+    "Key",
+    "SECTION_TYPES",
+    "check_value",
+    "development_issuer",
+    "load",
+    "new_secret",
+    "read_toml",
+    "render",
+    "resolve_secret",
+    "validate",
+    "write_new_config",
+    "write_secret_file",
 ]

@@ -36,20 +36,28 @@ def _review(raw: Mapping[str, Any]) -> tuple[Any, Sequence[str]]:
 
 
 # The approval policies (D13, docs/policies.md): the first user of this mechanism.
-REVIEW = ConfigSection("review", ("groups", "rules", "policies"), _review,
-                       "Approval policies: groups of approvers, rules and policies (docs/policies.md)")
+REVIEW = ConfigSection(
+    "review",
+    ("groups", "rules", "policies"),
+    _review,
+    "Approval policies: groups of approvers, rules and policies (docs/policies.md)",
+)
 
 BUILTIN_SECTIONS: tuple[ConfigSection, ...] = (REVIEW,)
 
 
-def owners(sections: Sequence[ConfigSection], schema_keys: Sequence[str]) -> tuple[dict[str, ConfigSection], list[str]]:
+def owners(
+    sections: Sequence[ConfigSection], schema_keys: Sequence[str]
+) -> tuple[dict[str, ConfigSection], list[str]]:
     """Which section owns each declared key, and the clashes (a key of the schema, or owned twice)."""
     owned: dict[str, ConfigSection] = {}
     problems = []
     for section in sections:
         for key in section.keys:
             if key in schema_keys:
-                problems.append(f"{key}: declared by the config section {section.name!r} but a key of grantd's own")
+                problems.append(
+                    f"{key}: declared by the config section {section.name!r} but a key of grantd's own"
+                )
             elif key in owned:
                 problems.append(f"{key}: declared by both {owned[key].name!r} and {section.name!r}")
             else:

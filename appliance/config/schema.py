@@ -46,14 +46,24 @@ def _emails(value: Any) -> str | None:
 
 def _origin(value: Any) -> str | None:
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname or value != f"{parts.scheme}://{parts.netloc}":
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or value != f"{parts.scheme}://{parts.netloc}"
+    ):
         return "must be an origin such as https://idp.example.com (scheme://host[:port], no path or slash)"
     return None
 
 
 def _log_origin(value: Any) -> str | None:
     """A C2SP note key name (D14): printable, no spaces, no '+'."""
-    if not value or len(value) > 200 or "+" in value or not value.isprintable() or any(c.isspace() for c in value):
+    if (
+        not value
+        or len(value) > 200
+        or "+" in value
+        or not value.isprintable()
+        or any(c.isspace() for c in value)
+    ):
         return "must be printable, without spaces or '+', e.g. idp.example.com/grantd"
     return None
 
@@ -80,7 +90,9 @@ def _rp_id(value: Any) -> str | None:
 # Section -> key -> Key.  Top-level scalar keys live under "".
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
-        "version": Key(int, CURRENT_VERSION, "Configuration format version.", minimum=1, maximum=CURRENT_VERSION),
+        "version": Key(
+            int, CURRENT_VERSION, "Configuration format version.", minimum=1, maximum=CURRENT_VERSION
+        ),
     },
     "server": {
         "host": Key(str, "127.0.0.1", "Address to listen on."),
@@ -92,13 +104,21 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "Default: http://HOST:PORT.",
             check=_no_trailing_slash_url,
         ),
-        "workers": Key(int, 1, "Server processes sharing the port (and the database).", minimum=1, maximum=64),
-        "max_body_bytes": Key(int, 1_048_576, "Largest accepted request body; larger bodies get 413.", minimum=1024),
+        "workers": Key(
+            int, 1, "Server processes sharing the port (and the database).", minimum=1, maximum=64
+        ),
+        "max_body_bytes": Key(
+            int, 1_048_576, "Largest accepted request body; larger bodies get 413.", minimum=1024
+        ),
         "request_timeout": Key(int, 60, "Seconds a client may take to send a request.", minimum=1),
         "graceful_shutdown_timeout": Key(int, 10, "Seconds in-flight requests get after SIGTERM.", minimum=0),
         "trusted_proxies": Key(
-            list, [], "Reverse proxies (IP addresses or CIDR networks) whose X-Forwarded-For names the client "
-            "(empty: the client is always the TCP peer).", item_kind=str, check=_networks,
+            list,
+            [],
+            "Reverse proxies (IP addresses or CIDR networks) whose X-Forwarded-For names the client "
+            "(empty: the client is always the TCP peer).",
+            item_kind=str,
+            check=_networks,
         ),
     },
     "log": {
@@ -109,8 +129,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "metrics": {
         "enabled": Key(bool, False, "Serve Prometheus metrics at GET /metrics (off: 404)."),
         "token": Key(
-            str, None, "Bearer token a scrape must send (Authorization: Bearer ...). Use file:PATH or env:NAME. "
-            "Unset: /metrics is open to whoever reaches the port.", secret=True,
+            str,
+            None,
+            "Bearer token a scrape must send (Authorization: Bearer ...). Use file:PATH or env:NAME. "
+            "Unset: /metrics is open to whoever reaches the port.",
+            secret=True,
         ),
     },
     "admin": {
@@ -128,148 +151,245 @@ SCHEMA: dict[str, dict[str, Key]] = {
             check=_email,
         ),
         "auditors": Key(
-            list, [], "E-mail addresses of persons who may read the whole decision log (/api/audit) and decide "
-            "nothing (D14).", item_kind=str, check=_emails,
+            list,
+            [],
+            "E-mail addresses of persons who may read the whole decision log (/api/audit) and decide "
+            "nothing (D14).",
+            item_kind=str,
+            check=_emails,
         ),
     },
     "audit": {
         "origin": Key(
-            str, None, "The decision log's origin line and log key name (D14). Default: the issuer's host + "
-            "\"/grantd\".", check=_log_origin,
+            str,
+            None,
+            "The decision log's origin line and log key name (D14). Default: the issuer's host + "
+            '"/grantd".',
+            check=_log_origin,
         ),
         "sequencer_interval_ms": Key(
-            int, 200, "How often the sequencer looks for new events to put into the log and sign a checkpoint "
-            "for (milliseconds; one process holds the sequencer lease at a time).", minimum=10, maximum=10_000,
+            int,
+            200,
+            "How often the sequencer looks for new events to put into the log and sign a checkpoint "
+            "for (milliseconds; one process holds the sequencer lease at a time).",
+            minimum=10,
+            maximum=10_000,
         ),
     },
     "storage": {
         "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),
         "path": Key(str, "grantd.db", "SQLite database file (relative to the config file)."),
         "dsn": Key(
-            str, None, 'PostgreSQL connection (plugin = "postgres"): a libpq string or postgresql:// URI. '
-            "A secret: use file:PATH or env:NAME.", secret=True,
+            str,
+            None,
+            'PostgreSQL connection (plugin = "postgres"): a libpq string or postgresql:// URI. '
+            "A secret: use file:PATH or env:NAME.",
+            secret=True,
         ),
         "pool_size": Key(
-            int, 10, 'Database connections per server process at most (plugin = "postgres").', minimum=1, maximum=200,
+            int,
+            10,
+            'Database connections per server process at most (plugin = "postgres").',
+            minimum=1,
+            maximum=200,
         ),
     },
     "tokens": {
-        "agent_token_ttl": Key(int, 3600, "Lifetime in seconds of an agent identity token.", minimum=60, maximum=86400),
-        "agent_audience": Key(str, "apes-cli", "`aud` of agent identity tokens (the peer CLI expects apes-cli)."),
+        "agent_token_ttl": Key(
+            int, 3600, "Lifetime in seconds of an agent identity token.", minimum=60, maximum=86400
+        ),
+        "agent_audience": Key(
+            str, "apes-cli", "`aud` of agent identity tokens (the peer CLI expects apes-cli)."
+        ),
         "challenge_ttl": Key(int, 60, "Seconds an agent challenge stays valid.", minimum=5, maximum=600),
     },
     "grants": {
-        "allow_unauthenticated": Key(bool, False, "Allow grant requests without a credential (not recommended)."),
-        "pending_ttl": Key(int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=1),
+        "allow_unauthenticated": Key(
+            bool, False, "Allow grant requests without a credential (not recommended)."
+        ),
+        "pending_ttl": Key(
+            int, 172_800, "Seconds a pending grant waits for a decision before it expires.", minimum=1
+        ),
         "max_duration": Key(int, 2_592_000, "Longest `timed` grant in seconds.", minimum=60),
         "once_ttl": Key(
-            int, 3600, "Seconds an approved `once` grant stays usable; unused, it then expires (D6).",
-            minimum=60, maximum=2_592_000,
+            int,
+            3600,
+            "Seconds an approved `once` grant stays usable; unused, it then expires (D6).",
+            minimum=60,
+            maximum=2_592_000,
         ),
-        "events_heartbeat": Key(int, 15, "Seconds between heartbeat comments on GET /api/grants/events.", minimum=1, maximum=300),
+        "events_heartbeat": Key(
+            int, 15, "Seconds between heartbeat comments on GET /api/grants/events.", minimum=1, maximum=300
+        ),
         "events_poll_ms": Key(
-            int, 200, "How often (ms) each server process looks for grant events written by other processes.",
-            minimum=10, maximum=5000,
+            int,
+            200,
+            "How often (ms) each server process looks for grant events written by other processes.",
+            minimum=10,
+            maximum=5000,
         ),
-        "events_retention": Key(int, 86_400, "Seconds grant events are kept for Last-Event-ID resume.", minimum=60),
+        "events_retention": Key(
+            int, 86_400, "Seconds grant events are kept for Last-Event-ID resume.", minimum=60
+        ),
         "expiry_sweep_interval": Key(
-            int, 5, "Seconds between sweeps that persist expiries (and send grant.expired events).", minimum=1, maximum=3600,
+            int,
+            5,
+            "Seconds between sweeps that persist expiries (and send grant.expired events).",
+            minimum=1,
+            maximum=3600,
         ),
     },
     "limits": {
         # D12. Fixed windows of one minute, counted in the store (shared by every process and node);
         # a request over a limit gets 429 with Retry-After. 0 turns a limit off.
         "authenticate_per_agent": Key(
-            int, 120, "Challenge requests, and authenticate requests, per agent per minute (each counted on its own).",
+            int,
+            120,
+            "Challenge requests, and authenticate requests, per agent per minute (each counted on its own).",
             minimum=0,
         ),
         "authenticate_per_address": Key(
-            int, 300, "Challenge requests, and authenticate requests, per client address per minute.", minimum=0,
+            int,
+            300,
+            "Challenge requests, and authenticate requests, per client address per minute.",
+            minimum=0,
         ),
         "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
         "failed_bearer_per_address": Key(
-            int, 50, "Refused bearer tokens (management token or identity token) per client address per minute; "
+            int,
+            50,
+            "Refused bearer tokens (management token or identity token) per client address per minute; "
             "then every further wrong bearer from that address gets 429 until the minute ends, and a possible "
-            "management-token guess waits 1 s before it is compared. A valid bearer is always accepted.", minimum=0,
+            "management-token guess waits 1 s before it is compared. A valid bearer is always accepted.",
+            minimum=0,
         ),
         "grants_per_agent": Key(int, 120, "Grant requests per agent per minute.", minimum=0),
         "pending_per_agent": Key(
-            int, 100, "Pending (undecided, not expired) grants one agent may have at once.", minimum=0, maximum=1000,
+            int,
+            100,
+            "Pending (undecided, not expired) grants one agent may have at once.",
+            minimum=0,
+            maximum=1000,
         ),
         "agents_per_person": Key(
-            int, 100, "Agents one owner may have enrolled at once (D11; counted in the database; 0 turns it off).",
+            int,
+            100,
+            "Agents one owner may have enrolled at once (D11; counted in the database; 0 turns it off).",
             minimum=0,
         ),
         "pending_per_owner": Key(
-            int, 200, "Pending grants across all agents of one owner (D11; counted in the database; 0 turns it off).",
+            int,
+            200,
+            "Pending grants across all agents of one owner (D11; counted in the database; 0 turns it off).",
             minimum=0,
         ),
-        "verify_per_address": Key(int, 6000, "POST /api/grants/verify requests per client address per minute.", minimum=0),
+        "verify_per_address": Key(
+            int, 6000, "POST /api/grants/verify requests per client address per minute.", minimum=0
+        ),
         "streams_per_principal": Key(
-            int, 8, "Open GET /api/grants/events streams per principal, per server process.", minimum=0,
+            int,
+            8,
+            "Open GET /api/grants/events streams per principal, per server process.",
+            minimum=0,
         ),
         "streams_per_owner": Key(
-            int, 32, "Open GET /api/grants/events streams per person, per server process: their own, those of "
+            int,
+            32,
+            "Open GET /api/grants/events streams per person, per server process: their own, those of "
             "every agent they own, and the management token's for the management identity, together (a person "
-            "cannot escape streams_per_principal by streaming as many agents).", minimum=0,
+            "cannot escape streams_per_principal by streaming as many agents).",
+            minimum=0,
         ),
-        "streams_per_process": Key(int, 1000, "Open event streams per server process (all principals).", minimum=0),
+        "streams_per_process": Key(
+            int, 1000, "Open event streams per server process (all principals).", minimum=0
+        ),
         "passkey_per_address": Key(
-            int, 60, "Passkey sign-in options, sign-in verifications and registration verifications per client "
-            "address per minute (each counted on its own, apart from the agents' counters).", minimum=0,
+            int,
+            60,
+            "Passkey sign-in options, sign-in verifications and registration verifications per client "
+            "address per minute (each counted on its own, apart from the agents' counters).",
+            minimum=0,
         ),
         "device_code_per_address": Key(
-            int, 30, "User codes of the device grant looked up or decided (GET /device?user_code=, POST "
+            int,
+            30,
+            "User codes of the device grant looked up or decided (GET /device?user_code=, POST "
             "/api/device/decide) per client address per minute: bounds guessing of user codes (RFC 8628 §5.1). "
             "Device authorizations started (POST /device_authorization) are counted apart, with the same limit.",
             minimum=0,
         ),
         "sp_login_per_address": Key(
-            int, 60, "SP logins started (POST /api/login: a DNS lookup and a request to an IdP each) per client "
-            "address per minute.", minimum=0,
+            int,
+            60,
+            "SP logins started (POST /api/login: a DNS lookup and a request to an IdP each) per client "
+            "address per minute.",
+            minimum=0,
         ),
         "ipv6_prefix": Key(
-            int, 64, "Every per-address limit counts an IPv6 client by this prefix of its address (a client "
+            int,
+            64,
+            "Every per-address limit counts an IPv6 client by this prefix of its address (a client "
             "usually owns a whole /64); IPv4 addresses, and IPv4-mapped IPv6 addresses, count one by one.",
-            minimum=32, maximum=128,
+            minimum=32,
+            maximum=128,
         ),
         "token_per_address": Key(
-            int, 300, "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "
-            "device polls alike) per client address per minute.", minimum=0,
+            int,
+            300,
+            "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "
+            "device polls alike) per client address per minute.",
+            minimum=0,
         ),
     },
     "webauthn": {
         "rp_id": Key(
-            str, None, "Relying party id of passkeys: a bare host name, no scheme or port, equal to the origin's "
+            str,
+            None,
+            "Relying party id of passkeys: a bare host name, no scheme or port, equal to the origin's "
             "host or a parent domain of it. Default: the issuer's host name. Changing it orphans every passkey.",
             check=_rp_id,
         ),
         "origin": Key(
-            str, None, "The exact origin browsers show for this server (scheme://host[:port], no path). "
-            "Default: the issuer's origin.", check=_origin,
+            str,
+            None,
+            "The exact origin browsers show for this server (scheme://host[:port], no path). "
+            "Default: the issuer's origin.",
+            check=_origin,
         ),
         "rp_name": Key(str, "grantd", "Name browsers show when they create a passkey."),
     },
     "sessions": {
         "ttl": Key(
-            int, 28_800, "Seconds a browser session lives after sign-in (absolute: activity does not extend it).",
-            minimum=300, maximum=2_592_000,
+            int,
+            28_800,
+            "Seconds a browser session lives after sign-in (absolute: activity does not extend it).",
+            minimum=300,
+            maximum=2_592_000,
         ),
     },
     "people": {
         "registration_ttl": Key(
-            int, 86_400, "Seconds a registration URL (/register?token=...) stays usable when its creator names "
-            "no expiry; it is single use either way.", minimum=60, maximum=2_592_000,
+            int,
+            86_400,
+            "Seconds a registration URL (/register?token=...) stays usable when its creator names "
+            "no expiry; it is single use either way.",
+            minimum=60,
+            maximum=2_592_000,
         ),
         "first_admin": Key(
-            str, None, "E-mail of an administrator that `grantd serve` creates at start and, while they have no "
+            str,
+            None,
+            "E-mail of an administrator that `grantd serve` creates at start and, while they have no "
             "passkey, prints a registration link for on its terminal (never in the log). The development config "
-            "sets admin@localhost; unset: none.", check=_email,
+            "sets admin@localhost; unset: none.",
+            check=_email,
         ),
     },
     "federation": {
         "providers": Key(
-            list, [], "Upstream identity providers, one [[federation.providers]] table each: id (unique, "
+            list,
+            [],
+            "Upstream identity providers, one [[federation.providers]] table each: id (unique, "
             "letters, digits, . _ -), type (a provider type from a plugin; built in: oidc), name (shown on the "
             "login page; default: the id) and the type's own keys. Secrets as file:PATH or env:NAME. "
             "Listed publicly, without secrets, at GET /api/federation/providers; /login offers each as a button "
@@ -292,46 +412,76 @@ client_secret = "file:corp-sso-secret"   # optional when the upstream offers "no
     },
     "oauth": {
         "access_token_ttl": Key(
-            int, 900, "Lifetime in seconds of OAuth access tokens (and of ID tokens' refresh: ID tokens live 300 s).",
-            minimum=60, maximum=86_400,
+            int,
+            900,
+            "Lifetime in seconds of OAuth access tokens (and of ID tokens' refresh: ID tokens live 300 s).",
+            minimum=60,
+            maximum=86_400,
         ),
         "refresh_token_ttl": Key(
-            int, 2_592_000, "Absolute lifetime in seconds of a refresh-token family (rotation does not extend it).",
-            minimum=300, maximum=31_536_000,
+            int,
+            2_592_000,
+            "Absolute lifetime in seconds of a refresh-token family (rotation does not extend it).",
+            minimum=300,
+            maximum=31_536_000,
         ),
         "metadata_cache_ttl": Key(
-            int, 300, "Seconds a domain client's fetched /.well-known/oauth-client-metadata (or the failure to "
-            "fetch it) is remembered.", minimum=0, maximum=86_400,
+            int,
+            300,
+            "Seconds a domain client's fetched /.well-known/oauth-client-metadata (or the failure to "
+            "fetch it) is remembered.",
+            minimum=0,
+            maximum=86_400,
         ),
         "metadata_failure_ttl": Key(
-            int, 120, "Seconds a registrable domain whose client metadata could not be fetched (not resolvable, "
+            int,
+            120,
+            "Seconds a registrable domain whose client metadata could not be fetched (not resolvable, "
             "no complete answer within 5 s, an error status, not JSON) is not asked again: every client_id under it is refused "
             "meanwhile (wildcard DNS makes endless names of one domain). 0: only the client_id's own cache.",
-            minimum=0, maximum=86_400,
+            minimum=0,
+            maximum=86_400,
         ),
         "fetches_at_once": Key(
-            int, 32, "How many fetches made for callers (client metadata; IdP discovery documents, JWKS and token "
+            int,
+            32,
+            "How many fetches made for callers (client metadata; IdP discovery documents, JWKS and token "
             "requests of SP login) may run at once in one server process; one more is refused at once with a "
-            "clear error, never queued. Each has one overall deadline of 5 s.", minimum=1, maximum=10_000,
+            "clear error, never queued. Each has one overall deadline of 5 s.",
+            minimum=1,
+            maximum=10_000,
         ),
         "device_code_ttl": Key(
-            int, 600, "Seconds a device authorization request (RFC 8628: grantd login, grantd tui) waits for a "
-            "person to enter its user code on /device.", minimum=60, maximum=3600,
+            int,
+            600,
+            "Seconds a device authorization request (RFC 8628: grantd login, grantd tui) waits for a "
+            "person to enter its user code on /device.",
+            minimum=60,
+            maximum=3600,
         ),
         "device_poll_interval": Key(
-            int, 5, "Seconds a device client must wait between polls of /token (faster polls get slow_down, "
-            "which adds 5 s).", minimum=1, maximum=60,
+            int,
+            5,
+            "Seconds a device client must wait between polls of /token (faster polls get slow_down, "
+            "which adds 5 s).",
+            minimum=1,
+            maximum=60,
         ),
         "allow_private_metadata_hosts": Key(
-            bool, False, "Tests only: let client metadata come from loopback, private or link-local addresses, "
+            bool,
+            False,
+            "Tests only: let client metadata come from loopback, private or link-local addresses, "
             "and over http. Never in production (it opens the metadata fetch to SSRF).",
         ),
         "clients": Key(
-            list, [], "OAuth clients registered here, one [[oauth.clients]] table each: client_id, name, "
+            list,
+            [],
+            "OAuth clients registered here, one [[oauth.clients]] table each: client_id, name, "
             "redirect_uris (exact), optional client_secret (file:PATH or env:NAME; then a confidential client "
             "using client_secret_basic or client_secret_post), id_token_signed_response_alg (EdDSA, ES256 or "
             "RS256), api_access (its access tokens may call grantd's /api as the person). Other clients are "
-            "SPs identified by their domain, whose metadata is fetched.", item_kind=dict,
+            "SPs identified by their domain, whose metadata is fetched.",
+            item_kind=dict,
             example="""[[oauth.clients]]
 client_id = "wiki"
 name = "Team wiki"
@@ -343,42 +493,66 @@ client_secret = "file:wiki-client-secret"   # made by: grantd config secret wiki
     },
     "sp": {
         "enabled": Key(
-            bool, False, "Be a service provider: people log in here at the identity provider their e-mail domain "
+            bool,
+            False,
+            "Be a service provider: people log in here at the identity provider their e-mail domain "
             "names in DNS (DDISA TXT _ddisa.<domain>) or at fallback_idp, as guests (POST /api/login, "
             "/api/callback, docs/sp.md). Off: those routes and the SP well-knowns answer 404.",
         ),
         "client_id": Key(
-            str, None, "The client id this SP presents to identity providers (they fetch "
+            str,
+            None,
+            "The client id this SP presents to identity providers (they fetch "
             "https://<client_id>/.well-known/oauth-client-metadata). Default: the issuer's host[:port].",
             check=_client_id,
         ),
         "fallback_idp": Key(
-            str, None, "Identity provider (issuer URL) for e-mail domains without a DDISA record. Unset: such "
-            "logins fail with \"could not discover IdP for this email domain\".", check=_no_trailing_slash_url,
+            str,
+            None,
+            "Identity provider (issuer URL) for e-mail domains without a DDISA record. Unset: such "
+            'logins fail with "could not discover IdP for this email domain".',
+            check=_no_trailing_slash_url,
         ),
         "nameservers": Key(
-            list, [], "DNS servers for DDISA discovery: IP addresses, with an optional port (\"10.0.0.53\", "
-            "\"127.0.0.1:5353\", \"[::1]:53\"). Default: the system's resolvers.", item_kind=str, check=_nameservers,
+            list,
+            [],
+            'DNS servers for DDISA discovery: IP addresses, with an optional port ("10.0.0.53", '
+            '"127.0.0.1:5353", "[::1]:53"). Default: the system\'s resolvers.',
+            item_kind=str,
+            check=_nameservers,
         ),
         "allow_http_idp": Key(
-            bool, False, "Tests only: accept http:// identity providers and ones on loopback or private "
+            bool,
+            False,
+            "Tests only: accept http:// identity providers and ones on loopback or private "
             "addresses. Never in production (plain http exposes codes and tokens; private addresses open "
             "discovery to SSRF).",
         ),
         "dns_cache_ttl": Key(
-            int, 300, "Longest time in seconds a DDISA answer is remembered (shorter when the record's TTL is).",
-            minimum=0, maximum=86_400,
+            int,
+            300,
+            "Longest time in seconds a DDISA answer is remembered (shorter when the record's TTL is).",
+            minimum=0,
+            maximum=86_400,
         ),
         "dns_negative_cache_ttl": Key(
-            int, 60, "Seconds the absence of a DDISA record (or a failed lookup) is remembered.",
-            minimum=0, maximum=86_400,
+            int,
+            60,
+            "Seconds the absence of a DDISA record (or a failed lookup) is remembered.",
+            minimum=0,
+            maximum=86_400,
         ),
     },
     "plugins": {
-        "modules": Key(list, [], "Extra plugin modules to import and register (importable names).", item_kind=str),
+        "modules": Key(
+            list, [], "Extra plugin modules to import and register (importable names).", item_kind=str
+        ),
         "paths": Key(
-            list, [], "Directories to import those modules from (relative to this file; not writable by others). "
-            "The bundle ignores PYTHONPATH, so this is how it finds site plugins.", item_kind=str,
+            list,
+            [],
+            "Directories to import those modules from (relative to this file; not writable by others). "
+            "The bundle ignores PYTHONPATH, so this is how it finds site plugins.",
+            item_kind=str,
         ),
     },
 }

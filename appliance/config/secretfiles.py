@@ -8,7 +8,9 @@ import secrets
 from pathlib import Path
 
 
-def resolve_secret(path: str, value: str, base_dir: Path, problems: list[str], warnings: list[str]) -> str | None:
+def resolve_secret(
+    path: str, value: str, base_dir: Path, problems: list[str], warnings: list[str]
+) -> str | None:
     """Turn "file:PATH" / "env:NAME" / literal into the secret itself."""
     if value.startswith("file:"):
         p = Path(value[5:]).expanduser()

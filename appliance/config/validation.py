@@ -18,8 +18,9 @@ from grantd.config.sections import SECTION_TYPES
 from grantd.core.config_keys import check_value
 
 
-def validate(raw: dict[str, Any], path: Path | None = None,
-             sections: Sequence[ConfigSection] = BUILTIN_SECTIONS) -> Config:
+def validate(
+    raw: dict[str, Any], path: Path | None = None, sections: Sequence[ConfigSection] = BUILTIN_SECTIONS
+) -> Config:
     """Validate a parsed TOML document; raise ConfigError listing every problem. ``sections``: the
     parts declared outside the schema (grantd.config.extensions; plugins add theirs through
     grantd.plugin_manager.declared_sections)."""
@@ -31,7 +32,7 @@ def validate(raw: dict[str, Any], path: Path | None = None,
     _top_level(raw, owned, problems)
     values = _schema_values(raw, base_dir, problems, warnings)
     if "version" not in raw:
-        problems.append('version: missing (add `version = 1` at the top)')
+        problems.append("version: missing (add `version = 1` at the top)")
     _derive_server_and_webauthn(values, problems)
     _derive_admin(raw, values, problems)
     _parse_tables(values, base_dir, problems, warnings)
@@ -61,8 +62,9 @@ def _top_level(raw: dict[str, Any], owned: Mapping[str, ConfigSection], problems
         problems.append(f"{top_key}: unknown key{extra}")
 
 
-def _schema_values(raw: dict[str, Any], base_dir: Path, problems: list[str],
-                   warnings: list[str]) -> dict[str, dict[str, Any]]:
+def _schema_values(
+    raw: dict[str, Any], base_dir: Path, problems: list[str], warnings: list[str]
+) -> dict[str, dict[str, Any]]:
     """Each section's keys checked (unknown ones reported), defaults filled in, secrets resolved."""
     values: dict[str, dict[str, Any]] = {name: {} for name in SCHEMA}
     for section, keys in SCHEMA.items():
@@ -95,7 +97,9 @@ def _derive_server_and_webauthn(values: dict[str, dict[str, Any]], problems: lis
         host = server["host"] if server["host"] not in ("0.0.0.0", "::") else "127.0.0.1"  # noqa: S104
         server["issuer"] = f"http://{host}:{server['port']}"
     webauthn = values["webauthn"]
-    if isinstance(server.get("issuer"), str) and all(isinstance(webauthn.get(k) or "", str) for k in ("origin", "rp_id")):
+    if isinstance(server.get("issuer"), str) and all(
+        isinstance(webauthn.get(k) or "", str) for k in ("origin", "rp_id")
+    ):
         issuer = urlsplit(server["issuer"])
         if webauthn.get("origin") is None:
             webauthn["origin"] = f"{issuer.scheme}://{issuer.netloc.lower()}"  # browsers send it lowercased
@@ -105,7 +109,9 @@ def _derive_server_and_webauthn(values: dict[str, dict[str, Any]], problems: lis
         if not _origin(webauthn["origin"]) and not _rp_id(rp_id):  # (bad values are reported above)
             webauthn["rp_id"] = rp_id
             if host != rp_id and not host.endswith("." + rp_id):
-                problems.append(f"webauthn.rp_id: {rp_id!r} is neither the host of {webauthn['origin']} nor a parent domain of it")
+                problems.append(
+                    f"webauthn.rp_id: {rp_id!r} is neither the host of {webauthn['origin']} nor a parent domain of it"
+                )
 
 
 def _derive_admin(raw: dict[str, Any], values: dict[str, dict[str, Any]], problems: list[str]) -> None:
@@ -113,19 +119,27 @@ def _derive_admin(raw: dict[str, Any], values: dict[str, dict[str, Any]], proble
     admin = values["admin"]
     if not admin.get("management_token"):
         if "management_token" not in raw.get("admin", {}):
-            problems.append('admin.management_token: missing (e.g. management_token = "file:management-token")')
+            problems.append(
+                'admin.management_token: missing (e.g. management_token = "file:management-token")'
+            )
     elif len(admin["management_token"]) < 16:
-        problems.append("admin.management_token: too short (use at least 16 characters; `grantd config init` makes one)")
+        problems.append(
+            "admin.management_token: too short (use at least 16 characters; `grantd config init` makes one)"
+        )
     admin["emails"] = [e.lower() for e in admin["emails"] if isinstance(e, str)]
     if isinstance(admin["management_identity"], str):
         admin["management_identity"] = admin["management_identity"].lower()
 
 
-def _parse_tables(values: dict[str, dict[str, Any]], base_dir: Path, problems: list[str], warnings: list[str]) -> None:
+def _parse_tables(
+    values: dict[str, dict[str, Any]], base_dir: Path, problems: list[str], warnings: list[str]
+) -> None:
     """Values that are parsed further: trusted proxies, federation providers, OAuth clients."""
     server = values["server"]
     if isinstance(server["trusted_proxies"], list):
-        server["trusted_proxies"] = parse_networks(p for p in server["trusted_proxies"] if isinstance(p, str))[0]
+        server["trusted_proxies"] = parse_networks(
+            p for p in server["trusted_proxies"] if isinstance(p, str)
+        )[0]
     if isinstance(values["federation"]["providers"], list):
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
     if isinstance(values["oauth"]["clients"], list):
@@ -151,13 +165,19 @@ def _federation_providers(tables: list[Any], problems: list[str]) -> tuple[dict[
         if provider_id is None:
             problems.append(f"{where}.id: missing")
         elif not isinstance(provider_id, str) or not PROVIDER_ID.match(provider_id):
-            problems.append(f"{where}.id: must be 1-64 letters, digits, '.', '_' or '-' (it is used in URLs), got {provider_id!r}")
+            problems.append(
+                f"{where}.id: must be 1-64 letters, digits, '.', '_' or '-' (it is used in URLs), got {provider_id!r}"
+            )
         elif provider_id in seen:
-            problems.append(f"{where}.id: {provider_id!r} is already the id of federation.providers[{seen[provider_id]}]")
+            problems.append(
+                f"{where}.id: {provider_id!r} is already the id of federation.providers[{seen[provider_id]}]"
+            )
         else:
             seen[provider_id] = index
         if kind is None:
-            problems.append(f"{where}.type: missing (a provider type such as \"oidc\"; `grantd plugins` lists who provides which)")
+            problems.append(
+                f'{where}.type: missing (a provider type such as "oidc"; `grantd plugins` lists who provides which)'
+            )
         elif not isinstance(kind, str) or not kind:
             problems.append(f"{where}.type: must be a non-empty string, got {kind!r}")
         if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -166,14 +186,17 @@ def _federation_providers(tables: list[Any], problems: list[str]) -> tuple[dict[
     return tuple(checked)
 
 
-OAUTH_CLIENT_KEYS = frozenset({"client_id", "name", "redirect_uris", "client_secret", "id_token_signed_response_alg",
-                                "api_access"})
+OAUTH_CLIENT_KEYS = frozenset(
+    {"client_id", "name", "redirect_uris", "client_secret", "id_token_signed_response_alg", "api_access"}
+)
 OAUTH_CLIENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 ID_TOKEN_ALGS = ("EdDSA", "ES256", "RS256")
 BUILTIN_CLIENT_IDS = frozenset({"apes-cli", "grantd-cli"})
 
 
-def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warnings: list[str]) -> tuple[dict[str, Any], ...]:
+def _oauth_clients(
+    tables: list[Any], base_dir: Path, problems: list[str], warnings: list[str]
+) -> tuple[dict[str, Any], ...]:
     """Check every `[[oauth.clients]]` table; resolve its client_secret (file:/env:)."""
     checked: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -183,10 +206,14 @@ def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warni
             continue  # already reported: every item must be a table
         for name in table:
             if name not in OAUTH_CLIENT_KEYS:
-                problems.append(f"{where}.{name}: unknown key (known: {', '.join(sorted(OAUTH_CLIENT_KEYS))})")
+                problems.append(
+                    f"{where}.{name}: unknown key (known: {', '.join(sorted(OAUTH_CLIENT_KEYS))})"
+                )
         client_id = table.get("client_id")
         if not isinstance(client_id, str) or not OAUTH_CLIENT_ID.match(client_id):
-            problems.append(f"{where}.client_id: must be 1-128 letters, digits, '.', '_', ':' or '-', got {client_id!r}")
+            problems.append(
+                f"{where}.client_id: must be 1-128 letters, digits, '.', '_', ':' or '-', got {client_id!r}"
+            )
             continue
         if client_id in BUILTIN_CLIENT_IDS or client_id in seen:
             problems.append(f"{where}.client_id: {client_id!r} is already taken (built in or listed twice)")
@@ -197,11 +224,20 @@ def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warni
             uris = []
         for uri in uris:
             parts = urlsplit(uri)
-            if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment or "@" in parts.netloc:
-                problems.append(f"{where}.redirect_uris: {uri!r} must be an absolute http(s) URL without userinfo or fragment")
+            if (
+                parts.scheme not in ("http", "https")
+                or not parts.netloc
+                or parts.fragment
+                or "@" in parts.netloc
+            ):
+                problems.append(
+                    f"{where}.redirect_uris: {uri!r} must be an absolute http(s) URL without userinfo or fragment"
+                )
         alg = table.get("id_token_signed_response_alg", "EdDSA")
         if alg not in ID_TOKEN_ALGS:
-            problems.append(f"{where}.id_token_signed_response_alg: must be one of {', '.join(ID_TOKEN_ALGS)}, got {alg!r}")
+            problems.append(
+                f"{where}.id_token_signed_response_alg: must be one of {', '.join(ID_TOKEN_ALGS)}, got {alg!r}"
+            )
         api_access = table.get("api_access", False)
         if not isinstance(api_access, bool):
             problems.append(f"{where}.api_access: must be true or false, got {api_access!r}")
@@ -216,6 +252,14 @@ def _oauth_clients(tables: list[Any], base_dir: Path, problems: list[str], warni
                 secret = None
             else:
                 secret = resolve_secret(f"{where}.client_secret", secret, base_dir, problems, warnings)
-        checked.append({"client_id": client_id, "name": name, "redirect_uris": tuple(uris), "client_secret": secret,
-                        "id_token_signed_response_alg": alg, "api_access": api_access is True})
+        checked.append(
+            {
+                "client_id": client_id,
+                "name": name,
+                "redirect_uris": tuple(uris),
+                "client_secret": secret,
+                "id_token_signed_response_alg": alg,
+                "api_access": api_access is True,
+            }
+        )
     return tuple(checked)

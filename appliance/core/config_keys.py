@@ -29,7 +29,6 @@ class Key:
     example: str | None = None  # written, commented out, below the key in generated configs
 
 
-
 def type_name(kind: type) -> str:
     return {str: "a string", int: "an integer", bool: "true or false", list: "a list", dict: "a table"}[kind]
 

@@ -38,24 +38,24 @@ _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
 # or marks (Mn: U+034F, variation selectors) that the categories above would let through.
 # tests/test_display.py checks the table against the rule that derives it from categories.
 DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
-    (0x00AD, 0x00AD),    # Cf SOFT HYPHEN
-    (0x034F, 0x034F),    # Mn COMBINING GRAPHEME JOINER
-    (0x061C, 0x061C),    # Cf ARABIC LETTER MARK
-    (0x115F, 0x1160),    # Lo HANGUL CHOSEONG FILLER..HANGUL JUNGSEONG FILLER
-    (0x17B4, 0x17B5),    # Mn KHMER VOWEL INHERENT AQ..KHMER VOWEL INHERENT AA
-    (0x180B, 0x180D),    # Mn MONGOLIAN FREE VARIATION SELECTOR ONE..THREE
-    (0x180E, 0x180E),    # Cf MONGOLIAN VOWEL SEPARATOR
-    (0x180F, 0x180F),    # Mn MONGOLIAN FREE VARIATION SELECTOR FOUR
-    (0x200B, 0x200F),    # Cf ZERO WIDTH SPACE..RIGHT-TO-LEFT MARK
-    (0x202A, 0x202E),    # Cf LEFT-TO-RIGHT EMBEDDING..RIGHT-TO-LEFT OVERRIDE
-    (0x2060, 0x2064),    # Cf WORD JOINER..INVISIBLE PLUS
-    (0x2065, 0x2065),    # Cn <reserved-2065>
-    (0x2066, 0x206F),    # Cf LEFT-TO-RIGHT ISOLATE..NOMINAL DIGIT SHAPES
-    (0x3164, 0x3164),    # Lo HANGUL FILLER
-    (0xFE00, 0xFE0F),    # Mn VARIATION SELECTOR-1..VARIATION SELECTOR-16
-    (0xFEFF, 0xFEFF),    # Cf ZERO WIDTH NO-BREAK SPACE
-    (0xFFA0, 0xFFA0),    # Lo HALFWIDTH HANGUL FILLER
-    (0xFFF0, 0xFFF8),    # Cn <reserved-FFF0>..<reserved-FFF8>
+    (0x00AD, 0x00AD),  # Cf SOFT HYPHEN
+    (0x034F, 0x034F),  # Mn COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # Cf ARABIC LETTER MARK
+    (0x115F, 0x1160),  # Lo HANGUL CHOSEONG FILLER..HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # Mn KHMER VOWEL INHERENT AQ..KHMER VOWEL INHERENT AA
+    (0x180B, 0x180D),  # Mn MONGOLIAN FREE VARIATION SELECTOR ONE..THREE
+    (0x180E, 0x180E),  # Cf MONGOLIAN VOWEL SEPARATOR
+    (0x180F, 0x180F),  # Mn MONGOLIAN FREE VARIATION SELECTOR FOUR
+    (0x200B, 0x200F),  # Cf ZERO WIDTH SPACE..RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),  # Cf LEFT-TO-RIGHT EMBEDDING..RIGHT-TO-LEFT OVERRIDE
+    (0x2060, 0x2064),  # Cf WORD JOINER..INVISIBLE PLUS
+    (0x2065, 0x2065),  # Cn <reserved-2065>
+    (0x2066, 0x206F),  # Cf LEFT-TO-RIGHT ISOLATE..NOMINAL DIGIT SHAPES
+    (0x3164, 0x3164),  # Lo HANGUL FILLER
+    (0xFE00, 0xFE0F),  # Mn VARIATION SELECTOR-1..VARIATION SELECTOR-16
+    (0xFEFF, 0xFEFF),  # Cf ZERO WIDTH NO-BREAK SPACE
+    (0xFFA0, 0xFFA0),  # Lo HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # Cn <reserved-FFF0>..<reserved-FFF8>
     (0x1BCA0, 0x1BCA3),  # Cf SHORTHAND FORMAT LETTER OVERLAP..SHORTHAND FORMAT UP STEP
     (0x1D173, 0x1D17A),  # Cf MUSICAL SYMBOL BEGIN BEAM..MUSICAL SYMBOL END PHRASE
     (0xE0000, 0xE0000),  # Cn <reserved-E0000>
@@ -69,13 +69,15 @@ DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
 
 # Printable by category and not default-ignorable, yet drawn as an empty cell (or as nothing) by
 # common fonts and terminals: they pass for a space or for nothing.
-BLANK_RENDERING = frozenset({
-    0x2800,   # So BRAILLE PATTERN BLANK
-    0x3000,   # Zs IDEOGRAPHIC SPACE (a category above; listed for the record)
-    0x16FE4,  # Mn KHITAN SMALL SCRIPT FILLER
-    0x1D159,  # So MUSICAL SYMBOL NULL NOTEHEAD
-    0xFFFC,   # So OBJECT REPLACEMENT CHARACTER (nothing, or a box, depending on the font)
-})
+BLANK_RENDERING = frozenset(
+    {
+        0x2800,  # So BRAILLE PATTERN BLANK
+        0x3000,  # Zs IDEOGRAPHIC SPACE (a category above; listed for the record)
+        0x16FE4,  # Mn KHITAN SMALL SCRIPT FILLER
+        0x1D159,  # So MUSICAL SYMBOL NULL NOTEHEAD
+        0xFFFC,  # So OBJECT REPLACEMENT CHARACTER (nothing, or a box, depending on the font)
+    }
+)
 
 _STARTS = tuple(start for start, _ in DEFAULT_IGNORABLE)
 
@@ -90,8 +92,11 @@ def is_hidden(ch: str) -> bool:
     if ch == " ":
         return False
     code = ord(ch)
-    return (unicodedata.category(ch) in _ESCAPED_CATEGORIES or is_default_ignorable(code)
-            or code in BLANK_RENDERING)
+    return (
+        unicodedata.category(ch) in _ESCAPED_CATEGORIES
+        or is_default_ignorable(code)
+        or code in BLANK_RENDERING
+    )
 
 
 def _code(ch: str) -> str:
@@ -139,7 +144,7 @@ def summarize_argv(argv: Sequence[str]) -> str:
     parts = []
     for arg in argv:
         escaped = escape_text(arg)
-        if escaped == "" or any(c in escaped for c in ' "\''):
+        if escaped == "" or any(c in escaped for c in " \"'"):
             parts.append(quote_arg(arg))
         else:
             parts.append(escaped)

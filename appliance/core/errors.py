@@ -28,7 +28,13 @@ class Problem(Exception):
         self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
-        return {"type": self.type, "title": self.title, "status": self.status, "detail": self.detail, **self.extra}
+        return {
+            "type": self.type,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            **self.extra,
+        }
 
 
 def bad_request(detail: str, **extra: Any) -> Problem:

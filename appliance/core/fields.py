@@ -22,6 +22,7 @@ def is_email(value: str) -> bool:
     another string, so it could pose as a second identity of alice)."""
     return bool(EMAIL_RE.fullmatch(value)) and not value.endswith(".")
 
+
 # D12: identifiers refuse control (Cc) and format (Cf) characters; so does free text, except tab
 # and newline. Lone surrogates (Cs) and the Unicode line/paragraph separators (Zl, Zp) go with them:
 # none has a place in a name, and all of them can forge or hide text where the value is shown.
@@ -52,7 +53,9 @@ def check_identifier(name: str, value: str) -> str:
     """``value`` unchanged if it is a clean identifier, else a 400 naming the field (D12)."""
     char = refused_character(value)
     if char is not None:
-        raise field_error(name, f"{name} must not contain control or format characters (found U+{ord(char):04X})")
+        raise field_error(
+            name, f"{name} must not contain control or format characters (found U+{ord(char):04X})"
+        )
     return value
 
 
@@ -60,7 +63,9 @@ def check_text(name: str, value: str) -> str:
     """``value`` unchanged if it is clean free text (tab and newline allowed), else a 400 naming the field."""
     char = refused_character(value, identifier=False)
     if char is not None:
-        raise field_error(name, f"{name} must not contain control or format characters (found U+{ord(char):04X})")
+        raise field_error(
+            name, f"{name} must not contain control or format characters (found U+{ord(char):04X})"
+        )
     return value
 
 
@@ -143,7 +148,9 @@ def string_field(
     return check_identifier(name, value) if identifier else check_text(name, value)
 
 
-def identifier_field(body: dict[str, Any], name: str, *, required: bool = True, max_len: int = 255) -> str | None:
+def identifier_field(
+    body: dict[str, Any], name: str, *, required: bool = True, max_len: int = 255
+) -> str | None:
     """A name, host, audience, ...: string_field(identifier=True)."""
     return string_field(body, name, required=required, max_len=max_len, identifier=True)
 

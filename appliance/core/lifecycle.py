@@ -38,7 +38,9 @@ class Lapse:
 
 
 def grant_lapse(now_ms: int, pending_ttl_s: int) -> Lapse:
-    return Lapse({"approved": ("expires_at", now_ms), "pending": ("created_at", now_ms - pending_ttl_s * 1000)})
+    return Lapse(
+        {"approved": ("expires_at", now_ms), "pending": ("created_at", now_ms - pending_ttl_s * 1000)}
+    )
 
 
 def delegation_lapse(now_ms: int) -> Lapse:

@@ -49,8 +49,15 @@ def parse_cursor(value: Any) -> Cursor | None:
         return None
     text = str(value)
     at, sep, ident = text.partition("_")
-    if (not sep or not ident or len(text) > MAX_CURSOR or not at.isascii() or not at.isdigit()
-            or len(at) > _MAX_MS_DIGITS or not ident.isprintable()):
+    if (
+        not sep
+        or not ident
+        or len(text) > MAX_CURSOR
+        or not at.isascii()
+        or not at.isdigit()
+        or len(at) > _MAX_MS_DIGITS
+        or not ident.isprintable()
+    ):
         raise field_error("cursor", "cursor is not valid")
     return Cursor(int(at), ident)
 
@@ -59,9 +66,14 @@ def cursor_of(record: Mapping[str, Any], id_key: str = "id") -> str:
     return f"{record['created_at']}_{record[id_key]}"
 
 
-def page(rows: Sequence[Any], has_more: bool, render: Callable[[Any], Any], id_key: str = "id") -> dict[str, Any]:
+def page(
+    rows: Sequence[Any], has_more: bool, render: Callable[[Any], Any], id_key: str = "id"
+) -> dict[str, Any]:
     """The list body every list route answers: ``{data, pagination: {cursor, has_more}}``."""
     return {
         "data": [render(r) for r in rows],
-        "pagination": {"cursor": cursor_of(rows[-1], id_key) if has_more and rows else None, "has_more": has_more},
+        "pagination": {
+            "cursor": cursor_of(rows[-1], id_key) if has_more and rows else None,
+            "has_more": has_more,
+        },
     }

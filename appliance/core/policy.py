@@ -79,7 +79,10 @@ def may_decide(principal: Principal, agent: Mapping[str, Any] | None, admin_emai
 
 
 def may_see_grant(
-    principal: Principal, grant: Mapping[str, Any], agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
+    principal: Principal,
+    grant: Mapping[str, Any],
+    agent: Mapping[str, Any] | None,
+    admin_emails: frozenset[str],
 ) -> bool:
     """Its requester, and whoever may decide it."""
     if principal.admin or grant["requester_id"] == principal.id:
@@ -88,7 +91,10 @@ def may_see_grant(
 
 
 def may_revoke_grant(
-    principal: Principal, grant: Mapping[str, Any], agent: Mapping[str, Any] | None, admin_emails: frozenset[str]
+    principal: Principal,
+    grant: Mapping[str, Any],
+    agent: Mapping[str, Any] | None,
+    admin_emails: frozenset[str],
 ) -> bool:
     """The requester withdraws its request or gives up its grant; deciders take it back."""
     return grant["requester_id"] == principal.id or may_decide(principal, agent, admin_emails)
@@ -173,7 +179,9 @@ def may_enrol_as(principal: Principal, agent_email: str) -> bool:
         return True
     local, _, domain = agent_email.rpartition("@")
     own_domain = principal.email.rpartition("@")[2]
-    return domain == own_domain and local.startswith(AGENT_EMAIL_PREFIX) and len(local) > len(AGENT_EMAIL_PREFIX)
+    return (
+        domain == own_domain and local.startswith(AGENT_EMAIL_PREFIX) and len(local) > len(AGENT_EMAIL_PREFIX)
+    )
 
 
 # -- people -------------------------------------------------------------------------------------
@@ -288,7 +296,9 @@ def may_read_all_grant_audits(principal: Principal, auditors: frozenset[str]) ->
     return principal.admin or _auditor(principal, auditors)
 
 
-def may_read_grant_audit(principal: Principal, grant: Mapping[str, Any] | None, auditors: frozenset[str]) -> bool:
+def may_read_grant_audit(
+    principal: Principal, grant: Mapping[str, Any] | None, auditors: frozenset[str]
+) -> bool:
     """One grant's leaves and proofs: whoever reads the whole log, and an agent its own grants only."""
     if may_read_all_grant_audits(principal, auditors):
         return True

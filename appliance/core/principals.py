@@ -76,7 +76,9 @@ def person_is_admin(person: Person, admin_emails: frozenset[str]) -> bool:
 
 def for_person(person: Person, admin_emails: frozenset[str]) -> Principal:
     """A signed-in person (a ``Person`` record): id = ``person_id``."""
-    return Principal(Kind.PERSON, person["person_id"], person["email"].lower(), admin=person_is_admin(person, admin_emails))
+    return Principal(
+        Kind.PERSON, person["person_id"], person["email"].lower(), admin=person_is_admin(person, admin_emails)
+    )
 
 
 ADMIN_SCOPE = "admin"

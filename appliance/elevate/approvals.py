@@ -55,7 +55,7 @@ def approvals_problem(claims: dict[str, Any]) -> str | None:
             if not isinstance(entry.get("sub"), str) or not entry["sub"].strip():
                 return f"approvals[{index}].sub must be a non-empty string"
         else:
-            return f"approvals[{index}].kind must be \"person\" or \"rule\""
+            return f'approvals[{index}].kind must be "person" or "rule"'
     return None
 
 
@@ -80,8 +80,8 @@ def approvers_of(claims: dict[str, Any]) -> Approvers:
     decided_by = claims.get("decided_by")
     if isinstance(decided_by, str) and decided_by:
         if decided_by.startswith(POLICY_PREFIX):
-            if decided_by[len(POLICY_PREFIX):] not in rules:
-                rules.append(decided_by[len(POLICY_PREFIX):])
+            if decided_by[len(POLICY_PREFIX) :] not in rules:
+                rules.append(decided_by[len(POLICY_PREFIX) :])
         elif decided_by.strip().lower() not in people:
             people.append(decided_by.strip().lower())
     # Distinct approvals[].sub; a token without a person's vote in `approvals` counts decided_by as one.
@@ -93,23 +93,27 @@ def approval_reasons(claims: dict[str, Any], context: dict[str, Any]) -> list[st
     """The refusal for this token's approvers on this host, or []: rules first, then people, then the count."""
     allowed = [str(a) for a in context.get("allowed_approvers", [])]
     people_allowed = {a.lower() for a in allowed if not a.startswith(POLICY_PREFIX)}
-    rules_allowed = {a[len(POLICY_PREFIX):] for a in allowed if a.startswith(POLICY_PREFIX)}
+    rules_allowed = {a[len(POLICY_PREFIX) :] for a in allowed if a.startswith(POLICY_PREFIX)}
     mode = context.get("approvers_mode", "any")
     minimum = context.get("min_approvals", 1)
     found = approvers_of(claims)
     for rule in found.rules:
         if "*" not in rules_allowed and (not RULE_ID.fullmatch(rule) or rule not in rules_allowed):
-            return [f"{POLICY_NOT_ALLOWED}: allowed_approvers holds neither {POLICY_PREFIX}{rule} nor {POLICY_PREFIX}*"]
+            return [
+                f"{POLICY_NOT_ALLOWED}: allowed_approvers holds neither {POLICY_PREFIX}{rule} nor {POLICY_PREFIX}*"
+            ]
     if not found.people and not found.rules:
         return [APPROVER_NOT_ALLOWED]
     if "*" not in people_allowed:
         if mode == "all":
             for person in found.people:
                 if person not in people_allowed:
-                    return [f"{APPROVER_NOT_ALLOWED}: {person} (approvers_mode = \"all\")"]
+                    return [f'{APPROVER_NOT_ALLOWED}: {person} (approvers_mode = "all")']
         elif found.people and not any(person in people_allowed for person in found.people):
             return [APPROVER_NOT_ALLOWED]
     if found.counted < minimum:
-        return [f"{NOT_ENOUGH_APPROVALS}: {found.counted} distinct approver{'s' if found.counted != 1 else ''}, "
-                f"this host requires {minimum} (min_approvals)"]
+        return [
+            f"{NOT_ENOUGH_APPROVALS}: {found.counted} distinct approver{'s' if found.counted != 1 else ''}, "
+            f"this host requires {minimum} (min_approvals)"
+        ]
     return []

@@ -26,12 +26,16 @@ class Audit:
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             os.makedirs(directory, mode=0o750, exist_ok=True)
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+        self.fd = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640
+        )
         st = os.fstat(self.fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
             os.close(self.fd)
             self.fd = None
-            raise config_error(f"audit log {self.path} must be a regular root-owned file, not group/world-writable")
+            raise config_error(
+                f"audit log {self.path} must be a regular root-owned file, not group/world-writable"
+            )
 
     def write(self, result: str, reason: str | None, **extra: Any) -> None:
         if self.fd is None or self.written:

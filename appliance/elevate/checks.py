@@ -58,9 +58,18 @@ def verify_signature(token: str, header: dict[str, Any], issuer: str, cache: Jwk
         raise refused("bad_signature", "bad signature (no kid)")
     key = cache.key(issuer, kid)
     try:
-        jwt.decode(token, key, algorithms=["EdDSA"],
-                   options={"verify_exp": False, "verify_aud": False, "verify_iss": False, "verify_nbf": False,
-                            "verify_iat": False})
+        jwt.decode(
+            token,
+            key,
+            algorithms=["EdDSA"],
+            options={
+                "verify_exp": False,
+                "verify_aud": False,
+                "verify_iss": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+            },
+        )
     except jwt.InvalidSignatureError:
         raise refused("bad_signature", "bad signature") from None
     except jwt.PyJWTError as exc:
@@ -99,7 +108,9 @@ def consume_url(claims: dict[str, Any]) -> str:
     return f"{claims['iss']}/api/grants/{quote(claims['grant_id'], safe='')}/consume"
 
 
-def check_binding(claims: dict[str, Any], token: str, proof: str | None, leeway: int, now: float) -> str | None:
+def check_binding(
+    claims: dict[str, Any], token: str, proof: str | None, leeway: int, now: float
+) -> str | None:
     """A bound AuthZ-JWT (`cnf.jkt`) runs only with a fresh DPoP proof by that key for
     POST {iss}/api/grants/{id}/consume (`ath` = the token's hash); the proof is checked here and
     forwarded to consume, where the issuer checks it again and refuses a replay. Returns the
@@ -110,13 +121,24 @@ def check_binding(claims: dict[str, Any], token: str, proof: str | None, leeway:
     if not isinstance(cnf, dict) or not isinstance(cnf.get("jkt"), str) or not cnf["jkt"]:
         raise refused("malformed_token", "malformed token (cnf must be an object with jkt)")
     if proof is None:
-        raise refused("dpop_required", "the grant is bound to a key (cnf.jkt): a DPoP proof is required "
-                                       '(--grant-stdin {"authz_jwt": ..., "dpop": ...})')
+        raise refused(
+            "dpop_required",
+            "the grant is bound to a key (cnf.jkt): a DPoP proof is required "
+            '(--grant-stdin {"authz_jwt": ..., "dpop": ...})',
+        )
     from grantd.dpop import DEFAULT_MAX_AGE, DpopError, verify_proof
 
     try:
-        verify_proof(proof, method="POST", htu=consume_url(claims), now=now, access_token=token,
-                     expected_jkt=cnf["jkt"], max_age=DEFAULT_MAX_AGE, leeway=leeway)
+        verify_proof(
+            proof,
+            method="POST",
+            htu=consume_url(claims),
+            now=now,
+            access_token=token,
+            expected_jkt=cnf["jkt"],
+            max_age=DEFAULT_MAX_AGE,
+            leeway=leeway,
+        )
     except DpopError as exc:
         raise refused("bad_dpop_proof", f"bad DPoP proof: {exc.reason}") from None
     return proof
@@ -132,7 +154,9 @@ def plugin_manager(cfg: ElevateConfig) -> Any:
 
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.register(importlib.import_module("grantd.plugins.elevate_default"), name="grantd.plugins.elevate_default")
+    pm.register(
+        importlib.import_module("grantd.plugins.elevate_default"), name="grantd.plugins.elevate_default"
+    )
     for directory in cfg.plugin_dirs:
         try:
             check_root_owned(directory, "plugin directory")
@@ -156,7 +180,9 @@ def run_checks(pm: Any, claims: dict[str, Any], argv: list[str], context: dict[s
     try:
         results = pm.hook.elevate_verify(claims=claims, argv=argv, context=context)
     except Exception as exc:  # noqa: BLE001 - a broken plugin refuses, never allows
-        raise Stop(EXIT_ERROR, "plugin", f"an elevate_verify plugin failed: {exc.__class__.__name__}: {exc}") from None
+        raise Stop(
+            EXIT_ERROR, "plugin", f"an elevate_verify plugin failed: {exc.__class__.__name__}: {exc}"
+        ) from None
     reasons: list[str] = []
     for result in results:
         if isinstance(result, str):

@@ -81,9 +81,23 @@ def cmd_elevate(args: argparse.Namespace) -> int:
         cwd = os.getcwd()
     except OSError:
         cwd = None
-    audit.record = {"real_uid": sudo_uid if sudo_uid is not None else uid, "sudo_user": sudo_user, "pid": os.getpid(),
-                    "command": argv, "cmd_hash": None, "cwd": cwd, "agent": None, "grant_id": None, "grant_type": None,
-                    "decided_by": None, "issuer": None, "audience": None, "jti": None, "run_as": None, "host": None}
+    audit.record = {
+        "real_uid": sudo_uid if sudo_uid is not None else uid,
+        "sudo_user": sudo_user,
+        "pid": os.getpid(),
+        "command": argv,
+        "cmd_hash": None,
+        "cwd": cwd,
+        "agent": None,
+        "grant_id": None,
+        "grant_type": None,
+        "decided_by": None,
+        "issuer": None,
+        "audience": None,
+        "jti": None,
+        "run_as": None,
+        "host": None,
+    }
     attempt = Attempt(started_at=time.time())
     outbox: list[Outbox] = []  # set once the config is read: where receipts go
     try:
@@ -101,15 +115,25 @@ def cmd_elevate(args: argparse.Namespace) -> int:
                 status = f"lost: {exc.__class__.__name__}: {exc}"
             receipt = {} if status is None else {"receipt": status}
         try:
-            audit.write("refused" if stop.exit_code == EXIT_REFUSED else "error", stop.reason, exit_code=stop.exit_code,
-                        **receipt)
+            audit.write(
+                "refused" if stop.exit_code == EXIT_REFUSED else "error",
+                stop.reason,
+                exit_code=stop.exit_code,
+                **receipt,
+            )
         except OSError as exc:
             print(json.dumps({"warning": f"cannot write the audit log: {exc}"}), file=sys.stderr)
         return stop.exit_code
 
 
-def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit: Audit, attempt: Attempt,
-             outbox: list[Outbox]) -> int:
+def _elevate(
+    args: argparse.Namespace,
+    argv: list[str],
+    config_path: str,
+    audit: Audit,
+    attempt: Attempt,
+    outbox: list[Outbox],
+) -> int:
     from grantd.commands import cmd_hash
 
     if os.geteuid() != 0:
@@ -117,15 +141,24 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     if args.grant is not None:
         if through_sudo():
             raise Stop(EXIT_ERROR, "grant_in_argv", GRANT_IN_ARGV)
-        print(json.dumps({"warning": "--grant shows the token to every local user in the process list while the "
-                                     "command runs; prefer --grant-stdin, --grant-fd N or --grant-file FILE"}),
-              file=sys.stderr, flush=True)
+        print(
+            json.dumps(
+                {
+                    "warning": "--grant shows the token to every local user in the process list while the "
+                    "command runs; prefer --grant-stdin, --grant-fd N or --grant-file FILE"
+                }
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
     if args.init_host and through_sudo():
         # The sudoers rule lets every local user run `grantd elevate ...`: making the host's
         # identity (which turns receipts on) is for root itself.
         raise config_error("--init-host is for root only, not through sudo")
     _, sudo_uid, _ = caller_ids()
-    if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(DEFAULT_CONFIG):
+    if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(
+        DEFAULT_CONFIG
+    ):
         # A sudo caller may pick another config only among the ones root put into /etc/grantd.
         raise config_error(f"--config outside {os.path.dirname(DEFAULT_CONFIG)}/ is for root only")
     cfg = load_config(config_path)
@@ -141,15 +174,33 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     if args.check_config:
         plugin_manager(cfg)
         receipts = check_receipt_config(cfg)  # host key, spool: a bad one is a config error
-        print(json.dumps({**receipts, "config": cfg.path, "allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
-                          "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "audit_log": cfg.audit_log,
-                          "timeout": cfg.timeout, "offline_grant_types": cfg.offline_grant_types,
-                          "offline": (f"{' and '.join(cfg.offline_grant_types)} grants run on cached keys when the issuer "
-                                      "cannot be connected to at all; once grants always need the issuer"
-                                      if cfg.offline_grant_types else "every grant needs the issuer (consume)"),
-                          "jwks_refresh": cfg.jwks_refresh, "jwks_max_stale": cfg.jwks_max_stale,
-                          "min_approvals": cfg.min_approvals, "approvers_mode": cfg.approvers_mode,
-                          "approvals": approvals_summary(cfg), "plugins": cfg.plugins}))
+        print(
+            json.dumps(
+                {
+                    **receipts,
+                    "config": cfg.path,
+                    "allowed_issuers": cfg.allowed_issuers,
+                    "allowed_approvers": cfg.allowed_approvers,
+                    "allowed_audiences": cfg.allowed_audiences,
+                    "host": cfg.host,
+                    "audit_log": cfg.audit_log,
+                    "timeout": cfg.timeout,
+                    "offline_grant_types": cfg.offline_grant_types,
+                    "offline": (
+                        f"{' and '.join(cfg.offline_grant_types)} grants run on cached keys when the issuer "
+                        "cannot be connected to at all; once grants always need the issuer"
+                        if cfg.offline_grant_types
+                        else "every grant needs the issuer (consume)"
+                    ),
+                    "jwks_refresh": cfg.jwks_refresh,
+                    "jwks_max_stale": cfg.jwks_max_stale,
+                    "min_approvals": cfg.min_approvals,
+                    "approvers_mode": cfg.approvers_mode,
+                    "approvals": approvals_summary(cfg),
+                    "plugins": cfg.plugins,
+                }
+            )
+        )
         audit.written = True  # not an attempt
         return 0
     if not argv:
@@ -158,9 +209,20 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     pm = plugin_manager(cfg)
     token, proof = split_grant(read_grant(args, cfg.timeout))
     header, claims = decode_unverified(token)
-    audit.record.update({k: claims.get(c) if isinstance(claims.get(c), str) else None for k, c in (
-        ("agent", "sub"), ("grant_id", "grant_id"), ("grant_type", "grant_type"), ("decided_by", "decided_by"),
-        ("issuer", "iss"), ("audience", "aud"), ("jti", "jti"))})
+    audit.record.update(
+        {
+            k: claims.get(c) if isinstance(claims.get(c), str) else None
+            for k, c in (
+                ("agent", "sub"),
+                ("grant_id", "grant_id"),
+                ("grant_type", "grant_type"),
+                ("decided_by", "decided_by"),
+                ("issuer", "iss"),
+                ("audience", "aud"),
+                ("jti", "jti"),
+            )
+        }
+    )
     audit.record["run_as"] = claims.get("run_as") if isinstance(claims.get("run_as"), str) else "root"
     issuer = claims["iss"]
     # 1. issuer, before any network call: a token never makes us talk to a server we do not trust.
@@ -184,17 +246,26 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     found = approvers_of(claims)  # for the audit line: who approved, as the signed token says
     audit.record["approvers"] = [*found.people, *(f"policy:{rule}" for rule in found.rules)]
     # 4.-7. audience, host, approver, command (plugins.elevate_default), then site plugins
-    context = {"allowed_issuers": cfg.allowed_issuers, "allowed_approvers": cfg.allowed_approvers,
-               "allowed_audiences": cfg.allowed_audiences, "host": cfg.host, "real_uid": audit.record["real_uid"],
-               "min_approvals": cfg.min_approvals, "approvers_mode": cfg.approvers_mode,
-               "now": now, "config": cfg.raw}
+    context = {
+        "allowed_issuers": cfg.allowed_issuers,
+        "allowed_approvers": cfg.allowed_approvers,
+        "allowed_audiences": cfg.allowed_audiences,
+        "host": cfg.host,
+        "real_uid": audit.record["real_uid"],
+        "min_approvals": cfg.min_approvals,
+        "approvers_mode": cfg.approvers_mode,
+        "now": now,
+        "config": cfg.raw,
+    }
     run_checks(pm, claims, argv, context)
     # Before consuming a once grant: the user exists and the program can be found.
     run_as = claims.get("run_as") or "root"
     try:
         user = pwd.getpwnam(run_as)
     except KeyError:
-        raise Stop(EXIT_ERROR, "unknown_user", f"run_as user {run_as!r} does not exist on this host") from None
+        raise Stop(
+            EXIT_ERROR, "unknown_user", f"run_as user {run_as!r} does not exist on this host"
+        ) from None
     audit.record["run_as"] = attempt.run_as = user.pw_name
     program = resolve_command(argv[0], cfg.path_env)
     # 8. consume
@@ -202,13 +273,27 @@ def _elevate(args: argparse.Namespace, argv: list[str], config_path: str, audit:
     env = sanitized_env(dict(os.environ), user, cfg)
     groups = sorted({group_name(g) for g in os.getgrouplist(user.pw_name, user.pw_gid)})
     try:
-        audit.write("allowed", None, uid=user.pw_uid, gid=user.pw_gid, groups=groups, program=program,
-                    jwks=cache.note, consume=note)
+        audit.write(
+            "allowed",
+            None,
+            uid=user.pw_uid,
+            gid=user.pw_gid,
+            groups=groups,
+            program=program,
+            jwks=cache.note,
+            consume=note,
+        )
     except OSError as exc:  # no audit, no elevation
         raise Stop(EXIT_ERROR, "audit", f"cannot write the audit log {audit.path}: {exc.strerror}") from None
     box = outbox[0]
-    return run_command(program, argv, env, user, audit,
-                       on_end=lambda result, code, reason: box.send(attempt, result, code, reason))
+    return run_command(
+        program,
+        argv,
+        env,
+        user,
+        audit,
+        on_end=lambda result, code, reason: box.send(attempt, result, code, reason),
+    )
 
 
 def _init_host(cfg: Any) -> int:
@@ -216,8 +301,15 @@ def _init_host(cfg: Any) -> int:
     from grantd.elevate.hostkey import init_host
 
     print(init_host(cfg), flush=True)
-    print(json.dumps({"note": f"host key {cfg.host_key} made; enrol the line above as host {cfg.host!r} "
-                              "(POST /api/hosts {host, publicKey})"}), file=sys.stderr)
+    print(
+        json.dumps(
+            {
+                "note": f"host key {cfg.host_key} made; enrol the line above as host {cfg.host!r} "
+                "(POST /api/hosts {host, publicKey})"
+            }
+        ),
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -233,23 +325,42 @@ def register(subparsers: Any) -> None:
         "elevate",
         help="run a command as root (or the grant's run_as) if an AuthZ-JWT allows it; run through sudo",
         description="Verify an AuthZ-JWT (issuer, signature, expiry, audience, host, approver, exact command), "
-                    "consume it at the issuer, then run the command and wait for it. Exit status: the command's "
-                    "(128+N when signal N ended it); 5 = refused (JSON line on stderr), 1 = config/network error, "
-                    "126 = not executable, 127 = not found. "
-                    "Usage: sudo -n grantd elevate --grant-stdin -- CMD ARGS...",
+        "consume it at the issuer, then run the command and wait for it. Exit status: the command's "
+        "(128+N when signal N ended it); 5 = refused (JSON line on stderr), 1 = config/network error, "
+        "126 = not executable, 127 = not found. "
+        "Usage: sudo -n grantd elevate --grant-stdin -- CMD ARGS...",
     )
     p.add_argument("--config", help=f"elevation config (default {DEFAULT_CONFIG})")
     source = p.add_mutually_exclusive_group()
-    source.add_argument("--grant-stdin", action="store_true", help="read the token from the first line of stdin")
-    source.add_argument("--grant-fd", type=int, metavar="N", help="read the token from file descriptor N (until EOF)")
-    source.add_argument("--grant-file", metavar="FILE", help="read the token from a file or FIFO: opened as the caller, "
-                                                             "must be the caller's and 0600")
-    source.add_argument("--grant", metavar="JWT", help="the token itself: refused under sudo, since every local user "
-                                                        "can read it in the process list")
-    p.add_argument("--check-config", action="store_true", help="validate the config and plugins, print them, run nothing")
-    p.add_argument("--init-host", action="store_true", help="make this host's key (config host_key, root 0600; never "
-                                                            "overwritten) and print the ssh-ed25519 line to enrol")
-    p.add_argument("--flush-receipts", action="store_true", help="send the receipts spooled while the issuer was "
-                                                                 "unreachable (exit 1 when some are still left)")
+    source.add_argument(
+        "--grant-stdin", action="store_true", help="read the token from the first line of stdin"
+    )
+    source.add_argument(
+        "--grant-fd", type=int, metavar="N", help="read the token from file descriptor N (until EOF)"
+    )
+    source.add_argument(
+        "--grant-file",
+        metavar="FILE",
+        help="read the token from a file or FIFO: opened as the caller, must be the caller's and 0600",
+    )
+    source.add_argument(
+        "--grant",
+        metavar="JWT",
+        help="the token itself: refused under sudo, since every local user can read it in the process list",
+    )
+    p.add_argument(
+        "--check-config", action="store_true", help="validate the config and plugins, print them, run nothing"
+    )
+    p.add_argument(
+        "--init-host",
+        action="store_true",
+        help="make this host's key (config host_key, root 0600; never "
+        "overwritten) and print the ssh-ed25519 line to enrol",
+    )
+    p.add_argument(
+        "--flush-receipts",
+        action="store_true",
+        help="send the receipts spooled while the issuer was unreachable (exit 1 when some are still left)",
+    )
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=cmd_elevate)

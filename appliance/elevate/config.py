@@ -53,29 +53,43 @@ class ElevateConfig:
 # key -> (type check, description); tables (dicts) are left to site plugins.
 _KEYS: dict[str, tuple[str, str]] = {
     "allowed_issuers": ("urls", "issuer URLs accepted, exactly as the token's iss (required)"),
-    "allowed_approvers": ("approvers", "e-mails whose decisions are accepted, or \"*\"; policy:<rule id> or "
-                                       "policy:* to accept rule-approved grants (required)"),
+    "allowed_approvers": (
+        "approvers",
+        'e-mails whose decisions are accepted, or "*"; policy:<rule id> or '
+        "policy:* to accept rule-approved grants (required)",
+    ),
     "min_approvals": ("count", "distinct people who must have approved a grant (default 1)"),
-    "approvers_mode": ("mode", "\"any\" (default): one approver in allowed_approvers is enough; \"all\": every "
-                               "approver must be in it"),
+    "approvers_mode": (
+        "mode",
+        '"any" (default): one approver in allowed_approvers is enough; "all": every approver must be in it',
+    ),
     "allowed_audiences": ("strs", "token audiences accepted"),
     "host": ("str", "this host's name as grants name it (default: the system host name)"),
     "audit_log": ("str", "audit log file, one JSON line per attempt"),
     "timeout": ("num", "seconds for every network call (and reading the grant)"),
-    "jwks_cache_dir": ("str", "directory for cached JWKS (\"\" disables the cache)"),
+    "jwks_cache_dir": ("str", 'directory for cached JWKS ("" disables the cache)'),
     "jwks_refresh": ("int", "seconds a cached JWKS is used without asking the issuer"),
     "jwks_max_stale": ("int", "seconds a cached JWKS may still be used while the issuer is unreachable"),
-    "offline_grant_types": ("types", "grant types (timed, always) that may run on cached keys when the issuer "
-                                     "cannot be connected to at all (default none; never once)"),
+    "offline_grant_types": (
+        "types",
+        "grant types (timed, always) that may run on cached keys when the issuer "
+        "cannot be connected to at all (default none; never once)",
+    ),
     "leeway": ("int", "seconds of clock skew allowed on exp/nbf"),
     "plugins": ("strs", "site plugin modules implementing elevate_verify"),
     "plugin_dirs": ("strs", "root-owned directories searched for those modules"),
     "ca_bundle": ("str", "CA bundle for https issuers (default: the system's)"),
     "env_keep": ("strs", "extra environment variable names passed to the command"),
     "path": ("str", "PATH for the command (default: a fixed safe PATH)"),
-    "host_key": ("str", f"this host's Ed25519 key, made by --init-host, root 0600 (default {DEFAULT_HOST_KEY})"),
-    "receipt_spool": ("str", "root 0700 directory where receipts wait while the issuer cannot be reached "
-                             f"(default {DEFAULT_RECEIPT_SPOOL})"),
+    "host_key": (
+        "str",
+        f"this host's Ed25519 key, made by --init-host, root 0600 (default {DEFAULT_HOST_KEY})",
+    ),
+    "receipt_spool": (
+        "str",
+        "root 0700 directory where receipts wait while the issuer cannot be reached "
+        f"(default {DEFAULT_RECEIPT_SPOOL})",
+    ),
     "receipts": ("bool", "post a signed receipt after every attempt (default: on when host_key exists)"),
     "receipt_timeout": ("num", "seconds for posting one receipt (default 3); then it is spooled"),
 }
@@ -86,7 +100,9 @@ def check_root_owned(path: str, what: str, *, st: os.stat_result | None = None) 
     st = st or os.stat(path)
     if st.st_uid != 0:
         raise config_error(f"{what} {path} is not owned by root (uid {st.st_uid})")
-    if st.st_mode & 0o022 and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o020 == 0):
+    if st.st_mode & 0o022 and not (
+        stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o020 == 0
+    ):
         raise config_error(f"{what} {path} is group- or world-writable (mode {stat.S_IMODE(st.st_mode):04o})")
 
 
@@ -133,9 +149,11 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
             "num": isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 300,
             "int": isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10 * 365 * 86400,
             "strs": isinstance(value, list) and all(isinstance(v, str) and v for v in value),
-            "urls": isinstance(value, list) and all(isinstance(v, str) and urlsplit(v).scheme in ("http", "https") for v in value),
+            "urls": isinstance(value, list)
+            and all(isinstance(v, str) and urlsplit(v).scheme in ("http", "https") for v in value),
             "types": isinstance(value, list) and all(v in ("timed", "always") for v in value),
-            "approvers": isinstance(value, list) and all(isinstance(v, str) and v and _approver_ok(v) for v in value),
+            "approvers": isinstance(value, list)
+            and all(isinstance(v, str) and v and _approver_ok(v) for v in value),
             "count": isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_APPROVALS,
             "mode": value in MODES,
         }[kind]
@@ -157,17 +175,20 @@ def validate_config(raw: dict[str, Any], path: str) -> ElevateConfig:
 def _approver_ok(value: str) -> bool:
     """An e-mail, "*", or policy:<rule id> / policy:* (a rule id has the server's form)."""
     if value.startswith(POLICY_PREFIX):
-        rule = value[len(POLICY_PREFIX):]
+        rule = value[len(POLICY_PREFIX) :]
         return rule == "*" or RULE_ID.fullmatch(rule) is not None
     return value == value.strip()
 
 
 def approvals_summary(cfg: ElevateConfig) -> str:
     """What --check-config says about approvals: the quorum, the mode and the rule opt-in."""
-    rules = [a[len(POLICY_PREFIX):] for a in cfg.allowed_approvers if a.startswith(POLICY_PREFIX)]
+    rules = [a[len(POLICY_PREFIX) :] for a in cfg.allowed_approvers if a.startswith(POLICY_PREFIX)]
     people = "at least " + (f"{cfg.min_approvals} distinct people" if cfg.min_approvals > 1 else "one person")
-    mode = ("every approver must be in allowed_approvers" if cfg.approvers_mode == "all"
-            else "one approver in allowed_approvers is enough")
+    mode = (
+        "every approver must be in allowed_approvers"
+        if cfg.approvers_mode == "all"
+        else "one approver in allowed_approvers is enough"
+    )
     if "*" in rules:
         opt_in = "rule-approved grants run (policy:*)"
     elif rules:
@@ -186,8 +207,10 @@ def _describe_kind(kind: str) -> str:
         "strs": "must be a list of non-empty strings",
         "urls": "must be a list of http(s) URLs",
         "types": 'must be a list of "timed" and/or "always"',
-        "approvers": ('must be a list of e-mails, "*", "policy:<rule id>" or "policy:*" (a rule id: letters, '
-                      'digits, ".", "_", "-", at most 64, no spaces)'),
+        "approvers": (
+            'must be a list of e-mails, "*", "policy:<rule id>" or "policy:*" (a rule id: letters, '
+            'digits, ".", "_", "-", at most 64, no spaces)'
+        ),
         "count": f"must be an integer from 1 to {MAX_APPROVALS}",
         "mode": 'must be "any" or "all"',
     }[kind]

@@ -35,7 +35,11 @@ def consume(cfg: ElevateConfig, claims: dict[str, Any], token: str, dpop: str | 
     proof in the ``DPoP`` header (RFC 9449 §7.1); the issuer refuses a replayed proof."""
     url = f"{claims['iss']}/api/grants/{quote(claims['grant_id'], safe='')}/consume"
     grant_type = claims["grant_type"]
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "Accept": "application/json"}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+    }
     if dpop is not None:
         headers["Authorization"] = f"DPoP {token}"
         headers["DPoP"] = dpop
@@ -55,20 +59,37 @@ def consume(cfg: ElevateConfig, claims: dict[str, Any], token: str, dpop: str | 
     except ValueError:
         answer = None
     if status != 200 and not 400 <= status < 500:  # a redirect, a 5xx, a 204...: no answer to count on
-        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered HTTP {status} "
-                                                 "(consume must answer 200 with JSON)")
+        raise Stop(
+            EXIT_ERROR,
+            "consume_failed",
+            f"cannot consume the grant at the issuer: {url} answered HTTP {status} "
+            "(consume must answer 200 with JSON)",
+        )
     if status != 200:
         detail = answer.get("detail") if isinstance(answer, dict) else None
-        raise refused("rejected_by_issuer", f"the issuer refused the grant (HTTP {status}{': ' + str(detail) if detail else ''})")
+        raise refused(
+            "rejected_by_issuer",
+            f"the issuer refused the grant (HTTP {status}{': ' + str(detail) if detail else ''})",
+        )
     if not isinstance(answer, dict):
-        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered 200 without "
-                                                 "a JSON object (consume must answer 200 with JSON)")
+        raise Stop(
+            EXIT_ERROR,
+            "consume_failed",
+            f"cannot consume the grant at the issuer: {url} answered 200 without "
+            "a JSON object (consume must answer 200 with JSON)",
+        )
     error = answer.get("error")
     if isinstance(error, str):
-        raise refused(error if error in CONSUME_ERRORS else "consume_refused",
-                      CONSUME_ERRORS.get(error, f"the issuer refused the grant: {error}"))
+        raise refused(
+            error if error in CONSUME_ERRORS else "consume_refused",
+            CONSUME_ERRORS.get(error, f"the issuer refused the grant: {error}"),
+        )
     if answer.get("status") != CONSUME_ANSWERS[grant_type]:
-        raise Stop(EXIT_ERROR, "consume_failed", f"cannot consume the grant at the issuer: {url} answered status "
-                                                 f"{str(answer.get('status'))[:40]!r} for a {grant_type} grant "
-                                                 f"(expected {CONSUME_ANSWERS[grant_type]!r})")
+        raise Stop(
+            EXIT_ERROR,
+            "consume_failed",
+            f"cannot consume the grant at the issuer: {url} answered status "
+            f"{str(answer.get('status'))[:40]!r} for a {grant_type} grant "
+            f"(expected {CONSUME_ANSWERS[grant_type]!r})",
+        )
     return f"consume: {answer['status']}"

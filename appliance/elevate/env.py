@@ -7,13 +7,71 @@ import re
 
 from grantd.elevate.config import ElevateConfig
 
-_KEEP = {"TERM", "LANG", "LANGUAGE", "TZ", "COLORTERM", "NO_COLOR", "COLUMNS", "LINES", "SUDO_USER", "SUDO_UID", "SUDO_GID"}
-_NEVER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "PERL", "RUBY", "GEM_", "NODE_", "BASH_FUNC_", "MALLOC_", "GCONV",
-                   "JAVA", "_JAVA", "GIT_", "SSL_", "OPENSSL_", "NLSPATH")
-_NEVER = {"IFS", "BASH_ENV", "ENV", "CDPATH", "SHELLOPTS", "BASHOPTS", "PS4", "GLOBIGNORE", "GLIBC_TUNABLES", "LOCPATH",
-          "HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "TMPDIR", "PATH", "HOME", "USER", "LOGNAME", "SHELL", "MAIL",
-          "ZDOTDIR", "INPUTRC", "PROMPT_COMMAND", "EDITOR", "VISUAL", "PAGER", "LESSOPEN", "LESSCLOSE"}
-_SAFE_VALUE = {"TERM": re.compile(r"[A-Za-z0-9_.+-]{1,64}"), "TZ": re.compile(r"[A-Za-z0-9_+:-][A-Za-z0-9_+:/-]{0,63}")}
+_KEEP = {
+    "TERM",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "COLORTERM",
+    "NO_COLOR",
+    "COLUMNS",
+    "LINES",
+    "SUDO_USER",
+    "SUDO_UID",
+    "SUDO_GID",
+}
+_NEVER_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "PYTHON",
+    "PERL",
+    "RUBY",
+    "GEM_",
+    "NODE_",
+    "BASH_FUNC_",
+    "MALLOC_",
+    "GCONV",
+    "JAVA",
+    "_JAVA",
+    "GIT_",
+    "SSL_",
+    "OPENSSL_",
+    "NLSPATH",
+)
+_NEVER = {
+    "IFS",
+    "BASH_ENV",
+    "ENV",
+    "CDPATH",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "GLOBIGNORE",
+    "GLIBC_TUNABLES",
+    "LOCPATH",
+    "HOSTALIASES",
+    "RES_OPTIONS",
+    "LOCALDOMAIN",
+    "TMPDIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "MAIL",
+    "ZDOTDIR",
+    "INPUTRC",
+    "PROMPT_COMMAND",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+}
+_SAFE_VALUE = {
+    "TERM": re.compile(r"[A-Za-z0-9_.+-]{1,64}"),
+    "TZ": re.compile(r"[A-Za-z0-9_+:-][A-Za-z0-9_+:/-]{0,63}"),
+}
 _LOCALE_VALUE = re.compile(r"[A-Za-z0-9_.@:-]{1,64}")
 
 
@@ -34,6 +92,13 @@ def sanitized_env(caller: dict[str, str], user: pwd.struct_passwd, cfg: ElevateC
         if (name.startswith("LC_") or name in ("LANG", "LANGUAGE")) and not _LOCALE_VALUE.fullmatch(value):
             continue
         env[name] = value
-    env.update({"PATH": cfg.path_env, "HOME": user.pw_dir or "/", "USER": user.pw_name, "LOGNAME": user.pw_name,
-                "SHELL": user.pw_shell or "/bin/sh"})
+    env.update(
+        {
+            "PATH": cfg.path_env,
+            "HOME": user.pw_dir or "/",
+            "USER": user.pw_name,
+            "LOGNAME": user.pw_name,
+            "SHELL": user.pw_shell or "/bin/sh",
+        }
+    )
     return env

@@ -13,8 +13,10 @@ from grantd.elevate.caller import as_caller, caller_ids
 from grantd.elevate.errors import EXIT_ERROR, DeadlineExceeded, Stop, deadline
 
 MAX_TOKEN_BYTES = 16 * 1024
-GRANT_IN_ARGV = ("--grant puts the token into the process list (/proc/PID/cmdline), where every local user can "
-                 "read and reuse it: under sudo use --grant-stdin, --grant-fd N or --grant-file FILE (0600, yours)")
+GRANT_IN_ARGV = (
+    "--grant puts the token into the process list (/proc/PID/cmdline), where every local user can "
+    "read and reuse it: under sudo use --grant-stdin, --grant-fd N or --grant-file FILE (0600, yours)"
+)
 
 
 def _read_fd(fd: int, *, one_line: bool) -> bytes:
@@ -47,10 +49,18 @@ def _check_grant_file(fd: int, path: str) -> None:
     uid, sudo_uid, _ = caller_ids()
     caller = sudo_uid if sudo_uid is not None else uid
     if st.st_uid != caller:
-        raise Stop(EXIT_ERROR, "usage", f"--grant-file {path} is not owned by you (uid {caller}) but by uid {st.st_uid}")
+        raise Stop(
+            EXIT_ERROR,
+            "usage",
+            f"--grant-file {path} is not owned by you (uid {caller}) but by uid {st.st_uid}",
+        )
     if st.st_mode & 0o077:
-        raise Stop(EXIT_ERROR, "usage", f"--grant-file {path} is readable or writable by others "
-                                        f"(mode {stat.S_IMODE(st.st_mode):04o}): make it 0600")
+        raise Stop(
+            EXIT_ERROR,
+            "usage",
+            f"--grant-file {path} is readable or writable by others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}): make it 0600",
+        )
 
 
 def split_grant(text: str) -> tuple[str, str | None]:
@@ -66,7 +76,11 @@ def split_grant(text: str) -> tuple[str, str | None]:
         raise Stop(EXIT_ERROR, "usage", 'the grant JSON line must be {"authz_jwt": JWT, "dpop": PROOF}')
     unknown = set(value) - {"authz_jwt", "dpop"}
     if unknown:
-        raise Stop(EXIT_ERROR, "usage", f"the grant JSON line has unknown members: {', '.join(sorted(unknown))[:100]}")
+        raise Stop(
+            EXIT_ERROR,
+            "usage",
+            f"the grant JSON line has unknown members: {', '.join(sorted(unknown))[:100]}",
+        )
     dpop = value.get("dpop")
     if dpop is not None and (not isinstance(dpop, str) or not dpop):
         raise Stop(EXIT_ERROR, "usage", "dpop must be a DPoP proof (a JWT string)")
@@ -81,7 +95,9 @@ def read_grant(args: argparse.Namespace, timeout: float) -> str:
                 raw = args.grant.encode()
             elif args.grant_fd is not None:
                 if args.grant_fd < 3:
-                    raise Stop(EXIT_ERROR, "usage", "--grant-fd must be 3 or higher (use --grant-stdin for stdin)")
+                    raise Stop(
+                        EXIT_ERROR, "usage", "--grant-fd must be 3 or higher (use --grant-stdin for stdin)"
+                    )
                 try:
                     stream = _is_stream(args.grant_fd)
                     raw = _read_fd(args.grant_fd, one_line=False)
@@ -102,7 +118,9 @@ def read_grant(args: argparse.Namespace, timeout: float) -> str:
                 finally:
                     os.close(fd)
             else:
-                raise Stop(EXIT_ERROR, "usage", "no grant given (--grant-stdin, --grant-fd, --grant-file or --grant)")
+                raise Stop(
+                    EXIT_ERROR, "usage", "no grant given (--grant-stdin, --grant-fd, --grant-file or --grant)"
+                )
     except DeadlineExceeded:
         raise Stop(EXIT_ERROR, "usage", f"no grant arrived within {timeout:g} s") from None
     except OSError as exc:

@@ -39,10 +39,14 @@ def init_host(cfg: ElevateConfig) -> str:
     except FileNotFoundError:
         raise config_error(f"host key directory {directory} does not exist") from None
     if os.path.lexists(path):
-        raise config_error(f"host key {path} already exists: refusing to overwrite it (remove it first to make a new "
-                           "host identity, then enrol the new key)")
+        raise config_error(
+            f"host key {path} already exists: refusing to overwrite it (remove it first to make a new "
+            "host identity, then enrol the new key)"
+        )
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -74,14 +78,18 @@ def load_host_key(path: str) -> Any:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise config_error(f"host key {path} does not exist (make it with grantd elevate --init-host)") from None
+        raise config_error(
+            f"host key {path} does not exist (make it with grantd elevate --init-host)"
+        ) from None
     except OSError as exc:
         raise config_error(f"cannot open the host key {path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-            raise config_error(f"host key {path} must be a regular root-owned file of mode 0600 "
-                               f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+            raise config_error(
+                f"host key {path} must be a regular root-owned file of mode 0600 "
+                f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+            )
         data = os.read(fd, MAX_KEY_BYTES)
     finally:
         os.close(fd)

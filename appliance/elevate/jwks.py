@@ -57,7 +57,11 @@ class JwksCache:
             return None
         finally:
             os.close(fd)
-        if not isinstance(entry, dict) or entry.get("issuer") != issuer or not isinstance(entry.get("fetched_at"), int | float):
+        if (
+            not isinstance(entry, dict)
+            or entry.get("issuer") != issuer
+            or not isinstance(entry.get("fetched_at"), int | float)
+        ):
             return None
         return entry
 
@@ -77,8 +81,13 @@ class JwksCache:
             print(json.dumps({"warning": f"cannot write the JWKS cache: {exc}"}), file=sys.stderr)
 
     def fetch(self, issuer: str) -> dict[str, Any]:
-        status, body = http_request(self.cfg, "GET", f"{issuer}/.well-known/jwks.json",
-                                    headers={"Accept": "application/json"}, max_bytes=MAX_JWKS_BYTES)
+        status, body = http_request(
+            self.cfg,
+            "GET",
+            f"{issuer}/.well-known/jwks.json",
+            headers={"Accept": "application/json"},
+            max_bytes=MAX_JWKS_BYTES,
+        )
         if status != 200:
             raise NetworkError(f"{issuer}/.well-known/jwks.json answered HTTP {status}")
         try:
@@ -118,7 +127,12 @@ def _find_key(jwks: Any, kid: str) -> Any:
     from jwt.algorithms import OKPAlgorithm
 
     for jwk in jwks.get("keys", []) if isinstance(jwks, dict) else []:
-        if isinstance(jwk, dict) and jwk.get("kid") == kid and jwk.get("kty") == "OKP" and jwk.get("crv") == "Ed25519":
+        if (
+            isinstance(jwk, dict)
+            and jwk.get("kid") == kid
+            and jwk.get("kty") == "OKP"
+            and jwk.get("crv") == "Ed25519"
+        ):
             try:
                 return OKPAlgorithm.from_jwk(json.dumps(jwk))
             except Exception:  # noqa: BLE001 - a malformed key is a missing key

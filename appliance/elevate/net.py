@@ -35,14 +35,24 @@ def _could_not_connect(exc: BaseException) -> bool:
         seen.add(id(cause))
         if isinstance(cause, ssl.SSLError):
             return False
-        if isinstance(cause, socket.gaierror) or (isinstance(cause, OSError) and cause.errno in _UNREACHABLE_ERRNOS):
+        if isinstance(cause, socket.gaierror) or (
+            isinstance(cause, OSError) and cause.errno in _UNREACHABLE_ERRNOS
+        ):
             return True
         cause = cause.__cause__ or cause.__context__
     return False
 
 
-def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str, str], max_bytes: int,
-                 content: bytes | None = None, timeout: float | None = None) -> tuple[int, bytes]:
+def http_request(
+    cfg: ElevateConfig,
+    method: str,
+    url: str,
+    *,
+    headers: dict[str, str],
+    max_bytes: int,
+    content: bytes | None = None,
+    timeout: float | None = None,
+) -> tuple[int, bytes]:
     """One bounded HTTP exchange: timeouts on every phase, an overall deadline, a size cap.
 
     No proxies or CA overrides from the environment (trust_env=False), no redirects."""
@@ -51,9 +61,15 @@ def http_request(cfg: ElevateConfig, method: str, url: str, *, headers: dict[str
     verify: Any = cfg.ca_bundle or True
     seconds = timeout or cfg.timeout
     try:
-        with deadline(seconds), httpx.Client(timeout=httpx.Timeout(seconds), trust_env=False, verify=verify,
-                                             follow_redirects=False) as client:
-            with client.stream(method, url, headers={"Accept-Encoding": "identity", **headers}, content=content) as response:
+        with (
+            deadline(seconds),
+            httpx.Client(
+                timeout=httpx.Timeout(seconds), trust_env=False, verify=verify, follow_redirects=False
+            ) as client,
+        ):
+            with client.stream(
+                method, url, headers={"Accept-Encoding": "identity", **headers}, content=content
+            ) as response:
                 body = bytearray()
                 for chunk in response.iter_raw():
                     body += chunk

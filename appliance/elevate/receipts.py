@@ -58,9 +58,11 @@ def check_spool_dir(path: str, *, create: bool) -> bool:
     except FileNotFoundError:
         return False
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-        raise config_error(f"receipt spool {path} must be a root-owned directory of mode 0700 "
-                           f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
-                           f"{', a symlink' if stat.S_ISLNK(st.st_mode) else ''})")
+        raise config_error(
+            f"receipt spool {path} must be a root-owned directory of mode 0700 "
+            f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+            f"{', a symlink' if stat.S_ISLNK(st.st_mode) else ''})"
+        )
     return True
 
 
@@ -73,8 +75,12 @@ def check_receipt_config(cfg: ElevateConfig) -> dict[str, Any]:
         load_host_key(cfg.host_key)
     if enabled or os.path.lexists(cfg.receipt_spool):
         check_spool_dir(cfg.receipt_spool, create=False)
-    return {"receipts": enabled, "host_key": cfg.host_key, "receipt_spool": cfg.receipt_spool,
-            "receipt_timeout": cfg.receipt_timeout}
+    return {
+        "receipts": enabled,
+        "host_key": cfg.host_key,
+        "receipt_spool": cfg.receipt_spool,
+        "receipt_timeout": cfg.receipt_timeout,
+    }
 
 
 @dataclass
@@ -113,12 +119,17 @@ class Outbox:
     # -- one receipt -----------------------------------------------------------------------------
 
     def post(self, token: str, issuer: str) -> str:
-        """"delivered", "keep" (try again later) or "rejected" (never accepted: drop it).
+        """ "delivered", "keep" (try again later) or "rejected" (never accepted: drop it).
         Raises NetworkError when the issuer cannot be reached."""
-        status, _ = http_request(self.cfg, "POST", f"{issuer}/api/audit/receipts",
-                                 headers={"Content-Type": "application/json", "Accept": "application/json"},
-                                 content=json.dumps({"receipt": token}).encode(), max_bytes=16 * 1024,
-                                 timeout=self.cfg.receipt_timeout)
+        status, _ = http_request(
+            self.cfg,
+            "POST",
+            f"{issuer}/api/audit/receipts",
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            content=json.dumps({"receipt": token}).encode(),
+            max_bytes=16 * 1024,
+            timeout=self.cfg.receipt_timeout,
+        )
         if status in (200, 201):
             return "delivered"
         if status in _KEEP or status >= 500 or status < 400:
@@ -126,7 +137,9 @@ class Outbox:
         _warn(f"the issuer refused a receipt for good (HTTP {status}); it is dropped")
         return "rejected"
 
-    def send(self, attempt: Attempt, result: str, exit_code: int | None, reason: str | None = None) -> str | None:
+    def send(
+        self, attempt: Attempt, result: str, exit_code: int | None, reason: str | None = None
+    ) -> str | None:
         """Build, sign and deliver the receipt of an attempt (the spooled ones first). Returns what
         the audit line records: "sent", "spooled", "rejected", "lost: why"; None when no receipt
         is due (receipts off, or the attempt is tied to no grant of an allowed issuer)."""
@@ -161,17 +174,29 @@ class Outbox:
         ended = time.time()
         seen = self.seen_checkpoint(str(attempt.issuer))
         return build_receipt(
-            key, host=self.cfg.host, audience=str(attempt.issuer), grant_id=str(attempt.grant_id),
+            key,
+            host=self.cfg.host,
+            audience=str(attempt.issuer),
+            grant_id=str(attempt.grant_id),
             authz_jti=attempt.authz_jti if result == "refused" or attempt.authz_jti else "",
-            cmd_hash=attempt.cmd_hash, run_as=attempt.run_as, result=result, exit_code=exit_code,
-            started_at=int(attempt.started_at), ended_at=max(int(ended), int(attempt.started_at)),
-            duration_ms=max(0, int((ended - attempt.started_at) * 1000)), issued_at=int(ended),
-            reason=reason[:1000] if reason is not None else None, seen_checkpoint=seen)
+            cmd_hash=attempt.cmd_hash,
+            run_as=attempt.run_as,
+            result=result,
+            exit_code=exit_code,
+            started_at=int(attempt.started_at),
+            ended_at=max(int(ended), int(attempt.started_at)),
+            duration_ms=max(0, int((ended - attempt.started_at) * 1000)),
+            issued_at=int(ended),
+            reason=reason[:1000] if reason is not None else None,
+            seen_checkpoint=seen,
+        )
 
     # -- the last checkpoint this host saw -------------------------------------------------------
 
     def _checkpoint_file(self, issuer: str) -> str:
-        return os.path.join(self.cfg.receipt_spool, "checkpoint-" + hashlib.sha256(issuer.encode()).hexdigest()[:32] + ".json")
+        return os.path.join(
+            self.cfg.receipt_spool, "checkpoint-" + hashlib.sha256(issuer.encode()).hexdigest()[:32] + ".json"
+        )
 
     def remember_checkpoint(self, issuer: str) -> None:
         """After a delivered receipt: fetch the issuer's current checkpoint (the public
@@ -180,9 +205,14 @@ class Outbox:
         the log key, so it does not check the note's signature; an auditor checks that the size and
         root it names are a checkpoint the log signed (a host that saw another root saw a fork)."""
         try:
-            status, body = http_request(self.cfg, "GET", f"{issuer}/api/audit/checkpoint",
-                                        headers={"Accept": "text/plain"}, max_bytes=8 * 1024,
-                                        timeout=self.cfg.receipt_timeout)
+            status, body = http_request(
+                self.cfg,
+                "GET",
+                f"{issuer}/api/audit/checkpoint",
+                headers={"Accept": "text/plain"},
+                max_bytes=8 * 1024,
+                timeout=self.cfg.receipt_timeout,
+            )
             lines = body.decode("utf-8").split("\n")
             if status != 200 or len(lines) < 4 or not lines[1].isdigit() or len(lines[1]) > 19:
                 return
@@ -203,7 +233,9 @@ class Outbox:
     def seen_checkpoint(self, issuer: str) -> dict[str, Any] | None:
         """The checkpoint remembered for this issuer: {size, root}, from a root-owned 0600 file only."""
         try:
-            fd = os.open(self._checkpoint_file(issuer), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = os.open(
+                self._checkpoint_file(issuer), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            )
         except OSError:
             return None
         try:
@@ -215,8 +247,14 @@ class Outbox:
             return None
         finally:
             os.close(fd)
-        if not isinstance(seen, dict) or set(seen) != {"size", "root"} or isinstance(seen["size"], bool) \
-                or not isinstance(seen["size"], int) or seen["size"] < 0 or not isinstance(seen["root"], str):
+        if (
+            not isinstance(seen, dict)
+            or set(seen) != {"size", "root"}
+            or isinstance(seen["size"], bool)
+            or not isinstance(seen["size"], int)
+            or seen["size"] < 0
+            or not isinstance(seen["root"], str)
+        ):
             return None
         try:
             return seen if len(base64.b64decode(seen["root"], validate=True)) == 32 else None
@@ -271,7 +309,9 @@ class Outbox:
             for name in os.listdir(dir_fd):
                 if name.endswith(".jws"):
                     with contextlib.suppress(FileNotFoundError):
-                        entries.append((os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name))
+                        entries.append(
+                            (os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mtime_ns, name)
+                        )
             for position, (_, name) in enumerate(sorted(entries)):
                 if limit is not None and position >= limit:
                     counts["kept"] += 1

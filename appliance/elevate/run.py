@@ -59,8 +59,14 @@ FORWARDED = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signa
 _SI_KERNEL = 0x80  # si_code of a signal the kernel (a terminal) generated for the whole process group
 
 
-def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, audit: Audit,
-                on_end: Callable[[str, int, str | None], str | None] | None = None) -> int:
+def run_command(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    user: pwd.struct_passwd,
+    audit: Audit,
+    on_end: Callable[[str, int, str | None], str | None] | None = None,
+) -> int:
     """fork; the child drops to `user` and execs; we wait, forwarding signals, then audit how it ended.
 
     ``on_end(result, code, reason)`` (the receipt: exited with the status, signaled with the signal
@@ -83,8 +89,14 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         os.close(err_read)
         os.close(err_write)
         reason = f"cannot start the command: {exc.strerror}"
-        audit.exit("error", reason, status=EXIT_ERROR, exit_code=EXIT_ERROR, duration_ms=0,
-                   **_receipt(on_end, "refused", EXIT_ERROR, reason))
+        audit.exit(
+            "error",
+            reason,
+            status=EXIT_ERROR,
+            exit_code=EXIT_ERROR,
+            duration_ms=0,
+            **_receipt(on_end, "refused", EXIT_ERROR, reason),
+        )
         raise Stop(EXIT_ERROR, "exec", reason) from None
     if pid == 0:  # the child: never returns
         _child(program, argv, env, user, err_write, previous_mask)
@@ -96,27 +108,54 @@ def run_command(program: str, argv: list[str], env: dict[str, str], user: pwd.st
         os.waitpid(pid, 0)
         code_text, _, reason = bytes(report).decode("utf-8", "replace").partition(":")
         code = int(code_text) if code_text.isdigit() else EXIT_ERROR
-        stop = Stop(code, {EXIT_NOT_FOUND: "not_found", EXIT_NOT_EXECUTABLE: "not_executable"}.get(code, "exec"), reason)
+        stop = Stop(
+            code,
+            {EXIT_NOT_FOUND: "not_found", EXIT_NOT_EXECUTABLE: "not_executable"}.get(code, "exec"),
+            reason,
+        )
         emit(stop)
-        audit.exit("error", reason, child_pid=pid, status=code, exit_code=code,
-                   duration_ms=int((time.monotonic() - started) * 1000), **_receipt(on_end, "refused", code, reason))
+        audit.exit(
+            "error",
+            reason,
+            child_pid=pid,
+            status=code,
+            exit_code=code,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            **_receipt(on_end, "refused", code, reason),
+        )
         return code
     status = _wait_forwarding(pid, waited)
     duration_ms = int((time.monotonic() - started) * 1000)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
         code = 128 + number
-        audit.exit("signalled", None, child_pid=pid, signal=number, signal_name=_signal_name(number), exit_code=code,
-                   duration_ms=duration_ms, **_receipt(on_end, "signaled", number, None))
+        audit.exit(
+            "signalled",
+            None,
+            child_pid=pid,
+            signal=number,
+            signal_name=_signal_name(number),
+            exit_code=code,
+            duration_ms=duration_ms,
+            **_receipt(on_end, "signaled", number, None),
+        )
     else:
         code = os.waitstatus_to_exitcode(status)
-        audit.exit("exited", None, child_pid=pid, status=code, exit_code=code, duration_ms=duration_ms,
-                   **_receipt(on_end, "exited", code, None))
+        audit.exit(
+            "exited",
+            None,
+            child_pid=pid,
+            status=code,
+            exit_code=code,
+            duration_ms=duration_ms,
+            **_receipt(on_end, "exited", code, None),
+        )
     return code
 
 
-def _receipt(on_end: Callable[[str, int, str | None], str | None] | None, result: str, code: int,
-             reason: str | None) -> dict[str, Any]:
+def _receipt(
+    on_end: Callable[[str, int, str | None], str | None] | None, result: str, code: int, reason: str | None
+) -> dict[str, Any]:
     """The exit line's ``receipt`` field; nothing the receipt does may change how the run ends."""
     if on_end is None:
         return {}
@@ -140,8 +179,14 @@ def _wait_forwarding(pid: int, waited: set[signal.Signals]) -> int:
             return status
 
 
-def _child(program: str, argv: list[str], env: dict[str, str], user: pwd.struct_passwd, err_write: int,
-           mask: set[int | signal.Signals]) -> NoReturn:
+def _child(
+    program: str,
+    argv: list[str],
+    env: dict[str, str],
+    user: pwd.struct_passwd,
+    err_write: int,
+    mask: set[int | signal.Signals],
+) -> NoReturn:
     """Between fork and exec: default signal dispositions, the caller's signal mask, the user's
     ids and groups, a sane umask; then execve. Any failure is reported through err_write."""
     code, reason = EXIT_ERROR, "internal error before exec"

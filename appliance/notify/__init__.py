@@ -69,8 +69,14 @@ def _read_secret(table: Mapping[str, Any], key: str, base_dir: Path, warnings: l
     return secret
 
 
-def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[str, Any]], *, base_dir: Path,
-                   warnings: list[str] | None = None, where: str = "notify.channels") -> tuple[list[NotificationChannel], list[str]]:
+def check_channels(
+    types: Mapping[str, ChannelType],
+    tables: Sequence[Mapping[str, Any]],
+    *,
+    base_dir: Path,
+    warnings: list[str] | None = None,
+    where: str = "notify.channels",
+) -> tuple[list[NotificationChannel], list[str]]:
     """(the channels built, the problems found): every table through its type (module docstring)."""
     warnings = warnings if warnings is not None else []
     problems: list[str] = []
@@ -92,8 +98,10 @@ def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[st
         if not isinstance(kind, str) or kind not in types:
             hint = difflib.get_close_matches(kind, list(types), n=1) if isinstance(kind, str) else []
             extra = f' (did you mean "{hint[0]}"?)' if hint else ""
-            problems.append(f"{at}.type: no channel type named {kind!r}{extra}; available: "
-                            f"{', '.join(sorted(types)) or 'none'}")
+            problems.append(
+                f"{at}.type: no channel type named {kind!r}{extra}; available: "
+                f"{', '.join(sorted(types)) or 'none'}"
+            )
             continue
         channel_type = types[kind]
         allowed = (*COMMON_KEYS, *channel_type.keys)
@@ -108,10 +116,16 @@ def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[st
         for key in channel_type.secrets:
             value = table.get(key)
             if isinstance(value, str) and value and not value.startswith(("file:", "env:")):
-                problems.append(f"{at}.{key}: a secret must come from file:PATH or env:NAME, never written inline")
+                problems.append(
+                    f"{at}.{key}: a secret must come from file:PATH or env:NAME, never written inline"
+                )
 
-        def read_secret(key: str, table: Mapping[str, Any] = table, at: str = at,
-                        keys: tuple[str, ...] = channel_type.keys) -> str:
+        def read_secret(
+            key: str,
+            table: Mapping[str, Any] = table,
+            at: str = at,
+            keys: tuple[str, ...] = channel_type.keys,
+        ) -> str:
             if key not in keys:
                 raise ValueError(f"{key}: not a key of this channel type")
             return _read_secret(table, key, base_dir, warnings, at)
@@ -121,7 +135,9 @@ def check_channels(types: Mapping[str, ChannelType], tables: Sequence[Mapping[st
         except ValueError as exc:
             for line in str(exc).splitlines() or ["refused by its channel type"]:
                 key, sep, message = line.partition(": ")
-                problems.append(f"{at}.{key}: {message}" if sep and _PROBLEM_KEY.match(key) else f"{at}: {line}")
+                problems.append(
+                    f"{at}.{key}: {message}" if sep and _PROBLEM_KEY.match(key) else f"{at}: {line}"
+                )
             continue
         except KeyError as exc:
             problems.append(f"{at}.{exc.args[0] if exc.args else '?'}: missing")
@@ -192,8 +208,14 @@ class TableReader:
             raise ValueError("\n".join(self.problems))
 
 
-def build_channels(pm: pluggy.PluginManager, tables: Sequence[Mapping[str, Any]], *, base_dir: Path,
-                   warnings: list[str] | None = None, path: Path | None = None) -> tuple[NotificationChannel, ...]:
+def build_channels(
+    pm: pluggy.PluginManager,
+    tables: Sequence[Mapping[str, Any]],
+    *,
+    base_dir: Path,
+    warnings: list[str] | None = None,
+    path: Path | None = None,
+) -> tuple[NotificationChannel, ...]:
     """The channels of ``[[notify.channels]]`` tables, or a ConfigError listing every problem."""
     built, problems = check_channels(channel_types(pm), tables, base_dir=base_dir, warnings=warnings)
     if problems:

@@ -33,10 +33,13 @@ MAX_COMMAND = 1000  # characters of the escaped whole command, when a channel ca
 MAX_DIGEST_LINES = 10
 TOPIC_LENGTH = 32  # RFC 8030 §5.4: a Topic is at most 32 base64url characters
 
-REVIEW_TEXT = ("Open the link to review this request. Approving needs your passkey; "
-               "the link alone approves nothing.")
+REVIEW_TEXT = (
+    "Open the link to review this request. Approving needs your passkey; the link alone approves nothing."
+)
 RESOLVED_TEXT = "This request has been decided; nothing is left to do."
-DIGEST_TEXT = "More requests wait for your decision than this channel sends one by one. Open the link to review them."
+DIGEST_TEXT = (
+    "More requests wait for your decision than this channel sends one by one. Open the link to review them."
+)
 
 
 def topic_for(grant_id: str) -> str:
@@ -90,7 +93,9 @@ def _what(request: Mapping[str, Any], include_command: bool) -> tuple[str, str |
     return first + more, whole
 
 
-def _summary(grant: Mapping[str, Any], agent: str | None, include_command: bool) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+def _summary(
+    grant: Mapping[str, Any], agent: str | None, include_command: bool
+) -> tuple[str, str, tuple[tuple[str, str], ...]]:
     request = grant.get("request") or {}
     program, whole = _what(request, include_command)
     host = _value(request.get("target_host", "?"))
@@ -105,8 +110,16 @@ def _summary(grant: Mapping[str, Any], agent: str | None, include_command: bool)
     return program, host, tuple(fields)
 
 
-def render(kind: str, grants: Sequence[Mapping[str, Any]], *, link: str | None, options: Mapping[str, Any],
-           agents: Mapping[str, str] | None = None, deny_link: str | None = None, level: int | None = None) -> Notice:
+def render(
+    kind: str,
+    grants: Sequence[Mapping[str, Any]],
+    *,
+    link: str | None,
+    options: Mapping[str, Any],
+    agents: Mapping[str, str] | None = None,
+    deny_link: str | None = None,
+    level: int | None = None,
+) -> Notice:
     """The notice of ``kind`` about ``grants`` (exactly one, except for a ``digest``) for a channel
     with ``options`` (``include_command``, ``deny_from_chat``; module docstring).
 
@@ -133,7 +146,9 @@ def render(kind: str, grants: Sequence[Mapping[str, Any]], *, link: str | None, 
         if len(grants) > MAX_DIGEST_LINES:
             lines.append(("Waiting", f"and {len(grants) - MAX_DIGEST_LINES} more"))
         count = len(grants)
-        title = f"{count} request{'s' if count != 1 else ''} wait{'s' if count == 1 else ''} for your decision"
+        title = (
+            f"{count} request{'s' if count != 1 else ''} wait{'s' if count == 1 else ''} for your decision"
+        )
         return Notice(kind, ids, None, title, tuple(lines), DIGEST_TEXT, link, None, "high")
 
     grant = grants[0]

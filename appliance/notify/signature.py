@@ -40,8 +40,15 @@ def sign(secret: str | bytes, body: bytes, timestamp: int) -> str:
     return f"t={int(timestamp)},v1={_mac(secret, int(timestamp), body)}"
 
 
-def verify(secret: str | bytes, header: str | None, body: bytes, *, now: int, window: int = WINDOW_S,
-           first_use: Callable[[str, int], bool] | None = None) -> int:
+def verify(
+    secret: str | bytes,
+    header: str | None,
+    body: bytes,
+    *,
+    now: int,
+    window: int = WINDOW_S,
+    first_use: Callable[[str, int], bool] | None = None,
+) -> int:
     """The timestamp of a valid signature of ``body``, or SignatureError (module docstring).
 
     ``first_use(signature, timestamp)`` returns False when that signature was seen before (a

@@ -41,8 +41,20 @@ CODE_KEEP_S = 600  # the record outlives the code so an expired code is told apa
 SCOPES = ("openid", "email", "profile", "offline_access")
 DEFAULT_SCOPE = "openid email profile"  # the peer SP sends no scope and reads email and name
 PROMPTS = frozenset({"none", "login", "consent"})
-SINGLE = ("response_type", "client_id", "redirect_uri", "scope", "state", "nonce", "code_challenge",
-          "code_challenge_method", "prompt", "login_hint", "max_age", "response_mode")
+SINGLE = (
+    "response_type",
+    "client_id",
+    "redirect_uri",
+    "scope",
+    "state",
+    "nonce",
+    "code_challenge",
+    "code_challenge_method",
+    "prompt",
+    "login_hint",
+    "max_age",
+    "response_mode",
+)
 MAX_STATE = 512
 MAX_NONCE = 512
 MAX_QUERY = 1800  # the authorize URL must fit /login?next= (grantd.web.pages.MAX_NEXT) to come back
@@ -155,8 +167,9 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     state = _one(params, "state")
 
     def fail(error: str, description: str) -> RedirectError:
-        return RedirectError(redirect_uri, state if state is not None and len(state) <= MAX_STATE else None, error,
-                             description)
+        return RedirectError(
+            redirect_uri, state if state is not None and len(state) <= MAX_STATE else None, error, description
+        )
 
     for name in SINGLE:
         if len(params.get(name) or ()) > 1:
@@ -164,7 +177,10 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     if state is not None and (len(state) > MAX_STATE or not state.isprintable()):
         raise fail("invalid_request", f"state must be at most {MAX_STATE} printable characters")
     if "authorization_details" in params:
-        raise fail("invalid_request", "authorization_details is not supported here (grants are requested at /api/grants)")
+        raise fail(
+            "invalid_request",
+            "authorization_details is not supported here (grants are requested at /api/grants)",
+        )
     if "request" in params:
         raise RedirectError(redirect_uri, state, "request_not_supported", "request objects are not supported")
     if "request_uri" in params:
@@ -203,7 +219,9 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     query = urlencode([(k, v) for k, values in params.items() for v in values[:1]])
     if len(query) > MAX_QUERY:
         raise fail("invalid_request", "the authorization request is too long")
-    return AuthorizationRequest(client, redirect_uri, state, scope, nonce, challenge, prompt, login_hint, query)
+    return AuthorizationRequest(
+        client, redirect_uri, state, scope, nonce, challenge, prompt, login_hint, query
+    )
 
 
 def always_asks(client: Client) -> bool:
@@ -237,36 +255,58 @@ async def consent_ticket(services: Services, req: AuthorizationRequest, person: 
     follows a click on a page grantd showed for this very request (not a POST built elsewhere)."""
     ticket = secrets.token_urlsafe(24)
     now = services.clock.now_ms()
-    await services.store.onetime.put("consent", secret_hash(ticket), {
-        "person_id": person["person_id"], "request": _request_digest(req),
-    }, now + CONSENT_TICKET_TTL_S * 1000, now)
+    await services.store.onetime.put(
+        "consent",
+        secret_hash(ticket),
+        {
+            "person_id": person["person_id"],
+            "request": _request_digest(req),
+        },
+        now + CONSENT_TICKET_TTL_S * 1000,
+        now,
+    )
     return ticket
 
 
-async def take_consent_ticket(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> bool:
+async def take_consent_ticket(
+    services: Services, req: AuthorizationRequest, person: Person, ticket: Any
+) -> bool:
     """True if ``ticket`` was issued with the consent page of ``req`` to ``person`` and is unused;
     it is used up either way (single use, whatever follows)."""
     if not isinstance(ticket, str) or not 0 < len(ticket) <= 100:
         return False
     found = await services.store.onetime.take("consent", secret_hash(ticket), services.clock.now_ms())
-    return (found is not None and found.get("person_id") == person["person_id"]
-            and found.get("request") == _request_digest(req))
+    return (
+        found is not None
+        and found.get("person_id") == person["person_id"]
+        and found.get("request") == _request_digest(req)
+    )
 
 
-async def check_consent_click(services: Services, req: AuthorizationRequest, person: Person, ticket: Any) -> None:
+async def check_consent_click(
+    services: Services, req: AuthorizationRequest, person: Person, ticket: Any
+) -> None:
     """RFC 8252 §8.6: a code for a public client with API access follows only a click on the
     consent page grantd showed for this very request (its single-use ticket); 403 otherwise."""
     if always_asks(req.client) and not await take_consent_ticket(services, req, person, ticket):
-        raise Problem(403, "approve on the consent page grantd showed for this request (its ticket is missing, "
-                           "used or expired: open the sign-in again)")
+        raise Problem(
+            403,
+            "approve on the consent page grantd showed for this request (its ticket is missing, "
+            "used or expired: open the sign-in again)",
+        )
 
 
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
     now = services.clock.now_ms()
-    await services.store.consents.remember({
-        "person_id": person["person_id"], "client_id": req.client.client_id, "scope": req.scope,
-        "created_at": now, "updated_at": now,
-    })
+    await services.store.consents.remember(
+        {
+            "person_id": person["person_id"],
+            "client_id": req.client.client_id,
+            "scope": req.scope,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
 
 
 async def issue_code(services: Services, req: AuthorizationRequest, person: Person, auth_time: int) -> str:
@@ -274,8 +314,13 @@ async def issue_code(services: Services, req: AuthorizationRequest, person: Pers
     code = secrets.token_urlsafe(32)
     now = services.clock.now_ms()
     data: dict[str, Any] = {
-        "client_id": req.client.client_id, "redirect_uri": req.redirect_uri, "code_challenge": req.code_challenge,
-        "nonce": req.nonce, "scope": req.scope, "person_id": person["person_id"], "auth_time": auth_time,
+        "client_id": req.client.client_id,
+        "redirect_uri": req.redirect_uri,
+        "code_challenge": req.code_challenge,
+        "nonce": req.nonce,
+        "scope": req.scope,
+        "person_id": person["person_id"],
+        "auth_time": auth_time,
         "expires_at": now + CODE_TTL_S * 1000,
     }
     await services.store.onetime.put("code", secret_hash(code), data, now + CODE_KEEP_S * 1000, now)
@@ -290,16 +335,31 @@ def scope_descriptions(req: AuthorizationRequest) -> list[str]:
     return [SCOPE_TEXT[s] for s in req.scopes if s in SCOPE_TEXT]
 
 
-__all__ = ["AuthorizationRequest", "PageError", "RedirectError", "always_asks", "consent_ticket", "error_location",
-           "issue_code", "needs_consent", "take_consent_ticket", "validate"]
+__all__ = [
+    "AuthorizationRequest",
+    "PageError",
+    "RedirectError",
+    "always_asks",
+    "consent_ticket",
+    "error_location",
+    "issue_code",
+    "needs_consent",
+    "take_consent_ticket",
+    "validate",
+]
 
 
 # -- remembered consents (D9): the person's account page and GET /api/account/consents ----------
 
 
 def consent_view(consent: Any, name: str | None = None) -> dict[str, Any]:
-    return {"client_id": consent["client_id"], "client_name": name or consent["client_id"], "scope": consent["scope"],
-            "created_at": consent["created_at"], "updated_at": consent["updated_at"]}
+    return {
+        "client_id": consent["client_id"],
+        "client_name": name or consent["client_id"],
+        "scope": consent["scope"],
+        "created_at": consent["created_at"],
+        "updated_at": consent["updated_at"],
+    }
 
 
 async def consents_of(services: Services, person_id: str) -> list[dict[str, Any]]:

@@ -36,10 +36,22 @@ MAX_HINT = 255
 MAX_REQUESTED_EXPIRY = 3600
 MAX_DETAILS_BYTES = 16 * 1024
 # The members of a grantd_command detail (RFC 9396 common members and ours); anything else is refused.
-DETAIL_MEMBERS = frozenset({"type", "locations", "actions", "command", "run_as", "audience", "grant_type", "duration",
-                            "reason"})
-_SINGLE = ("scope", "client_notification_token", "acr_values", "login_hint_token", "id_token_hint", "login_hint",
-           "binding_message", "user_code", "requested_expiry", "authorization_details", "request")
+DETAIL_MEMBERS = frozenset(
+    {"type", "locations", "actions", "command", "run_as", "audience", "grant_type", "duration", "reason"}
+)
+_SINGLE = (
+    "scope",
+    "client_notification_token",
+    "acr_values",
+    "login_hint_token",
+    "id_token_hint",
+    "login_hint",
+    "binding_message",
+    "user_code",
+    "requested_expiry",
+    "authorization_details",
+    "request",
+)
 
 
 def invalid_details(description: str) -> OAuthError:
@@ -67,8 +79,9 @@ class CibaRequest:
 
 def _one(params: Mapping[str, Any], name: str) -> str | None:
     value = params.get(name)
-    if name == "authorization_details" and (isinstance(value, dict) or (
-            isinstance(value, list) and not all(isinstance(v, str) for v in value))):
+    if name == "authorization_details" and (
+        isinstance(value, dict) or (isinstance(value, list) and not all(isinstance(v, str) for v in value))
+    ):
         return json.dumps(value)  # a JSON body carries it as JSON already (a form: one string)
     if isinstance(value, list):
         if len(value) != 1:
@@ -85,8 +98,10 @@ def _hint(params: Mapping[str, Any]) -> LoginHint:
     given = [(name, _one(params, name)) for name in ("login_hint", "login_hint_token", "id_token_hint")]
     present = [(name, value) for name, value in given if value is not None]
     if len(present) != 1:
-        raise invalid_request("exactly one of login_hint, login_hint_token and id_token_hint is required"
-                              + (f" ({len(present)} given)" if present else ""))
+        raise invalid_request(
+            "exactly one of login_hint, login_hint_token and id_token_hint is required"
+            + (f" ({len(present)} given)" if present else "")
+        )
     name, value = present[0]
     if not value or len(value) > (MAX_HINT if name == "login_hint" else 8192) or not value.isprintable():
         raise invalid_request(f"{name} must be a non-empty printable string")
@@ -112,11 +127,15 @@ def check_binding_message(value: str | None) -> str | None:
     if not value.strip():
         raise OAuthError("invalid_binding_message", "binding_message must not be empty")
     if len(value) > MAX_BINDING_MESSAGE:
-        raise OAuthError("invalid_binding_message", f"binding_message is longer than {MAX_BINDING_MESSAGE} characters")
+        raise OAuthError(
+            "invalid_binding_message", f"binding_message is longer than {MAX_BINDING_MESSAGE} characters"
+        )
     hidden = next((c for c in value if is_hidden(c)), None)
     if hidden is not None:
-        raise OAuthError("invalid_binding_message",
-                         f"binding_message holds a character that does not show as itself (U+{ord(hidden):04X})")
+        raise OAuthError(
+            "invalid_binding_message",
+            f"binding_message holds a character that does not show as itself (U+{ord(hidden):04X})",
+        )
     return value
 
 
@@ -148,7 +167,9 @@ def _details(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str,
         raise invalid_details("every authorization detail needs a type")
     unknown = sorted({d["type"] for d in details} - {DETAIL_TYPE})
     if unknown:
-        raise invalid_details(f"unknown authorization detail type {unknown[0][:60]!r} (grantd knows {DETAIL_TYPE})")
+        raise invalid_details(
+            f"unknown authorization detail type {unknown[0][:60]!r} (grantd knows {DETAIL_TYPE})"
+        )
     if len(details) != 1:
         raise invalid_details(f"exactly one {DETAIL_TYPE} per request")
     detail = details[0]
@@ -168,7 +189,9 @@ def _details(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str,
     body: dict[str, Any] = {"target_host": locations[0]}
     for name in ("command", "run_as", "audience", "grant_type", "duration", "reason"):
         if name in detail:
-            body[name] = detail[name]  # validated by grantd.services.grant_requests.parse_request, the one rule
+            body[name] = detail[
+                name
+            ]  # validated by grantd.services.grant_requests.parse_request, the one rule
     return details, body
 
 
@@ -180,7 +203,9 @@ def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> Ciba
     for name in _SINGLE:
         _one(params, name)
     if _one(params, "request") is not None:
-        raise OAuthError("request_not_supported", "signed authentication requests (request) are not supported")
+        raise OAuthError(
+            "request_not_supported", "signed authentication requests (request) are not supported"
+        )
     scope = _one(params, "scope")
     scopes = frozenset((scope or "").split())
     if "openid" not in scopes:
@@ -191,19 +216,31 @@ def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> Ciba
     token = _one(params, "client_notification_token")
     if ping and not token:
         raise invalid_request("client_notification_token is required in ping mode")
-    if token is not None and (not token or len(token) > 1024 or not token.isascii() or not token.isprintable()
-                              or " " in token):
-        raise invalid_request("client_notification_token must be a bearer token (at most 1024 ASCII characters)")
+    if token is not None and (
+        not token or len(token) > 1024 or not token.isascii() or not token.isprintable() or " " in token
+    ):
+        raise invalid_request(
+            "client_notification_token must be a bearer token (at most 1024 ASCII characters)"
+        )
     binding = check_binding_message(_one(params, "binding_message"))
     expiry = _expiry(params)
     details, body = _details(params)
     if binding is not None:
         body["binding_message"] = binding
-    return CibaRequest(scopes=scopes, hint=hint, binding_message=binding, requested_expiry=expiry,
-                       client_notification_token=token if ping else None, grant_body=body, details=details)
+    return CibaRequest(
+        scopes=scopes,
+        hint=hint,
+        binding_message=binding,
+        requested_expiry=expiry,
+        client_notification_token=token if ping else None,
+        grant_body=body,
+        details=details,
+    )
 
 
-async def grant_request(services: Services, principal: Principal, request: CibaRequest) -> tuple[dict[str, Any], str]:
+async def grant_request(
+    services: Services, principal: Principal, request: CibaRequest
+) -> tuple[dict[str, Any], str]:
     """The stored grant request (and its requester id) of a CIBA request: through
     grantd.services.grant_requests.parse_request, the one validation of grants; its field errors become
     `invalid_authorization_details` naming the member."""
@@ -217,7 +254,9 @@ async def grant_request(services: Services, principal: Principal, request: CibaR
             raise
         name = problem.extra.get("field")
         where = {"target_host": "locations"}.get(str(name), name)
-        raise invalid_details(f"{DETAIL_TYPE}.{where}: {problem.detail}" if where else problem.detail) from None
+        raise invalid_details(
+            f"{DETAIL_TYPE}.{where}: {problem.detail}" if where else problem.detail
+        ) from None
     if request.binding_message is not None:
         stored["binding_message"] = request.binding_message
     return stored, requester_id
@@ -245,7 +284,10 @@ def _allowed(url: str, host: str, allow: Sequence[str]) -> bool:
             continue
         prefix = urlsplit(entry)
         if (prefix.scheme.lower(), (prefix.hostname or "").lower(), prefix.port) != (
-                parts.scheme.lower(), host, parts.port):
+            parts.scheme.lower(),
+            host,
+            parts.port,
+        ):
             continue
         base = prefix.path.rstrip("/")
         if parts.path == base or parts.path.startswith(base + "/"):
@@ -258,7 +300,14 @@ def check_notification_endpoint(url: object, allow: Sequence[str] = ()) -> str:
     prefixes, which also allow http) covers it. A host name passes here and is checked again at every
     delivery by the SSRF guard (its addresses, pinned); an address literal is judged now by the
     guard's own rule (grantd.services.clients.public_address). ValueError says why not."""
-    if not isinstance(url, str) or not url or len(url) > 2048 or not url.isascii() or not url.isprintable() or " " in url:
+    if (
+        not isinstance(url, str)
+        or not url
+        or len(url) > 2048
+        or not url.isascii()
+        or not url.isprintable()
+        or " " in url
+    ):
         raise ValueError("notification_endpoint must be an absolute URL")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -286,11 +335,25 @@ def check_notification_endpoint(url: object, allow: Sequence[str] = ()) -> str:
         raise ValueError("notification_endpoint is not a public address (or under [ciba] notification_allow)")
     if not literal and all(re.fullmatch(r"0x[0-9a-f]*|[0-9]+", label) for label in host.split(".")):
         raise ValueError("notification_endpoint names an address in a non-canonical form")
-    if not literal and (host == "localhost" or host.endswith((".localhost", ".local", ".internal", ".arpa"))
-                        or "." not in host):
-        raise ValueError("notification_endpoint names a local host (or is not under [ciba] notification_allow)")
+    if not literal and (
+        host == "localhost"
+        or host.endswith((".localhost", ".local", ".internal", ".arpa"))
+        or "." not in host
+    ):
+        raise ValueError(
+            "notification_endpoint names a local host (or is not under [ciba] notification_allow)"
+        )
     return url
 
 
-__all__ = ["DETAIL_TYPE", "GRANT_TYPE", "CibaRequest", "LoginHint", "check_binding_message",
-           "check_notification_endpoint", "grant_request", "invalid_details", "parse_bc_authorize"]
+__all__ = [
+    "DETAIL_TYPE",
+    "GRANT_TYPE",
+    "CibaRequest",
+    "LoginHint",
+    "check_binding_message",
+    "check_notification_endpoint",
+    "grant_request",
+    "invalid_details",
+    "parse_bc_authorize",
+]

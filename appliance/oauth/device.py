@@ -107,9 +107,18 @@ async def start(services: Services, client: Any, scope: object, client_address: 
     for _ in range(_DRAWS):
         user_code = new_user_code()
         record = DeviceCode(
-            device_code_hash=secret_hash(device_code), user_code=user_code, client_id=client.client_id, scope=granted,
-            created_at=now, expires_at=now + ttl * 1000, interval=interval, last_polled_at=None, status="pending",
-            person_id=None, decided_at=None, client_address=client_address,
+            device_code_hash=secret_hash(device_code),
+            user_code=user_code,
+            client_id=client.client_id,
+            scope=granted,
+            created_at=now,
+            expires_at=now + ttl * 1000,
+            interval=interval,
+            last_polled_at=None,
+            status="pending",
+            person_id=None,
+            decided_at=None,
+            client_address=client_address,
         )
         try:
             await services.store.device_codes.create(record)

@@ -11,7 +11,9 @@ class OAuthError(Exception):
     """``error`` is the RFC code (invalid_request, invalid_client, invalid_grant, ...);
     ``description`` a readable, safe message."""
 
-    def __init__(self, error: str, description: str, status: int = 400, headers: dict[str, str] | None = None):
+    def __init__(
+        self, error: str, description: str, status: int = 400, headers: dict[str, str] | None = None
+    ):
         super().__init__(f"{error}: {description}")
         self.error = error
         self.description = description

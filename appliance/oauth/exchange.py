@@ -32,8 +32,15 @@ DELEGATION_TOKEN_KIND = "delegation"  # noqa: S105 - the `token_use` claim that 
 MAX_DEPTH = 4
 MAX_EXCHANGED_LIFETIME = 15 * 60
 MAX_DELEGATION_TOKEN_LIFETIME = 30 * 24 * 3600
-_SINGLE = ("grant_type", "subject_token", "subject_token_type", "actor_token", "actor_token_type",
-           "requested_token_type", "scope")
+_SINGLE = (
+    "grant_type",
+    "subject_token",
+    "subject_token_type",
+    "actor_token",
+    "actor_token_type",
+    "requested_token_type",
+    "scope",
+)
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,17 @@ def delegation_token_claims(delegation: Mapping[str, Any], *, issuer: str, now: 
     exp = now + MAX_DELEGATION_TOKEN_LIFETIME
     if isinstance(end, int) and not isinstance(end, bool):
         exp = min(exp, end // 1000)
-    return {"iss": issuer, "aud": issuer, "sub": delegation["delegator"], "may_act": {"sub": delegation["delegate"]},
-            "delegation_id": delegation["id"], "token_use": DELEGATION_TOKEN_KIND, "iat": now, "exp": exp,
-            "jti": str(uuid.uuid4())}
+    return {
+        "iss": issuer,
+        "aud": issuer,
+        "sub": delegation["delegator"],
+        "may_act": {"sub": delegation["delegate"]},
+        "delegation_id": delegation["id"],
+        "token_use": DELEGATION_TOKEN_KIND,
+        "iat": now,
+        "exp": exp,
+        "jti": str(uuid.uuid4()),
+    }
 
 
 def _one(params: Mapping[str, Any], name: str) -> str | None:
@@ -85,7 +100,9 @@ def _target(params: Mapping[str, Any]) -> str | None:
     if "resource" in params:
         parts = urlsplit(target)
         if not parts.scheme or not parts.netloc or parts.fragment or "#" in target:
-            raise OAuthError("invalid_target", "resource must be an absolute URI without a fragment (RFC 8707)")
+            raise OAuthError(
+                "invalid_target", "resource must be an absolute URI without a fragment (RFC 8707)"
+            )
     if len(target) > 2048 or not target.isprintable():
         raise OAuthError("invalid_target", "the resource is not an acceptable URI")
     return target
@@ -131,13 +148,25 @@ def allowed_actor(subject: Mapping[str, Any]) -> str | None:
     """Who may exchange this subject token: its `may_act.sub`, else its current actor's `sub`."""
     may_act = subject.get("may_act")
     if may_act is not None:
-        return may_act.get("sub") if isinstance(may_act, Mapping) and isinstance(may_act.get("sub"), str) else None
+        return (
+            may_act.get("sub")
+            if isinstance(may_act, Mapping) and isinstance(may_act.get("sub"), str)
+            else None
+        )
     act = subject.get("act")
     return act.get("sub") if isinstance(act, Mapping) and isinstance(act.get("sub"), str) else None
 
 
-def exchanged_claims(subject: Mapping[str, Any], *, actor: str, issuer: str, now: int,
-                     delegation_end: int | None, audience: str | None, may_act: str | None = None) -> dict[str, Any]:
+def exchanged_claims(
+    subject: Mapping[str, Any],
+    *,
+    actor: str,
+    issuer: str,
+    now: int,
+    delegation_end: int | None,
+    audience: str | None,
+    may_act: str | None = None,
+) -> dict[str, Any]:
     """The claims of the exchanged access token. ``subject``: the verified subject token's claims;
     ``actor``: the authenticated client's (the agent's) e-mail; ``delegation_end``: the delegation's
     `expires_at` in seconds (None: no end); ``now`` in seconds; ``may_act``: the next actor the
@@ -171,12 +200,30 @@ def exchanged_claims(subject: Mapping[str, Any], *, actor: str, issuer: str, now
         act["act"] = subject["act"]  # nested, never dropped (RFC 8693 §4.1)
     if may_act is not None and (may_act in (sub, actor) or depth + 2 > MAX_DEPTH):
         raise invalid_request("may_act must name another actor, within the chain's depth")
-    claims = {"iss": issuer, "sub": sub, "aud": audience or issuer, "act": act, "delegation_id": delegation_id,
-              "iat": now, "exp": exp, "jti": str(uuid.uuid4())}
+    claims = {
+        "iss": issuer,
+        "sub": sub,
+        "aud": audience or issuer,
+        "act": act,
+        "delegation_id": delegation_id,
+        "iat": now,
+        "exp": exp,
+        "jti": str(uuid.uuid4()),
+    }
     if may_act is not None:
         claims["may_act"] = {"sub": may_act}
     return claims
 
 
-__all__ = ["ACCESS_TOKEN_TYPE", "GRANT_TYPE", "JWT_TOKEN_TYPE", "MAX_DEPTH", "ExchangeRequest", "act_depth",
-           "allowed_actor", "delegation_token_claims", "exchanged_claims", "parse_request"]
+__all__ = [
+    "ACCESS_TOKEN_TYPE",
+    "GRANT_TYPE",
+    "JWT_TOKEN_TYPE",
+    "MAX_DEPTH",
+    "ExchangeRequest",
+    "act_depth",
+    "allowed_actor",
+    "delegation_token_claims",
+    "exchanged_claims",
+    "parse_request",
+]

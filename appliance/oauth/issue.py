@@ -13,7 +13,9 @@ from grantd.store.records import Person, RefreshToken
 if TYPE_CHECKING:
     from grantd.services.context import Services
 
-REFRESH_FOR_CLIENTS = frozenset({APES_CLI, GRANTD_CLI})  # the CLIs always get one (peer CLI refreshes silently)
+REFRESH_FOR_CLIENTS = frozenset(
+    {APES_CLI, GRANTD_CLI}
+)  # the CLIs always get one (peer CLI refreshes silently)
 
 
 def secret_hash(secret: str) -> str:
@@ -29,8 +31,9 @@ def wants_refresh(client: Client, scope: str) -> bool:
     return "offline_access" in scope.split() or client.client_id in REFRESH_FOR_CLIENTS
 
 
-async def start_family(services: Services, client: Client, person: Person, *, scope: str, auth_time: int,
-                       refresh: bool) -> tuple[RefreshToken, str | None]:
+async def start_family(
+    services: Services, client: Client, person: Person, *, scope: str, auth_time: int, refresh: bool
+) -> tuple[RefreshToken, str | None]:
     """A new refresh family (one sign-in) and the secret of its first token, or None for it when
     ``refresh`` is False: then the family only names the sign-in its access tokens speak for
     (``sid``), so ending it ends them (a replayed code, RFC 6749 §4.1.2; a withdrawn consent). Its
@@ -40,18 +43,20 @@ async def start_family(services: Services, client: Client, person: Person, *, sc
     now = services.clock.now_ms()
     secret = secrets.token_urlsafe(32)
     lifetime = int(oauth.refresh_token_ttl) if refresh else int(oauth.access_token_ttl)
-    family = await services.store.refresh_tokens.create({
-        "token_hash": secret_hash(secret),
-        "family_id": new_family_id(),
-        "client_id": client.client_id,
-        "person_id": person["person_id"],
-        "scope": scope,
-        "auth_time": auth_time,
-        "created_at": now,
-        "expires_at": now + lifetime * 1000,
-        "used_at": None,
-        "revoked_at": None,
-    })
+    family = await services.store.refresh_tokens.create(
+        {
+            "token_hash": secret_hash(secret),
+            "family_id": new_family_id(),
+            "client_id": client.client_id,
+            "person_id": person["person_id"],
+            "scope": scope,
+            "auth_time": auth_time,
+            "created_at": now,
+            "expires_at": now + lifetime * 1000,
+            "used_at": None,
+            "revoked_at": None,
+        }
+    )
     return family, (secret if refresh else None)
 
 
@@ -75,13 +80,18 @@ async def issue_tokens(
     end is ``oauth.refresh_token_ttl`` from now)."""
     oauth = services.config.oauth
     if family is None and wants_refresh(client, scope):
-        family, refresh_token = await start_family(services, client, person, scope=scope, auth_time=auth_time,
-                                                   refresh=True)
+        family, refresh_token = await start_family(
+            services, client, person, scope=scope, auth_time=auth_time, refresh=True
+        )
     ttl = int(oauth.access_token_ttl)
     answer: dict[str, Any] = {
         "access_token": await services.tokens.mint_access(
-            person, client_id=client.client_id, api_access=client.api_access, scope=scope,
-            sid=family["family_id"] if family is not None else "", ttl=ttl,
+            person,
+            client_id=client.client_id,
+            api_access=client.api_access,
+            scope=scope,
+            sid=family["family_id"] if family is not None else "",
+            ttl=ttl,
         ),
         "token_type": "Bearer",
         "expires_in": ttl,
@@ -89,7 +99,12 @@ async def issue_tokens(
     }
     if "openid" in scope.split():
         id_token = await services.tokens.mint_id_token(
-            person, client_id=client.client_id, scope=scope, nonce=nonce, auth_time=auth_time, alg=client.id_token_alg,
+            person,
+            client_id=client.client_id,
+            scope=scope,
+            nonce=nonce,
+            auth_time=auth_time,
+            alg=client.id_token_alg,
         )
         answer["id_token"] = id_token
         answer["assertion"] = id_token  # the peer SP reads `assertion`

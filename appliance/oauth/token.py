@@ -100,7 +100,9 @@ def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
         return None
 
 
-async def authenticate_client(services: Services, params: dict[str, str], authorization: str | None) -> Client | None:
+async def authenticate_client(
+    services: Services, params: dict[str, str], authorization: str | None
+) -> Client | None:
     """The client presenting this request: confidential clients must prove their secret (Basic or
     ``client_secret`` in the body); a public client names itself with ``client_id``. None when no
     client is named at all (the caller decides whether that is allowed).
@@ -161,8 +163,10 @@ async def exchange(services: Services, params: dict[str, str], authorization: st
         if DEVICE_GRANT not in client.grant_types:
             raise OAuthError("unauthorized_client", "this client may not use the device grant")
         return await device.exchange(services, client, params)
-    raise OAuthError("unsupported_grant_type", "grant_type must be authorization_code, refresh_token, "
-                     f"client_credentials or {DEVICE_GRANT}")
+    raise OAuthError(
+        "unsupported_grant_type",
+        f"grant_type must be authorization_code, refresh_token, client_credentials or {DEVICE_GRANT}",
+    )
 
 
 async def refresh_token_client(services: Services, params: dict[str, str]) -> Client:
@@ -178,7 +182,9 @@ async def refresh_token_client(services: Services, params: dict[str, str]) -> Cl
     if client is None:
         raise invalid_grant("the client this refresh token was issued to is unknown now")
     if not client.public:
-        raise invalid_client("client authentication required (this refresh token belongs to a confidential client)")
+        raise invalid_client(
+            "client authentication required (this refresh token belongs to a confidential client)"
+        )
     return client
 
 
@@ -216,10 +222,19 @@ async def authorization_code(services: Services, client: Client, params: dict[st
     auth_time = int(record["auth_time"])
     # Every code starts a family, refresh token or not: its access tokens name it (``sid``), so a
     # replay of the code can end them (RFC 6749 §4.1.2).
-    family, refresh_secret = await start_family(services, client, person, scope=scope, auth_time=auth_time,
-                                                refresh=wants_refresh(client, scope))
-    answer = await issue_tokens(services, client, person, scope=scope, nonce=record["nonce"], auth_time=auth_time,
-                                family=family, refresh_token=refresh_secret)
+    family, refresh_secret = await start_family(
+        services, client, person, scope=scope, auth_time=auth_time, refresh=wants_refresh(client, scope)
+    )
+    answer = await issue_tokens(
+        services,
+        client,
+        person,
+        scope=scope,
+        nonce=record["nonce"],
+        auth_time=auth_time,
+        family=family,
+        refresh_token=refresh_secret,
+    )
     if await _code_redeemed(services, code_hash, family["family_id"], int(family["expires_at"]), now):
         raise invalid_grant("the authorization code was presented twice; every token it issued is revoked")
     return answer
@@ -229,7 +244,9 @@ REDEEMED = "code-redeemed"  # store.onetime kinds: which family a redeemed code 
 REPLAYED = "code-replayed"  # ... and that a code was presented after it was taken
 
 
-async def _code_redeemed(services: Services, code_hash: str, family_id: str, family_end: int, now: int) -> bool:
+async def _code_redeemed(
+    services: Services, code_hash: str, family_id: str, family_end: int, now: int
+) -> bool:
     """After the family exists: record which family the code started (kept as long as the family
     can live, so a replay at any time while a token it issued works still ends them), then look
     for a replay. True (and the family revoked) if the code was presented again meanwhile.
@@ -260,8 +277,11 @@ async def _code_replayed(services: Services, code_hash: str, now: int) -> None:
     redeemed = await services.store.onetime.take(REDEEMED, code_hash, now)
     if redeemed is not None and isinstance(redeemed.get("family_id"), str):
         revoked = await services.store.refresh_tokens.revoke_family(redeemed["family_id"], now)
-        log.info("authorization code presented again: its sign-in %s is revoked (%d live tokens)",
-                 redeemed["family_id"], revoked)
+        log.info(
+            "authorization code presented again: its sign-in %s is revoked (%d live tokens)",
+            redeemed["family_id"],
+            revoked,
+        )
 
 
 async def refresh(services: Services, client: Client, params: dict[str, str]) -> dict[str, Any]:
@@ -290,9 +310,16 @@ async def refresh(services: Services, client: Client, params: dict[str, str]) ->
         scope = " ".join(s for s in scope.split() if s in asked.split())
     secret = secrets.token_urlsafe(32)
     new: RefreshToken = {
-        "token_hash": secret_hash(secret), "family_id": old["family_id"], "client_id": old["client_id"],
-        "person_id": old["person_id"], "scope": old["scope"], "auth_time": old["auth_time"], "created_at": now,
-        "expires_at": old["expires_at"], "used_at": None, "revoked_at": None,
+        "token_hash": secret_hash(secret),
+        "family_id": old["family_id"],
+        "client_id": old["client_id"],
+        "person_id": old["person_id"],
+        "scope": old["scope"],
+        "auth_time": old["auth_time"],
+        "created_at": now,
+        "expires_at": old["expires_at"],
+        "used_at": None,
+        "revoked_at": None,
     }
     outcome, _ = await services.store.refresh_tokens.rotate(token_hash, new, now)
     if outcome == "reused":
@@ -303,8 +330,16 @@ async def refresh(services: Services, client: Client, params: dict[str, str]) ->
         raise invalid_grant("refresh token expired; sign in again")
     if outcome != "rotated":
         raise invalid_grant("refresh token is invalid")
-    return await issue_tokens(services, client, person, scope=scope, nonce=None, auth_time=int(old["auth_time"]),
-                              family=new, refresh_token=secret)
+    return await issue_tokens(
+        services,
+        client,
+        person,
+        scope=scope,
+        nonce=None,
+        auth_time=int(old["auth_time"]),
+        family=new,
+        refresh_token=secret,
+    )
 
 
 async def client_credentials(services: Services, params: dict[str, str]) -> dict[str, Any]:
@@ -336,9 +371,18 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         raise invalid_client("the agent has no usable key") from None
     audience = f"{services.issuer}/token"
     try:
-        claims = jwt.decode(assertion, key, algorithms=["EdDSA"], audience=audience,
-                            options={"require": ["iss", "sub", "aud", "exp", "jti"], "verify_exp": False,
-                                     "verify_iat": False, "verify_nbf": False})
+        claims = jwt.decode(
+            assertion,
+            key,
+            algorithms=["EdDSA"],
+            audience=audience,
+            options={
+                "require": ["iss", "sub", "aud", "exp", "jti"],
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
+        )
     except jwt.InvalidAudienceError:
         raise invalid_client(f"client_assertion aud must be {audience}") from None
     except jwt.PyJWTError:
@@ -358,8 +402,13 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         raise invalid_client("agent is disabled")
     now = services.clock.now_ms()
     try:
-        await services.store.onetime.put("jti", secret_hash(f"{agent['agent_id']}\n{jti}"), {"agent_id": agent["agent_id"]},
-                                         exp * 1000 + 60_000, now)
+        await services.store.onetime.put(
+            "jti",
+            secret_hash(f"{agent['agent_id']}\n{jti}"),
+            {"agent_id": agent["agent_id"]},
+            exp * 1000 + 60_000,
+            now,
+        )
     except Conflict:
         raise invalid_client("client_assertion was already used (jti replay)") from None
     token, ttl = await services.tokens.mint_identity(agent)

@@ -90,7 +90,9 @@ async def party_states(services: Services, agents: list[Agent]) -> dict[str, str
             email = agent[party]  # type: ignore[literal-required]
             if person_id:
                 person = await services.store.people.get(str(person_id))
-                states[key] = "deleted" if person is None else "person" if person["status"] == "active" else "disabled"
+                states[key] = (
+                    "deleted" if person is None else "person" if person["status"] == "active" else "disabled"
+                )
             elif email in services.admin_emails:
                 states[key] = "administrator"
             else:
@@ -138,7 +140,9 @@ def _enrolment_parties(principal: Principal, body: dict[str, Any]) -> tuple[str,
     owner = policy.enrolment_owner(principal, email_field(body, "owner", required=False))
     approver = email_field(body, "approver", required=False) or principal.email
     if not policy.may_name_approver(principal, approver):
-        raise forbidden("a person names only themselves as the approver of their agents; an administrator may name another")
+        raise forbidden(
+            "a person names only themselves as the approver of their agents; an administrator may name another"
+        )
     return owner, approver
 
 
@@ -152,7 +156,9 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
     if email is None:
         email = default_agent_email(principal.email, name)
     if not policy.may_enrol_as(principal, email):
-        raise forbidden(f"a person's agents have e-mails {policy.AGENT_EMAIL_PREFIX}NAME@{principal.email.rpartition('@')[2]}")
+        raise forbidden(
+            f"a person's agents have e-mails {policy.AGENT_EMAIL_PREFIX}NAME@{principal.email.rpartition('@')[2]}"
+        )
     normalized, key_id = _parse_key(body)
     owner, approver = _enrolment_parties(principal, body)
     now = services.clock.now_ms()
@@ -173,13 +179,17 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
     }
     bound = services.config.limits.agents_per_person
     try:
-        return await services.store.agents.create(agent, services.admin_emails, max_per_owner=bound, by=principal.email)
+        return await services.store.agents.create(
+            agent, services.admin_emails, max_per_owner=bound, by=principal.email
+        )
     except Conflict as exc:
         raise _conflict(exc) from None
     except LimitReached:
         services.limits.on_refused("agents.owner")
-        raise too_many(f"{owner} already owns {bound} agents (limits.agents_per_person): delete some first",
-                       PENDING_RETRY_AFTER) from None
+        raise too_many(
+            f"{owner} already owns {bound} agents (limits.agents_per_person): delete some first",
+            PENDING_RETRY_AFTER,
+        ) from None
 
 
 async def find_agent(services: Services, ident: str) -> Agent:
@@ -204,7 +214,9 @@ async def issue_challenge(services: Services, body: dict[str, Any]) -> str:
         raise forbidden("agent is disabled")
     challenge = secrets.token_hex(32)
     now = services.clock.now_ms()
-    await services.store.challenges.create(challenge, agent["agent_id"], now + services.config.tokens.challenge_ttl * 1000, now)
+    await services.store.challenges.create(
+        challenge, agent["agent_id"], now + services.config.tokens.challenge_ttl * 1000, now
+    )
     return challenge
 
 
@@ -225,7 +237,13 @@ async def authenticate(services: Services, body: dict[str, Any]) -> dict[str, An
     if not verify_challenge_signature(key, challenge, signature):
         raise Problem(401, "invalid signature", headers={"WWW-Authenticate": 'Bearer realm="grantd"'})
     token, ttl = await services.tokens.mint_identity(agent)
-    return {"token": token, "agent_id": agent["agent_id"], "email": agent["email"], "name": agent["name"], "expires_in": ttl}
+    return {
+        "token": token,
+        "agent_id": agent["agent_id"],
+        "email": agent["email"],
+        "name": agent["name"],
+        "expires_in": ttl,
+    }
 
 
 async def update(services: Services, principal: Principal, ident: str, body: dict[str, Any]) -> Agent:
@@ -270,11 +288,17 @@ async def update(services: Services, principal: Principal, ident: str, body: dic
     return agent
 
 
-async def _retire(services: Services, principal: Principal, agent: Agent, *, delete: bool, reason: str) -> Agent:
+async def _retire(
+    services: Services, principal: Principal, agent: Agent, *, delete: bool, reason: str
+) -> Agent:
     """D11: disabling or deleting an agent revokes its grants, ends its delegations as delegate and
     its event streams."""
     retired = await services.store.agents.retire(
-        agent["agent_id"], delete=delete, by=principal.email, reason=reason, now=services.clock.now_ms(),
+        agent["agent_id"],
+        delete=delete,
+        by=principal.email,
+        reason=reason,
+        now=services.clock.now_ms(),
         lapse=services.grant_lapse(),
     )
     services.events.changed()
@@ -299,6 +323,3 @@ async def list_agents(services: Services, args: Any) -> dict[str, Any]:
     rows, has_more = await services.store.agents.list(page_request(args))
     states = await party_states(services, rows)
     return page(rows, has_more, lambda a: admin_view(a, states), id_key="agent_id")
-
-
-

@@ -102,7 +102,9 @@ def _safe(value: Any) -> Any:
     return value
 
 
-def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) -> list[tuple[bytes, str | None]]:
+def grant_event_leaves(
+    event: GrantEvent, seq: int, management_identity: str
+) -> list[tuple[bytes, str | None]]:
     """The leaves of one grant event, each with its grant id; ``seq`` is the first leaf's sequence
     number (the log's: index + 1). An approval or denial made by a vote without a ``grant.reviewed``
     event of its own is logged as that vote followed by the outcome, so the log shows its basis."""
@@ -117,30 +119,74 @@ def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) ->
 
     if kind == "grant.created":
         request = _safe(grant.get("request") or {})
-        made.append(L.grant_created(nxt(), ts, _requester(grant, management_identity), gid, request=request,
-                                    cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
-                                    grant_type=str(grant["grant_type"])))
+        made.append(
+            L.grant_created(
+                nxt(),
+                ts,
+                _requester(grant, management_identity),
+                gid,
+                request=request,
+                cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
+                grant_type=str(grant["grant_type"]),
+            )
+        )
     elif kind in ("grant.approved", "grant.denied"):
         decided_by = str(grant.get("decided_by") or "")
         actor = _person(decided_by, management_identity)
         decision = "approve" if kind == "grant.approved" else "deny"
         if decided_by.startswith("policy:"):
-            made.append(L.grant_auto_decided(nxt(), ts, actor, gid, decision=decision,
-                                             rule=decided_by.removeprefix("policy:"),
-                                             reason=str(grant.get("decision_reason") or "")))
+            made.append(
+                L.grant_auto_decided(
+                    nxt(),
+                    ts,
+                    actor,
+                    gid,
+                    decision=decision,
+                    rule=decided_by.removeprefix("policy:"),
+                    reason=str(grant.get("decision_reason") or ""),
+                )
+            )
         else:
             via = "delegation" if grant.get("delegation_id") else "api"
-            made.append(L.grant_reviewed(nxt(), ts, actor, gid, decision=decision, via=via,
-                                         reason=grant.get("decision_reason") if decision == "deny" else None))
+            made.append(
+                L.grant_reviewed(
+                    nxt(),
+                    ts,
+                    actor,
+                    gid,
+                    decision=decision,
+                    via=via,
+                    reason=grant.get("decision_reason") if decision == "deny" else None,
+                )
+            )
         if kind == "grant.approved":
-            made.append(L.grant_approved(nxt(), ts, actor, gid, grant_type=str(grant["grant_type"]),
-                                         decided_by=decided_by, expires_at=grant.get("expires_at")))
+            made.append(
+                L.grant_approved(
+                    nxt(),
+                    ts,
+                    actor,
+                    gid,
+                    grant_type=str(grant["grant_type"]),
+                    decided_by=decided_by,
+                    expires_at=grant.get("expires_at"),
+                )
+            )
         else:
-            made.append(L.grant_denied(nxt(), ts, actor, gid, decided_by=decided_by,
-                                       reason=grant.get("decision_reason")))
+            made.append(
+                L.grant_denied(
+                    nxt(), ts, actor, gid, decided_by=decided_by, reason=grant.get("decision_reason")
+                )
+            )
     elif kind == "grant.revoked":
-        made.append(L.grant_revoked(nxt(), ts, _person(grant.get("revoked_by"), management_identity), gid,
-                                    reason=grant.get("decision_reason")))
+        made.append(
+            L.grant_revoked(
+                nxt(),
+                ts,
+                _person(grant.get("revoked_by"), management_identity),
+                gid,
+                reason=grant.get("decision_reason"),
+            )
+        )
     elif kind == "grant.expired":
         made.append(L.grant_expired(nxt(), ts, {"kind": "system"}, gid))
     elif kind == "grant.consumed":
@@ -150,13 +196,26 @@ def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) ->
         made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.reviewed" and isinstance(grant.get("approvals"), list) and grant["approvals"]:
         # the approval-policy engine's vote (D13): the newest entry of the grant's approvals
-        vote = max((a for a in grant["approvals"] if isinstance(a, dict)), key=lambda a: int(a.get("at") or 0))
-        made.append(L.grant_reviewed(nxt(), ts, _person(str(vote.get("sub") or ""), management_identity), gid,
-                                     decision="approve", via=str(vote.get("via") or "api"),
-                                     req=str(vote["requirement"]) if vote.get("requirement") else None))
+        vote = max(
+            (a for a in grant["approvals"] if isinstance(a, dict)), key=lambda a: int(a.get("at") or 0)
+        )
+        made.append(
+            L.grant_reviewed(
+                nxt(),
+                ts,
+                _person(str(vote.get("sub") or ""), management_identity),
+                gid,
+                decision="approve",
+                via=str(vote.get("via") or "api"),
+                req=str(vote["requirement"]) if vote.get("requirement") else None,
+            )
+        )
     elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
-        made.append(L.grant_escalated(nxt(), ts, {"kind": "system"}, gid,
-                                      level=int(grant["review"].get("escalation_level") or 0)))
+        made.append(
+            L.grant_escalated(
+                nxt(), ts, {"kind": "system"}, gid, level=int(grant["review"].get("escalation_level") or 0)
+            )
+        )
     else:
         # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
         log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
@@ -165,8 +224,17 @@ def grant_event_leaves(event: GrantEvent, seq: int, management_identity: str) ->
 
 def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
     """An audit event carries its leaf's kind, actor and data as they are."""
-    return (L.make_leaf(event["kind"], seq=seq, ts=int(event["created_at"]), actor=event["actor"],
-                        data=_safe(event["data"]), grant_id=event["grant_id"]), event["grant_id"])
+    return (
+        L.make_leaf(
+            event["kind"],
+            seq=seq,
+            ts=int(event["created_at"]),
+            actor=event["actor"],
+            data=_safe(event["data"]),
+            grant_id=event["grant_id"],
+        ),
+        event["grant_id"],
+    )
 
 
 @dataclass(frozen=True)
@@ -177,7 +245,9 @@ class _Item:
     event: Any
 
 
-def _merge(grant_events: Sequence[GrantEvent], audit_events: Sequence[AuditEvent], full: tuple[bool, bool]) -> list[_Item]:
+def _merge(
+    grant_events: Sequence[GrantEvent], audit_events: Sequence[AuditEvent], full: tuple[bool, bool]
+) -> list[_Item]:
     """Both sources in one deterministic order that keeps each source's own sequence order: a merge
     by (time, source) of the two heads. When a source filled its batch, the merge stops where that
     source runs out (it may have more that come before the other's rest); the rest follows next
@@ -211,14 +281,22 @@ def _merge(grant_events: Sequence[GrantEvent], audit_events: Sequence[AuditEvent
 
 def _key_record(signer: Signer, now: int) -> TlogKey:
     verifier = signer.verifier
-    return TlogKey(kid=verifier.key_id.hex(), name=signer.name, seed=base64.b64encode(signer.seed).decode(),
-                   public=base64.b64encode(verifier.public).decode(), created_at=now, retired_at=None)
+    return TlogKey(
+        kid=verifier.key_id.hex(),
+        name=signer.name,
+        seed=base64.b64encode(signer.seed).decode(),
+        public=base64.b64encode(verifier.public).decode(),
+        created_at=now,
+        retired_at=None,
+    )
 
 
 class AuditLog:
     """One process's view of the log: its sequencer and the readers the routes use."""
 
-    def __init__(self, store: Store, clock: Any, origin: str, management_identity: str, interval_ms: int = 200):
+    def __init__(
+        self, store: Store, clock: Any, origin: str, management_identity: str, interval_ms: int = 200
+    ):
         self.store = store
         self.clock = clock
         self.origin = origin
@@ -233,7 +311,9 @@ class AuditLog:
     async def ensure_key(self) -> None:
         """Create the log key on first start (exactly one of several processes inserts it)."""
         if not any(k["retired_at"] is None for k in await self.store.tlog.keys()):
-            await self.store.tlog.add_first_key(_key_record(Signer.generate(self.origin), self.clock.now_ms()))
+            await self.store.tlog.add_first_key(
+                _key_record(Signer.generate(self.origin), self.clock.now_ms())
+            )
 
     async def rotate_key(self) -> str:
         """A new log key signs from now on; the old public key stays listed (``/api/audit/key``)."""
@@ -288,8 +368,12 @@ class AuditLog:
                     else:
                         raw.append(audit_event_leaf(item.event, size + len(raw) + 1))
                 except (L.LeafError, KeyError, TypeError, ValueError) as error:
-                    log.error("decision log: event %s/%d cannot become a leaf (%s); not logged",
-                              "grant_events" if item.source == 0 else "audit_events", item.seq, error)
+                    log.error(
+                        "decision log: event %s/%d cannot become a leaf (%s); not logged",
+                        "grant_events" if item.source == 0 else "audit_events",
+                        item.seq,
+                        error,
+                    )
                 if item.source == 0:
                     grant_seq = max(grant_seq, item.seq)
                 else:
@@ -298,9 +382,15 @@ class AuditLog:
             compact = CompactRange.load(size, lambda coords: stored)
             result = integrate(compact, [leaf for leaf, _ in raw])
             rows = [(i, leaf, digest, raw[i - size][1]) for i, leaf, digest in result.leaf_rows]
-            if not await self.store.tlog.append(holder=self.holder, now=self.clock.now_ms(), expect_size=size,
-                                                leaves=rows, nodes=result.node_rows, grant_seq=grant_seq,
-                                                event_seq=event_seq):
+            if not await self.store.tlog.append(
+                holder=self.holder,
+                now=self.clock.now_ms(),
+                expect_size=size,
+                leaves=rows,
+                nodes=result.node_rows,
+                grant_seq=grant_seq,
+                event_seq=event_seq,
+            ):
                 return 0  # another sequencer moved first, or the lease ran out: nothing written
             added = len(rows)
         await self.sign_pending()
@@ -383,9 +473,17 @@ class AuditLog:
         for index in await self.store.tlog.grant_indexes(grant_id, size):
             leaf = (await self.store.tlog.entries(index, index + 1))[0][1]
             proof = await self.inclusion(index, size)
-            found.append({"index": index, "leaf": leaf.decode(),
-                          "proof": {"leaf_index": index, "tree_size": size,
-                                    "hashes": [base64.b64encode(h).decode() for h in proof]}})
+            found.append(
+                {
+                    "index": index,
+                    "leaf": leaf.decode(),
+                    "proof": {
+                        "leaf_index": index,
+                        "tree_size": size,
+                        "hashes": [base64.b64encode(h).decode() for h in proof],
+                    },
+                }
+            )
         return note, found
 
 
@@ -411,7 +509,9 @@ def log_of(services: Services) -> AuditLog:
     return services.audit
 
 
-async def read_entries(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+async def read_entries(
+    services: Services, principal: Principal | None, args: Mapping[str, Any]
+) -> dict[str, Any]:
     policy.may_read_audit_log(principal, auditor_emails(services))
     start = _number(args, "start")
     head = await services.store.tlog.head()
@@ -419,15 +519,21 @@ async def read_entries(services: Services, principal: Principal | None, args: Ma
     if end < start:
         raise bad_request("end must not be below start", field="end")
     rows = await log_of(services).entries(start, end)
-    return {"entries": [{"index": i, "leaf": leaf.decode(), "leaf_hash": base64.b64encode(digest).decode()}
-                        for i, leaf, digest in rows]}
+    return {
+        "entries": [
+            {"index": i, "leaf": leaf.decode(), "leaf_hash": base64.b64encode(digest).decode()}
+            for i, leaf, digest in rows
+        ]
+    }
 
 
 async def _signed_size(services: Services) -> int:
     return await log_of(services).checkpoint_size()
 
 
-async def read_inclusion(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+async def read_inclusion(
+    services: Services, principal: Principal | None, args: Mapping[str, Any]
+) -> dict[str, Any]:
     policy.may_read_audit_log(principal, auditor_emails(services))
     index, size = _number(args, "index"), _number(args, "size")
     if index >= size:
@@ -438,7 +544,9 @@ async def read_inclusion(services: Services, principal: Principal | None, args: 
     return {"leaf_index": index, "tree_size": size, "hashes": [base64.b64encode(h).decode() for h in proof]}
 
 
-async def read_consistency(services: Services, principal: Principal | None, args: Mapping[str, Any]) -> dict[str, Any]:
+async def read_consistency(
+    services: Services, principal: Principal | None, args: Mapping[str, Any]
+) -> dict[str, Any]:
     policy.may_read_audit_log(principal, auditor_emails(services))
     old, new = _number(args, "from"), _number(args, "to")
     if old > new:
@@ -452,7 +560,9 @@ async def read_consistency(services: Services, principal: Principal | None, args
 async def read_grant(services: Services, principal: Principal | None, grant_id: str) -> dict[str, Any]:
     principal = policy.require(principal)
     auditors = auditor_emails(services)
-    grant = await services.store.grants.get(grant_id) if len(grant_id) <= 200 and "\x00" not in grant_id else None
+    grant = (
+        await services.store.grants.get(grant_id) if len(grant_id) <= 200 and "\x00" not in grant_id else None
+    )
     if not policy.may_read_grant_audit(principal, grant, auditors):
         raise forbidden("you may read the log of your own grants only")
     note, entries = await log_of(services).grant_entries(grant_id)
@@ -471,7 +581,9 @@ def _actor_of(principal: Principal) -> dict[str, str]:
     return {"kind": "person", "email": principal.email}
 
 
-async def enrol_host(services: Services, principal: Principal | None, body: Mapping[str, Any]) -> dict[str, Any]:
+async def enrol_host(
+    services: Services, principal: Principal | None, body: Mapping[str, Any]
+) -> dict[str, Any]:
     """``POST /api/hosts {host, publicKey}`` (D14): an administrator enrols a target host's receipt key."""
     principal = policy.may_enrol_hosts(principal)
     host = body.get("host")
@@ -503,17 +615,29 @@ async def add_receipt(services: Services, body: Mapping[str, Any]) -> tuple[dict
         raise unauthorized(str(error)) from None
     enrolled = await services.store.hosts.get(host)
     try:
-        receipt = verify_receipt(token, services.issuer, lambda name: enrolled["public_key"] if enrolled else None)
+        receipt = verify_receipt(
+            token, services.issuer, lambda name: enrolled["public_key"] if enrolled else None
+        )
     except UnknownHost as error:
         raise forbidden(str(error)) from None
     except BadReceipt as error:
         raise unauthorized(str(error)) from None
     claims = receipt.claims
-    data: dict[str, Any] = {"receipt": token, "host": host, "authz_jti": str(claims["authz_jti"]),
-                            "result": receipt.result}
+    data: dict[str, Any] = {
+        "receipt": token,
+        "host": host,
+        "authz_jti": str(claims["authz_jti"]),
+        "result": receipt.result,
+    }
     if isinstance(claims.get("exit_code"), int):
         data["exit_code"] = claims["exit_code"]
-    event = AuditEvent(seq=0, kind="exec.receipt", grant_id=str(claims["grant_id"]), actor={"kind": "host", "host": host},
-                       data=data, created_at=services.clock.now_ms())
+    event = AuditEvent(
+        seq=0,
+        kind="exec.receipt",
+        grant_id=str(claims["grant_id"]),
+        actor={"kind": "host", "host": host},
+        data=data,
+        created_at=services.clock.now_ms(),
+    )
     new = await services.store.receipts.add("\x1f".join(receipt.key), event)
     return {"grant_id": claims["grant_id"], "host": host, "result": receipt.result, "new": new}, new

@@ -70,7 +70,11 @@ class ManagementToken:
         expected = services.config.admin.management_token
         presented = credentials.bearer
         # Compare fixed-length digests so neither content nor length leaks through timing.
-        if presented is None or not expected or not hmac.compare_digest(_digest(presented), _digest(expected)):
+        if (
+            presented is None
+            or not expected
+            or not hmac.compare_digest(_digest(presented), _digest(expected))
+        ):
             return None
         return principals.management(services.config.admin.management_identity)
 
@@ -98,8 +102,12 @@ class AgentIdentityToken:
         agent = await services.store.agents.get_by_id(claims["agent_id"])
         # D11: the token dies with its agent: disabled, deleted, re-enrolled (another agent_id
         # behind the same e-mail) or re-keyed (another key generation).
-        if (agent is None or agent["status"] != "active" or agent["email"] != claims["sub"]
-                or agent["key_generation"] != claims["key_generation"]):
+        if (
+            agent is None
+            or agent["status"] != "active"
+            or agent["email"] != claims["sub"]
+            or agent["key_generation"] != claims["key_generation"]
+        ):
             raise unauthorized("invalid token: agent unknown, disabled or re-keyed", invalid_token=True)
         return principals.agent(agent["agent_id"], agent["email"])
 
@@ -150,7 +158,11 @@ async def access_token_holder(services: Services, claims: dict[str, Any]) -> tup
     without a family lives only while the consent it was minted under does (withdrawing it, even
     if it is given again later, ends the token at once: docs/oauth.md)."""
     person = await services.store.people.get(claims["person_id"])
-    if person is None or person["status"] != "active" or person["email"].lower() != str(claims["sub"]).lower():
+    if (
+        person is None
+        or person["status"] != "active"
+        or person["email"].lower() != str(claims["sub"]).lower()
+    ):
         return None, "the person is unknown or disabled"
     if claims["sid"]:
         if not await services.store.refresh_tokens.family_live(claims["sid"], services.clock.now_ms()):
@@ -176,7 +188,9 @@ class AuthnChain:
             # address did; while the address is over its budget, possible management-token guesses
             # are slowed, and each refusal below counts against the address (429 once over it).
             await services.limits.bearer_allowed(
-                credentials.client, could_be_management_token=could_be_management_token(services, credentials.bearer))
+                credentials.client,
+                could_be_management_token=could_be_management_token(services, credentials.bearer),
+            )
         try:
             for authenticator in self.authenticators:
                 found = await authenticator.authenticate(services, credentials)

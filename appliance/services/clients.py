@@ -98,13 +98,20 @@ class Client:
         if uri in self.redirect_uris:
             return True
         if not self.loopback or len(uri) > MAX_URI or not uri.isprintable() or " " in uri:
-            return False  # urlsplit drops tabs and newlines silently: a URI carrying them is not the one checked
+            return (
+                False  # urlsplit drops tabs and newlines silently: a URI carrying them is not the one checked
+            )
         try:
             parts = urlsplit(uri)
             port = parts.port
         except ValueError:
             return False
-        if parts.scheme != "http" or parts.hostname not in LOOPBACK_HOSTS or parts.fragment or "@" in parts.netloc:
+        if (
+            parts.scheme != "http"
+            or parts.hostname not in LOOPBACK_HOSTS
+            or parts.fragment
+            or "@" in parts.netloc
+        ):
             return False
         if port is None or not parts.netloc.lower().endswith(f":{port}"):
             return False
@@ -120,16 +127,32 @@ class Client:
             return False
         import hashlib
 
-        return hmac.compare_digest(hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest(),
-                                   hashlib.sha256(self.secret.encode()).digest())
+        return hmac.compare_digest(
+            hashlib.sha256(presented.encode("utf-8", "surrogatepass")).digest(),
+            hashlib.sha256(self.secret.encode()).digest(),
+        )
 
 
 def builtin_clients() -> dict[str, Client]:
     return {
-        APES_CLI: Client(APES_CLI, "apes (OpenApe CLI)", (APES_REDIRECT,), public=True, api_access=True, loopback=True,
-                         source="builtin"),
-        GRANTD_CLI: Client(GRANTD_CLI, "grantd (terminal)", (), public=True, api_access=True,
-                           grant_types=(DEVICE_GRANT, "refresh_token"), source="builtin"),
+        APES_CLI: Client(
+            APES_CLI,
+            "apes (OpenApe CLI)",
+            (APES_REDIRECT,),
+            public=True,
+            api_access=True,
+            loopback=True,
+            source="builtin",
+        ),
+        GRANTD_CLI: Client(
+            GRANTD_CLI,
+            "grantd (terminal)",
+            (),
+            public=True,
+            api_access=True,
+            grant_types=(DEVICE_GRANT, "refresh_token"),
+            source="builtin",
+        ),
     }
 
 
@@ -138,8 +161,13 @@ def config_clients(config: Config) -> dict[str, Client]:
     for table in config.oauth.clients:
         secret = table.get("client_secret")
         found[table["client_id"]] = Client(
-            table["client_id"], table["name"], tuple(table["redirect_uris"]), public=secret is None,
-            api_access=bool(table["api_access"]), id_token_alg=table["id_token_signed_response_alg"], source="config",
+            table["client_id"],
+            table["name"],
+            tuple(table["redirect_uris"]),
+            public=secret is None,
+            api_access=bool(table["api_access"]),
+            id_token_alg=table["id_token_signed_response_alg"],
+            source="config",
             secret=secret,
         )
     return found
@@ -169,8 +197,15 @@ def public_address(address: str) -> bool:
         inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
         if inner is not None:
             return public_address(str(inner))
-    return not (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved
-                or ip.is_unspecified or not ip.is_global)
+    return not (
+        ip.is_loopback
+        or ip.is_private
+        or ip.is_link_local
+        or ip.is_multicast
+        or ip.is_reserved
+        or ip.is_unspecified
+        or not ip.is_global
+    )
 
 
 async def resolve(host: str, port: int) -> list[str]:
@@ -224,15 +259,23 @@ async def _get(scheme: str, client_id: str, host: str, address: str, port: int) 
     and the TLS server name (SNI and the certificate check) name the host."""
     literal = f"[{address}]" if ":" in address else address
     url = f"{scheme}://{literal}:{port}{METADATA_PATH}"
-    headers = {"Host": client_id, "Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": "grantd (client metadata)"}
+    headers = {
+        "Host": client_id,
+        "Accept": "application/json",
+        "Accept-Encoding": "identity",
+        "User-Agent": "grantd (client metadata)",
+    }
     extensions = {"sni_hostname": host} if scheme == "https" else {}
     async with httpx.AsyncClient(timeout=METADATA_TIMEOUT, follow_redirects=False, trust_env=False) as http:
         request = http.build_request("GET", url, headers=headers, extensions=extensions)
         response = await http.send(request, stream=True)
         try:
             if response.status_code != 200:
-                raise MetadataError(f"metadata answered {response.status_code} (redirects are not followed)"
-                                    if 300 <= response.status_code < 400 else f"metadata answered {response.status_code}")
+                raise MetadataError(
+                    f"metadata answered {response.status_code} (redirects are not followed)"
+                    if 300 <= response.status_code < 400
+                    else f"metadata answered {response.status_code}"
+                )
             declared = response.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > METADATA_MAX_BYTES:
                 raise MetadataError("metadata document too large")
@@ -247,7 +290,13 @@ async def _get(scheme: str, client_id: str, host: str, address: str, port: int) 
 
 
 def _http_url(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_URI or not value.isprintable() or " " in value:
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_URI
+        or not value.isprintable()
+        or " " in value
+    ):
         raise MetadataError(f"{what} must be a URL")
     try:
         parts = urlsplit(value)
@@ -278,17 +327,30 @@ def client_from_metadata(client_id: str, document: dict[str, Any]) -> Client:
     alg = document.get("id_token_signed_response_alg", "EdDSA")
     if alg not in ID_TOKEN_ALGS:
         raise MetadataError(f"id_token_signed_response_alg must be one of {', '.join(ID_TOKEN_ALGS)}")
-    return Client(client_id, name.strip()[:MAX_NAME], redirect_uris, public=True, api_access=False, id_token_alg=alg,
-                  source="domain", client_uri=client_uri)
+    return Client(
+        client_id,
+        name.strip()[:MAX_NAME],
+        redirect_uris,
+        public=True,
+        api_access=False,
+        id_token_alg=alg,
+        source="domain",
+        client_uri=client_uri,
+    )
 
 
 class ClientRegistry:
     """``await registry.get(client_id)``: the client, or None (unknown, or metadata unusable)."""
 
-    def __init__(self, config: Config, clock: Clock, *, resolver: Any = resolve, fetches: FetchGuard | None = None):
+    def __init__(
+        self, config: Config, clock: Clock, *, resolver: Any = resolve, fetches: FetchGuard | None = None
+    ):
         self.clock = clock
-        self.fetches = fetches or FetchGuard(clock, at_once=int(config.oauth.fetches_at_once),
-                                             failure_ttl_s=int(config.oauth.metadata_failure_ttl))
+        self.fetches = fetches or FetchGuard(
+            clock,
+            at_once=int(config.oauth.fetches_at_once),
+            failure_ttl_s=int(config.oauth.metadata_failure_ttl),
+        )
         self.builtin = builtin_clients()
         self.configured = config_clients(config)
         self.allow_private = bool(config.oauth.allow_private_metadata_hosts)
@@ -314,7 +376,9 @@ class ClientRegistry:
         task = self._inflight.get(client_id)
         if task is None:  # one fetch per client at a time, however many requests ask; it finishes
             # even if the request that started it goes away
-            task = asyncio.get_running_loop().create_task(self._load(client_id), name=f"client-metadata {client_id}")
+            task = asyncio.get_running_loop().create_task(
+                self._load(client_id), name=f"client-metadata {client_id}"
+            )
             self._inflight[client_id] = task
             task.add_done_callback(lambda _: self._inflight.pop(client_id, None))
         return await asyncio.shield(task)
@@ -329,8 +393,9 @@ class ClientRegistry:
         try:
             try:
                 async with self.fetches.slot():
-                    document = await fetch_metadata(client_id, allow_private=self.allow_private,
-                                                    resolver=self.resolver)
+                    document = await fetch_metadata(
+                        client_id, allow_private=self.allow_private, resolver=self.resolver
+                    )
             except Busy as exc:  # not the domain's fault: nothing is remembered
                 self._note_error(client_id, str(exc))
                 return None

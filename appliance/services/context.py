@@ -23,8 +23,14 @@ from grantd.store import Store
 
 def longest_token_lifetime(config: Config) -> int:
     """Seconds the longest-lived token we sign can live: how long a retired key stays published."""
-    return max(config.tokens.agent_token_ttl, ALWAYS_TOKEN_TTL, ONCE_TOKEN_TTL, config.grants.max_duration,
-               config.oauth.access_token_ttl, ID_TOKEN_TTL)
+    return max(
+        config.tokens.agent_token_ttl,
+        ALWAYS_TOKEN_TTL,
+        ONCE_TOKEN_TTL,
+        config.grants.max_duration,
+        config.oauth.access_token_ttl,
+        ID_TOKEN_TTL,
+    )
 
 
 @dataclass
@@ -66,16 +72,25 @@ def configured_id_token_algs(config: Config) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(c["id_token_signed_response_alg"]) for c in config.oauth.clients))
 
 
-async def open_services(config: Config, pm: pluggy.PluginManager, clock: Clock = SYSTEM_CLOCK,
-                        federation: tuple[FederationProvider, ...] | None = None) -> Services:
+async def open_services(
+    config: Config,
+    pm: pluggy.PluginManager,
+    clock: Clock = SYSTEM_CLOCK,
+    federation: tuple[FederationProvider, ...] | None = None,
+) -> Services:
     """The process's services. ``federation``: the providers already built (create_app builds them
     first, so a bad provider table stops the start before the storage opens); else built here."""
     store = storage_factory(pm, config)(config)
     await store.migrate()
     keyring = KeyRing(store, longest_token_lifetime(config), clock)
     await keyring.ensure(configured_id_token_algs(config))
-    audit = AuditLog(store, clock, origin_of(str(config.server.issuer), config.audit.origin),
-                     config.admin.management_identity, config.audit.sequencer_interval_ms)
+    audit = AuditLog(
+        store,
+        clock,
+        origin_of(str(config.server.issuer), config.audit.origin),
+        config.admin.management_identity,
+        config.audit.sequencer_interval_ms,
+    )
     await audit.ensure_key()
     return Services(
         config=config,

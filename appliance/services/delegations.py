@@ -117,7 +117,9 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
     scopes = body.get("scopes")
     if scopes is None:  # null means absent
         scopes = []
-    if not isinstance(scopes, list) or not all(isinstance(s, str) and s.strip() and len(s) <= MAX_TEXT for s in scopes):
+    if not isinstance(scopes, list) or not all(
+        isinstance(s, str) and s.strip() and len(s) <= MAX_TEXT for s in scopes
+    ):
         raise field_error("scopes", "scopes must be an array of non-empty strings")
     if len(scopes) > MAX_SCOPES:
         raise field_error("scopes", f"at most {MAX_SCOPES} scopes")
@@ -165,8 +167,12 @@ async def list_delegations(services: Services, principal: Principal, args: Any) 
     return page(rows, has_more, lambda d: view(d, lapse.status_of(d)))
 
 
-async def _visible(services: Services, principal: Principal, delegation_id: str,
-                   may: Callable[[Principal, Delegation], bool] = policy.may_see_delegation) -> Delegation:
+async def _visible(
+    services: Services,
+    principal: Principal,
+    delegation_id: str,
+    may: Callable[[Principal, Delegation], bool] = policy.may_see_delegation,
+) -> Delegation:
     """The delegation if ``may`` lets the principal at it; else 404 (nobody else learns it exists)."""
     delegation = await services.store.delegations.get(delegation_id)
     if delegation is None or not may(principal, delegation):
@@ -197,7 +203,9 @@ def covers(delegation: Delegation, request: dict[str, Any]) -> bool:
     return not command or "command:*" in scopes or f"command:{command[0]}" in scopes
 
 
-async def covering_delegation(services: Services, request: dict[str, Any], requester_id: str) -> Delegation | None:
+async def covering_delegation(
+    services: Services, request: dict[str, Any], requester_id: str
+) -> Delegation | None:
     lapse = services.delegation_lapse()
     for delegation in await services.store.delegations.live_for(request["requester"], lapse):
         if covers(delegation, request) and await _delegator_may_decide(
@@ -207,7 +215,9 @@ async def covering_delegation(services: Services, request: dict[str, Any], reque
     return None
 
 
-async def validate(services: Services, principal: Principal, delegation_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def validate(
+    services: Services, principal: Principal, delegation_id: str, body: dict[str, Any]
+) -> dict[str, Any]:
     delegation = await _visible(services, principal, delegation_id, policy.may_validate_delegation)
     status = services.delegation_lapse().status_of(delegation)
     answer: dict[str, Any] = {"valid": False, "delegation": view(delegation, status)}
@@ -220,7 +230,12 @@ async def validate(services: Services, principal: Principal, delegation_id: str,
         answer["error"] = "delegate does not match"
     elif isinstance(audience, str) and delegation["audience"] not in ("*", audience):
         answer["error"] = "audience does not match"
-    elif isinstance(scope, str) and delegation["scopes"] and "*" not in delegation["scopes"] and scope not in delegation["scopes"]:
+    elif (
+        isinstance(scope, str)
+        and delegation["scopes"]
+        and "*" not in delegation["scopes"]
+        and scope not in delegation["scopes"]
+    ):
         answer["error"] = "scope not covered"
     elif not await _delegator_may_decide(services, delegation["delegator"], delegation["delegate"]):
         answer["error"] = "the delegator may no longer decide this delegate's grants"

@@ -110,8 +110,9 @@ class GrantEventHub:
                 sub.offer(None)
 
     @contextlib.asynccontextmanager
-    async def subscription(self, principal_id: str, limits: Limits | None = None,
-                           owner: str | None = None) -> AsyncIterator[Subscription]:
+    async def subscription(
+        self, principal_id: str, limits: Limits | None = None, owner: str | None = None
+    ) -> AsyncIterator[Subscription]:
         """A live subscription; with ``limits``, a 429/503 Problem (before anything is sent) when the
         principal, its ``owner`` (``stream_owner``; None: the principal is its own owner) or this
         process already holds as many open streams as allowed."""
@@ -119,8 +120,12 @@ class GrantEventHub:
         if not self.subscribers:
             # Idle hubs do not poll; start from what exists now (streams replay older events themselves).
             self.last_seq = await self.store.grants.last_event_seq()
-        if limits is not None:  # checked and taken with no await in between: concurrent opens cannot both pass
-            limits.stream_slots(self.open_per_principal[principal_id], self.open_per_owner[owner], len(self.subscribers))
+        if (
+            limits is not None
+        ):  # checked and taken with no await in between: concurrent opens cannot both pass
+            limits.stream_slots(
+                self.open_per_principal[principal_id], self.open_per_owner[owner], len(self.subscribers)
+            )
         sub = Subscription(principal_id, owner)
         self.subscribers.add(sub)
         self.open_per_principal[principal_id] += 1
@@ -142,7 +147,10 @@ class GrantEventHub:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_seconds)
             return
-        waits = {asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(store_wait(self.poll_seconds))}
+        waits = {
+            asyncio.ensure_future(self._wake.wait()),
+            asyncio.ensure_future(store_wait(self.poll_seconds)),
+        }
         try:
             await asyncio.wait(waits, timeout=self.poll_seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:

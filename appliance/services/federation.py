@@ -42,26 +42,39 @@ async def person_for(services: Services, entry: FederationProvider, identity: Fe
         raise FederationError(f"{entry.name} sent an e-mail address grantd cannot use.", 403)
     allowed = tuple(getattr(entry.provider, "allowed_domains", ()) or ())
     if allowed and domain not in allowed:
-        raise FederationError(f"{entry.name} may not sign in addresses of {domain} here "
-                              f"(allowed: {', '.join(allowed)}).", 403)
+        raise FederationError(
+            f"{entry.name} may not sign in addresses of {domain} here (allowed: {', '.join(allowed)}).", 403
+        )
     if await services.store.agents.get(email) is not None:
-        raise FederationError(f"{email} is an agent's address here; agents sign in with their key, not in a browser.", 403)
+        raise FederationError(
+            f"{email} is an agent's address here; agents sign in with their key, not in a browser.", 403
+        )
     person = await services.store.people.get(email)
     if person is None:
         if not getattr(entry.provider, "create_unknown", False):
-            raise FederationError(f"There is no account for {email} here. Ask an administrator to add you.", 403)
+            raise FederationError(
+                f"There is no account for {email} here. Ask an administrator to add you.", 403
+            )
         if email in services.admin_emails:
-            raise FederationError(f"There is no account for {email} here yet, and an administrator's account is "
-                                  f"never created by a sign-in. Ask an administrator to add it.", 403)
+            raise FederationError(
+                f"There is no account for {email} here yet, and an administrator's account is "
+                f"never created by a sign-in. Ask an administrator to add it.",
+                403,
+            )
         try:
             # D11: never a person whose e-mail still names an owner, approver or delegation party
             # (a deleted person's, or one an administrator has not created yet)
-            person = await people.create_person(services, email, name=display_name(identity.name), unnamed=True)
+            person = await people.create_person(
+                services, email, name=display_name(identity.name), unnamed=True
+            )
         except Problem as exc:
             if not exc.extra.get("named"):
                 raise
-            raise FederationError(f"There is no account for {email} here, and this address is still named on "
-                                  f"agents or delegations. Ask an administrator to add you.", 403) from exc
+            raise FederationError(
+                f"There is no account for {email} here, and this address is still named on "
+                f"agents or delegations. Ask an administrator to add you.",
+                403,
+            ) from exc
         log.info("federated sign-in through %s created person %s", entry.id, person["person_id"])
     if person.get("status", "active") != "active":
         raise FederationError("This account is disabled. Ask an administrator.", 403)

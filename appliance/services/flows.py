@@ -42,7 +42,9 @@ def digest(value: str) -> str:
 async def keep(services: Services, kind: str, state: str, binding: str, data: dict[str, Any]) -> None:
     """Keep ``data`` (JSON-ready) for the callback that will carry ``state``, bound to ``binding``."""
     now = services.clock.now_ms()
-    await services.store.onetime.put(kind, digest(state), {**data, "binding": digest(binding)}, now + FLOW_TTL_MS, now)
+    await services.store.onetime.put(
+        kind, digest(state), {**data, "binding": digest(binding)}, now + FLOW_TTL_MS, now
+    )
 
 
 async def take(services: Services, kind: str, state: str | None, binding: str | None) -> dict[str, Any]:

@@ -85,17 +85,25 @@ def _extensions(body: dict[str, Any]) -> dict[str, Any]:
         try:
             size = len(json.dumps(found, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
         except (UnicodeEncodeError, ValueError):
-            raise field_error("authorization_details", "authorization_details must be valid Unicode JSON") from None
+            raise field_error(
+                "authorization_details", "authorization_details must be valid Unicode JSON"
+            ) from None
         if size > MAX_EXTENSION_BYTES:
-            raise field_error("authorization_details",
-                              f"authorization_details and execution_context exceed {MAX_EXTENSION_BYTES} bytes")
+            raise field_error(
+                "authorization_details",
+                f"authorization_details and execution_context exceed {MAX_EXTENSION_BYTES} bytes",
+            )
     return found
 
 
-async def _requester(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[str, str]:
+async def _requester(
+    services: Services, principal: Principal | None, body: dict[str, Any]
+) -> tuple[str, str]:
     """(e-mail, id) of whoever the grant is for: the credential's principal; the management token
     (or an unauthenticated request, when allowed) names it in ``requester``."""
-    if principal is not None and not policy.may_request_for_someone_else(policy.require(principal)):  # guests: 403
+    if principal is not None and not policy.may_request_for_someone_else(
+        policy.require(principal)
+    ):  # guests: 403
         return principal.email, principal.id
     if principal is None and not services.config.grants.allow_unauthenticated:
         raise unauthorized("a grant request needs an agent token or a session")
@@ -105,7 +113,9 @@ async def _requester(services: Services, principal: Principal | None, body: dict
     return email, agent["agent_id"] if agent is not None else email
 
 
-async def parse_request(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+async def parse_request(
+    services: Services, principal: Principal | None, body: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
     """The stored grant request and its requester id: validated, requester from the credential,
     cmd_hash computed (D4, D6)."""
     requester, requester_id = await _requester(services, principal, body)
@@ -113,7 +123,9 @@ async def parse_request(services: Services, principal: Principal | None, body: d
     audience = identifier_field(body, "audience", required=True)
     assert target_host is not None and audience is not None
     if not _HOST.fullmatch(target_host):
-        raise field_error("target_host", "target_host must not contain whitespace, slashes or control characters")
+        raise field_error(
+            "target_host", "target_host must not contain whitespace, slashes or control characters"
+        )
     grant_type = grant_type_field(body, "once")
     duration = seconds_field(body, "duration", services.config.grants.max_duration)
     command = _string_list(body, "command", max_items=MAX_ARGS, max_len=MAX_ARG)

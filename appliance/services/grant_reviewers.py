@@ -18,8 +18,9 @@ from grantd.services.grant_requests import parse_request
 from grantd.services.grants import Reader, _review_state, _visible_grant, requesting_agent
 
 
-async def eligible_names(services: Services, review: Review, facts: Any, now_s: int,
-                    votes: list[Ballot]) -> list[list[dict[str, str]]]:
+async def eligible_names(
+    services: Services, review: Review, facts: Any, now_s: int, votes: list[Ballot]
+) -> list[list[dict[str, str]]]:
     """For each requirement, who may still vote for it now, with their names."""
     people = await reviews.people(services, review, await reviews.admin_people(services, review))
     lists = eligible_people(review, facts, people, now_s, votes)
@@ -45,13 +46,21 @@ async def reviewers(services: Services, principal: Principal, grant_id: str) -> 
     review, level, counted, votes = await _review_state(services, grant, status, now_s)
     facts = reviews.grant_facts(grant, await requesting_agent(services, grant), status)
     shown = reviews.review_json(review, grant, counted, level, now_s)
-    eligible = await eligible_names(services, review, facts, now_s, votes) if status == "pending" else [
-        [] for _ in review.requirements]
+    eligible = (
+        await eligible_names(services, review, facts, now_s, votes)
+        if status == "pending"
+        else [[] for _ in review.requirements]
+    )
     for requirement, people in zip(shown["requirements"], eligible, strict=True):
         requirement["missing"] = max(0, requirement["approve"] - len(requirement["approvals"]))
         requirement["eligible"] = people
-    return {"grant_id": grant["id"], "status": status, "requirements": shown["requirements"],
-            "escalation_level": shown["escalation_level"], "next_escalation_at": shown["next_escalation_at"]}
+    return {
+        "grant_id": grant["id"],
+        "status": status,
+        "requirements": shown["requirements"],
+        "escalation_level": shown["escalation_level"],
+        "next_escalation_at": shown["next_escalation_at"],
+    }
 
 
 async def approval_panel(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
@@ -80,21 +89,48 @@ async def approval_panel(services: Services, principal: Principal, grant_id: str
     else:
         facts = reviews.grant_facts(grant, agent, status)
         people = await reviews.people(services, review, [email])
-        probe = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
-                             agent=not principal.is_person), "approve", "web", reader.now, "(probe)")
-        found = check_voter(review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s))
+        probe = Ballot(
+            Voter(
+                principal.id,
+                email,
+                management=principal.kind is Kind.MANAGEMENT,
+                agent=not principal.is_person,
+            ),
+            "approve",
+            "web",
+            reader.now,
+            "(probe)",
+        )
+        found = check_voter(
+            review, facts, people, probe, escalation_level(review, grant["created_at"] // 1000, now_s)
+        )
         refusal = found.reason if found is not None else None
     decided_by = str(grant.get("decided_by") or "")
     return {
-        "grant": reader.view(grant), "policy": not review.is_default, "policy_ids": list(review.policy_ids),
-        "requirements": shown["requirements"], "escalation_level": shown["escalation_level"],
-        "votes": [{"email": v["email"], "decision": v["decision"], "at": v["at"], "via": v["via"],
-                   "reason": v["reason"]} for v in recorded],
-        "rule": reviews.rule_approval(grant) or (
-            {"rule": decided_by[len(reviews.RULE_PREFIX):], "reason": grant.get("decision_reason")}
-            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX) else None),
+        "grant": reader.view(grant),
+        "policy": not review.is_default,
+        "policy_ids": list(review.policy_ids),
+        "requirements": shown["requirements"],
+        "escalation_level": shown["escalation_level"],
+        "votes": [
+            {
+                "email": v["email"],
+                "decision": v["decision"],
+                "at": v["at"],
+                "via": v["via"],
+                "reason": v["reason"],
+            }
+            for v in recorded
+        ],
+        "rule": reviews.rule_approval(grant)
+        or (
+            {"rule": decided_by[len(reviews.RULE_PREFIX) :], "reason": grant.get("decision_reason")}
+            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX)
+            else None
+        ),
         "reason_required": review.require_reason,
-        "may_vote": refusal is None, "refusal": refusal,
+        "may_vote": refusal is None,
+        "refusal": refusal,
     }
 
 
@@ -103,12 +139,15 @@ async def evaluate_policies(services: Services, principal: Principal, body: dict
     policy.may_evaluate_policies(principal)
     requester = identifier_field(body, "requester", required=True)
     assert requester is not None
-    agent = await services.store.agents.get(requester.strip().lower()) or await services.store.agents.get(requester)
+    agent = await services.store.agents.get(requester.strip().lower()) or await services.store.agents.get(
+        requester
+    )
     email = agent["email"] if agent is not None else requester.strip().lower()
     if agent is None and "@" not in email:
         raise field_error("requester", "requester must be an agent's e-mail or id, or a person's e-mail")
-    request, requester_id = await parse_request(services, management(services.config.admin.management_identity),
-                                                {**body, "requester": email})
+    request, requester_id = await parse_request(
+        services, management(services.config.admin.management_identity), {**body, "requester": email}
+    )
     config = reviews.review_config(services)
     facts_request = reviews.request_facts(request, email, requester_id)
     found = evaluate(config, facts_request) if config is not None else None
@@ -123,8 +162,12 @@ async def evaluate_policies(services: Services, principal: Principal, body: dict
         "policies_matched": list(found.policies_matched) if found is not None else [],
         "reason": found.reason if found is not None else None,
         "policy_hash": review.policy_hash,
-        "requirements": [{"id": r.id, "approve": r.approve, "deny": r.deny, "groups": list(r.groups)}
-                         for r in review.requirements],
-        "eligible_approvers": [{"requirement": r.id, "eligible": people}
-                               for r, people in zip(review.requirements, eligible, strict=True)],
+        "requirements": [
+            {"id": r.id, "approve": r.approve, "deny": r.deny, "groups": list(r.groups)}
+            for r in review.requirements
+        ],
+        "eligible_approvers": [
+            {"requirement": r.id, "eligible": people}
+            for r, people in zip(review.requirements, eligible, strict=True)
+        ],
     }

@@ -121,12 +121,16 @@ async def requesting_agent(services: Services, grant: Grant) -> Agent | None:
 async def may_see(services: Services, principal: Principal, grant: Grant) -> bool:
     if principal.admin or grant["requester_id"] == principal.id:
         return True
-    return policy.may_see_grant(principal, grant, await requesting_agent(services, grant), services.admin_emails)
+    return policy.may_see_grant(
+        principal, grant, await requesting_agent(services, grant), services.admin_emails
+    )
 
 
 async def _visible_grant(services: Services, principal: Principal, grant_id: str) -> Grant:
     grant = await services.store.grants.get(grant_id)
-    if grant is None or not (await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)):
+    if grant is None or not (
+        await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)
+    ):
         # Someone who may not see a grant learns nothing about it, not even that it exists.
         raise not_found("grant not found")
     return grant
@@ -144,14 +148,17 @@ async def _named_reviewer(services: Services, principal: Principal, grant: Grant
     votes = await services.store.grants.votes(grant["id"])
     people = await reviews.people(services, review, [email])
     facts = reviews.grant_facts(grant, await requesting_agent(services, grant), "pending")
-    return reviews.may_review(review, facts, people, email, services.clock.now_ms() // 1000,
-                              any(v["email"] == email for v in votes))
+    return reviews.may_review(
+        review, facts, people, email, services.clock.now_ms() // 1000, any(v["email"] == email for v in votes)
+    )
 
 
 # -- operations ---------------------------------------------------------------------------------
 
 
-async def create(services: Services, principal: Principal | None, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+async def create(
+    services: Services, principal: Principal | None, body: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
     """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one."""
     request, requester_id = await parse_request(services, principal, body)
     reader = Reader(services)
@@ -195,20 +202,35 @@ async def create(services: Services, principal: Principal | None, body: dict[str
         delegation = None  # D13: a delegation counts only where every matched policy allows it
     if evaluation is not None and evaluation.outcome == AUTO_DENY:
         delegation = None
-        grant["status"], grant["decided_by"], grant["decided_at"] = "denied", evaluation.decided_by, reader.now
+        grant["status"], grant["decided_by"], grant["decided_at"] = (
+            "denied",
+            evaluation.decided_by,
+            reader.now,
+        )
         grant["decision_reason"] = evaluation.reason
         events.append("grant.denied")
     elif evaluation is not None and evaluation.outcome == AUTO_APPROVE:
         delegation = None
-        grant["status"], grant["decided_by"], grant["decided_at"] = "approved", evaluation.decided_by, reader.now
+        grant["status"], grant["decided_by"], grant["decided_at"] = (
+            "approved",
+            evaluation.decided_by,
+            reader.now,
+        )
         grant["decision_reason"] = evaluation.reason
-        grant["expires_at"] = approval_expiry(services, request["grant_type"], reader.now, request.get("duration"))
+        grant["expires_at"] = approval_expiry(
+            services, request["grant_type"], reader.now, request.get("duration")
+        )
         events.append("grant.approved")
     delegated_vote = None
     if delegation is not None and not pinned.is_default:
         # Under a policy a delegation is one vote by its delegator, counted like any other (D13).
-        delegated_vote = Ballot(Voter(delegation["delegator"], delegation["delegator"]), "approve", "delegation",
-                                reader.now, f"delegation {delegation['id']}")
+        delegated_vote = Ballot(
+            Voter(delegation["delegator"], delegation["delegator"]),
+            "approve",
+            "delegation",
+            reader.now,
+            f"delegation {delegation['id']}",
+        )
         agent = await services.store.agents.get_by_id(requester_id)
         facts = reviews.grant_facts(grant, agent, "pending")
         people = await reviews.people(services, pinned, [delegation["delegator"]])
@@ -232,12 +254,18 @@ async def create(services: Services, principal: Principal | None, body: dict[str
     bound = OwnerBound(services.config.limits.pending_per_owner, reader.lapse)
     try:
         stored = await services.store.grants.create(
-            grant, events, bound=bound if grant["status"] == "pending" else None,
-            review=pinned.as_dict() if not pinned.is_default else None)
+            grant,
+            events,
+            bound=bound if grant["status"] == "pending" else None,
+            review=pinned.as_dict() if not pinned.is_default else None,
+        )
     except LimitReached:
         services.limits.on_refused("pending.owner")
-        raise too_many(f"too many pending grants across this agent's owner's agents (at most {bound.limit}): "
-                       "wait for decisions or withdraw some", PENDING_RETRY_AFTER) from None
+        raise too_many(
+            f"too many pending grants across this agent's owner's agents (at most {bound.limit}): "
+            "wait for decisions or withdraw some",
+            PENDING_RETRY_AFTER,
+        ) from None
     if delegated_vote is not None and delegation is None:
         await services.store.grants.add_vote(_vote_record(stored["id"], delegated_vote))
     services.events.changed()
@@ -247,8 +275,10 @@ async def create(services: Services, principal: Principal | None, body: dict[str
     if delegated_vote is not None:
         answer.update(await review_view(services, stored, reader))
     else:  # nothing recorded yet: no need to read it back
-        answer.update(review=reviews.review_json(pinned, stored, None, 0, reader.now // 1000),
-                      approvals=reviews.approvals_json(stored, None, pinned))
+        answer.update(
+            review=reviews.review_json(pinned, stored, None, 0, reader.now // 1000),
+            approvals=reviews.approvals_json(stored, None, pinned),
+        )
     if evaluation is not None:
         if evaluation.outcome == AUTO_APPROVE:
             answer.update(approved_automatically=True, auto_approval_kind="rule")
@@ -285,10 +315,17 @@ async def views_with_review(services: Services, rows: list[Grant], reader: Reade
             if row["requester_id"] not in agents:
                 agents[row["requester_id"]] = await requesting_agent(services, row)
             people = await reviews.people(services, review, [b.voter.email for b in ballots])
-            counted = tally(review, reviews.grant_facts(row, agents[row["requester_id"]], status), people, ballots, now_s)
+            counted = tally(
+                review, reviews.grant_facts(row, agents[row["requester_id"]], status), people, ballots, now_s
+            )
         level = record["escalation_level"] if record else 0
-        out.append({**view(row, status), "review": reviews.review_json(review, row, counted, level, now_s),
-                    "approvals": reviews.approvals_json(row, counted, review)})
+        out.append(
+            {
+                **view(row, status),
+                "review": reviews.review_json(review, row, counted, level, now_s),
+                "approvals": reviews.approvals_json(row, counted, review),
+            }
+        )
     return out
 
 
@@ -330,12 +367,20 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
         if principal.is_agent and requester != principal.email:
             raise forbidden("an agent may list only its own grants")
     request = page_request(args)
-    decidable = () if principal.admin or principal.is_agent else tuple(await services.store.agents.decidable_by(principal.id))
+    decidable = (
+        ()
+        if principal.admin or principal.is_agent
+        else tuple(await services.store.agents.decidable_by(principal.id))
+    )
     scope = policy.grant_list_scope(principal, decidable)
     reader = Reader(services)
     also = await reviewable_ids(services, principal) if scope.requester_ids is not None else ()
     rows, has_more = await services.store.grants.list(
-        lapse=reader.lapse, page=request, status=status, requester=requester, requester_ids=scope.requester_ids,
+        lapse=reader.lapse,
+        page=request,
+        status=status,
+        requester=requester,
+        requester_ids=scope.requester_ids,
         also_ids=also,
     )
     listed = page(rows, has_more, lambda r: r)
@@ -356,12 +401,21 @@ async def inbox(services: Services, principal: Principal, limit: int) -> dict[st
     recent: list[Grant] = []
     if scope is None or scope or also:
         pending, more = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(limit, None), status="pending", requester_ids=scope, also_ids=also
+            lapse=reader.lapse,
+            page=PageRequest(limit, None),
+            status="pending",
+            requester_ids=scope,
+            also_ids=also,
         )
-        latest, _ = await services.store.grants.list(lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope)
+        latest, _ = await services.store.grants.list(
+            lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope
+        )
         recent = [g for g in latest if reader.status(g) != "pending"][:10]
-    return {"pending": await views_with_review(services, pending, reader), "more_pending": more,
-            "recent": [reader.view(g) for g in recent]}
+    return {
+        "pending": await views_with_review(services, pending, reader),
+        "more_pending": more,
+        "recent": [reader.view(g) for g in recent],
+    }
 
 
 def _not_pending(status: str) -> Problem:
@@ -371,8 +425,14 @@ def _not_pending(status: str) -> Problem:
 
 
 async def _transition(
-    services: Services, grant: Grant, *, expect: tuple[str, ...], changes: dict[str, Any], event: str,
-    reader: Reader, refuse: Callable[[str], Problem],
+    services: Services,
+    grant: Grant,
+    *,
+    expect: tuple[str, ...],
+    changes: dict[str, Any],
+    event: str,
+    reader: Reader,
+    refuse: Callable[[str], Problem],
 ) -> Grant:
     """Apply a conditional transition; if another caller got there first, refuse with the state they left."""
     status = reader.status(grant)
@@ -389,13 +449,23 @@ async def _transition(
 
 
 def _vote_record(grant_id: str, ballot: Ballot) -> Any:
-    return {"grant_id": grant_id, "email": ballot.voter.email.lower(), "voter_id": ballot.voter.person_id,
-            "decision": ballot.decision, "via": ballot.via, "at": ballot.at, "reason": ballot.reason,
-            "grant_type": ballot.grant_type, "duration": ballot.duration, "management": ballot.voter.management}
+    return {
+        "grant_id": grant_id,
+        "email": ballot.voter.email.lower(),
+        "voter_id": ballot.voter.person_id,
+        "decision": ballot.decision,
+        "via": ballot.via,
+        "at": ballot.at,
+        "reason": ballot.reason,
+        "grant_type": ballot.grant_type,
+        "duration": ballot.duration,
+        "management": ballot.voter.management,
+    }
 
 
-async def _review_state(services: Services, grant: Grant, status: str, now_s: int,
-                        agent: Agent | None = None) -> tuple[Review, int, Tally | None, list[Ballot]]:
+async def _review_state(
+    services: Services, grant: Grant, status: str, now_s: int, agent: Agent | None = None
+) -> tuple[Review, int, Tally | None, list[Ballot]]:
     """The pinned review, its announced escalation level, the tally of the recorded votes (None
     when there are none) and the votes, as of now."""
     record = await services.store.grants.review_of(grant["id"])
@@ -414,8 +484,10 @@ async def review_view(services: Services, grant: Grant, reader: Reader) -> dict[
     """The grant JSON's ``review`` and ``approvals`` (D13)."""
     now_s = reader.now // 1000
     review, level, counted, _ = await _review_state(services, grant, reader.status(grant), now_s)
-    return {"review": reviews.review_json(review, grant, counted, level, now_s),
-            "approvals": reviews.approvals_json(grant, counted, review)}
+    return {
+        "review": reviews.review_json(review, grant, counted, level, now_s),
+        "approvals": reviews.approvals_json(grant, counted, review),
+    }
 
 
 async def mint(services: Services, grant: Grant) -> str:
@@ -439,8 +511,15 @@ def via_of(principal: Principal, body: dict[str, Any], *, session: bool) -> str:
     return "tui" if body.get("via") == "tui" else "api"
 
 
-async def vote(services: Services, principal: Principal, grant_id: str, body: dict[str, Any], *,
-               decision: str | None = None, via: str = "api") -> dict[str, Any]:
+async def vote(
+    services: Services,
+    principal: Principal,
+    grant_id: str,
+    body: dict[str, Any],
+    *,
+    decision: str | None = None,
+    via: str = "api",
+) -> dict[str, Any]:
     """Every vote (approve, deny, review, batch; pages and the TUI call these routes) goes through
     grantd.core.review.cast_vote; the vote is recorded (one per person per grant, only while the
     grant is pending) and the tally of the votes up to it decides; finalising is the conditional
@@ -464,7 +543,8 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
     email = principal.email.lower()
     people = await reviews.people(services, review, [email, *(v["email"] for v in recorded)])
     visible = await may_see(services, principal, grant) or reviews.may_review(
-        review, facts, people, email, now_s, any(v["email"] == email for v in recorded))
+        review, facts, people, email, now_s, any(v["email"] == email for v in recorded)
+    )
     if not visible:
         raise not_found("grant not found")  # D6: who may not see it learns nothing
     if review.is_default:
@@ -475,13 +555,26 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
         people = replace(people, admins=people.admins | {email})
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     grant_type = grant_type_field(body, None) if decision == "approve" else None
-    duration = seconds_field(body, "duration", services.config.grants.max_duration) if decision == "approve" else None
+    duration = (
+        seconds_field(body, "duration", services.config.grants.max_duration)
+        if decision == "approve"
+        else None
+    )
     if decision == "approve":
         effective = grant_type or grant["request"]["grant_type"]
         if effective == "timed" and (duration or grant["request"].get("duration")) is None:
             raise field_error("duration", "duration is required for timed grants")
-    ballot = Ballot(Voter(principal.id, email, management=principal.kind is Kind.MANAGEMENT,
-                          agent=not principal.is_person), decision, via, reader.now, reason, grant_type, duration)
+    ballot = Ballot(
+        Voter(
+            principal.id, email, management=principal.kind is Kind.MANAGEMENT, agent=not principal.is_person
+        ),
+        decision,
+        via,
+        reader.now,
+        reason,
+        grant_type,
+        duration,
+    )
     result = cast_vote(review, facts, people, reviews.ballots(recorded), ballot, now_s)
     if not result.accepted:
         assert result.refusal is not None
@@ -489,8 +582,10 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
     outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot))
     if outcome != "recorded":
         latest = await services.store.grants.get(grant_id)
-        raise _refused(ALREADY_REVIEWED if outcome == "duplicate" else ALREADY_DECIDED,
-                       reader.status(latest) if latest else "revoked")
+        raise _refused(
+            ALREADY_REVIEWED if outcome == "duplicate" else ALREADY_DECIDED,
+            reader.status(latest) if latest else "revoked",
+        )
     services.events.changed()
     # Finalisation: the votes up to and including this one, re-checked against today's facts (the
     # agent's owner and approver, group members, administrators) by the same tally.
@@ -516,20 +611,34 @@ async def vote(services: Services, principal: Principal, grant_id: str, body: di
             request["duration"] = new_duration
         request["grant_type"] = new_type
         changes: dict[str, Any] = {
-            "status": "approved", "decided_by": counted.decided_by if not review.is_default else principal.email,
-            "decided_at": reader.now, "expires_at": approval_expiry(services, new_type, reader.now, new_duration),
-            "grant_type": new_type, "request": request, "reuse_key": reuse_key(request),
+            "status": "approved",
+            "decided_by": counted.decided_by if not review.is_default else principal.email,
+            "decided_at": reader.now,
+            "expires_at": approval_expiry(services, new_type, reader.now, new_duration),
+            "grant_type": new_type,
+            "request": request,
+            "reuse_key": reuse_key(request),
         }
         event = "grant.approved"
     else:
         decider = counted.decided_by or email
-        deciding = next((b for b in reviews.ballots(votes[: mine + 1])[::-1] if b.voter.email.lower() == decider), None)
-        changes = {"status": "denied", "decided_by": decider if not review.is_default else principal.email,
-                   "decided_at": reader.now, "decision_reason": deciding.reason if deciding else reason}
+        deciding = next(
+            (b for b in reviews.ballots(votes[: mine + 1])[::-1] if b.voter.email.lower() == decider), None
+        )
+        changes = {
+            "status": "denied",
+            "decided_by": decider if not review.is_default else principal.email,
+            "decided_at": reader.now,
+            "decision_reason": deciding.reason if deciding else reason,
+        }
         event = "grant.denied"
-    updated = await _transition(services, grant, expect=("pending",), changes=changes, event=event, reader=reader,
-                                refuse=_not_pending)
-    answer: dict[str, Any] = {"grant": reader.view(updated), "review": await _review_answer(services, updated, reader)}
+    updated = await _transition(
+        services, grant, expect=("pending",), changes=changes, event=event, reader=reader, refuse=_not_pending
+    )
+    answer: dict[str, Any] = {
+        "grant": reader.view(updated),
+        "review": await _review_answer(services, updated, reader),
+    }
     if updated["status"] == "approved":
         answer["authz_jwt"] = await mint(services, updated)
     return answer
@@ -540,18 +649,21 @@ async def _review_answer(services: Services, grant: Grant, reader: Reader) -> di
     return {**found["review"], "approvals": found["approvals"]}
 
 
-async def approve(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
-                  via: str = "api") -> dict[str, Any]:
+async def approve(
+    services: Services, principal: Principal, grant_id: str, body: dict[str, Any], via: str = "api"
+) -> dict[str, Any]:
     return await vote(services, principal, grant_id, body, decision="approve", via=via)
 
 
-async def deny(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
-               via: str = "api") -> dict[str, Any]:
+async def deny(
+    services: Services, principal: Principal, grant_id: str, body: dict[str, Any], via: str = "api"
+) -> dict[str, Any]:
     return await vote(services, principal, grant_id, body, decision="deny", via=via)
 
 
-async def review(services: Services, principal: Principal, grant_id: str, body: dict[str, Any],
-                 via: str = "api") -> dict[str, Any]:
+async def review(
+    services: Services, principal: Principal, grant_id: str, body: dict[str, Any], via: str = "api"
+) -> dict[str, Any]:
     """``POST /api/grants/:id/review {decision, reason?, grant_type?, duration?}`` (D13)."""
     return await vote(services, principal, grant_id, body, via=via)
 
@@ -560,9 +672,13 @@ def _not_revocable(status: str) -> Problem:
     return Problem(400, f"grant cannot be revoked: it is {status}", extra={"grant_status": status})
 
 
-async def revoke(services: Services, principal: Principal, grant_id: str, body: dict[str, Any]) -> dict[str, Any]:
+async def revoke(
+    services: Services, principal: Principal, grant_id: str, body: dict[str, Any]
+) -> dict[str, Any]:
     grant = await _visible_grant(services, principal, grant_id)
-    if not policy.may_revoke_grant(principal, grant, await requesting_agent(services, grant), services.admin_emails):
+    if not policy.may_revoke_grant(
+        principal, grant, await requesting_agent(services, grant), services.admin_emails
+    ):
         raise forbidden("not authorized to revoke")
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     reader = Reader(services)
@@ -573,7 +689,12 @@ async def revoke(services: Services, principal: Principal, grant_id: str, body: 
         changes["decision_reason"] = reason
     try:
         updated = await _transition(
-            services, grant, expect=("approved", "pending"), changes=changes, event="grant.revoked", reader=reader,
+            services,
+            grant,
+            expect=("approved", "pending"),
+            changes=changes,
+            event="grant.revoked",
+            reader=reader,
             refuse=_not_revocable,
         )
     except Problem as problem:
@@ -599,8 +720,11 @@ async def token(services: Services, principal: Principal, grant_id: str) -> dict
 def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
     """An AuthZ-JWT speaks for its grant only with the grant's own audience, host and requester."""
     request = grant["request"]
-    return (claims.get("aud") == request["audience"] and claims.get("target_host") == request["target_host"]
-            and claims.get("sub") == grant["requester"])
+    return (
+        claims.get("aud") == request["audience"]
+        and claims.get("target_host") == request["target_host"]
+        and claims.get("sub") == grant["requester"]
+    )
 
 
 async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
@@ -624,8 +748,12 @@ async def consume(services: Services, presented: str | None, grant_id: str) -> d
     if grant["grant_type"] != "once":
         return {"status": "valid", "grant": reader.view(grant)}
     updated = await services.store.grants.update_if(
-        grant_id, expect=("approved",), changes={"status": "consumed", "used_at": reader.now},
-        event="grant.consumed", lapse=reader.lapse, now=reader.now,
+        grant_id,
+        expect=("approved",),
+        changes={"status": "consumed", "used_at": reader.now},
+        event="grant.consumed",
+        lapse=reader.lapse,
+        now=reader.now,
     )
     if updated is None:  # someone else consumed (or revoked) it between our read and our write
         latest = await services.store.grants.get(grant_id)
@@ -673,8 +801,10 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
     for op in operations:
         ident = op.get("id") if isinstance(op, dict) else None
         action = op.get("action") if isinstance(op, dict) else None
-        result: dict[str, Any] = {"id": ident if isinstance(ident, str) else None,
-                                  "action": action if isinstance(action, str) else None}
+        result: dict[str, Any] = {
+            "id": ident if isinstance(ident, str) else None,
+            "action": action if isinstance(action, str) else None,
+        }
         try:
             if not isinstance(ident, str) or not ident:
                 raise field_error("id", "each operation needs an id")
@@ -730,13 +860,19 @@ async def sweep_reviews(services: Services) -> int:
             if status == "denied":
                 changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
             updated = await services.store.grants.update_if(
-                grant["id"], expect=("pending",), changes=changes, event=f"grant.{status}", lapse=reader.lapse,
-                now=reader.now)
+                grant["id"],
+                expect=("pending",),
+                changes=changes,
+                event=f"grant.{status}",
+                lapse=reader.lapse,
+                now=reader.now,
+            )
             won += updated is not None
             continue
         due = escalations_due(review, created_s, now_s, record["escalation_level"])
-        if due and await services.store.grants.escalate_if(grant["id"], record["escalation_level"], due[-1].level,
-                                                           reader.now):
+        if due and await services.store.grants.escalate_if(
+            grant["id"], record["escalation_level"], due[-1].level, reader.now
+        ):
             won += 1
     if won:
         services.events.changed()

@@ -38,15 +38,26 @@ SIGNING_ALGS = ("EdDSA", "ES256", "RS256")  # D3: EdDSA signs everything; ID tok
 def generate_signing_key(now_ms: int, alg: str = "EdDSA") -> SigningKey:
     """A new key of ``alg``: Ed25519, EC P-256 or RSA 2048. Its JWK has the standard members only."""
     private: Any
-    kid = f"key-{now_ms}-{secrets.token_hex(3)}" if alg == "EdDSA" else f"{alg.lower()}-{now_ms}-{secrets.token_hex(3)}"
+    kid = (
+        f"key-{now_ms}-{secrets.token_hex(3)}"
+        if alg == "EdDSA"
+        else f"{alg.lower()}-{now_ms}-{secrets.token_hex(3)}"
+    )
     if alg == "EdDSA":
         private = Ed25519PrivateKey.generate()
-        raw_public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        raw_public = private.public_key().public_bytes(
+            serialization.Encoding.Raw, serialization.PublicFormat.Raw
+        )
         jwk: dict[str, Any] = {"kty": "OKP", "crv": "Ed25519", "x": _b64url(raw_public)}
     elif alg == "ES256":
         private = ec.generate_private_key(ec.SECP256R1())
         numbers = private.public_key().public_numbers()
-        jwk = {"kty": "EC", "crv": "P-256", "x": _b64url(numbers.x.to_bytes(32, "big")), "y": _b64url(numbers.y.to_bytes(32, "big"))}
+        jwk = {
+            "kty": "EC",
+            "crv": "P-256",
+            "x": _b64url(numbers.x.to_bytes(32, "big")),
+            "y": _b64url(numbers.y.to_bytes(32, "big")),
+        }
     elif alg == "RS256":
         private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         rsa_numbers = private.public_key().public_numbers()
@@ -95,7 +106,11 @@ def _public_from_jwk(jwk: dict[str, Any], alg: str = "EdDSA") -> Any:
     return None
 
 
-_PRIVATE_TYPES: dict[str, Any] = {"EdDSA": Ed25519PrivateKey, "ES256": ec.EllipticCurvePrivateKey, "RS256": rsa.RSAPrivateKey}
+_PRIVATE_TYPES: dict[str, Any] = {
+    "EdDSA": Ed25519PrivateKey,
+    "ES256": ec.EllipticCurvePrivateKey,
+    "RS256": rsa.RSAPrivateKey,
+}
 
 
 class KeyRing:
@@ -145,7 +160,9 @@ class KeyRing:
             public = _public_from_jwk(row["public_jwk"], alg)
             if public is None:
                 continue
-            keys[row["kid"]] = LoadedKey(row["kid"], alg, private, public, row["public_jwk"], row["created_at"], row["retired_at"])
+            keys[row["kid"]] = LoadedKey(
+                row["kid"], alg, private, public, row["public_jwk"], row["created_at"], row["retired_at"]
+            )
         self._keys = keys
         self._active = await self.store.keys.active_kid("EdDSA")
         self._loaded_at = self.clock.now_ms()
@@ -227,7 +244,9 @@ class KeyRing:
                 "alg": k.alg,
                 "created_at": k.created_at,
                 "retired_at": k.retired_at,
-                "state": "active" if k.kid == self._active or (k.alg != "EdDSA" and k.retired_at is None) else ("published" if self._published(k, now) else "expired"),
+                "state": "active"
+                if k.kid == self._active or (k.alg != "EdDSA" and k.retired_at is None)
+                else ("published" if self._published(k, now) else "expired"),
             }
             for k in sorted(self._keys.values(), key=lambda k: k.created_at, reverse=True)
         ]

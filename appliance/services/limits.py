@@ -98,9 +98,13 @@ class Limits:
         self.authenticate_agent = Rule("authenticate.agent", limits.authenticate_per_agent, auth)
         self.enroll_address = Rule("enroll.address", limits.enroll_per_address, "too many enrolments")
         self.grants_agent = Rule("grants.agent", limits.grants_per_agent, "too many grant requests")
-        self.verify_address = Rule("verify.address", limits.verify_per_address, "too many verification requests")
+        self.verify_address = Rule(
+            "verify.address", limits.verify_per_address, "too many verification requests"
+        )
         self.failed_bearer_address = Rule(
-            "bearer-failed.address", limits.failed_bearer_per_address, "too many failed authentication attempts"
+            "bearer-failed.address",
+            limits.failed_bearer_per_address,
+            "too many failed authentication attempts",
         )
         self.ipv6_prefix: int = limits.ipv6_prefix
         self.pending_per_agent: int = limits.pending_per_agent
@@ -134,12 +138,15 @@ class Limits:
             raise too_many(rule.what, retry_after)
 
     # -- where the limits apply -------------------------------------------------------------------
-    async def sign_in(self, services: Services, address: str | None, body: dict[str, Any], *, step: str) -> None:
+    async def sign_in(
+        self, services: Services, address: str | None, body: dict[str, Any], *, step: str
+    ) -> None:
         """A challenge (``step="challenge"``) or authenticate request: per address, then per agent.
         The agent is resolved from ``agent_id``/``id`` (its id or e-mail, so both names share one
         counter); an unknown or malformed one is only counted per address (it gets 404/400)."""
         by_address, by_agent = (
-            (self.challenge_address, self.challenge_agent) if step == "challenge"
+            (self.challenge_address, self.challenge_agent)
+            if step == "challenge"
             else (self.authenticate_address, self.authenticate_agent)
         )
         await self.hit(by_address, address)
@@ -169,12 +176,17 @@ class Limits:
         if bound <= 0:
             return
         pending, _ = await services.store.grants.list(
-            lapse=services.grant_lapse(), page=PageRequest(bound, None), status="pending", requester_ids=[agent_id]
+            lapse=services.grant_lapse(),
+            page=PageRequest(bound, None),
+            status="pending",
+            requester_ids=[agent_id],
         )
         if len(pending) >= bound:
             self.on_refused("pending.agent")
-            raise too_many(f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
-                           PENDING_RETRY_AFTER)
+            raise too_many(
+                f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
+                PENDING_RETRY_AFTER,
+            )
 
     async def bearer_allowed(self, address: str | None, *, could_be_management_token: bool) -> None:
         """Before a presented bearer is checked. Nothing is refused here: a valid bearer is always
@@ -203,11 +215,20 @@ class Limits:
         ``streams_per_process``. Counted per process: a principal may hold that many in each."""
         if 0 < self.streams_per_principal <= open_of_principal:
             self.on_refused("streams.principal")
-            raise too_many(f"too many open event streams (at most {self.streams_per_principal} per identity)", 10)
+            raise too_many(
+                f"too many open event streams (at most {self.streams_per_principal} per identity)", 10
+            )
         if 0 < self.streams_per_owner <= open_of_owner:
             self.on_refused("streams.owner")
-            raise too_many(f"too many open event streams (at most {self.streams_per_owner} per person across "
-                           "their agents)", 10)
+            raise too_many(
+                f"too many open event streams (at most {self.streams_per_owner} per person across "
+                "their agents)",
+                10,
+            )
         if 0 < self.streams_per_process <= open_in_process:
             self.on_refused("streams.process")
-            raise Problem(503, "too many open event streams on this server; retry in 10 s", headers={"Retry-After": "10"})
+            raise Problem(
+                503,
+                "too many open event streams on this server; retry in 10 s",
+                headers={"Retry-After": "10"},
+            )

@@ -31,8 +31,26 @@ MAX_REMEMBERED = 2000
 # Second-level labels under which, in a two-letter country domain, names are registered one level
 # deeper (example.co.uk, example.com.au): a small, conservative stand-in for the public suffix list,
 # erring towards the longer (more specific) domain.
-_SECOND_LEVEL = frozenset({"ac", "co", "com", "edu", "gov", "govt", "ltd", "me", "mil", "ne", "net", "nic", "or",
-                           "org", "plc", "sch"})
+_SECOND_LEVEL = frozenset(
+    {
+        "ac",
+        "co",
+        "com",
+        "edu",
+        "gov",
+        "govt",
+        "ltd",
+        "me",
+        "mil",
+        "ne",
+        "net",
+        "nic",
+        "or",
+        "org",
+        "plc",
+        "sch",
+    }
+)
 
 
 class Busy(Exception):

@@ -85,10 +85,14 @@ CHALLENGE_TTL_MS = 300_000  # 5 minutes (D8)
 REGISTRATION_GONE = "registration URL not found, expired or already used"
 CHALLENGE_GONE = "passkey challenge unknown, expired or already used; start again"
 COUNTER_BACKWARDS = "passkey counter went backwards (cloned authenticator?)"
-REAUTH_NEEDED = ("response is required: an assertion of one of your passkeys, with user verification, "
-                 "answering POST /api/webauthn/credentials/add/reauth")
+REAUTH_NEEDED = (
+    "response is required: an assertion of one of your passkeys, with user verification, "
+    "answering POST /api/webauthn/credentials/add/reauth"
+)
 NO_PASSKEY_TO_CONFIRM = "you have no passkey to confirm with: ask an administrator for a registration link"
-OTHER_BROWSER = "this passkey ceremony was started in another browser (or this browser refused its cookie); start again"
+OTHER_BROWSER = (
+    "this passkey ceremony was started in another browser (or this browser refused its cookie); start again"
+)
 BINDING_COOKIE = "grantd_passkey"
 BINDING_PATH = "/api/webauthn/"
 MAX_CREDENTIAL_ID = 1366  # base64url of the longest credential id WebAuthn allows (1023 bytes)
@@ -125,17 +129,26 @@ def token_hash(token: str) -> str:
 def person_view(services: Services, person: Person) -> dict[str, Any]:
     admin = person_is_admin(person, services.admin_emails)
     return {
-        "id": person["person_id"], "email": person["email"], "name": person["name"], "admin": admin,
-        "status": person["status"], "created_at": person["created_at"],
+        "id": person["person_id"],
+        "email": person["email"],
+        "name": person["name"],
+        "admin": admin,
+        "status": person["status"],
+        "created_at": person["created_at"],
     }
 
 
 def credential_view(credential: PasskeyCredential) -> dict[str, Any]:
     """What a person (or an administrator) sees of a passkey: never its public key."""
     return {
-        "id": credential["credential_id"], "name": credential["name"], "rp_id": credential["rp_id"],
-        "created_at": credential["created_at"], "last_used_at": credential["last_used_at"],
-        "transports": credential["transports"], "backed_up": credential["backed_up"], "aaguid": credential["aaguid"],
+        "id": credential["credential_id"],
+        "name": credential["name"],
+        "rp_id": credential["rp_id"],
+        "created_at": credential["created_at"],
+        "last_used_at": credential["last_used_at"],
+        "transports": credential["transports"],
+        "backed_up": credential["backed_up"],
+        "aaguid": credential["aaguid"],
     }
 
 
@@ -146,7 +159,9 @@ _STEPS = ("login-options", "login-verify", "register-verify")
 async def limit(services: Services, address: str | None, step: str) -> None:
     """Count one passkey attempt of ``address`` at ``step`` (one of ``_STEPS``); 429 over the limit."""
     assert step in _STEPS
-    rule = Rule(f"passkey-{step}.address", services.config.limits.passkey_per_address, "too many passkey attempts")
+    rule = Rule(
+        f"passkey-{step}.address", services.config.limits.passkey_per_address, "too many passkey attempts"
+    )
     await services.limits.hit(rule, address)
 
 
@@ -171,8 +186,12 @@ async def _new_challenge(
     raw = secrets.token_bytes(32)
     now = services.clock.now_ms()
     record: WebAuthnChallenge = {
-        "challenge": _b64url(raw), "purpose": purpose, "rp_id": rp_id(services), "person_id": person_id,
-        "registration_id": registration_id, "expires_at": now + CHALLENGE_TTL_MS,
+        "challenge": _b64url(raw),
+        "purpose": purpose,
+        "rp_id": rp_id(services),
+        "person_id": person_id,
+        "registration_id": registration_id,
+        "expires_at": now + CHALLENGE_TTL_MS,
     }
     await services.store.webauthn_challenges.create(record, now)
     return raw
@@ -210,7 +229,9 @@ def credential_of(body: dict[str, Any]) -> dict[str, Any]:
     raise bad_request("response is required: the PublicKeyCredential the browser returned", field="response")
 
 
-async def _take_challenge(services: Services, credential: dict[str, Any], purpose: str) -> WebAuthnChallenge | None:
+async def _take_challenge(
+    services: Services, credential: dict[str, Any], purpose: str
+) -> WebAuthnChallenge | None:
     """Take (use up) the challenge the response's clientDataJSON names, for ``purpose`` on our RP."""
     response = credential.get("response")
     if not isinstance(response, dict):
@@ -222,7 +243,9 @@ async def _take_challenge(services: Services, credential: dict[str, Any], purpos
     challenge = client_data.get("challenge") if isinstance(client_data, dict) else None
     if not isinstance(challenge, str) or not challenge or len(challenge) > 512:
         raise bad_request("malformed passkey response: clientDataJSON has no challenge")
-    if not set(challenge) <= _B64URL_CHARS:  # ours are base64url; anything else (a lone surrogate) is looked up nowhere
+    if (
+        not set(challenge) <= _B64URL_CHARS
+    ):  # ours are base64url; anything else (a lone surrogate) is looked up nowhere
         raise bad_request("malformed passkey response: the challenge is not base64url")
     taken = await services.store.webauthn_challenges.take(challenge, purpose, services.clock.now_ms())
     if taken is None or taken["rp_id"] != rp_id(services):
@@ -299,8 +322,12 @@ async def _registration(services: Services, token: Any) -> RegistrationUrl:
         raise bad_request("token is required: the token of the registration URL", field="token")
     registration = await services.store.registrations.get_by_token_hash(token_hash(token))
     now = services.clock.now_ms()
-    if (registration is None or registration["used_at"] is not None or registration["expires_at"] <= now
-            or registration["rp_id"] != rp_id(services)):
+    if (
+        registration is None
+        or registration["used_at"] is not None
+        or registration["expires_at"] <= now
+        or registration["rp_id"] != rp_id(services)
+    ):
         raise not_found(REGISTRATION_GONE)
     return registration
 
@@ -331,7 +358,11 @@ def _signed_in_person(principal: Principal | None) -> Principal:
 
 # -- registration through a registration URL -----------------------------------------------------
 def _creation_options(
-    services: Services, email: str, person_id: str, display_name: str, challenge: bytes,
+    services: Services,
+    email: str,
+    person_id: str,
+    display_name: str,
+    challenge: bytes,
     existing: list[PasskeyCredential],
 ) -> dict[str, Any]:
     """Options for a new passkey, for a first registration and for one more alike: our RP, user
@@ -346,7 +377,8 @@ def _creation_options(
         timeout=CHALLENGE_TTL_MS,
         attestation=AttestationConveyancePreference.NONE,
         authenticator_selection=AuthenticatorSelectionCriteria(
-            resident_key=ResidentKeyRequirement.PREFERRED, user_verification=UserVerificationRequirement.PREFERRED
+            resident_key=ResidentKeyRequirement.PREFERRED,
+            user_verification=UserVerificationRequirement.PREFERRED,
         ),
         exclude_credentials=_descriptors(existing),
     )
@@ -359,11 +391,17 @@ async def register_options(services: Services, token: Any, binding: str) -> dict
     existing: list[PasskeyCredential] = []
     if person is not None:
         _active(person)
-        existing = [c for c in await services.store.credentials.list_for(person["person_id"]) if c["rp_id"] == rp_id(services)]
+        existing = [
+            c
+            for c in await services.store.credentials.list_for(person["person_id"])
+            if c["rp_id"] == rp_id(services)
+        ]
         if registration["purpose"] == "register" and existing:
             raise Problem(409, "this account already has a passkey: sign in and add one on your account page")
     person_id = person["person_id"] if person is not None else "usr_" + secrets.token_urlsafe(16)
-    challenge = await _new_challenge(services, "register", person_id=person_id, registration_id=registration["id"])
+    challenge = await _new_challenge(
+        services, "register", person_id=person_id, registration_id=registration["id"]
+    )
     await _bind(services, "register", challenge, binding)
     name = person["name"] if person is not None else registration["email"]
     return _creation_options(services, registration["email"], person_id, name, challenge, existing)
@@ -393,18 +431,29 @@ async def register_verify(
             raise Problem(409, "the account changed while registering; start again")
     email = registration["email"]
     person: Person = {
-        "person_id": challenge["person_id"], "email": email, "name": _person_name(body, email),
-        "admin": bool(registration["admin"]), "status": "active", "created_at": now, "updated_at": now,
+        "person_id": challenge["person_id"],
+        "email": email,
+        "name": _person_name(body, email),
+        "admin": bool(registration["admin"]),
+        "status": "active",
+        "created_at": now,
+        "updated_at": now,
     }
-    count = len(await services.store.credentials.list_for(challenge["person_id"])) if existing is not None else 0
-    new = _new_credential(services, verified, challenge["person_id"], credential, _name(services, body, count))
+    count = (
+        len(await services.store.credentials.list_for(challenge["person_id"])) if existing is not None else 0
+    )
+    new = _new_credential(
+        services, verified, challenge["person_id"], credential, _name(services, body, count)
+    )
     try:
         person, new = await services.store.registrations.complete(token_hash(token), person, new, now)  # type: ignore[arg-type]
     except Conflict as exc:
         if exc.field == "token":
             raise not_found(REGISTRATION_GONE) from None
         if exc.field == "credential":
-            raise Problem(409, "this account already has a passkey: sign in and add one on your account page") from None
+            raise Problem(
+                409, "this account already has a passkey: sign in and add one on your account page"
+            ) from None
         if exc.field == "credential_id":
             raise Problem(409, "this passkey is already registered") from None
         raise Problem(409, f"registration refused: duplicate {exc.field}") from None
@@ -427,7 +476,11 @@ async def login_options(services: Services, email: str | None, binding: str) -> 
     if email is not None:
         person = await services.store.people.get(email)
         if person is not None:
-            allow = [c for c in await services.store.credentials.list_for(person["person_id"]) if c["rp_id"] == rp_id(services)]
+            allow = [
+                c
+                for c in await services.store.credentials.list_for(person["person_id"])
+                if c["rp_id"] == rp_id(services)
+            ]
         if person is None or not allow:
             raise not_found("no passkey for this e-mail")
         _active(person)
@@ -476,8 +529,12 @@ async def login_verify(
 
 
 async def _verified_assertion(
-    services: Services, credential: dict[str, Any], challenge: WebAuthnChallenge, stored: PasskeyCredential,
-    *, user_verified: bool,
+    services: Services,
+    credential: dict[str, Any],
+    challenge: WebAuthnChallenge,
+    stored: PasskeyCredential,
+    *,
+    user_verified: bool,
 ) -> PasskeyCredential:
     """Check an assertion of ``stored`` against ``challenge`` (``user_verified``: the authenticator
     must say it verified the user, by PIN or biometrics) and record its sign counter."""
@@ -495,7 +552,9 @@ async def _verified_assertion(
         if "sign count" in str(exc):
             raise unauthorized(COUNTER_BACKWARDS) from None
         raise unauthorized(f"passkey sign-in refused: {_reason(exc)}") from None
-    used = await services.store.credentials.use(stored["credential_id"], int(verified.new_sign_count), services.clock.now_ms())
+    used = await services.store.credentials.use(
+        stored["credential_id"], int(verified.new_sign_count), services.clock.now_ms()
+    )
     if used is None:
         raise unauthorized(COUNTER_BACKWARDS)
     return used
@@ -507,13 +566,17 @@ async def list_own(services: Services, principal: Principal | None) -> list[Pass
     return await services.store.credentials.list_for(me.id)
 
 
-async def _own_active(services: Services, principal: Principal | None) -> tuple[Person, list[PasskeyCredential]]:
+async def _own_active(
+    services: Services, principal: Principal | None
+) -> tuple[Person, list[PasskeyCredential]]:
     me = _signed_in_person(principal)
     person = await services.store.people.get(me.id)
     if person is None or person["person_id"] != me.id:
         raise unauthorized()
     _active(person)
-    return person, [c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)]
+    return person, [
+        c for c in await services.store.credentials.list_for(me.id) if c["rp_id"] == rp_id(services)
+    ]
 
 
 async def reauth_options(services: Services, principal: Principal | None) -> dict[str, Any]:
@@ -534,7 +597,9 @@ async def reauth_options(services: Services, principal: Principal | None) -> dic
     return _options(options)
 
 
-async def add_options(services: Services, principal: Principal | None, body: dict[str, Any]) -> dict[str, Any]:
+async def add_options(
+    services: Services, principal: Principal | None, body: dict[str, Any]
+) -> dict[str, Any]:
     """Creation options for one more passkey, only against a fresh (``CHALLENGE_TTL_MS``),
     user-verified assertion (``body.response``) of one of the person's passkeys, answering the
     options of ``reauth_options``."""
@@ -551,10 +616,14 @@ async def add_options(services: Services, principal: Principal | None, body: dic
         raise unauthorized("confirm with one of your own passkeys")
     await _verified_assertion(services, assertion, challenge, stored, user_verified=True)
     challenge_bytes = await _new_challenge(services, "add", person_id=person["person_id"])
-    return _creation_options(services, person["email"], person["person_id"], person["name"], challenge_bytes, existing)
+    return _creation_options(
+        services, person["email"], person["person_id"], person["name"], challenge_bytes, existing
+    )
 
 
-async def add_verify(services: Services, principal: Principal | None, body: dict[str, Any]) -> PasskeyCredential:
+async def add_verify(
+    services: Services, principal: Principal | None, body: dict[str, Any]
+) -> PasskeyCredential:
     me = _signed_in_person(principal)
     credential = credential_of(body)
     challenge = await _take_challenge(services, credential, "add")
@@ -569,12 +638,16 @@ async def add_verify(services: Services, principal: Principal | None, body: dict
         raise Problem(409, "this passkey is already registered") from None
 
 
-async def delete_own(services: Services, principal: Principal | None, credential_id: str) -> PasskeyCredential:
+async def delete_own(
+    services: Services, principal: Principal | None, credential_id: str
+) -> PasskeyCredential:
     me = _signed_in_person(principal)
     found = await services.store.credentials.get(credential_id)
     if found is None or found["person_id"] != me.id:
         raise not_found("passkey not found")
-    deleted = await services.store.credentials.delete(me.id, credential_id, services.clock.now_ms())  # and its sessions
+    deleted = await services.store.credentials.delete(
+        me.id, credential_id, services.clock.now_ms()
+    )  # and its sessions
     if deleted is None:
         raise not_found("passkey not found")
     if deleted is False:

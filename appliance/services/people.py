@@ -157,8 +157,12 @@ async def create_person(
         return await services.store.people.create(person, unnamed=unnamed)
     except Conflict as exc:
         if exc.field == "named":
-            raise Problem(409, "this e-mail still names an agent's owner or approver or a delegation's party; "
-                          "an administrator must create this person", extra={"field": "email", "named": True}) from None
+            raise Problem(
+                409,
+                "this e-mail still names an agent's owner or approver or a delegation's party; "
+                "an administrator must create this person",
+                extra={"field": "email", "named": True},
+            ) from None
         raise _email_conflict() from None
 
 
@@ -181,7 +185,11 @@ async def create_user(services: Services, principal: Principal, body: dict[str, 
     answer = person_view(person, services.admin_emails)
     if registration:
         url, record = await create_registration_url(
-            services, person["email"], admin=person["admin"], purpose="register", created_by=creator(principal)
+            services,
+            person["email"],
+            admin=person["admin"],
+            purpose="register",
+            created_by=creator(principal),
         )
         answer["registration"] = registration_answer(services, url, record)
     return answer
@@ -230,8 +238,13 @@ async def delete_person(services: Services, principal: Principal | None, ident: 
     person = await get_person(services, ident)
     if principal is not None:
         policy.may_delete_person(principal, person["person_id"])
-    deleted = await retire(services, principal.email if principal else "grantd users delete", person,
-                           delete=True, reason="person deleted")
+    deleted = await retire(
+        services,
+        principal.email if principal else "grantd users delete",
+        person,
+        delete=True,
+        reason="person deleted",
+    )
     if deleted is None:
         raise not_found("user not found")
     return deleted
@@ -241,7 +254,11 @@ async def retire(services: Services, by: str, person: Person, *, delete: bool, r
     """D11: a person disabled or deleted loses everything they could still use (one store call),
     then their event streams end. None if the person is gone."""
     retired = await services.store.people.retire(
-        person["person_id"], delete=delete, by=by, reason=reason, now=services.clock.now_ms(),
+        person["person_id"],
+        delete=delete,
+        by=by,
+        reason=reason,
+        now=services.clock.now_ms(),
         lapse=services.grant_lapse(),
     )
     services.events.changed()
@@ -271,7 +288,9 @@ async def update_person(services: Services, principal: Principal, ident: str, bo
         status = "active" if active else "disabled"
     if status is not None:
         changes["status"] = status
-    if principal.id == person["person_id"] and (changes.get("admin") is False or changes.get("status") == "disabled"):
+    if principal.id == person["person_id"] and (
+        changes.get("admin") is False or changes.get("status") == "disabled"
+    ):
         raise forbidden("you cannot take away your own administrator rights or disable yourself")
     if not changes:
         return person
@@ -311,15 +330,21 @@ async def list_sessions(services: Services, args: Any) -> dict[str, Any]:
         if person is None:
             raise not_found("user not found")
         person_id = person["person_id"]
-    rows, has_more = await services.store.sessions.list(page_request(args), person_id, services.clock.now_ms())
+    rows, has_more = await services.store.sessions.list(
+        page_request(args), person_id, services.clock.now_ms()
+    )
     emails: dict[str, str | None] = {}
     for row in rows:
         if row["person_id"] is not None and row["person_id"] not in emails:
             owner = await services.store.people.get(row["person_id"])
             emails[row["person_id"]] = owner["email"] if owner else None
     # a guest session of SP login has no person: its e-mail is the one its IdP asserted (D9)
-    return page(rows, has_more, lambda s: session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
-                id_key="session_id")
+    return page(
+        rows,
+        has_more,
+        lambda s: session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
+        id_key="session_id",
+    )
 
 
 async def revoke_session_family(services: Services, family_id: str) -> dict[str, Any]:
@@ -417,7 +442,9 @@ def creator(principal: Principal) -> str:
     return principal.email
 
 
-async def create_registration_from(services: Services, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:
+async def create_registration_from(
+    services: Services, principal: Principal, body: dict[str, Any]
+) -> dict[str, Any]:
     """``POST /api/admin/registration-urls`` ``{email, name?, admin?, purpose?, expires_in?|expiresInHours?}``:
     creates the person first when needed (so the name is kept), then the URL."""
     email = email_field(body, "email")
@@ -494,13 +521,18 @@ async def first_admin_link(services: Services, email: str) -> str | None:
     if person is None:
         person = await create_person(services, email, admin=True)
     elif not person["admin"]:
-        person = await services.store.people.update(
-            person["person_id"], {"admin": True, "updated_at": services.clock.now_ms()}
-        ) or person
+        person = (
+            await services.store.people.update(
+                person["person_id"], {"admin": True, "updated_at": services.clock.now_ms()}
+            )
+            or person
+        )
     if await has_passkey(services, person):
         return None
     await _drop_links_made_by(services, email, FIRST_ADMIN_CREATOR)
-    url, _ = await create_registration_url(services, email, admin=True, purpose="register", created_by=FIRST_ADMIN_CREATOR)
+    url, _ = await create_registration_url(
+        services, email, admin=True, purpose="register", created_by=FIRST_ADMIN_CREATOR
+    )
     return url
 
 
@@ -510,7 +542,11 @@ async def _drop_links_made_by(services: Services, email: str, created_by: str) -
     while True:
         rows, has_more = await services.store.registrations.list(request)
         for row in rows:
-            if row["email"] == email and row["created_by"] == created_by and registration_status(row, now) == "pending":
+            if (
+                row["email"] == email
+                and row["created_by"] == created_by
+                and registration_status(row, now) == "pending"
+            ):
                 await services.store.registrations.delete(row["id"])
         if not has_more or not rows:
             return

@@ -44,9 +44,13 @@ def review_config(services: Services) -> ReviewConfig | None:
 def request_facts(request: dict[str, Any], agent_email: str, agent_id: str) -> RequestFacts:
     command = request.get("command")
     facts: dict[str, Any] = {
-        "target_host": request["target_host"], "audience": request["audience"], "agent_email": agent_email,
-        "agent_id": agent_id, "grant_type": request["grant_type"],
-        "argv": tuple(command) if command is not None else None, "duration": request.get("duration"),
+        "target_host": request["target_host"],
+        "audience": request["audience"],
+        "agent_email": agent_email,
+        "agent_id": agent_id,
+        "grant_type": request["grant_type"],
+        "argv": tuple(command) if command is not None else None,
+        "duration": request.get("duration"),
     }
     if request.get("run_as"):
         facts["run_as"] = request["run_as"]
@@ -60,9 +64,13 @@ def pinned(record: GrantReview | None) -> Review:
 def grant_facts(grant: Grant, agent: Agent | None, status: str) -> GrantFacts:
     request = grant["request"]
     return GrantFacts(
-        requester_id=grant["requester_id"], requester_email=grant["requester"],
-        owner=agent["owner"] if agent is not None else None, approver=agent["approver"] if agent is not None else None,
-        created_at=grant["created_at"] // 1000, grant_type=request["grant_type"], duration=request.get("duration"),
+        requester_id=grant["requester_id"],
+        requester_email=grant["requester"],
+        owner=agent["owner"] if agent is not None else None,
+        approver=agent["approver"] if agent is not None else None,
+        created_at=grant["created_at"] // 1000,
+        grant_type=request["grant_type"],
+        duration=request.get("duration"),
         status=status,
     )
 
@@ -74,7 +82,8 @@ async def people(services: Services, review: Review, emails: Iterable[str]) -> P
     members = config.members if isinstance(config, ReviewConfig) else {}
     admins = set(services.admin_emails)
     if any("@admins" in r.groups for r in review.requirements) or any(
-            "@admins" in e.add_approvers for e in review.escalations):
+        "@admins" in e.add_approvers for e in review.escalations
+    ):
         for email in {e.lower() for e in emails} - admins:
             person = await services.store.people.get(email)
             if person is not None and person["admin"] and person["status"] == "active":
@@ -88,7 +97,8 @@ ADMIN_SCAN = 2000  # people records read to find administrators for `@admins` in
 async def admin_people(services: Services, review: Review) -> list[str]:
     """The e-mails of people marked admin (for lists of who may approve under `@admins`; bounded)."""
     if not any("@admins" in r.groups for r in review.requirements) and not any(
-            "@admins" in e.add_approvers for e in review.escalations):
+        "@admins" in e.add_approvers for e in review.escalations
+    ):
         return []
     from grantd.core.paging import Cursor, PageRequest
 
@@ -104,15 +114,24 @@ async def admin_people(services: Services, review: Review) -> list[str]:
 
 
 def ballot_of(vote: Vote) -> Ballot:
-    return Ballot(Voter(vote["voter_id"], vote["email"], management=vote["management"]), vote["decision"],
-                  vote["via"], vote["at"], vote["reason"], vote["grant_type"], vote["duration"])
+    return Ballot(
+        Voter(vote["voter_id"], vote["email"], management=vote["management"]),
+        vote["decision"],
+        vote["via"],
+        vote["at"],
+        vote["reason"],
+        vote["grant_type"],
+        vote["duration"],
+    )
 
 
 def ballots(votes: Sequence[Vote]) -> list[Ballot]:
     return [ballot_of(v) for v in votes]
 
 
-def may_review(review: Review, grant: GrantFacts, people_now: People, email: str, now_s: int, voted: bool) -> bool:
+def may_review(
+    review: Review, grant: GrantFacts, people_now: People, email: str, now_s: int, voted: bool
+) -> bool:
     """Someone a pinned policy names as an approver (or who voted) sees the grant, so they can vote
     and see why (exclusions aside: they are told why with a 403, D13)."""
     if review.is_default:
@@ -121,7 +140,9 @@ def may_review(review: Review, grant: GrantFacts, people_now: People, email: str
         return True
     from grantd.core.review import escalation_level
 
-    return bool(eligible_for(review, grant, people_now, email, escalation_level(review, grant.created_at, now_s)))
+    return bool(
+        eligible_for(review, grant, people_now, email, escalation_level(review, grant.created_at, now_s))
+    )
 
 
 def named_in_groups(review: Review, people_now: People, email: str, level: int) -> bool:
@@ -131,8 +152,9 @@ def named_in_groups(review: Review, people_now: People, email: str, level: int) 
     own scope (the agents they own or approve)."""
     if review.is_default:
         return False
-    nobody = GrantFacts(requester_id="", requester_email="", owner=None, approver=None, created_at=0,
-                        grant_type="once")
+    nobody = GrantFacts(
+        requester_id="", requester_email="", owner=None, approver=None, created_at=0, grant_type="once"
+    )
     return bool(eligible_for(review, nobody, people_now, email, level))
 
 
@@ -140,36 +162,66 @@ def rule_approval(grant: Grant) -> dict[str, Any] | None:
     decided_by = grant.get("decided_by") or ""
     if not decided_by.startswith(RULE_PREFIX) or grant.get("status") == "denied":
         return None
-    return {"kind": "rule", "rule": decided_by[len(RULE_PREFIX):], "reason": grant.get("decision_reason"),
-            "via": "rule", "at": grant.get("decided_at")}
+    return {
+        "kind": "rule",
+        "rule": decided_by[len(RULE_PREFIX) :],
+        "reason": grant.get("decision_reason"),
+        "via": "rule",
+        "at": grant.get("decided_at"),
+    }
 
 
-def approvals_json(grant: Grant, counted: Tally | None, review: Review = DEFAULT_REVIEW) -> list[dict[str, Any]]:
+def approvals_json(
+    grant: Grant, counted: Tally | None, review: Review = DEFAULT_REVIEW
+) -> list[dict[str, Any]]:
     """``approvals`` of the grant JSON: the approving votes that count, in order; a rule's decision;
     a delegation's approval under the default policy; the one vote of a default-policy decision."""
     rule = rule_approval(grant)
     if rule is not None:
         return [rule]
     if counted is not None and counted.counted:
-        return [{"sub": c.ballot.voter.email.lower(), "at": c.ballot.at, "via": c.ballot.via,
-                 "requirement": c.requirement} for c in counted.counted if c.ballot.decision == "approve"]
+        return [
+            {
+                "sub": c.ballot.voter.email.lower(),
+                "at": c.ballot.at,
+                "via": c.ballot.via,
+                "requirement": c.requirement,
+            }
+            for c in counted.counted
+            if c.ballot.decision == "approve"
+        ]
     if grant.get("delegation_id") and grant.get("decided_by"):
-        return [{"sub": str(grant["decided_by"]).lower(), "at": grant.get("decided_at"), "via": "delegation",
-                 "requirement": review.requirements[0].id}]
+        return [
+            {
+                "sub": str(grant["decided_by"]).lower(),
+                "at": grant.get("decided_at"),
+                "via": "delegation",
+                "requirement": review.requirements[0].id,
+            }
+        ]
     return []
 
 
-def review_json(review: Review, grant: Grant, counted: Tally | None, level: int, now_s: int) -> dict[str, Any]:
+def review_json(
+    review: Review, grant: Grant, counted: Tally | None, level: int, now_s: int
+) -> dict[str, Any]:
     states = {s.id: s for s in counted.requirements} if counted is not None else {}
     requirements = []
     for r in review.requirements:
         state = states.get(r.id)
-        requirements.append({
-            "id": r.id, "approve": r.approve, "deny": r.deny,
-            "approvals": list(state.approvals) if state else [], "denials": list(state.denials) if state else [],
-        })
+        requirements.append(
+            {
+                "id": r.id,
+                "approve": r.approve,
+                "deny": r.deny,
+                "approvals": list(state.approvals) if state else [],
+                "denials": list(state.denials) if state else [],
+            }
+        )
     return {
-        "policy_ids": list(review.policy_ids), "policy_hash": review.policy_hash, "requirements": requirements,
+        "policy_ids": list(review.policy_ids),
+        "policy_hash": review.policy_hash,
+        "requirements": requirements,
         "escalation_level": level,
         "next_escalation_at": _ms(next_escalation_at(review, grant["created_at"] // 1000, now_s)),
     }
@@ -184,18 +236,43 @@ def jwt_claims(review: Review, grant: Grant, counted: Tally | None) -> dict[str,
     approvals = []
     for item in approvals_json(grant, counted, review):
         if "kind" in item:
-            approvals.append({"sub": f"{RULE_PREFIX}{item['rule']}", "at": _s(item["at"]), "via": "rule",
-                              "req": None, "reason": item["reason"]})
+            approvals.append(
+                {
+                    "sub": f"{RULE_PREFIX}{item['rule']}",
+                    "at": _s(item["at"]),
+                    "via": "rule",
+                    "req": None,
+                    "reason": item["reason"],
+                }
+            )
         else:
-            approvals.append({"sub": item["sub"], "at": _s(item["at"]), "via": item["via"], "req": item["requirement"]})
+            approvals.append(
+                {"sub": item["sub"], "at": _s(item["at"]), "via": item["via"], "req": item["requirement"]}
+            )
     if not approvals and grant.get("decided_by"):  # a default-policy decision recorded before votes were
-        approvals.append({"sub": str(grant["decided_by"]).lower(), "at": _s(grant.get("decided_at")), "via": "api",
-                          "req": "default"})
+        approvals.append(
+            {
+                "sub": str(grant["decided_by"]).lower(),
+                "at": _s(grant.get("decided_at")),
+                "via": "api",
+                "req": "default",
+            }
+        )
     need = sum(r.approve for r in review.requirements)
-    have = need if rule_approval(grant) is not None else (
-        int(counted.quorum.split("/")[0]) if counted is not None and counted.counted else min(len(approvals), need))
-    return {"approvals": approvals, "policy": {"ids": list(review.policy_ids), "hash": review.policy_hash},
-            "quorum": f"{have}/{need}"}
+    have = (
+        need
+        if rule_approval(grant) is not None
+        else (
+            int(counted.quorum.split("/")[0])
+            if counted is not None and counted.counted
+            else min(len(approvals), need)
+        )
+    )
+    return {
+        "approvals": approvals,
+        "policy": {"ids": list(review.policy_ids), "hash": review.policy_hash},
+        "quorum": f"{have}/{need}",
+    }
 
 
 def _s(ms: Any) -> int | None:

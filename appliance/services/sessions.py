@@ -65,21 +65,32 @@ def secure_cookie(services: Services) -> bool:
     return services.issuer.startswith("https://")
 
 
-async def start(services: Services, person: Person, user_agent: str, *, credential_id: str | None = None) -> tuple[str, Session]:
+async def start(
+    services: Services, person: Person, user_agent: str, *, credential_id: str | None = None
+) -> tuple[str, Session]:
     """Sign ``person`` in: a new session in a new family. Returns the cookie value and the record.
     ``credential_id``: the passkey the person signed in with (deleting it ends the session)."""
     return await _start(services, user_agent, person_id=person["person_id"], credential_id=credential_id)
 
 
-async def start_guest(services: Services, *, idp: str, email: str, name: str | None, user_agent: str) -> tuple[str, Session]:
+async def start_guest(
+    services: Services, *, idp: str, email: str, name: str | None, user_agent: str
+) -> tuple[str, Session]:
     """Sign a guest in (SP login: ``idp`` vouched for ``email``): a new session in a new family,
     with no person of this grantd behind it. Returns the cookie value and the record."""
     return await _start(services, user_agent, idp=idp, email=email.lower(), name=name)
 
 
-async def _start(services: Services, user_agent: str, *, person_id: str | None = None, idp: str | None = None,
-                 email: str | None = None, name: str | None = None,
-                 credential_id: str | None = None) -> tuple[str, Session]:
+async def _start(
+    services: Services,
+    user_agent: str,
+    *,
+    person_id: str | None = None,
+    idp: str | None = None,
+    email: str | None = None,
+    name: str | None = None,
+    credential_id: str | None = None,
+) -> tuple[str, Session]:
     value = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
     now = services.clock.now_ms()
     session: Session = {
@@ -136,7 +147,12 @@ async def live(services: Services, cookie_value: str | None) -> tuple[Person, Se
 async def live_guest(services: Services, cookie_value: str | None) -> Session | None:
     """The live guest session (SP login) a cookie names, or None."""
     session = await _live_record(services, cookie_value)
-    if session is None or session["person_id"] is not None or not session.get("idp") or not session.get("email"):
+    if (
+        session is None
+        or session["person_id"] is not None
+        or not session.get("idp")
+        or not session.get("email")
+    ):
         return None
     await _touch(services, session)
     return session
@@ -149,9 +165,13 @@ OWN_PAGE = 100  # sessions read per store call while listing one person's
 def own_view(session: Session, current_session_id: str | None) -> dict[str, Any]:
     """What a person sees of one of their sessions; ``id`` is its family (what ends it)."""
     return {
-        "id": session["family_id"], "created_at": session["created_at"], "expires_at": session["expires_at"],
-        "last_seen_at": session["last_seen_at"], "user_agent": session["user_agent"],
-        "credential_id": session.get("credential_id"), "current": session["session_id"] == current_session_id,
+        "id": session["family_id"],
+        "created_at": session["created_at"],
+        "expires_at": session["expires_at"],
+        "last_seen_at": session["last_seen_at"],
+        "user_agent": session["user_agent"],
+        "credential_id": session.get("credential_id"),
+        "current": session["session_id"] == current_session_id,
     }
 
 
@@ -161,7 +181,9 @@ async def own(services: Services, principal: Principal | None) -> list[Session]:
     found: list[Session] = []
     cursor: Cursor | None = None
     while True:
-        rows, more = await services.store.sessions.list(PageRequest(OWN_PAGE, cursor), me.id, services.clock.now_ms())
+        rows, more = await services.store.sessions.list(
+            PageRequest(OWN_PAGE, cursor), me.id, services.clock.now_ms()
+        )
         found.extend(rows)
         if not more or not rows:
             return found
@@ -173,7 +195,9 @@ async def end_own(services: Services, principal: Principal | None, family_id: st
     one that is not theirs or no longer live."""
     family_id = check_identifier("id", family_id)
     me = policy.may_manage_own_sessions(principal)
-    mine = [s for s in await own(services, me) if s["family_id"] == family_id and policy.may_end_session(me, s)]
+    mine = [
+        s for s in await own(services, me) if s["family_id"] == family_id and policy.may_end_session(me, s)
+    ]
     if not mine:
         raise not_found("session not found")
     count = await services.store.sessions.revoke_family(family_id, services.clock.now_ms())

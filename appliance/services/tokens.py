@@ -62,18 +62,30 @@ def kind_of(claims: dict[str, Any]) -> TokenKind | None:
     if isinstance(claims.get("grant_id"), str):
         return TokenKind.AUTHZ
     if claims.get("token_use") == "access":
-        if claims.get("act") == "human" and isinstance(claims.get("person_id"), str) and isinstance(claims.get("sid"), str):
+        if (
+            claims.get("act") == "human"
+            and isinstance(claims.get("person_id"), str)
+            and isinstance(claims.get("sid"), str)
+        ):
             return TokenKind.ACCESS
         return None
     if claims.get("act") == "human" and isinstance(claims.get("auth_time"), int):
         return TokenKind.ID
-    if claims.get("act") == "agent" and isinstance(claims.get("agent_id"), str) and isinstance(claims.get("sub"), str):
+    if (
+        claims.get("act") == "agent"
+        and isinstance(claims.get("agent_id"), str)
+        and isinstance(claims.get("sub"), str)
+    ):
         return TokenKind.IDENTITY
     return None
 
 
-TYP_OF_KIND = {TokenKind.IDENTITY: TYP_JWT, TokenKind.AUTHZ: TYP_JWT, TokenKind.ID: TYP_JWT,
-               TokenKind.ACCESS: TYP_ACCESS}
+TYP_OF_KIND = {
+    TokenKind.IDENTITY: TYP_JWT,
+    TokenKind.AUTHZ: TYP_JWT,
+    TokenKind.ID: TYP_JWT,
+    TokenKind.ACCESS: TYP_ACCESS,
+}
 
 
 def typ_of(header: dict[str, Any]) -> str | None:
@@ -120,27 +132,39 @@ class Tokens:
     def userinfo_audience(self) -> str:
         return f"{self.issuer}/userinfo"
 
-    async def mint_access(self, person: Person, *, client_id: str, api_access: bool, scope: str, sid: str,
-                          ttl: int) -> str:
+    async def mint_access(
+        self, person: Person, *, client_id: str, api_access: bool, scope: str, sid: str, ttl: int
+    ) -> str:
         """An OAuth access token (module docstring): a bearer on /api/** only for ``api_access``."""
         now = self.clock.now_s()
-        return await self._sign({
-            "iss": self.issuer,
-            "sub": person["email"],
-            "act": "human",
-            "aud": self.agent_audience if api_access else self.userinfo_audience(),
-            "person_id": person["person_id"],
-            "client_id": client_id,
-            "scope": scope,
-            "sid": sid,
-            "token_use": "access",
-            "iat": now,
-            "exp": now + ttl,
-            "jti": new_jti(),
-        }, typ=TYP_ACCESS)
+        return await self._sign(
+            {
+                "iss": self.issuer,
+                "sub": person["email"],
+                "act": "human",
+                "aud": self.agent_audience if api_access else self.userinfo_audience(),
+                "person_id": person["person_id"],
+                "client_id": client_id,
+                "scope": scope,
+                "sid": sid,
+                "token_use": "access",
+                "iat": now,
+                "exp": now + ttl,
+                "jti": new_jti(),
+            },
+            typ=TYP_ACCESS,
+        )
 
-    async def mint_id_token(self, person: Person, *, client_id: str, scope: str, nonce: str | None, auth_time: int,
-                            alg: str = "EdDSA") -> str:
+    async def mint_id_token(
+        self,
+        person: Person,
+        *,
+        client_id: str,
+        scope: str,
+        nonce: str | None,
+        auth_time: int,
+        alg: str = "EdDSA",
+    ) -> str:
         """An OIDC ID token for ``client_id`` (peer §3.6; ``email`` with scope email, ``name`` with
         scope profile), signed with ``alg`` (D3)."""
         now = self.clock.now_s()
@@ -166,17 +190,19 @@ class Tokens:
 
     async def mint_identity(self, agent: Agent) -> tuple[str, int]:
         now = self.clock.now_s()
-        token = await self._sign({
-            "iss": self.issuer,
-            "sub": agent["email"],
-            "act": "agent",
-            "aud": self.agent_audience,
-            "agent_id": agent["agent_id"],
-            "key_generation": agent["key_generation"],
-            "iat": now,
-            "exp": now + self.agent_ttl,
-            "jti": new_jti(),
-        })
+        token = await self._sign(
+            {
+                "iss": self.issuer,
+                "sub": agent["email"],
+                "act": "agent",
+                "aud": self.agent_audience,
+                "agent_id": agent["agent_id"],
+                "key_generation": agent["key_generation"],
+                "iat": now,
+                "exp": now + self.agent_ttl,
+                "jti": new_jti(),
+            }
+        )
         return token, self.agent_ttl
 
     async def mint_authz(self, grant: Grant, review: dict[str, Any] | None = None) -> str:
@@ -232,7 +258,9 @@ class Tokens:
         claims, header = await self._verify_with_header(token, audience=audience)
         return claims, header["kid"]
 
-    async def _verify_with_header(self, token: str, *, audience: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _verify_with_header(
+        self, token: str, *, audience: str | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The claims and the ``kid`` of a token of ours: signature (a published key of ours),
         issuer, audience (if given), expiry by the clock.
 
@@ -254,11 +282,17 @@ class Tokens:
         public = await self.keyring.verification_key(header["kid"])
         if public is None:
             raise TokenError("unknown signing key")
-        options: Any = {"require": ["exp", "iat", "iss", "sub"], "verify_aud": audience is not None, "verify_exp": False,
-                        "verify_iat": False, "verify_nbf": False}
+        options: Any = {
+            "require": ["exp", "iat", "iss", "sub"],
+            "verify_aud": audience is not None,
+            "verify_exp": False,
+            "verify_iat": False,
+            "verify_nbf": False,
+        }
         try:
-            claims = _STRICT_JWT.decode(token, public, algorithms=["EdDSA"], issuer=self.issuer, audience=audience,
-                                        options=options)
+            claims = _STRICT_JWT.decode(
+                token, public, algorithms=["EdDSA"], issuer=self.issuer, audience=audience, options=options
+            )
         except jwt.InvalidAudienceError:
             raise TokenError("audience mismatch") from None
         except jwt.InvalidIssuerError:
@@ -372,8 +406,12 @@ def _check_claim_shapes(claims: dict[str, Any], now_s: int) -> None:
     if not isinstance(claims.get("aud", ""), str):
         raise TokenError("audience must be a single string")
     exp, iat, nbf = claims.get("exp"), claims.get("iat"), claims.get("nbf")
-    if not isinstance(exp, int) or not isinstance(iat, int) or not all(map(_is_time, (exp, iat))) or (
-            nbf is not None and not _is_time(nbf)):
+    if (
+        not isinstance(exp, int)
+        or not isinstance(iat, int)
+        or not all(map(_is_time, (exp, iat)))
+        or (nbf is not None and not _is_time(nbf))
+    ):
         raise TokenError("invalid token: times must be whole seconds")
     if exp <= now_s:
         raise TokenError("token expired")

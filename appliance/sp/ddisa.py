@@ -32,7 +32,9 @@ DEFAULT_PRIORITY = 10
 LAST_PRIORITY = 10**18
 MAX_CACHE = 4096
 _PAIR_SPLIT = re.compile(r"[;\s]+")
-_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+_DOMAIN = re.compile(
+    r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,9 @@ def parse_record(text: str, *, allow_http: bool = False) -> DdisaRecord | None:
     mode = values.get("mode", "").lower() or None
     raw_priority = values.get("priority", "")
     if raw_priority.isascii() and raw_priority.isdigit():
-        priority = int(raw_priority) if len(raw_priority) <= 18 else LAST_PRIORITY  # huge: still after the others
+        priority = (
+            int(raw_priority) if len(raw_priority) <= 18 else LAST_PRIORITY
+        )  # huge: still after the others
     else:
         priority = DEFAULT_PRIORITY  # absent, negative or not a number
     return DdisaRecord(idp=idp, mode=mode if mode in MODES else None, priority=priority)
@@ -129,7 +133,9 @@ class Discovery:
 
         resolver = dns.asyncresolver.Resolver(configure=not self.nameservers)
         if self.nameservers:
-            resolver.nameservers = [dns.nameserver.Do53Nameserver(host, port) for host, port in self.nameservers]
+            resolver.nameservers = [
+                dns.nameserver.Do53Nameserver(host, port) for host, port in self.nameservers
+            ]
         resolver.lifetime = self.timeout
         resolver.timeout = self.timeout
         resolver.cache = None  # our own cache decides (it knows negative answers and the injected clock)

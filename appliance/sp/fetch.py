@@ -51,9 +51,17 @@ async def _targets(url: str, allow_private: bool) -> tuple[httpx.URL, list[str],
     return httpx.URL(url), addresses[:4], host, port
 
 
-async def send(method: str, url: str, *, allow_private: bool, headers: dict[str, str] | None = None,
-               form: dict[str, str] | None = None, content: bytes | None = None,
-               max_body: int = MAX_BODY, guard: FetchGuard | None = None) -> tuple[int, bytes]:
+async def send(
+    method: str,
+    url: str,
+    *,
+    allow_private: bool,
+    headers: dict[str, str] | None = None,
+    form: dict[str, str] | None = None,
+    content: bytes | None = None,
+    max_body: int = MAX_BODY,
+    guard: FetchGuard | None = None,
+) -> tuple[int, bytes]:
     """(status, body) of one request to ``url``, guarded (module docstring): resolved once, every
     address public unless ``allow_private``, connected to the checked address, no redirects.
     ``guard``: the process's ``FetchGuard`` (overall deadline, requests at once); without one, the
@@ -61,20 +69,44 @@ async def send(method: str, url: str, *, allow_private: bool, headers: dict[str,
     try:
         if guard is None:
             async with asyncio.timeout(DEADLINE_S):
-                return await _send(method, url, allow_private=allow_private, headers=headers, form=form,
-                                   content=content, max_body=max_body)
+                return await _send(
+                    method,
+                    url,
+                    allow_private=allow_private,
+                    headers=headers,
+                    form=form,
+                    content=content,
+                    max_body=max_body,
+                )
         async with guard.slot():
-            return await _send(method, url, allow_private=allow_private, headers=headers, form=form,
-                               content=content, max_body=max_body)
+            return await _send(
+                method,
+                url,
+                allow_private=allow_private,
+                headers=headers,
+                form=form,
+                content=content,
+                max_body=max_body,
+            )
     except Busy as exc:
         raise FetchError(str(exc)) from None
     except TimeoutError:
-        raise FetchError(f"no complete answer from {urlsplit(url).hostname} within "
-                         f"{guard.deadline_s if guard else DEADLINE_S:g} s") from None
+        raise FetchError(
+            f"no complete answer from {urlsplit(url).hostname} within "
+            f"{guard.deadline_s if guard else DEADLINE_S:g} s"
+        ) from None
 
 
-async def _send(method: str, url: str, *, allow_private: bool, headers: dict[str, str] | None,
-                form: dict[str, str] | None, content: bytes | None, max_body: int) -> tuple[int, bytes]:
+async def _send(
+    method: str,
+    url: str,
+    *,
+    allow_private: bool,
+    headers: dict[str, str] | None,
+    form: dict[str, str] | None,
+    content: bytes | None,
+    max_body: int,
+) -> tuple[int, bytes]:
     target, addresses, host, port = await _targets(url, allow_private)
     parts = urlsplit(url)
     netloc_host = parts.netloc
@@ -82,13 +114,19 @@ async def _send(method: str, url: str, *, allow_private: bool, headers: dict[str
     for address in addresses:
         literal = f"[{address}]" if ":" in address else address
         direct = urlunsplit((parts.scheme, f"{literal}:{port}", parts.path or "/", parts.query, ""))
-        sent = {"Accept": "application/json", "Accept-Encoding": "identity", "User-Agent": USER_AGENT,
-                **(headers or {}), "Host": netloc_host}
+        sent = {
+            "Accept": "application/json",
+            "Accept-Encoding": "identity",
+            "User-Agent": USER_AGENT,
+            **(headers or {}),
+            "Host": netloc_host,
+        }
         extensions = {"sni_hostname": host} if parts.scheme == "https" else {}
         try:
             async with httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False) as http:
-                built = http.build_request(method, direct, headers=sent, data=form, content=content,
-                                           extensions=extensions)
+                built = http.build_request(
+                    method, direct, headers=sent, data=form, content=content, extensions=extensions
+                )
                 response = await http.send(built, stream=True)
                 try:
                     body = bytearray()
@@ -107,8 +145,14 @@ async def _send(method: str, url: str, *, allow_private: bool, headers: dict[str
     raise FetchError(f"cannot connect to {host}: {type(last).__name__}")
 
 
-async def request(method: str, url: str, *, allow_private: bool, form: dict[str, str] | None = None,
-                  guard: FetchGuard | None = None) -> tuple[int, Any]:
+async def request(
+    method: str,
+    url: str,
+    *,
+    allow_private: bool,
+    form: dict[str, str] | None = None,
+    guard: FetchGuard | None = None,
+) -> tuple[int, Any]:
     """(status, parsed JSON body or None) of one request to ``url``, guarded as ``send``."""
     status, body = await send(method, url, allow_private=allow_private, form=form, guard=guard)
     try:

@@ -83,9 +83,19 @@ NOT_HUMAN = "only people sign in here (the ID token's act is not human)"
 REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat", "sub")
 # OAuth's error codes an IdP may send back to the callback (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6):
 # shown by name; anything else an IdP sends, and its error_description, are only logged.
-IDP_ERRORS = ("invalid_request", "unauthorized_client", "access_denied", "unsupported_response_type",
-              "invalid_scope", "server_error", "temporarily_unavailable", "interaction_required",
-              "login_required", "account_selection_required", "consent_required")
+IDP_ERRORS = (
+    "invalid_request",
+    "unauthorized_client",
+    "access_denied",
+    "unsupported_response_type",
+    "invalid_scope",
+    "server_error",
+    "temporarily_unavailable",
+    "interaction_required",
+    "login_required",
+    "account_selection_required",
+    "consent_required",
+)
 GENERIC_ERROR = "login_failed"
 
 # The only messages /?error= can show: code -> message.
@@ -204,17 +214,24 @@ class SpLogin:
 
     def __init__(self, config: Config, clock: Clock, fetches: FetchGuard | None = None):
         sp = config.sp
-        self.fetches = fetches  # the process's FetchGuard (grantd.services.outbound), shared with client metadata
+        self.fetches = (
+            fetches  # the process's FetchGuard (grantd.services.outbound), shared with client metadata
+        )
         self.config = config
         self.clock = clock
         self.allow_http = bool(sp.allow_http_idp)
         self.fallback_idp = str(sp.fallback_idp) if sp.fallback_idp else None
         self.discovery = ddisa.Discovery(
-            list(sp.nameservers), allow_http=self.allow_http, cache_ttl=int(sp.dns_cache_ttl),
-            negative_ttl=int(sp.dns_negative_cache_ttl), clock=clock,
+            list(sp.nameservers),
+            allow_http=self.allow_http,
+            cache_ttl=int(sp.dns_cache_ttl),
+            negative_ttl=int(sp.dns_negative_cache_ttl),
+            clock=clock,
         )
         self._endpoints: OrderedDict[str, tuple[int, IdpEndpoints]] = OrderedDict()
-        self._jwks: OrderedDict[str, tuple[int, int, dict[str, jwt.PyJWK]]] = OrderedDict()  # uri -> (expires, fetched_s, keys)
+        self._jwks: OrderedDict[str, tuple[int, int, dict[str, jwt.PyJWK]]] = (
+            OrderedDict()
+        )  # uri -> (expires, fetched_s, keys)
 
     @property
     def client_id(self) -> str:
@@ -255,8 +272,12 @@ class SpLogin:
         if remember and self.fetches is not None and self.fetches.failed(domain) is not None:
             raise LoginError(f"{IDP_UNREACHABLE} (it failed moments ago; try again later)", 503)
         try:
-            status, document = await request("GET", idp + "/.well-known/openid-configuration", allow_private=not guarded,
-                                             guard=self.fetches)
+            status, document = await request(
+                "GET",
+                idp + "/.well-known/openid-configuration",
+                allow_private=not guarded,
+                guard=self.fetches,
+            )
         except FetchError as exc:
             log.info("SP login: discovery of %r failed: %s", idp, exc)
             self._remember_failure(remember, domain, str(exc))
@@ -270,7 +291,9 @@ class SpLogin:
         allow_http = self.allow_http or (not guarded and idp.startswith("http://"))
         found = IdpEndpoints(
             issuer=idp,
-            authorization_endpoint=self._endpoint(document, "authorization_endpoint", idp + "/authorize", allow_http),
+            authorization_endpoint=self._endpoint(
+                document, "authorization_endpoint", idp + "/authorize", allow_http
+            ),
             token_endpoint=self._endpoint(document, "token_endpoint", idp + "/token", allow_http),
             jwks_uri=self._endpoint(document, "jwks_uri", idp + "/.well-known/jwks.json", allow_http),
         )
@@ -291,17 +314,39 @@ class SpLogin:
         state, nonce, binding = flows.new_secret(), flows.new_secret(), flows.new_secret()
         challenge = b64url(hashlib.sha256(verifier.encode()).digest())
         redirect_uri = redirect_uri_of(services.issuer)
-        query = urlencode({
-            "response_type": "code", "client_id": self.client_id, "redirect_uri": redirect_uri, "scope": SCOPE,
-            "state": state, "nonce": nonce, "code_challenge": challenge, "code_challenge_method": "S256",
-            "login_hint": email,
-        })
+        query = urlencode(
+            {
+                "response_type": "code",
+                "client_id": self.client_id,
+                "redirect_uri": redirect_uri,
+                "scope": SCOPE,
+                "state": state,
+                "nonce": nonce,
+                "code_challenge": challenge,
+                "code_challenge_method": "S256",
+                "login_hint": email,
+            }
+        )
         separator = "&" if "?" in found.authorization_endpoint else "?"
-        await flows.keep(services, FLOW_KIND, state, binding, {
-            "idp": idp, "guarded": guarded, "token_endpoint": found.token_endpoint, "jwks_uri": found.jwks_uri,
-            "verifier": verifier, "nonce": nonce, "email": email, "return_to": return_to,
-            "client_id": self.client_id, "redirect_uri": redirect_uri, "created_at": services.clock.now_ms(),
-        })
+        await flows.keep(
+            services,
+            FLOW_KIND,
+            state,
+            binding,
+            {
+                "idp": idp,
+                "guarded": guarded,
+                "token_endpoint": found.token_endpoint,
+                "jwks_uri": found.jwks_uri,
+                "verifier": verifier,
+                "nonce": nonce,
+                "email": email,
+                "return_to": return_to,
+                "client_id": self.client_id,
+                "redirect_uri": redirect_uri,
+                "created_at": services.clock.now_ms(),
+            },
+        )
         return found.authorization_endpoint + separator + query, binding
 
     # -- finish -----------------------------------------------------------------------------------
@@ -314,10 +359,21 @@ class SpLogin:
 
     async def exchange(self, flow: dict[str, Any], code: str) -> str:
         """The ID token for ``code`` (PKCE verifier, redirect URI and client id with it)."""
-        form = {"grant_type": "authorization_code", "code": code, "redirect_uri": flow["redirect_uri"],
-                "client_id": flow["client_id"], "code_verifier": flow["verifier"]}
+        form = {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": flow["redirect_uri"],
+            "client_id": flow["client_id"],
+            "code_verifier": flow["verifier"],
+        }
         try:
-            status, answer = await request("POST", flow["token_endpoint"], allow_private=not flow["guarded"], form=form, guard=self.fetches)
+            status, answer = await request(
+                "POST",
+                flow["token_endpoint"],
+                allow_private=not flow["guarded"],
+                form=form,
+                guard=self.fetches,
+            )
         except FetchError as exc:
             log.info("SP login: token endpoint of %r failed: %s", flow["idp"], exc)
             raise LoginError(f"{CODE_EXCHANGE}: {IDP_UNREACHABLE}") from None
@@ -382,9 +438,17 @@ class SpLogin:
             raise LoginError(LOGIN_ERRORS["key_algorithm"])
         try:
             claims = jwt.decode(
-                token, key.key, algorithms=[alg],
-                options={"verify_exp": False, "verify_iat": False, "verify_nbf": False, "verify_aud": False,
-                         "verify_iss": False, "require": list(REQUIRED_CLAIMS)},
+                token,
+                key.key,
+                algorithms=[alg],
+                options={
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                    "verify_aud": False,
+                    "verify_iss": False,
+                    "require": list(REQUIRED_CLAIMS),
+                },
             )
         except jwt.MissingRequiredClaimError as exc:
             raise LoginError(f"the ID token has no {exc.claim} claim") from None
@@ -399,10 +463,17 @@ class SpLogin:
         elif aud != client_id:
             raise LoginError(WRONG_AUDIENCE)
         nonce = claims.get("nonce")
-        if not isinstance(nonce, str) or not secrets.compare_digest(nonce.encode(), str(flow["nonce"]).encode()):
+        if not isinstance(nonce, str) or not secrets.compare_digest(
+            nonce.encode(), str(flow["nonce"]).encode()
+        ):
             raise LoginError(WRONG_NONCE)
         iat, exp = claims.get("iat"), claims.get("exp")
-        if isinstance(iat, bool) or isinstance(exp, bool) or not isinstance(iat, int | float) or not isinstance(exp, int | float):
+        if (
+            isinstance(iat, bool)
+            or isinstance(exp, bool)
+            or not isinstance(iat, int | float)
+            or not isinstance(exp, int | float)
+        ):
             raise LoginError("the ID token's iat and exp must be numbers")
         now = self.clock.now_s()
         if exp <= now - SKEW_S:
@@ -416,15 +487,20 @@ class SpLogin:
             raise LoginError(NOT_HUMAN)
         return claims
 
-    async def finish(self, services: Services, params: dict[str, str | None], binding: str | None,
-                     user_agent: str) -> tuple[str, Session, str]:
+    async def finish(
+        self, services: Services, params: dict[str, str | None], binding: str | None, user_agent: str
+    ) -> tuple[str, Session, str]:
         """(guest session cookie, its record, where to send the browser) for a callback's parameters."""
         state, code, error = params.get("state"), params.get("code"), params.get("error")
         flow = await self.take_flow(services, state, binding)
         if error:
             described = params.get("error_description") or ""
-            log.info("SP login: the IdP refused: %s", readable(f"{error}: {described}" if described else error))
-            raise LoginError(LOGIN_ERRORS["idp_refused_" + error] if error in IDP_ERRORS else LOGIN_ERRORS["idp_refused"])
+            log.info(
+                "SP login: the IdP refused: %s", readable(f"{error}: {described}" if described else error)
+            )
+            raise LoginError(
+                LOGIN_ERRORS["idp_refused_" + error] if error in IDP_ERRORS else LOGIN_ERRORS["idp_refused"]
+            )
         if not code or len(code) > 2048:
             raise LoginError(f"{CODE_EXCHANGE}: the IdP sent no code")
         claims = await self.verify(flow, await self.exchange(flow, code))
@@ -436,7 +512,11 @@ class SpLogin:
         name = claims.get("name")
         name = readable(name, 200) if isinstance(name, str) and name.strip() else None
         cookie, session = await sessions.start_guest(
-            services, idp=flow["idp"], email=str(flow["email"]), name=name, user_agent=user_agent,
+            services,
+            idp=flow["idp"],
+            email=str(flow["email"]),
+            name=name,
+            user_agent=user_agent,
         )
         return cookie, session, str(flow.get("return_to") or "/")
 
@@ -445,4 +525,3 @@ def readable(text: str, limit: int = 300) -> str:
     """Text from another server, fit to show: printable characters only, bounded."""
     cleaned = "".join(c if c.isprintable() else " " for c in text).strip()
     return cleaned[:limit] or "(no reason given)"
-

@@ -126,8 +126,9 @@ class KeyStore(Protocol):
 class AgentStore(Protocol):
     """Agents: ``Agent`` records. E-mails are unique across agents and persons (D11)."""
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
-                     by: str | None = None) -> Agent:
+    async def create(
+        self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0, by: str | None = None
+    ) -> Agent:
         """Insert (recording ``agent.enrolled`` by ``by``, grantd.store.tlog, in the same transaction).
         Raise ``Conflict("email")`` if the e-mail is another agent's, is in
         ``reserved_emails`` (administrators, the management identity), is a person's
@@ -187,7 +188,11 @@ class GrantStore(Protocol):
     """Grants (``Grant``; ``status`` is the stored one — readers apply ``Lapse``) and their events."""
 
     async def create(
-        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        self,
+        grant: Grant,
+        events: Sequence[str],
+        *,
+        bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
     ) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
@@ -219,7 +224,14 @@ class GrantStore(Protocol):
         caller an approver of, D13); the other filters apply to them as well."""
 
     async def update_if(
-        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+        self,
+        grant_id: str,
+        *,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
     ) -> Grant | None:
         """Apply ``changes`` only if the stored status is in ``expect`` and the grant has not lapsed;
         bump ``version``; record ``event`` (at ``now``). Exactly one of any number of concurrent
@@ -369,6 +381,27 @@ class Store(Protocol):
 
 
 __all__ = [
-    "AgentStore", "ChallengeStore", "Conflict", "ConsentStore", "CredentialStore", "DelegationStore", "DeviceCodeStore",
-    "GrantStore", "HostStore", "KeyStore", "LimitReached", "OwnerBound", "OneTimeStore", "PersonStore", "RefreshTokenStore", "RateStore", "ReceiptStore", "RegistrationStore", "SessionStore", "Store", "StoreError", "TlogStore", "WebAuthnChallengeStore",
+    "AgentStore",
+    "ChallengeStore",
+    "Conflict",
+    "ConsentStore",
+    "CredentialStore",
+    "DelegationStore",
+    "DeviceCodeStore",
+    "GrantStore",
+    "HostStore",
+    "KeyStore",
+    "LimitReached",
+    "OwnerBound",
+    "OneTimeStore",
+    "PersonStore",
+    "RefreshTokenStore",
+    "RateStore",
+    "ReceiptStore",
+    "RegistrationStore",
+    "SessionStore",
+    "Store",
+    "StoreError",
+    "TlogStore",
+    "WebAuthnChallengeStore",
 ]

@@ -51,7 +51,11 @@ def load(package: str, folder: str) -> list[SqlMigration]:
     """The migrations in ``folder`` of ``package`` (package data), by number; numbers run 1, 2, 3... without gaps."""
     directory: Traversable = files(package).joinpath(folder)
     found = sorted(
-        (parse(entry.name, entry.read_text(encoding="utf-8")) for entry in directory.iterdir() if entry.name.endswith(".sql")),
+        (
+            parse(entry.name, entry.read_text(encoding="utf-8"))
+            for entry in directory.iterdir()
+            if entry.name.endswith(".sql")
+        ),
         key=lambda m: m.version,
     )
     if [m.version for m in found] != list(range(1, len(found) + 1)):

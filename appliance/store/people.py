@@ -93,7 +93,9 @@ class SessionStore(Protocol):
     async def touch(self, session_id: str, now: int) -> None:
         """Record activity (``last_seen_at``). Cheap; may be skipped by callers within a minute."""
 
-    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
+    async def list(
+        self, page: PageRequest, person_id: str | None, now: int
+    ) -> tuple[builtins.list[Session], bool]:
         """Live (unrevoked, unexpired) sessions, newest first by (created_at, session_id)."""
 
     async def revoke_family(self, family_id: str, now: int) -> int:

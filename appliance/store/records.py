@@ -137,10 +137,14 @@ class Session(TypedDict):
     last_seen_at: int
     user_agent: str
     revoked_at: int | None
-    idp: str | None  # None: signed in here (passkey, federation); else the issuer of the IdP that vouched (SP login)
+    idp: (
+        str | None
+    )  # None: signed in here (passkey, federation); else the issuer of the IdP that vouched (SP login)
     email: str | None  # a guest's e-mail as that IdP asserted it (None for people of this grantd)
     name: str | None  # a guest's name as that IdP asserted it
-    credential_id: str | None  # the passkey that started it (deleting the passkey ends it); None: another way in
+    credential_id: (
+        str | None
+    )  # the passkey that started it (deleting the passkey ends it); None: another way in
 
 
 class RegistrationUrl(TypedDict):
@@ -180,7 +184,9 @@ class RefreshToken(TypedDict):
 
 class DeviceCode(TypedDict):
     device_code_hash: str  # SHA-256 hex of the device_code
-    user_code: str  # what the person types on /device: 8 letters of BCDFGHJKLMNPQRSTVWXZ, stored without the dash
+    user_code: (
+        str  # what the person types on /device: 8 letters of BCDFGHJKLMNPQRSTVWXZ, stored without the dash
+    )
     client_id: str
     scope: str
     created_at: int
@@ -220,9 +226,29 @@ DEVICE_CODE_COLUMNS = columns(DeviceCode)
 CONSENT_COLUMNS = columns(Consent)
 VOTE_COLUMNS = columns(Vote)
 # What the contract's update methods may change (agents.update, grants.update_if, people.update).
-AGENT_CHANGEABLE = ("name", "owner", "approver", "public_key", "key_id", "status", "updated_at")  # ids: the store
-GRANT_CHANGEABLE = frozenset({
-    "request", "grant_type", "status", "decided_by", "decided_at", "expires_at", "used_at", "decision_reason",
-    "delegation_id", "revoked_by", "revoked_at", "reuse_key",
-})
+AGENT_CHANGEABLE = (
+    "name",
+    "owner",
+    "approver",
+    "public_key",
+    "key_id",
+    "status",
+    "updated_at",
+)  # ids: the store
+GRANT_CHANGEABLE = frozenset(
+    {
+        "request",
+        "grant_type",
+        "status",
+        "decided_by",
+        "decided_at",
+        "expires_at",
+        "used_at",
+        "decision_reason",
+        "delegation_id",
+        "revoked_by",
+        "revoked_at",
+        "reuse_key",
+    }
+)
 PERSON_CHANGEABLE = ("name", "admin", "status", "updated_at")

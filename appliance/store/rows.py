@@ -57,8 +57,14 @@ def vote_row(row: Any) -> Vote:
 
 
 def review_row(row: Any) -> GrantReview:
-    return cast(GrantReview, {"grant_id": row["grant_id"], "review": json.loads(row["review_json"]),
-                              "escalation_level": int(row["escalation_level"])})
+    return cast(
+        GrantReview,
+        {
+            "grant_id": row["grant_id"],
+            "review": json.loads(row["review_json"]),
+            "escalation_level": int(row["escalation_level"]),
+        },
+    )
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:

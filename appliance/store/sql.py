@@ -30,7 +30,9 @@ def _mark(name: str, paramstyle: str) -> str:
     raise ValueError(f"unknown paramstyle {paramstyle!r}")
 
 
-def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = None, paramstyle: str = "named") -> Clause:
+def lapsed_sql(
+    lapse: Lapse, columns: Collection[str], *, only: str | None = None, paramstyle: str = "named"
+) -> Clause:
     """True for a row that has lapsed (``status = S AND column IS NOT NULL AND column <= cutoff``
     for each rule, OR-ed; each term is an index range on ``(status, column)``). ``only`` limits it
     to the rule of one stored status. Never NULL, so ``NOT (...)`` is safe. ``0`` if no rule applies."""
@@ -41,7 +43,10 @@ def lapsed_sql(lapse: Lapse, columns: Collection[str], *, only: str | None = Non
             continue
         if column not in columns or not column.isidentifier():
             raise ValueError(f"lapse column {column!r} is not a column of this record")
-        status_mark, cutoff_mark = _mark(f"lapse_status_{i}", paramstyle), _mark(f"lapse_cutoff_{i}", paramstyle)
+        status_mark, cutoff_mark = (
+            _mark(f"lapse_status_{i}", paramstyle),
+            _mark(f"lapse_cutoff_{i}", paramstyle),
+        )
         terms.append(f"(status = {status_mark} AND {column} IS NOT NULL AND {column} <= {cutoff_mark})")
         params[f"lapse_status_{i}"] = status
         params[f"lapse_cutoff_{i}"] = int(cutoff)
@@ -70,7 +75,9 @@ def status_sql(lapse: Lapse, status: str, columns: Collection[str], *, paramstyl
     return f"status = {mark}", params
 
 
-def after_sql(page: PageRequest, id_column: str, where: list[str], params: dict[str, Any], *, paramstyle: str = "named") -> None:
+def after_sql(
+    page: PageRequest, id_column: str, where: list[str], params: dict[str, Any], *, paramstyle: str = "named"
+) -> None:
     """Lists run newest first by (created_at, id): ask for ``page.limit + 1`` rows (``limit``) and,
     after a cursor, add the condition for the rows after the last one of the previous page.
     ``id_column`` is one of the caller's fixed column names, never from a request."""

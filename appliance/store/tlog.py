@@ -82,8 +82,17 @@ class TlogStore(Protocol):
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         """The stored node hashes among ``coords`` (missing ones are left out), one query."""
 
-    async def append(self, *, holder: str, now: int, expect_size: int, leaves: Sequence[LeafRow],
-                     nodes: Sequence[NodeRow], grant_seq: int, event_seq: int) -> bool:
+    async def append(
+        self,
+        *,
+        holder: str,
+        now: int,
+        expect_size: int,
+        leaves: Sequence[LeafRow],
+        nodes: Sequence[NodeRow],
+        grant_seq: int,
+        event_seq: int,
+    ) -> bool:
         """Write ``leaves`` and ``nodes`` and set ``size``/``grant_seq``/``event_seq`` in one
         transaction, only if the stored size is ``expect_size`` and ``holder`` holds an unexpired
         lease at ``now``; False (nothing written) otherwise."""
@@ -134,30 +143,51 @@ class ReceiptStore(Protocol):
 def delegation_event(kind: str, delegation: dict[str, Any], by: str, now: int) -> AuditEvent:
     """The audit event a delegation change records in its own transaction (``delegation.created`` by
     its delegator, ``delegation.revoked`` by ``by``): shared by every backend, so the leaf is the same."""
-    details = {k: delegation.get(k) for k in ("delegator", "delegate", "audience", "scopes", "approval", "expires_at")}
+    details = {
+        k: delegation.get(k)
+        for k in ("delegator", "delegate", "audience", "scopes", "approval", "expires_at")
+    }
     data: dict[str, Any] = {"delegation_id": delegation["id"]}
     if kind == "delegation.created":
         data["details"] = details
-    return AuditEvent(seq=0, kind=kind, grant_id=None, actor={"kind": "person", "email": str(by)}, data=data,
-                      created_at=now)
+    return AuditEvent(
+        seq=0, kind=kind, grant_id=None, actor={"kind": "person", "email": str(by)}, data=data, created_at=now
+    )
 
 
 def credential_event(credential: dict[str, Any], email: str | None) -> AuditEvent:
     """``person.credential_added``, recorded in the transaction that stores the passkey: its public key
     in the log lets an auditor check a passkey vote offline (D14)."""
-    return AuditEvent(seq=0, kind="person.credential_added", grant_id=None,
-                      actor={"kind": "person", "email": str(email or ""), "pid": str(credential["person_id"])},
-                      data={"email": str(email or ""), "credential_id": str(credential["credential_id"]),
-                            "public_key": str(credential["public_key"]), "pid": str(credential["person_id"])},
-                      created_at=int(credential["created_at"]))
+    return AuditEvent(
+        seq=0,
+        kind="person.credential_added",
+        grant_id=None,
+        actor={"kind": "person", "email": str(email or ""), "pid": str(credential["person_id"])},
+        data={
+            "email": str(email or ""),
+            "credential_id": str(credential["credential_id"]),
+            "public_key": str(credential["public_key"]),
+            "pid": str(credential["person_id"]),
+        },
+        created_at=int(credential["created_at"]),
+    )
 
 
 def jwt_key_event(key: dict[str, Any], now: int) -> AuditEvent:
     """``key.rotated`` (purpose ``jwt``), recorded in the transaction of ``keys.rotate``."""
-    return AuditEvent(seq=0, kind="key.rotated", grant_id=None, actor={"kind": "system"},
-                      data={"purpose": "jwt", "kid": str(key["kid"]), "alg": str(key["alg"]),
-                            "public_key": json.dumps(key["public_jwk"], sort_keys=True, separators=(",", ":"))},
-                      created_at=now)
+    return AuditEvent(
+        seq=0,
+        kind="key.rotated",
+        grant_id=None,
+        actor={"kind": "system"},
+        data={
+            "purpose": "jwt",
+            "kid": str(key["kid"]),
+            "alg": str(key["alg"]),
+            "public_key": json.dumps(key["public_jwk"], sort_keys=True, separators=(",", ":")),
+        },
+        created_at=now,
+    )
 
 
 def agent_event(kind: str, agent: dict[str, Any], by: str | None, now: int) -> AuditEvent:
@@ -165,8 +195,12 @@ def agent_event(kind: str, agent: dict[str, Any], by: str | None, now: int) -> A
     the transaction of the change; ``by`` is the e-mail of who acted (None: not known to the caller)."""
     data: dict[str, Any] = {"agent_id": str(agent["agent_id"])}
     if kind == "agent.enrolled":
-        data.update(email=str(agent["email"]), public_key=str(agent["public_key"]), owner=str(agent["owner"]),
-                    approver=str(agent["approver"]))
+        data.update(
+            email=str(agent["email"]),
+            public_key=str(agent["public_key"]),
+            owner=str(agent["owner"]),
+            approver=str(agent["approver"]),
+        )
     elif kind == "agent.key_replaced":
         data["public_key"] = str(agent["public_key"])
     actor = {"kind": "person", "email": by} if by else {"kind": "system"}

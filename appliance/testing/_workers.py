@@ -44,10 +44,19 @@ def take(path: str, start_at: float) -> list[int | None]:
 
 def consume(path: str, start_at: float, now: int) -> list[int]:
     async def work(store: SQLiteStore) -> list[int]:
-        results = await asyncio.gather(*(
-            store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": now},
-                                   event="grant.consumed", lapse=grant_lapse(now, 3600), now=now)
-            for _ in range(TAKERS)))
+        results = await asyncio.gather(
+            *(
+                store.grants.update_if(
+                    "g1",
+                    expect=["approved"],
+                    changes={"status": "consumed", "used_at": now},
+                    event="grant.consumed",
+                    lapse=grant_lapse(now, 3600),
+                    now=now,
+                )
+                for _ in range(TAKERS)
+            )
+        )
         return [r["version"] for r in results if r is not None]
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
@@ -55,8 +64,16 @@ def consume(path: str, start_at: float, now: int) -> list[int]:
 
 def add_first_key(path: str, start_at: float, kid: str, now: int) -> bool:
     async def work(store: SQLiteStore) -> bool:
-        return await store.keys.add_first({"kid": kid, "alg": "EdDSA", "private_pem": "p", "public_jwk": {},
-                                           "created_at": now, "retired_at": None})
+        return await store.keys.add_first(
+            {
+                "kid": kid,
+                "alg": "EdDSA",
+                "private_pem": "p",
+                "public_jwk": {},
+                "created_at": now,
+                "retired_at": None,
+            }
+        )
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
@@ -68,7 +85,11 @@ def migrate(path: str, start_at: float) -> list[int]:
 def hit(path: str, start_at: float, now: int) -> list[int]:
     async def work(store: SQLiteStore) -> list[int]:
         window = now - now % 60_000
-        return list(await asyncio.gather(*(store.rates.hit("auth:10.0.0.1", window, 60_000, now) for _ in range(TAKERS))))
+        return list(
+            await asyncio.gather(
+                *(store.rates.hit("auth:10.0.0.1", window, 60_000, now) for _ in range(TAKERS))
+            )
+        )
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
@@ -76,16 +97,34 @@ def hit(path: str, start_at: float, now: int) -> list[int]:
 def complete_registration(path: str, start_at: float, token_hash: str, tag: str, now: int) -> list[str]:
     """Redeem one registration URL TAKERS times at once; each result is the winner's credential id
     or the field of the Conflict."""
+
     async def redeem(store: SQLiteStore, i: int) -> str:
         person_id, credential_id = f"usr_{tag}{i}", f"cred-{tag}{i}"
         try:
             _, added = await store.registrations.complete(
                 token_hash,
-                {"person_id": person_id, "email": "alice@example.com", "name": "Alice", "admin": False,
-                 "status": "active", "created_at": now, "updated_at": now},
-                {"credential_id": credential_id, "person_id": person_id, "rp_id": "grantd.example.com",
-                 "public_key": "pk", "sign_count": 0, "transports": [], "aaguid": "", "name": "Passkey 1",
-                 "backed_up": False, "created_at": now, "last_used_at": None},
+                {
+                    "person_id": person_id,
+                    "email": "alice@example.com",
+                    "name": "Alice",
+                    "admin": False,
+                    "status": "active",
+                    "created_at": now,
+                    "updated_at": now,
+                },
+                {
+                    "credential_id": credential_id,
+                    "person_id": person_id,
+                    "rp_id": "grantd.example.com",
+                    "public_key": "pk",
+                    "sign_count": 0,
+                    "transports": [],
+                    "aaguid": "",
+                    "name": "Passkey 1",
+                    "backed_up": False,
+                    "created_at": now,
+                    "last_used_at": None,
+                },
                 now,
             )
         except Conflict as exc:
@@ -105,9 +144,12 @@ def take_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> l
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
 
-def rotate_refresh(path: str, start_at: float, old: dict[str, Any], tag: str, now: int) -> list[tuple[str, str]]:
+def rotate_refresh(
+    path: str, start_at: float, old: dict[str, Any], tag: str, now: int
+) -> list[tuple[str, str]]:
     """Redeem one refresh token TAKERS times at once, each with a new token of its own; each result
     is (outcome, the new token's hash)."""
+
     async def rotate(store: SQLiteStore, i: int) -> tuple[str, str]:
         new_hash = hashlib.sha256(f"{tag}{i}".encode()).hexdigest()
         new = {**old, "token_hash": new_hash, "created_at": now, "used_at": None, "revoked_at": None}
@@ -131,9 +173,11 @@ def take_device(path: str, start_at: float, device_code_hash: str, now: int) -> 
 def decide_device(path: str, start_at: float, user_code: str, tag: str, now: int) -> list[str | None]:
     """Decide one device request TAKERS times at once, each as another person; each result is the
     deciding person's id as the winner's record names it, None for the losers."""
+
     async def work(store: SQLiteStore) -> list[str | None]:
-        decided = await asyncio.gather(*(
-            store.device_codes.decide(user_code, f"usr_{tag}{i}", i % 2 == 0, now) for i in range(TAKERS)))
+        decided = await asyncio.gather(
+            *(store.device_codes.decide(user_code, f"usr_{tag}{i}", i % 2 == 0, now) for i in range(TAKERS))
+        )
         return [d["person_id"] if d is not None else None for d in decided]
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
@@ -147,11 +191,26 @@ def request_bounded(path: str, start_at: float, tag: str, now: int, limit: int) 
     bound = OwnerBound(limit, grant_lapse(now, 3600))
 
     async def one(store: SQLiteStore, i: int) -> str:
-        record: Grant = {"id": f"{tag}{i}", "type": "command", "requester": "a@agents.example.com",
-                  "requester_id": "agt_a" if i % 2 else "agt_b", "request": {"command": ["ls"]},
-                  "grant_type": "once", "status": "pending", "created_at": now, "decided_by": None,
-                  "decided_at": None, "expires_at": None, "used_at": None, "decision_reason": None,
-                  "delegation_id": None, "revoked_by": None, "revoked_at": None, "reuse_key": None, "version": 1}
+        record: Grant = {
+            "id": f"{tag}{i}",
+            "type": "command",
+            "requester": "a@agents.example.com",
+            "requester_id": "agt_a" if i % 2 else "agt_b",
+            "request": {"command": ["ls"]},
+            "grant_type": "once",
+            "status": "pending",
+            "created_at": now,
+            "decided_by": None,
+            "decided_at": None,
+            "expires_at": None,
+            "used_at": None,
+            "decision_reason": None,
+            "delegation_id": None,
+            "revoked_by": None,
+            "revoked_at": None,
+            "reuse_key": None,
+            "version": 1,
+        }
         try:
             await store.grants.create(record, ["grant.created"], bound=bound)
         except LimitReached as exc:
@@ -170,10 +229,21 @@ def enrol_bounded(path: str, start_at: float, tag: str, now: int, limit: int) ->
 
     async def one(store: SQLiteStore, i: int) -> str:
         name = f"{tag}{i}"
-        record: Agent = {"agent_id": f"agt_{name}", "email": f"{name}@agents.example.com", "name": name,
-                  "public_key": f"ssh-ed25519 K{name}", "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
-                  "key_generation": 1, "owner": "olivia@example.com", "approver": "olivia@example.com",
-                  "status": "active", "created_at": now, "updated_at": now, "owner_id": None, "approver_id": None}
+        record: Agent = {
+            "agent_id": f"agt_{name}",
+            "email": f"{name}@agents.example.com",
+            "name": name,
+            "public_key": f"ssh-ed25519 K{name}",
+            "key_id": "SHA256:" + hashlib.sha256(name.encode()).hexdigest(),
+            "key_generation": 1,
+            "owner": "olivia@example.com",
+            "approver": "olivia@example.com",
+            "status": "active",
+            "created_at": now,
+            "updated_at": now,
+            "owner_id": None,
+            "approver_id": None,
+        }
         try:
             await store.agents.create(record, frozenset(), max_per_owner=limit)
         except LimitReached as exc:
@@ -192,9 +262,20 @@ def vote(path: str, start_at: float, who: list[str], now: int) -> list[tuple[str
     outcome is the add_vote answer, or "won" for the one finalisation that changed the grant."""
 
     async def one(store: Any, email: str) -> tuple[str, str]:
-        outcome = await store.grants.add_vote({
-            "grant_id": "g1", "email": email, "voter_id": email, "decision": "approve", "via": "api", "at": now,
-            "reason": None, "grant_type": None, "duration": None, "management": False})
+        outcome = await store.grants.add_vote(
+            {
+                "grant_id": "g1",
+                "email": email,
+                "voter_id": email,
+                "decision": "approve",
+                "via": "api",
+                "at": now,
+                "reason": None,
+                "grant_type": None,
+                "duration": None,
+                "management": False,
+            }
+        )
         if outcome != "recorded":
             return email, outcome
         votes = await store.grants.votes("g1")
@@ -202,8 +283,13 @@ def vote(path: str, start_at: float, who: list[str], now: int) -> list[tuple[str
         if mine + 1 < 2:
             return email, "recorded"
         won = await store.grants.update_if(
-            "g1", expect=["pending"], changes={"status": "approved", "decided_by": email, "decided_at": now},
-            event="grant.approved", lapse=grant_lapse(now, 3600), now=now)
+            "g1",
+            expect=["pending"],
+            changes={"status": "approved", "decided_by": email, "decided_at": now},
+            event="grant.approved",
+            lapse=grant_lapse(now, 3600),
+            now=now,
+        )
         return email, "won" if won is not None else "recorded"
 
     async def work(store: Any) -> list[tuple[str, str]]:

@@ -30,18 +30,21 @@ async def _setup_people(store):
     await store.delegations.create(delegation("d1", delegator="dora@example.com"))
 
 
-@pytest.mark.parametrize(("record", "field"), [
-    (agent("other", email="bot@agents.example.com"), "email"),
-    (agent("other", key_id=agent("bot")["key_id"]), "publicKey"),
-    (agent("other", email="root@example.com"), "email"),
-    (agent("other", email="admin@example.com"), "email"),
-    (agent("other", email="olivia@example.com"), "email"),  # a person: an agent's owner
-    (agent("other", email="amir@example.com"), "email"),  # a person: an agent's approver
-    (agent("other", email="dora@example.com"), "email"),  # a person: a delegator
-    (agent("other", owner="bot@agents.example.com"), "owner"),
-    (agent("other", approver="bot@agents.example.com"), "approver"),
-    (agent("bot", email="fresh@agents.example.com", key_id="fresh"), "id"),
-])
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (agent("other", email="bot@agents.example.com"), "email"),
+        (agent("other", key_id=agent("bot")["key_id"]), "publicKey"),
+        (agent("other", email="root@example.com"), "email"),
+        (agent("other", email="admin@example.com"), "email"),
+        (agent("other", email="olivia@example.com"), "email"),  # a person: an agent's owner
+        (agent("other", email="amir@example.com"), "email"),  # a person: an agent's approver
+        (agent("other", email="dora@example.com"), "email"),  # a person: a delegator
+        (agent("other", owner="bot@agents.example.com"), "owner"),
+        (agent("other", approver="bot@agents.example.com"), "approver"),
+        (agent("bot", email="fresh@agents.example.com", key_id="fresh"), "id"),
+    ],
+)
 async def test_create_conflicts(store, record, field):
     await _setup_people(store)
     with pytest.raises(Conflict) as caught:
@@ -58,7 +61,9 @@ async def test_list_newest_first_with_paging(store):
     pages = await walk(store.agents.list, 3, "agent_id")
     assert [len(p) for p in pages] == [3, 3, 1]
     listed = [a["agent_id"] for p in pages for a in p]
-    assert listed == sorted((f"agt_{n}" for n in names), key=lambda i: (NOW + int(i[5:]) // 3, i), reverse=True)
+    assert listed == sorted(
+        (f"agt_{n}" for n in names), key=lambda i: (NOW + int(i[5:]) // 3, i), reverse=True
+    )
     rows, more = await store.agents.list(first_page(7))
     assert len(rows) == 7 and more is False
 
@@ -71,17 +76,22 @@ async def test_update_bumps_key_generation_only_on_a_new_key(store):
     assert same["key_generation"] == 1
     rekeyed = await store.agents.update("agt_bot", {"public_key": "ssh-ed25519 NEW", "key_id": "SHA256:new"})
     assert rekeyed["key_generation"] == 2 and rekeyed["public_key"] == "ssh-ed25519 NEW"
-    again = await store.agents.update("agt_bot", {"public_key": "ssh-ed25519 NEWER", "key_id": "SHA256:newer"})
+    again = await store.agents.update(
+        "agt_bot", {"public_key": "ssh-ed25519 NEWER", "key_id": "SHA256:newer"}
+    )
     assert again["key_generation"] == 3
     assert await store.agents.get("agt_bot") == again
     assert await store.agents.update("agt_nobody", {"name": "x"}) is None
 
 
-@pytest.mark.parametrize(("changes", "field"), [
-    ({"owner": "other@agents.example.com"}, "owner"),
-    ({"approver": "other@agents.example.com"}, "approver"),
-    ({"public_key": "ssh-ed25519 KEYother", "key_id": agent("other")["key_id"]}, "publicKey"),
-])
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"owner": "other@agents.example.com"}, "owner"),
+        ({"approver": "other@agents.example.com"}, "approver"),
+        ({"public_key": "ssh-ed25519 KEYother", "key_id": agent("other")["key_id"]}, "publicKey"),
+    ],
+)
 async def test_update_conflicts(store, changes, field):
     await store.agents.create(agent("bot"), ADMINS)
     await store.agents.create(agent("other"), ADMINS)
@@ -96,9 +106,13 @@ async def _agent_with_history(store):
     await store.agents.create(agent("bot"), ADMINS)
     mine = {"requester": bot, "requester_id": "agt_bot"}
     await store.grants.create(grant("pending", **mine), ["grant.created"])
-    await store.grants.create(grant("approved", status="approved", expires_at=NOW + HOUR, **mine), ["grant.created"])
+    await store.grants.create(
+        grant("approved", status="approved", expires_at=NOW + HOUR, **mine), ["grant.created"]
+    )
     await store.grants.create(grant("always", status="approved", **mine), ["grant.created"])
-    await store.grants.create(grant("lapsed_approved", status="approved", expires_at=NOW, **mine), ["grant.created"])
+    await store.grants.create(
+        grant("lapsed_approved", status="approved", expires_at=NOW, **mine), ["grant.created"]
+    )
     await store.grants.create(grant("lapsed_pending", created_at=NOW - HOUR, **mine), ["grant.created"])
     await store.grants.create(grant("denied", status="denied", **mine), ["grant.created"])
     await store.grants.create(grant("someone_else", requester="x@example.com"), ["grant.created"])
@@ -111,26 +125,43 @@ async def _agent_with_history(store):
 @pytest.mark.parametrize("delete", [False, True])
 async def test_retire_revokes_ends_and_forgets(store, delete):
     seq = await _agent_with_history(store)
-    result = await store.agents.retire("agt_bot", delete=delete, by="admin@example.com", reason="compromised",
-                                       now=NOW + 5, lapse=lapse(NOW))
+    result = await store.agents.retire(
+        "agt_bot", delete=delete, by="admin@example.com", reason="compromised", now=NOW + 5, lapse=lapse(NOW)
+    )
     assert result is not None
     before, revoked = result
     assert before == agent("bot")
     assert sorted(g["id"] for g in revoked) == ["always", "approved", "pending"]
     for g in revoked:
         assert (g["status"], g["revoked_by"], g["revoked_at"], g["decision_reason"], g["version"]) == (
-            "revoked", "admin@example.com", NOW + 5, "compromised", 2)
+            "revoked",
+            "admin@example.com",
+            NOW + 5,
+            "compromised",
+            2,
+        )
         assert await store.grants.get(g["id"]) == g
     events = await store.grants.events_after(seq, 100)
     assert sorted((e["event"], e["grant_id"]) for e in events) == [
-        ("grant.revoked", "always"), ("grant.revoked", "approved"), ("grant.revoked", "pending")]
+        ("grant.revoked", "always"),
+        ("grant.revoked", "approved"),
+        ("grant.revoked", "pending"),
+    ]
     assert all(e["grant"]["status"] == "revoked" and e["created_at"] == NOW + 5 for e in events)
     # lapsed, decided and other requesters' grants are untouched
-    for gid, status in [("lapsed_approved", "approved"), ("lapsed_pending", "pending"), ("denied", "denied"),
-                        ("someone_else", "pending")]:
+    for gid, status in [
+        ("lapsed_approved", "approved"),
+        ("lapsed_pending", "pending"),
+        ("denied", "denied"),
+        ("someone_else", "pending"),
+    ]:
         assert (await store.grants.get(gid))["status"] == status
     ended = await store.delegations.get("as_delegate")
-    assert (ended["status"], ended["revoked_by"], ended["revoked_at"]) == ("revoked", "admin@example.com", NOW + 5)
+    assert (ended["status"], ended["revoked_by"], ended["revoked_at"]) == (
+        "revoked",
+        "admin@example.com",
+        NOW + 5,
+    )
     assert (await store.delegations.get("unrelated"))["status"] == "active"
     assert await store.challenges.take("c1", "agt_bot") is None
     if delete:
@@ -148,9 +179,17 @@ async def test_retire_revokes_ends_and_forgets(store, delete):
 
 async def test_retire_twice_and_unknown(store):
     await store.agents.create(agent("bot"), ADMINS)
-    assert await store.agents.retire("agt_nobody", delete=False, by="a", reason="r", now=NOW, lapse=lapse()) is None
-    assert await store.agents.retire("agt_bot", delete=False, by="a", reason="r", now=NOW, lapse=lapse()) is not None
-    assert await store.agents.retire("agt_bot", delete=False, by="a", reason="r", now=NOW, lapse=lapse()) is None
+    assert (
+        await store.agents.retire("agt_nobody", delete=False, by="a", reason="r", now=NOW, lapse=lapse())
+        is None
+    )
+    assert (
+        await store.agents.retire("agt_bot", delete=False, by="a", reason="r", now=NOW, lapse=lapse())
+        is not None
+    )
+    assert (
+        await store.agents.retire("agt_bot", delete=False, by="a", reason="r", now=NOW, lapse=lapse()) is None
+    )
     deleted = await store.agents.retire("agt_bot", delete=True, by="a", reason="r", now=NOW, lapse=lapse())
     assert deleted is not None and deleted[0]["status"] == "disabled" and deleted[1] == []
     assert await store.agents.get("agt_bot") is None

@@ -30,10 +30,12 @@ async def test_a_delegator_is_never_an_agent(store):
 
 async def test_list_by_party_newest_first_with_paging(store):
     for i in range(5):
-        await store.delegations.create(delegation(f"a{i}", delegator="alice@example.com", delegate="x@e.com",
-                                                  created_at=NOW + i // 2))
-    await store.delegations.create(delegation("b0", delegator="bob@example.com", delegate="alice@example.com",
-                                              created_at=NOW + 10))
+        await store.delegations.create(
+            delegation(f"a{i}", delegator="alice@example.com", delegate="x@e.com", created_at=NOW + i // 2)
+        )
+    await store.delegations.create(
+        delegation("b0", delegator="bob@example.com", delegate="alice@example.com", created_at=NOW + 10)
+    )
     await store.delegations.create(delegation("c0", delegator="carol@example.com", delegate="y@e.com"))
     pages = await walk(lambda p: store.delegations.list(party="alice@example.com", page=p), 2)
     ids = [d["id"] for page in pages for d in page]
@@ -45,7 +47,9 @@ async def test_list_by_party_newest_first_with_paging(store):
 
 async def test_revoke_has_exactly_one_winner(store):
     await store.delegations.create(delegation("d1"))
-    results = await asyncio.gather(*(store.delegations.revoke("d1", f"admin{i}@example.com", NOW + i) for i in range(10)))
+    results = await asyncio.gather(
+        *(store.delegations.revoke("d1", f"admin{i}@example.com", NOW + i) for i in range(10))
+    )
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert winners[0]["status"] == "revoked"
@@ -59,10 +63,16 @@ async def test_revoke_has_exactly_one_winner(store):
 async def test_live_for_honours_lapse(store):
     bot = "bot@agents.example.com"
     await store.delegations.create(delegation("forever", delegate=bot, created_at=NOW - 3))
-    await store.delegations.create(delegation("later", delegate=bot, created_at=NOW - 2, expires_at=NOW + HOUR))
+    await store.delegations.create(
+        delegation("later", delegate=bot, created_at=NOW - 2, expires_at=NOW + HOUR)
+    )
     await store.delegations.create(delegation("lapsed", delegate=bot, created_at=NOW - 1, expires_at=NOW))
     await store.delegations.create(delegation("revoked", delegate=bot, created_at=NOW - 4, status="revoked"))
     await store.delegations.create(delegation("other", delegate="other@example.com"))
     assert [d["id"] for d in await store.delegations.live_for(bot, dlapse(NOW))] == ["forever", "later"]
-    assert [d["id"] for d in await store.delegations.live_for(bot, dlapse(NOW - 1))] == ["forever", "later", "lapsed"]
+    assert [d["id"] for d in await store.delegations.live_for(bot, dlapse(NOW - 1))] == [
+        "forever",
+        "later",
+        "lapsed",
+    ]
     assert [d["id"] for d in await store.delegations.live_for(bot, dlapse(NOW + HOUR))] == ["forever"]

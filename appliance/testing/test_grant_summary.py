@@ -22,10 +22,12 @@ async def test_counts_are_statuses_as_read_and_the_oldest_pending_is_live(store)
     await store.grants.create(grant("old-pending", created_at=pending_ttl_cutoff - 1), ["grant.created"])
     await store.grants.create(grant("p1", created_at=NOW - 5_000), ["grant.created"])
     await store.grants.create(grant("p2", created_at=NOW - 1_000), ["grant.created"])
-    await store.grants.create(grant("a-live", status="approved", created_at=NOW - 9_000, expires_at=NOW + DAY_MS),
-                              ["grant.created"])
-    await store.grants.create(grant("a-lapsed", status="approved", created_at=NOW - 9_000, expires_at=NOW - 1),
-                              ["grant.created"])
+    await store.grants.create(
+        grant("a-live", status="approved", created_at=NOW - 9_000, expires_at=NOW + DAY_MS), ["grant.created"]
+    )
+    await store.grants.create(
+        grant("a-lapsed", status="approved", created_at=NOW - 9_000, expires_at=NOW - 1), ["grant.created"]
+    )
     await store.grants.create(grant("d", status="denied", created_at=NOW - 8_000), ["grant.created"])
     await store.grants.create(grant("e", status="expired", created_at=NOW - 7_000), ["grant.created"])
     counts, oldest = await store.grants.summary(lapse())

@@ -20,8 +20,13 @@ async def test_create_records_its_events_in_order(store):
     events = await store.grants.events_after(0, 10)
     assert [e["event"] for e in events] == ["grant.created", "grant.approved"]
     assert events[0]["seq"] < events[1]["seq"] == await store.grants.last_event_seq()
-    assert all(e["grant_id"] == "g1" and e["requester"] == created["requester"] and e["created_at"] == NOW
-               and e["grant"] == created for e in events)
+    assert all(
+        e["grant_id"] == "g1"
+        and e["requester"] == created["requester"]
+        and e["created_at"] == NOW
+        and e["grant"] == created
+        for e in events
+    )
 
 
 async def test_events_after_orders_and_limits(store):
@@ -38,32 +43,48 @@ async def test_events_after_orders_and_limits(store):
 async def test_find_reusable_honours_lapse(store):
     mine = {"requester_id": "agt_bot", "reuse_key": "rk"}
     await store.grants.create(grant("old", status="approved", created_at=NOW - 2, **mine), [])
-    await store.grants.create(grant("new", status="approved", created_at=NOW - 1, expires_at=NOW + HOUR, **mine), [])
+    await store.grants.create(
+        grant("new", status="approved", created_at=NOW - 1, expires_at=NOW + HOUR, **mine), []
+    )
     await store.grants.create(grant("pending", created_at=NOW, **mine), [])
     await store.grants.create(grant("other", status="approved", requester_id="agt_other", reuse_key="rk"), [])
     assert (await store.grants.find_reusable("agt_bot", "rk", lapse(NOW)))["id"] == "new"
-    assert (await store.grants.find_reusable("agt_bot", "rk", lapse(NOW + HOUR)))["id"] == "old"  # "new" lapsed
+    assert (await store.grants.find_reusable("agt_bot", "rk", lapse(NOW + HOUR)))[
+        "id"
+    ] == "old"  # "new" lapsed
     assert await store.grants.find_reusable("agt_bot", "other-key", lapse(NOW)) is None
     assert await store.grants.find_reusable("agt_nobody", "rk", lapse(NOW)) is None
 
 
 async def _statuses(store):
     rows = [
-        grant("P1"), grant("P2", created_at=NOW - HOUR),  # pending; P2 is pending_ttl old: lapsed
-        grant("A1", status="approved"), grant("A2", status="approved", expires_at=NOW + 1),
+        grant("P1"),
+        grant("P2", created_at=NOW - HOUR),  # pending; P2 is pending_ttl old: lapsed
+        grant("A1", status="approved"),
+        grant("A2", status="approved", expires_at=NOW + 1),
         grant("A3", status="approved", expires_at=NOW),  # lapsed exactly at its expiry
-        grant("E1", status="expired"), grant("D1", status="denied"), grant("C1", status="consumed"),
+        grant("E1", status="expired"),
+        grant("D1", status="denied"),
+        grant("C1", status="consumed"),
         grant("R1", status="revoked", expires_at=NOW - HOUR),  # no lapse rule for revoked
     ]
     for row in rows:
         await store.grants.create(row, ["grant.created"])
 
 
-@pytest.mark.parametrize(("status", "expected"), [
-    ("pending", {"P1"}), ("approved", {"A1", "A2"}), ("expired", {"P2", "A3", "E1"}), ("denied", {"D1"}),
-    ("consumed", {"C1"}), ("revoked", {"R1"}), ("unknown", set()),
-    (None, {"P1", "P2", "A1", "A2", "A3", "E1", "D1", "C1", "R1"}),
-])
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("pending", {"P1"}),
+        ("approved", {"A1", "A2"}),
+        ("expired", {"P2", "A3", "E1"}),
+        ("denied", {"D1"}),
+        ("consumed", {"C1"}),
+        ("revoked", {"R1"}),
+        ("unknown", set()),
+        (None, {"P1", "P2", "A1", "A2", "A3", "E1", "D1", "C1", "R1"}),
+    ],
+)
 async def test_list_filters_on_the_status_as_read(store, status, expected):
     await _statuses(store)
     rows, more = await store.grants.list(lapse=lapse(NOW), page=first_page(), status=status)
@@ -75,9 +96,12 @@ async def test_list_filters_on_the_status_as_read(store, status, expected):
 async def test_list_under_a_later_lapse(store):
     await _statuses(store)
     later = lapse(NOW + 1)
-    assert {g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="approved"))[0]} == {"A1"}
-    assert {g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="expired"))[0]} == {
-        "P2", "A2", "A3", "E1"}
+    assert {
+        g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="approved"))[0]
+    } == {"A1"}
+    assert {
+        g["id"] for g in (await store.grants.list(lapse=later, page=first_page(), status="expired"))[0]
+    } == {"P2", "A2", "A3", "E1"}
 
 
 async def test_list_by_requester_and_scope(store):
@@ -114,11 +138,22 @@ async def test_list_scope_widened_by_grant_ids(store):
     assert await ids(requester_ids=[], also_ids=["b1", "b1"]) == {"b1"}  # no scope but the named grants
     assert await ids(requester_ids=[], also_ids=[]) == set()
     assert await ids(requester_ids=[], also_ids=["nope"]) == set()
-    assert await ids(requester_ids=None, also_ids=["b1"]) == {"b1", "b2", "p1", "q1"}  # None: everyone already
-    assert await ids(status="pending", requester_ids=[], also_ids=["b1", "q1"]) == {"b1"}  # filters still apply
+    assert await ids(requester_ids=None, also_ids=["b1"]) == {
+        "b1",
+        "b2",
+        "p1",
+        "q1",
+    }  # None: everyone already
+    assert await ids(status="pending", requester_ids=[], also_ids=["b1", "q1"]) == {
+        "b1"
+    }  # filters still apply
     assert await ids(requester="pat@e.com", requester_ids=[], also_ids=["b1"]) == set()
-    pages = await walk(lambda p: store.grants.list(lapse=lapse(), page=p, requester_ids=["pat@e.com"],
-                                                   also_ids=["b1", "b2"]), 2)
+    pages = await walk(
+        lambda p: store.grants.list(
+            lapse=lapse(), page=p, requester_ids=["pat@e.com"], also_ids=["b1", "b2"]
+        ),
+        2,
+    )
     assert sorted(g["id"] for p in pages for g in p) == ["b1", "b2", "p1"]
 
 
@@ -129,27 +164,51 @@ async def test_list_pages_newest_first(store):
     assert [len(p) for p in pages] == [3, 3, 2]
     listed = [(g["created_at"], g["id"]) for p in pages for g in p]
     assert listed == sorted(listed, reverse=True) and len(set(listed)) == 8
-    expired_pages = await walk(lambda p: store.grants.list(lapse=lapse(NOW + HOUR), page=p, status="expired"), 5)
+    expired_pages = await walk(
+        lambda p: store.grants.list(lapse=lapse(NOW + HOUR), page=p, status="expired"), 5
+    )
     assert [len(p) for p in expired_pages] == [5, 3]
 
 
 async def test_update_if(store):
     await store.grants.create(grant("g1"), ["grant.created"])
     seq = await store.grants.last_event_seq()
-    kwargs = {"changes": {"status": "approved", "decided_by": "amir@example.com", "decided_at": NOW,
-                          "expires_at": NOW + HOUR, "version": 99, "id": "evil"},
-              "event": "grant.approved", "lapse": lapse(NOW), "now": NOW}
+    kwargs = {
+        "changes": {
+            "status": "approved",
+            "decided_by": "amir@example.com",
+            "decided_at": NOW,
+            "expires_at": NOW + HOUR,
+            "version": 99,
+            "id": "evil",
+        },
+        "event": "grant.approved",
+        "lapse": lapse(NOW),
+        "now": NOW,
+    }
     assert await store.grants.update_if("g1", expect=["approved"], **kwargs) is None
     assert await store.grants.update_if("nope", expect=["pending"], **kwargs) is None
     assert await store.grants.last_event_seq() == seq
     updated = await store.grants.update_if("g1", expect=["pending", "approved"], **kwargs)
-    assert updated == grant("g1", status="approved", decided_by="amir@example.com", decided_at=NOW,
-                            expires_at=NOW + HOUR, version=2)
+    assert updated == grant(
+        "g1",
+        status="approved",
+        decided_by="amir@example.com",
+        decided_at=NOW,
+        expires_at=NOW + HOUR,
+        version=2,
+    )
     assert await store.grants.get("g1") == updated
     [event] = await store.grants.events_after(seq, 10)
     assert (event["event"], event["grant"], event["created_at"]) == ("grant.approved", updated, NOW)
-    consumed = await store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": NOW},
-                                            event="grant.consumed", lapse=lapse(NOW), now=NOW)
+    consumed = await store.grants.update_if(
+        "g1",
+        expect=["approved"],
+        changes={"status": "consumed", "used_at": NOW},
+        event="grant.consumed",
+        lapse=lapse(NOW),
+        now=NOW,
+    )
     assert consumed["version"] == 3 and consumed["status"] == "consumed"
 
 
@@ -157,21 +216,48 @@ async def test_update_if_refuses_lapsed_grants(store):
     await store.grants.create(grant("old_pending", created_at=NOW - HOUR), [])
     await store.grants.create(grant("over", status="approved", expires_at=NOW), [])
     for gid, expect in [("old_pending", ["pending"]), ("over", ["approved"])]:
-        assert await store.grants.update_if(gid, expect=expect, changes={"status": "revoked"}, event="grant.revoked",
-                                            lapse=lapse(NOW), now=NOW) is None
+        assert (
+            await store.grants.update_if(
+                gid,
+                expect=expect,
+                changes={"status": "revoked"},
+                event="grant.revoked",
+                lapse=lapse(NOW),
+                now=NOW,
+            )
+            is None
+        )
         assert (await store.grants.get(gid))["version"] == 1
     assert await store.grants.last_event_seq() == 0
     # a second earlier, neither had lapsed
-    assert await store.grants.update_if("over", expect=["approved"], changes={"status": "revoked"},
-                                        event="grant.revoked", lapse=lapse(NOW - 1), now=NOW - 1) is not None
+    assert (
+        await store.grants.update_if(
+            "over",
+            expect=["approved"],
+            changes={"status": "revoked"},
+            event="grant.revoked",
+            lapse=lapse(NOW - 1),
+            now=NOW - 1,
+        )
+        is not None
+    )
 
 
 async def test_update_if_has_exactly_one_winner(store):
     await store.grants.create(grant("g1", status="approved", grant_type="once", expires_at=NOW + HOUR), [])
-    results = await asyncio.gather(*(
-        store.grants.update_if("g1", expect=["approved"], changes={"status": "consumed", "used_at": NOW + i},
-                               event="grant.consumed", lapse=lapse(NOW), now=NOW + i)
-        for i in range(20)))
+    results = await asyncio.gather(
+        *(
+            store.grants.update_if(
+                "g1",
+                expect=["approved"],
+                changes={"status": "consumed", "used_at": NOW + i},
+                event="grant.consumed",
+                lapse=lapse(NOW),
+                now=NOW + i,
+            )
+            for i in range(20)
+        )
+    )
     winners = [r for r in results if r is not None]
     assert len(winners) == 1 and winners[0]["version"] == 2
     assert await store.grants.get("g1") == winners[0]
@@ -179,7 +265,9 @@ async def test_update_if_has_exactly_one_winner(store):
 
 
 async def test_expire_stores_lapsed_grants_and_drops_old_events(store):
-    await store.grants.create(grant("old_event", status="denied", created_at=NOW - 2 * HOUR), ["grant.created"])
+    await store.grants.create(
+        grant("old_event", status="denied", created_at=NOW - 2 * HOUR), ["grant.created"]
+    )
     await _statuses(store)
     seq = await store.grants.last_event_seq()
     expired = await store.grants.expire(lapse(NOW), NOW, events_before=NOW - HOUR)
@@ -188,7 +276,10 @@ async def test_expire_stores_lapsed_grants_and_drops_old_events(store):
         assert g["status"] == "expired" and g["version"] == 2
         assert await store.grants.get(g["id"]) == g
     events = await store.grants.events_after(seq, 100)
-    assert sorted((e["event"], e["grant_id"]) for e in events) == [("grant.expired", "A3"), ("grant.expired", "P2")]
+    assert sorted((e["event"], e["grant_id"]) for e in events) == [
+        ("grant.expired", "A3"),
+        ("grant.expired", "P2"),
+    ]
     assert all(e["created_at"] == NOW and e["grant"]["status"] == "expired" for e in events)
     remaining = await store.grants.events_after(0, 100)
     assert "old_event" not in {e["grant_id"] for e in remaining}  # older than events_before: dropped
@@ -211,13 +302,27 @@ async def test_expire_is_a_no_op_when_nothing_lapsed(store):
 
 
 def _vote(email, decision="approve", **fields):
-    return {"grant_id": "g1", "email": email, "voter_id": "usr_" + email.split("@")[0], "decision": decision,
-            "via": "api", "at": NOW, "reason": None, "grant_type": None, "duration": None, "management": False,
-            **fields}
+    return {
+        "grant_id": "g1",
+        "email": email,
+        "voter_id": "usr_" + email.split("@")[0],
+        "decision": decision,
+        "via": "api",
+        "at": NOW,
+        "reason": None,
+        "grant_type": None,
+        "duration": None,
+        "management": False,
+        **fields,
+    }
 
 
 async def test_a_pinned_review_is_kept_with_its_grant(store):
-    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": [{"id": "prod-root/sre"}]}
+    review = {
+        "policy_ids": ["prod-root"],
+        "policy_hash": "sha256:ab",
+        "requirements": [{"id": "prod-root/sre"}],
+    }
     await store.grants.create(grant("g1"), ["grant.created"], review=review)
     await store.grants.create(grant("g2"), ["grant.created"])
     assert await store.grants.review_of("g1") == {"grant_id": "g1", "review": review, "escalation_level": 0}
@@ -227,7 +332,11 @@ async def test_a_pinned_review_is_kept_with_its_grant(store):
 
 
 async def test_reviews_and_votes_of_a_page_at_once(store):
-    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": [{"id": "prod-root/sre"}]}
+    review = {
+        "policy_ids": ["prod-root"],
+        "policy_hash": "sha256:ab",
+        "requirements": [{"id": "prod-root/sre"}],
+    }
     await store.grants.create(grant("g1"), [], review=review)
     await store.grants.create(grant("g2"), [], review={"policy_ids": ["other"]})
     await store.grants.create(grant("g3"), [])
@@ -235,9 +344,14 @@ async def test_reviews_and_votes_of_a_page_at_once(store):
         assert await store.grants.add_vote(_vote(email)) == "recorded"
     assert await store.grants.add_vote(_vote("c@e.com", grant_id="g3", decision="deny")) == "recorded"
     reviews, votes = await store.grants.reviews_and_votes(["g1", "g2", "g3", "nope", "g1"])
-    assert reviews == {"g1": {"grant_id": "g1", "review": review, "escalation_level": 0},
-                       "g2": {"grant_id": "g2", "review": {"policy_ids": ["other"]}, "escalation_level": 0}}
-    assert {k: [v["email"] for v in vs] for k, vs in votes.items()} == {"g1": ["b@e.com", "a@e.com"], "g3": ["c@e.com"]}
+    assert reviews == {
+        "g1": {"grant_id": "g1", "review": review, "escalation_level": 0},
+        "g2": {"grant_id": "g2", "review": {"policy_ids": ["other"]}, "escalation_level": 0},
+    }
+    assert {k: [v["email"] for v in vs] for k, vs in votes.items()} == {
+        "g1": ["b@e.com", "a@e.com"],
+        "g3": ["c@e.com"],
+    }
     assert votes["g1"] == await store.grants.votes("g1")  # the same records as one at a time, in order
     assert await store.grants.reviews_and_votes([]) == ({}, {})
     assert await store.grants.reviews_and_votes(["g2"]) == ({"g2": reviews["g2"]}, {})
@@ -252,8 +366,17 @@ async def test_votes_one_per_person_in_order_and_only_while_pending(store):
     votes = await store.grants.votes("g1")
     assert votes[0] == first and [v["email"] for v in votes] == ["a@example.com", "b@example.com"]
     assert votes[1]["management"] is True and votes[1]["decision"] == "deny"
-    assert await store.grants.update_if("g1", expect=["pending"], changes={"status": "denied"}, event="grant.denied",
-                                        lapse=lapse(NOW), now=NOW) is not None
+    assert (
+        await store.grants.update_if(
+            "g1",
+            expect=["pending"],
+            changes={"status": "denied"},
+            event="grant.denied",
+            lapse=lapse(NOW),
+            now=NOW,
+        )
+        is not None
+    )
     assert await store.grants.add_vote(_vote("c@example.com")) == "decided"
     assert await store.grants.add_vote(_vote("d@example.com", grant_id="nope")) == "decided"
     assert len(await store.grants.votes("g1")) == 2
@@ -281,5 +404,8 @@ async def test_escalate_if_has_exactly_one_winner_per_level(store):
     assert (await store.grants.review_of("g1"))["escalation_level"] == 3
     events = await store.grants.events_after(0, 100)
     assert [(e["event"], e["grant"]["escalation_level"], e["created_at"]) for e in events] == [
-        ("grant.escalated", 1, NOW), ("grant.escalated", 2, NOW + 1), ("grant.escalated", 3, NOW + 1)]
+        ("grant.escalated", 1, NOW),
+        ("grant.escalated", 2, NOW + 1),
+        ("grant.escalated", 3, NOW + 1),
+    ]
     assert all(e["grant_id"] == "g1" and e["grant"]["status"] == "pending" for e in events)

@@ -64,14 +64,20 @@ async def test_revoke_deletes_a_key_at_once(store):
 async def test_active_kid_per_algorithm(store):
     assert await store.keys.add_first(key("ed1", NOW))
     assert await store.keys.active_kid("ES256") is None
-    assert await store.keys.add_first(key("es1", NOW + 1, alg="ES256"))  # the first ES256 key: another algorithm
+    assert await store.keys.add_first(
+        key("es1", NOW + 1, alg="ES256")
+    )  # the first ES256 key: another algorithm
     assert await store.keys.add_first(key("rs1", NOW + 2, alg="RS256"))
     assert await store.keys.active_kid() == "ed1"  # callers that name no algorithm get the EdDSA key
     assert await store.keys.active_kid("EdDSA") == "ed1"
     assert await store.keys.active_kid("ES256") == "es1"
     assert await store.keys.active_kid("RS256") == "rs1"
     assert await store.keys.active_kid("HS256") is None
-    assert [k["kid"] for k in await store.keys.all()] == ["rs1", "es1", "ed1"]  # every algorithm, newest first
+    assert [k["kid"] for k in await store.keys.all()] == [
+        "rs1",
+        "es1",
+        "ed1",
+    ]  # every algorithm, newest first
     assert await store.keys.add_first(key("es2", NOW + 3, alg="ES256")) is False
 
 
@@ -93,9 +99,9 @@ async def test_rotate_retires_only_keys_of_its_algorithm(store):
 
 
 async def test_add_first_per_algorithm_has_exactly_one_winner_each(store):
-    results = await asyncio.gather(*(
-        store.keys.add_first(key(f"{alg}-{i}", alg=alg)) for i in range(10) for alg in ("EdDSA", "ES256")
-    ))
+    results = await asyncio.gather(
+        *(store.keys.add_first(key(f"{alg}-{i}", alg=alg)) for i in range(10) for alg in ("EdDSA", "ES256"))
+    )
     assert results.count(True) == 2
     kids = {k["alg"]: k["kid"] for k in await store.keys.all()}
     assert set(kids) == {"EdDSA", "ES256"}

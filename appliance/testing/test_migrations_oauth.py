@@ -21,10 +21,20 @@ OLD_SESSION = ("s_old", "fam_old", "usr_alice", NOW, NOW + HOUR, NOW, "Firefox",
 
 async def _check_upgraded(store) -> None:
     old = await store.sessions.get("s_old", NOW + 1)
-    assert old == {"session_id": "s_old", "family_id": "fam_old", "person_id": "usr_alice", "created_at": NOW,
-                   "expires_at": NOW + HOUR, "last_seen_at": NOW, "user_agent": "Firefox", "revoked_at": None,
-                   "idp": None, "email": None, "name": None,
-                   "credential_id": None}  # a later migration (issue 19): older sessions name no passkey
+    assert old == {
+        "session_id": "s_old",
+        "family_id": "fam_old",
+        "person_id": "usr_alice",
+        "created_at": NOW,
+        "expires_at": NOW + HOUR,
+        "last_seen_at": NOW,
+        "user_agent": "Firefox",
+        "revoked_at": None,
+        "idp": None,
+        "email": None,
+        "name": None,
+        "credential_id": None,
+    }  # a later migration (issue 19): older sessions name no passkey
     guest = await store.sessions.create(guest_session("g1", created_at=NOW + 1))
     assert await store.sessions.get("g1", NOW + 2) == guest
     rows, _ = await store.sessions.list(first_page(), "usr_alice", NOW + 2)
@@ -41,7 +51,9 @@ async def test_sqlite_migration_6_upgrades_a_people_database(tmp_path):
     store = SQLiteStore(path)
     try:
         with store._db.write():
-            store._db.conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)")
+            store._db.conn.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
+            )
             for version, name, migration in storage_sqlite.MIGRATIONS[:5]:
                 migration(store.db)
                 store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
@@ -52,7 +64,12 @@ async def test_sqlite_migration_6_upgrades_a_people_database(tmp_path):
         await _check_upgraded(store)
         conn = sqlite3.connect(path)
         try:
-            indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'")}
+            indexes = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'"
+                )
+            }
             assert {"sessions_family", "sessions_person", "sessions_created", "sessions_expires"} <= indexes
             assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -82,7 +99,8 @@ async def test_postgres_migration_3_upgrades_a_people_database():
             async with store._db.tx() as cur:
                 await cur.execute("INSERT INTO sessions VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", OLD_SESSION)
                 await cur.execute(
-                    "INSERT INTO signing_keys (kid, alg, private_pem, public_jwk, created_at) VALUES ('ed_old', 'EdDSA', 'P', '{}', 1)")
+                    "INSERT INTO signing_keys (kid, alg, private_pem, public_jwk, created_at) VALUES ('ed_old', 'EdDSA', 'P', '{}', 1)"
+                )
 
         await store._db.loop.run(seed())
         assert 3 in await store.migrate()
@@ -100,7 +118,9 @@ OLD_DEVICE = ("dev_old", "BCDFGHJK", "grantd-cli", "openid", NOW, NOW + HOUR, 5,
 async def _check_device_address(store) -> None:
     old = await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 1)
     assert old is not None and old["client_address"] is None and old["scope"] == "openid"
-    fresh = await store.device_codes.create(device_code("d_new", "MNPQRSTV", created_at=NOW + 1, client_address="2001:db8::5"))
+    fresh = await store.device_codes.create(
+        device_code("d_new", "MNPQRSTV", created_at=NOW + 1, client_address="2001:db8::5")
+    )
     assert (await store.device_codes.get_by_user_code("MNPQRSTV", NOW + 2)) == fresh
     assert fresh["client_address"] == "2001:db8::5"
 
@@ -109,12 +129,16 @@ async def test_sqlite_migration_7_adds_the_device_client_address(tmp_path):
     store = SQLiteStore(tmp_path / "grantd.db")
     try:
         with store._db.write():
-            store._db.conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)")
+            store._db.conn.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
+            )
             for version, name, migration in storage_sqlite.MIGRATIONS[:6]:
                 migration(store.db)
                 store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
             store._db.conn.execute("INSERT INTO device_codes VALUES (?,?,?,?,?,?,?,?,?,?,?)", OLD_DEVICE)
-        assert await store.migrate() == [v for v, _, _ in storage_sqlite.MIGRATIONS if v >= 7]  # 7 and every later one
+        assert await store.migrate() == [
+            v for v, _, _ in storage_sqlite.MIGRATIONS if v >= 7
+        ]  # 7 and every later one
         await _check_device_address(store)
     finally:
         store.close()
@@ -137,7 +161,9 @@ async def test_postgres_migration_4_adds_the_device_client_address():
 
         async def seed() -> None:
             async with store._db.tx() as cur:
-                await cur.execute("INSERT INTO device_codes VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", OLD_DEVICE)
+                await cur.execute(
+                    "INSERT INTO device_codes VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)", OLD_DEVICE
+                )
 
         await store._db.loop.run(seed())
         assert await store.migrate() == [v for v, _, _ in saved if v >= 4]  # 4 and every later one

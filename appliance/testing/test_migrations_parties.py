@@ -18,29 +18,60 @@ pytestmark = pytest.mark.anyio
 
 PEOPLE = [("usr_olivia", "olivia@example.com"), ("usr_amir", "amir@example.com")]
 # agent_id, email, owner, approver
-AGENTS = [("agt_a", "a@agents.example.com", "olivia@example.com", "amir@example.com"),
-          ("agt_b", "b@agents.example.com", "olivia@example.com", "nobody@example.com"),
-          ("agt_c", "c@agents.example.com", "later@example.com", "later@example.com"),
-          ("agt_d", "d@agents.example.com", "gone@example.com", "olivia@example.com")]
+AGENTS = [
+    ("agt_a", "a@agents.example.com", "olivia@example.com", "amir@example.com"),
+    ("agt_b", "b@agents.example.com", "olivia@example.com", "nobody@example.com"),
+    ("agt_c", "c@agents.example.com", "later@example.com", "later@example.com"),
+    ("agt_d", "d@agents.example.com", "gone@example.com", "olivia@example.com"),
+]
 # gone@ redeemed a registration URL and was deleted before the migration: a person once
-USED_URL = ("reg_gone", "hash-gone", "gone@example.com", 0, "register", "localhost", "admin", NOW, NOW + 1, NOW)
+USED_URL = (
+    "reg_gone",
+    "hash-gone",
+    "gone@example.com",
+    0,
+    "register",
+    "localhost",
+    "admin",
+    NOW,
+    NOW + 1,
+    NOW,
+)
 # id, delegator, delegate
-DELEGATIONS = [("d_by_gone", "gone@example.com", "a@agents.example.com"),
-               ("d_to_gone", "root@example.com", "gone@example.com"),
-               ("d_later", "root@example.com", "later@example.com")]
+DELEGATIONS = [
+    ("d_by_gone", "gone@example.com", "a@agents.example.com"),
+    ("d_to_gone", "root@example.com", "gone@example.com"),
+    ("d_later", "root@example.com", "later@example.com"),
+]
 
 
 def _agent_row(agent_id: str, email: str, owner: str, approver: str) -> dict[str, object]:
-    return {"agent_id": agent_id, "email": email, "name": agent_id, "public_key": "ssh-ed25519 K" + agent_id,
-            "key_id": "SHA256:" + agent_id, "owner": owner, "approver": approver, "status": "active",
-            "created_at": NOW, "updated_at": NOW}
+    return {
+        "agent_id": agent_id,
+        "email": email,
+        "name": agent_id,
+        "public_key": "ssh-ed25519 K" + agent_id,
+        "key_id": "SHA256:" + agent_id,
+        "owner": owner,
+        "approver": approver,
+        "status": "active",
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
 
 
 async def _check_upgraded(store) -> None:
-    bound = {a: (r["owner_id"], r["approver_id"]) for a in ("agt_a", "agt_b", "agt_c", "agt_d")
-             for r in [await store.agents.get(a)]}
-    assert bound == {"agt_a": ("usr_olivia", "usr_amir"), "agt_b": ("usr_olivia", None), "agt_c": (None, None),
-                     "agt_d": ("usr_deleted:gone@example.com", "usr_olivia")}
+    bound = {
+        a: (r["owner_id"], r["approver_id"])
+        for a in ("agt_a", "agt_b", "agt_c", "agt_d")
+        for r in [await store.agents.get(a)]
+    }
+    assert bound == {
+        "agt_a": ("usr_olivia", "usr_amir"),
+        "agt_b": ("usr_olivia", None),
+        "agt_c": (None, None),
+        "agt_d": ("usr_deleted:gone@example.com", "usr_olivia"),
+    }
     # the deleted person's delegations end; one naming an address nobody ever registered stays
     for did, status in (("d_by_gone", "revoked"), ("d_to_gone", "revoked"), ("d_later", "active")):
         assert (await store.delegations.get(did))["status"] == status
@@ -60,12 +91,16 @@ async def test_sqlite_migration_9_binds_existing_agents(tmp_path):
     try:
         with store._db.write():
             conn = store._db.conn
-            conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)")
+            conn.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
+            )
             for version, name, migration in storage_sqlite.MIGRATIONS[:6]:
                 migration(store.db)
                 conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
             for person_id, email in PEOPLE:
-                conn.execute("INSERT INTO people VALUES (?, ?, 'x', 0, 'active', ?, ?)", (person_id, email, NOW, NOW))
+                conn.execute(
+                    "INSERT INTO people VALUES (?, ?, 'x', 0, 'active', ?, ?)", (person_id, email, NOW, NOW)
+                )
             for row in AGENTS:
                 values = _agent_row(*row)
                 conn.execute(
@@ -74,8 +109,10 @@ async def test_sqlite_migration_9_binds_existing_agents(tmp_path):
                 )
             conn.execute("INSERT INTO registration_urls VALUES (?,?,?,?,?,?,?,?,?,?)", USED_URL)
             for did, delegator, delegate in DELEGATIONS:
-                conn.execute("INSERT INTO delegations VALUES (?, ?, ?, 'host', '[]', 'once', NULL, ?, NULL, 'active', NULL, NULL)",
-                             (did, delegator, delegate, NOW))
+                conn.execute(
+                    "INSERT INTO delegations VALUES (?, ?, ?, 'host', '[]', 'once', NULL, ?, NULL, 'active', NULL, NULL)",
+                    (did, delegator, delegate, NOW),
+                )
         assert store.schema_version() == 6
         assert 9 in await store.migrate()
         await _check_upgraded(store)
@@ -116,11 +153,15 @@ async def test_postgres_migration_6_binds_existing_agents():
                 await cur.execute(
                     """INSERT INTO registration_urls (id, token_hash, email, admin, purpose, rp_id, created_by, created_at,
                                                       expires_at, used_at)
-                       VALUES (%s, %s, %s, %s::int::boolean, %s, %s, %s, %s, %s, %s)""", USED_URL)
+                       VALUES (%s, %s, %s, %s::int::boolean, %s, %s, %s, %s, %s, %s)""",
+                    USED_URL,
+                )
                 for did, delegator, delegate in DELEGATIONS:
                     await cur.execute(
                         """INSERT INTO delegations (id, delegator, delegate, audience, scopes, approval, created_at, status)
-                           VALUES (%s, %s, %s, 'host', '[]', 'once', %s, 'active')""", (did, delegator, delegate, NOW))
+                           VALUES (%s, %s, %s, 'host', '[]', 'once', %s, 'active')""",
+                        (did, delegator, delegate, NOW),
+                    )
 
         await store._db.loop.run(seed())
         assert 6 in await store.migrate()

@@ -39,7 +39,9 @@ async def test_onetime_put_then_take_once(store):
 
 async def test_onetime_kinds_are_separate(store):
     await store.onetime.put("sp", "k", {"v": "sp"}, NOW + 60_000, NOW)
-    await store.onetime.put("federation", "k", {"v": "fed"}, NOW + 60_000, NOW)  # same key, other kind: no Conflict
+    await store.onetime.put(
+        "federation", "k", {"v": "fed"}, NOW + 60_000, NOW
+    )  # same key, other kind: no Conflict
     assert await store.onetime.take("code", "k", NOW) is None
     assert await store.onetime.take("federation", "k", NOW) == {"v": "fed"}
     assert await store.onetime.take("sp", "k", NOW) == {"v": "sp"}
@@ -58,9 +60,13 @@ async def test_onetime_expiry_boundary(store):
 async def test_onetime_put_conflicts_on_a_live_key_and_replaces_an_expired_one(store):
     await store.onetime.put("jti", "j1", {}, NOW + 1000, NOW)
     with pytest.raises(Conflict) as caught:
-        await store.onetime.put("jti", "j1", {"again": True}, NOW + 5000, NOW + 999)  # a replayed assertion id
+        await store.onetime.put(
+            "jti", "j1", {"again": True}, NOW + 5000, NOW + 999
+        )  # a replayed assertion id
     assert caught.value.field == "key"
-    await store.onetime.put("jti", "j1", {"new": True}, NOW + 5000, NOW + 1000)  # expired at NOW+1000: replaced
+    await store.onetime.put(
+        "jti", "j1", {"new": True}, NOW + 5000, NOW + 1000
+    )  # expired at NOW+1000: replaced
     assert await store.onetime.take("jti", "j1", NOW + 1001) == {"new": True}
 
 
@@ -136,7 +142,10 @@ async def test_refresh_rotate_of_a_revoked_family_changes_nothing(store):
     assert await store.refresh_tokens.revoke_family("rtf_one", NOW + 5) == 1
     revoked = await store.refresh_tokens.get(sha("r1"))
     assert revoked == {**first, "revoked_at": NOW + 5}
-    assert await store.refresh_tokens.rotate(sha("r1"), next_token(first, "r2", NOW + 10), NOW + 10) == ("revoked", revoked)
+    assert await store.refresh_tokens.rotate(sha("r1"), next_token(first, "r2", NOW + 10), NOW + 10) == (
+        "revoked",
+        revoked,
+    )
     assert await store.refresh_tokens.get(sha("r1")) == revoked  # not marked used
     assert await store.refresh_tokens.get(sha("r2")) is None
 
@@ -149,7 +158,9 @@ async def test_refresh_rotate_of_an_expired_family(store):
     assert await store.refresh_tokens.family_live("rtf_one", NOW + 999)
     assert not await store.refresh_tokens.family_live("rtf_one", NOW + 1000)  # expires_at == now: expired
     assert await store.refresh_tokens.rotate(sha("r2"), next_token(second, "r3", NOW + 1000), NOW + 1000) == (
-        "expired", second)
+        "expired",
+        second,
+    )
     assert await store.refresh_tokens.get(sha("r2")) == second  # nothing changed
     assert await store.refresh_tokens.get(sha("r3")) is None
     # a used token of an expired family is "expired" too, and revokes nothing
@@ -175,9 +186,12 @@ async def test_refresh_rotate_with_a_colliding_new_token_changes_nothing(store):
 
 async def test_refresh_rotate_has_exactly_one_winner(store):
     first = await store.refresh_tokens.create(refresh_token("r1"))
-    results = await asyncio.gather(*(
-        store.refresh_tokens.rotate(sha("r1"), next_token(first, f"n{i}", NOW + 10), NOW + 10) for i in range(RACERS)
-    ))
+    results = await asyncio.gather(
+        *(
+            store.refresh_tokens.rotate(sha("r1"), next_token(first, f"n{i}", NOW + 10), NOW + 10)
+            for i in range(RACERS)
+        )
+    )
     outcomes = [o for o, _ in results]
     assert outcomes.count("rotated") == 1
     # the losers presented a token that was already used: each is a replay, and the family is revoked
@@ -227,10 +241,16 @@ async def test_revoke_person_all_clients_or_one(store):
 
 async def test_list_families_one_record_each_newest_first(store):
     a = await store.refresh_tokens.create(refresh_token("a1", family_id="rtf_a", created_at=NOW))
-    b = await store.refresh_tokens.create(refresh_token("b1", family_id="rtf_b", created_at=NOW + 1, client_id="sp.example.com"))
+    b = await store.refresh_tokens.create(
+        refresh_token("b1", family_id="rtf_b", created_at=NOW + 1, client_id="sp.example.com")
+    )
     await store.refresh_tokens.create(refresh_token("c1", family_id="rtf_c", created_at=NOW + 2))
-    await store.refresh_tokens.create(refresh_token("d1", family_id="rtf_d", created_at=NOW + 3, expires_at=NOW + 50))
-    await store.refresh_tokens.create(refresh_token("x1", family_id="rtf_x", person_id="usr_bob", created_at=NOW + 4))
+    await store.refresh_tokens.create(
+        refresh_token("d1", family_id="rtf_d", created_at=NOW + 3, expires_at=NOW + 50)
+    )
+    await store.refresh_tokens.create(
+        refresh_token("x1", family_id="rtf_x", person_id="usr_bob", created_at=NOW + 4)
+    )
     a2 = next_token(a, "a2", NOW + 10)
     await store.refresh_tokens.rotate(sha("a1"), a2, NOW + 10)
     await store.refresh_tokens.revoke_family("rtf_c", NOW + 11)
@@ -259,8 +279,9 @@ async def test_device_create_conflicts(store):
         await store.device_codes.create(device_code("d1", "MNPQRSTV", created_at=NOW + 1))
     assert caught.value.field == "device_code_hash"
     # once the first request has expired, its user code may be drawn again
-    again = await store.device_codes.create(device_code("d3", "BCDFGHJK", created_at=NOW + 600_000,
-                                                        expires_at=NOW + 1_200_000))
+    again = await store.device_codes.create(
+        device_code("d3", "BCDFGHJK", created_at=NOW + 600_000, expires_at=NOW + 1_200_000)
+    )
     assert await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 600_001) == again
 
 
@@ -276,7 +297,12 @@ async def test_device_decide_approve_and_deny_once(store):
     await store.device_codes.create(device_code("d1", "BCDFGHJK"))
     await store.device_codes.create(device_code("d2", "MNPQRSTV"))
     approved = await store.device_codes.decide("BCDFGHJK", "usr_alice", True, NOW + 5)
-    assert approved == {**device_code("d1"), "status": "approved", "person_id": "usr_alice", "decided_at": NOW + 5}
+    assert approved == {
+        **device_code("d1"),
+        "status": "approved",
+        "person_id": "usr_alice",
+        "decided_at": NOW + 5,
+    }
     assert await store.device_codes.decide("BCDFGHJK", "usr_bob", False, NOW + 6) is None  # decided already
     assert await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 7) == approved
     denied = await store.device_codes.decide("MNPQRSTV", "usr_alice", False, NOW + 8)
@@ -293,9 +319,9 @@ async def test_device_decide_refuses_an_expired_request(store):
 
 async def test_device_decide_has_exactly_one_winner(store):
     await store.device_codes.create(device_code("d1"))
-    results = await asyncio.gather(*(
-        store.device_codes.decide("BCDFGHJK", f"usr_{i}", i % 2 == 0, NOW + 1) for i in range(RACERS)
-    ))
+    results = await asyncio.gather(
+        *(store.device_codes.decide("BCDFGHJK", f"usr_{i}", i % 2 == 0, NOW + 1) for i in range(RACERS))
+    )
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 2) == winners[0]
@@ -306,7 +332,9 @@ async def test_device_poll_returns_the_previous_record_and_records_the_poll(stor
     assert await store.device_codes.poll(sha("d1"), NOW + 5000) == created  # last_polled_at None: as it was
     second = await store.device_codes.poll(sha("d1"), NOW + 10_000)
     assert second == {**created, "last_polled_at": NOW + 5000}
-    assert (await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 10_001))["last_polled_at"] == NOW + 10_000
+    assert (await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 10_001))[
+        "last_polled_at"
+    ] == NOW + 10_000
     assert await store.device_codes.poll(sha("nope"), NOW) is None
 
 
@@ -350,11 +378,18 @@ async def test_consent_remember_unions_scopes_and_keeps_created_at(store):
     assert first == consent(scope="openid email", at=NOW)
     assert await store.consents.get("usr_alice", "sp.example.com") == first
     again = await store.consents.remember(consent(scope="profile email", at=NOW + 10))
-    assert again == {"person_id": "usr_alice", "client_id": "sp.example.com", "scope": "openid email profile",
-                     "created_at": NOW, "updated_at": NOW + 10}
+    assert again == {
+        "person_id": "usr_alice",
+        "client_id": "sp.example.com",
+        "scope": "openid email profile",
+        "created_at": NOW,
+        "updated_at": NOW + 10,
+    }
     assert await store.consents.get("usr_alice", "sp.example.com") == again
     # fewer scopes never take any away
-    assert (await store.consents.remember(consent(scope="openid", at=NOW + 20)))["scope"] == "openid email profile"
+    assert (await store.consents.remember(consent(scope="openid", at=NOW + 20)))[
+        "scope"
+    ] == "openid email profile"
     assert await store.consents.get("usr_alice", "other.example.com") is None
     assert await store.consents.get("usr_bob", "sp.example.com") is None
 
@@ -366,12 +401,17 @@ async def test_consent_list_for_newest_updated_first(store):
     await store.consents.remember(consent("a.example.com", scope="profile", at=NOW + 3))
     await store.consents.remember(consent("z.example.com", person_id="usr_bob", at=NOW + 4))
     assert [c["client_id"] for c in await store.consents.list_for("usr_alice")] == [
-        "a.example.com", "c.example.com", "b.example.com"]
+        "a.example.com",
+        "c.example.com",
+        "b.example.com",
+    ]
     assert await store.consents.list_for("usr_nobody") == []
 
 
 async def test_consent_remember_concurrently_keeps_every_scope(store):
-    await asyncio.gather(*(store.consents.remember(consent(scope=f"s{i}", at=NOW + i)) for i in range(RACERS)))
+    await asyncio.gather(
+        *(store.consents.remember(consent(scope=f"s{i}", at=NOW + i)) for i in range(RACERS))
+    )
     stored = await store.consents.get("usr_alice", "sp.example.com")
     assert sorted(stored["scope"].split()) == sorted(f"s{i}" for i in range(RACERS))
 
@@ -382,8 +422,9 @@ async def test_consent_withdraw_revokes_that_clients_families_only(store):
     await store.refresh_tokens.create(refresh_token("s1", family_id="rtf_s1", client_id="sp.example.com"))
     await store.refresh_tokens.create(refresh_token("s2", family_id="rtf_s2", client_id="sp.example.com"))
     await store.refresh_tokens.create(refresh_token("o1", family_id="rtf_o1", client_id="other.example.com"))
-    await store.refresh_tokens.create(refresh_token("b1", family_id="rtf_b1", client_id="sp.example.com",
-                                                    person_id="usr_bob"))
+    await store.refresh_tokens.create(
+        refresh_token("b1", family_id="rtf_b1", client_id="sp.example.com", person_id="usr_bob")
+    )
     assert await store.consents.withdraw("usr_alice", "sp.example.com", NOW + 5) is True
     assert await store.consents.get("usr_alice", "sp.example.com") is None
     assert not await store.refresh_tokens.family_live("rtf_s1", NOW + 5)

@@ -54,12 +54,15 @@ async def test_person_email_is_stored_lowercased(store):
     assert caught.value.field == "email"
 
 
-@pytest.mark.parametrize(("record", "field"), [
-    (person("other", email="alice@example.com"), "email"),  # another person's
-    (person("other", email="ALICE@example.com"), "email"),
-    (person("other", email="bot@agents.example.com"), "email"),  # an agent's (D11)
-    (person("alice", email="fresh@example.com"), "id"),
-])
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (person("other", email="alice@example.com"), "email"),  # another person's
+        (person("other", email="ALICE@example.com"), "email"),
+        (person("other", email="bot@agents.example.com"), "email"),  # an agent's (D11)
+        (person("alice", email="fresh@example.com"), "id"),
+    ],
+)
 async def test_person_create_conflicts(store, record, field):
     await store.agents.create(agent("bot"), ADMINS)
     await store.people.create(person("alice"))
@@ -82,7 +85,9 @@ async def test_agent_create_refuses_a_persons_email(store):
 async def test_a_person_may_own_and_approve_an_agent_but_an_agent_may_not(store):
     await store.people.create(person("alice"))
     await store.people.create(person("amir"))
-    created = await store.agents.create(agent("bot", owner="alice@example.com", approver="amir@example.com"), ADMINS)
+    created = await store.agents.create(
+        agent("bot", owner="alice@example.com", approver="amir@example.com"), ADMINS
+    )
     assert created["owner"] == "alice@example.com"
     for field in ("owner", "approver"):
         with pytest.raises(Conflict) as caught:
@@ -97,7 +102,9 @@ async def test_people_list_newest_first_with_paging(store):
     pages = await walk(store.people.list, 3, "person_id")
     assert [len(p) for p in pages] == [3, 3, 1]
     listed = [p["person_id"] for page in pages for p in page]
-    assert listed == sorted((f"usr_{n}" for n in names), key=lambda i: (NOW + int(i[5:]) // 3, i), reverse=True)
+    assert listed == sorted(
+        (f"usr_{n}" for n in names), key=lambda i: (NOW + int(i[5:]) // 3, i), reverse=True
+    )
     rows, more = await store.people.list(first_page(7))
     assert len(rows) == 7 and more is False
     assert all(isinstance(p["admin"], bool) for p in rows)
@@ -139,7 +146,13 @@ async def test_person_update(store):
     updated = await store.people.update(
         "usr_alice", {"name": "Alice L.", "admin": True, "status": "disabled", "updated_at": NOW + 5}
     )
-    assert updated == {**person("alice"), "name": "Alice L.", "admin": True, "status": "disabled", "updated_at": NOW + 5}
+    assert updated == {
+        **person("alice"),
+        "name": "Alice L.",
+        "admin": True,
+        "status": "disabled",
+        "updated_at": NOW + 5,
+    }
     assert await store.people.get("usr_alice") == updated
     # only the documented fields change
     same = await store.people.update("usr_alice", {"email": "eve@example.com", "person_id": "usr_eve"})
@@ -155,8 +168,12 @@ async def _person_with_everything(store, name, *, passkeys=2):
         await store.credentials.add(credential(f"{name}-c{i}", pid, created_at=NOW + i))
     await store.sessions.create(session(f"{name}-s1", pid))
     await store.sessions.create(session(f"{name}-s2", pid, revoked_at=NOW))
-    await store.registrations.create(registration(f"{name}-unused", f"{name}@example.com", purpose="add-device"))
-    await store.registrations.create(registration(f"{name}-expired", f"{name}@example.com", expires_at=NOW - 1))
+    await store.registrations.create(
+        registration(f"{name}-unused", f"{name}@example.com", purpose="add-device")
+    )
+    await store.registrations.create(
+        registration(f"{name}-expired", f"{name}@example.com", expires_at=NOW - 1)
+    )
     await store.registrations.create(registration(f"{name}-used", f"{name}@example.com", used_at=NOW - 5))
     await store.webauthn_challenges.create(webauthn_challenge(f"{name}-ch", "add", person_id=pid), NOW)
 
@@ -173,7 +190,9 @@ async def test_person_delete_takes_passkeys_sessions_and_unused_registration_url
     assert (await store.sessions.list(first_page(), "usr_alice", NOW))[0] == []
     assert await store.registrations.get_by_token_hash(token_hash("alice-unused")) is None
     assert await store.registrations.get_by_token_hash(token_hash("alice-expired")) is None
-    assert (await store.registrations.get_by_token_hash(token_hash("alice-used")))["used_at"] == NOW - 5  # history
+    assert (await store.registrations.get_by_token_hash(token_hash("alice-used")))[
+        "used_at"
+    ] == NOW - 5  # history
     assert await store.webauthn_challenges.take("alice-ch", "add", NOW) is None
     # bob's things are untouched
     assert len(await store.credentials.list_for("usr_bob")) == 2
@@ -286,8 +305,10 @@ async def test_concurrent_deletes_of_the_last_two_keep_one(store):
         await store.credentials.add(credential(f"{pid}-a", pid))
         await store.credentials.add(credential(f"{pid}-b", pid))
         results = await asyncio.gather(
-            store.credentials.delete(pid, f"{pid}-a", NOW), store.credentials.delete(pid, f"{pid}-b", NOW),
-            store.credentials.delete(pid, f"{pid}-a", NOW), store.credentials.delete(pid, f"{pid}-b", NOW),
+            store.credentials.delete(pid, f"{pid}-a", NOW),
+            store.credentials.delete(pid, f"{pid}-b", NOW),
+            store.credentials.delete(pid, f"{pid}-a", NOW),
+            store.credentials.delete(pid, f"{pid}-b", NOW),
         )
         assert results.count(True) == 1
         assert len(await store.credentials.list_for(pid)) == 1
@@ -320,13 +341,17 @@ async def test_session_touch_records_activity(store):
 
 async def test_sessions_list_live_newest_first_with_paging(store):
     for i in range(7):
-        await store.sessions.create(session(f"s{i}", "usr_alice" if i % 2 else "usr_bob", created_at=NOW + i // 3))
+        await store.sessions.create(
+            session(f"s{i}", "usr_alice" if i % 2 else "usr_bob", created_at=NOW + i // 3)
+        )
     await store.sessions.create(session("revoked", revoked_at=NOW))
     await store.sessions.create(session("expired", created_at=NOW - HOUR, expires_at=NOW))
     pages = await walk(lambda page: store.sessions.list(page, None, NOW), 3, "session_id")
     assert [len(p) for p in pages] == [3, 3, 1]
     listed = [s["session_id"] for page in pages for s in page]
-    assert listed == sorted((f"s{i}" for i in range(7)), key=lambda s: (NOW + int(s[1:]) // 3, s), reverse=True)
+    assert listed == sorted(
+        (f"s{i}" for i in range(7)), key=lambda s: (NOW + int(s[1:]) // 3, s), reverse=True
+    )
     alice, more = await store.sessions.list(first_page(), "usr_alice", NOW)
     assert [s["session_id"] for s in alice] == ["s5", "s3", "s1"] and more is False
     later, _ = await store.sessions.list(first_page(), None, NOW + HOUR)
@@ -363,8 +388,12 @@ async def test_registration_create_get_list_delete(store):
     assert created == registration("r1", admin=True)
     assert await store.registrations.get_by_token_hash(token_hash("r1")) == created
     assert await store.registrations.get_by_token_hash(token_hash("nope")) is None
-    await store.registrations.create(registration("r2", "bob@example.com", created_at=NOW + 1, used_at=NOW + 2))
-    await store.registrations.create(registration("r3", "carol@example.com", created_at=NOW + 1, expires_at=NOW))
+    await store.registrations.create(
+        registration("r2", "bob@example.com", created_at=NOW + 1, used_at=NOW + 2)
+    )
+    await store.registrations.create(
+        registration("r3", "carol@example.com", created_at=NOW + 1, expires_at=NOW)
+    )
     rows, more = await store.registrations.list(first_page())
     assert [r["id"] for r in rows] == ["r3", "r2", "r1"] and more is False  # used and expired included
     assert rows[2]["admin"] is True
@@ -375,10 +404,13 @@ async def test_registration_create_get_list_delete(store):
     assert await store.registrations.get_by_token_hash(token_hash("r2")) is None
 
 
-@pytest.mark.parametrize(("record", "field"), [
-    (registration("other", token_hash=token_hash("r1")), "token_hash"),
-    (registration("r1", token_hash="fresh"), "id"),
-])
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (registration("other", token_hash=token_hash("r1")), "token_hash"),
+        (registration("r1", token_hash="fresh"), "id"),
+    ],
+)
 async def test_registration_create_conflicts(store, record, field):
     await store.registrations.create(registration("r1"))
     with pytest.raises(Conflict) as caught:
@@ -391,7 +423,9 @@ async def test_registration_create_conflicts(store, record, field):
 async def test_complete_creates_the_person_with_their_first_passkey(store):
     await store.registrations.create(registration("r1", admin=True))
     new = person("alice", admin=True, created_at=NOW + 5)
-    got, added = await store.registrations.complete(token_hash("r1"), new, credential("c1", "usr_alice"), NOW + 5)
+    got, added = await store.registrations.complete(
+        token_hash("r1"), new, credential("c1", "usr_alice"), NOW + 5
+    )
     assert got == new and added == credential("c1", "usr_alice")
     assert await store.people.get("alice@example.com") == new
     assert await store.credentials.list_for("usr_alice") == [added]
@@ -423,7 +457,10 @@ async def test_complete_uses_an_existing_person_without_passkeys(store):
     existing = await store.people.create(person("alice", name="Alice Admin-made", admin=True))
     await store.registrations.create(registration("r1"))
     got, added = await store.registrations.complete(
-        token_hash("r1"), person("alice", person_id="usr_other", name="Other"), credential("c1", "usr_other"), NOW
+        token_hash("r1"),
+        person("alice", person_id="usr_other", name="Other"),
+        credential("c1", "usr_other"),
+        NOW,
     )
     assert got == existing  # the stored person, not the record handed in
     assert added["person_id"] == "usr_alice"
@@ -440,7 +477,9 @@ async def test_a_register_url_never_grafts_a_passkey_onto_an_account_with_one(st
     assert caught.value.field == "credential"
     assert [c["credential_id"] for c in await store.credentials.list_for("usr_alice")] == ["victim-key"]
     assert await store.credentials.get("attacker-key") is None
-    assert (await store.registrations.get_by_token_hash(token_hash("r1")))["used_at"] is None  # all rolled back
+    assert (await store.registrations.get_by_token_hash(token_hash("r1")))[
+        "used_at"
+    ] is None  # all rolled back
 
 
 async def test_the_graft_rule_counts_per_rp(store):
@@ -467,11 +506,14 @@ async def test_an_add_device_url_creates_a_missing_person(store):
     assert got == person("alice") and await store.people.get("usr_alice") == got
 
 
-@pytest.mark.parametrize(("case", "field"), [
-    ("agent-email", "email"),  # D11: the URL's e-mail became an agent's meanwhile
-    ("taken-credential", "credential_id"),
-    ("other-email", "email"),  # the record handed in is not for the URL's e-mail
-])
+@pytest.mark.parametrize(
+    ("case", "field"),
+    [
+        ("agent-email", "email"),  # D11: the URL's e-mail became an agent's meanwhile
+        ("taken-credential", "credential_id"),
+        ("other-email", "email"),  # the record handed in is not for the URL's e-mail
+    ],
+)
 async def test_complete_rolls_back_on_conflict(store, case, field):
     if case == "agent-email":
         await store.agents.create(agent("alice", email="alice@example.com"), ADMINS)
@@ -494,7 +536,11 @@ async def test_concurrent_completes_of_one_url_have_one_winner(store):
     async def redeem(i):
         try:
             return await store.registrations.complete(
-                token_hash("r1"), person("alice", person_id=f"usr_a{i}"), credential(f"c{i}", f"usr_a{i}"), NOW + i)
+                token_hash("r1"),
+                person("alice", person_id=f"usr_a{i}"),
+                credential(f"c{i}", f"usr_a{i}"),
+                NOW + i,
+            )
         except Conflict as exc:
             return exc.field
 
@@ -520,7 +566,9 @@ async def test_webauthn_challenge_is_taken_once_for_its_purpose(store):
 async def test_an_expired_webauthn_challenge_is_not_taken(store):
     await store.webauthn_challenges.create(webauthn_challenge("ch1", expires_at=NOW + 300_000), NOW)
     await store.webauthn_challenges.create(webauthn_challenge("ch2", expires_at=NOW + 300_000), NOW)
-    assert await store.webauthn_challenges.take("ch1", "login", NOW + 300_000) is None  # expired at its expiry
+    assert (
+        await store.webauthn_challenges.take("ch1", "login", NOW + 300_000) is None
+    )  # expired at its expiry
     assert await store.webauthn_challenges.take("ch2", "login", NOW + 299_999) is not None
     await store.webauthn_challenges.create(webauthn_challenge("ch3", expires_at=NOW + 900_000), NOW + 600_000)
     assert await store.webauthn_challenges.take("ch1", "login", NOW) is None
@@ -528,14 +576,18 @@ async def test_an_expired_webauthn_challenge_is_not_taken(store):
 
 async def test_concurrent_takers_of_a_webauthn_challenge_have_one_winner(store):
     await store.webauthn_challenges.create(webauthn_challenge("ch1"), NOW)
-    results = await asyncio.gather(*(store.webauthn_challenges.take("ch1", "login", NOW) for _ in range(RACERS)))
+    results = await asyncio.gather(
+        *(store.webauthn_challenges.take("ch1", "login", NOW) for _ in range(RACERS))
+    )
     assert [r["challenge"] for r in results if r is not None] == ["ch1"]
 
 
 async def test_a_webauthn_challenge_is_stored_once(store):
     await store.webauthn_challenges.create(webauthn_challenge("ch1", "login"), NOW)
     with pytest.raises(Conflict) as caught:
-        await store.webauthn_challenges.create(webauthn_challenge("ch1", "register", person_id="usr_mallory"), NOW)
+        await store.webauthn_challenges.create(
+            webauthn_challenge("ch1", "register", person_id="usr_mallory"), NOW
+        )
     assert caught.value.field == "challenge"
     assert await store.webauthn_challenges.take("ch1", "register", NOW) is None
     assert await store.webauthn_challenges.take("ch1", "login", NOW) == webauthn_challenge("ch1", "login")

@@ -21,7 +21,13 @@ RACERS = 12
 async def test_enrolment_binds_the_persons_that_exist_and_person_creation_binds_the_rest(store):
     await store.people.create(person("olivia"))
     created = await store.agents.create(
-        agent("a", owner="olivia@example.com", approver="amir@example.com", owner_id="forged", approver_id="forged"),
+        agent(
+            "a",
+            owner="olivia@example.com",
+            approver="amir@example.com",
+            owner_id="forged",
+            approver_id="forged",
+        ),
         ADMINS,
     )
     # the caller's ids are ignored: the store binds what the e-mails name now
@@ -39,8 +45,12 @@ async def test_enrolment_binds_the_persons_that_exist_and_person_creation_binds_
 async def test_a_person_retired_keeps_their_id_on_agents_and_a_recreated_one_gets_nothing(store, delete):
     await store.people.create(person("olivia"))
     await store.agents.create(agent("a", owner="olivia@example.com"), ADMINS)
-    assert await store.people.retire("usr_olivia", delete=delete, by="root@example.com", reason="left",
-                                     now=NOW + 1, lapse=lapse()) is not None
+    assert (
+        await store.people.retire(
+            "usr_olivia", delete=delete, by="root@example.com", reason="left", now=NOW + 1, lapse=lapse()
+        )
+        is not None
+    )
     if delete:
         # the same e-mail, a new person: the agent stays bound to the old id
         await store.people.create(person("olivia", person_id="usr_olivia2"))
@@ -55,16 +65,21 @@ async def test_retire_binds_an_email_left_unbound_so_nobody_inherits_it(store):
     await store.agents.create(agent("a", owner="olivia@example.com"), ADMINS)
     await store.people.create(person("olivia"))
     assert (await store.agents.get("agt_a"))["owner_id"] == "usr_olivia"
-    await store.people.retire("usr_olivia", delete=True, by="root@example.com", reason="left", now=NOW, lapse=lapse())
+    await store.people.retire(
+        "usr_olivia", delete=True, by="root@example.com", reason="left", now=NOW, lapse=lapse()
+    )
     await store.people.create(person("olivia", person_id="usr_new"))
     assert (await store.agents.get("agt_a"))["owner_id"] == "usr_olivia"
 
 
 async def test_an_unnamed_person_is_refused_while_their_email_is_named(store):
     await store.agents.create(agent("a", owner="owner@example.com", approver="appr@example.com"), ADMINS)
-    await store.delegations.create(delegation("d1", delegator="root@example.com", delegate="deleg@example.com"))
-    await store.delegations.create(delegation("d2", delegator="gone@example.com", delegate="agt@example.com",
-                                              status="revoked"))
+    await store.delegations.create(
+        delegation("d1", delegator="root@example.com", delegate="deleg@example.com")
+    )
+    await store.delegations.create(
+        delegation("d2", delegator="gone@example.com", delegate="agt@example.com", status="revoked")
+    )
     for slug in ("owner", "appr", "deleg"):
         with pytest.raises(Conflict) as refused:
             await store.people.create(person(slug), unnamed=True)
@@ -83,41 +98,75 @@ async def test_an_unnamed_person_is_refused_while_their_email_is_named(store):
 async def test_people_retire_revokes_and_ends_everything_they_could_use(store, delete):
     await store.people.create(person("alice"))
     await store.people.create(person("bob"))
-    for g in (grant("mine_pending", requester="alice@example.com", requester_id="usr_alice"),
-              grant("mine_approved", requester="alice@example.com", requester_id="usr_alice", status="approved",
-                    expires_at=NOW + 3_600_000),
-              grant("mine_lapsed", requester="alice@example.com", requester_id="usr_alice", status="approved",
-                    expires_at=NOW - 1),
-              grant("mine_denied", requester="alice@example.com", requester_id="usr_alice", status="denied"),
-              grant("bobs", requester="bob@example.com", requester_id="usr_bob")):
+    for g in (
+        grant("mine_pending", requester="alice@example.com", requester_id="usr_alice"),
+        grant(
+            "mine_approved",
+            requester="alice@example.com",
+            requester_id="usr_alice",
+            status="approved",
+            expires_at=NOW + 3_600_000,
+        ),
+        grant(
+            "mine_lapsed",
+            requester="alice@example.com",
+            requester_id="usr_alice",
+            status="approved",
+            expires_at=NOW - 1,
+        ),
+        grant("mine_denied", requester="alice@example.com", requester_id="usr_alice", status="denied"),
+        grant("bobs", requester="bob@example.com", requester_id="usr_bob"),
+    ):
         await store.grants.create(g, ["grant.created"])
     seq = await store.grants.last_event_seq()
-    await store.delegations.create(delegation("made", delegator="alice@example.com", delegate="bot@agents.example.com"))
-    await store.delegations.create(delegation("names", delegator="root@example.com", delegate="alice@example.com"))
-    await store.delegations.create(delegation("other", delegator="bob@example.com", delegate="bot@agents.example.com"))
+    await store.delegations.create(
+        delegation("made", delegator="alice@example.com", delegate="bot@agents.example.com")
+    )
+    await store.delegations.create(
+        delegation("names", delegator="root@example.com", delegate="alice@example.com")
+    )
+    await store.delegations.create(
+        delegation("other", delegator="bob@example.com", delegate="bot@agents.example.com")
+    )
     await store.sessions.create(session("s_alice", "usr_alice", expires_at=NOW + 3_600_000))
     await store.sessions.create(session("s_bob", "usr_bob", expires_at=NOW + 3_600_000))
     await store.refresh_tokens.create(refresh_token("rt_alice", family_id="rtf_alice", person_id="usr_alice"))
     await store.refresh_tokens.create(refresh_token("rt_bob", family_id="rtf_bob", person_id="usr_bob"))
 
-    result = await store.people.retire("usr_alice", delete=delete, by="root@example.com", reason="person disabled",
-                                       now=NOW + 5, lapse=lapse(NOW))
+    result = await store.people.retire(
+        "usr_alice",
+        delete=delete,
+        by="root@example.com",
+        reason="person disabled",
+        now=NOW + 5,
+        lapse=lapse(NOW),
+    )
     assert result is not None
     before, revoked = result
     assert before == person("alice")
     assert sorted(g["id"] for g in revoked) == ["mine_approved", "mine_pending"]
     for g in revoked:
         assert (g["status"], g["revoked_by"], g["revoked_at"], g["decision_reason"]) == (
-            "revoked", "root@example.com", NOW + 5, "person disabled")
+            "revoked",
+            "root@example.com",
+            NOW + 5,
+            "person disabled",
+        )
         assert await store.grants.get(g["id"]) == g
     events = await store.grants.events_after(seq, 100)
     assert sorted((e["event"], e["grant_id"]) for e in events) == [
-        ("grant.revoked", "mine_approved"), ("grant.revoked", "mine_pending")]
+        ("grant.revoked", "mine_approved"),
+        ("grant.revoked", "mine_pending"),
+    ]
     for gid, status in (("mine_lapsed", "approved"), ("mine_denied", "denied"), ("bobs", "pending")):
         assert (await store.grants.get(gid))["status"] == status
     for did in ("made", "names"):
         ended = await store.delegations.get(did)
-        assert (ended["status"], ended["revoked_by"], ended["revoked_at"]) == ("revoked", "root@example.com", NOW + 5)
+        assert (ended["status"], ended["revoked_by"], ended["revoked_at"]) == (
+            "revoked",
+            "root@example.com",
+            NOW + 5,
+        )
     assert (await store.delegations.get("other"))["status"] == "active"
     assert await store.sessions.get("s_alice", NOW + 6) is None
     assert await store.sessions.get("s_bob", NOW + 6) is not None
@@ -128,7 +177,10 @@ async def test_people_retire_revokes_and_ends_everything_they_could_use(store, d
     else:
         disabled = await store.people.get("usr_alice")
         assert (disabled["status"], disabled["updated_at"]) == ("disabled", NOW + 5)
-    assert await store.people.retire("usr_nobody", delete=delete, by="x", reason="r", now=NOW, lapse=lapse()) is None
+    assert (
+        await store.people.retire("usr_nobody", delete=delete, by="x", reason="r", now=NOW, lapse=lapse())
+        is None
+    )
 
 
 # -- the per-owner bounds, decided in the database -------------------------------------------------
@@ -161,13 +213,15 @@ async def test_pending_per_owner_bound_holds_across_the_owners_agents(store):
     await store.agents.create(agent("c", owner="zoe@example.com"), ADMINS)
     bound = OwnerBound(4, lapse(NOW))
     # a lapsed pending grant does not count
-    await store.grants.create(grant("old", requester_id="agt_a", created_at=NOW - 49 * 3_600_000), ["grant.created"],
-                              bound=bound)
+    await store.grants.create(
+        grant("old", requester_id="agt_a", created_at=NOW - 49 * 3_600_000), ["grant.created"], bound=bound
+    )
 
     async def request(i: int) -> str:
         try:
-            await store.grants.create(grant(f"g{i}", requester_id="agt_a" if i % 2 else "agt_b"), ["grant.created"],
-                                      bound=bound)
+            await store.grants.create(
+                grant(f"g{i}", requester_id="agt_a" if i % 2 else "agt_b"), ["grant.created"], bound=bound
+            )
         except LimitReached as exc:
             return exc.limit
         return "created"
@@ -177,12 +231,21 @@ async def test_pending_per_owner_bound_holds_across_the_owners_agents(store):
     # another owner's agent, a person's own request and an approved (delegated) grant are not held back
     await store.grants.create(grant("zoe", requester_id="agt_c"), ["grant.created"], bound=bound)
     await store.grants.create(grant("person", requester_id="usr_olivia"), ["grant.created"], bound=bound)
-    await store.grants.create(grant("auto", requester_id="agt_a", status="approved"), ["grant.created"], bound=bound)
+    await store.grants.create(
+        grant("auto", requester_id="agt_a", status="approved"), ["grant.created"], bound=bound
+    )
     # a decision frees a place
-    pending, _ = await store.grants.list(lapse=lapse(NOW), page=first_page(), status="pending",
-                                         requester_ids=["agt_a", "agt_b"])
-    await store.grants.update_if(pending[0]["id"], expect=["pending"], changes={"status": "denied"},
-                                 event="grant.denied", lapse=lapse(NOW), now=NOW)
+    pending, _ = await store.grants.list(
+        lapse=lapse(NOW), page=first_page(), status="pending", requester_ids=["agt_a", "agt_b"]
+    )
+    await store.grants.update_if(
+        pending[0]["id"],
+        expect=["pending"],
+        changes={"status": "denied"},
+        event="grant.denied",
+        lapse=lapse(NOW),
+        now=NOW,
+    )
     await store.grants.create(grant("freed", requester_id="agt_a"), ["grant.created"], bound=bound)
     with pytest.raises(LimitReached):
         await store.grants.create(grant("over", requester_id="agt_b"), ["grant.created"], bound=bound)

@@ -105,7 +105,9 @@ async def test_concurrent_migrations(target, pool):
     store = _workers.open_store(path)
     try:
         declared = sorted(v for v, _, _ in sys.modules[type(store).__module__].MIGRATIONS)
-        assert applied == declared and declared[-1] == store.schema_version()  # each once, by one process or the other
+        assert (
+            applied == declared and declared[-1] == store.schema_version()
+        )  # each once, by one process or the other
         assert await store.migrate() == []
     finally:
         store.close()
@@ -132,7 +134,8 @@ async def test_registration_url_redeemed_once_across_processes(target, pool):
     try:
         at = start_soon()
         results = pool.starmap(
-            _workers.complete_registration, [(path, at, token_hash("r1"), f"p{i}_", NOW) for i in range(PROCESSES)]
+            _workers.complete_registration,
+            [(path, at, token_hash("r1"), f"p{i}_", NOW) for i in range(PROCESSES)],
         )
         flat = [r for rs in results for r in rs]
         winners = [r for r in flat if not r.startswith("conflict:")]
@@ -152,7 +155,9 @@ async def test_onetime_record_taken_once_across_processes(target, pool):
     await store.migrate()
     try:
         await store.onetime.put("code", sha("code1"), {"client_id": "apes-cli"}, NOW + 60_000, NOW)
-        results = pool.starmap(_workers.take_onetime, [(target, start_soon(), "code", sha("code1"), NOW)] * PROCESSES)
+        results = pool.starmap(
+            _workers.take_onetime, [(target, start_soon(), "code", sha("code1"), NOW)] * PROCESSES
+        )
         assert [r for rs in results for r in rs if r is not None] == [{"client_id": "apes-cli"}]
     finally:
         store.close()
@@ -164,8 +169,9 @@ async def test_refresh_token_rotated_once_across_processes(target, pool):
     try:
         first = await store.refresh_tokens.create(refresh_token("r1"))
         at = start_soon()
-        results = pool.starmap(_workers.rotate_refresh, [(target, at, dict(first), f"p{i}_", NOW + 10)
-                                                         for i in range(PROCESSES)])
+        results = pool.starmap(
+            _workers.rotate_refresh, [(target, at, dict(first), f"p{i}_", NOW + 10) for i in range(PROCESSES)]
+        )
         flat = [r for rs in results for r in rs]
         rotated = [h for outcome, h in flat if outcome == "rotated"]
         assert len(rotated) == 1
@@ -198,8 +204,9 @@ async def test_device_code_decided_once_across_processes(target, pool):
     try:
         await store.device_codes.create(device_code("d1"))
         at = start_soon()
-        results = pool.starmap(_workers.decide_device, [(target, at, "BCDFGHJK", f"p{i}_", NOW + 1)
-                                                        for i in range(PROCESSES)])
+        results = pool.starmap(
+            _workers.decide_device, [(target, at, "BCDFGHJK", f"p{i}_", NOW + 1) for i in range(PROCESSES)]
+        )
         winners = [r for rs in results for r in rs if r is not None]
         assert len(winners) == 1
         stored = await store.device_codes.get_by_user_code("BCDFGHJK", NOW + 2)
@@ -219,14 +226,18 @@ async def test_per_owner_bounds_hold_across_processes(target, pool):
     await store.people.create(person("olivia"))
     try:
         at = start_soon()
-        results = pool.starmap(_workers.enrol_bounded, [(path, at, f"p{i}_", NOW, 7) for i in range(PROCESSES)])
+        results = pool.starmap(
+            _workers.enrol_bounded, [(path, at, f"p{i}_", NOW, 7) for i in range(PROCESSES)]
+        )
         flat = [r for rs in results for r in rs]
         assert flat.count("created") == 7 and flat.count("agents_per_person") == len(flat) - 7
         assert len(await store.agents.decidable_by("usr_olivia")) == 7
         for name in ("a", "b"):
             await store.agents.create(agent(name, owner="olivia@example.com"), frozenset())
         at = start_soon()
-        results = pool.starmap(_workers.request_bounded, [(path, at, f"g{i}_", NOW, 5) for i in range(PROCESSES)])
+        results = pool.starmap(
+            _workers.request_bounded, [(path, at, f"g{i}_", NOW, 5) for i in range(PROCESSES)]
+        )
         flat = [r for rs in results for r in rs]
         assert flat.count("created") == 5 and flat.count("pending_per_owner") == len(flat) - 5
     finally:
@@ -245,15 +256,26 @@ async def test_twenty_concurrent_votes_finalise_once_across_processes(target, po
         voters = [f"v{i}@example.com" for i in range(19)] + ["v0@example.com"]  # v0 twice: 20 votes
         shares = [voters[i::5] for i in range(5)]
         at = start_soon()
-        results = [r for rs in pool.starmap(_workers.vote, [(path, at, share, NOW) for share in shares]) for r in rs]
+        results = [
+            r for rs in pool.starmap(_workers.vote, [(path, at, share, NOW) for share in shares]) for r in rs
+        ]
         assert len(results) == 20
         assert [outcome for _, outcome in results].count("won") == 1
         assert all(outcome in ("recorded", "won", "decided", "duplicate") for _, outcome in results)
         votes = await store.grants.votes("g1")
         emails = [v["email"] for v in votes]
         assert len(emails) == len(set(emails)) >= 2  # one vote per person
-        assert sum(1 for email, outcome in results if email == "v0@example.com" and outcome == "recorded" or
-                   email == "v0@example.com" and outcome == "won") <= 1
+        assert (
+            sum(
+                1
+                for email, outcome in results
+                if email == "v0@example.com"
+                and outcome == "recorded"
+                or email == "v0@example.com"
+                and outcome == "won"
+            )
+            <= 1
+        )
         stored = await store.grants.get("g1")
         assert stored["status"] == "approved"
         winner = next(email for email, outcome in results if outcome == "won")

@@ -153,31 +153,50 @@ async def test_sqlite_migration_3_upgrades_a_released_database(tmp_path):
     store = SQLiteStore(path)
     try:
         with store._db.write():
-            store._db.conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)")
+            store._db.conn.execute(
+                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
+            )
             for version, name, migration in storage_sqlite.MIGRATIONS[:2]:
                 migration(store.db)
                 store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
         conn.execute("INSERT INTO signing_keys VALUES ('old', 'EdDSA', 'PRIVATE', '{}', 1, 2)")
         conn.execute("INSERT INTO signing_keys VALUES ('new', 'EdDSA', 'PRIVATE', '{}', 3, NULL)")
         bot = agent("bot")
-        conn.execute("INSERT INTO agents VALUES (?,?,?,?,?,?,?,?,?,?)",
-                     tuple(bot[c] for c in ("agent_id", "email", "name", "public_key", "key_id", "owner", "approver",
-                                            "status", "created_at", "updated_at")))
+        conn.execute(
+            "INSERT INTO agents VALUES (?,?,?,?,?,?,?,?,?,?)",
+            tuple(
+                bot[c]
+                for c in (
+                    "agent_id",
+                    "email",
+                    "name",
+                    "public_key",
+                    "key_id",
+                    "owner",
+                    "approver",
+                    "status",
+                    "created_at",
+                    "updated_at",
+                )
+            ),
+        )
         for gid, requester in (("by_agent", bot["email"]), ("by_person", "pat@example.com")):
             g = grant(gid, requester=requester)
             conn.execute(
                 "INSERT INTO grants (id, type, requester, request, grant_type, status, created_at) VALUES (?,?,?,?,?,?,?)",
-                (gid, g["type"], requester, json.dumps(g["request"]), g["grant_type"], g["status"], NOW))
+                (gid, g["type"], requester, json.dumps(g["request"]), g["grant_type"], g["status"], NOW),
+            )
         assert store.schema_version() == 2
         latest = storage_sqlite.MIGRATIONS[-1][0]
-        assert await store.migrate() == [v for v, _, _ in storage_sqlite.MIGRATIONS if v >= 3]  # 3 and every later one
+        assert await store.migrate() == [
+            v for v, _, _ in storage_sqlite.MIGRATIONS if v >= 3
+        ]  # 3 and every later one
         assert store.schema_version() == latest
         assert (await store.grants.get("by_agent"))["requester_id"] == "agt_bot"
         assert (await store.grants.get("by_person"))["requester_id"] == "pat@example.com"
         assert (await store.agents.get("agt_bot"))["key_generation"] == 1
         assert {k["kid"]: k["private_pem"] for k in await store.keys.all()} == {"old": "", "new": "PRIVATE"}
-        rows, _ = await store.grants.list(lapse=lapse(), page=first_page(),
-                                          requester_ids=["agt_bot"])
+        rows, _ = await store.grants.list(lapse=lapse(), page=first_page(), requester_ids=["agt_bot"])
         assert [g["id"] for g in rows] == ["by_agent"]
     finally:
         conn.close()

@@ -17,23 +17,44 @@ pytestmark = pytest.mark.anyio
 
 
 def _event(kind: str = "exec.receipt", grant_id: str | None = "gr_1", at: int = NOW) -> AuditEvent:
-    return AuditEvent(seq=0, kind=kind, grant_id=grant_id, actor={"kind": "host", "host": "web1"},
-                      data={"x": 1}, created_at=at)
+    return AuditEvent(
+        seq=0,
+        kind=kind,
+        grant_id=grant_id,
+        actor={"kind": "host", "host": "web1"},
+        data={"x": 1},
+        created_at=at,
+    )
 
 
 def _key(kid: str, at: int = NOW) -> TlogKey:
-    return TlogKey(kid=kid, name="idp.example.com/grantd", seed=f"seed-{kid}", public=f"pub-{kid}", created_at=at,
-                   retired_at=None)
+    return TlogKey(
+        kid=kid,
+        name="idp.example.com/grantd",
+        seed=f"seed-{kid}",
+        public=f"pub-{kid}",
+        created_at=at,
+        retired_at=None,
+    )
 
 
-async def _integrate(store, holder: str, leaves: list[bytes], *, grant_seq: int = 0, event_seq: int = 0) -> bool:
+async def _integrate(
+    store, holder: str, leaves: list[bytes], *, grant_seq: int = 0, event_seq: int = 0
+) -> bool:
     head = await store.tlog.head()
     stored = await store.tlog.nodes(CompactRange.coords(head["size"]))
     compact = CompactRange.load(head["size"], lambda coords: stored)
     step = integrate(compact, leaves)
     rows = [(i, leaf, digest, "gr_1" if i % 2 == 0 else None) for i, leaf, digest in step.leaf_rows]
-    return await store.tlog.append(holder=holder, now=NOW, expect_size=head["size"], leaves=rows, nodes=step.node_rows,
-                                   grant_seq=grant_seq, event_seq=event_seq)
+    return await store.tlog.append(
+        holder=holder,
+        now=NOW,
+        expect_size=head["size"],
+        leaves=rows,
+        nodes=step.node_rows,
+        grant_seq=grant_seq,
+        event_seq=event_seq,
+    )
 
 
 async def test_a_new_store_has_an_empty_log(store):
@@ -64,12 +85,18 @@ async def test_append_writes_leaves_nodes_and_position_together(store):
     tree = MemoryTree.of_leaves(leaves)
     stored = await store.tlog.nodes(CompactRange.coords(7))
     assert root(7, lambda coords: stored) == tree.root()
-    assert [(i, leaf) for i, leaf, _ in await store.tlog.entries(2, 5)] == [(2, b"leaf 2"), (3, b"leaf 3"), (4, b"leaf 4")]
+    assert [(i, leaf) for i, leaf, _ in await store.tlog.entries(2, 5)] == [
+        (2, b"leaf 2"),
+        (3, b"leaf 3"),
+        (4, b"leaf 4"),
+    ]
     assert await store.tlog.grant_indexes("gr_1", 7) == [0, 2, 4, 6]
     assert await store.tlog.grant_indexes("gr_1", 5) == [0, 2, 4]
     more = [f"leaf {i}".encode() for i in range(7, 20)]
     assert await _integrate(store, "p1", more, grant_seq=30, event_seq=3)
-    everything = {c: h for c, h in (await store.tlog.nodes([(lv, i) for lv in range(6) for i in range(21)])).items()}
+    everything = {
+        c: h for c, h in (await store.tlog.nodes([(lv, i) for lv in range(6) for i in range(21)])).items()
+    }
     assert root(20, lambda coords: everything) == MemoryTree.of_leaves(leaves + more).root()
 
 
@@ -81,16 +108,31 @@ async def test_append_refuses_without_the_lease_or_on_a_stale_size(store):
     compact = CompactRange(0, [])
     step = integrate(compact, [b"a"])
     rows = [(i, leaf, digest, None) for i, leaf, digest in step.leaf_rows]
-    assert await store.tlog.append(holder="p1", now=NOW, expect_size=head["size"], leaves=rows, nodes=step.node_rows,
-                                   grant_seq=1, event_seq=0)
+    assert await store.tlog.append(
+        holder="p1",
+        now=NOW,
+        expect_size=head["size"],
+        leaves=rows,
+        nodes=step.node_rows,
+        grant_seq=1,
+        event_seq=0,
+    )
     # the same step again (a second sequencer computed it from the old size): nothing is written
-    assert not await store.tlog.append(holder="p1", now=NOW, expect_size=head["size"], leaves=rows,
-                                       nodes=step.node_rows, grant_seq=1, event_seq=0)
+    assert not await store.tlog.append(
+        holder="p1",
+        now=NOW,
+        expect_size=head["size"],
+        leaves=rows,
+        nodes=step.node_rows,
+        grant_seq=1,
+        event_seq=0,
+    )
     assert (await store.tlog.head())["size"] == 1
     assert len(await store.tlog.entries(0, 10)) == 1
     # an expired lease writes nothing either
-    assert not await store.tlog.append(holder="p1", now=NOW + 120_000, expect_size=1, leaves=[], nodes=[],
-                                       grant_seq=2, event_seq=0)
+    assert not await store.tlog.append(
+        holder="p1", now=NOW + 120_000, expect_size=1, leaves=[], nodes=[], grant_seq=2, event_seq=0
+    )
 
 
 async def test_checkpoints_are_kept_once_per_size(store):
@@ -111,7 +153,9 @@ async def test_log_keys_one_first_key_rotation_keeps_public_halves(store):
     assert keys[1]["seed"] == "" and keys[1]["public"] == f"pub-{first}" and keys[1]["retired_at"] == NOW + 5
     assert keys[0]["seed"] == "seed-new" and keys[0]["retired_at"] is None
     events = await store.tlog.events_after(0, 10)
-    assert [(e["kind"], e["data"]["kid"], e["data"]["purpose"]) for e in events] == [("key.rotated", "new", "log")]
+    assert [(e["kind"], e["data"]["kid"], e["data"]["purpose"]) for e in events] == [
+        ("key.rotated", "new", "log")
+    ]
     # the JWT keys are another table
     assert await store.keys.all() == []
 
@@ -127,12 +171,18 @@ async def test_hosts_enrol_once_with_their_event(store):
     assert await store.hosts.get("we\x00b1") is None
     events = await store.tlog.events_after(0, 10)
     assert [(e["kind"], e["data"], e["actor"]) for e in events] == [
-        ("host.enrolled", {"host": "web1", "public_key": "ssh-ed25519 AAAA"}, {"kind": "person", "email": "admin@example.com"})
+        (
+            "host.enrolled",
+            {"host": "web1", "public_key": "ssh-ed25519 AAAA"},
+            {"kind": "person", "email": "admin@example.com"},
+        )
     ]
 
 
 async def test_a_receipt_twice_adds_nothing(store):
-    results = await asyncio.gather(*(store.receipts.add("gr_1 jti exited", _event(at=NOW + i)) for i in range(10)))
+    results = await asyncio.gather(
+        *(store.receipts.add("gr_1 jti exited", _event(at=NOW + i)) for i in range(10))
+    )
     assert results.count(True) == 1
     assert await store.receipts.add("gr_1 jti refused", _event())
     events = await store.tlog.events_after(0, 10)
@@ -146,7 +196,9 @@ async def test_delegation_changes_record_their_events_in_their_transaction(store
 
     await store.delegations.create(delegation("dl_1", delegator="alice@example.com"))
     assert await store.delegations.revoke("dl_1", "bob@example.com", NOW + 5) is not None
-    assert await store.delegations.revoke("dl_1", "bob@example.com", NOW + 6) is None  # nothing happened: no event
+    assert (
+        await store.delegations.revoke("dl_1", "bob@example.com", NOW + 6) is None
+    )  # nothing happened: no event
     events = await store.tlog.events_after(0, 10)
     assert [(e["kind"], e["actor"], e["data"]["delegation_id"]) for e in events] == [
         ("delegation.created", {"kind": "person", "email": "alice@example.com"}, "dl_1"),
@@ -164,9 +216,9 @@ async def test_a_new_passkey_records_its_public_key_in_the_same_transaction(stor
     with pytest.raises(Conflict):
         await store.credentials.add(credential("cred-1", "usr_carol"))  # refused: no second event
     events = await store.tlog.events_after(0, 10)
-    assert [(e["kind"], e["data"]["credential_id"], e["data"]["email"], e["data"]["pid"]) for e in events] == [
-        ("person.credential_added", "cred-1", "carol@example.com", "usr_carol")
-    ]
+    assert [
+        (e["kind"], e["data"]["credential_id"], e["data"]["email"], e["data"]["pid"]) for e in events
+    ] == [("person.credential_added", "cred-1", "carol@example.com", "usr_carol")]
     assert events[0]["data"]["public_key"] == (await store.credentials.get("cred-1"))["public_key"]
 
 
@@ -187,14 +239,24 @@ async def test_agent_changes_record_their_events_in_their_transaction(store):
     from .factories import agent
 
     enrolled = await store.agents.create(agent("bot1"), frozenset(), by="alice@example.com")
-    await store.agents.update("agt_bot1", {"name": "renamed", "updated_at": NOW + 1}, by="alice@example.com")  # no key: no event
-    await store.agents.update("agt_bot1", {"public_key": "ssh-ed25519 NEW", "key_id": "kid-new", "updated_at": NOW + 2},
-                              by="alice@example.com")
-    await store.agents.retire("agt_bot1", delete=False, by="root@example.com", reason="off", now=NOW + 3, lapse=Lapse({}))
+    await store.agents.update(
+        "agt_bot1", {"name": "renamed", "updated_at": NOW + 1}, by="alice@example.com"
+    )  # no key: no event
+    await store.agents.update(
+        "agt_bot1",
+        {"public_key": "ssh-ed25519 NEW", "key_id": "kid-new", "updated_at": NOW + 2},
+        by="alice@example.com",
+    )
+    await store.agents.retire(
+        "agt_bot1", delete=False, by="root@example.com", reason="off", now=NOW + 3, lapse=Lapse({})
+    )
     events = await store.tlog.events_after(0, 10)
     assert [(e["kind"], e["actor"].get("email"), e["created_at"]) for e in events] == [
         ("agent.enrolled", "alice@example.com", enrolled["created_at"]),
         ("agent.key_replaced", "alice@example.com", NOW + 2),
         ("agent.disabled", "root@example.com", NOW + 3),
     ]
-    assert events[0]["data"]["public_key"] == enrolled["public_key"] and events[1]["data"]["public_key"] == "ssh-ed25519 NEW"
+    assert (
+        events[0]["data"]["public_key"] == enrolled["public_key"]
+        and events[1]["data"]["public_key"] == "ssh-ed25519 NEW"
+    )

@@ -161,7 +161,10 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     pm = pm or build_plugin_manager(config)
     providers = build_federation_providers(pm, config)  # a bad provider table stops the start here
     app = GrantdApp(
-        APP_NAME, log_config=log_config(config.log.level, config.log.format), env_prefix=None, request_class=GrantdRequest,
+        APP_NAME,
+        log_config=log_config(config.log.level, config.log.format),
+        env_prefix=None,
+        request_class=GrantdRequest,
         ctx=ProcessState(config, pm),
     )
     app.config.update(
@@ -193,8 +196,24 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         wellknown,
     )
 
-    for module in (health, wellknown, agents, admin, audit_api, people_admin, grants, delegations, federation, webauthn, oauth, device,
-                   sp, pages, openapi, metrics_api):
+    for module in (
+        health,
+        wellknown,
+        agents,
+        admin,
+        audit_api,
+        people_admin,
+        grants,
+        delegations,
+        federation,
+        webauthn,
+        oauth,
+        device,
+        sp,
+        pages,
+        openapi,
+        metrics_api,
+    ):
         app.blueprint(module.bp)
     metrics_api.install(app, config)  # counts every answer when [metrics] enabled
     pm.hook.register_routes(app=app, config=config)
@@ -214,7 +233,9 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         services.events.start()
         if services.audit is not None:
             services.audit.start()
-        state.sweeper = asyncio.get_running_loop().create_task(_sweep_forever(services), name="expiry-sweeper")
+        state.sweeper = asyncio.get_running_loop().create_task(
+            _sweep_forever(services), name="expiry-sweeper"
+        )
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -250,10 +271,15 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         forwarded = headers.get("x-forwarded-for")
         # client_address answers the peer itself unless a trusted proxy forwarded the request, so
         # without proxies or without the header there is nothing to parse.
-        ctx.client_ip = client_address(request.ip, forwarded, trusted_proxies) if trusted_proxies and forwarded else request.ip
+        ctx.client_ip = (
+            client_address(request.ip, forwarded, trusted_proxies)
+            if trusted_proxies and forwarded
+            else request.ip
+        )
         if not proxy_warned:
             warning = shared_address_warning(
-                request.ip, bool(forwarded or headers.get("forwarded") or headers.get("x-real-ip")))
+                request.ip, bool(forwarded or headers.get("forwarded") or headers.get("x-real-ip"))
+            )
             if warning is not None:
                 proxy_warned.append(warning)  # once per process: the first such request says it
                 log.warning("%s", warning)
@@ -299,18 +325,34 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     @app.exception(Exception)
     async def render_error(request: Request, exc: Exception) -> HTTPResponse:
         problem = _problem_from_exception(request, exc)
-        if problem.status == 500 and not isinstance(exc, Problem | SanicException) and not await _store_answers(app):
+        if (
+            problem.status == 500
+            and not isinstance(exc, Problem | SanicException)
+            and not await _store_answers(app)
+        ):
             # The database is down (e.g. PostgreSQL restarting): a 503 to retry, as /readyz says, not a 500.
-            problem = Problem(503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)})
+            problem = Problem(
+                503, "database unreachable; retry later", headers={"Retry-After": str(STORE_RETRY_AFTER)}
+            )
         request_id = getattr(request.ctx, "request_id", None) if request else None
         if problem.status in (404, 405) and isinstance(exc, SanicException) and _wants_a_page(request):
             title = "Page not found" if problem.status == 404 else "Not allowed here"
-            page = error_page(None, problem.status, title, "There is no page at this address." if problem.status == 404
-                              else problem.detail)
+            page = error_page(
+                None,
+                problem.status,
+                title,
+                "There is no page at this address." if problem.status == 404 else problem.detail,
+            )
             page.headers.update(problem.headers)
             return page
         if problem.status >= 500:
-            log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc, extra={"request_id": request_id})
+            log.error(
+                "unhandled error on %s %s",
+                request.method,
+                request.path,
+                exc_info=exc,
+                extra={"request_id": request_id},
+            )
         return problem_response(problem, request_id)
 
     return app
@@ -355,7 +397,10 @@ async def prepare_storage(config: Config, pm: pluggy.PluginManager) -> dict[str,
     """Run migrations and make sure a signing key exists, once, before workers start."""
     services = await open_services(config, pm)
     try:
-        return {"schema_version": services.store.schema_version(), "kid": (await services.keyring.signing_key()).kid}
+        return {
+            "schema_version": services.store.schema_version(),
+            "kid": (await services.keyring.signing_key()).kid,
+        }
     finally:
         services.store.close()
 

@@ -36,9 +36,12 @@ from grantd.services.sessions import SESSION_COOKIE
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 PASSKEY_ROUTES = "/api/webauthn/"
-FORM_ENDPOINTS = frozenset({"/token", "/revoke", "/userinfo", "/device_authorization", "/introspect", "/bc-authorize"})
-ANY_CONTENT_TYPE = frozenset({"/api/agent/challenge", "/api/agent/authenticate", "/api/auth/challenge",
-                              "/api/auth/authenticate"})
+FORM_ENDPOINTS = frozenset(
+    {"/token", "/revoke", "/userinfo", "/device_authorization", "/introspect", "/bc-authorize"}
+)
+ANY_CONTENT_TYPE = frozenset(
+    {"/api/agent/challenge", "/api/agent/authenticate", "/api/auth/challenge", "/api/auth/authenticate"}
+)
 
 
 def origin_of(url: str) -> str | None:

@@ -53,7 +53,11 @@ async def static(request: Request, name: str) -> HTTPResponse:
     found = STATIC_FILES.get(name)
     if found is None:
         raise Problem(404, "no such file")
-    headers = {"ETag": found.etag, "Cache-Control": "public, max-age=3600", "X-Content-Type-Options": "nosniff"}
+    headers = {
+        "ETag": found.etag,
+        "Cache-Control": "public, max-age=3600",
+        "X-Content-Type-Options": "nosniff",
+    }
     if request.headers.get("if-none-match") == found.etag:
         return HTTPResponse(status=304, headers=headers)
     return raw(found.body, content_type=found.content_type, headers=headers)
@@ -78,8 +82,12 @@ async def home(request: Request) -> HTTPResponse:
     if viewer is None and request.headers.get("authorization") is None:
         guest = await live_guest(services_of(request), request.cookies.get(SESSION_COOKIE))
     if error is None and guest is None:
-        return redirect(DEFAULT_NEXT if viewer else "/login", status=303, headers={"Cache-Control": "no-store"})
-    response = render("home.html", viewer=viewer, title="Login failed" if error else "Signed in", error=error, guest=guest)
+        return redirect(
+            DEFAULT_NEXT if viewer else "/login", status=303, headers={"Cache-Control": "no-store"}
+        )
+    response = render(
+        "home.html", viewer=viewer, title="Login failed" if error else "Signed in", error=error, guest=guest
+    )
     response.headers["Cache-Control"] = "no-store"
     return response
 
@@ -108,9 +116,16 @@ async def login(request: Request) -> HTTPResponse:
     target = safe_next(request.args.get("next"))
     if await viewer_of(request) is not None:
         return redirect(target, status=303, headers={"Cache-Control": "no-store"})
-    return render("login.html", viewer=None, title="Sign in", next=target, providers=federation_buttons(request, target),
-                  sp_login=bool(services_of(request).config.sp.enabled), elsewhere=issuer_login_elsewhere(request, target),
-                  issuer=services_of(request).issuer.rstrip("/"))
+    return render(
+        "login.html",
+        viewer=None,
+        title="Sign in",
+        next=target,
+        providers=federation_buttons(request, target),
+        sp_login=bool(services_of(request).config.sp.enabled),
+        elsewhere=issuer_login_elsewhere(request, target),
+        issuer=services_of(request).issuer.rstrip("/"),
+    )
 
 
 @bp.get("/register")
@@ -124,8 +139,14 @@ async def register(request: Request) -> HTTPResponse:
     well_formed = 0 < len(token) <= 200 and token.isascii() and token.isprintable()
     usable = well_formed and await registration_usable(services_of(request), token)
     viewer = await viewer_of(request)
-    return render("register.html", status=200 if usable else 400 if not well_formed else 404, viewer=viewer,
-                  title="Register a passkey", token=token if usable else "", incomplete=not well_formed)
+    return render(
+        "register.html",
+        status=200 if usable else 400 if not well_formed else 404,
+        viewer=viewer,
+        title="Register a passkey",
+        token=token if usable else "",
+        incomplete=not well_formed,
+    )
 
 
 @bp.get("/account")
@@ -137,9 +158,19 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
     current = current_session_id(request)
     own = [own_session_view(s, current) for s in await own_sessions(services, viewer.principal)]
     names = {c["credential_id"]: c["name"] for c in credentials}
-    consents = await authorize.consents_of(services, viewer.principal.id)  # remembered OAuth consents, withdrawable (D9)
-    return render("account.html", viewer=viewer, title="Your account", credentials=credentials, sessions=own,
-                  passkey_names=names, person=viewer.person, consents=consents)
+    consents = await authorize.consents_of(
+        services, viewer.principal.id
+    )  # remembered OAuth consents, withdrawable (D9)
+    return render(
+        "account.html",
+        viewer=viewer,
+        title="Your account",
+        credentials=credentials,
+        sessions=own,
+        passkey_names=names,
+        person=viewer.person,
+        consents=consents,
+    )
 
 
 # -- grants ---------------------------------------------------------------------------------------
@@ -163,7 +194,11 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
         raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
     record = await services.store.grants.get(grant_id)
     try:  # its requester, who may decide it, and the approvers its pinned policy names (D13)
-        panel = await grant_reviewers.approval_panel(services, viewer.principal, grant_id) if record is not None else None
+        panel = (
+            await grant_reviewers.approval_panel(services, viewer.principal, grant_id)
+            if record is not None
+            else None
+        )
     except Problem as problem:
         if problem.status != 404:
             raise
@@ -177,9 +212,18 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
     earlier = await _earlier_grants(services, record, reader)
     request_body = grant["request"]
     return render(
-        "grant_approval.html", viewer=viewer, title="Grant request", grant=grant, request_body=request_body,
-        agent=agent, may_decide=panel["may_vote"], may_revoke=may_revoke, panel=panel, earlier=earlier,
-        grant_types=("once", "timed", "always"), max_duration=services.config.grants.max_duration,
+        "grant_approval.html",
+        viewer=viewer,
+        title="Grant request",
+        grant=grant,
+        request_body=request_body,
+        agent=agent,
+        may_decide=panel["may_vote"],
+        may_revoke=may_revoke,
+        panel=panel,
+        earlier=earlier,
+        grant_types=("once", "timed", "always"),
+        max_duration=services.config.grants.max_duration,
     )
 
 
@@ -214,11 +258,23 @@ async def enroll(request: Request, viewer: Viewer) -> HTTPResponse:
     email = (request.args.get("email") or "")[:254]
     domain = viewer.email.rpartition("@")[2]
     try:
-        suggestion = agents.default_agent_email(viewer.email, name) if name else f"{policy.AGENT_EMAIL_PREFIX}NAME@{domain}"
+        suggestion = (
+            agents.default_agent_email(viewer.email, name)
+            if name
+            else f"{policy.AGENT_EMAIL_PREFIX}NAME@{domain}"
+        )
     except Problem:
         suggestion = f"{policy.AGENT_EMAIL_PREFIX}NAME@{domain}"
-    return render("enroll.html", viewer=viewer, title="Enrol an agent", name=name, key=key, email=email,
-                  suggestion=suggestion, domain=domain)
+    return render(
+        "enroll.html",
+        viewer=viewer,
+        title="Enrol an agent",
+        name=name,
+        key=key,
+        email=email,
+        suggestion=suggestion,
+        domain=domain,
+    )
 
 
 # -- administration -------------------------------------------------------------------------------
@@ -234,21 +290,37 @@ async def admin(request: Request, viewer: Viewer) -> HTTPResponse:
     search = (request.args.get("q") or "").strip()[:200] or None
     persons, more_people = await store.people.list(first, search)
     agent_rows, more_agents = await store.agents.list(first)
-    states = await agents.party_states(services, agent_rows)  # D11: ownerless agents wait for an administrator
+    states = await agents.party_states(
+        services, agent_rows
+    )  # D11: ownerless agents wait for an administrator
     registrations, more_registrations = await store.registrations.list(first)
     sessions, more_sessions = await store.sessions.list(first, None, now)
     emails: dict[str, str | None] = {p["person_id"]: p["email"] for p in persons}
     for session in sessions:
-        if session["person_id"] is not None and session["person_id"] not in emails:  # None: a guest (SP login)
+        if (
+            session["person_id"] is not None and session["person_id"] not in emails
+        ):  # None: a guest (SP login)
             found = await store.people.get(session["person_id"])
             emails[session["person_id"]] = found["email"] if found else None
     current = current_session_id(request)
     return render(
-        "admin.html", viewer=viewer, title="Administration", search=search or "",
-        people=[people.person_view(p, services.admin_emails) for p in persons], more_people=more_people,
-        agents=[agents.admin_view(a, states) for a in agent_rows], more_agents=more_agents,
-        registrations=[people.registration_view(r, now) for r in registrations], more_registrations=more_registrations,
-        sessions=[{**people.session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
-                   "current": s["session_id"] == current} for s in sessions],
-        more_sessions=more_sessions, registration_ttl=services.config.people.registration_ttl,
+        "admin.html",
+        viewer=viewer,
+        title="Administration",
+        search=search or "",
+        people=[people.person_view(p, services.admin_emails) for p in persons],
+        more_people=more_people,
+        agents=[agents.admin_view(a, states) for a in agent_rows],
+        more_agents=more_agents,
+        registrations=[people.registration_view(r, now) for r in registrations],
+        more_registrations=more_registrations,
+        sessions=[
+            {
+                **people.session_view(s, emails[s["person_id"]] if s["person_id"] else s.get("email")),
+                "current": s["session_id"] == current,
+            }
+            for s in sessions
+        ],
+        more_sessions=more_sessions,
+        registration_ttl=services.config.people.registration_ttl,
     )

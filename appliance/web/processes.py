@@ -72,7 +72,6 @@ class EarlyStop:
         self.requested = True
 
 
-
 def listen_socket(host: str, port: int) -> socket.socket:
     """The one listening socket every process accepts from, inheritable by the others."""
     from sanic.server.socket import bind_socket
@@ -115,10 +114,23 @@ class ProcessGroup:
     def _spawn(self, index: int) -> _Peer:
         read_fd, write_fd = os.pipe()
         os.set_blocking(read_fd, False)
-        command = [sys.executable, "-m", "grantd.web.processes", "--config", self.config_path,
-                   "--fd", str(self.sock.fileno()), "--ready-fd", str(write_fd), "--parent", str(os.getpid())]
+        command = [
+            sys.executable,
+            "-m",
+            "grantd.web.processes",
+            "--config",
+            self.config_path,
+            "--fd",
+            str(self.sock.fileno()),
+            "--ready-fd",
+            str(write_fd),
+            "--parent",
+            str(os.getpid()),
+        ]
         try:
-            proc = subprocess.Popen(command, pass_fds=(self.sock.fileno(), write_fd), stdin=subprocess.DEVNULL)  # noqa: S603 - our own interpreter and module
+            proc = subprocess.Popen(
+                command, pass_fds=(self.sock.fileno(), write_fd), stdin=subprocess.DEVNULL
+            )  # noqa: S603 - our own interpreter and module
         finally:
             os.close(write_fd)
         log.debug("started server process %d (pid %d)", index, proc.pid)
@@ -146,9 +158,16 @@ class ProcessGroup:
             while self._restarts and now - self._restarts[0] > RESTART_WINDOW:
                 self._restarts.popleft()
             if len(self._restarts) >= MAX_RESTARTS:
-                return f"server processes keep exiting ({MAX_RESTARTS} restarts within {RESTART_WINDOW:.0f} s)"
+                return (
+                    f"server processes keep exiting ({MAX_RESTARTS} restarts within {RESTART_WINDOW:.0f} s)"
+                )
             self._restarts.append(now)
-            log.warning("server process %d (pid %d) exited with %s; starting another", peer.index, peer.proc.pid, _describe(code))
+            log.warning(
+                "server process %d (pid %d) exited with %s; starting another",
+                peer.index,
+                peer.proc.pid,
+                _describe(code),
+            )
             self.peers[i] = self._spawn(peer.index)
         return None
 
@@ -187,8 +206,12 @@ class ProcessGroup:
             try:
                 peer.proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                log.warning("server process %d (pid %d) still running %s s after the stop signal: killing it",
-                            peer.index, peer.proc.pid, self.grace + KILL_MARGIN)
+                log.warning(
+                    "server process %d (pid %d) still running %s s after the stop signal: killing it",
+                    peer.index,
+                    peer.proc.pid,
+                    self.grace + KILL_MARGIN,
+                )
                 peer.proc.kill()
                 peer.proc.wait()
             with contextlib.suppress(OSError):
@@ -221,7 +244,9 @@ class Stopper:
 
     RETRY = 0.25
 
-    def __init__(self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0, on_second: Any = None):
+    def __init__(
+        self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0, on_second: Any = None
+    ):
         self.app = app
         self.early = early
         self.grace = grace
@@ -231,7 +256,9 @@ class Stopper:
         self.shutting_down = False
         self.started = False  # every after-start listener has returned
         self.loop: Any = None
-        state_of(app).stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
+        state_of(
+            app
+        ).stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
         # Priorities: take the signals before any other after-start listener runs, learn when the
         # last one has returned, and learn that the shutdown began before any other before-stop
         # listener awaits.
@@ -263,7 +290,9 @@ class Stopper:
             if self.on_second is not None:
                 self.on_second(signum)
             return
-        log.info("received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace)
+        log.info(
+            "received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace
+        )
         self.stop()
 
     def stop_asked(self) -> None:
@@ -314,7 +343,9 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
 
     @app.after_server_start
     async def start_watching(app: Any) -> None:
-        state_of(app).process_group_watch = asyncio.get_running_loop().create_task(watch(app), name="grantd-process-group")
+        state_of(app).process_group_watch = asyncio.get_running_loop().create_task(
+            watch(app), name="grantd-process-group"
+        )
 
     @app.before_server_stop
     async def stop_the_others(app: Any) -> None:  # however this server's stop began
@@ -357,7 +388,9 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
             log.warning("the first server process (pid %d) is gone: stopping", parent)
             stopper.stop()
 
-        state_of(app).orphan_check = asyncio.get_running_loop().create_task(orphan_check(), name="grantd-orphan-check")
+        state_of(app).orphan_check = asyncio.get_running_loop().create_task(
+            orphan_check(), name="grantd-orphan-check"
+        )
 
     Sanic.serve_single(primary=app)
 
@@ -380,7 +413,9 @@ def _log_failure(config_path: str, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="grantd-server-process", description="one of `grantd serve`'s processes (internal)")
+    parser = argparse.ArgumentParser(
+        prog="grantd-server-process", description="one of `grantd serve`'s processes (internal)"
+    )
     parser.add_argument("--config", required=True)
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--ready-fd", type=int, required=True)
@@ -416,7 +451,13 @@ def serve(config: Config, *, checked: bool = False) -> None:
     try:
         app = create_app_from_path(str(config.path))
         if single:
-            app.prepare(host=config.server.host, port=config.server.port, single_process=True, access_log=False, motd=False)
+            app.prepare(
+                host=config.server.host,
+                port=config.server.port,
+                single_process=True,
+                access_log=False,
+                motd=False,
+            )
             Stopper(app, grace=grace)
         else:
             assert early is not None

@@ -45,8 +45,13 @@ MAX_NEXT = 2000
 
 # -- static files ---------------------------------------------------------------------------------
 
-_CONTENT_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-                  ".svg": "image/svg+xml", ".png": "image/png", ".ico": "image/x-icon"}
+_CONTENT_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+    ".ico": "image/x-icon",
+}
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,9 @@ def _load_static() -> dict[str, StaticFile]:
     for path in sorted(STATIC.iterdir()) if STATIC.is_dir() else []:
         if path.is_file() and path.suffix in _CONTENT_TYPES:
             body = path.read_bytes()
-            files[path.name] = StaticFile(body, _CONTENT_TYPES[path.suffix], '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+            files[path.name] = StaticFile(
+                body, _CONTENT_TYPES[path.suffix], '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
+            )
     return files
 
 
@@ -103,14 +110,28 @@ def _text(value: Any) -> str:
     return escape_text("" if value is None else str(value))
 
 
-_BROWSERS = (("Edg/", "Edge"), ("OPR/", "Opera"), ("Firefox/", "Firefox"), ("HeadlessChrome/", "Headless Chrome"),
-             ("Chrome/", "Chrome"), ("Chromium/", "Chromium"), ("Safari/", "Safari"))
-_SYSTEMS = (("Android", "Android"), ("iPhone", "iOS"), ("iPad", "iPadOS"), ("Windows", "Windows"),
-            ("Mac OS X", "macOS"), ("CrOS", "ChromeOS"), ("Linux", "Linux"))
+_BROWSERS = (
+    ("Edg/", "Edge"),
+    ("OPR/", "Opera"),
+    ("Firefox/", "Firefox"),
+    ("HeadlessChrome/", "Headless Chrome"),
+    ("Chrome/", "Chrome"),
+    ("Chromium/", "Chromium"),
+    ("Safari/", "Safari"),
+)
+_SYSTEMS = (
+    ("Android", "Android"),
+    ("iPhone", "iOS"),
+    ("iPad", "iPadOS"),
+    ("Windows", "Windows"),
+    ("Mac OS X", "macOS"),
+    ("CrOS", "ChromeOS"),
+    ("Linux", "Linux"),
+)
 
 
 def browser_name(user_agent: str | None) -> str:
-    """"Chrome on Linux" from a User-Agent line (the whole line stays in the title attribute)."""
+    """ "Chrome on Linux" from a User-Agent line (the whole line stays in the title attribute)."""
     ua = user_agent or ""
     browser = next((name for token, name in _BROWSERS if token in ua), "")
     system = next((name for token, name in _SYSTEMS if token in ua), "")
@@ -146,8 +167,15 @@ ENV = Environment(
     lstrip_blocks=True,
 )
 ENV.filters.update(
-    text=_text, arg=quote_arg, argv_line=summarize_argv, when=format_ms, iso=iso_ms, seconds=format_seconds,
-    pretty_json=_pretty_json, browser=browser_name, codepoints=lambda value: non_ascii(_text_of(value)),
+    text=_text,
+    arg=quote_arg,
+    argv_line=summarize_argv,
+    when=format_ms,
+    iso=iso_ms,
+    seconds=format_seconds,
+    pretty_json=_pretty_json,
+    browser=browser_name,
+    codepoints=lambda value: non_ascii(_text_of(value)),
     command_text=command_text,
 )
 # A long command must not bury who, where and the decision (issue 20 item 4): the approval page lists
@@ -158,8 +186,9 @@ ARGV_SHOWN = 4
 ARG_FOLD = 160
 TEXT_FOLD = 60
 CMD_FOLD = 160
-ENV.globals.update(static_url=static_url, argv_shown=ARGV_SHOWN, arg_fold=ARG_FOLD, text_fold=TEXT_FOLD,
-                   cmd_fold=CMD_FOLD)
+ENV.globals.update(
+    static_url=static_url, argv_shown=ARGV_SHOWN, arg_fold=ARG_FOLD, text_fold=TEXT_FOLD, cmd_fold=CMD_FOLD
+)
 
 
 def render(template: str, status: int = 200, **context: Any) -> HTTPResponse:
@@ -268,5 +297,8 @@ def error_page(viewer: Viewer | None, status: int, title: str, detail: str) -> H
 def federation_buttons(request: Request, target: str) -> list[dict[str, str]]:
     """The upstream providers a person may sign in with (grantd.web.api.federation), as links."""
     suffix = "" if target == DEFAULT_NEXT else "?next=" + quote(target, safe="/")
-    return [{"name": p.name, "href": f"/auth/federated/{quote(p.id, safe='')}{suffix}"}
-            for p in services_of(request).federation if p.can_sign_in]
+    return [
+        {"name": p.name, "href": f"/auth/federated/{quote(p.id, safe='')}{suffix}"}
+        for p in services_of(request).federation
+        if p.can_sign_in
+    ]

@@ -50,13 +50,16 @@ class PostgresAgents(_Part):
 
     @staticmethod
     async def _check_key(cur: psycopg.AsyncCursor[Any], key_id: str, agent_id: str) -> None:
-        await cur.execute("SELECT 1 AS x FROM agents WHERE key_id = %s AND agent_id != %s", (key_id, agent_id))
+        await cur.execute(
+            "SELECT 1 AS x FROM agents WHERE key_id = %s AND agent_id != %s", (key_id, agent_id)
+        )
         if await cur.fetchone():
             raise Conflict("publicKey")
 
     @_on_store_loop
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
-                     by: str | None = None) -> Agent:
+    async def create(
+        self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0, by: str | None = None
+    ) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
@@ -70,8 +73,9 @@ class PostgresAgents(_Part):
             row["approver_id"] = await _person_id_of(cur, row["approver"])
             if max_per_owner > 0:  # PRINCIPALS_LOCK serialises enrolments: the count holds
                 await cur.execute(
-                    "SELECT count(*) AS n FROM agents WHERE owner_id = %s" if row["owner_id"] else
-                    "SELECT count(*) AS n FROM agents WHERE owner_id IS NULL AND owner = %s",
+                    "SELECT count(*) AS n FROM agents WHERE owner_id = %s"
+                    if row["owner_id"]
+                    else "SELECT count(*) AS n FROM agents WHERE owner_id IS NULL AND owner = %s",
                     (row["owner_id"] or row["owner"],),
                 )
                 counted = await cur.fetchone()
@@ -83,14 +87,22 @@ class PostgresAgents(_Part):
                 await cur.execute(_insert("agents", AGENT_COLUMNS), row)
             except _unique_violation() as exc:
                 name = _constraint(exc)
-                raise Conflict("email" if name == "agents_email_key" else "publicKey" if name == "agents_key_id_key" else "id") from None
+                raise Conflict(
+                    "email"
+                    if name == "agents_email_key"
+                    else "publicKey"
+                    if name == "agents_key_id_key"
+                    else "id"
+                ) from None
             await _record(cur, agent_event("agent.enrolled", row, by, int(row["created_at"])))
         return cast(Agent, row)
 
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, ident: str) -> Agent | None:
-        row = await self._db.one("SELECT * FROM agents WHERE agent_id = %s OR email = %s", (ident, ident.lower()))
+        row = await self._db.one(
+            "SELECT * FROM agents WHERE agent_id = %s OR email = %s", (ident, ident.lower())
+        )
         return cast(Agent | None, row)
 
     @_nul_finds_nothing(None)
@@ -200,7 +212,8 @@ class PostgresChallenges(_Part):
         await self._db.one(
             """WITH ended AS (DELETE FROM challenges WHERE expires_at < %s)
                INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (%s, %s, %s)""",
-            (now, challenge, agent_id, expires_at), rows=False,
+            (now, challenge, agent_id, expires_at),
+            rows=False,
         )
 
     @_nul_finds_nothing(None)
@@ -209,7 +222,8 @@ class PostgresChallenges(_Part):
         # The DELETE decides: a concurrent taker on any node waits for the row lock, then finds no row.
         async with self._db.statement() as cur:
             await cur.execute(
-                "DELETE FROM challenges WHERE challenge = %s AND agent_id = %s RETURNING expires_at", (challenge, agent_id)
+                "DELETE FROM challenges WHERE challenge = %s AND agent_id = %s RETURNING expires_at",
+                (challenge, agent_id),
             )
             row = await cur.fetchone()
         return int(row["expires_at"]) if row else None

@@ -96,7 +96,9 @@ class _Part:
         self._db = db
 
 
-def _on_store_loop(fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[Any, P], Awaitable[R]]:
+def _on_store_loop(
+    fn: Callable[Concatenate[Any, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Any, P], Awaitable[R]]:
     """Run a part's method where its connections are: on the caller's loop when that is the loop
     the store serves on (no hop: the server's requests), else on the store's own loop."""
 
@@ -160,7 +162,10 @@ class _Database:
         from psycopg.rows import dict_row
 
         return await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=autocommit, row_factory=dict_row, connect_timeout=int(CONNECT_TIMEOUT),
+            self.dsn,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            connect_timeout=int(CONNECT_TIMEOUT),
             application_name=self.app_name,
         )
 
@@ -236,7 +241,9 @@ class _Database:
         finally:
             pool.put(conn, discard=failed)
 
-    async def one(self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, rows: bool = True) -> dict[str, Any] | None:
+    async def one(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, rows: bool = True
+    ) -> dict[str, Any] | None:
         """One statement in autocommit: its own READ COMMITTED transaction, one round trip
         (``rows=False``: a statement that returns none)."""
         pool = self._here()
@@ -282,7 +289,9 @@ async def _lock(cur: psycopg.AsyncCursor[Any], key: int) -> None:
     await cur.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
 
-async def _record_events(cur: psycopg.AsyncCursor[Any], events: Sequence[tuple[str, dict[str, Any], int]]) -> None:
+async def _record_events(
+    cur: psycopg.AsyncCursor[Any], events: Sequence[tuple[str, dict[str, Any], int]]
+) -> None:
     """The grant events of this transaction, last in it: the lock makes ``seq`` follow commit order
     (it is held from here to COMMIT, so a later number always commits later), and NOTIFY is sent
     when the transaction commits."""

@@ -27,15 +27,22 @@ class PostgresDelegations(_Part):
     async def create(self, delegation: Delegation) -> Delegation:
         row: dict[str, Any] = {k: delegation.get(k) for k in DELEGATION_COLUMNS}
         async with self._db.tx() as cur:
-            await _lock(cur, PRINCIPALS_LOCK)  # against an agent enrolled with the delegator's e-mail meanwhile
+            await _lock(
+                cur, PRINCIPALS_LOCK
+            )  # against an agent enrolled with the delegator's e-mail meanwhile
             await cur.execute("SELECT 1 AS x FROM agents WHERE email = %s", (str(row["delegator"]).lower(),))
             if await cur.fetchone():
                 raise Conflict("delegator")  # a delegator is a person (D11)
             try:
-                await cur.execute(_insert("delegations", DELEGATION_COLUMNS), {**row, "scopes": to_json(row["scopes"])})
+                await cur.execute(
+                    _insert("delegations", DELEGATION_COLUMNS), {**row, "scopes": to_json(row["scopes"])}
+                )
             except _unique_violation():
                 raise Conflict("id") from None
-            await _record(cur, delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])))
+            await _record(
+                cur,
+                delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])),
+            )
         return cast(Delegation, row)
 
     @_nul_finds_nothing(None)

@@ -42,13 +42,19 @@ VOTE_INSERT = (
     "WHERE EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE) "
     "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq"
 )
-GRANT_INSERT = f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
+GRANT_INSERT = (
+    f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
+)
 
 
 class PostgresGrants(_Part):
     @_on_store_loop
     async def create(
-        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        self,
+        grant: Grant,
+        events: Sequence[str],
+        *,
+        bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
@@ -56,7 +62,9 @@ class PostgresGrants(_Part):
         values = [row[k] for k in GRANT_COLUMNS]
         values[GRANT_COLUMNS.index("request")] = to_json(row["request"])
         if bound is not None and bound.limit > 0 and row["status"] == "pending":
-            owner = await self._db.one("SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],))
+            owner = await self._db.one(
+                "SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],)
+            )
             if owner is not None:
                 return await self._create_bounded(row, values, events, owner, bound, review)
         # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
@@ -74,7 +82,12 @@ class PostgresGrants(_Part):
         return cast(Grant, row)
 
     async def _create_bounded(
-        self, row: dict[str, Any], values: builtins.list[Any], events: Sequence[str], owner: dict[str, Any], bound: OwnerBound,
+        self,
+        row: dict[str, Any],
+        values: builtins.list[Any],
+        events: Sequence[str],
+        owner: dict[str, Any],
+        bound: OwnerBound,
         review: dict[str, Any] | None = None,
     ) -> Grant:
         """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
@@ -157,7 +170,14 @@ class PostgresGrants(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def update_if(
-        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+        self,
+        grant_id: str,
+        *,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
     ) -> Grant | None:
         """One conditional UPDATE: a concurrent caller on any node waits for the row lock, re-checks
         the WHERE clause on the row the winner left, and gets no row."""
@@ -211,7 +231,9 @@ class PostgresGrants(_Part):
 
     @_on_store_loop
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
-        rows = await self._db.all("SELECT * FROM grant_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit))
+        rows = await self._db.all(
+            "SELECT * FROM grant_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit)
+        )
         events: list[GrantEvent] = []
         for row in rows:
             row["grant"] = json.loads(row.pop("grant_json"))
@@ -239,13 +261,17 @@ class PostgresGrants(_Part):
     async def reviews_and_votes(
         self, grant_ids: Sequence[str]
     ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
-        ids = [i for i in dict.fromkeys(grant_ids) if "\x00" not in i]  # PostgreSQL text holds no NUL: no such grant
+        ids = [
+            i for i in dict.fromkeys(grant_ids) if "\x00" not in i
+        ]  # PostgreSQL text holds no NUL: no such grant
         if not ids:
             return {}, {}
         rows = await self._db.all("SELECT * FROM grant_reviews WHERE grant_id = ANY(%s)", (ids,))
         reviews = {r["grant_id"]: review_row(r) for r in rows}
         votes: dict[str, builtins.list[Vote]] = {}
-        for r in await self._db.all("SELECT * FROM grant_votes WHERE grant_id = ANY(%s) ORDER BY seq", (ids,)):
+        for r in await self._db.all(
+            "SELECT * FROM grant_votes WHERE grant_id = ANY(%s) ORDER BY seq", (ids,)
+        ):
             votes.setdefault(r["grant_id"], []).append(vote_row(r))
         return reviews, votes
 
@@ -255,8 +281,10 @@ class PostgresGrants(_Part):
         row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
         if row is not None:
             return "recorded"
-        again = await self._db.one("SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
-                                   (vote["grant_id"], vote["email"]))
+        again = await self._db.one(
+            "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
+            (vote["grant_id"], vote["email"]),
+        )
         return "duplicate" if again is not None else "decided"
 
     @_nul_finds_nothing(False)
@@ -272,15 +300,22 @@ class PostgresGrants(_Part):
                 return False
             await cur.execute("SELECT * FROM grants WHERE id = %s", (grant_id,))
             row = dict(await cur.fetchone() or {})
-            await _record_events(cur, [("grant.escalated", {**row, "escalation_level": reached}, now)
-                                       for reached in range(seen + 1, level + 1)])
+            await _record_events(
+                cur,
+                [
+                    ("grant.escalated", {**row, "escalation_level": reached}, now)
+                    for reached in range(seen + 1, level + 1)
+                ],
+            )
             return True
 
     @_on_store_loop
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         rows = await self._db.all(
             """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
-               ORDER BY g.created_at, g.id LIMIT %s""", (limit,))
+               ORDER BY g.created_at, g.id LIMIT %s""",
+            (limit,),
+        )
         return [review_row(r) for r in rows]
 
     @_on_store_loop
@@ -292,7 +327,10 @@ class PostgresGrants(_Part):
         async with self._db.tx() as cur:
             await cur.execute("SELECT status, count(*) AS n FROM grants GROUP BY status")
             counts = {str(r["status"]): int(r["n"]) for r in await cur.fetchall()}
-            await cur.execute(f"SELECT status, count(*) AS n FROM grants WHERE {lapsed} GROUP BY status", params)  # noqa: S608 - generated from the Lapse
+            await cur.execute(
+                f"SELECT status, count(*) AS n FROM grants WHERE {lapsed} GROUP BY status",  # noqa: S608 - generated from the Lapse
+                params,
+            )
             moved = await cur.fetchall()
             await cur.execute(f"SELECT min(created_at) AS oldest FROM grants WHERE {pending}", extra)  # noqa: S608 - generated from the Lapse
             row = await cur.fetchone()

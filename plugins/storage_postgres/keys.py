@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 class PostgresKeys(_Part):
     @_on_store_loop
     async def all(self) -> list[SigningKey]:
-        rows = await self._db.all(f"SELECT {_cols(KEY_COLUMNS)} FROM signing_keys ORDER BY created_at DESC, seq DESC")  # noqa: S608 - fixed columns
+        rows = await self._db.all(
+            f"SELECT {_cols(KEY_COLUMNS)} FROM signing_keys ORDER BY created_at DESC, seq DESC"  # noqa: S608 - fixed columns
+        )
         return [key_row(r) for r in rows]
 
     @_nul_finds_nothing(None)
@@ -48,7 +50,9 @@ class PostgresKeys(_Part):
     async def add_first(self, key: SigningKey) -> bool:
         async with self._db.tx() as cur:
             await _lock(cur, KEYS_LOCK)  # statements after it see what an earlier holder committed
-            await cur.execute("SELECT 1 AS x FROM signing_keys WHERE alg = %s AND retired_at IS NULL LIMIT 1", (key["alg"],))
+            await cur.execute(
+                "SELECT 1 AS x FROM signing_keys WHERE alg = %s AND retired_at IS NULL LIMIT 1", (key["alg"],)
+            )
             if await cur.fetchone():
                 return False
             await self._insert(cur, key)
@@ -70,7 +74,9 @@ class PostgresKeys(_Part):
     @_on_store_loop
     async def drop_retired_before(self, cutoff: int) -> int:
         async with self._db.statement() as cur:
-            await cur.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < %s", (cutoff,))
+            await cur.execute(
+                "DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < %s", (cutoff,)
+            )
             return int(cur.rowcount)
 
     @_nul_finds_nothing(False)

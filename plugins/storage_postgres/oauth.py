@@ -60,7 +60,8 @@ class PostgresOneTime(_Part):
     async def put(self, kind: str, key: str, data: dict[str, Any], expires_at: int, now: int) -> None:
         async with self._db.tx() as cur:
             await cur.execute(  # an expired twin makes way (waiting for whoever holds it)
-                "DELETE FROM oauth_onetime WHERE kind = %s AND key = %s AND expires_at <= %s", (kind, key, now)
+                "DELETE FROM oauth_onetime WHERE kind = %s AND key = %s AND expires_at <= %s",
+                (kind, key, now),
             )
             await _sweep(cur, "oauth_onetime", "kind, key", now)
             try:
@@ -77,7 +78,8 @@ class PostgresOneTime(_Part):
         # The DELETE decides: of any number of concurrent takers on any node, one sees the row.
         async with self._db.statement() as cur:
             await cur.execute(
-                "DELETE FROM oauth_onetime WHERE kind = %s AND key = %s RETURNING data, expires_at", (kind, key)
+                "DELETE FROM oauth_onetime WHERE kind = %s AND key = %s RETURNING data, expires_at",
+                (kind, key),
             )
             row = await cur.fetchone()
         if row is None or row["expires_at"] <= now:
@@ -141,15 +143,20 @@ class PostgresRefreshTokens(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, token_hash: str) -> RefreshToken | None:
-        return cast(RefreshToken | None, await self._db.one(f"{REFRESH_SELECT} WHERE token_hash = %s", (token_hash,)))
+        return cast(
+            RefreshToken | None, await self._db.one(f"{REFRESH_SELECT} WHERE token_hash = %s", (token_hash,))
+        )
 
     @_nul_finds_nothing(False)
     @_on_store_loop
     async def family_live(self, family_id: str, now: int) -> bool:
-        return await self._db.one(
-            "SELECT 1 AS x FROM refresh_tokens WHERE family_id = %s AND revoked_at IS NULL AND expires_at > %s LIMIT 1",
-            (family_id, now),
-        ) is not None
+        return (
+            await self._db.one(
+                "SELECT 1 AS x FROM refresh_tokens WHERE family_id = %s AND revoked_at IS NULL AND expires_at > %s LIMIT 1",
+                (family_id, now),
+            )
+            is not None
+        )
 
     @staticmethod
     async def _revoke(cur: psycopg.AsyncCursor[Any], where: str, params: dict[str, Any], now: int) -> int:
@@ -163,7 +170,9 @@ class PostgresRefreshTokens(_Part):
     @_on_store_loop
     async def revoke_family(self, family_id: str, now: int) -> int:
         async with self._db.tx() as cur:
-            await cur.execute("SELECT person_id FROM refresh_tokens WHERE family_id = %s LIMIT 1", (family_id,))
+            await cur.execute(
+                "SELECT person_id FROM refresh_tokens WHERE family_id = %s LIMIT 1", (family_id,)
+            )
             owner = await cur.fetchone()
             if owner is None:
                 return 0
@@ -178,8 +187,10 @@ class PostgresRefreshTokens(_Part):
             if client_id is None:
                 return await self._revoke(cur, "person_id = %(person_id)s", {"person_id": person_id}, now)
             return await self._revoke(
-                cur, "person_id = %(person_id)s AND client_id = %(client_id)s",
-                {"person_id": person_id, "client_id": client_id}, now,
+                cur,
+                "person_id = %(person_id)s AND client_id = %(client_id)s",
+                {"person_id": person_id, "client_id": client_id},
+                now,
             )
 
     @_nul_finds_nothing(list)
@@ -204,21 +215,25 @@ class PostgresDeviceCodes(_Part):
         async with self._db.tx() as cur:
             # an expired request with this user code makes way (waiting for whoever holds it); others go as we go
             await cur.execute(
-                "DELETE FROM device_codes WHERE user_code = %s AND expires_at <= %s", (row["user_code"], row["created_at"])
+                "DELETE FROM device_codes WHERE user_code = %s AND expires_at <= %s",
+                (row["user_code"], row["created_at"]),
             )
             await _sweep(cur, "device_codes", "device_code_hash", row["created_at"])
             try:
                 await cur.execute(_device_insert(), row)
             except _unique_violation() as exc:
-                raise Conflict("user_code" if _constraint(exc) == "device_codes_user_code_key" else "device_code_hash") from None
+                raise Conflict(
+                    "user_code" if _constraint(exc) == "device_codes_user_code_key" else "device_code_hash"
+                ) from None
         return cast(DeviceCode, row)
 
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get_by_user_code(self, user_code: str, now: int) -> DeviceCode | None:
-        return cast(DeviceCode | None, await self._db.one(
-            f"{self.SELECT} WHERE user_code = %s AND expires_at > %s", (user_code, now)
-        ))
+        return cast(
+            DeviceCode | None,
+            await self._db.one(f"{self.SELECT} WHERE user_code = %s AND expires_at > %s", (user_code, now)),
+        )
 
     @_nul_finds_nothing(None)
     @_on_store_loop
@@ -242,7 +257,8 @@ class PostgresDeviceCodes(_Part):
             if row is None:
                 return None
             await cur.execute(
-                "UPDATE device_codes SET last_polled_at = %s WHERE device_code_hash = %s", (now, device_code_hash)
+                "UPDATE device_codes SET last_polled_at = %s WHERE device_code_hash = %s",
+                (now, device_code_hash),
             )
         return cast(DeviceCode, row)
 
@@ -280,7 +296,7 @@ class PostgresConsents(_Part):
             # One statement inserts the first consent or locks the stored one (a concurrent first
             # insert or withdraw is waited for); then the union is written back under that lock.
             await cur.execute(
-                f"""{_insert('consents', CONSENT_COLUMNS)} ON CONFLICT (person_id, client_id)
+                f"""{_insert("consents", CONSENT_COLUMNS)} ON CONFLICT (person_id, client_id)
                     DO UPDATE SET updated_at = EXCLUDED.updated_at RETURNING scope, created_at""",
                 row,
             )
@@ -300,14 +316,19 @@ class PostgresConsents(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, person_id: str, client_id: str) -> Consent | None:
-        return cast(Consent | None, await self._db.one(
-            f"{self.SELECT} WHERE person_id = %s AND client_id = %s", (person_id, client_id)
-        ))
+        return cast(
+            Consent | None,
+            await self._db.one(
+                f"{self.SELECT} WHERE person_id = %s AND client_id = %s", (person_id, client_id)
+            ),
+        )
 
     @_nul_finds_nothing(list)
     @_on_store_loop
     async def list_for(self, person_id: str) -> builtins.list[Consent]:
-        rows = await self._db.all(f"{self.SELECT} WHERE person_id = %s ORDER BY updated_at DESC, client_id", (person_id,))
+        rows = await self._db.all(
+            f"{self.SELECT} WHERE person_id = %s ORDER BY updated_at DESC, client_id", (person_id,)
+        )
         return cast(builtins.list[Consent], rows)
 
     @_nul_finds_nothing(False)
@@ -315,7 +336,9 @@ class PostgresConsents(_Part):
     async def withdraw(self, person_id: str, client_id: str, now: int) -> bool:
         async with self._db.tx() as cur:
             await _lock_person_refresh(cur, person_id)
-            await cur.execute("DELETE FROM consents WHERE person_id = %s AND client_id = %s", (person_id, client_id))
+            await cur.execute(
+                "DELETE FROM consents WHERE person_id = %s AND client_id = %s", (person_id, client_id)
+            )
             deleted = int(cur.rowcount)
             await cur.execute(
                 """UPDATE refresh_tokens SET revoked_at = %s

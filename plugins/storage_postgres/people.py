@@ -53,7 +53,9 @@ class PostgresPeople(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, ident: str) -> Person | None:
-        row = await self._db.one(f"{PERSON_SELECT} WHERE person_id = %s OR email = %s", (ident, ident.lower()))
+        row = await self._db.one(
+            f"{PERSON_SELECT} WHERE person_id = %s OR email = %s", (ident, ident.lower())
+        )
         return person_row(row) if row else None
 
     @_nul_finds_nothing(lambda: ([], False))
@@ -77,7 +79,9 @@ class PostgresPeople(_Part):
     @_on_store_loop
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         cols = [c for c in PERSON_CHANGEABLE if c in changes]
-        values: dict[str, Any] = {f"set_{c}": (bool(changes[c]) if c == "admin" else changes[c]) for c in cols}
+        values: dict[str, Any] = {
+            f"set_{c}": (bool(changes[c]) if c == "admin" else changes[c]) for c in cols
+        }
         sets = [f"{c} = %(set_{c})s" for c in cols]
         if "name" in changes:
             sets.append("name_fold = %(name_fold)s")
@@ -104,7 +108,9 @@ class PostgresPeople(_Part):
             await cur.execute("DELETE FROM passkey_credentials WHERE person_id = %s", (person_id,))
             await cur.execute("DELETE FROM sessions WHERE person_id = %s", (person_id,))
             await cur.execute("DELETE FROM webauthn_challenges WHERE person_id = %s", (person_id,))
-            await cur.execute("DELETE FROM registration_urls WHERE email = %s AND used_at IS NULL", (row["email"],))
+            await cur.execute(
+                "DELETE FROM registration_urls WHERE email = %s AND used_at IS NULL", (row["email"],)
+            )
             await _lock_person_refresh(cur, person_id)
             await cur.execute("DELETE FROM refresh_tokens WHERE person_id = %s", (person_id,))
             await cur.execute("DELETE FROM consents WHERE person_id = %s", (person_id,))
@@ -137,10 +143,14 @@ class PostgresPeople(_Part):
                    WHERE status = 'active' AND (delegator = %(email)s OR delegate = %(email)s)""",
                 {"by": by, "now": now, "email": email},
             )
-            await cur.execute("UPDATE sessions SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL", (now, person_id))
+            await cur.execute(
+                "UPDATE sessions SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL",
+                (now, person_id),
+            )
             await _lock_person_refresh(cur, person_id)
             await cur.execute(
-                "UPDATE refresh_tokens SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL", (now, person_id)
+                "UPDATE refresh_tokens SET revoked_at = %s WHERE person_id = %s AND revoked_at IS NULL",
+                (now, person_id),
             )
             await _bind_parties(cur, email, person_id)
             if delete:
@@ -148,11 +158,16 @@ class PostgresPeople(_Part):
                 await cur.execute("DELETE FROM passkey_credentials WHERE person_id = %s", (person_id,))
                 await cur.execute("DELETE FROM sessions WHERE person_id = %s", (person_id,))
                 await cur.execute("DELETE FROM webauthn_challenges WHERE person_id = %s", (person_id,))
-                await cur.execute("DELETE FROM registration_urls WHERE email = %s AND used_at IS NULL", (email,))
+                await cur.execute(
+                    "DELETE FROM registration_urls WHERE email = %s AND used_at IS NULL", (email,)
+                )
                 await cur.execute("DELETE FROM refresh_tokens WHERE person_id = %s", (person_id,))
                 await cur.execute("DELETE FROM consents WHERE person_id = %s", (person_id,))
             else:
-                await cur.execute("UPDATE people SET status = 'disabled', updated_at = %s WHERE person_id = %s", (now, person_id))
+                await cur.execute(
+                    "UPDATE people SET status = 'disabled', updated_at = %s WHERE person_id = %s",
+                    (now, person_id),
+                )
             await _record_events(cur, [("grant.revoked", g, now) for g in revoked])
         return person, [grant_row(g) for g in revoked]
 
@@ -161,14 +176,17 @@ class PostgresCredentials(_Part):
     @_nul_finds_nothing(None)
     @_on_store_loop
     async def get(self, credential_id: str) -> PasskeyCredential | None:
-        row = await self._db.one("SELECT * FROM passkey_credentials WHERE credential_id = %s", (credential_id,))
+        row = await self._db.one(
+            "SELECT * FROM passkey_credentials WHERE credential_id = %s", (credential_id,)
+        )
         return credential_row(row) if row else None
 
     @_nul_finds_nothing(list)
     @_on_store_loop
     async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
         rows = await self._db.all(
-            "SELECT * FROM passkey_credentials WHERE person_id = %s ORDER BY created_at, credential_id", (person_id,)
+            "SELECT * FROM passkey_credentials WHERE person_id = %s ORDER BY created_at, credential_id",
+            (person_id,),
         )
         return [credential_row(r) for r in rows]
 
@@ -212,12 +230,14 @@ class PostgresCredentials(_Part):
             if counted["n"] <= 1:
                 return False
             await cur.execute(
-                "DELETE FROM passkey_credentials WHERE person_id = %s AND credential_id = %s", (person_id, credential_id)
+                "DELETE FROM passkey_credentials WHERE person_id = %s AND credential_id = %s",
+                (person_id, credential_id),
             )
             if int(cur.rowcount) != 1:
                 return False
             await cur.execute(
-                "UPDATE sessions SET revoked_at = %s WHERE credential_id = %s AND revoked_at IS NULL", (now, credential_id)
+                "UPDATE sessions SET revoked_at = %s WHERE credential_id = %s AND revoked_at IS NULL",
+                (now, credential_id),
             )
             return True
 
@@ -230,7 +250,8 @@ class PostgresSessions(_Part):
         try:
             await self._db.one(
                 f"WITH ended AS (DELETE FROM sessions WHERE expires_at <= %(created_at)s) {_insert('sessions', SESSION_COLUMNS)}",  # noqa: S608 - fixed columns
-                row, rows=False,
+                row,
+                rows=False,
             )
         except _unique_violation():
             raise Conflict("session_id") from None
@@ -240,7 +261,8 @@ class PostgresSessions(_Part):
     @_on_store_loop
     async def get(self, session_id: str, now: int) -> Session | None:
         row = await self._db.one(
-            "SELECT * FROM sessions WHERE session_id = %s AND revoked_at IS NULL AND expires_at > %s", (session_id, now)
+            "SELECT * FROM sessions WHERE session_id = %s AND revoked_at IS NULL AND expires_at > %s",
+            (session_id, now),
         )
         return cast(Session, row) if row else None
 
@@ -249,11 +271,14 @@ class PostgresSessions(_Part):
     async def touch(self, session_id: str, now: int) -> None:
         async with self._db.statement() as cur:
             await cur.execute(
-                "UPDATE sessions SET last_seen_at = %s WHERE session_id = %s AND last_seen_at < %s", (now, session_id, now)
+                "UPDATE sessions SET last_seen_at = %s WHERE session_id = %s AND last_seen_at < %s",
+                (now, session_id, now),
             )
 
     @_on_store_loop
-    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
+    async def list(
+        self, page: PageRequest, person_id: str | None, now: int
+    ) -> tuple[builtins.list[Session], bool]:
         where = ["revoked_at IS NULL", "expires_at > %(now)s"]
         params: dict[str, Any] = {"now": now}
         if person_id is not None:
@@ -296,7 +321,9 @@ class PostgresRegistrations(_Part):
             try:
                 await cur.execute(_insert("registration_urls", REGISTRATION_COLUMNS), row)
             except _unique_violation() as exc:
-                raise Conflict("token_hash" if _constraint(exc) == "registration_urls_token_hash_key" else "id") from None
+                raise Conflict(
+                    "token_hash" if _constraint(exc) == "registration_urls_token_hash_key" else "id"
+                ) from None
         return cast(RegistrationUrl, row)
 
     @_nul_finds_nothing(None)
@@ -352,7 +379,9 @@ class PostgresRegistrations(_Part):
                 )
                 if await cur.fetchone():
                     raise Conflict("credential")  # a register URL never grafts onto an account with a passkey
-            added = await _insert_credential(cur, cast(PasskeyCredential, {**credential, "person_id": owner["person_id"]}))
+            added = await _insert_credential(
+                cur, cast(PasskeyCredential, {**credential, "person_id": owner["person_id"]})
+            )
         return owner, added
 
 
@@ -367,7 +396,8 @@ class PostgresWebAuthnChallenges(_Part):
         try:
             await self._db.one(
                 f"WITH ended AS (DELETE FROM webauthn_challenges WHERE expires_at <= %(sweep_before)s) {WEBAUTHN_INSERT}",  # noqa: S608 - fixed columns
-                {**row, "sweep_before": now}, rows=False,
+                {**row, "sweep_before": now},
+                rows=False,
             )
         except _unique_violation():
             raise Conflict("challenge") from None
@@ -378,7 +408,8 @@ class PostgresWebAuthnChallenges(_Part):
         # The DELETE decides: of any number of concurrent takers on any node, one sees the row.
         async with self._db.statement() as cur:
             await cur.execute(
-                "DELETE FROM webauthn_challenges WHERE challenge = %s AND purpose = %s RETURNING *", (challenge, purpose)
+                "DELETE FROM webauthn_challenges WHERE challenge = %s AND purpose = %s RETURNING *",
+                (challenge, purpose),
             )
             row = await cur.fetchone()
         if row is None or row["expires_at"] <= now:

@@ -62,7 +62,9 @@ class _Pool:
                 async with asyncio.timeout(wait):
                     await self._slots.acquire()
             except TimeoutError:
-                raise StoreError(f"no PostgreSQL connection free within {wait:g} s (pool_size {self._db.pool_size})") from None
+                raise StoreError(
+                    f"no PostgreSQL connection free within {wait:g} s (pool_size {self._db.pool_size})"
+                ) from None
         else:
             await self._slots.acquire()  # a slot is free: returns at once
         try:
@@ -132,7 +134,10 @@ class _Listener:
 
         try:
             conn = await psycopg.AsyncConnection.connect(
-                self._db.dsn, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT), application_name=self._db.app_name
+                self._db.dsn,
+                autocommit=True,
+                connect_timeout=int(CONNECT_TIMEOUT),
+                application_name=self._db.app_name,
             )
         except Exception as exc:
             self._task = None
@@ -230,4 +235,3 @@ class _Notifications:
             except TimeoutError:
                 pass
         self.seen = self.notified
-

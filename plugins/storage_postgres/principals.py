@@ -83,7 +83,8 @@ async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person, *, unnam
     columns = (*PERSON_COLUMNS, "email_fold", "name_fold")
     try:
         await cur.execute(
-            _insert("people", columns), {**row, "email_fold": fold(row["email"]), "name_fold": fold(str(row["name"]))}
+            _insert("people", columns),
+            {**row, "email_fold": fold(row["email"]), "name_fold": fold(str(row["name"]))},
         )
     except _unique_violation() as exc:
         raise Conflict("email" if _constraint(exc) == "people_email_key" else "id") from None
@@ -91,12 +92,17 @@ async def _insert_person(cur: psycopg.AsyncCursor[Any], person: Person, *, unnam
     return cast(Person, row)
 
 
-async def _insert_credential(cur: psycopg.AsyncCursor[Any], credential: PasskeyCredential) -> PasskeyCredential:
+async def _insert_credential(
+    cur: psycopg.AsyncCursor[Any], credential: PasskeyCredential
+) -> PasskeyCredential:
     row: dict[str, Any] = {c: credential.get(c) for c in CREDENTIAL_COLUMNS}
     row["transports"] = builtins.list(row["transports"] or [])
     row["backed_up"] = bool(row["backed_up"])
     try:
-        await cur.execute(_insert("passkey_credentials", CREDENTIAL_COLUMNS), {**row, "transports": to_json(row["transports"])})
+        await cur.execute(
+            _insert("passkey_credentials", CREDENTIAL_COLUMNS),
+            {**row, "transports": to_json(row["transports"])},
+        )
     except _unique_violation():
         raise Conflict("credential_id") from None
     await cur.execute("SELECT email FROM people WHERE person_id = %s", (row["person_id"],))

@@ -28,5 +28,7 @@ class PostgresRates(_Part):
 
     @_on_store_loop
     async def count(self, key: str, window_start: int) -> int:
-        row = await self._db.one("SELECT count FROM rate_counters WHERE key = %s AND window_start = %s", (key, window_start))
+        row = await self._db.one(
+            "SELECT count FROM rate_counters WHERE key = %s AND window_start = %s", (key, window_start)
+        )
         return int(row["count"]) if row else 0

@@ -41,7 +41,9 @@ def _find_pg_tool(name: str) -> str:
     found = shutil.which(name)
     if found:
         return found
-    candidates = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parent.parent.name))
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parent.parent.name)
+    )
     if not candidates:
         raise StoreError(f"{name} is not installed (Debian: apt-get install postgresql-client)")
     return str(candidates[-1])
@@ -170,14 +172,17 @@ class PostgresStore:
         try:
             result = subprocess.run(  # noqa: S603 - pg_dump with our own arguments
                 [_find_pg_tool("pg_dump"), "--format=custom", "--no-password", dbname],
-                stdout=fd, stderr=subprocess.PIPE, env=env, check=False, timeout=3600,
+                stdout=fd,
+                stderr=subprocess.PIPE,
+                env=env,
+                check=False,
+                timeout=3600,
             )
         finally:
             os.close(fd)
         if result.returncode != 0:
             file.unlink(missing_ok=True)
             raise StoreError(f"pg_dump failed: {result.stderr.decode(errors='replace').strip()}")
-
 
     async def restore(self, source: str) -> str:
         """Check ``source`` is a ``pg_dump -Fc`` archive of a grantd database with a schema version
@@ -192,8 +197,10 @@ class PostgresStore:
         version = self._archive_version(source)
         known = max(v for v, _, _ in MIGRATIONS)
         if version > known:
-            raise StoreError(f"{source} has schema version {version}, newer than this grantd knows ({known}): "
-                             "restore it with the grantd version that wrote it")
+            raise StoreError(
+                f"{source} has schema version {version}, newer than this grantd knows ({known}): "
+                "restore it with the grantd version that wrote it"
+            )
         keep = Path(str(source) + ".before-restore")
         if keep.exists():
             raise StoreError(f"{keep} exists (the copy an earlier restore kept): move it away first")
@@ -204,12 +211,22 @@ class PostgresStore:
     def _archive_version(self, source: Path) -> int:
         """The highest schema_migrations version in the archive (pg_restore writes its rows as COPY data)."""
         result = subprocess.run(  # noqa: S603 - pg_restore with our own arguments
-            [_find_pg_tool("pg_restore"), "--data-only", "--table=schema_migrations", "--file=-", str(source)],
-            capture_output=True, check=False, timeout=600,
+            [
+                _find_pg_tool("pg_restore"),
+                "--data-only",
+                "--table=schema_migrations",
+                "--file=-",
+                str(source),
+            ],
+            capture_output=True,
+            check=False,
+            timeout=600,
         )
         if result.returncode != 0:
-            raise StoreError(f"{source} is not a PostgreSQL backup of grantd (pg_restore: "
-                             f"{result.stderr.decode(errors='replace').strip()})")
+            raise StoreError(
+                f"{source} is not a PostgreSQL backup of grantd (pg_restore: "
+                f"{result.stderr.decode(errors='replace').strip()})"
+            )
         versions, copying = [], False
         for line in result.stdout.decode(errors="replace").splitlines():
             if line.startswith("COPY ") and "schema_migrations" in line:
@@ -229,7 +246,9 @@ class PostgresStore:
             cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATE_LOCK,))
             row = await cur.fetchone()
             if not row or not row[0]:
-                raise StoreError("the database is being migrated or restored by another grantd process: try again")
+                raise StoreError(
+                    "the database is being migrated or restored by another grantd process: try again"
+                )
             try:
                 cur = await conn.execute(
                     """SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
@@ -239,8 +258,10 @@ class PostgresStore:
                 )
                 others = await cur.fetchone()
                 if others and others[0] > 0:
-                    raise StoreError("the database is in use by another session (a running grantd server or command): "
-                                     "stop it first (systemctl stop grantd)")
+                    raise StoreError(
+                        "the database is in use by another session (a running grantd server or command): "
+                        "stop it first (systemctl stop grantd)"
+                    )
                 await asyncio.to_thread(self._backup, keep)
                 dbname, env = self._tool_args()
                 await conn.execute(("DROP TABLE IF EXISTS " + ", ".join(_tables()) + " CASCADE").encode())
@@ -250,15 +271,29 @@ class PostgresStore:
                 try:
                     result = await asyncio.to_thread(
                         subprocess.run,
-                        [_find_pg_tool("pg_restore"), "--single-transaction", "--exit-on-error", "--no-owner",
-                         "--no-privileges", "--no-password", f"--use-list={toc}", dbname, str(source)],
-                        capture_output=True, env=env, check=False, timeout=3600,
+                        [
+                            _find_pg_tool("pg_restore"),
+                            "--single-transaction",
+                            "--exit-on-error",
+                            "--no-owner",
+                            "--no-privileges",
+                            "--no-password",
+                            f"--use-list={toc}",
+                            dbname,
+                            str(source),
+                        ],
+                        capture_output=True,
+                        env=env,
+                        check=False,
+                        timeout=3600,
                     )
                 finally:
                     toc.unlink(missing_ok=True)
                 if result.returncode != 0:
-                    raise StoreError(f"pg_restore failed (the previous contents are in {keep}): "
-                                     f"{result.stderr.decode(errors='replace').strip()}")
+                    raise StoreError(
+                        f"pg_restore failed (the previous contents are in {keep}): "
+                        f"{result.stderr.decode(errors='replace').strip()}"
+                    )
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK,))
 
@@ -266,7 +301,10 @@ class PostgresStore:
 def _restore_list_without_schema(source: Path) -> Path:
     """The archive's table of contents (``pg_restore --list``) without SCHEMA entries, in a 0600 file."""
     listing = subprocess.run(  # noqa: S603 - pg_restore with our own arguments
-        [_find_pg_tool("pg_restore"), "--list", str(source)], capture_output=True, check=True, timeout=600,
+        [_find_pg_tool("pg_restore"), "--list", str(source)],
+        capture_output=True,
+        check=True,
+        timeout=600,
     ).stdout.decode(errors="replace")
     kept = [line for line in listing.splitlines() if " SCHEMA " not in line]
     fd, name = tempfile.mkstemp(prefix="grantd-restore-", suffix=".list")
@@ -286,8 +324,10 @@ class _PostgresBackend:
         try:
             import psycopg  # noqa: F401
         except ImportError:
-            problems.append('storage.plugin: "postgres" needs psycopg 3: pip install "grantd[postgres]" '
-                            "(offline: pip install --no-index --find-links DIR \"grantd[postgres]\")")
+            problems.append(
+                'storage.plugin: "postgres" needs psycopg 3: pip install "grantd[postgres]" '
+                '(offline: pip install --no-index --find-links DIR "grantd[postgres]")'
+            )
         if not config.storage.dsn:
             problems.append('storage.dsn: missing (e.g. dsn = "file:postgres-dsn" or "env:GRANTD_DSN")')
         return problems
@@ -299,8 +339,11 @@ class _PostgresBackend:
         import psycopg
 
         try:
-            psycopg.connect(config.storage.dsn, connect_timeout=int(CONNECT_TIMEOUT),
-                            application_name="grantd config validate").close()
+            psycopg.connect(
+                config.storage.dsn,
+                connect_timeout=int(CONNECT_TIMEOUT),
+                application_name="grantd config validate",
+            ).close()
         except psycopg.Error as exc:
             return [f"storage.dsn: cannot connect to PostgreSQL ({' '.join(str(exc).split())})"]
         return []

@@ -22,23 +22,41 @@ async def _record(cur: psycopg.AsyncCursor[Any], event: AuditEvent) -> None:
     await _lock(cur, AUDIT_LOCK)
     await cur.execute(
         "INSERT INTO audit_events (kind, grant_id, actor, data, created_at) VALUES (%s, %s, %s, %s, %s)",
-        (event["kind"], event["grant_id"], json.dumps(event["actor"]), json.dumps(event["data"]), event["created_at"]),
+        (
+            event["kind"],
+            event["grant_id"],
+            json.dumps(event["actor"]),
+            json.dumps(event["data"]),
+            event["created_at"],
+        ),
     )
 
 
 def _key_row(row: dict[str, Any]) -> TlogKey:
-    return TlogKey(kid=row["kid"], name=row["name"], seed=row["seed"], public=row["public"],
-                   created_at=int(row["created_at"]),
-                   retired_at=None if row["retired_at"] is None else int(row["retired_at"]))
+    return TlogKey(
+        kid=row["kid"],
+        name=row["name"],
+        seed=row["seed"],
+        public=row["public"],
+        created_at=int(row["created_at"]),
+        retired_at=None if row["retired_at"] is None else int(row["retired_at"]),
+    )
 
 
 class PostgresTlog(_Part):
     @_on_store_loop
     async def head(self) -> TlogHead:
-        row = await self._db.one("SELECT size, grant_seq, event_seq, holder, lease_until FROM tlog_state WHERE id = 1")
+        row = await self._db.one(
+            "SELECT size, grant_seq, event_seq, holder, lease_until FROM tlog_state WHERE id = 1"
+        )
         assert row is not None
-        return TlogHead(size=int(row["size"]), grant_seq=int(row["grant_seq"]), event_seq=int(row["event_seq"]),
-                        holder=row["holder"], lease_until=int(row["lease_until"]))
+        return TlogHead(
+            size=int(row["size"]),
+            grant_seq=int(row["grant_seq"]),
+            event_seq=int(row["event_seq"]),
+            holder=row["holder"],
+            lease_until=int(row["lease_until"]),
+        )
 
     @_on_store_loop
     async def lease(self, holder: str, now: int, ttl_ms: int) -> bool:
@@ -52,8 +70,11 @@ class PostgresTlog(_Part):
 
     @_on_store_loop
     async def release(self, holder: str) -> None:
-        await self._db.one("UPDATE tlog_state SET holder = NULL, lease_until = 0 WHERE id = 1 AND holder = %s",
-                           (holder,), rows=False)
+        await self._db.one(
+            "UPDATE tlog_state SET holder = NULL, lease_until = 0 WHERE id = 1 AND holder = %s",
+            (holder,),
+            rows=False,
+        )
 
     @_on_store_loop
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -69,8 +90,17 @@ class PostgresTlog(_Part):
         return {(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows}
 
     @_on_store_loop
-    async def append(self, *, holder: str, now: int, expect_size: int, leaves: Sequence[LeafRow],
-                     nodes: Sequence[NodeRow], grant_seq: int, event_seq: int) -> bool:
+    async def append(
+        self,
+        *,
+        holder: str,
+        now: int,
+        expect_size: int,
+        leaves: Sequence[LeafRow],
+        nodes: Sequence[NodeRow],
+        grant_seq: int,
+        event_seq: int,
+    ) -> bool:
         async with self._db.tx() as cur:
             await cur.execute(
                 "UPDATE tlog_state SET size = %s, grant_seq = %s, event_seq = %s "
@@ -80,16 +110,21 @@ class PostgresTlog(_Part):
             if cur.rowcount != 1:
                 return False
             if leaves:
-                await cur.executemany("INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)",
-                                      list(leaves))
+                await cur.executemany(
+                    "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)",
+                    list(leaves),
+                )
             if nodes:
-                await cur.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", list(nodes))
+                await cur.executemany(
+                    "INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", list(nodes)
+                )
         return True
 
     @_on_store_loop
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
         rows = await self._db.all(
-            "SELECT idx, leaf, leaf_hash FROM tlog_leaves WHERE idx >= %s AND idx < %s ORDER BY idx", (start, end)
+            "SELECT idx, leaf, leaf_hash FROM tlog_leaves WHERE idx >= %s AND idx < %s ORDER BY idx",
+            (start, end),
         )
         return [(int(r["idx"]), bytes(r["leaf"]), bytes(r["leaf_hash"])) for r in rows]
 
@@ -97,8 +132,9 @@ class PostgresTlog(_Part):
     async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
         if "\x00" in grant_id:
             return []
-        rows = await self._db.all("SELECT idx FROM tlog_leaves WHERE grant_id = %s AND idx < %s ORDER BY idx",
-                                  (grant_id, below))
+        rows = await self._db.all(
+            "SELECT idx FROM tlog_leaves WHERE grant_id = %s AND idx < %s ORDER BY idx", (grant_id, below)
+        )
         return [int(r["idx"]) for r in rows]
 
     @_on_store_loop
@@ -117,11 +153,16 @@ class PostgresTlog(_Part):
 
     @_on_store_loop
     async def checkpoints(self) -> list[tuple[int, str]]:
-        return [(int(r["size"]), str(r["note"])) for r in await self._db.all("SELECT size, note FROM tlog_checkpoints ORDER BY size")]
+        return [
+            (int(r["size"]), str(r["note"]))
+            for r in await self._db.all("SELECT size, note FROM tlog_checkpoints ORDER BY size")
+        ]
 
     @_on_store_loop
     async def keys(self) -> list[TlogKey]:
-        rows = await self._db.all("SELECT kid, name, seed, public, created_at, retired_at FROM tlog_keys ORDER BY created_at DESC, seq DESC")
+        rows = await self._db.all(
+            "SELECT kid, name, seed, public, created_at, retired_at FROM tlog_keys ORDER BY created_at DESC, seq DESC"
+        )
         return [_key_row(r) for r in rows]
 
     @staticmethod
@@ -145,19 +186,41 @@ class PostgresTlog(_Part):
     async def rotate_key(self, key: TlogKey, now: int) -> list[str]:
         async with self._db.tx() as cur:
             await _lock(cur, TLOG_KEYS_LOCK)
-            await cur.execute("UPDATE tlog_keys SET retired_at = %s, seed = '' WHERE retired_at IS NULL RETURNING kid", (now,))
+            await cur.execute(
+                "UPDATE tlog_keys SET retired_at = %s, seed = '' WHERE retired_at IS NULL RETURNING kid",
+                (now,),
+            )
             retired = await cur.fetchall()
             await self._insert_key(cur, key)
-            await _record(cur, AuditEvent(seq=0, kind="key.rotated", grant_id=None, actor={"kind": "system"},
-                                          data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
-                                          created_at=now))
+            await _record(
+                cur,
+                AuditEvent(
+                    seq=0,
+                    kind="key.rotated",
+                    grant_id=None,
+                    actor={"kind": "system"},
+                    data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
+                    created_at=now,
+                ),
+            )
         return [str(r["kid"]) for r in retired]
 
     @_on_store_loop
     async def events_after(self, seq: int, limit: int) -> list[AuditEvent]:
-        rows = await self._db.all("SELECT * FROM audit_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit))
-        return [AuditEvent(seq=int(r["seq"]), kind=r["kind"], grant_id=r["grant_id"], actor=json.loads(r["actor"]),
-                           data=json.loads(r["data"]), created_at=int(r["created_at"])) for r in rows]
+        rows = await self._db.all(
+            "SELECT * FROM audit_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit)
+        )
+        return [
+            AuditEvent(
+                seq=int(r["seq"]),
+                kind=r["kind"],
+                grant_id=r["grant_id"],
+                actor=json.loads(r["actor"]),
+                data=json.loads(r["data"]),
+                created_at=int(r["created_at"]),
+            )
+            for r in rows
+        ]
 
 
 class PostgresHosts(_Part):
@@ -165,11 +228,21 @@ class PostgresHosts(_Part):
     async def add(self, host: Host, actor: dict[str, str]) -> Host:
         try:
             async with self._db.tx() as cur:
-                await cur.execute("INSERT INTO hosts (host, public_key, enrolled_by, created_at) VALUES (%s, %s, %s, %s)",
-                                  (host["host"], host["public_key"], host["enrolled_by"], host["created_at"]))
-                await _record(cur, AuditEvent(seq=0, kind="host.enrolled", grant_id=None, actor=dict(actor),
-                                              data={"host": host["host"], "public_key": host["public_key"]},
-                                              created_at=host["created_at"]))
+                await cur.execute(
+                    "INSERT INTO hosts (host, public_key, enrolled_by, created_at) VALUES (%s, %s, %s, %s)",
+                    (host["host"], host["public_key"], host["enrolled_by"], host["created_at"]),
+                )
+                await _record(
+                    cur,
+                    AuditEvent(
+                        seq=0,
+                        kind="host.enrolled",
+                        grant_id=None,
+                        actor=dict(actor),
+                        data={"host": host["host"], "public_key": host["public_key"]},
+                        created_at=host["created_at"],
+                    ),
+                )
         except _unique_violation():
             raise Conflict("host") from None
         return host
@@ -178,19 +251,27 @@ class PostgresHosts(_Part):
     async def get(self, host: str) -> Host | None:
         if "\x00" in host:
             return None
-        row = await self._db.one("SELECT host, public_key, enrolled_by, created_at FROM hosts WHERE host = %s", (host,))
+        row = await self._db.one(
+            "SELECT host, public_key, enrolled_by, created_at FROM hosts WHERE host = %s", (host,)
+        )
         if row is None:
             return None
-        return Host(host=row["host"], public_key=row["public_key"], enrolled_by=row["enrolled_by"],
-                    created_at=int(row["created_at"]))
+        return Host(
+            host=row["host"],
+            public_key=row["public_key"],
+            enrolled_by=row["enrolled_by"],
+            created_at=int(row["created_at"]),
+        )
 
 
 class PostgresReceipts(_Part):
     @_on_store_loop
     async def add(self, key: str, event: AuditEvent) -> bool:
         async with self._db.tx() as cur:
-            await cur.execute("INSERT INTO receipts (key, created_at) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
-                              (key, event["created_at"]))
+            await cur.execute(
+                "INSERT INTO receipts (key, created_at) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                (key, event["created_at"]),
+            )
             if cur.rowcount != 1:
                 return False
             await _record(cur, event)

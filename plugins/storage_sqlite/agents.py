@@ -34,16 +34,22 @@ class SQLiteAgents:
     def _check_people(conn: sqlite3.Connection, owner: str | None, approver: str | None) -> None:
         """Owners and approvers are persons: never an agent's e-mail (D11)."""
         for field, email in (("owner", owner), ("approver", approver)):
-            if email is not None and conn.execute("SELECT 1 FROM agents WHERE email = ?", (email.lower(),)).fetchone():
+            if (
+                email is not None
+                and conn.execute("SELECT 1 FROM agents WHERE email = ?", (email.lower(),)).fetchone()
+            ):
                 raise Conflict(field)
 
     @staticmethod
     def _check_key(conn: sqlite3.Connection, key_id: str, agent_id: str) -> None:
-        if conn.execute("SELECT 1 FROM agents WHERE key_id = ? AND agent_id != ?", (key_id, agent_id)).fetchone():
+        if conn.execute(
+            "SELECT 1 FROM agents WHERE key_id = ? AND agent_id != ?", (key_id, agent_id)
+        ).fetchone():
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
-                     by: str | None = None) -> Agent:
+    async def create(
+        self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0, by: str | None = None
+    ) -> Agent:
         row: dict[str, Any] = {c: agent.get(c) for c in AGENT_COLUMNS}
         row["key_generation"] = row["key_generation"] or 1
         email = str(row["email"])
@@ -54,8 +60,9 @@ class SQLiteAgents:
             row["approver_id"] = _person_id_of(conn, row["approver"])
             if max_per_owner > 0:
                 owned = conn.execute(
-                    "SELECT count(*) FROM agents WHERE owner_id = ?" if row["owner_id"] else
-                    "SELECT count(*) FROM agents WHERE owner_id IS NULL AND owner = ?",
+                    "SELECT count(*) FROM agents WHERE owner_id = ?"
+                    if row["owner_id"]
+                    else "SELECT count(*) FROM agents WHERE owner_id IS NULL AND owner = ?",
                     (row["owner_id"] or row["owner"],),
                 ).fetchone()[0]
                 if owned >= max_per_owner:
@@ -80,7 +87,10 @@ class SQLiteAgents:
         return cast(Agent, row)
 
     async def get(self, ident: str) -> Agent | None:
-        return cast(Agent | None, self._db.one("SELECT * FROM agents WHERE agent_id = ? OR email = ?", (ident, ident.lower())))
+        return cast(
+            Agent | None,
+            self._db.one("SELECT * FROM agents WHERE agent_id = ? OR email = ?", (ident, ident.lower())),
+        )
 
     async def get_by_id(self, agent_id: str) -> Agent | None:
         return cast(Agent | None, self._db.one("SELECT * FROM agents WHERE agent_id = ?", (agent_id,)))
@@ -155,7 +165,10 @@ class SQLiteAgents:
             if delete:
                 conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,))
             else:
-                conn.execute("UPDATE agents SET status = 'disabled', key_generation = key_generation + 1, updated_at = ? WHERE agent_id = ?", (now, agent_id))
+                conn.execute(
+                    "UPDATE agents SET status = 'disabled', key_generation = key_generation + 1, updated_at = ? WHERE agent_id = ?",
+                    (now, agent_id),
+                )
         return cast(Agent, agent), [grant_row(g) for g in revoked]
 
     async def decidable_by(self, person_id: str) -> builtins.list[str]:
@@ -174,7 +187,8 @@ class SQLiteChallenges:
         async with self._db.awrite() as conn:
             conn.execute("DELETE FROM challenges WHERE expires_at < ?", (now,))  # index range
             conn.execute(
-                "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (?, ?, ?)", (challenge, agent_id, expires_at)
+                "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (?, ?, ?)",
+                (challenge, agent_id, expires_at),
             )
 
     async def take(self, challenge: str, agent_id: str) -> int | None:
@@ -182,6 +196,7 @@ class SQLiteChallenges:
         # exactly one sees the row.
         async with self._db.awrite() as conn:
             row = conn.execute(
-                "DELETE FROM challenges WHERE challenge = ? AND agent_id = ? RETURNING expires_at", (challenge, agent_id)
+                "DELETE FROM challenges WHERE challenge = ? AND agent_id = ? RETURNING expires_at",
+                (challenge, agent_id),
             ).fetchone()
         return int(row[0]) if row else None

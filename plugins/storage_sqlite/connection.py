@@ -32,7 +32,9 @@ class _Database:
     def connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
         # Opening may wait (switching a new file to WAL takes an exclusive lock another process may
         # hold for a moment); the connection's own busy timeout applies from then on.
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        )
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")

@@ -28,7 +28,9 @@ class SQLiteDelegations:
     async def create(self, delegation: Delegation) -> Delegation:
         row: dict[str, Any] = {k: delegation.get(k) for k in DELEGATION_COLUMNS}
         async with self._db.awrite() as conn:
-            if conn.execute("SELECT 1 FROM agents WHERE email = ?", (str(row["delegator"]).lower(),)).fetchone():
+            if conn.execute(
+                "SELECT 1 FROM agents WHERE email = ?", (str(row["delegator"]).lower(),)
+            ).fetchone():
                 raise Conflict("delegator")  # a delegator is a person (D11)
             try:
                 conn.execute(
@@ -37,7 +39,10 @@ class SQLiteDelegations:
                 )
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
-            _record(conn, delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])))
+            _record(
+                conn,
+                delegation_event("delegation.created", row, str(row["delegator"]), int(row["created_at"])),
+            )
         return cast(Delegation, row)
 
     async def get(self, delegation_id: str) -> Delegation | None:

@@ -46,7 +46,11 @@ class SQLiteGrants:
         self._db = db
 
     async def create(
-        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        self,
+        grant: Grant,
+        events: Sequence[str],
+        *,
+        bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
@@ -63,15 +67,19 @@ class SQLiteGrants:
             except sqlite3.IntegrityError:
                 raise Conflict("id") from None
             if review is not None:
-                conn.execute("INSERT INTO grant_reviews (grant_id, review_json) VALUES (?, ?)",
-                             (row["id"], to_json(review)))
+                conn.execute(
+                    "INSERT INTO grant_reviews (grant_id, review_json) VALUES (?, ?)",
+                    (row["id"], to_json(review)),
+                )
             for event in events:
                 _record_event(conn, event, row, int(row["created_at"]))
         return cast(Grant, row)
 
     @staticmethod
     def _check_owner_bound(conn: sqlite3.Connection, requester_id: str, bound: OwnerBound) -> None:
-        agent = conn.execute("SELECT owner_id, owner FROM agents WHERE agent_id = ?", (requester_id,)).fetchone()
+        agent = conn.execute(
+            "SELECT owner_id, owner FROM agents WHERE agent_id = ?", (requester_id,)
+        ).fetchone()
         if agent is None:
             return  # a person's own request, or the management token's for someone not enrolled
         live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS)
@@ -136,7 +144,14 @@ class SQLiteGrants:
         return [grant_row(r) for r in found], more
 
     async def update_if(
-        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+        self,
+        grant_id: str,
+        *,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
     ) -> Grant | None:
         """The conditional UPDATE and its RETURNING decide between concurrent callers in any process."""
         if not expect:
@@ -165,7 +180,9 @@ class SQLiteGrants:
         # exist; the write lock is taken only when there is something to write.
         lapsed, params = lapsed_sql(lapse, GRANT_COLUMNS)
         found = self._db.one(f"SELECT 1 AS x FROM grants WHERE {lapsed} LIMIT 1", params)  # noqa: S608 - generated from the Lapse
-        old_events = self._db.one("SELECT 1 AS x FROM grant_events WHERE created_at < ? LIMIT 1", (events_before,))
+        old_events = self._db.one(
+            "SELECT 1 AS x FROM grant_events WHERE created_at < ? LIMIT 1", (events_before,)
+        )
         if found is None and old_events is None:
             return []
         async with self._db.awrite() as conn:
@@ -202,7 +219,10 @@ class SQLiteGrants:
         return review_row(row) if row else None
 
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
-        return [vote_row(r) for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))]
+        return [
+            vote_row(r)
+            for r in self._db.all("SELECT * FROM grant_votes WHERE grant_id = ? ORDER BY seq", (grant_id,))
+        ]
 
     async def reviews_and_votes(
         self, grant_ids: Sequence[str]
@@ -211,8 +231,13 @@ class SQLiteGrants:
         if not ids:
             return {}, {}
         marks = ", ".join("?" for _ in ids)
-        reviews = {r["grant_id"]: review_row(r) for r in self._db.all(
-            f"SELECT * FROM grant_reviews WHERE grant_id IN ({marks})", ids)}  # noqa: S608 - placeholders only
+        reviews = {
+            r["grant_id"]: review_row(r)
+            for r in self._db.all(
+                f"SELECT * FROM grant_reviews WHERE grant_id IN ({marks})",  # noqa: S608 - placeholders only
+                ids,
+            )
+        }
         votes: dict[str, builtins.list[Vote]] = {}
         for r in self._db.all(f"SELECT * FROM grant_votes WHERE grant_id IN ({marks}) ORDER BY seq", ids):  # noqa: S608 - placeholders only
             votes.setdefault(r["grant_id"], []).append(vote_row(r))
@@ -251,7 +276,9 @@ class SQLiteGrants:
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         rows = self._db.all(
             """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
-               ORDER BY g.created_at, g.id LIMIT ?""", (limit,))
+               ORDER BY g.created_at, g.id LIMIT ?""",
+            (limit,),
+        )
         return [review_row(r) for r in rows]
 
     async def wait_for_events(self, seconds: float) -> None:
@@ -261,7 +288,10 @@ class SQLiteGrants:
     async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:
         # Index-only: the stored counts come from grants_status, each lapse term is an index range
         # (grants_status / grants_lapse), the oldest pending one a range scan's first entry.
-        counts = {r["status"]: int(r["n"]) for r in self._db.all("SELECT status, count(*) AS n FROM grants GROUP BY status")}
+        counts = {
+            r["status"]: int(r["n"])
+            for r in self._db.all("SELECT status, count(*) AS n FROM grants GROUP BY status")
+        }
         for stored in lapse.cutoffs:
             if not counts.get(stored):
                 continue

@@ -21,7 +21,10 @@ class SQLiteKeys:
         self._db = db
 
     async def all(self) -> list[SigningKey]:
-        return [key_row(r) for r in self._db.all("SELECT * FROM signing_keys ORDER BY created_at DESC, rowid DESC")]
+        return [
+            key_row(r)
+            for r in self._db.all("SELECT * FROM signing_keys ORDER BY created_at DESC, rowid DESC")
+        ]
 
     async def active_kid(self, alg: str = "EdDSA") -> str | None:
         row = self._db.one(
@@ -39,7 +42,9 @@ class SQLiteKeys:
 
     async def add_first(self, key: SigningKey) -> bool:
         async with self._db.awrite() as conn:
-            if conn.execute("SELECT 1 FROM signing_keys WHERE alg = ? AND retired_at IS NULL", (key["alg"],)).fetchone():
+            if conn.execute(
+                "SELECT 1 FROM signing_keys WHERE alg = ? AND retired_at IS NULL", (key["alg"],)
+            ).fetchone():
                 return False
             self._insert(conn, key)
             return True
@@ -57,7 +62,9 @@ class SQLiteKeys:
     async def drop_retired_before(self, cutoff: int) -> int:
         async with self._db.awrite() as conn:
             return int(
-                conn.execute("DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < ?", (cutoff,)).rowcount
+                conn.execute(
+                    "DELETE FROM signing_keys WHERE retired_at IS NOT NULL AND retired_at < ?", (cutoff,)
+                ).rowcount
             )
 
     async def revoke(self, kid: str, now: int) -> bool:

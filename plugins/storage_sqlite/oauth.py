@@ -28,7 +28,9 @@ class SQLiteOneTime:
 
     async def put(self, kind: str, key: str, data: dict[str, Any], expires_at: int, now: int) -> None:
         async with self._db.awrite() as conn:
-            conn.execute("DELETE FROM oauth_onetime WHERE expires_at <= ?", (now,))  # index range; an expired twin too
+            conn.execute(
+                "DELETE FROM oauth_onetime WHERE expires_at <= ?", (now,)
+            )  # index range; an expired twin too
             try:
                 conn.execute(
                     "INSERT INTO oauth_onetime (kind, key, data, expires_at) VALUES (?, ?, ?, ?)",
@@ -79,7 +81,9 @@ class SQLiteRefreshTokens:
                 except sqlite3.IntegrityError:
                     raise Conflict("token_hash") from None  # rolls the redemption back too
                 return "rotated", cast(RefreshToken, {**dict(used), "used_at": None})
-            found = conn.execute("SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)).fetchone()
+            found = conn.execute(
+                "SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)
+            ).fetchone()
             if found is None:
                 return "unknown", None
             old = cast(RefreshToken, dict(found))
@@ -89,25 +93,35 @@ class SQLiteRefreshTokens:
                 return "revoked", old
             # used before: a replay (or a stolen copy) — the whole family goes (if it has not yet)
             conn.execute(
-                "UPDATE refresh_tokens SET revoked_at = ? WHERE family_id = ? AND revoked_at IS NULL", (now, old["family_id"])
+                "UPDATE refresh_tokens SET revoked_at = ? WHERE family_id = ? AND revoked_at IS NULL",
+                (now, old["family_id"]),
             )
             return "reused", old
 
     async def get(self, token_hash: str) -> RefreshToken | None:
-        return cast(RefreshToken | None, self._db.one("SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)))
+        return cast(
+            RefreshToken | None,
+            self._db.one("SELECT * FROM refresh_tokens WHERE token_hash = ?", (token_hash,)),
+        )
 
     async def family_live(self, family_id: str, now: int) -> bool:
-        return self._db.one(
-            "SELECT 1 FROM refresh_tokens WHERE family_id = ? AND revoked_at IS NULL AND expires_at > ? LIMIT 1",
-            (family_id, now),
-        ) is not None
+        return (
+            self._db.one(
+                "SELECT 1 FROM refresh_tokens WHERE family_id = ? AND revoked_at IS NULL AND expires_at > ? LIMIT 1",
+                (family_id, now),
+            )
+            is not None
+        )
 
     async def _revoke(self, where: str, params: dict[str, Any], now: int) -> int:
         async with self._db.awrite() as conn:
-            return was_live(conn.execute(
-                f"UPDATE refresh_tokens SET revoked_at = :now WHERE {where} AND revoked_at IS NULL RETURNING used_at, expires_at",  # noqa: S608 - fixed clauses
-                {**params, "now": now},
-            ).fetchall(), now)
+            return was_live(
+                conn.execute(
+                    f"UPDATE refresh_tokens SET revoked_at = :now WHERE {where} AND revoked_at IS NULL RETURNING used_at, expires_at",  # noqa: S608 - fixed clauses
+                    {**params, "now": now},
+                ).fetchall(),
+                now,
+            )
 
     async def revoke_family(self, family_id: str, now: int) -> int:
         return await self._revoke("family_id = :family_id", {"family_id": family_id}, now)
@@ -116,7 +130,9 @@ class SQLiteRefreshTokens:
         if client_id is None:
             return await self._revoke("person_id = :person_id", {"person_id": person_id}, now)
         return await self._revoke(
-            "person_id = :person_id AND client_id = :client_id", {"person_id": person_id, "client_id": client_id}, now
+            "person_id = :person_id AND client_id = :client_id",
+            {"person_id": person_id, "client_id": client_id},
+            now,
         )
 
     async def list_families(self, person_id: str, now: int) -> builtins.list[RefreshToken]:
@@ -146,9 +162,12 @@ class SQLiteDeviceCodes:
         return cast(DeviceCode, row)
 
     async def get_by_user_code(self, user_code: str, now: int) -> DeviceCode | None:
-        return cast(DeviceCode | None, self._db.one(
-            "SELECT * FROM device_codes WHERE user_code = ? AND expires_at > ?", (user_code, now)
-        ))
+        return cast(
+            DeviceCode | None,
+            self._db.one(
+                "SELECT * FROM device_codes WHERE user_code = ? AND expires_at > ?", (user_code, now)
+            ),
+        )
 
     async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
         # The conditional UPDATE decides: of concurrent deciders, exactly one finds it pending.
@@ -162,10 +181,15 @@ class SQLiteDeviceCodes:
 
     async def poll(self, device_code_hash: str, now: int) -> DeviceCode | None:
         async with self._db.awrite() as conn:
-            row = conn.execute("SELECT * FROM device_codes WHERE device_code_hash = ?", (device_code_hash,)).fetchone()
+            row = conn.execute(
+                "SELECT * FROM device_codes WHERE device_code_hash = ?", (device_code_hash,)
+            ).fetchone()
             if row is None:
                 return None
-            conn.execute("UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?", (now, device_code_hash))
+            conn.execute(
+                "UPDATE device_codes SET last_polled_at = ? WHERE device_code_hash = ?",
+                (now, device_code_hash),
+            )
         return cast(DeviceCode, dict(row))
 
     async def take(self, device_code_hash: str, now: int) -> DeviceCode | None:
@@ -193,7 +217,8 @@ class SQLiteConsents:
     async def remember(self, consent: Consent) -> Consent:
         async with self._db.awrite() as conn:
             found = conn.execute(
-                "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (consent["person_id"], consent["client_id"])
+                "SELECT * FROM consents WHERE person_id = ? AND client_id = ?",
+                (consent["person_id"], consent["client_id"]),
             ).fetchone()
             row: dict[str, Any] = {c: consent.get(c) for c in CONSENT_COLUMNS}
             row["scope"] = union_scope("", str(row["scope"]))
@@ -207,9 +232,12 @@ class SQLiteConsents:
         return cast(Consent, row)
 
     async def get(self, person_id: str, client_id: str) -> Consent | None:
-        return cast(Consent | None, self._db.one(
-            "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (person_id, client_id)
-        ))
+        return cast(
+            Consent | None,
+            self._db.one(
+                "SELECT * FROM consents WHERE person_id = ? AND client_id = ?", (person_id, client_id)
+            ),
+        )
 
     async def list_for(self, person_id: str) -> builtins.list[Consent]:
         rows = self._db.all(

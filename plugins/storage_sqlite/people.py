@@ -50,12 +50,15 @@ def _insert_person(conn: sqlite3.Connection, person: Person, *, unnamed: bool = 
     row["admin"] = bool(row["admin"])
     if conn.execute("SELECT 1 FROM agents WHERE email = ?", (row["email"],)).fetchone():
         raise Conflict("email")
-    if unnamed and conn.execute(
-        """SELECT 1 FROM agents WHERE owner = :email OR approver = :email
+    if (
+        unnamed
+        and conn.execute(
+            """SELECT 1 FROM agents WHERE owner = :email OR approver = :email
            UNION ALL SELECT 1 FROM delegations WHERE status = 'active' AND (delegator = :email OR delegate = :email)
            LIMIT 1""",
-        {"email": row["email"]},
-    ).fetchone():
+            {"email": row["email"]},
+        ).fetchone()
+    ):
         raise Conflict("named")
     try:
         _insert(conn, "people", PERSON_COLUMNS, row)
@@ -74,7 +77,9 @@ def _insert_credential(conn: sqlite3.Connection, credential: PasskeyCredential) 
     row["transports"] = list(row["transports"] or [])
     row["backed_up"] = bool(row["backed_up"])
     try:
-        _insert(conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": to_json(row["transports"])})
+        _insert(
+            conn, "passkey_credentials", CREDENTIAL_COLUMNS, {**row, "transports": to_json(row["transports"])}
+        )
     except sqlite3.IntegrityError:
         raise Conflict("credential_id") from None
     owner = conn.execute("SELECT email FROM people WHERE person_id = ?", (row["person_id"],)).fetchone()
@@ -163,8 +168,14 @@ class SQLitePeople:
                    WHERE status = 'active' AND (delegator = :email OR delegate = :email)""",
                 {"by": by, "now": now, "email": email},
             )
-            conn.execute("UPDATE sessions SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL", (now, person_id))
-            conn.execute("UPDATE refresh_tokens SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL", (now, person_id))
+            conn.execute(
+                "UPDATE sessions SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL",
+                (now, person_id),
+            )
+            conn.execute(
+                "UPDATE refresh_tokens SET revoked_at = ? WHERE person_id = ? AND revoked_at IS NULL",
+                (now, person_id),
+            )
             for party in ("owner", "approver"):
                 conn.execute(
                     f"UPDATE agents SET {party}_id = ? WHERE {party} = ? AND {party}_id IS NULL",  # noqa: S608 - fixed names
@@ -179,7 +190,10 @@ class SQLitePeople:
                 conn.execute("DELETE FROM refresh_tokens WHERE person_id = ?", (person_id,))
                 conn.execute("DELETE FROM consents WHERE person_id = ?", (person_id,))
             else:
-                conn.execute("UPDATE people SET status = 'disabled', updated_at = ? WHERE person_id = ?", (now, person_id))
+                conn.execute(
+                    "UPDATE people SET status = 'disabled', updated_at = ? WHERE person_id = ?",
+                    (now, person_id),
+                )
         return person, [grant_row(g) for g in revoked]
 
 
@@ -193,7 +207,8 @@ class SQLiteCredentials:
 
     async def list_for(self, person_id: str) -> builtins.list[PasskeyCredential]:
         rows = self._db.all(
-            "SELECT * FROM passkey_credentials WHERE person_id = ? ORDER BY created_at, credential_id", (person_id,)
+            "SELECT * FROM passkey_credentials WHERE person_id = ? ORDER BY created_at, credential_id",
+            (person_id,),
         )
         return [credential_row(r) for r in rows]
 
@@ -216,7 +231,8 @@ class SQLiteCredentials:
         # Counted and deleted under the write lock: two deletes of the last two cannot both win.
         async with self._db.awrite() as conn:
             if not conn.execute(
-                "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND credential_id = ?", (person_id, credential_id)
+                "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND credential_id = ?",
+                (person_id, credential_id),
             ).fetchone():
                 return None
             deleted = conn.execute(
@@ -226,7 +242,8 @@ class SQLiteCredentials:
             ).rowcount
             if deleted == 1:
                 conn.execute(
-                    "UPDATE sessions SET revoked_at = ? WHERE credential_id = ? AND revoked_at IS NULL", (now, credential_id)
+                    "UPDATE sessions SET revoked_at = ? WHERE credential_id = ? AND revoked_at IS NULL",
+                    (now, credential_id),
                 )
         return deleted == 1
 
@@ -248,17 +265,21 @@ class SQLiteSessions:
 
     async def get(self, session_id: str, now: int) -> Session | None:
         row = self._db.one(
-            "SELECT * FROM sessions WHERE session_id = ? AND revoked_at IS NULL AND expires_at > ?", (session_id, now)
+            "SELECT * FROM sessions WHERE session_id = ? AND revoked_at IS NULL AND expires_at > ?",
+            (session_id, now),
         )
         return cast(Session, row) if row else None
 
     async def touch(self, session_id: str, now: int) -> None:
         async with self._db.awrite() as conn:
             conn.execute(
-                "UPDATE sessions SET last_seen_at = ? WHERE session_id = ? AND last_seen_at < ?", (now, session_id, now)
+                "UPDATE sessions SET last_seen_at = ? WHERE session_id = ? AND last_seen_at < ?",
+                (now, session_id, now),
             )
 
-    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
+    async def list(
+        self, page: PageRequest, person_id: str | None, now: int
+    ) -> tuple[builtins.list[Session], bool]:
         where = ["revoked_at IS NULL", "expires_at > :now"]
         params: dict[str, Any] = {"now": now}
         if person_id is not None:
@@ -274,10 +295,12 @@ class SQLiteSessions:
 
     async def _revoke(self, column: str, value: str, now: int) -> int:
         async with self._db.awrite() as conn:
-            return int(conn.execute(
-                f"UPDATE sessions SET revoked_at = ? WHERE {column} = ? AND revoked_at IS NULL AND expires_at > ?",  # noqa: S608 - column from this class
-                (now, value, now),
-            ).rowcount)
+            return int(
+                conn.execute(
+                    f"UPDATE sessions SET revoked_at = ? WHERE {column} = ? AND revoked_at IS NULL AND expires_at > ?",  # noqa: S608 - column from this class
+                    (now, value, now),
+                ).rowcount
+            )
 
     async def revoke_family(self, family_id: str, now: int) -> int:
         return await self._revoke("family_id", family_id, now)
@@ -318,7 +341,10 @@ class SQLiteRegistrations:
 
     async def delete(self, registration_id: str) -> bool:
         async with self._db.awrite() as conn:
-            return int(conn.execute("DELETE FROM registration_urls WHERE id = ?", (registration_id,)).rowcount) == 1
+            return (
+                int(conn.execute("DELETE FROM registration_urls WHERE id = ?", (registration_id,)).rowcount)
+                == 1
+            )
 
     async def complete(
         self, token_hash: str, person: Person, credential: PasskeyCredential, now: int
@@ -337,9 +363,13 @@ class SQLiteRegistrations:
                 raise Conflict("email")  # the record must be for the URL's e-mail
             found = conn.execute("SELECT * FROM people WHERE email = ?", (email,)).fetchone()
             owner = person_row(found) if found else _insert_person(conn, person)
-            if used["purpose"] == "register" and conn.execute(
-                "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND rp_id = ?", (owner["person_id"], used["rp_id"])
-            ).fetchone():
+            if (
+                used["purpose"] == "register"
+                and conn.execute(
+                    "SELECT 1 FROM passkey_credentials WHERE person_id = ? AND rp_id = ?",
+                    (owner["person_id"], used["rp_id"]),
+                ).fetchone()
+            ):
                 raise Conflict("credential")  # a register URL never grafts onto an account with a passkey
             added = _insert_credential(conn, {**credential, "person_id": owner["person_id"]})
         return owner, added
@@ -362,7 +392,8 @@ class SQLiteWebAuthnChallenges:
         # The DELETE decides: of any number of concurrent takers in any process, one sees the row.
         async with self._db.awrite() as conn:
             row = conn.execute(
-                "DELETE FROM webauthn_challenges WHERE challenge = ? AND purpose = ? RETURNING *", (challenge, purpose)
+                "DELETE FROM webauthn_challenges WHERE challenge = ? AND purpose = ? RETURNING *",
+                (challenge, purpose),
             ).fetchone()
         if row is None or row["expires_at"] <= now:
             return None

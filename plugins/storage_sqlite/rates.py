@@ -23,5 +23,7 @@ class SQLiteRates:
         return int(row[0])
 
     async def count(self, key: str, window_start: int) -> int:
-        row = self._db.one("SELECT count FROM rate_counters WHERE key = ? AND window_start = ?", (key, window_start))
+        row = self._db.one(
+            "SELECT count FROM rate_counters WHERE key = ? AND window_start = ?", (key, window_start)
+        )
         return int(row["count"]) if row else 0

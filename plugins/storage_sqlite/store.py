@@ -114,7 +114,8 @@ class SQLiteStore:
                     continue
                 migration(self.db)
                 conn.execute(
-                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", (version, name, _now_ms())
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                    (version, name, _now_ms()),
                 )
                 applied.append(version)
         return applied
@@ -140,7 +141,9 @@ class SQLiteStore:
             return
         for conn in (self._db.conn, self._db.wconn):
             conn.execute("PRAGMA wal_autocheckpoint = 0")
-        self._checkpointer = threading.Thread(target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True)
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True
+        )
         self._checkpointer.start()
 
     def _checkpoint_loop(self) -> None:
@@ -194,8 +197,10 @@ class SQLiteStore:
         version = _backup_schema_version(source)
         known = max(v for v, _, _ in MIGRATIONS)
         if version > known:
-            raise StoreError(f"{source} has schema version {version}, newer than this grantd knows ({known}): "
-                             "restore it with the grantd version that wrote it")
+            raise StoreError(
+                f"{source} has schema version {version}, newer than this grantd knows ({known}): "
+                "restore it with the grantd version that wrote it"
+            )
         keep = Path(self.path + ".before-restore")
         if keep.exists():
             raise StoreError(f"{keep} exists (the copy an earlier restore kept): move it away first")
@@ -203,8 +208,10 @@ class SQLiteStore:
         try:
             fcntl.flock(self._use_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StoreError(f"{self.path} is in use by another process (a running grantd server or command): "
-                             "stop it first (systemctl stop grantd)") from None
+            raise StoreError(
+                f"{self.path} is in use by another process (a running grantd server or command): "
+                "stop it first (systemctl stop grantd)"
+            ) from None
         try:
             self._backup(keep)
             with contextlib.closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as src:
@@ -294,7 +301,9 @@ class _SQLiteBackend:
         while not directory.exists() and directory != directory.parent:
             directory = directory.parent
         if not directory.is_dir() or not os.access(directory, os.W_OK | os.X_OK):
-            return [f"storage.path: cannot create {file}: {directory} is not a directory this user may write to"]
+            return [
+                f"storage.path: cannot create {file}: {directory} is not a directory this user may write to"
+            ]
         return []
 
     def __call__(self, config: Any) -> SQLiteStore:

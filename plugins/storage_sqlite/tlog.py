@@ -16,14 +16,25 @@ from .connection import _Database
 def _record(conn: sqlite3.Connection, event: AuditEvent) -> None:
     conn.execute(
         "INSERT INTO audit_events (kind, grant_id, actor, data, created_at) VALUES (?, ?, ?, ?, ?)",
-        (event["kind"], event["grant_id"], json.dumps(event["actor"]), json.dumps(event["data"]), event["created_at"]),
+        (
+            event["kind"],
+            event["grant_id"],
+            json.dumps(event["actor"]),
+            json.dumps(event["data"]),
+            event["created_at"],
+        ),
     )
 
 
 def _key_row(row: dict[str, object]) -> TlogKey:
-    return TlogKey(kid=str(row["kid"]), name=str(row["name"]), seed=str(row["seed"]), public=str(row["public"]),
-                   created_at=int(row["created_at"]),  # type: ignore[call-overload]
-                   retired_at=None if row["retired_at"] is None else int(row["retired_at"]))  # type: ignore[call-overload]
+    return TlogKey(
+        kid=str(row["kid"]),
+        name=str(row["name"]),
+        seed=str(row["seed"]),
+        public=str(row["public"]),
+        created_at=int(row["created_at"]),  # type: ignore[call-overload]
+        retired_at=None if row["retired_at"] is None else int(row["retired_at"]),
+    )  # type: ignore[call-overload]
 
 
 class SQLiteTlog:
@@ -31,21 +42,35 @@ class SQLiteTlog:
         self._db = db
 
     async def head(self) -> TlogHead:
-        row = self._db.one("SELECT size, grant_seq, event_seq, holder, lease_until FROM tlog_state WHERE id = 1")
+        row = self._db.one(
+            "SELECT size, grant_seq, event_seq, holder, lease_until FROM tlog_state WHERE id = 1"
+        )
         assert row is not None
-        return TlogHead(size=row["size"], grant_seq=row["grant_seq"], event_seq=row["event_seq"], holder=row["holder"],
-                        lease_until=row["lease_until"])
+        return TlogHead(
+            size=row["size"],
+            grant_seq=row["grant_seq"],
+            event_seq=row["event_seq"],
+            holder=row["holder"],
+            lease_until=row["lease_until"],
+        )
 
     async def lease(self, holder: str, now: int, ttl_ms: int) -> bool:
         async with self._db.awrite() as conn:
-            return int(conn.execute(
-                "UPDATE tlog_state SET holder = ?, lease_until = ? WHERE id = 1 AND (holder IS NULL OR holder = ? OR lease_until <= ?)",
-                (holder, now + ttl_ms, holder, now),
-            ).rowcount) == 1
+            return (
+                int(
+                    conn.execute(
+                        "UPDATE tlog_state SET holder = ?, lease_until = ? WHERE id = 1 AND (holder IS NULL OR holder = ? OR lease_until <= ?)",
+                        (holder, now + ttl_ms, holder, now),
+                    ).rowcount
+                )
+                == 1
+            )
 
     async def release(self, holder: str) -> None:
         async with self._db.awrite() as conn:
-            conn.execute("UPDATE tlog_state SET holder = NULL, lease_until = 0 WHERE id = 1 AND holder = ?", (holder,))
+            conn.execute(
+                "UPDATE tlog_state SET holder = NULL, lease_until = 0 WHERE id = 1 AND holder = ?", (holder,)
+            )
 
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         if not coords:
@@ -53,15 +78,27 @@ class SQLiteTlog:
         wanted = list(dict.fromkeys(coords))
         found: dict[tuple[int, int], bytes] = {}
         for start in range(0, len(wanted), 400):  # SQLite's bound-parameter limit
-            part = wanted[start:start + 400]
+            part = wanted[start : start + 400]
             clause = " OR ".join("(level = ? AND idx = ?)" for _ in part)
             params = [v for c in part for v in c]
-            for row in self._db.conn.execute(f"SELECT level, idx, hash FROM tlog_nodes WHERE {clause}", params):  # noqa: S608 - generated placeholders
+            for row in self._db.conn.execute(
+                f"SELECT level, idx, hash FROM tlog_nodes WHERE {clause}",  # noqa: S608 - generated placeholders
+                params,
+            ):
                 found[(int(row[0]), int(row[1]))] = bytes(row[2])
         return found
 
-    async def append(self, *, holder: str, now: int, expect_size: int, leaves: Sequence[LeafRow],
-                     nodes: Sequence[NodeRow], grant_seq: int, event_seq: int) -> bool:
+    async def append(
+        self,
+        *,
+        holder: str,
+        now: int,
+        expect_size: int,
+        leaves: Sequence[LeafRow],
+        nodes: Sequence[NodeRow],
+        grant_seq: int,
+        event_seq: int,
+    ) -> bool:
         async with self._db.awrite() as conn:
             moved = conn.execute(
                 "UPDATE tlog_state SET size = ?, grant_seq = ?, event_seq = ? "
@@ -70,13 +107,16 @@ class SQLiteTlog:
             ).rowcount
             if moved != 1:
                 return False
-            conn.executemany("INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (?, ?, ?, ?)", leaves)
+            conn.executemany(
+                "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (?, ?, ?, ?)", leaves
+            )
             conn.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
         return True
 
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
         rows = self._db.conn.execute(
-            "SELECT idx, leaf, leaf_hash FROM tlog_leaves WHERE idx >= ? AND idx < ? ORDER BY idx", (start, end)
+            "SELECT idx, leaf, leaf_hash FROM tlog_leaves WHERE idx >= ? AND idx < ? ORDER BY idx",
+            (start, end),
         ).fetchall()
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
@@ -88,20 +128,30 @@ class SQLiteTlog:
 
     async def add_checkpoint(self, size: int, note: str, now: int) -> bool:
         async with self._db.awrite() as conn:
-            return int(conn.execute(
-                "INSERT INTO tlog_checkpoints (size, note, created_at) VALUES (?, ?, ?) ON CONFLICT (size) DO NOTHING",
-                (size, note, now),
-            ).rowcount) == 1
+            return (
+                int(
+                    conn.execute(
+                        "INSERT INTO tlog_checkpoints (size, note, created_at) VALUES (?, ?, ?) ON CONFLICT (size) DO NOTHING",
+                        (size, note, now),
+                    ).rowcount
+                )
+                == 1
+            )
 
     async def latest_checkpoint(self) -> tuple[int, str] | None:
         row = self._db.one("SELECT size, note FROM tlog_checkpoints ORDER BY size DESC LIMIT 1")
         return (int(row["size"]), str(row["note"])) if row else None
 
     async def checkpoints(self) -> list[tuple[int, str]]:
-        return [(int(r["size"]), str(r["note"])) for r in self._db.all("SELECT size, note FROM tlog_checkpoints ORDER BY size")]
+        return [
+            (int(r["size"]), str(r["note"]))
+            for r in self._db.all("SELECT size, note FROM tlog_checkpoints ORDER BY size")
+        ]
 
     async def keys(self) -> list[TlogKey]:
-        return [_key_row(r) for r in self._db.all("SELECT * FROM tlog_keys ORDER BY created_at DESC, rowid DESC")]
+        return [
+            _key_row(r) for r in self._db.all("SELECT * FROM tlog_keys ORDER BY created_at DESC, rowid DESC")
+        ]
 
     @staticmethod
     def _insert_key(conn: sqlite3.Connection, key: TlogKey) -> None:
@@ -120,18 +170,36 @@ class SQLiteTlog:
     async def rotate_key(self, key: TlogKey, now: int) -> list[str]:
         async with self._db.awrite() as conn:
             retired = conn.execute(
-                "UPDATE tlog_keys SET retired_at = ?, seed = '' WHERE retired_at IS NULL RETURNING kid", (now,)
+                "UPDATE tlog_keys SET retired_at = ?, seed = '' WHERE retired_at IS NULL RETURNING kid",
+                (now,),
             ).fetchall()
             self._insert_key(conn, key)
-            _record(conn, AuditEvent(seq=0, kind="key.rotated", grant_id=None, actor={"kind": "system"},
-                                     data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
-                                     created_at=now))
+            _record(
+                conn,
+                AuditEvent(
+                    seq=0,
+                    kind="key.rotated",
+                    grant_id=None,
+                    actor={"kind": "system"},
+                    data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
+                    created_at=now,
+                ),
+            )
         return [str(r[0]) for r in retired]
 
     async def events_after(self, seq: int, limit: int) -> list[AuditEvent]:
         rows = self._db.all("SELECT * FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
-        return [AuditEvent(seq=r["seq"], kind=r["kind"], grant_id=r["grant_id"], actor=json.loads(r["actor"]),
-                           data=json.loads(r["data"]), created_at=r["created_at"]) for r in rows]
+        return [
+            AuditEvent(
+                seq=r["seq"],
+                kind=r["kind"],
+                grant_id=r["grant_id"],
+                actor=json.loads(r["actor"]),
+                data=json.loads(r["data"]),
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
 
 
 class SQLiteHosts:
@@ -141,18 +209,29 @@ class SQLiteHosts:
     async def add(self, host: Host, actor: dict[str, str]) -> Host:
         async with self._db.awrite() as conn:
             try:
-                conn.execute("INSERT INTO hosts (host, public_key, enrolled_by, created_at) VALUES (?, ?, ?, ?)",
-                             (host["host"], host["public_key"], host["enrolled_by"], host["created_at"]))
+                conn.execute(
+                    "INSERT INTO hosts (host, public_key, enrolled_by, created_at) VALUES (?, ?, ?, ?)",
+                    (host["host"], host["public_key"], host["enrolled_by"], host["created_at"]),
+                )
             except sqlite3.IntegrityError:
                 raise Conflict("host") from None
-            _record(conn, AuditEvent(seq=0, kind="host.enrolled", grant_id=None,
-                                     actor=actor,
-                                     data={"host": host["host"], "public_key": host["public_key"]},
-                                     created_at=host["created_at"]))
+            _record(
+                conn,
+                AuditEvent(
+                    seq=0,
+                    kind="host.enrolled",
+                    grant_id=None,
+                    actor=actor,
+                    data={"host": host["host"], "public_key": host["public_key"]},
+                    created_at=host["created_at"],
+                ),
+            )
         return host
 
     async def get(self, host: str) -> Host | None:
-        row = self._db.one("SELECT host, public_key, enrolled_by, created_at FROM hosts WHERE host = ?", (host,))
+        row = self._db.one(
+            "SELECT host, public_key, enrolled_by, created_at FROM hosts WHERE host = ?", (host,)
+        )
         return Host(**row) if row else None  # type: ignore[typeddict-item]
 
 
@@ -162,8 +241,13 @@ class SQLiteReceipts:
 
     async def add(self, key: str, event: AuditEvent) -> bool:
         async with self._db.awrite() as conn:
-            if conn.execute("INSERT INTO receipts (key, created_at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
-                            (key, event["created_at"])).rowcount != 1:
+            if (
+                conn.execute(
+                    "INSERT INTO receipts (key, created_at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                    (key, event["created_at"]),
+                ).rowcount
+                != 1
+            ):
                 return False
             _record(conn, event)
         return True

@@ -29,8 +29,14 @@ from conftest import ROOT, Server, make_server, unique_email
 
 CHROMIUM = os.environ.get("GRANTD_TEST_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
     # The server listens on 127.0.0.1: "localhost" must not be tried over ::1 first.
     "--host-resolver-rules=MAP localhost 127.0.0.1",
 ]
@@ -49,7 +55,9 @@ def localhost_server(directory: Path, *, extra: str = "") -> Server:
     """A ``grantd serve`` whose issuer is ``http://localhost:PORT`` (a secure context for WebAuthn)."""
     server = make_server(directory, extra=extra)
     config = server.config_path.read_text()
-    config = config.replace(f"port = {server.port}\n", f'port = {server.port}\nissuer = "http://localhost:{server.port}"\n', 1)
+    config = config.replace(
+        f"port = {server.port}\n", f'port = {server.port}\nissuer = "http://localhost:{server.port}"\n', 1
+    )
     server.config_path.write_text(config)
     return server
 
@@ -122,10 +130,19 @@ class Person:
         return response
 
     def add_authenticator(self) -> str:
-        self.authenticator = self.cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
-            "protocol": "ctap2", "transport": "internal", "hasResidentKey": True,
-            "hasUserVerification": True, "isUserVerified": True, "automaticPresenceSimulation": True,
-        }})["authenticatorId"]
+        self.authenticator = self.cdp.send(
+            "WebAuthn.addVirtualAuthenticator",
+            {
+                "options": {
+                    "protocol": "ctap2",
+                    "transport": "internal",
+                    "hasResidentKey": True,
+                    "hasUserVerification": True,
+                    "isUserVerified": True,
+                    "automaticPresenceSimulation": True,
+                }
+            },
+        )["authenticatorId"]
         return self.authenticator
 
     def remove_authenticator(self) -> None:
@@ -133,7 +150,9 @@ class Person:
         self.authenticator = ""
 
     def credentials(self) -> list[dict[str, Any]]:
-        return list(self.cdp.send("WebAuthn.getCredentials", {"authenticatorId": self.authenticator})["credentials"])
+        return list(
+            self.cdp.send("WebAuthn.getCredentials", {"authenticatorId": self.authenticator})["credentials"]
+        )
 
     def session_cookie(self) -> dict[str, Any] | None:
         return next((c for c in self.context.cookies() if c["name"] == "grantd_session"), None)
@@ -168,15 +187,17 @@ class Person:
 
     def fetch(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         """A call from the page's own script context (cookie, Origin: this origin)."""
-        return dict(self.page.evaluate(
-            """async ([method, path, body]) => {
+        return dict(
+            self.page.evaluate(
+                """async ([method, path, body]) => {
                 const init = {method, credentials: "same-origin", headers: {}};
                 if (body !== null) { init.headers["Content-Type"] = "application/json"; init.body = JSON.stringify(body); }
                 const r = await fetch(path, init);
                 return {status: r.status, body: await r.text()};
             }""",
-            [method, path, body],
-        ))
+                [method, path, body],
+            )
+        )
 
 
 @pytest.fixture
@@ -225,7 +246,9 @@ def shoot(person: Person, name: str) -> None:
         page.set_viewport_size(size)
         page.screenshot(path=str(SCREENSHOTS / f"{name}-{label}.png"), full_page=True)
         # Nothing may be wider than the screen (a sideways scroll on a phone).
-        overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        overflow = page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
         assert overflow <= 0, f"{name} at {label} width scrolls sideways by {overflow}px"
     if original:
         page.set_viewport_size(original)

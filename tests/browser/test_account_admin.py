@@ -23,6 +23,7 @@ def test_add_a_second_passkey_then_delete_the_first_but_never_the_last(registere
     first_id = b64url(person.credentials()[0]["credentialId"])
     rows = person.page.locator("[data-list=credentials] li")
     assert rows.count() == 1 and "your only passkey" in rows.first.inner_text()
+
     # Adding one first asks the existing passkey (user verified: the session alone is not enough);
     # then a second device registers the new one: the first device goes away between the two
     # steps (it would refuse a second credential for this account: excludeCredentials).
@@ -73,7 +74,9 @@ def test_an_owner_enrols_an_agent_from_the_link_the_cli_opens(site, registered, 
     assert person.email in done.inner_text() and agent_email in done.inner_text()
     with site.admin() as http:
         agent = http.get(f"/api/admin/agents/{agent_email}").json()
-    assert agent["owner"] == person.email and agent["approver"] == person.email and agent["name"] == "deploy-bot"
+    assert (
+        agent["owner"] == person.email and agent["approver"] == person.email and agent["name"] == "deploy-bot"
+    )
 
 
 def test_an_administrator_ends_a_session_and_the_open_page_is_signed_out(site, registered):
@@ -121,7 +124,9 @@ def test_the_admin_page_for_administrators_only(site, new_person):
     assert row.count() == 1
     row.get_by_role("button", name=re.compile("^End")).click()
     admin.page.wait_for_load_state()
-    admin.page.locator("section[aria-labelledby=sessions-h] tr", has_text=other.email).wait_for(state="detached")
+    admin.page.locator("section[aria-labelledby=sessions-h] tr", has_text=other.email).wait_for(
+        state="detached"
+    )
     other.page.reload()
     assert "/login?next=" in other.page.url
     # The newcomer registers with the link.

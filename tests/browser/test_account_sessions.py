@@ -16,14 +16,31 @@ def second_browser(site: Any, new_person: Any, person: Any) -> Any:
     synced passkey would be), signed in there."""
     other = new_person(site, email=person.email)
     for credential in person.credentials():
-        other.cdp.send("WebAuthn.addCredential", {"authenticatorId": other.authenticator, "credential": {
-            key: credential[key] for key in ("credentialId", "isResidentCredential", "rpId", "privateKey",
-                                             "userHandle", "signCount") if key in credential}})
+        other.cdp.send(
+            "WebAuthn.addCredential",
+            {
+                "authenticatorId": other.authenticator,
+                "credential": {
+                    key: credential[key]
+                    for key in (
+                        "credentialId",
+                        "isResidentCredential",
+                        "rpId",
+                        "privateKey",
+                        "userHandle",
+                        "signCount",
+                    )
+                    if key in credential
+                },
+            },
+        )
     other.sign_in()
     return other
 
 
-def test_a_person_ends_another_browsers_session_from_the_account_page(site: Any, new_person: Any, registered: Any) -> None:
+def test_a_person_ends_another_browsers_session_from_the_account_page(
+    site: Any, new_person: Any, registered: Any
+) -> None:
     here = registered
     there = second_browser(site, new_person, here)
     assert there.fetch("GET", "/api/me")["status"] == 200

@@ -18,7 +18,9 @@ GRANT = "urn:ietf:params:oauth:grant-type:device_code"
 
 
 def _start(site: Any, scope: str) -> dict[str, Any]:
-    r = httpx.post(f"{origin_of(site)}/device_authorization", data={"client_id": "grantd-cli", "scope": scope})
+    r = httpx.post(
+        f"{origin_of(site)}/device_authorization", data={"client_id": "grantd-cli", "scope": scope}
+    )
     assert r.status_code == 200, r.text
     return dict(r.json())
 
@@ -26,16 +28,22 @@ def _start(site: Any, scope: str) -> dict[str, Any]:
 def _token(site: Any, pair: dict[str, Any]) -> str:
     deadline = time.monotonic() + 30
     while True:
-        r = httpx.post(f"{origin_of(site)}/token", data={"grant_type": GRANT, "device_code": pair["device_code"],
-                                                         "client_id": "grantd-cli"})
+        r = httpx.post(
+            f"{origin_of(site)}/token",
+            data={"grant_type": GRANT, "device_code": pair["device_code"], "client_id": "grantd-cli"},
+        )
         if r.status_code == 200:
             return str(r.json()["access_token"])
-        assert r.json()["error"] in ("authorization_pending", "slow_down") and time.monotonic() < deadline, r.text
+        assert r.json()["error"] in ("authorization_pending", "slow_down") and time.monotonic() < deadline, (
+            r.text
+        )
         time.sleep(pair["interval"] + (5 if r.json()["error"] == "slow_down" else 0))
 
 
 def _admin_users(site: Any, token: str) -> int:
-    return httpx.get(f"{origin_of(site)}/api/admin/users", headers={"Authorization": f"Bearer {token}"}).status_code
+    return httpx.get(
+        f"{origin_of(site)}/api/admin/users", headers={"Authorization": f"Bearer {token}"}
+    ).status_code
 
 
 def test_the_device_page_tells_an_administrator_what_they_hand_over(site, new_person):

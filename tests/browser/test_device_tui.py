@@ -62,7 +62,9 @@ async def shoot(page: Any, name: str) -> None:
     for label, size in (("phone", PHONE), ("desktop", DESKTOP)):
         await page.set_viewport_size(size)
         await page.screenshot(path=str(SCREENSHOTS / f"{name}-{label}.png"), full_page=True)
-        overflow = await page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        overflow = await page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
         assert overflow <= 0, f"{name} at {label} width scrolls sideways by {overflow}px"
 
 
@@ -90,9 +92,19 @@ async def test_the_tui_signs_a_person_in_who_approves_in_chromium(tmp_path: Path
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
             cdp = await context.new_cdp_session(page)
             await cdp.send("WebAuthn.enable")
-            await cdp.send("WebAuthn.addVirtualAuthenticator", {"options": {
-                "protocol": "ctap2", "transport": "internal", "hasResidentKey": True, "hasUserVerification": True,
-                "isUserVerified": True, "automaticPresenceSimulation": True}})
+            await cdp.send(
+                "WebAuthn.addVirtualAuthenticator",
+                {
+                    "options": {
+                        "protocol": "ctap2",
+                        "transport": "internal",
+                        "hasResidentKey": True,
+                        "hasUserVerification": True,
+                        "isUserVerified": True,
+                        "automaticPresenceSimulation": True,
+                    }
+                },
+            )
 
             # The person's passkey exists (registered through their link); they are signed out.
             await page.goto(register_url)
@@ -103,8 +115,11 @@ async def test_the_tui_signs_a_person_in_who_approves_in_chromium(tmp_path: Path
             await expect(page).to_have_url(re.compile(re.escape(origin) + r"/login"), timeout=15_000)
 
             # The console shows a code and where to enter it.
-            await wait_for(pilot, lambda: isinstance(app.screen, SignInScreen) and app.screen.authorization is not None,
-                           "the code on the sign-in screen")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, SignInScreen) and app.screen.authorization is not None,
+                "the code on the sign-in screen",
+            )
             screen = app.screen
             assert isinstance(screen, SignInScreen) and screen.authorization is not None
             code = screen.authorization.user_code
@@ -119,17 +134,27 @@ async def test_the_tui_signs_a_person_in_who_approves_in_chromium(tmp_path: Path
             await shoot(page, "device-code")
             await page.get_by_role("textbox", name="Code").fill(code.lower().replace("-", " "))
             await page.get_by_role("button", name="Continue").click()
-            await page.get_by_role("heading", name=re.compile("grantd \\(terminal\\) asks to sign in as you")).wait_for()
+            await page.get_by_role(
+                "heading", name=re.compile("grantd \\(terminal\\) asks to sign in as you")
+            ).wait_for()
             # D12 (issue 19): where and when the request came from, and no administrator rights
-            await expect(page.locator('[data-field="client_address"]')).to_have_text(re.compile(r"^(127\.0\.0\.1|::1)$"))
-            await expect(page.locator('[data-field="created_at"] time')).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
+            await expect(page.locator('[data-field="client_address"]')).to_have_text(
+                re.compile(r"^(127\.0\.0\.1|::1)$")
+            )
+            await expect(page.locator('[data-field="created_at"] time')).to_have_text(
+                re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+            )
             await expect(page.locator("[data-device-admin]")).to_have_attribute("data-device-admin", "none")
             await shoot(page, "device-approve")
             await page.get_by_role("button", name="Approve").click()
             await page.locator("[data-status]").filter(has_text="Approved").wait_for()
 
             # The console continues as the person.
-            await wait_for(pilot, lambda: isinstance(app.screen, MainScreen) and app.screen.initial_loaded, "the grant list")
+            await wait_for(
+                pilot,
+                lambda: isinstance(app.screen, MainScreen) and app.screen.initial_loaded,
+                "the grant list",
+            )
             header = str(app.main.query_one("#server-label", Static).render())
             assert f"Pat Example <{email}>" in header, header
             assert store.load() is not None
@@ -156,4 +181,3 @@ async def test_the_tui_signs_a_person_in_who_approves_in_chromium(tmp_path: Path
             assert not problems, problems
     finally:
         server.stop()
-

@@ -127,4 +127,3 @@ def test_b_refuses_a_callback_that_a_did_not_send(instances: Any, new_person: An
     expect(page.locator(".error-detail")).to_contain_text("incomplete, was already used or has expired")
     shoot(person, "federation-error")
     assert person.fetch("GET", "/api/me")["status"] == 401
-

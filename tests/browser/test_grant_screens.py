@@ -94,7 +94,9 @@ def test_a_long_command_keeps_who_where_and_the_buttons_in_the_first_viewport(si
         argv = person.page.locator("ol.argv").first.bounding_box()
         assert facts and argv and facts["y"] < argv["y"], (label, facts, argv)
         assert "deploy" in person.page.locator("[data-key-facts]").inner_text()
-        overflow = person.page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        overflow = person.page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
         assert overflow <= 0, (label, overflow)
     # Everything is still there, one click away: all 64 arguments, the long one in full.
     person.page.locator("[data-more-args] > summary").click()

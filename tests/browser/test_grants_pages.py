@@ -29,8 +29,16 @@ def agent_cli(site, home, owner: str, target) -> Cli:
     made = cli.run("agent", "keygen", "--comment", cli.email, "--json")
     assert made.returncode == 0, made.stderr
     with site.admin() as http:
-        r = http.post("/api/agent/enroll", json={"email": cli.email, "name": "Deploy bot", "owner": owner,
-                                                 "approver": owner, "publicKey": json.loads(made.stdout)["public_key"]})
+        r = http.post(
+            "/api/agent/enroll",
+            json={
+                "email": cli.email,
+                "name": "Deploy bot",
+                "owner": owner,
+                "approver": owner,
+                "publicKey": json.loads(made.stdout)["public_key"],
+            },
+        )
     assert r.status_code == 201, r.text
     login = cli.run("agent", "login", "--idp", origin_of(site), "--key", str(cli.key), "--email", cli.email)
     assert login.returncode == 0, login.stderr
@@ -108,7 +116,17 @@ def request_grant(site, agent, command, **fields) -> dict:
     return dict(r.json())
 
 
-NASTY = ["sh", "-c", "echo <script>alert(1)</script>", "a\x1b[31mred", "two\nlines", "\u202eevil", "tab\there", "", "x y"]
+NASTY = [
+    "sh",
+    "-c",
+    "echo <script>alert(1)</script>",
+    "a\x1b[31mred",
+    "two\nlines",
+    "\u202eevil",
+    "tab\there",
+    "",
+    "x y",
+]
 
 
 def test_the_argv_is_shown_exactly_and_escaped_and_deny_keeps_the_reason(site, registered, tmp_path):

@@ -107,7 +107,9 @@ def visit(victim: Any, evil: EvilSite) -> Any:
 
 
 @pytest.mark.parametrize("what", ["login", "register"])
-def test_a_cross_site_form_does_not_sign_the_visitor_in(site: Server, new_person: Any, evil: EvilSite, what: str) -> None:
+def test_a_cross_site_form_does_not_sign_the_visitor_in(
+    site: Server, new_person: Any, evil: EvilSite, what: str
+) -> None:
     victim = new_person(site)
     victim.page.set_default_navigation_timeout(15_000)
     body = forged_login(site) if what == "login" else forged_registration(site)

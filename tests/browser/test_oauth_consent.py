@@ -29,13 +29,16 @@ def sp() -> Iterator[MetadataServer]:
 
 @pytest.fixture(scope="module")
 def idp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = localhost_server(tmp_path_factory.mktemp("oauth-idp"),
-                              extra="[oauth]\nallow_private_metadata_hosts = true\n").start()
+    server = localhost_server(
+        tmp_path_factory.mktemp("oauth-idp"), extra="[oauth]\nallow_private_metadata_hosts = true\n"
+    ).start()
     yield server
     server.stop()
 
 
-def test_consent_in_the_browser_remembered_withdrawn_and_asked_again(idp: Server, sp: MetadataServer, new_person: Any) -> None:
+def test_consent_in_the_browser_remembered_withdrawn_and_asked_again(
+    idp: Server, sp: MetadataServer, new_person: Any
+) -> None:
     person = new_person(idp)
     person.register(registration_url(idp, person.email, name="Pat Example"))
     person.sign_out()
@@ -56,12 +59,16 @@ def test_consent_in_the_browser_remembered_withdrawn_and_asked_again(idp: Server
     expect(person.page).to_have_url(re.compile(re.escape(sp.redirect_uri) + r"\?code="))
     found = query_of(sp.callbacks[-1])
     assert found["state"] == params["state"] and found["iss"] == person.origin
-    answer = exchange(idp, found["code"], verifier, client_id=sp.client_id, redirect_uri=sp.redirect_uri, as_json=True)
+    answer = exchange(
+        idp, found["code"], verifier, client_id=sp.client_id, redirect_uri=sp.redirect_uri, as_json=True
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["id_token"]
 
     # the second time: no consent page, straight back to the client
-    person.goto("/authorize?" + urlencode(authorize_params(sp.client_id, sp.redirect_uri, scope="openid email")))
+    person.goto(
+        "/authorize?" + urlencode(authorize_params(sp.client_id, sp.redirect_uri, scope="openid email"))
+    )
     expect(person.page).to_have_url(re.compile(re.escape(sp.redirect_uri) + r"\?code="))
     assert len(sp.callbacks) == 2
 
@@ -74,13 +81,17 @@ def test_consent_in_the_browser_remembered_withdrawn_and_asked_again(idp: Server
     expect(person.page.locator("[data-list=consents]")).to_have_count(0)
 
     # asked again
-    person.goto("/authorize?" + urlencode(authorize_params(sp.client_id, sp.redirect_uri, scope="openid email")))
+    person.goto(
+        "/authorize?" + urlencode(authorize_params(sp.client_id, sp.redirect_uri, scope="openid email"))
+    )
     expect(person.page.get_by_role("heading", name="Tiny SP wants to sign you in")).to_be_visible()
     person.page.get_by_role("button", name="Deny").click()
     expect(person.page).to_have_url(re.compile(re.escape(sp.redirect_uri) + r"\?error=access_denied"))
 
 
-def test_apes_cli_is_asked_in_the_browser_every_time(idp: Server, sp: MetadataServer, new_person: Any) -> None:
+def test_apes_cli_is_asked_in_the_browser_every_time(
+    idp: Server, sp: MetadataServer, new_person: Any
+) -> None:
     """Issue 19 item 4 in Chromium: apes-cli's consent page comes every time, even after an Allow,
     and its Allow (the page's script, with the page's one-time ticket) delivers the code to the
     loopback redirect; nothing reaches the listener before the click."""

@@ -11,14 +11,21 @@ import pytest
 from browser.conftest import problem_json
 from grantd.web.views import PAGE_CSP, safe_next
 
-PAGES = ["/grants", "/account", "/enroll?name=bot&key=ssh-ed25519%20AAAA", "/admin", "/grant-approval?grant_id=abc"]
+PAGES = [
+    "/grants",
+    "/account",
+    "/enroll?name=bot&key=ssh-ed25519%20AAAA",
+    "/admin",
+    "/grant-approval?grant_id=abc",
+]
 
 
 @pytest.fixture(scope="module")
 def http(site):
     # At the issuer's address (Host), as a browser has it: elsewhere /login points there (D18).
-    with httpx.Client(base_url=site.url, timeout=10, follow_redirects=False,
-                      headers={"Host": f"localhost:{site.port}"}) as client:
+    with httpx.Client(
+        base_url=site.url, timeout=10, follow_redirects=False, headers={"Host": f"localhost:{site.port}"}
+    ) as client:
         yield client
 
 
@@ -60,8 +67,17 @@ def test_pages_carry_a_strict_content_security_policy(http):
 
 
 def test_next_is_only_ever_a_local_path(http):
-    for evil in ("//evil.example", "https://evil.example/", "/\\evil.example", "javascript:alert(1)",
-                 "/\x00x", "/a\nb", "\\\\evil", "http:/x", " /x"):
+    for evil in (
+        "//evil.example",
+        "https://evil.example/",
+        "/\\evil.example",
+        "javascript:alert(1)",
+        "/\x00x",
+        "/a\nb",
+        "\\\\evil",
+        "http:/x",
+        " /x",
+    ):
         assert safe_next(evil) == "/grants", evil
     assert safe_next("/grant-approval?grant_id=a%2Fb") == "/grant-approval?grant_id=a%2Fb"
     r = http.get("/login", params={"next": "//evil.example/"})
@@ -83,7 +99,12 @@ def test_static_files_are_served_from_memory_with_validators(http):
     again = http.get("/static/grantd.js", headers={"If-None-Match": r.headers["etag"]})
     assert again.status_code == 304
     assert http.get("/static/grantd.css").headers["content-type"].startswith("text/css")
-    for missing in ("/static/nothing.js", "/static/..%2Fpages.py", "/static/%2e%2e%2Fgrantd.toml", "/static/"):
+    for missing in (
+        "/static/nothing.js",
+        "/static/..%2Fpages.py",
+        "/static/%2e%2e%2Fgrantd.toml",
+        "/static/",
+    ):
         assert http.get(missing).status_code == 404, missing
 
 
@@ -93,5 +114,7 @@ def test_the_api_keeps_its_problem_json(http):
         body = problem_json(r)
         assert body["status"] == r.status_code and r.status_code in (401, 404)
     # A cross-site page cannot use a person's cookie on the API (D8): refused before anything.
-    r = http.post("/api/logout", headers={"Cookie": "grantd_session=" + "A" * 43, "Origin": "https://evil.example"})
+    r = http.post(
+        "/api/logout", headers={"Cookie": "grantd_session=" + "A" * 43, "Origin": "https://evil.example"}
+    )
     assert r.status_code == 403 and problem_json(r)["detail"] == "cross-site request refused"

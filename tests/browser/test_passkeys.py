@@ -62,7 +62,9 @@ def test_a_registration_link_works_once(site, new_person):
     answer = other.page.goto(url)
     # a used link says so at once (issue 20 item 10): no form to fill in that fails only after the click
     assert answer is not None and answer.status == 404
-    expect(other.page.locator("[data-link-invalid]")).to_contain_text(re.compile(r"not valid.*already\s+used", re.I | re.S))
+    expect(other.page.locator("[data-link-invalid]")).to_contain_text(
+        re.compile(r"not valid.*already\s+used", re.I | re.S)
+    )
     expect(other.page.get_by_role("button", name="Register a passkey")).to_have_count(0)
     assert other.page.url.startswith(f"{origin_of(site)}/register")
     assert other.session_cookie() is None

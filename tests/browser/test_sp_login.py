@@ -31,7 +31,10 @@ def instances(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
     root = tmp_path_factory.mktemp("sp")
     with TxtDnsServer({}) as dns:
         a = localhost_server(root / "a", extra="\n[oauth]\nallow_private_metadata_hosts = true\n")
-        b = make_server(root / "b", extra=f'\n[sp]\nenabled = true\nallow_http_idp = true\nnameservers = ["{dns.address}"]\n')
+        b = make_server(
+            root / "b",
+            extra=f'\n[sp]\nenabled = true\nallow_http_idp = true\nnameservers = ["{dns.address}"]\n',
+        )
         dns.records[f"_ddisa.{DOMAIN}"] = [f"v=ddisa1 idp={origin_of(a)}; mode=open"]
         a.start()
         try:
@@ -78,7 +81,9 @@ def test_a_person_of_a_logs_in_to_b_through_dns(instances: Any, new_person: Any)
     # sign out from the guest page
     page.goto(f"{b_origin}/")
     page.get_by_role("button", name="Sign out").first.click()
-    expect(page).to_have_url(re.compile(re.escape(b_origin) + r"/login"), timeout=15_000)  # polls (conftest.py)
+    expect(page).to_have_url(
+        re.compile(re.escape(b_origin) + r"/login"), timeout=15_000
+    )  # polls (conftest.py)
     assert person.fetch("GET", "/api/me")["status"] == 401
 
 
@@ -98,6 +103,8 @@ def test_failures_reach_the_person_readably(instances: Any, new_person: Any) -> 
     expect(page.locator("[data-login-error]")).to_contain_text("start again")
     shoot(person, "sp-error-b")
     page.goto(f"{b_origin}/?error=Your%20account%20is%20locked%2C%20call%20%2B1%20555%200100")
-    expect(page.locator("[data-login-error]")).to_have_text("the login did not complete")  # never the link's words
+    expect(page.locator("[data-login-error]")).to_have_text(
+        "the login did not complete"
+    )  # never the link's words
     assert "locked" not in page.content()
     assert person.fetch("GET", "/api/me")["status"] == 401

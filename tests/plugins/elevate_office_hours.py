@@ -42,4 +42,6 @@ def elevate_verify(claims, argv, context):
     inside = start <= minute < end if start <= end else (minute >= start or minute < end)
     if inside:
         return []
-    return [f"outside office hours ({settings.get('start', '08:00')}-{settings.get('end', '18:00')}, now {now:%H:%M})"]
+    return [
+        f"outside office hours ({settings.get('start', '08:00')}-{settings.get('end', '18:00')}, now {now:%H:%M})"
+    ]

@@ -64,7 +64,9 @@ def make_static_provider(table: dict[str, Any], read_secret: Callable[[str], str
     problems = [f"{key}: unknown key" for key in table if key not in KEYS]
     login_url = table.get("login_url")
     parts = urlsplit(login_url) if isinstance(login_url, str) else None
-    if parts is None or not (parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK)):
+    if parts is None or not (
+        parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK)
+    ):
         problems.append(f"login_url: must be an https URL, got {login_url!r}")
     create_unknown = table.get("create_unknown", False)
     if not isinstance(create_unknown, bool):
@@ -79,8 +81,14 @@ def make_static_provider(table: dict[str, Any], read_secret: Callable[[str], str
         problems.append(str(exc))
     if problems:
         raise ValueError("\n".join(problems))
-    return StaticProvider(id=table["id"], name=table["name"], login_url=str(login_url), api_key=api_key,
-                          create_unknown=create_unknown, allowed_domains=tuple(d.lower() for d in domains))
+    return StaticProvider(
+        id=table["id"],
+        name=table["name"],
+        login_url=str(login_url),
+        api_key=api_key,
+        create_unknown=create_unknown,
+        allowed_domains=tuple(d.lower() for d in domains),
+    )
 
 
 @hookimpl

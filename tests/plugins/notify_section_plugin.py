@@ -24,7 +24,9 @@ def parse(raw):
     for name, key in KEYS.items():
         if name in table:
             check_value(f"notify.{name}", key, table[name], problems)
-    return (None if problems else {name: table.get(name, key.default) for name, key in KEYS.items()}), problems
+    return (
+        None if problems else {name: table.get(name, key.default) for name, key in KEYS.items()}
+    ), problems
 
 
 @hookimpl

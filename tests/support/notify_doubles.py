@@ -72,21 +72,35 @@ def self_signed_certificate(directory: Path, name: str = "localhost") -> tuple[P
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(name), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return cert_path, key_path
 
 
 # -- SMTP -------------------------------------------------------------------------------------------
+
 
 @dataclass
 class ReceivedMail:
@@ -98,7 +112,9 @@ class ReceivedMail:
 
 
 class SmtpSink:
-    def __init__(self, directory: Path | None = None, *, tls: bool = False, user: tuple[str, str] | None = None):
+    def __init__(
+        self, directory: Path | None = None, *, tls: bool = False, user: tuple[str, str] | None = None
+    ):
         self.port = _free_port()
         self.messages: list[ReceivedMail] = []
         self.user = user
@@ -116,10 +132,15 @@ class SmtpSink:
         self._kwargs = kwargs
         self._controller: Controller | None = None
 
-    def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any) -> AuthResult:
+    def _authenticate(
+        self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any
+    ) -> AuthResult:
         assert self.user is not None
-        ok = (isinstance(auth_data, LoginPassword) and auth_data.login.decode() == self.user[0]
-              and hmac.compare_digest(auth_data.password, self.user[1].encode()))
+        ok = (
+            isinstance(auth_data, LoginPassword)
+            and auth_data.login.decode() == self.user[0]
+            and hmac.compare_digest(auth_data.password, self.user[1].encode())
+        )
         return AuthResult(success=ok, handled=False, auth_data=auth_data if ok else None)
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd's name
@@ -127,8 +148,15 @@ class SmtpSink:
         assert isinstance(message, EmailMessage)
         auth = getattr(session, "auth_data", None)
         login = auth.login.decode() if isinstance(auth, LoginPassword) else None
-        self.messages.append(ReceivedMail(envelope.mail_from, list(envelope.rcpt_tos), message,
-                                          session.ssl is not None, login if session.authenticated else None))
+        self.messages.append(
+            ReceivedMail(
+                envelope.mail_from,
+                list(envelope.rcpt_tos),
+                message,
+                session.ssl is not None,
+                login if session.authenticated else None,
+            )
+        )
         return "250 OK"
 
     def start(self) -> SmtpSink:
@@ -144,6 +172,7 @@ class SmtpSink:
 
 # -- HTTP doubles -----------------------------------------------------------------------------------
 
+
 class _HttpDouble:
     """A threaded HTTP server on 127.0.0.1 whose POSTs go to ``handle(path, headers, body)``."""
 
@@ -154,7 +183,9 @@ class _HttpDouble:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
-                status, answer = double.handle(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                status, answer = double.handle(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body
+                )
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -168,7 +199,9 @@ class _HttpDouble:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         self.origin = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.lock = threading.Lock()
 
     def handle(self, path: str, headers: dict[str, str], body: bytes) -> tuple[int, Any]:
@@ -217,9 +250,14 @@ class PushService(_HttpDouble):
         key = ec.generate_private_key(ec.SECP256R1())
         sub = Subscription(secrets.token_urlsafe(12), key, secrets.token_bytes(16), application_server_key)
         self.subscriptions[sub.id] = sub
-        public = key.public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
-        return {"endpoint": f"{self.origin}/push/{sub.id}", "expirationTime": None,
-                "keys": {"p256dh": b64url(public), "auth": b64url(sub.auth)}}
+        public = key.public_key().public_bytes(
+            serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint
+        )
+        return {
+            "endpoint": f"{self.origin}/push/{sub.id}",
+            "expirationTime": None,
+            "keys": {"p256dh": b64url(public), "auth": b64url(sub.auth)},
+        }
 
     def mark_gone(self, endpoint: str) -> None:
         self.subscriptions[endpoint.rsplit("/", 1)[1]].gone = True
@@ -248,14 +286,21 @@ class PushService(_HttpDouble):
         try:
             if jwt.get_unverified_header(values["t"]).get("alg") != "ES256":
                 return 401, "the JWT is not ES256"
-            claims = jwt.decode(values["t"], public, algorithms=["ES256"], audience=self.origin,
-                                options={"require": ["aud", "exp", "sub"]})
+            claims = jwt.decode(
+                values["t"],
+                public,
+                algorithms=["ES256"],
+                audience=self.origin,
+                options={"require": ["aud", "exp", "sub"]},
+            )
         except jwt.InvalidTokenError as exc:
             return 401, f"bad VAPID JWT: {type(exc).__name__}"
         if claims["exp"] > time.time() + 24 * 3600:
             return 401, "exp more than 24 hours ahead"
         sub_claim = claims["sub"]
-        if not (isinstance(sub_claim, str) and (sub_claim.startswith("mailto:") or sub_claim.startswith("https:"))):
+        if not (
+            isinstance(sub_claim, str) and (sub_claim.startswith("mailto:") or sub_claim.startswith("https:"))
+        ):
             return 401, "sub is not a mailto: or https: URI"
         return dict(claims)
 
@@ -282,7 +327,9 @@ class PushService(_HttpDouble):
         if len(body) > 4096:
             return self._refuse(413, "payload too large")
         try:
-            plain = http_ece.decrypt(body, private_key=sub.private_key, auth_secret=sub.auth, version="aes128gcm")
+            plain = http_ece.decrypt(
+                body, private_key=sub.private_key, auth_secret=sub.auth, version="aes128gcm"
+            )
             payload = json.loads(plain)
         except Exception as exc:  # noqa: BLE001 - any failure to decrypt is the sender's
             return self._refuse(400, f"cannot decrypt: {type(exc).__name__}")
@@ -344,7 +391,9 @@ class WebhookReceiver(_HttpDouble):
         match = re.fullmatch(r"t=(\d+),v1=([0-9a-f]{64})", header or "")
         if not match:
             return "malformed"
-        expected = hmac.new(self.secret.encode(), match.group(1).encode() + b"." + body, hashlib.sha256).hexdigest()
+        expected = hmac.new(
+            self.secret.encode(), match.group(1).encode() + b"." + body, hashlib.sha256
+        ).hexdigest()
         if not hmac.compare_digest(expected, match.group(2)):
             return "bad signature"
         if abs(time.time() - int(match.group(1))) > self.window:

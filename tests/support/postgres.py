@@ -106,20 +106,47 @@ class Postgres:
         os.chmod(self.directory, 0o700)
         initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
         assert initdb and pg_ctl
-        self._run([initdb, "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8",
-                   "--no-sync"])
-        options = " ".join([
-            "-c listen_addresses=''",  # no TCP at all: the socket in our 0700 directory is the only way in
-            f"-c port={self.port}",
-            f"-c unix_socket_directories='{self.socket_dir}'",
-            "-c unix_socket_permissions=0777",  # the directory (0700) is what guards it
-            "-c max_connections=400",
-            "-c shared_buffers=16MB",
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",  # a test database: speed over durability
-            "-c log_min_messages=warning",
-        ])
-        self._run([pg_ctl, "-D", str(self.data), "-l", str(self.directory / "server.log"), "-o", options, "-w",
-                   "-t", "60", "start"])
+        self._run(
+            [
+                initdb,
+                "-D",
+                str(self.data),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ]
+        )
+        options = " ".join(
+            [
+                "-c listen_addresses=''",  # no TCP at all: the socket in our 0700 directory is the only way in
+                f"-c port={self.port}",
+                f"-c unix_socket_directories='{self.socket_dir}'",
+                "-c unix_socket_permissions=0777",  # the directory (0700) is what guards it
+                "-c max_connections=400",
+                "-c shared_buffers=16MB",
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off",  # a test database: speed over durability
+                "-c log_min_messages=warning",
+            ]
+        )
+        self._run(
+            [
+                pg_ctl,
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.directory / "server.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        )
         self.started = True
         return self
 
@@ -256,7 +283,9 @@ def database_bytes(directory: Path) -> bytes:
     if (directory / "postgres-dsn").exists():
         tables = server_sql(directory, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
         return b"\n".join(
-            str(row[0]).encode() for (table,) in tables for row in server_sql(directory, f'SELECT t::text FROM "{table}" t')
+            str(row[0]).encode()
+            for (table,) in tables
+            for row in server_sql(directory, f'SELECT t::text FROM "{table}" t')
         )
     return b"".join(p.read_bytes() for p in sorted(directory.glob("grantd.db*")))
 

@@ -66,12 +66,20 @@ def _options(options: Any) -> dict[str, Any]:
 
 def _cose_key(private_key: ec.EllipticCurvePrivateKey) -> bytes:
     numbers = private_key.public_key().public_numbers()
-    return cbor2.dumps({1: 2, 3: -7, -1: 1, -2: numbers.x.to_bytes(32, "big"), -3: numbers.y.to_bytes(32, "big")})
+    return cbor2.dumps(
+        {1: 2, 3: -7, -1: 1, -2: numbers.x.to_bytes(32, "big"), -3: numbers.y.to_bytes(32, "big")}
+    )
 
 
 class SoftAuthenticator:
-    def __init__(self, *, counter: bool = True, backed_up: bool = False, aaguid: bytes = bytes(16),
-                 user_verified: bool = True):
+    def __init__(
+        self,
+        *,
+        counter: bool = True,
+        backed_up: bool = False,
+        aaguid: bytes = bytes(16),
+        user_verified: bool = True,
+    ):
         self.counter = counter
         self.user_verified = user_verified  # False: assertions carry UP only (no PIN, no biometrics)
         self.backed_up = backed_up
@@ -94,8 +102,11 @@ class SoftAuthenticator:
             raise NotAllowed("a credential on this authenticator is excluded (InvalidStateError)")
         assert any(p["alg"] == -7 for p in opts["pubKeyCredParams"]), "the RP must accept ES256"
         credential = Credential(
-            credential_id=os.urandom(32), private_key=ec.generate_private_key(ec.SECP256R1()), rp_id=rp,
-            user_handle=unb64url(opts["user"]["id"]), user_name=opts["user"]["name"],
+            credential_id=os.urandom(32),
+            private_key=ec.generate_private_key(ec.SECP256R1()),
+            rp_id=rp,
+            user_handle=unb64url(opts["user"]["id"]),
+            user_name=opts["user"]["name"],
         )
         count = 0  # a new credential's counter starts at 0
         auth_data = (
@@ -108,7 +119,12 @@ class SoftAuthenticator:
             + _cose_key(credential.private_key)
         )
         client_data = json.dumps(
-            {"type": "webauthn.create", "challenge": opts["challenge"], "origin": origin, "crossOrigin": False}
+            {
+                "type": "webauthn.create",
+                "challenge": opts["challenge"],
+                "origin": origin,
+                "crossOrigin": False,
+            }
         ).encode()
         attestation = cbor2.dumps({"fmt": "none", "attStmt": {}, "authData": auth_data})
         self.credentials.append(credential)
@@ -132,7 +148,12 @@ class SoftAuthenticator:
         return mine[-1]
 
     def get(
-        self, options: Any, origin: str, *, rp_id: str | None = None, credential: Credential | None = None,
+        self,
+        options: Any,
+        origin: str,
+        *,
+        rp_id: str | None = None,
+        credential: Credential | None = None,
         user_handle: bytes | None = None,
     ) -> dict[str, Any]:
         opts = _options(options)
@@ -141,13 +162,17 @@ class SoftAuthenticator:
         chosen = credential or self.find(rp, [c["id"] for c in opts.get("allowCredentials") or []])
         if self.counter:
             chosen.sign_count += 1
-        auth_data = hashlib.sha256(rp.encode()).digest() + bytes([self._flags(attested=False)]) + (
-            chosen.sign_count if self.counter else 0
-        ).to_bytes(4, "big")
+        auth_data = (
+            hashlib.sha256(rp.encode()).digest()
+            + bytes([self._flags(attested=False)])
+            + (chosen.sign_count if self.counter else 0).to_bytes(4, "big")
+        )
         client_data = json.dumps(
             {"type": "webauthn.get", "challenge": opts["challenge"], "origin": origin, "crossOrigin": False}
         ).encode()
-        signature = chosen.private_key.sign(auth_data + hashlib.sha256(client_data).digest(), ec.ECDSA(hashes.SHA256()))
+        signature = chosen.private_key.sign(
+            auth_data + hashlib.sha256(client_data).digest(), ec.ECDSA(hashes.SHA256())
+        )
         return {
             "id": chosen.id,
             "rawId": chosen.id,
@@ -189,14 +214,25 @@ class PasskeyBrowser:
         else:
             self.cookies["grantd_session"] = value
 
-    def request(self, method: str, path: str, *, json_body: Any = None, headers: dict[str, str] | None = None,
-                cookie: bool = True, origin: bool = True, **kwargs: Any) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        headers: dict[str, str] | None = None,
+        cookie: bool = True,
+        origin: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         """``cookie=False``: send no cookie at all (another browser)."""
         sent = {"Origin": self.origin} if origin else {}
         if cookie and self.cookies:
             sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
         sent.update(headers or {})
-        response = self._httpx.request(method, self.base_url + path, json=json_body, headers=sent, timeout=10, **kwargs)
+        response = self._httpx.request(
+            method, self.base_url + path, json=json_body, headers=sent, timeout=10, **kwargs
+        )
         for set_cookie in response.headers.get_list("set-cookie"):
             name, _, rest = set_cookie.partition("=")
             value = rest.split(";", 1)[0].strip('"')
@@ -211,14 +247,22 @@ class PasskeyBrowser:
         options = self.request("POST", "/api/webauthn/register/options", json_body={"token": token})
         assert options.status_code == 200, options.text
         response = self.authenticator.create(options.json(), self.origin)
-        return self.request("POST", "/api/webauthn/register/verify",
-                            json_body={"token": token, "response": response, **verify_fields})
+        return self.request(
+            "POST",
+            "/api/webauthn/register/verify",
+            json_body={"token": token, "response": response, **verify_fields},
+        )
 
     def login(self, email: str | None = None) -> Any:
-        options = self.request("POST", "/api/webauthn/login/options", json_body={"email": email} if email else {})
+        options = self.request(
+            "POST", "/api/webauthn/login/options", json_body={"email": email} if email else {}
+        )
         assert options.status_code == 200, options.text
-        return self.request("POST", "/api/webauthn/login/verify",
-                            json_body={"response": self.authenticator.get(options.json(), self.origin)})
+        return self.request(
+            "POST",
+            "/api/webauthn/login/verify",
+            json_body={"response": self.authenticator.get(options.json(), self.origin)},
+        )
 
     def confirm(self, authenticator: SoftAuthenticator | None = None) -> Any:
         """The fresh user-verified assertion adding a passkey needs: add/reauth, the authenticator
@@ -226,20 +270,31 @@ class PasskeyBrowser:
         reauth = self.request("POST", "/api/webauthn/credentials/add/reauth", json_body={})
         assert reauth.status_code == 200, reauth.text
         assertion = (authenticator or self.authenticator).get(reauth.json(), self.origin)
-        return self.request("POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion})
+        return self.request(
+            "POST", "/api/webauthn/credentials/add/options", json_body={"response": assertion}
+        )
 
     def add_passkey(self, authenticator: SoftAuthenticator | None = None, **fields: Any) -> Any:
         options = self.confirm()
         assert options.status_code == 200, options.text
         response = (authenticator or self.authenticator).create(options.json(), self.origin)
-        return self.request("POST", "/api/webauthn/credentials/add/verify", json_body={"response": response, **fields})
+        return self.request(
+            "POST", "/api/webauthn/credentials/add/verify", json_body={"response": response, **fields}
+        )
 
     def me(self) -> Any:
         return self.request("GET", "/api/me")
 
 
-def make_registration(server: Any, email: str, *, admin: bool = False, purpose: str = "register",
-                      ttl: int = 86_400, rp_id: str | None = None) -> str:
+def make_registration(
+    server: Any,
+    email: str,
+    *,
+    admin: bool = False,
+    purpose: str = "register",
+    ttl: int = 86_400,
+    rp_id: str | None = None,
+) -> str:
     """A registration URL's token, written to the in-process server's store as an administrator's
     `grantd users add` would (the token itself is never stored, only its SHA-256)."""
     import secrets
@@ -248,10 +303,16 @@ def make_registration(server: Any, email: str, *, admin: bool = False, purpose: 
     token = secrets.token_urlsafe(32)
     now = services.clock.now_ms()
     record = {
-        "id": "reg_" + secrets.token_urlsafe(16), "token_hash": hashlib.sha256(token.encode()).hexdigest(),
-        "email": email.lower(), "admin": admin, "purpose": purpose,
-        "rp_id": rp_id or str(services.config.webauthn.rp_id), "created_by": "admin@example.com",
-        "created_at": now, "expires_at": now + ttl * 1000, "used_at": None,
+        "id": "reg_" + secrets.token_urlsafe(16),
+        "token_hash": hashlib.sha256(token.encode()).hexdigest(),
+        "email": email.lower(),
+        "admin": admin,
+        "purpose": purpose,
+        "rp_id": rp_id or str(services.config.webauthn.rp_id),
+        "created_by": "admin@example.com",
+        "created_at": now,
+        "expires_at": now + ttl * 1000,
+        "used_at": None,
     }
     server.call(services.store.registrations.create(record))
     return token

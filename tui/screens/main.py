@@ -73,7 +73,9 @@ class MainScreen(Screen[None]):
         self.source = source
         self.clock = clock
         self.ring_bell = bell
-        self.confirm_root = confirm_root  # `grantd tui --confirm-root`: ask before approving a command as root
+        self.confirm_root = (
+            confirm_root  # `grantd tui --confirm-root`: ask before approving a command as root
+        )
         self.grants: dict[str, Grant] = {}
         self.first_seen: dict[str, int] = {}
         self.new_ids: set[str] = set()
@@ -314,13 +316,21 @@ class MainScreen(Screen[None]):
         try:
             same = await self.source.list_grants(requester=grant.requester, max_items=HISTORY_LIMIT)
             earlier = sorted(
-                (g for g in same if g.id != grant.id and g.action_key == grant.action_key and g.created_at <= grant.created_at),
+                (
+                    g
+                    for g in same
+                    if g.id != grant.id
+                    and g.action_key == grant.action_key
+                    and g.created_at <= grant.created_at
+                ),
                 key=lambda g: -g.created_at,
             )
         except (ApiError, httpx.HTTPError) as exc:
             earlier_error = _describe(exc)
         reviewers, reviewers_error = await self._reviewers_of(grant)
-        self.post_message(DetailLoaded(grant.id, agent, agent_error, earlier, earlier_error, reviewers, reviewers_error))
+        self.post_message(
+            DetailLoaded(grant.id, agent, agent_error, earlier, earlier_error, reviewers, reviewers_error)
+        )
 
     async def _reviewers_of(self, grant: Grant) -> tuple[Reviewers | None, str | None]:
         """Who may still approve a pending grant under a policy (D13); nothing to ask otherwise."""
@@ -344,12 +354,19 @@ class MainScreen(Screen[None]):
 
     def on_detail_loaded(self, message: DetailLoaded) -> None:
         self.query_one(GrantDetail).show_context(
-            message.grant_id, message.agent, message.agent_error, message.earlier, message.earlier_error,
-            message.reviewers, message.reviewers_error,
+            message.grant_id,
+            message.agent,
+            message.agent_error,
+            message.earlier,
+            message.earlier_error,
+            message.reviewers,
+            message.reviewers_error,
         )
 
     def on_reviewers_loaded(self, message: ReviewersLoaded) -> None:
-        self.query_one(GrantDetail).show_reviewers(message.grant_id, message.reviewers, message.reviewers_error)
+        self.query_one(GrantDetail).show_reviewers(
+            message.grant_id, message.reviewers, message.reviewers_error
+        )
 
     # -- decisions ---------------------------------------------------------------------------------
     def shown_grant(self) -> Grant | None:
@@ -373,7 +390,9 @@ class MainScreen(Screen[None]):
         question.append("The list changed under the cursor.\n", style="bold")
         question.append(f"{verb.capitalize()} the grant of ")
         question.append(one_line(grant.requester), style="bold")
-        question.append(f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}")
+        question.append(
+            f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}"
+        )
         question.append(f" · id {one_line(grant.id)}", style="dim")
 
         def chosen(yes: bool | None) -> None:
@@ -392,8 +411,11 @@ class MainScreen(Screen[None]):
             self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return None
         if not grant.is_pending:
-            self.notify(f"Only pending grants can be {verb}d; this one is {one_line(grant.status)}.", severity="warning",
-                        markup=False)
+            self.notify(
+                f"Only pending grants can be {verb}d; this one is {one_line(grant.status)}.",
+                severity="warning",
+                markup=False,
+            )
             return None
         return grant
 
@@ -407,7 +429,9 @@ class MainScreen(Screen[None]):
         question.append("This command runs as root.\n", style="bold")
         question.append("Approve the grant of ")
         question.append(one_line(grant.requester), style="bold")
-        question.append(f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}")
+        question.append(
+            f"?\n{action_summary(grant)}\non {one_line(grant.request.target_host)} · {grant.request.grant_type}"
+        )
         question.append(f" · id {one_line(grant.id)}", style="dim")
 
         def chosen(yes: bool | None) -> None:
@@ -419,7 +443,9 @@ class MainScreen(Screen[None]):
     def action_approve(self) -> None:
         grant = self._pending_selection("approve")
         if grant is not None:
-            self._guarded(grant, "approve", lambda: self._as_root(grant, lambda: self.decide(grant, "approve")))
+            self._guarded(
+                grant, "approve", lambda: self._as_root(grant, lambda: self.decide(grant, "approve"))
+            )
 
     def action_override(self) -> None:
         grant = self._pending_selection("approve")
@@ -454,8 +480,11 @@ class MainScreen(Screen[None]):
             self.notify("The list just changed; look again and press the key once more.", severity="warning")
             return
         if grant.status != "approved":
-            self.notify(f"Only approved grants can be revoked; this one is {one_line(grant.status)}.", severity="warning",
-                        markup=False)
+            self.notify(
+                f"Only approved grants can be revoked; this one is {one_line(grant.status)}.",
+                severity="warning",
+                markup=False,
+            )
             return
         question = Text(end="")
         question.append("Revoke the approved grant of ")
@@ -470,7 +499,9 @@ class MainScreen(Screen[None]):
 
     # Decisions are not exclusive: approving one grant must never cancel a decision still in flight.
     @work(group="decide", exit_on_error=False)
-    async def decide(self, grant: Grant, action: str, *, override: Override | None = None, reason: str | None = None) -> None:
+    async def decide(
+        self, grant: Grant, action: str, *, override: Override | None = None, reason: str | None = None
+    ) -> None:
         who = one_line(grant.requester)
         try:
             if action == "approve":
@@ -494,14 +525,22 @@ class MainScreen(Screen[None]):
             self.reread(grant.id)
             return
         except httpx.HTTPError as exc:
-            self.notify(f"{action.capitalize()} of {who}'s grant may not have reached the server ({_describe(exc)}).",
-                        severity="error", timeout=8, markup=False)
+            self.notify(
+                f"{action.capitalize()} of {who}'s grant may not have reached the server ({_describe(exc)}).",
+                severity="error",
+                timeout=8,
+                markup=False,
+            )
             self.reread(grant.id)
             return
         updated = grant.with_decision(decision.partial)
         self.post_message(GrantChanged(updated, "decision"))
         if updated.is_pending and action != "revoke":  # a vote that did not decide: a policy wants more (D13)
-            self.notify(f"Your vote on {who}'s grant is recorded; it waits for more approvals.", timeout=6, markup=False)
+            self.notify(
+                f"Your vote on {who}'s grant is recorded; it waits for more approvals.",
+                timeout=6,
+                markup=False,
+            )
             self.reload_reviewers(updated)
             return
         past = {"approve": "Approved", "deny": "Denied", "revoke": "Revoked"}[action]

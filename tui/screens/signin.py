@@ -34,7 +34,9 @@ class SignInScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="signin-box") as box:
             box.border_title = "Sign in to grantd"
-            yield Static(Text(f"Server {one_line(self.credential.signin.issuer)}", end=""), id="signin-server")
+            yield Static(
+                Text(f"Server {one_line(self.credential.signin.issuer)}", end=""), id="signin-server"
+            )
             yield Static("Asking the server for a code…", id="signin-url")
             with Center():
                 yield Static("", id="signin-code")
@@ -53,7 +55,9 @@ class SignInScreen(Screen[None]):
         self.query_one("#signin-url", Static).update(url)
         self.query_one("#signin-code", Static).update(Text(one_line(authorization.user_code), end=""))
         direct = one_line(authorization.verification_uri_complete)
-        self._state(f"Or open {direct}\nWaiting for approval (the code expires in {authorization.expires_in // 60} min)…")
+        self._state(
+            f"Or open {direct}\nWaiting for approval (the code expires in {authorization.expires_in // 60} min)…"
+        )
 
     def _state(self, text: str, *, error: bool = False) -> None:
         state = self.query_one("#signin-state", Static)

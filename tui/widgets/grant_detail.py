@@ -110,7 +110,10 @@ class GrantDetail(VerticalScroll):
             if self.agent.name:
                 line("", f"agent {one_line(self.agent.name)}")
                 points(self.agent.name)
-            line("", f"owner {one_line(self.agent.owner) or '-'}   approver {one_line(self.agent.approver) or '-'}")
+            line(
+                "",
+                f"owner {one_line(self.agent.owner) or '-'}   approver {one_line(self.agent.approver) or '-'}",
+            )
             points(f"{self.agent.owner or ''}{self.agent.approver or ''}")
             if self.agent.status and self.agent.status != "active":
                 line("", (f"agent status {one_line(self.agent.status)}", "bold"))
@@ -182,13 +185,21 @@ class GrantDetail(VerticalScroll):
         for requirement in review.requirements:
             got = len(requirement.approvals)
             style = "bold green" if got >= requirement.approve else "bold"
-            line("Requires", (f"{got} of {requirement.approve}", style), f" approvals for {one_line(requirement.id)}",
-                 f", {len(requirement.denials)} of {requirement.deny} denials" if requirement.denials else "")
+            line(
+                "Requires",
+                (f"{got} of {requirement.approve}", style),
+                f" approvals for {one_line(requirement.id)}",
+                f", {len(requirement.denials)} of {requirement.deny} denials" if requirement.denials else "",
+            )
             for email in requirement.denials:
                 text.append(f"  denied by {one_line(email)}\n", style="bold")
         for vote in review.approvals:
-            line("Approved", f"by {one_line(vote.sub)}", f"  {timestamp(vote.at)}" if vote.at else "",
-                 f"  via {one_line(vote.via)}" if vote.via else "")
+            line(
+                "Approved",
+                f"by {one_line(vote.sub)}",
+                f"  {timestamp(vote.at)}" if vote.at else "",
+                f"  via {one_line(vote.via)}" if vote.via else "",
+            )
         if not grant.is_pending:
             return
         if self.reviewers_error:

@@ -63,7 +63,9 @@ def column_widths(available: int, padding: int, needed: dict[str, int] | None = 
     requester = max(REQUESTER[0], min(REQUESTER[1], needed.get("requester", REQUESTER[1])))
     requester = max(REQUESTER[0], min(requester, room - host - ACTION_MIN))
     host = max(HOST[0], min(host, room - requester - ACTION_MIN))
-    widths.update(requester=requester, host=host, reason=REASON[0], audience=COLUMN_BY_KEY["audience"].width or 0)
+    widths.update(
+        requester=requester, host=host, reason=REASON[0], audience=COLUMN_BY_KEY["audience"].width or 0
+    )
     left = room - requester - host
     reason = max(REASON[0], min(REASON[1], needed.get("reason", REASON[1])))
     if left - reason - 2 * padding >= REASON_FROM:
@@ -82,7 +84,7 @@ class _MarkerCell(Text):
 
 
 def _marker(grant_id: str, is_new: bool, non_ascii: bool) -> Text:
-    """"●" for new, then "!" when any of the grant's text holds non-ASCII characters (a look-alike
+    """ "●" for new, then "!" when any of the grant's text holds non-ASCII characters (a look-alike
     letter, an escaped blank): the detail pane lists their code points."""
     cell = _MarkerCell("●" if is_new else " ", style="bold", no_wrap=True, end="")
     cell.append("!" if non_ascii else " ", style="bold reverse" if non_ascii else "")
@@ -126,10 +128,14 @@ class GrantTable(DataTable[Text]):
         """Fit the columns to the terminal and the rows (column_widths): the target host is not cut
         while there is room for it, and the command takes the room a wide terminal has."""
         changed = False
-        needed = {"requester": max((len(one_line(g.requester)) for g in self._grants.values()), default=0),
-                  "host": max((len(one_line(g.request.target_host)) for g in self._grants.values()), default=0),
-                  "reason": max((len(one_line(g.request.reason)) for g in self._grants.values()), default=0)}
-        for key, width in column_widths(self.scrollable_content_region.width, self.cell_padding, needed).items():
+        needed = {
+            "requester": max((len(one_line(g.requester)) for g in self._grants.values()), default=0),
+            "host": max((len(one_line(g.request.target_host)) for g in self._grants.values()), default=0),
+            "reason": max((len(one_line(g.request.reason)) for g in self._grants.values()), default=0),
+        }
+        for key, width in column_widths(
+            self.scrollable_content_region.width, self.cell_padding, needed
+        ).items():
             column = self.columns.get(ColumnKey(key))
             if column is not None and column.width != width:
                 column.width = width
@@ -149,8 +155,10 @@ class GrantTable(DataTable[Text]):
             "new": _marker(grant.id, is_new, has_non_ascii(grant)),
             "age": _cell(age(now_ms, grant.created_at), dim),
             # A pending grant under a policy (D13) shows how far it is: "pend 1/2".
-            "status": _cell(f"pend {grant.quorum}" if grant.quorum else grant.status,
-                            self.status_styles.get(grant.status, "")),
+            "status": _cell(
+                f"pend {grant.quorum}" if grant.quorum else grant.status,
+                self.status_styles.get(grant.status, ""),
+            ),
             "requester": _cell(one_line(grant.requester), f"{emphasis} {dim}".strip()),
             "action": _cell(action_summary(grant), dim),
             "host": _cell(one_line(grant.request.target_host), dim),
@@ -170,7 +178,9 @@ class GrantTable(DataTable[Text]):
         finally:
             self._syncing = False
         if selected is not None and (self.selected_id != selected or self.cursor_row != before):
-            self.shifted = True  # the same grant moved to another row, or another grant is now under the cursor
+            self.shifted = (
+                True  # the same grant moved to another row, or another grant is now under the cursor
+            )
 
     def _sync(self, wanted: dict[str, Grant], now_ms: int, new_ids: set[str], selected: str | None) -> None:
         self._new = set(new_ids)
@@ -202,7 +212,9 @@ class GrantTable(DataTable[Text]):
     def _resort(self, keep: str | None) -> None:
         column = COLUMN_BY_KEY[self.sort_column]
         grants = self._grants
-        ordered = sorted(grants.values(), key=lambda g: (column.sort_key(g), -g.created_at), reverse=self.sort_reverse)
+        ordered = sorted(
+            grants.values(), key=lambda g: (column.sort_key(g), -g.created_at), reverse=self.sort_reverse
+        )
         rank = {grant.id: index for index, grant in enumerate(ordered)}
         # DataTable.sort hands the key function cell values only; the marker cell carries its row's id.
         self.sort("new", key=lambda cell: rank.get(getattr(cell, "grant_id", ""), 0))
@@ -242,4 +254,6 @@ class GrantTable(DataTable[Text]):
         return True
 
     def grant_ids_in_order(self) -> list[str]:
-        return [str(self.coordinate_to_cell_key(Coordinate(row, 0))[0].value) for row in range(self.row_count)]
+        return [
+            str(self.coordinate_to_cell_key(Coordinate(row, 0))[0].value) for row in range(self.row_count)
+        ]

@@ -54,8 +54,13 @@ class PinnedRequirement:
     deny: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "policy": self.policy, "groups": list(self.groups), "approve": self.approve,
-                "deny": self.deny}
+        return {
+            "id": self.id,
+            "policy": self.policy,
+            "groups": list(self.groups),
+            "approve": self.approve,
+            "deny": self.deny,
+        }
 
 
 @dataclass(frozen=True)
@@ -69,8 +74,13 @@ class PinnedEscalation:
     add_approvers: tuple[str, ...]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "after": self.after, "policy": self.policy, "notify": list(self.notify),
-                "add_approvers": list(self.add_approvers)}
+        return {
+            "level": self.level,
+            "after": self.after,
+            "policy": self.policy,
+            "notify": list(self.notify),
+            "add_approvers": list(self.add_approvers),
+        }
 
 
 @dataclass(frozen=True)
@@ -100,35 +110,55 @@ class Review:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, to store with the grant; `review_from_dict` reads it back."""
         return {
-            "policy_ids": list(self.policy_ids), "policy_hash": self.policy_hash,
-            "requirements": [r.as_dict() for r in self.requirements], "forbid": sorted(self.forbid),
-            "allow_self_approval": self.allow_self_approval, "allow_management_token": self.allow_management_token,
-            "allow_delegation": self.allow_delegation, "require_reason": self.require_reason,
-            "max_duration": self.max_duration, "pending_ttl": self.pending_ttl, "on_timeout": self.on_timeout,
+            "policy_ids": list(self.policy_ids),
+            "policy_hash": self.policy_hash,
+            "requirements": [r.as_dict() for r in self.requirements],
+            "forbid": sorted(self.forbid),
+            "allow_self_approval": self.allow_self_approval,
+            "allow_management_token": self.allow_management_token,
+            "allow_delegation": self.allow_delegation,
+            "require_reason": self.require_reason,
+            "max_duration": self.max_duration,
+            "pending_ttl": self.pending_ttl,
+            "on_timeout": self.on_timeout,
             "escalations": [e.as_dict() for e in self.escalations],
         }
 
 
 def review_from_dict(data: dict[str, Any]) -> Review:
     return Review(
-        policy_ids=tuple(data["policy_ids"]), policy_hash=data["policy_hash"],
-        requirements=tuple(PinnedRequirement(r["id"], r["policy"], tuple(r["groups"]), r["approve"], r["deny"])
-                           for r in data["requirements"]),
-        forbid=frozenset(data["forbid"]), allow_self_approval=data["allow_self_approval"],
-        allow_management_token=data["allow_management_token"], allow_delegation=data["allow_delegation"],
-        require_reason=data["require_reason"], max_duration=data["max_duration"], pending_ttl=data["pending_ttl"],
+        policy_ids=tuple(data["policy_ids"]),
+        policy_hash=data["policy_hash"],
+        requirements=tuple(
+            PinnedRequirement(r["id"], r["policy"], tuple(r["groups"]), r["approve"], r["deny"])
+            for r in data["requirements"]
+        ),
+        forbid=frozenset(data["forbid"]),
+        allow_self_approval=data["allow_self_approval"],
+        allow_management_token=data["allow_management_token"],
+        allow_delegation=data["allow_delegation"],
+        require_reason=data["require_reason"],
+        max_duration=data["max_duration"],
+        pending_ttl=data["pending_ttl"],
         on_timeout=data["on_timeout"],
-        escalations=tuple(PinnedEscalation(e["level"], e["after"], e["policy"], tuple(e["notify"]),
-                                           tuple(e["add_approvers"])) for e in data["escalations"]),
+        escalations=tuple(
+            PinnedEscalation(
+                e["level"], e["after"], e["policy"], tuple(e["notify"]), tuple(e["add_approvers"])
+            )
+            for e in data["escalations"]
+        ),
     )
 
 
 # Today's behaviour: one vote by the owner, the approver, an administrator or the management token
 # (an administrator); a person may decide what they asked for themselves; delegations approve.
 DEFAULT_REVIEW = Review(
-    policy_ids=(), policy_hash=DEFAULT_POLICY_HASH,
+    policy_ids=(),
+    policy_hash=DEFAULT_POLICY_HASH,
     requirements=(PinnedRequirement(DEFAULT_REQUIREMENT_ID, None, DEFAULT_GROUPS, 1, 1),),
-    allow_self_approval=True, allow_management_token=True, allow_delegation=True,
+    allow_self_approval=True,
+    allow_management_token=True,
+    allow_delegation=True,
 )
 
 
@@ -139,12 +169,16 @@ def pin(policies: tuple[Policy, ...]) -> Review:
     durations = [p.max_duration for p in policies if p.max_duration is not None]
     ttls = [p.pending_ttl for p in policies if p.pending_ttl is not None]
     levels: list[tuple[Escalation, str]] = sorted(
-        ((e, p.id) for p in policies for e in p.escalate), key=lambda pair: (pair[0].after, pair[1]))
+        ((e, p.id) for p in policies for e in p.escalate), key=lambda pair: (pair[0].after, pair[1])
+    )
     return Review(
         policy_ids=tuple(p.id for p in policies),
         policy_hash=policy_hash(policies),
-        requirements=tuple(PinnedRequirement(f"{p.id}/{r.id}", p.id, r.groups, r.approve, r.deny)
-                           for p in policies for r in p.require),
+        requirements=tuple(
+            PinnedRequirement(f"{p.id}/{r.id}", p.id, r.groups, r.approve, r.deny)
+            for p in policies
+            for r in p.require
+        ),
         forbid=frozenset(f for p in policies for f in p.forbid),
         allow_self_approval=all(p.allow_self_approval for p in policies),
         allow_management_token=all(p.allow_management_token for p in policies),
@@ -153,8 +187,10 @@ def pin(policies: tuple[Policy, ...]) -> Review:
         max_duration=min(durations) if durations else None,
         pending_ttl=min(ttls) if ttls else None,
         on_timeout="deny" if any(p.on_timeout == "deny" for p in policies) else "expire",
-        escalations=tuple(PinnedEscalation(i + 1, e.after, pid, e.notify, e.add_approvers)
-                          for i, (e, pid) in enumerate(levels)),
+        escalations=tuple(
+            PinnedEscalation(i + 1, e.after, pid, e.notify, e.add_approvers)
+            for i, (e, pid) in enumerate(levels)
+        ),
     )
 
 
@@ -185,7 +221,10 @@ class Evaluation:
 
 
 def _approve_rule_applies(rule: Rule, request: RequestFacts) -> bool:
-    if rule.max_grant_type is not None and GRANT_TYPE_RANK[request.grant_type] > GRANT_TYPE_RANK[rule.max_grant_type]:
+    if (
+        rule.max_grant_type is not None
+        and GRANT_TYPE_RANK[request.grant_type] > GRANT_TYPE_RANK[rule.max_grant_type]
+    ):
         return False  # above what it pre-approves: the request goes to review instead
     return rule.match.matches(request)
 

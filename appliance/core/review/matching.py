@@ -85,7 +85,7 @@ def element_regex(element: str) -> re.Pattern[str]:
     """One argv element as a compiled regex used with fullmatch: `re:` as written, else its `|`
     alternatives as globs."""
     if element.startswith(REGEX_PREFIX):
-        return re.compile(element[len(REGEX_PREFIX):])
+        return re.compile(element[len(REGEX_PREFIX) :])
     return glob_regex(tuple(element.split("|")), fold_case=False)
 
 

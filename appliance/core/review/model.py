@@ -33,7 +33,9 @@ from grantd.core.review.matching import (
     regex_problem,
 )
 
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # fullmatch; ids appear in URLs, tokens and `policy:<id>`
+ID_RE = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+)  # fullmatch; ids appear in URLs, tokens and `policy:<id>`
 PSEUDO_GROUPS = ("@owner", "@approver", "@admins")
 FORBID_CHOICES = ("owner", "approver")
 EFFECTS = ("approve", "deny")
@@ -61,8 +63,13 @@ class Rule:
     max_grant_type: str | None = None  # approve rules only: a request above it is not pre-approved
 
     def canonical(self) -> dict[str, Any]:
-        return {"id": self.id, "effect": self.effect, "reason": self.reason, "match": self.match.canonical(),
-                "max_grant_type": self.max_grant_type}
+        return {
+            "id": self.id,
+            "effect": self.effect,
+            "reason": self.reason,
+            "match": self.match.canonical(),
+            "max_grant_type": self.max_grant_type,
+        }
 
 
 @dataclass(frozen=True)
@@ -111,12 +118,19 @@ class Policy:
         """Every key with its effective value (defaults filled in, durations in seconds): two files
         that mean the same policy give the same data, and any change of meaning changes it."""
         return {
-            "id": self.id, "description": self.description, "match": self.match.canonical(),
-            "forbid": sorted(self.forbid), "allow_self_approval": self.allow_self_approval,
-            "allow_management_token": self.allow_management_token, "allow_delegation": self.allow_delegation,
-            "require_reason": self.require_reason, "max_duration": self.max_duration,
-            "pending_ttl": self.pending_ttl, "on_timeout": self.on_timeout,
-            "require": [r.canonical() for r in self.require], "escalate": [e.canonical() for e in self.escalate],
+            "id": self.id,
+            "description": self.description,
+            "match": self.match.canonical(),
+            "forbid": sorted(self.forbid),
+            "allow_self_approval": self.allow_self_approval,
+            "allow_management_token": self.allow_management_token,
+            "allow_delegation": self.allow_delegation,
+            "require_reason": self.require_reason,
+            "max_duration": self.max_duration,
+            "pending_ttl": self.pending_ttl,
+            "on_timeout": self.on_timeout,
+            "require": [r.canonical() for r in self.require],
+            "escalate": [e.canonical() for e in self.escalate],
         }
 
     @cached_property
@@ -205,13 +219,13 @@ MATCH_KEY_SPECS = {name: Key(list, [], "", item_kind=None if name == "argv" else
 def parse_duration(value: Any) -> tuple[int | None, str | None]:
     """Seconds (a positive integer) or a string like "90s", "15m", "4h", "2d" -> (seconds, problem)."""
     if isinstance(value, bool):
-        return None, f"must be seconds or a duration like \"90s\", \"15m\", \"4h\", \"2d\", got {value!r}"
+        return None, f'must be seconds or a duration like "90s", "15m", "4h", "2d", got {value!r}'
     if isinstance(value, int):
         seconds = value
     elif isinstance(value, str) and (m := DURATION_RE.fullmatch(value)):
         seconds = int(m.group(1)) * DURATION_UNITS[m.group(2)]
     else:
-        return None, f"must be seconds or a duration like \"90s\", \"15m\", \"4h\", \"2d\", got {value!r}"
+        return None, f'must be seconds or a duration like "90s", "15m", "4h", "2d", got {value!r}'
     if seconds < 1:
         return None, f"must be at least 1 second, got {value!r}"
     if seconds > MAX_DURATION_SECONDS:
@@ -239,7 +253,9 @@ class _Parser:
                 self.add(f"{name}[{index}]", f"must be a table ([[{name}]]), got {table!r}")
         return out
 
-    def keys(self, path: str, table: Mapping[str, Any], spec: Mapping[str, Key], required: tuple[str, ...] = ()) -> bool:
+    def keys(
+        self, path: str, table: Mapping[str, Any], spec: Mapping[str, Key], required: tuple[str, ...] = ()
+    ) -> bool:
         """Unknown keys (with "did you mean"), missing required keys and scalar checks: True if clean."""
         before = len(self.problems)
         for name in table:
@@ -259,7 +275,10 @@ class _Parser:
         if not isinstance(value, str):
             return None  # reported by the type check
         if not ID_RE.fullmatch(value):
-            self.add(path, f"must be 1-64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got {value!r}")
+            self.add(
+                path,
+                f"must be 1-64 letters, digits, '.', '_' or '-' (starting with a letter or digit), got {value!r}",
+            )
             return None
         if value in seen:
             self.add(path, f"{value!r} is already the id of {seen[value]}")
@@ -288,7 +307,10 @@ class _Parser:
             hint = difflib.get_close_matches(ref, [*groups, *PSEUDO_GROUPS], n=1)
             extra = f' (did you mean "{hint[0]}"?)' if hint else ""
             if ref.startswith("@"):
-                self.add(f"{path}[{index}]", f"unknown pseudo-group {ref!r}: use @owner, @approver or @admins{extra}")
+                self.add(
+                    f"{path}[{index}]",
+                    f"unknown pseudo-group {ref!r}: use @owner, @approver or @admins{extra}",
+                )
             else:
                 self.add(f"{path}[{index}]", f"unknown group {ref!r}: define it in a [[groups]] table{extra}")
         return tuple(out)
@@ -308,7 +330,9 @@ class _Parser:
                 self.add(where, "must not be empty (leave the key out to match anything)")
                 continue
             if name == "argv":
-                patterns = [p for i, item in enumerate(value) if (p := self.argv_pattern(f"{where}[{i}]", item))]
+                patterns = [
+                    p for i, item in enumerate(value) if (p := self.argv_pattern(f"{where}[{i}]", item))
+                ]
                 if len(patterns) == len(value):
                     built[name] = tuple(patterns)
                 continue
@@ -329,10 +353,15 @@ class _Parser:
 
     def argv_pattern(self, path: str, item: Any) -> ArgvPattern | None:
         if not isinstance(item, list) or not all(isinstance(e, str) for e in item):
-            self.add(path, f'must be a list of strings, one per argument, like ["systemctl", "restart", "*"], got {item!r}')
+            self.add(
+                path,
+                f'must be a list of strings, one per argument, like ["systemctl", "restart", "*"], got {item!r}',
+            )
             return None
         if not item or item == [ANY_REST]:
-            self.add(path, 'must name at least the program (a pattern of only "**" would match every command)')
+            self.add(
+                path, 'must name at least the program (a pattern of only "**" would match every command)'
+            )
             return None
         ok = True
         for index, element in enumerate(item):
@@ -342,12 +371,14 @@ class _Parser:
                     self.add(where, '"**" (any further arguments) may only be the last element')
                     ok = False
             elif element.startswith(REGEX_PREFIX):
-                problem = regex_problem(element[len(REGEX_PREFIX):])
+                problem = regex_problem(element[len(REGEX_PREFIX) :])
                 if problem:
                     self.add(where, problem)
                     ok = False
             elif not element or any(not alt for alt in element.split("|")):
-                self.add(where, f"an empty glob or alternative matches only an empty argument; got {element!r}")
+                self.add(
+                    where, f"an empty glob or alternative matches only an empty argument; got {element!r}"
+                )
                 ok = False
         return ArgvPattern.build(item) if ok else None
 
@@ -365,7 +396,12 @@ class _Parser:
                 for index, member in enumerate(members):
                     if not isinstance(member, str):
                         continue
-                    if "@" not in member or member.strip() != member or len(member) > 254 or member.startswith("@"):
+                    if (
+                        "@" not in member
+                        or member.strip() != member
+                        or len(member) > 254
+                        or member.startswith("@")
+                    ):
                         self.add(f"{path}.members[{index}]", f"must be a person's e-mail, got {member!r}")
                     else:
                         good.append(member.lower())
@@ -380,11 +416,16 @@ class _Parser:
             rule_id = self.identifier(f"{path}.id", table.get("id"), seen, path)
             reason = table.get("reason")
             if isinstance(reason, str) and not reason.strip():
-                self.add(f"{path}.reason", "must not be empty (it is what the requester and the log are told)")
+                self.add(
+                    f"{path}.reason", "must not be empty (it is what the requester and the log are told)"
+                )
                 clean = False
             match = self.match(f"{path}.match", table.get("match", {}))
             if "match" in table and isinstance(table["match"], dict) and not table["match"]:
-                self.add(f"{path}.match", "must hold at least one key (a rule that matches everything is a mistake)")
+                self.add(
+                    f"{path}.match",
+                    "must hold at least one key (a rule that matches everything is a mistake)",
+                )
                 clean = False
             if table.get("effect") == "deny" and "max_grant_type" in table:
                 self.add(f"{path}.max_grant_type", "only an approve rule takes max_grant_type")
@@ -393,7 +434,9 @@ class _Parser:
                 out.append(Rule(rule_id, table["effect"], reason.strip(), match, table.get("max_grant_type")))  # type: ignore[union-attr]
         return out
 
-    def policies(self, raw: Mapping[str, Any], groups: Mapping[str, Group], seen: dict[str, str]) -> list[Policy]:
+    def policies(
+        self, raw: Mapping[str, Any], groups: Mapping[str, Group], seen: dict[str, str]
+    ) -> list[Policy]:
         out = []
         for path, table in self.tables(raw, "policies"):
             before = len(self.problems)
@@ -412,14 +455,23 @@ class _Parser:
             require = self.requirements(path, table.get("require"), groups)
             escalate = self.escalations(path, table.get("escalate"), groups, pending_ttl)
             if len(self.problems) == before and policy_id is not None:
-                out.append(Policy(
-                    id=policy_id, match=match, require=require, description=table.get("description", ""),
-                    forbid=tuple(dict.fromkeys(forbid)), allow_self_approval=table.get("allow_self_approval", False),
-                    allow_management_token=table.get("allow_management_token", False),
-                    allow_delegation=table.get("allow_delegation", False),
-                    require_reason=table.get("require_reason", False), max_duration=max_duration,
-                    pending_ttl=pending_ttl, on_timeout=table.get("on_timeout", "expire"), escalate=escalate,
-                ))
+                out.append(
+                    Policy(
+                        id=policy_id,
+                        match=match,
+                        require=require,
+                        description=table.get("description", ""),
+                        forbid=tuple(dict.fromkeys(forbid)),
+                        allow_self_approval=table.get("allow_self_approval", False),
+                        allow_management_token=table.get("allow_management_token", False),
+                        allow_delegation=table.get("allow_delegation", False),
+                        require_reason=table.get("require_reason", False),
+                        max_duration=max_duration,
+                        pending_ttl=pending_ttl,
+                        on_timeout=table.get("on_timeout", "expire"),
+                        escalate=escalate,
+                    )
+                )
         return out
 
     def requirements(self, path: str, tables: Any, groups: Mapping[str, Group]) -> tuple[Requirement, ...]:
@@ -439,20 +491,33 @@ class _Parser:
             req_id = self.identifier(f"{where}.id", table.get("id"), seen, where)
             refs = self.group_refs(f"{where}.groups", table.get("groups"), groups)
             if isinstance(table.get("groups"), list) and not table["groups"]:
-                self.add(f"{where}.groups", "must name at least one group (a [[groups]] id, @owner, @approver or @admins)")
+                self.add(
+                    f"{where}.groups",
+                    "must name at least one group (a [[groups]] id, @owner, @approver or @admins)",
+                )
                 clean = False
             approve = table.get("approve")
-            if clean and refs and len(refs) == len(table["groups"]) and not any(r in PSEUDO_GROUPS for r in refs):
+            if (
+                clean
+                and refs
+                and len(refs) == len(table["groups"])
+                and not any(r in PSEUDO_GROUPS for r in refs)
+            ):
                 people = {m for r in refs for m in groups[r].members}
                 if len(people) < approve:  # type: ignore[operator]
-                    self.add(f"{where}.approve", f"can never be met: {approve} approvals from {', '.join(refs)}, "
-                                                 f"which have {len(people)} member(s)")
+                    self.add(
+                        f"{where}.approve",
+                        f"can never be met: {approve} approvals from {', '.join(refs)}, "
+                        f"which have {len(people)} member(s)",
+                    )
                     clean = False
             if clean and req_id is not None and len(refs) == len(table["groups"]):
                 out.append(Requirement(req_id, refs, approve, table.get("deny", 1)))  # type: ignore[arg-type]
         return tuple(out)
 
-    def escalations(self, path: str, tables: Any, groups: Mapping[str, Group], pending_ttl: int | None) -> tuple[Escalation, ...]:
+    def escalations(
+        self, path: str, tables: Any, groups: Mapping[str, Group], pending_ttl: int | None
+    ) -> tuple[Escalation, ...]:
         if not isinstance(tables, list):
             return ()
         out = []
@@ -469,10 +534,17 @@ class _Parser:
                 self.add(where, "does nothing: give notify, add_approvers or both")
                 clean = False
             if after is not None and pending_ttl is not None and after >= pending_ttl:
-                self.add(f"{where}.after", f"{after} s is not before the policy's pending_ttl ({pending_ttl} s): it would never happen")
+                self.add(
+                    f"{where}.after",
+                    f"{after} s is not before the policy's pending_ttl ({pending_ttl} s): it would never happen",
+                )
                 clean = False
-            if clean and after is not None and len(notify) == len(table.get("notify", [])) \
-                    and len(add) == len(table.get("add_approvers", [])):
+            if (
+                clean
+                and after is not None
+                and len(notify) == len(table.get("notify", []))
+                and len(add) == len(table.get("add_approvers", []))
+            ):
                 out.append(Escalation(after, notify, add))
         return tuple(sorted(out, key=lambda e: e.after))
 

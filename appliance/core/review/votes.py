@@ -108,7 +108,9 @@ class Counted:
 
     ballot: Ballot
     requirement: str
-    self_approved: bool = False  # the requester's own vote, where a policy allows it (flagged in the JWT and log)
+    self_approved: bool = (
+        False  # the requester's own vote, where a policy allows it (flagged in the JWT and log)
+    )
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,9 @@ def next_escalation_at(review: Review, created_at: int, now: int) -> int | None:
     return None
 
 
-def escalations_due(review: Review, created_at: int, now: int, done_level: int) -> tuple[PinnedEscalation, ...]:
+def escalations_due(
+    review: Review, created_at: int, now: int, done_level: int
+) -> tuple[PinnedEscalation, ...]:
     """The levels past ``done_level`` that are due: the sweep emits `grant.escalated` for each, once
     (its conditional update of the stored level is the single winner)."""
     return tuple(e for e in review.escalations if e.level > done_level and created_at + e.after <= now)
@@ -203,23 +207,34 @@ def _in_ref(email: str, ref: str, grant: GrantFacts, people: People) -> bool:
 
 def requirement_groups(review: Review, requirement: PinnedRequirement, level: int) -> tuple[str, ...]:
     """The block's groups, widened by `add_approvers` of its policy's escalation levels reached."""
-    extra = tuple(ref for e in review.escalations if e.level <= level and e.policy == requirement.policy
-                  for ref in e.add_approvers)
+    extra = tuple(
+        ref
+        for e in review.escalations
+        if e.level <= level and e.policy == requirement.policy
+        for ref in e.add_approvers
+    )
     return requirement.groups + extra
 
 
-def eligible_for(review: Review, grant: GrantFacts, people: People, email: str, level: int) -> tuple[int, ...]:
+def eligible_for(
+    review: Review, grant: GrantFacts, people: People, email: str, level: int
+) -> tuple[int, ...]:
     """Indexes of the requirements ``email`` may vote for (exclusions aside)."""
     email = email.lower()
-    return tuple(i for i, r in enumerate(review.requirements)
-                 if any(_in_ref(email, ref, grant, people) for ref in requirement_groups(review, r, level)))
+    return tuple(
+        i
+        for i, r in enumerate(review.requirements)
+        if any(_in_ref(email, ref, grant, people) for ref in requirement_groups(review, r, level))
+    )
 
 
 def _is_requester(voter: Voter, grant: GrantFacts) -> bool:
     return voter.person_id == grant.requester_id or voter.email.lower() == grant.requester_email.lower()
 
 
-def check_voter(review: Review, grant: GrantFacts, people: People, ballot: Ballot, level: int) -> Refusal | None:
+def check_voter(
+    review: Review, grant: GrantFacts, people: People, ballot: Ballot, level: int
+) -> Refusal | None:
     """May this ballot count? The same checks for approve and deny, at the vote and at finalisation."""
     voter, email = ballot.voter, ballot.voter.email.lower()
     if voter.agent:
@@ -237,7 +252,9 @@ def check_voter(review: Review, grant: GrantFacts, people: People, ballot: Ballo
         return Refusal(APPROVER_EXCLUDED)
     if not eligible_for(review, grant, people, email, level):
         return Refusal(NOT_ELIGIBLE)
-    needs_reason = review.require_reason or (self_vote and not review.is_default)  # opted-in self approval says why
+    needs_reason = review.require_reason or (
+        self_vote and not review.is_default
+    )  # opted-in self approval says why
     if needs_reason and not (ballot.reason or "").strip():
         return Refusal(REASON_REQUIRED)
     return None
@@ -316,9 +333,13 @@ def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Bal
     for ballot, eligible in deniers:
         for index in eligible:
             denials[index].append(ballot.voter.email.lower())
-        counted.append(Counted(ballot, review.requirements[eligible[0]].id, _is_requester(ballot.voter, grant)))
-    states = tuple(RequirementState(r.id, r.approve, r.deny, tuple(a), tuple(d))
-                   for r, a, d in zip(review.requirements, approvals, denials, strict=True))
+        counted.append(
+            Counted(ballot, review.requirements[eligible[0]].id, _is_requester(ballot.voter, grant))
+        )
+    states = tuple(
+        RequirementState(r.id, r.approve, r.deny, tuple(a), tuple(d))
+        for r, a, d in zip(review.requirements, approvals, denials, strict=True)
+    )
     grant_type, duration = _effective(review, grant, [b for b, _ in approvers])
     status, decided_by = PENDING, None
     if any(s.denied for s in states):
@@ -332,8 +353,9 @@ def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Bal
     return Tally(status, states, tuple(counted), tuple(dropped), decided_by, grant_type, duration)
 
 
-def cast_vote(review: Review, grant: GrantFacts, people: People, votes: Sequence[Ballot], ballot: Ballot,
-              now: int) -> VoteResult:
+def cast_vote(
+    review: Review, grant: GrantFacts, people: People, votes: Sequence[Ballot], ballot: Ballot, now: int
+) -> VoteResult:
     """The one function that decides every vote (approve, deny, review, batch, TUI, pages, delegations)."""
     before = tally(review, grant, people, votes, now)
     if grant.status != PENDING or before.status != PENDING:
@@ -357,8 +379,9 @@ def cast_vote(review: Review, grant: GrantFacts, people: People, votes: Sequence
     return VoteResult(True, None, tally(review, grant, people, [*votes, ballot], now))
 
 
-def eligible_people(review: Review, grant: GrantFacts, people: People, now: int,
-                    votes: Sequence[Ballot] = ()) -> tuple[tuple[str, ...], ...]:
+def eligible_people(
+    review: Review, grant: GrantFacts, people: People, now: int, votes: Sequence[Ballot] = ()
+) -> tuple[tuple[str, ...], ...]:
     """For each requirement, the e-mails who may still vote for it now (group members, the owner or
     approver it names, administrators; minus exclusions and those who voted), sorted."""
     level = escalation_level(review, grant.created_at, now)

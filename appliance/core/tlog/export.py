@@ -55,8 +55,12 @@ def _size_of(note: str) -> int:
         raise ExportError(f"not a checkpoint note: {error}") from None
 
 
-def export_files(leaves: Sequence[bytes], checkpoints: Iterable[str], keys: Iterable[str] = (),
-                 leaf_hashes: Sequence[bytes] | None = None) -> dict[str, bytes]:
+def export_files(
+    leaves: Sequence[bytes],
+    checkpoints: Iterable[str],
+    keys: Iterable[str] = (),
+    leaf_hashes: Sequence[bytes] | None = None,
+) -> dict[str, bytes]:
     """The files of an export, by relative path. ``leaf_hashes`` are the stored hashes (default: computed)."""
     notes = sorted(set(checkpoints), key=_size_of)
     if not notes:
@@ -64,10 +68,20 @@ def export_files(leaves: Sequence[bytes], checkpoints: Iterable[str], keys: Iter
     hashes = leaf_hashes if leaf_hashes is not None else [leaf_hash(leaf) for leaf in leaves]
     if len(hashes) != len(leaves):
         raise ExportError("one stored hash per leaf")
-    lines = [json.dumps({"index": i, "leaf": leaf.decode("utf-8"), "leaf_hash": base64.b64encode(h).decode()},
-                        ensure_ascii=False, separators=(",", ":")) + "\n" for i, (leaf, h) in enumerate(zip(leaves, hashes, strict=True))]
-    files = {LEAVES: "".join(lines).encode("utf-8"), LATEST: notes[-1].encode("utf-8"),
-             KEYS: "".join(f"{k}\n" for k in keys).encode("utf-8")}
+    lines = [
+        json.dumps(
+            {"index": i, "leaf": leaf.decode("utf-8"), "leaf_hash": base64.b64encode(h).decode()},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        + "\n"
+        for i, (leaf, h) in enumerate(zip(leaves, hashes, strict=True))
+    ]
+    files = {
+        LEAVES: "".join(lines).encode("utf-8"),
+        LATEST: notes[-1].encode("utf-8"),
+        KEYS: "".join(f"{k}\n" for k in keys).encode("utf-8"),
+    }
     for note in notes:
         files[f"{CHECKPOINTS}/{_size_of(note):020d}.txt"] = note.encode("utf-8")
     return files
@@ -82,7 +96,11 @@ def read_export(files: Mapping[str, bytes]) -> Export:
         text = files[LEAVES].decode("utf-8")
         for number, line in enumerate(text.splitlines()):
             row = json.loads(line)
-            if not isinstance(row, dict) or row.get("index") != number or not isinstance(row.get("leaf"), str):
+            if (
+                not isinstance(row, dict)
+                or row.get("index") != number
+                or not isinstance(row.get("leaf"), str)
+            ):
                 raise ExportError(f"{LEAVES} line {number + 1}: expected index {number} and its leaf")
             leaves.append(row["leaf"].encode("utf-8"))
             hashes.append(base64.b64decode(row.get("leaf_hash", ""), validate=True))
@@ -115,6 +133,9 @@ def write_export(directory: str | os.PathLike[str], files: Mapping[str, bytes]) 
 
 def load_export(directory: str | os.PathLike[str]) -> Export:
     base = Path(directory)
-    files = {str(path.relative_to(base)).replace(os.sep, "/"): path.read_bytes()
-             for path in base.rglob("*") if path.is_file() and not path.name.endswith(".tmp")}
+    files = {
+        str(path.relative_to(base)).replace(os.sep, "/"): path.read_bytes()
+        for path in base.rglob("*")
+        if path.is_file() and not path.name.endswith(".tmp")
+    }
     return read_export(files)

@@ -165,11 +165,25 @@ def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -
         raise LeafError(f"result must be one of {sorted(RECEIPT_RESULTS)}")
 
 
-def make_leaf(kind: str, *, seq: int, ts: int, actor: Mapping[str, str], data: Mapping[str, Any],
-              grant_id: str | None = None) -> bytes:
+def make_leaf(
+    kind: str,
+    *,
+    seq: int,
+    ts: int,
+    actor: Mapping[str, str],
+    data: Mapping[str, Any],
+    grant_id: str | None = None,
+) -> bytes:
     """The canonical bytes of one leaf (every kind's function comes here)."""
     _check(kind, seq, ts, grant_id, actor, data)
-    leaf: dict[str, Any] = {"v": VERSION, "seq": seq, "ts": ts, "kind": kind, "actor": dict(actor), "data": dict(data)}
+    leaf: dict[str, Any] = {
+        "v": VERSION,
+        "seq": seq,
+        "ts": ts,
+        "kind": kind,
+        "actor": dict(actor),
+        "data": dict(data),
+    }
     if grant_id is not None:
         leaf["grant_id"] = grant_id
     return canonical(leaf)
@@ -181,14 +195,20 @@ def parse_leaf(raw: bytes) -> Leaf:
         value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise LeafError("a leaf is UTF-8 JSON") from None
-    if not isinstance(value, dict) or set(value) - LEAF_FIELDS or not {"v", "seq", "ts", "kind", "actor", "data"} <= set(value):
+    if (
+        not isinstance(value, dict)
+        or set(value) - LEAF_FIELDS
+        or not {"v", "seq", "ts", "kind", "actor", "data"} <= set(value)
+    ):
         raise LeafError(f"a leaf has exactly the members {sorted(LEAF_FIELDS)} (grant_id optional)")
     if value["v"] != VERSION or isinstance(value["v"], bool):
         raise LeafError(f"unknown leaf version {value['v']!r}")
     _check(value["kind"], value["seq"], value["ts"], value.get("grant_id"), value["actor"], value["data"])
     if canonical(value) != raw:
         raise LeafError("the leaf is not in RFC 8785 canonical form")
-    return Leaf(raw, value["seq"], value["ts"], value["kind"], value.get("grant_id"), value["actor"], value["data"])
+    return Leaf(
+        raw, value["seq"], value["ts"], value["kind"], value.get("grant_id"), value["actor"], value["data"]
+    )
 
 
 def backfilled(raw: bytes) -> bytes:
@@ -197,8 +217,14 @@ def backfilled(raw: bytes) -> bytes:
     accepts such leaves only as the log's leading prefix, and does not hold a backfilled approval to
     a policy (there are no votes to check)."""
     leaf = parse_leaf(raw)
-    return make_leaf(leaf.kind, seq=leaf.seq, ts=leaf.ts, actor=leaf.actor, data={**leaf.data, "backfilled": True},
-                     grant_id=leaf.grant_id)
+    return make_leaf(
+        leaf.kind,
+        seq=leaf.seq,
+        ts=leaf.ts,
+        actor=leaf.actor,
+        data={**leaf.data, "backfilled": True},
+        grant_id=leaf.grant_id,
+    )
 
 
 # -- one function per kind (D14, beyond.md §4) -------------------------------------------------------------
@@ -213,127 +239,276 @@ def _opt(data: dict[str, Any], **values: Any) -> dict[str, Any]:
     return data
 
 
-def grant_created(seq: int, ts: int, actor: Actor, grant_id: str, *, request: Mapping[str, Any],
-                  cmd_hash: str | None, grant_type: str, review: Mapping[str, Any] | None = None,
-                  policy_hash: str | None = None) -> bytes:
+def grant_created(
+    seq: int,
+    ts: int,
+    actor: Actor,
+    grant_id: str,
+    *,
+    request: Mapping[str, Any],
+    cmd_hash: str | None,
+    grant_type: str,
+    review: Mapping[str, Any] | None = None,
+    policy_hash: str | None = None,
+) -> bytes:
     """The full request as stored, its cmd_hash (D4; null for a permissions grant), its grant_type and
     the review pinned at creation (grantd.core.review.Review as a dict) that its approval must meet."""
-    data = _opt({"request": dict(request), "cmd_hash": cmd_hash, "grant_type": grant_type},
-                review=dict(review) if review is not None else None, policy_hash=policy_hash)
+    data = _opt(
+        {"request": dict(request), "cmd_hash": cmd_hash, "grant_type": grant_type},
+        review=dict(review) if review is not None else None,
+        policy_hash=policy_hash,
+    )
     return make_leaf("grant.created", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
-def grant_reviewed(seq: int, ts: int, actor: Actor, grant_id: str, *, decision: str, via: str,
-                   req: str | None = None, reason: str | None = None, grant_digest: str | None = None,
-                   evidence: Mapping[str, Any] | None = None, self_approved: bool | None = None) -> bytes:
+def grant_reviewed(
+    seq: int,
+    ts: int,
+    actor: Actor,
+    grant_id: str,
+    *,
+    decision: str,
+    via: str,
+    req: str | None = None,
+    reason: str | None = None,
+    grant_digest: str | None = None,
+    evidence: Mapping[str, Any] | None = None,
+    self_approved: bool | None = None,
+) -> bytes:
     """One vote. ``evidence`` is ``{"webauthn": {credential_id, authenticator_data, client_data_json,
     signature}}`` for a passkey vote over the grant digest, ``{"session": sid}`` otherwise."""
-    data = _opt({"decision": decision, "via": via}, req=req, reason=reason, grant_digest=grant_digest,
-                evidence=dict(evidence) if evidence is not None else None, self_approved=self_approved)
+    data = _opt(
+        {"decision": decision, "via": via},
+        req=req,
+        reason=reason,
+        grant_digest=grant_digest,
+        evidence=dict(evidence) if evidence is not None else None,
+        self_approved=self_approved,
+    )
     return make_leaf("grant.reviewed", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
-def grant_auto_decided(seq: int, ts: int, actor: Actor, grant_id: str, *, decision: str, rule: str,
-                       reason: str) -> bytes:
-    return make_leaf("grant.auto_decided", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data={"decision": decision, "rule": rule, "reason": reason})
+def grant_auto_decided(
+    seq: int, ts: int, actor: Actor, grant_id: str, *, decision: str, rule: str, reason: str
+) -> bytes:
+    return make_leaf(
+        "grant.auto_decided",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        grant_id=grant_id,
+        data={"decision": decision, "rule": rule, "reason": reason},
+    )
 
 
-def grant_escalated(seq: int, ts: int, actor: Actor, grant_id: str, *, level: int,
-                    notify: list[str] | None = None) -> bytes:
-    return make_leaf("grant.escalated", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({"level": level}, notify=notify))
+def grant_escalated(
+    seq: int, ts: int, actor: Actor, grant_id: str, *, level: int, notify: list[str] | None = None
+) -> bytes:
+    return make_leaf(
+        "grant.escalated",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        grant_id=grant_id,
+        data=_opt({"level": level}, notify=notify),
+    )
 
 
-def grant_approved(seq: int, ts: int, actor: Actor, grant_id: str, *, grant_type: str, decided_by: str,
-                   expires_at: int | None = None, duration: int | None = None) -> bytes:
-    return make_leaf("grant.approved", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({"grant_type": grant_type, "decided_by": decided_by}, expires_at=expires_at,
-                               duration=duration))
+def grant_approved(
+    seq: int,
+    ts: int,
+    actor: Actor,
+    grant_id: str,
+    *,
+    grant_type: str,
+    decided_by: str,
+    expires_at: int | None = None,
+    duration: int | None = None,
+) -> bytes:
+    return make_leaf(
+        "grant.approved",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        grant_id=grant_id,
+        data=_opt(
+            {"grant_type": grant_type, "decided_by": decided_by}, expires_at=expires_at, duration=duration
+        ),
+    )
 
 
-def grant_denied(seq: int, ts: int, actor: Actor, grant_id: str, *, decided_by: str,
-                 reason: str | None = None) -> bytes:
-    return make_leaf("grant.denied", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({"decided_by": decided_by}, reason=reason))
+def grant_denied(
+    seq: int, ts: int, actor: Actor, grant_id: str, *, decided_by: str, reason: str | None = None
+) -> bytes:
+    return make_leaf(
+        "grant.denied",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        grant_id=grant_id,
+        data=_opt({"decided_by": decided_by}, reason=reason),
+    )
 
 
 def grant_revoked(seq: int, ts: int, actor: Actor, grant_id: str, *, reason: str | None = None) -> bytes:
-    return make_leaf("grant.revoked", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, reason=reason))
+    return make_leaf(
+        "grant.revoked", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, reason=reason)
+    )
 
 
-def grant_expired(seq: int, ts: int, actor: Actor, grant_id: str, *, status_before: str | None = None) -> bytes:
-    return make_leaf("grant.expired", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({}, status_before=status_before))
+def grant_expired(
+    seq: int, ts: int, actor: Actor, grant_id: str, *, status_before: str | None = None
+) -> bytes:
+    return make_leaf(
+        "grant.expired",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        grant_id=grant_id,
+        data=_opt({}, status_before=status_before),
+    )
 
 
 def grant_consumed(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """The one consume of a `once` grant."""
-    return make_leaf("grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({}, authz_jti=authz_jti))
+    return make_leaf(
+        "grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
+    )
 
 
 def grant_used(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """A consume of a `timed` or `always` grant answering `valid`."""
-    return make_leaf("grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id,
-                     data=_opt({}, authz_jti=authz_jti))
+    return make_leaf(
+        "grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
+    )
 
 
-def delegation_created(seq: int, ts: int, actor: Actor, *, delegation_id: str,
-                       details: Mapping[str, Any] | None = None) -> bytes:
-    return make_leaf("delegation.created", seq=seq, ts=ts, actor=actor,
-                     data=_opt({"delegation_id": delegation_id}, details=dict(details) if details else None))
+def delegation_created(
+    seq: int, ts: int, actor: Actor, *, delegation_id: str, details: Mapping[str, Any] | None = None
+) -> bytes:
+    return make_leaf(
+        "delegation.created",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data=_opt({"delegation_id": delegation_id}, details=dict(details) if details else None),
+    )
 
 
 def delegation_revoked(seq: int, ts: int, actor: Actor, *, delegation_id: str) -> bytes:
     return make_leaf("delegation.revoked", seq=seq, ts=ts, actor=actor, data={"delegation_id": delegation_id})
 
 
-def agent_enrolled(seq: int, ts: int, actor: Actor, *, agent_id: str, email: str, public_key: str,
-                   owner: str | None = None, approver: str | None = None) -> bytes:
-    return make_leaf("agent.enrolled", seq=seq, ts=ts, actor=actor,
-                     data=_opt({"agent_id": agent_id, "email": email, "public_key": public_key},
-                               owner=owner, approver=approver))
+def agent_enrolled(
+    seq: int,
+    ts: int,
+    actor: Actor,
+    *,
+    agent_id: str,
+    email: str,
+    public_key: str,
+    owner: str | None = None,
+    approver: str | None = None,
+) -> bytes:
+    return make_leaf(
+        "agent.enrolled",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data=_opt(
+            {"agent_id": agent_id, "email": email, "public_key": public_key}, owner=owner, approver=approver
+        ),
+    )
 
 
 def agent_key_replaced(seq: int, ts: int, actor: Actor, *, agent_id: str, public_key: str) -> bytes:
-    return make_leaf("agent.key_replaced", seq=seq, ts=ts, actor=actor,
-                     data={"agent_id": agent_id, "public_key": public_key})
+    return make_leaf(
+        "agent.key_replaced",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data={"agent_id": agent_id, "public_key": public_key},
+    )
 
 
 def agent_disabled(seq: int, ts: int, actor: Actor, *, agent_id: str) -> bytes:
     return make_leaf("agent.disabled", seq=seq, ts=ts, actor=actor, data={"agent_id": agent_id})
 
 
-def person_credential_added(seq: int, ts: int, actor: Actor, *, email: str, credential_id: str,
-                            public_key: str, pid: str | None = None) -> bytes:
+def person_credential_added(
+    seq: int,
+    ts: int,
+    actor: Actor,
+    *,
+    email: str,
+    credential_id: str,
+    public_key: str,
+    pid: str | None = None,
+) -> bytes:
     """A passkey's public key (base64url COSE key), so that votes made with it verify offline later."""
-    return make_leaf("person.credential_added", seq=seq, ts=ts, actor=actor,
-                     data=_opt({"email": email, "credential_id": credential_id, "public_key": public_key}, pid=pid))
+    return make_leaf(
+        "person.credential_added",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data=_opt({"email": email, "credential_id": credential_id, "public_key": public_key}, pid=pid),
+    )
 
 
-def policy_loaded(seq: int, ts: int, actor: Actor, *, policy_hash: str, policy_ids: list[str] | None = None) -> bytes:
-    return make_leaf("policy.loaded", seq=seq, ts=ts, actor=actor,
-                     data=_opt({"policy_hash": policy_hash}, policy_ids=policy_ids))
+def policy_loaded(
+    seq: int, ts: int, actor: Actor, *, policy_hash: str, policy_ids: list[str] | None = None
+) -> bytes:
+    return make_leaf(
+        "policy.loaded",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data=_opt({"policy_hash": policy_hash}, policy_ids=policy_ids),
+    )
 
 
-def key_rotated(seq: int, ts: int, actor: Actor, *, purpose: str, kid: str, public_key: str | None = None) -> bytes:
+def key_rotated(
+    seq: int, ts: int, actor: Actor, *, purpose: str, kid: str, public_key: str | None = None
+) -> bytes:
     """``purpose`` "jwt" (a signing key of the issuer) or "log" (the checkpoint key; kid = its vkey)."""
-    return make_leaf("key.rotated", seq=seq, ts=ts, actor=actor,
-                     data=_opt({"purpose": purpose, "kid": kid}, public_key=public_key))
+    return make_leaf(
+        "key.rotated",
+        seq=seq,
+        ts=ts,
+        actor=actor,
+        data=_opt({"purpose": purpose, "kid": kid}, public_key=public_key),
+    )
 
 
 def host_enrolled(seq: int, ts: int, actor: Actor, *, host: str, public_key: str) -> bytes:
     """A target host's receipt key, an OpenSSH `ssh-ed25519` line (normalised, without comment)."""
-    return make_leaf("host.enrolled", seq=seq, ts=ts, actor=actor, data={"host": host, "public_key": public_key})
+    return make_leaf(
+        "host.enrolled", seq=seq, ts=ts, actor=actor, data={"host": host, "public_key": public_key}
+    )
 
 
-def exec_receipt(seq: int, ts: int, grant_id: str, *, host: str, receipt: str, authz_jti: str, result: str,
-                 exit_code: int | None = None) -> bytes:
+def exec_receipt(
+    seq: int,
+    ts: int,
+    grant_id: str,
+    *,
+    host: str,
+    receipt: str,
+    authz_jti: str,
+    result: str,
+    exit_code: int | None = None,
+) -> bytes:
     """A host's signed receipt (the JWS verbatim) and the facts the server read from it; the actor is the host."""
-    return make_leaf("exec.receipt", seq=seq, ts=ts, actor={"kind": "host", "host": host}, grant_id=grant_id,
-                     data=_opt({"receipt": receipt, "host": host, "authz_jti": authz_jti, "result": result},
-                               exit_code=exit_code))
+    return make_leaf(
+        "exec.receipt",
+        seq=seq,
+        ts=ts,
+        actor={"kind": "host", "host": host},
+        grant_id=grant_id,
+        data=_opt(
+            {"receipt": receipt, "host": host, "authz_jti": authz_jti, "result": result}, exit_code=exit_code
+        ),
+    )
 
 
 def audit_exported(seq: int, ts: int, actor: Actor, *, size: int | None = None) -> bytes:
@@ -341,5 +516,6 @@ def audit_exported(seq: int, ts: int, actor: Actor, *, size: int | None = None) 
 
 
 def log_restored(seq: int, ts: int, actor: Actor, *, from_size: int, lost_range: list[int]) -> bytes:
-    return make_leaf("log.restored", seq=seq, ts=ts, actor=actor,
-                     data={"from_size": from_size, "lost_range": lost_range})
+    return make_leaf(
+        "log.restored", seq=seq, ts=ts, actor=actor, data={"from_size": from_size, "lost_range": lost_range}
+    )

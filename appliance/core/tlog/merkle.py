@@ -166,13 +166,16 @@ def root_from_inclusion(index: int, size: int, leaf_digest: bytes, proof: Sequen
     return r
 
 
-def verify_inclusion(index: int, size: int, leaf_digest: bytes, proof: Sequence[bytes], expected_root: bytes) -> None:
+def verify_inclusion(
+    index: int, size: int, leaf_digest: bytes, proof: Sequence[bytes], expected_root: bytes
+) -> None:
     if root_from_inclusion(index, size, leaf_digest, proof) != expected_root:
         raise ProofError(f"the inclusion proof of leaf {index} does not lead to the root of size {size}")
 
 
-def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: bytes,
-                       proof: Sequence[bytes]) -> None:
+def verify_consistency(
+    old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]
+) -> None:
     """RFC 9162 §2.1.4.2; ``ProofError`` unless the tree of new_size extends the tree of old_size."""
     if not 0 <= old_size <= new_size:
         raise ProofError(f"sizes {old_size} and {new_size} are not in order")

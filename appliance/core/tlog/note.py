@@ -75,7 +75,9 @@ class Verifier:
 
     @property
     def vkey(self) -> str:
-        return f"{self.name}+{self.key_id.hex()}+{base64.b64encode(bytes([ALG_ED25519]) + self.public).decode()}"
+        return (
+            f"{self.name}+{self.key_id.hex()}+{base64.b64encode(bytes([ALG_ED25519]) + self.public).decode()}"
+        )
 
     @classmethod
     def from_vkey(cls, vkey: str) -> Verifier:
@@ -133,8 +135,9 @@ class Signer:
 
     @property
     def seed(self) -> bytes:
-        return self.private.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                                          serialization.NoEncryption())
+        return self.private.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
 
     @property
     def skey(self) -> str:
@@ -262,7 +265,9 @@ def parse_checkpoint(text: str) -> Checkpoint:
     return Checkpoint(lines[0], int(lines[1]), root, tuple(lines[3:]))
 
 
-def open_checkpoint(note: str | bytes, verifiers: Iterable[Verifier], origin: str | None = None) -> Checkpoint:
+def open_checkpoint(
+    note: str | bytes, verifiers: Iterable[Verifier], origin: str | None = None
+) -> Checkpoint:
     """Verify a signed checkpoint and read it; the origin, when given, must match (C2SP: a client
     checks the origin it expects). The log's key is named as the origin."""
     verifiers = list(verifiers)
@@ -273,8 +278,9 @@ def open_checkpoint(note: str | bytes, verifiers: Iterable[Verifier], origin: st
     return checkpoint
 
 
-def sign_checkpoint(signer: Signer, checkpoint: Checkpoint, previous: Checkpoint | None,
-                    proof: Sequence[bytes]) -> str:
+def sign_checkpoint(
+    signer: Signer, checkpoint: Checkpoint, previous: Checkpoint | None, proof: Sequence[bytes]
+) -> str:
     """Sign ``checkpoint`` only if ``proof`` shows it extends ``previous`` (the last one this log
     signed; None for its first); ``InconsistentCheckpoint`` otherwise. The key is named as the origin."""
     if signer.name != checkpoint.origin:

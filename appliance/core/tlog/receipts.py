@@ -19,5 +19,17 @@ from grantd.receipts import (
     verify_receipt,
 )
 
-__all__ = ["HOST_PREFIX", "RECEIPT_TYP", "RESULTS", "BadReceipt", "Receipt", "UnknownHost", "build_receipt",
-           "check_host_name", "host_public_key_line", "receipt_host", "receipt_key", "verify_receipt"]
+__all__ = [
+    "HOST_PREFIX",
+    "RECEIPT_TYP",
+    "RESULTS",
+    "BadReceipt",
+    "Receipt",
+    "UnknownHost",
+    "build_receipt",
+    "check_host_name",
+    "host_public_key_line",
+    "receipt_host",
+    "receipt_key",
+    "verify_receipt",
+]

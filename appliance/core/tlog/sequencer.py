@@ -44,7 +44,9 @@ def next_checkpoint(signer: Signer, size: int, previous: Checkpoint | None, read
     extends ``previous`` (the last checkpoint this log signed). ``InconsistentCheckpoint`` when it does
     not, ``ProofError`` when the store lacks a node it needs: either way nothing is signed."""
     if previous is not None and size < previous.size:
-        raise InconsistentCheckpoint(f"refusing to sign: the store has {size} leaves, the last checkpoint {previous.size}")
+        raise InconsistentCheckpoint(
+            f"refusing to sign: the store has {size} leaves, the last checkpoint {previous.size}"
+        )
     head = Checkpoint(signer.name, size, tree_root(size, read))
     proof = consistency_proof(previous.size, size, read) if previous is not None else []
     return sign_checkpoint(signer, head, previous, proof)

@@ -60,12 +60,21 @@ class VerifyResult:
         return state_of(self.checkpoint)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "reason": self.reason, "bad_index": self.bad_index, "exact": self.exact,
-                "size": self.checkpoint.size if self.checkpoint else None}
+        return {
+            "code": self.code,
+            "reason": self.reason,
+            "bad_index": self.bad_index,
+            "exact": self.exact,
+            "size": self.checkpoint.size if self.checkpoint else None,
+        }
 
 
 def state_of(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {"origin": checkpoint.origin, "size": checkpoint.size, "root": base64.b64encode(checkpoint.root).decode()}
+    return {
+        "origin": checkpoint.origin,
+        "size": checkpoint.size,
+        "root": base64.b64encode(checkpoint.root).decode(),
+    }
 
 
 def checkpoint_of_state(state: Mapping[str, Any]) -> Checkpoint:
@@ -74,7 +83,13 @@ def checkpoint_of_state(state: Mapping[str, Any]) -> Checkpoint:
         size, origin = state["size"], state["origin"]
     except (KeyError, TypeError, binascii.Error, ValueError):
         raise ValueError("the state file is {origin, size, root}") from None
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0 or len(root) != 32 or not isinstance(origin, str):
+    if (
+        not isinstance(size, int)
+        or isinstance(size, bool)
+        or size < 0
+        or len(root) != 32
+        or not isinstance(origin, str)
+    ):
         raise ValueError("the state file is {origin, size, root}")
     return Checkpoint(origin, size, root)
 
@@ -136,7 +151,9 @@ def _voter(vote: Leaf) -> str:
 
 
 class _Semantics:
-    def __init__(self, approval_check: ApprovalCheck, audience: str | None, evidence_check: EvidenceCheck | None):
+    def __init__(
+        self, approval_check: ApprovalCheck, audience: str | None, evidence_check: EvidenceCheck | None
+    ):
         self.approval_check = approval_check
         self.evidence_check = evidence_check
         self.audience = audience
@@ -231,8 +248,13 @@ class _Semantics:
         except BadReceipt as error:
             return f"receipt from host {host} does not verify: {error}"
         claims = receipt.claims
-        if receipt.host != host or claims["grant_id"] != leaf.grant_id or claims["authz_jti"] != leaf.data["authz_jti"] \
-                or claims["result"] != leaf.data["result"] or claims.get("exit_code") != leaf.data.get("exit_code"):
+        if (
+            receipt.host != host
+            or claims["grant_id"] != leaf.grant_id
+            or claims["authz_jti"] != leaf.data["authz_jti"]
+            or claims["result"] != leaf.data["result"]
+            or claims.get("exit_code") != leaf.data.get("exit_code")
+        ):
             return "the receipt leaf's fields differ from the signed receipt"
         if receipt.key in self.receipts:
             return f"receipt {receipt.key} logged twice"
@@ -243,8 +265,13 @@ class _Semantics:
         if history is None or history.outcome != "approved":
             return f"receipt of a run for grant {leaf.grant_id}, which was never approved"
         if history.consumes + history.uses == 0:
-            return f"receipt of a run for grant {leaf.grant_id} with no grant.consumed or grant.used before it"
-        if history.created is not None and history.created.data.get("cmd_hash") not in (None, claims["cmd_hash"]):
+            return (
+                f"receipt of a run for grant {leaf.grant_id} with no grant.consumed or grant.used before it"
+            )
+        if history.created is not None and history.created.data.get("cmd_hash") not in (
+            None,
+            claims["cmd_hash"],
+        ):
             return f"receipt for grant {leaf.grant_id} ran another command than the grant's"
         return None
 
@@ -289,7 +316,11 @@ def _bisect(hashes: Sequence[bytes], size: int, root: bytes, nodes: NodeReader) 
         while level > 0:
             left, right = (level - 1, 2 * index), (level - 1, 2 * index + 1)
             children = nodes([left, right])
-            if left not in children or right not in children or node_hash(children[left], children[right]) != trusted:
+            if (
+                left not in children
+                or right not in children
+                or node_hash(children[left], children[right]) != trusted
+            ):
                 return None
             if mine.nodes[left] != children[left]:
                 level, index, trusted = left[0], left[1], children[left]
@@ -299,8 +330,15 @@ def _bisect(hashes: Sequence[bytes], size: int, root: bytes, nodes: NodeReader) 
     return None
 
 
-def locate_first_bad(hashes: Sequence[bytes], size: int, root: bytes, *, claimed_leaf_hashes: Sequence[bytes] | None = None,
-                     nodes: NodeReader | None = None, trusted: Iterable[Checkpoint] = ()) -> tuple[int, bool]:
+def locate_first_bad(
+    hashes: Sequence[bytes],
+    size: int,
+    root: bytes,
+    *,
+    claimed_leaf_hashes: Sequence[bytes] | None = None,
+    nodes: NodeReader | None = None,
+    trusted: Iterable[Checkpoint] = (),
+) -> tuple[int, bool]:
     """The first leaf whose hash is not the one the signed root commits to: (index, exact)."""
     if claimed_leaf_hashes is not None and len(claimed_leaf_hashes) >= size:
         claimed = list(claimed_leaf_hashes[:size])
@@ -319,12 +357,21 @@ def locate_first_bad(hashes: Sequence[bytes], size: int, root: bytes, *, claimed
 # -- the whole check ------------------------------------------------------------------------------------
 
 
-def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], state: Mapping[str, Any] | None,
-               leaves: Sequence[bytes], *, origin: str | None = None, consistency_proof: Sequence[bytes] | None = None,
-               claimed_leaf_hashes: Sequence[bytes] | None = None, nodes: NodeReader | None = None,
-               earlier: Iterable[str | bytes] = (), audience: str | None = None,
-               approval_check: ApprovalCheck = default_approval_check,
-               evidence_check: EvidenceCheck | None = None) -> VerifyResult:
+def verify_log(
+    checkpoint_note: str | bytes,
+    vkeys: Iterable[str | Verifier],
+    state: Mapping[str, Any] | None,
+    leaves: Sequence[bytes],
+    *,
+    origin: str | None = None,
+    consistency_proof: Sequence[bytes] | None = None,
+    claimed_leaf_hashes: Sequence[bytes] | None = None,
+    nodes: NodeReader | None = None,
+    earlier: Iterable[str | bytes] = (),
+    audience: str | None = None,
+    approval_check: ApprovalCheck = default_approval_check,
+    evidence_check: EvidenceCheck | None = None,
+) -> VerifyResult:
     """Check a log: ``leaves`` are the raw leaves 0.. (at least the checkpoint's size; more are
     ignored); ``consistency_proof`` from the saved state's size to the checkpoint's (the server's; when
     absent the leaves prove it); ``earlier`` more signed checkpoints (an export's) used to check
@@ -350,53 +397,97 @@ def verify_log(checkpoint_note: str | bytes, vkeys: Iterable[str | Verifier], st
         return VerifyResult(CRYPTO, f"saved state or earlier checkpoint: {error}", checkpoint=checkpoint)
     for old in saved:
         if old.origin != checkpoint.origin:
-            return VerifyResult(CRYPTO, f"the saved checkpoint is of {old.origin!r}, not {checkpoint.origin!r}",
-                                checkpoint=checkpoint)
+            return VerifyResult(
+                CRYPTO,
+                f"the saved checkpoint is of {old.origin!r}, not {checkpoint.origin!r}",
+                checkpoint=checkpoint,
+            )
         if old.size > checkpoint.size:
-            return VerifyResult(CRYPTO, f"consistency: the log shrank from {old.size} to {checkpoint.size} leaves",
-                                bad_index=checkpoint.size, checkpoint=checkpoint)
+            return VerifyResult(
+                CRYPTO,
+                f"consistency: the log shrank from {old.size} to {checkpoint.size} leaves",
+                bad_index=checkpoint.size,
+                checkpoint=checkpoint,
+            )
     if state is not None and consistency_proof is not None:
         try:
-            verify_consistency(saved[0].size, checkpoint.size, saved[0].root, checkpoint.root, consistency_proof)
+            verify_consistency(
+                saved[0].size, checkpoint.size, saved[0].root, checkpoint.root, consistency_proof
+            )
         except ProofError as error:
-            return VerifyResult(CRYPTO, f"consistency with the saved checkpoint: {error}", checkpoint=checkpoint)
+            return VerifyResult(
+                CRYPTO, f"consistency with the saved checkpoint: {error}", checkpoint=checkpoint
+            )
     # 3. The root recomputed from the leaves.
     if len(leaves) < checkpoint.size:
-        return VerifyResult(CRYPTO, f"only {len(leaves)} leaves for a checkpoint of {checkpoint.size}",
-                            bad_index=len(leaves), checkpoint=checkpoint)
+        return VerifyResult(
+            CRYPTO,
+            f"only {len(leaves)} leaves for a checkpoint of {checkpoint.size}",
+            bad_index=len(leaves),
+            checkpoint=checkpoint,
+        )
     raw = list(leaves[: checkpoint.size])
     hashes = [leaf_hash(leaf) for leaf in raw]
     roots = prefix_roots(hashes, {old.size for old in saved} | {checkpoint.size})
     if roots[checkpoint.size] != checkpoint.root:
         trusted_before = [old for old in saved if old.size <= checkpoint.size]
-        index, exact = locate_first_bad(hashes, checkpoint.size, checkpoint.root, claimed_leaf_hashes=claimed_leaf_hashes,
-                                        nodes=nodes, trusted=trusted_before)
-        what = f"leaf {index} is not the leaf the checkpoint signed" if exact else \
-            f"the leaves do not match the checkpoint's root; the first bad leaf is at index {index} or later"
+        index, exact = locate_first_bad(
+            hashes,
+            checkpoint.size,
+            checkpoint.root,
+            claimed_leaf_hashes=claimed_leaf_hashes,
+            nodes=nodes,
+            trusted=trusted_before,
+        )
+        what = (
+            f"leaf {index} is not the leaf the checkpoint signed"
+            if exact
+            else f"the leaves do not match the checkpoint's root; the first bad leaf is at index {index} or later"
+        )
         return VerifyResult(CRYPTO, what, bad_index=index, checkpoint=checkpoint, exact=exact)
     for old in saved:  # the leaves are now those signed; an earlier checkpoint must be their prefix
         if old.size and roots[old.size] != old.root:
-            return VerifyResult(CRYPTO, f"consistency: the log forked from the checkpoint of size {old.size}",
-                                checkpoint=checkpoint)
+            return VerifyResult(
+                CRYPTO,
+                f"consistency: the log forked from the checkpoint of size {old.size}",
+                checkpoint=checkpoint,
+            )
     # 4. The semantics.
     semantics = _Semantics(approval_check, audience, evidence_check)
     for index, data in enumerate(raw):
         try:
             leaf = parse_leaf(data)
         except LeafError as error:
-            return VerifyResult(SEMANTIC, f"leaf {index} is not a valid leaf: {error}", bad_index=index, checkpoint=checkpoint)
+            return VerifyResult(
+                SEMANTIC, f"leaf {index} is not a valid leaf: {error}", bad_index=index, checkpoint=checkpoint
+            )
         problem = semantics.check(leaf)
         if problem:
             return VerifyResult(SEMANTIC, f"leaf {index}: {problem}", bad_index=index, checkpoint=checkpoint)
     return VerifyResult(OK, f"{checkpoint.size} leaves verified", checkpoint=checkpoint)
 
 
-def verify_export(export: Export, vkeys: Iterable[str | Verifier], state: Mapping[str, Any] | None, *,
-                  origin: str | None = None, audience: str | None = None,
-                  approval_check: ApprovalCheck = default_approval_check,
-                  evidence_check: EvidenceCheck | None = None) -> VerifyResult:
+def verify_export(
+    export: Export,
+    vkeys: Iterable[str | Verifier],
+    state: Mapping[str, Any] | None,
+    *,
+    origin: str | None = None,
+    audience: str | None = None,
+    approval_check: ApprovalCheck = default_approval_check,
+    evidence_check: EvidenceCheck | None = None,
+) -> VerifyResult:
     """``grantd audit verify --from-export DIR``: the newest checkpoint, checked for consistency with the
     saved state and every earlier checkpoint of the export, against the exported leaves."""
-    return verify_log(export.checkpoint, vkeys, state, export.leaves, origin=origin,
-                      claimed_leaf_hashes=export.leaf_hashes, earlier=[n for n in export.checkpoints if n != export.checkpoint],
-                      audience=audience, approval_check=approval_check, evidence_check=evidence_check)
+    return verify_log(
+        export.checkpoint,
+        vkeys,
+        state,
+        export.leaves,
+        origin=origin,
+        claimed_leaf_hashes=export.leaf_hashes,
+        earlier=[n for n in export.checkpoints if n != export.checkpoint],
+        audience=audience,
+        approval_check=approval_check,
+        evidence_check=evidence_check,
+    )

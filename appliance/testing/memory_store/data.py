@@ -1,6 +1,5 @@
 """The in-memory example's data: every record kind in dicts, one lock standing in for the transaction."""
 
-
 from __future__ import annotations
 
 import asyncio
@@ -62,15 +61,25 @@ class _Data:
         self.sessions: dict[str, Session] = {}
         self.registrations: dict[str, RegistrationUrl] = {}
         self.webauthn: dict[str, WebAuthnChallenge] = {}
-        self.onetime: dict[tuple[str, str], tuple[dict[str, Any], int]] = {}  # (kind, key) -> (data, expires_at)
+        self.onetime: dict[
+            tuple[str, str], tuple[dict[str, Any], int]
+        ] = {}  # (kind, key) -> (data, expires_at)
         self.refresh_tokens: dict[str, RefreshToken] = {}
         self.device_codes: dict[str, DeviceCode] = {}
         self.consents: dict[tuple[str, str], Consent] = {}  # (person_id, client_id) -> consent
 
     def record(self, event: str, grant: Grant, now: int) -> None:
         self.seq += 1
-        self.events.append({"seq": self.seq, "event": event, "grant_id": grant["id"], "requester": grant["requester"],
-                            "grant": copy.deepcopy(grant), "created_at": now})
+        self.events.append(
+            {
+                "seq": self.seq,
+                "event": event,
+                "grant_id": grant["id"],
+                "requester": grant["requester"],
+                "grant": copy.deepcopy(grant),
+                "created_at": now,
+            }
+        )
 
     def agent_by_email(self, email: str) -> Agent | None:
         return next((a for a in self.agents.values() if a["email"] == email.lower()), None)
@@ -98,12 +107,19 @@ class _Data:
                     agent[f"{party}_id"] = person_id  # type: ignore[literal-required]
 
     def insert_person(self, person: Person, *, unnamed: bool = False) -> Person:
-        row: Person = {**copy.deepcopy(person), "email": person["email"].lower(), "admin": bool(person["admin"])}
+        row: Person = {
+            **copy.deepcopy(person),
+            "email": person["email"].lower(),
+            "admin": bool(person["admin"]),
+        }
         self.check_person(row)
         email = row["email"]
         if unnamed and (
             any(email in (a["owner"], a["approver"]) for a in self.agents.values())
-            or any(d["status"] == "active" and email in (d["delegator"], d["delegate"]) for d in self.delegations.values())
+            or any(
+                d["status"] == "active" and email in (d["delegator"], d["delegate"])
+                for d in self.delegations.values()
+            )
         ):
             raise Conflict("named")
         self.people[row["person_id"]] = row
@@ -115,8 +131,11 @@ class _Data:
         return sorted(found, key=lambda c: (c["created_at"], c["credential_id"]))
 
     def insert_credential(self, credential: PasskeyCredential) -> PasskeyCredential:
-        row: PasskeyCredential = {**copy.deepcopy(credential), "transports": list(credential["transports"] or []),
-                                  "backed_up": bool(credential["backed_up"])}
+        row: PasskeyCredential = {
+            **copy.deepcopy(credential),
+            "transports": list(credential["transports"] or []),
+            "backed_up": bool(credential["backed_up"]),
+        }
         if row["credential_id"] in self.credentials:
             raise Conflict("credential_id")
         self.credentials[row["credential_id"]] = row

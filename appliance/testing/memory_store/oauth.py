@@ -1,6 +1,5 @@
 """OAuth records of the in-memory example: one-time records, refresh tokens, device codes, consents."""
 
-
 from __future__ import annotations
 
 import builtins
@@ -26,7 +25,9 @@ class MemoryOneTime:
 
     async def put(self, kind: str, key: str, data: dict[str, Any], expires_at: int, now: int) -> None:
         async with self._d.tx:
-            self._d.onetime = {k: v for k, v in self._d.onetime.items() if v[1] > now}  # an expired twin goes too
+            self._d.onetime = {
+                k: v for k, v in self._d.onetime.items() if v[1] > now
+            }  # an expired twin goes too
             if (kind, key) in self._d.onetime:
                 raise Conflict("key")
             self._d.onetime[(kind, key)] = (copy.deepcopy(data), expires_at)
@@ -50,8 +51,9 @@ class MemoryRefreshTokens:
     async def create(self, token: RefreshToken) -> RefreshToken:
         row: RefreshToken = copy.deepcopy(token)
         async with self._d.tx:
-            self._d.refresh_tokens = {k: t for k, t in self._d.refresh_tokens.items()
-                                      if t["expires_at"] > row["created_at"]}  # families that ended before
+            self._d.refresh_tokens = {
+                k: t for k, t in self._d.refresh_tokens.items() if t["expires_at"] > row["created_at"]
+            }  # families that ended before
             if row["token_hash"] in self._d.refresh_tokens:
                 raise Conflict("token_hash")
             self._d.refresh_tokens[row["token_hash"]] = row
@@ -83,8 +85,10 @@ class MemoryRefreshTokens:
         return copy.deepcopy(self._d.refresh_tokens.get(token_hash))
 
     async def family_live(self, family_id: str, now: int) -> bool:
-        return any(t["family_id"] == family_id and t["revoked_at"] is None and t["expires_at"] > now
-                   for t in self._d.refresh_tokens.values())
+        return any(
+            t["family_id"] == family_id and t["revoked_at"] is None and t["expires_at"] > now
+            for t in self._d.refresh_tokens.values()
+        )
 
     async def _revoke(self, match: Callable[[RefreshToken], bool], now: int) -> int:
         async with self._d.tx:
@@ -103,7 +107,9 @@ class MemoryRefreshTokens:
 
     async def list_families(self, person_id: str, now: int) -> builtins.list[RefreshToken]:
         # a live family has exactly one unused token, its newest
-        rows = [t for t in self._d.refresh_tokens.values() if t["person_id"] == person_id and self._live(t, now)]
+        rows = [
+            t for t in self._d.refresh_tokens.values() if t["person_id"] == person_id and self._live(t, now)
+        ]
         return copy.deepcopy(sorted(rows, key=lambda t: (t["created_at"], t["token_hash"]), reverse=True))
 
 
@@ -114,7 +120,9 @@ class MemoryDeviceCodes:
     async def create(self, device: DeviceCode) -> DeviceCode:
         row: DeviceCode = copy.deepcopy(device)
         async with self._d.tx:
-            self._d.device_codes = {k: c for k, c in self._d.device_codes.items() if c["expires_at"] > row["created_at"]}
+            self._d.device_codes = {
+                k: c for k, c in self._d.device_codes.items() if c["expires_at"] > row["created_at"]
+            }
             if any(c["user_code"] == row["user_code"] for c in self._d.device_codes.values()):
                 raise Conflict("user_code")
             if row["device_code_hash"] in self._d.device_codes:
@@ -123,8 +131,14 @@ class MemoryDeviceCodes:
         return copy.deepcopy(row)
 
     async def get_by_user_code(self, user_code: str, now: int) -> DeviceCode | None:
-        found = next((c for c in self._d.device_codes.values()
-                      if c["user_code"] == user_code and c["expires_at"] > now), None)
+        found = next(
+            (
+                c
+                for c in self._d.device_codes.values()
+                if c["user_code"] == user_code and c["expires_at"] > now
+            ),
+            None,
+        )
         return copy.deepcopy(found)
 
     async def decide(self, user_code: str, person_id: str, approved: bool, now: int) -> DeviceCode | None:
@@ -132,7 +146,9 @@ class MemoryDeviceCodes:
             found = next((c for c in self._d.device_codes.values() if c["user_code"] == user_code), None)
             if found is None or found["status"] != "pending" or found["expires_at"] <= now:
                 return None
-            found.update({"status": "approved" if approved else "denied", "person_id": person_id, "decided_at": now})
+            found.update(
+                {"status": "approved" if approved else "denied", "person_id": person_id, "decided_at": now}
+            )
             return copy.deepcopy(found)
 
     async def poll(self, device_code_hash: str, now: int) -> DeviceCode | None:
@@ -177,8 +193,10 @@ class MemoryConsents:
         return copy.deepcopy(self._d.consents.get((person_id, client_id)))
 
     async def list_for(self, person_id: str) -> builtins.list[Consent]:
-        rows = sorted((c for c in self._d.consents.values() if c["person_id"] == person_id),
-                      key=lambda c: c["client_id"])
+        rows = sorted(
+            (c for c in self._d.consents.values() if c["person_id"] == person_id),
+            key=lambda c: c["client_id"],
+        )
         return copy.deepcopy(sorted(rows, key=lambda c: c["updated_at"], reverse=True))
 
     async def withdraw(self, person_id: str, client_id: str, now: int) -> bool:

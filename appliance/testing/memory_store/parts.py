@@ -1,6 +1,5 @@
 """Keys, agents, challenges, grants, delegations and rate counters of the in-memory example."""
 
-
 from __future__ import annotations
 
 import builtins
@@ -37,7 +36,9 @@ class MemoryKeys:
         return copy.deepcopy(self._d.keys[::-1])
 
     async def active_kid(self, alg: str = "EdDSA") -> str | None:
-        return next((k["kid"] for k in reversed(self._d.keys) if k["alg"] == alg and k["retired_at"] is None), None)
+        return next(
+            (k["kid"] for k in reversed(self._d.keys) if k["alg"] == alg and k["retired_at"] is None), None
+        )
 
     async def add_first(self, key: SigningKey) -> bool:
         async with self._d.tx:  # one algorithm's first key: checked and inserted in one critical section
@@ -85,8 +86,9 @@ class MemoryAgents:
         if any(a["key_id"] == key_id and a["agent_id"] != agent_id for a in self._d.agents.values()):
             raise Conflict("publicKey")
 
-    async def create(self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0,
-                     by: str | None = None) -> Agent:
+    async def create(
+        self, agent: Agent, reserved_emails: frozenset[str], *, max_per_owner: int = 0, by: str | None = None
+    ) -> Agent:
         row: Agent = {**copy.deepcopy(agent)}
         row["key_generation"] = row.get("key_generation") or 1
         email = row["email"]
@@ -94,9 +96,15 @@ class MemoryAgents:
             row["owner_id"] = self._d.person_id_of(row["owner"])
             row["approver_id"] = self._d.person_id_of(row["approver"])
             if max_per_owner > 0:
-                owned = [a for a in self._d.agents.values()
-                         if (a["owner_id"] == row["owner_id"] if row["owner_id"]
-                             else a["owner_id"] is None and a["owner"] == row["owner"])]
+                owned = [
+                    a
+                    for a in self._d.agents.values()
+                    if (
+                        a["owner_id"] == row["owner_id"]
+                        if row["owner_id"]
+                        else a["owner_id"] is None and a["owner"] == row["owner"]
+                    )
+                ]
                 if len(owned) >= max_per_owner:
                     raise LimitReached("agents_per_person", max_per_owner)
             if email.lower() in {e.lower() for e in reserved_emails}:
@@ -156,10 +164,20 @@ class MemoryAgents:
             before = copy.deepcopy(agent)
             revoked: list[Grant] = []
             for grant in sorted(self._d.grants.values(), key=lambda g: (g["created_at"], g["id"])):
-                if (grant["requester_id"] == agent_id and grant["status"] in ("pending", "approved")
-                        and not lapse.lapsed(grant)):
-                    grant.update({"status": "revoked", "revoked_by": by, "revoked_at": now,
-                                  "decision_reason": reason, "version": grant["version"] + 1})
+                if (
+                    grant["requester_id"] == agent_id
+                    and grant["status"] in ("pending", "approved")
+                    and not lapse.lapsed(grant)
+                ):
+                    grant.update(
+                        {
+                            "status": "revoked",
+                            "revoked_by": by,
+                            "revoked_at": now,
+                            "decision_reason": reason,
+                            "version": grant["version"] + 1,
+                        }
+                    )
                     self._d.record("grant.revoked", grant, now)
                     revoked.append(copy.deepcopy(grant))
             for delegation in self._d.delegations.values():
@@ -170,7 +188,9 @@ class MemoryAgents:
             if delete:
                 del self._d.agents[agent_id]
             else:
-                agent.update({"status": "disabled", "key_generation": agent["key_generation"] + 1, "updated_at": now})
+                agent.update(
+                    {"status": "disabled", "key_generation": agent["key_generation"] + 1, "updated_at": now}
+                )
             return before, revoked
 
     async def decidable_by(self, person_id: str) -> builtins.list[str]:
@@ -201,7 +221,11 @@ class MemoryGrants:
         self._d = data
 
     async def create(
-        self, grant: Grant, events: Sequence[str], *, bound: OwnerBound | None = None,
+        self,
+        grant: Grant,
+        events: Sequence[str],
+        *,
+        bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
     ) -> Grant:
         row: Grant = {**copy.deepcopy(grant), "version": 1}
@@ -212,8 +236,11 @@ class MemoryGrants:
                 self._check_owner_bound(row["requester_id"], bound)
             self._d.grants[row["id"]] = row
             if review is not None:
-                self._d.reviews[row["id"]] = {"grant_id": row["id"], "review": copy.deepcopy(review),
-                                              "escalation_level": 0}
+                self._d.reviews[row["id"]] = {
+                    "grant_id": row["id"],
+                    "review": copy.deepcopy(review),
+                    "escalation_level": 0,
+                }
             for event in events:
                 self._d.record(event, row, row["created_at"])
         return copy.deepcopy(row)
@@ -247,7 +274,12 @@ class MemoryGrants:
         async with self._d.tx:
             review = self._d.reviews.get(grant_id)
             grant = self._d.grants.get(grant_id)
-            if review is None or grant is None or grant["status"] != "pending" or review["escalation_level"] != seen:
+            if (
+                review is None
+                or grant is None
+                or grant["status"] != "pending"
+                or review["escalation_level"] != seen
+            ):
                 return False
             review["escalation_level"] = level
             for reached in range(seen + 1, level + 1):
@@ -255,8 +287,10 @@ class MemoryGrants:
             return True
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
-        pending = sorted((g for g in self._d.grants.values() if g["status"] == "pending" and g["id"] in self._d.reviews),
-                         key=lambda g: (g["created_at"], g["id"]))
+        pending = sorted(
+            (g for g in self._d.grants.values() if g["status"] == "pending" and g["id"] in self._d.reviews),
+            key=lambda g: (g["created_at"], g["id"]),
+        )
         return [copy.deepcopy(self._d.reviews[g["id"]]) for g in pending[:limit]]
 
     def _check_owner_bound(self, requester_id: str, bound: OwnerBound) -> None:
@@ -266,9 +300,16 @@ class MemoryGrants:
         if agent["owner_id"]:
             same = {a["agent_id"] for a in self._d.agents.values() if a["owner_id"] == agent["owner_id"]}
         else:
-            same = {a["agent_id"] for a in self._d.agents.values() if a["owner_id"] is None and a["owner"] == agent["owner"]}
-        pending = sum(1 for g in self._d.grants.values()
-                      if g["requester_id"] in same and g["status"] == "pending" and not bound.lapse.lapsed(g))
+            same = {
+                a["agent_id"]
+                for a in self._d.agents.values()
+                if a["owner_id"] is None and a["owner"] == agent["owner"]
+            }
+        pending = sum(
+            1
+            for g in self._d.grants.values()
+            if g["requester_id"] in same and g["status"] == "pending" and not bound.lapse.lapsed(g)
+        )
         if pending >= bound.limit:
             raise LimitReached("pending_per_owner", bound.limit)
 
@@ -276,9 +317,14 @@ class MemoryGrants:
         return copy.deepcopy(self._d.grants.get(grant_id))
 
     async def find_reusable(self, requester_id: str, reuse_key: str, lapse: Lapse) -> Grant | None:
-        found = [g for g in self._d.grants.values()
-                 if g["requester_id"] == requester_id and g["reuse_key"] == reuse_key
-                 and g["status"] == "approved" and not lapse.lapsed(g)]
+        found = [
+            g
+            for g in self._d.grants.values()
+            if g["requester_id"] == requester_id
+            and g["reuse_key"] == reuse_key
+            and g["status"] == "approved"
+            and not lapse.lapsed(g)
+        ]
         found.sort(key=lambda g: (g["created_at"], g["id"]))
         return copy.deepcopy(found[-1]) if found else None
 
@@ -292,14 +338,24 @@ class MemoryGrants:
         requester_ids: Sequence[str] | None = None,
         also_ids: Sequence[str] = (),
     ) -> tuple[list[Grant], bool]:
-        rows = [g for g in self._d.grants.values()
-                if (not status or lapse.status_of(g) == status)  # the status as read, not as stored
-                and (not requester or g["requester"] == requester)
-                and (requester_ids is None or g["requester_id"] in requester_ids or g["id"] in also_ids)]
+        rows = [
+            g
+            for g in self._d.grants.values()
+            if (not status or lapse.status_of(g) == status)  # the status as read, not as stored
+            and (not requester or g["requester"] == requester)
+            and (requester_ids is None or g["requester_id"] in requester_ids or g["id"] in also_ids)
+        ]
         return _newest_first(rows, "id", page)
 
     async def update_if(
-        self, grant_id: str, *, expect: Sequence[str], changes: dict[str, Any], event: str, lapse: Lapse, now: int
+        self,
+        grant_id: str,
+        *,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
     ) -> Grant | None:
         async with self._d.tx:  # the condition and the change in one critical section
             grant = self._d.grants.get(grant_id)
@@ -352,14 +408,21 @@ class MemoryDelegations:
             if row["id"] in self._d.delegations:
                 raise Conflict("id")
             self._d.delegations[row["id"]] = row
-            record_event(self._d, delegation_event("delegation.created", dict(row), row["delegator"], row["created_at"]))
+            record_event(
+                self._d,
+                delegation_event("delegation.created", dict(row), row["delegator"], row["created_at"]),
+            )
         return copy.deepcopy(row)
 
     async def get(self, delegation_id: str) -> Delegation | None:
         return copy.deepcopy(self._d.delegations.get(delegation_id))
 
     async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
-        rows = [d for d in self._d.delegations.values() if party is None or party in (d["delegator"], d["delegate"])]
+        rows = [
+            d
+            for d in self._d.delegations.values()
+            if party is None or party in (d["delegator"], d["delegate"])
+        ]
         return _newest_first(rows, "id", page)
 
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
@@ -372,8 +435,11 @@ class MemoryDelegations:
             return copy.deepcopy(delegation)
 
     async def live_for(self, delegate: str, lapse: Lapse) -> builtins.list[Delegation]:
-        rows = [d for d in self._d.delegations.values()
-                if d["delegate"] == delegate and d["status"] == "active" and not lapse.lapsed(d)]
+        rows = [
+            d
+            for d in self._d.delegations.values()
+            if d["delegate"] == delegate and d["status"] == "active" and not lapse.lapsed(d)
+        ]
         return copy.deepcopy(sorted(rows, key=lambda d: (d["created_at"], d["id"])))
 
 

@@ -1,6 +1,5 @@
 """Persons, passkeys, sessions, registration URLs and WebAuthn challenges of the in-memory example."""
 
-
 from __future__ import annotations
 
 import builtins
@@ -38,8 +37,11 @@ class MemoryPeople:
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         needle = fold(search) if search else None  # a literal substring: no wildcards
-        rows = [p for p in self._d.people.values()
-                if needle is None or needle in fold(p["email"]) or needle in fold(p["name"])]
+        rows = [
+            p
+            for p in self._d.people.values()
+            if needle is None or needle in fold(p["email"]) or needle in fold(p["name"])
+        ]
         return _newest_first(rows, "person_id", page)
 
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
@@ -62,8 +64,11 @@ class MemoryPeople:
             d.credentials = {k: c for k, c in d.credentials.items() if c["person_id"] != person_id}
             d.sessions = {k: s for k, s in d.sessions.items() if s["person_id"] != person_id}
             d.webauthn = {k: c for k, c in d.webauthn.items() if c["person_id"] != person_id}
-            d.registrations = {k: r for k, r in d.registrations.items()
-                               if not (r["email"] == person["email"] and r["used_at"] is None)}
+            d.registrations = {
+                k: r
+                for k, r in d.registrations.items()
+                if not (r["email"] == person["email"] and r["used_at"] is None)
+            }
             d.refresh_tokens = {k: t for k, t in d.refresh_tokens.items() if t["person_id"] != person_id}
             d.consents = {k: c for k, c in d.consents.items() if c["person_id"] != person_id}
             return person
@@ -80,14 +85,27 @@ class MemoryPeople:
             email = person["email"]
             revoked: list[Grant] = []
             for grant in sorted(d.grants.values(), key=lambda g: (g["created_at"], g["id"])):
-                if (grant["requester_id"] == person_id and grant["status"] in ("pending", "approved")
-                        and not lapse.lapsed(grant)):
-                    grant.update({"status": "revoked", "revoked_by": by, "revoked_at": now,
-                                  "decision_reason": reason, "version": grant["version"] + 1})
+                if (
+                    grant["requester_id"] == person_id
+                    and grant["status"] in ("pending", "approved")
+                    and not lapse.lapsed(grant)
+                ):
+                    grant.update(
+                        {
+                            "status": "revoked",
+                            "revoked_by": by,
+                            "revoked_at": now,
+                            "decision_reason": reason,
+                            "version": grant["version"] + 1,
+                        }
+                    )
                     d.record("grant.revoked", grant, now)
                     revoked.append(copy.deepcopy(grant))
             for delegation in d.delegations.values():
-                if delegation["status"] == "active" and email in (delegation["delegator"], delegation["delegate"]):
+                if delegation["status"] == "active" and email in (
+                    delegation["delegator"],
+                    delegation["delegate"],
+                ):
                     delegation.update({"status": "revoked", "revoked_by": by, "revoked_at": now})
             for session in d.sessions.values():
                 if session["person_id"] == person_id and session["revoked_at"] is None:
@@ -101,8 +119,11 @@ class MemoryPeople:
                 d.credentials = {k: c for k, c in d.credentials.items() if c["person_id"] != person_id}
                 d.sessions = {k: s for k, s in d.sessions.items() if s["person_id"] != person_id}
                 d.webauthn = {k: c for k, c in d.webauthn.items() if c["person_id"] != person_id}
-                d.registrations = {k: r for k, r in d.registrations.items()
-                                   if not (r["email"] == email and r["used_at"] is None)}
+                d.registrations = {
+                    k: r
+                    for k, r in d.registrations.items()
+                    if not (r["email"] == email and r["used_at"] is None)
+                }
                 d.refresh_tokens = {k: t for k, t in d.refresh_tokens.items() if t["person_id"] != person_id}
                 d.consents = {k: c for k, c in d.consents.items() if c["person_id"] != person_id}
             else:
@@ -127,7 +148,9 @@ class MemoryCredentials:
     async def use(self, credential_id: str, sign_count: int, now: int) -> PasskeyCredential | None:
         async with self._d.tx:  # compare and set in one critical section: one winner per count
             found = self._d.credentials.get(credential_id)
-            if found is None or not (found["sign_count"] < sign_count or found["sign_count"] == sign_count == 0):
+            if found is None or not (
+                found["sign_count"] < sign_count or found["sign_count"] == sign_count == 0
+            ):
                 return None
             found["sign_count"], found["last_used_at"] = int(sign_count), now
             return copy.deepcopy(found)
@@ -157,7 +180,9 @@ class MemorySessions:
     async def create(self, session: Session) -> Session:
         row: Session = copy.deepcopy(session)
         async with self._d.tx:
-            self._d.sessions = {k: s for k, s in self._d.sessions.items() if s["expires_at"] > row["created_at"]}
+            self._d.sessions = {
+                k: s for k, s in self._d.sessions.items() if s["expires_at"] > row["created_at"]
+            }
             if row["session_id"] in self._d.sessions:
                 raise Conflict("session_id")
             self._d.sessions[row["session_id"]] = row
@@ -173,9 +198,14 @@ class MemorySessions:
             if found is not None and found["last_seen_at"] < now:
                 found["last_seen_at"] = now
 
-    async def list(self, page: PageRequest, person_id: str | None, now: int) -> tuple[builtins.list[Session], bool]:
-        rows = [s for s in self._d.sessions.values()
-                if self._live(s, now) and (person_id is None or s["person_id"] == person_id)]
+    async def list(
+        self, page: PageRequest, person_id: str | None, now: int
+    ) -> tuple[builtins.list[Session], bool]:
+        rows = [
+            s
+            for s in self._d.sessions.values()
+            if self._live(s, now) and (person_id is None or s["person_id"] == person_id)
+        ]
         return _newest_first(rows, "session_id", page)
 
     async def _revoke(self, column: str, value: str, now: int) -> int:
@@ -197,8 +227,11 @@ class MemoryRegistrations:
         self._d = data
 
     async def create(self, registration: RegistrationUrl) -> RegistrationUrl:
-        row: RegistrationUrl = {**copy.deepcopy(registration), "email": registration["email"].lower(),
-                                "admin": bool(registration["admin"])}
+        row: RegistrationUrl = {
+            **copy.deepcopy(registration),
+            "email": registration["email"].lower(),
+            "admin": bool(registration["admin"]),
+        }
         async with self._d.tx:
             if any(r["token_hash"] == row["token_hash"] for r in self._d.registrations.values()):
                 raise Conflict("token_hash")
@@ -208,7 +241,9 @@ class MemoryRegistrations:
         return copy.deepcopy(row)
 
     async def get_by_token_hash(self, token_hash: str) -> RegistrationUrl | None:
-        return copy.deepcopy(next((r for r in self._d.registrations.values() if r["token_hash"] == token_hash), None))
+        return copy.deepcopy(
+            next((r for r in self._d.registrations.values() if r["token_hash"] == token_hash), None)
+        )
 
     async def list(self, page: PageRequest) -> tuple[builtins.list[RegistrationUrl], bool]:
         return _newest_first(list(self._d.registrations.values()), "id", page)
@@ -231,7 +266,9 @@ class MemoryRegistrations:
             if found is None:
                 d.check_person(person)
             owner_id = found["person_id"] if found is not None else person["person_id"]
-            if url["purpose"] == "register" and any(c["rp_id"] == url["rp_id"] for c in d.credentials_of(owner_id)):
+            if url["purpose"] == "register" and any(
+                c["rp_id"] == url["rp_id"] for c in d.credentials_of(owner_id)
+            ):
                 raise Conflict("credential")
             if credential["credential_id"] in d.credentials:
                 raise Conflict("credential_id")

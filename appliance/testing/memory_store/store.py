@@ -1,6 +1,5 @@
 """``MemoryStore``: the parts on one ``_Data``, backup and restore as a JSON dump, the backend hook."""
 
-
 from __future__ import annotations
 
 import json
@@ -72,12 +71,22 @@ class MemoryStore:
     async def backup(self, target: str) -> None:
         """A JSON dump, created mode 0600 like every file that holds keys (D12)."""
         data = self.keys._d
-        dump = {"keys": data.keys, "agents": data.agents, "grants": data.grants, "events": data.events,
-                "delegations": data.delegations, "people": data.people, "credentials": data.credentials,
-                "sessions": data.sessions, "registrations": data.registrations,
-                "refresh_tokens": data.refresh_tokens, "device_codes": data.device_codes,
-                # JSON objects have string keys: the pairs keyed ones are stored as lists
-                "onetime": [[k, v] for k, v in data.onetime.items()], "consents": list(data.consents.values())}
+        dump = {
+            "keys": data.keys,
+            "agents": data.agents,
+            "grants": data.grants,
+            "events": data.events,
+            "delegations": data.delegations,
+            "people": data.people,
+            "credentials": data.credentials,
+            "sessions": data.sessions,
+            "registrations": data.registrations,
+            "refresh_tokens": data.refresh_tokens,
+            "device_codes": data.device_codes,
+            # JSON objects have string keys: the pairs keyed ones are stored as lists
+            "onetime": [[k, v] for k, v in data.onetime.items()],
+            "consents": list(data.consents.values()),
+        }
         with os.fdopen(open_backup_target(Path(target)), "w") as f:
             json.dump(dump, f)
 

@@ -53,8 +53,17 @@ class MemoryTlog:
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         return {c: self._t.nodes[c] for c in coords if c in self._t.nodes}
 
-    async def append(self, *, holder: str, now: int, expect_size: int, leaves: Sequence[LeafRow],
-                     nodes: Sequence[NodeRow], grant_seq: int, event_seq: int) -> bool:
+    async def append(
+        self,
+        *,
+        holder: str,
+        now: int,
+        expect_size: int,
+        leaves: Sequence[LeafRow],
+        nodes: Sequence[NodeRow],
+        grant_seq: int,
+        event_seq: int,
+    ) -> bool:
         async with self._d.tx:
             s = self._t.state
             if s["size"] != expect_size or s["holder"] != holder or s["lease_until"] <= now:
@@ -68,7 +77,10 @@ class MemoryTlog:
             return True
 
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
-        return [(i, self._t.leaves[i][0], self._t.leaves[i][1]) for i in range(max(start, 0), min(end, len(self._t.leaves)))]
+        return [
+            (i, self._t.leaves[i][0], self._t.leaves[i][1])
+            for i in range(max(start, 0), min(end, len(self._t.leaves)))
+        ]
 
     async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
         return [i for i, (_, _, g) in enumerate(self._t.leaves[:below]) if g == grant_id]
@@ -107,9 +119,17 @@ class MemoryTlog:
                     k["retired_at"], k["seed"] = now, ""
                     retired.append(k["kid"])
             self._t.keys.append({**key, "retired_at": None})
-            _record(self._t, AuditEvent(seq=0, kind="key.rotated", grant_id=None, actor={"kind": "system"},
-                                        data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
-                                        created_at=now))
+            _record(
+                self._t,
+                AuditEvent(
+                    seq=0,
+                    kind="key.rotated",
+                    grant_id=None,
+                    actor={"kind": "system"},
+                    data={"purpose": "log", "kid": key["kid"], "public_key": key["public"]},
+                    created_at=now,
+                ),
+            )
             return retired
 
     async def events_after(self, seq: int, limit: int) -> list[AuditEvent]:
@@ -127,9 +147,17 @@ class MemoryHosts:
             if host["host"] in self._t.hosts:
                 raise Conflict("host")
             self._t.hosts[host["host"]] = dict(host)  # type: ignore[assignment]
-            _record(self._t, AuditEvent(seq=0, kind="host.enrolled", grant_id=None, actor=dict(actor),
-                                        data={"host": host["host"], "public_key": host["public_key"]},
-                                        created_at=host["created_at"]))
+            _record(
+                self._t,
+                AuditEvent(
+                    seq=0,
+                    kind="host.enrolled",
+                    grant_id=None,
+                    actor=dict(actor),
+                    data={"host": host["host"], "public_key": host["public_key"]},
+                    created_at=host["created_at"],
+                ),
+            )
             return host
 
     async def get(self, host: str) -> Host | None:

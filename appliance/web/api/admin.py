@@ -35,7 +35,9 @@ async def get_agent(request: Request, ident: str) -> HTTPResponse:
 async def update_agent(request: Request, ident: str) -> HTTPResponse:
     principal = policy.may_manage_agents(await principal_of(request))
     services = services_of(request)
-    return json(await agents.described(services, await agents.update(services, principal, ident, body_of(request))))
+    return json(
+        await agents.described(services, await agents.update(services, principal, ident, body_of(request)))
+    )
 
 
 @bp.delete("/api/admin/agents/<ident:str>", unquote=True)

@@ -15,7 +15,9 @@ bp = Blueprint("agents")
 @bp.post("/api/auth/enroll", name="enroll_alias")
 async def enroll(request: Request) -> HTTPResponse:
     services = services_of(request)
-    principal = policy.may_enrol_agents(await principal_of(request))  # admins, or a person for themselves (D8)
+    principal = policy.may_enrol_agents(
+        await principal_of(request)
+    )  # admins, or a person for themselves (D8)
     await services.limits.enrol(request.ctx.client_ip)
     agent = await agents.enroll(services, principal, body_of(request))
     return json(agents.public_view(agent), status=201)
@@ -45,18 +47,39 @@ async def me(request: Request) -> HTTPResponse:
     principal = policy.identify(await principal_of(request))
     if principal.kind is Kind.GUEST:
         guest = await sessions.live_guest(services_of(request), request.cookies.get(sessions.SESSION_COOKIE))
-        return json({
-            "sub": principal.email, "email": principal.email, "name": (guest["name"] if guest else None) or principal.email,
-            "act": "human", "kind": principal.kind.value, "id": principal.id, "admin": False,
-            "idp": guest["idp"] if guest else None,
-        })
+        return json(
+            {
+                "sub": principal.email,
+                "email": principal.email,
+                "name": (guest["name"] if guest else None) or principal.email,
+                "act": "human",
+                "kind": principal.kind.value,
+                "id": principal.id,
+                "admin": False,
+                "idp": guest["idp"] if guest else None,
+            }
+        )
     if principal.kind is Kind.PERSON:
         person = await services_of(request).store.people.get(principal.id)
-        return json({
-            "sub": principal.email, "email": principal.email, "name": person["name"] if person else principal.email,
-            "act": "human", "kind": principal.kind.value, "id": principal.id, "admin": principal.admin,
-        })
-    return json({
-        "sub": principal.email, "email": principal.email, "act": principal.kind.value, "kind": principal.kind.value,
-        "id": principal.id, "agent_id": principal.agent_id, "admin": principal.admin,
-    })
+        return json(
+            {
+                "sub": principal.email,
+                "email": principal.email,
+                "name": person["name"] if person else principal.email,
+                "act": "human",
+                "kind": principal.kind.value,
+                "id": principal.id,
+                "admin": principal.admin,
+            }
+        )
+    return json(
+        {
+            "sub": principal.email,
+            "email": principal.email,
+            "act": principal.kind.value,
+            "kind": principal.kind.value,
+            "id": principal.id,
+            "agent_id": principal.agent_id,
+            "admin": principal.admin,
+        }
+    )

@@ -58,4 +58,7 @@ async def receipts(request: Request) -> HTTPResponse:
 
 @bp.post("/api/hosts")
 async def hosts(request: Request) -> HTTPResponse:
-    return json(await audit.enrol_host(services_of(request), await principal_of(request), body_of(request)), status=201)
+    return json(
+        await audit.enrol_host(services_of(request), await principal_of(request), body_of(request)),
+        status=201,
+    )

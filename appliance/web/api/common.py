@@ -46,8 +46,13 @@ def set_session_cookie(response: BaseHTTPResponse, services: Services, value: st
     """The session cookie (D8): HttpOnly, SameSite=Lax, Path=/, Secure on an https issuer,
     Max-Age = ``sessions.ttl``."""
     response.add_cookie(
-        SESSION_COOKIE, value, path="/", secure=secure_cookie(services), max_age=ttl_seconds(services),
-        httponly=True, samesite="Lax",
+        SESSION_COOKIE,
+        value,
+        path="/",
+        secure=secure_cookie(services),
+        max_age=ttl_seconds(services),
+        httponly=True,
+        samesite="Lax",
     )
 
 
@@ -60,7 +65,11 @@ def clear_session_cookie(response: BaseHTTPResponse, services: Services) -> None
 def clear_stale_session_cookie(request: Request, response: BaseHTTPResponse) -> None:
     """Response hook: a cookie that named no live session is cleared (unless the route set one)."""
     services = getattr(request.app.ctx, "services", None)
-    if getattr(request.ctx, "stale_session", False) and services is not None and not response.cookies.has_cookie(SESSION_COOKIE):
+    if (
+        getattr(request.ctx, "stale_session", False)
+        and services is not None
+        and not response.cookies.has_cookie(SESSION_COOKIE)
+    ):
         clear_session_cookie(response, services)
 
 

@@ -33,4 +33,8 @@ async def delete(request: Request, delegation_id: str) -> HTTPResponse:
 @bp.post("/api/delegations/<delegation_id:str>/validate", unquote=True)
 async def validate(request: Request, delegation_id: str) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
-    return json(await delegations.validate(services_of(request), principal, delegation_id, body_of(request, required=False)))
+    return json(
+        await delegations.validate(
+            services_of(request), principal, delegation_id, body_of(request, required=False)
+        )
+    )

@@ -46,10 +46,12 @@ SCOPE_TEXT = {
     device.ADMIN_SCOPE: "administer grantd as you",
 }
 # What a device that asked for the admin scope may do for an administrator (the page says it in full).
-ADMIN_POWERS = ("create, change and delete people, their sessions and registration links",
-                "enrol, change, disable and delete any agent",
-                "approve, deny and revoke every agent's grants",
-                "manage signing keys and delegations")
+ADMIN_POWERS = (
+    "create, change and delete people, their sessions and registration links",
+    "enrol, change, disable and delete any agent",
+    "approve, deny and revoke every agent's grants",
+    "manage signing keys and delegations",
+)
 
 
 @bp.post("/device_authorization")
@@ -69,8 +71,12 @@ async def device_authorization(request: Request) -> HTTPResponse:
             raise invalid_client("unknown client", basic=True)  # 401 with a challenge (RFC 6749 §5.2)
         if not client.public:
             # RFC 8628 §3.1: confidential clients authenticate; grantd's device clients are public.
-            raise OAuthError("unauthorized_client", "only public clients may use the device authorization grant")
-        answer = await device.start(services, client, params.get("scope"), getattr(request.ctx, "client_ip", None))
+            raise OAuthError(
+                "unauthorized_client", "only public clients may use the device authorization grant"
+            )
+        answer = await device.start(
+            services, client, params.get("scope"), getattr(request.ctx, "client_ip", None)
+        )
     except OAuthError as exc:
         return oauth_error(exc)
     return json(answer, headers={**NO_STORE, **CORS})
@@ -82,11 +88,17 @@ async def device_authorization(request: Request) -> HTTPResponse:
 def start_rule(services: Services) -> Rule:
     """Device authorizations started per client address (a flood of live codes would make user codes
     easier to hit by chance); the same limit as the user-code lookups, counted on its own."""
-    return Rule("device-start.address", services.config.limits.device_code_per_address, "too many device sign-ins started")
+    return Rule(
+        "device-start.address",
+        services.config.limits.device_code_per_address,
+        "too many device sign-ins started",
+    )
 
 
 def code_rule(services: Services) -> Rule:
-    return Rule("device-code.address", services.config.limits.device_code_per_address, "too many user code attempts")
+    return Rule(
+        "device-code.address", services.config.limits.device_code_per_address, "too many user code attempts"
+    )
 
 
 async def _count_attempt(request: Request) -> None:
@@ -137,15 +149,23 @@ async def device_page(request: Request, viewer: views.Viewer) -> HTTPResponse:
             else:
                 found = await request_view(services, record, viewer.admin)
     shown = typed if (typed and len(typed) <= 20 and typed.isprintable()) else ""
-    return views.render("device.html", status=200, viewer=viewer, title="Sign in a terminal", request=found,
-                        typed=shown, problem=problem)
+    return views.render(
+        "device.html",
+        status=200,
+        viewer=viewer,
+        title="Sign in a terminal",
+        request=found,
+        typed=shown,
+        problem=problem,
+    )
 
 
 @bp.post("/api/device/decide")
 async def decide(request: Request) -> HTTPResponse:
     services = services_of(request)
-    principal = policy.may_decide_device_sign_in(await principal_of(request),
-                                                 in_this_browser=credentials_of(request).session is not None)
+    principal = policy.may_decide_device_sign_in(
+        await principal_of(request), in_this_browser=credentials_of(request).session is not None
+    )
     await _count_attempt(request)
     body = body_of(request)
     approve = body.get("approve")
@@ -161,5 +181,11 @@ async def decide(request: Request) -> HTTPResponse:
     if decided is None:
         raise Problem(409, "that sign-in was already decided")
     view = await request_view(services, decided, principal.admin)
-    return json({"status": decided["status"], "client_id": view["client_id"], "client_name": view["client_name"],
-                 "scope": decided["scope"]})
+    return json(
+        {
+            "status": decided["status"],
+            "client_id": view["client_id"],
+            "client_name": view["client_name"],
+            "scope": decided["scope"],
+        }
+    )

@@ -55,13 +55,17 @@ BINDING_PATH = "/auth/federated/"
 UPSTREAM_TIMEOUT_S = 10.0
 NO_STORE = {"Cache-Control": "no-store"}
 PAGE_STATUSES = frozenset({400, 403, 404, 429, 503})
-STALE = ("This sign-in link is incomplete, was already used or has expired (sign-ins must finish within "
-         "10 minutes). Start again from the sign-in page.")
+STALE = (
+    "This sign-in link is incomplete, was already used or has expired (sign-ins must finish within "
+    "10 minutes). Start again from the sign-in page."
+)
 
 
 def sign_in_rule(services: Services) -> Rule:
     """Federated sign-ins count against the per-address limit of passkey sign-ins (D12)."""
-    return Rule("federation-start.address", services.config.limits.passkey_per_address, "too many sign-in attempts")
+    return Rule(
+        "federation-start.address", services.config.limits.passkey_per_address, "too many sign-in attempts"
+    )
 
 
 def _find(request: Request, provider_id: str) -> FederationProvider | None:
@@ -73,7 +77,9 @@ def callback_url(services: Services, provider_id: str) -> str:
     return f"{services.issuer}/auth/federated/{provider_id}/callback"
 
 
-def _failed(status: int, detail: str, *, title: str = "Sign-in failed", headers: dict[str, str] | None = None) -> HTTPResponse:
+def _failed(
+    status: int, detail: str, *, title: str = "Sign-in failed", headers: dict[str, str] | None = None
+) -> HTTPResponse:
     if status not in PAGE_STATUSES:  # a plugin's odd status
         status = 503 if isinstance(status, int) and status >= 500 else 400
     response = error_page(None, status, title, detail)
@@ -82,8 +88,9 @@ def _failed(status: int, detail: str, *, title: str = "Sign-in failed", headers:
 
 
 def _http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT_S, follow_redirects=False,
-                             headers={"User-Agent": "grantd-federation"})
+    return httpx.AsyncClient(
+        timeout=UPSTREAM_TIMEOUT_S, follow_redirects=False, headers={"User-Agent": "grantd-federation"}
+    )
 
 
 def _context(services: Services, http: httpx.AsyncClient) -> FederationContext:
@@ -118,15 +125,19 @@ async def start(request: Request, provider_id: str) -> HTTPResponse:
     try:
         await services.limits.hit(sign_in_rule(services), getattr(request.ctx, "client_ip", None))
     except Problem as exc:
-        return _failed(exc.status, "Too many sign-in attempts from your address. Wait a minute and try again.",
-                       headers=exc.headers)
+        return _failed(
+            exc.status,
+            "Too many sign-in attempts from your address. Wait a minute and try again.",
+            headers=exc.headers,
+        )
     target = safe_next(request.args.get("next"))
     state = flows.new_secret()
     binding = _binding_of(request) or flows.new_secret()  # one per browser: several tabs may sign in
     try:
         async with _http() as http:
-            started = await entry.provider.begin(_context(services, http), redirect_uri=callback_url(services, entry.id),
-                                                 state=state)
+            started = await entry.provider.begin(
+                _context(services, http), redirect_uri=callback_url(services, entry.id), state=state
+            )
     except FederationError as exc:
         return _failed(exc.status, exc.message)
     except Exception:  # a plugin's bug: the person gets a page, the log the traceback
@@ -135,14 +146,25 @@ async def start(request: Request, provider_id: str) -> HTTPResponse:
     url = started.url if isinstance(started, FederationStart) and isinstance(started.url, str) else ""
     parts = urlsplit(url)
     kept = started.kept if isinstance(started, FederationStart) else None
-    if parts.scheme not in ("https", "http") or not parts.hostname or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url) \
-            or not _json_ready(kept):
+    if (
+        parts.scheme not in ("https", "http")
+        or not parts.hostname
+        or any(ord(c) < 0x21 or ord(c) == 0x7F for c in url)
+        or not _json_ready(kept)
+    ):
         log.error("federation provider %s returned an unusable upstream URL or kept data", entry.id)
         return _failed(503, f"Signing in through {entry.name} is not possible right now. Try again later.")
     await flows.keep(services, KIND, state, binding, {"provider": entry.id, "next": target, "kept": kept})
     response = HTTPResponse(status=302, headers={"Location": url, **NO_STORE})
-    response.add_cookie(BINDING_COOKIE, binding, path=BINDING_PATH, secure=sessions.secure_cookie(services),
-                        max_age=flows.FLOW_TTL_MS // 1000, httponly=True, samesite="Lax")
+    response.add_cookie(
+        BINDING_COOKIE,
+        binding,
+        path=BINDING_PATH,
+        secure=sessions.secure_cookie(services),
+        max_age=flows.FLOW_TTL_MS // 1000,
+        httponly=True,
+        samesite="Lax",
+    )
     return response
 
 
@@ -158,21 +180,30 @@ async def callback(request: Request, provider_id: str) -> HTTPResponse:
     except flows.FlowRefused as refused:
         if not refused.other_browser:
             return _failed(400, STALE)
-        return _failed(400, "This sign-in was started in another browser (or this browser refused the sign-in "
-                            "cookie). Start again from the sign-in page, in this browser.")
+        return _failed(
+            400,
+            "This sign-in was started in another browser (or this browser refused the sign-in "
+            "cookie). Start again from the sign-in page, in this browser.",
+        )
     if flow.get("provider") != entry.id:
         return _failed(400, STALE)
     try:
         async with _http() as http:
-            identity = await entry.provider.finish(_context(services, http), redirect_uri=callback_url(services, entry.id),
-                                                   params=params, kept=dict(flow.get("kept") or {}))
+            identity = await entry.provider.finish(
+                _context(services, http),
+                redirect_uri=callback_url(services, entry.id),
+                params=params,
+                kept=dict(flow.get("kept") or {}),
+            )
     except FederationError as exc:
         return _failed(exc.status, exc.message)
     except Exception:
         log.exception("federation provider %s failed to finish a sign-in", entry.id)
         return _failed(503, f"Signing in through {entry.name} failed. Try again later.")
     if not isinstance(identity, FederatedIdentity) or not isinstance(identity.email, str):
-        log.error("federation provider %s returned %s, not a FederatedIdentity", entry.id, type(identity).__name__)
+        log.error(
+            "federation provider %s returned %s, not a FederatedIdentity", entry.id, type(identity).__name__
+        )
         return _failed(503, f"Signing in through {entry.name} failed. Try again later.")
     try:
         person = await federation.person_for(services, entry, identity)

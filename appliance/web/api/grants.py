@@ -63,7 +63,9 @@ async def _decide(request: Request, grant_id: str, operation: Operation) -> HTTP
     return json(await operation(services_of(request), principal, grant_id, body_of(request, required=False)))
 
 
-async def _vote(request: Request, grant_id: str, operation: grants.VoteOperation, *, required: bool = False) -> HTTPResponse:
+async def _vote(
+    request: Request, grant_id: str, operation: grants.VoteOperation, *, required: bool = False
+) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
     body = body_of(request, required=required)
     via = grants.via_of(principal, body, session=credentials_of(request).session is not None)
@@ -185,10 +187,11 @@ class _CredentialCheck:
             return True
         self.checked_at = now
         try:
-            return await self.services.authn.principal(self.services, credentials_of(self.request)) is not None
+            return (
+                await self.services.authn.principal(self.services, credentials_of(self.request)) is not None
+            )
         except Problem:
             return False
-
 
 
 @bp.get("/api/grants/events")
@@ -198,12 +201,16 @@ async def events(request: Request) -> HTTPResponse | None:
     resume = _resume_point(request)
     hub = services.events
     if not hub.running or hub.closing:
-        raise Problem(503, "the event stream is not available; poll GET /api/grants/:id", headers={"Retry-After": "5"})
+        raise Problem(
+            503, "the event stream is not available; poll GET /api/grants/:id", headers={"Retry-After": "5"}
+        )
     visibility = _Visibility(services, principal)
     credential = _CredentialCheck(services, request)
     heartbeat = services.config.grants.events_heartbeat
     owner = await stream_owner(services.store, principal)  # D12: a person and their agents share one budget
-    async with hub.subscription(principal.id, services.limits, owner) as sub:  # 429 beyond the open-stream bounds
+    async with hub.subscription(
+        principal.id, services.limits, owner
+    ) as sub:  # 429 beyond the open-stream bounds
         last = await services.store.grants.last_event_seq()
         sent = resume if resume is not None else last
         reset = await _replay_refused(services, resume, last) if resume is not None else None
@@ -274,5 +281,7 @@ async def _replay_refused(services: Services, resume: int, last: int) -> str | N
 def _reset_frame(last: int, reason: str) -> str:
     """Tells the client that events were skipped: list what it needs again (GET /api/grants), then
     follow the stream, which goes on live from ``last`` (its id becomes the client's Last-Event-ID)."""
-    data = jsonlib.dumps({"reason": reason, "last_event_id": last, "relist": "/api/grants"}, separators=(",", ":"))
+    data = jsonlib.dumps(
+        {"reason": reason, "last_event_id": last, "relist": "/api/grants"}, separators=(",", ":")
+    )
     return f"id: {last}\nevent: reset\ndata: {data}\n\n"

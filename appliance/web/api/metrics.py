@@ -90,31 +90,46 @@ class Metrics:
         self.own = CollectorRegistry()
         own = self.own
         self.requests = Counter(
-            "grantd_http_requests_total", "HTTP requests answered, by route pattern, method and status.",
-            ["route", "method", "status"], registry=own,
+            "grantd_http_requests_total",
+            "HTTP requests answered, by route pattern, method and status.",
+            ["route", "method", "status"],
+            registry=own,
         )
         self.latency = Histogram(
-            "grantd_http_request_duration_seconds", "Time from request to response (not streamed bodies), by route pattern.",
-            ["route", "method"], buckets=BUCKETS, registry=own,
+            "grantd_http_request_duration_seconds",
+            "Time from request to response (not streamed bodies), by route pattern.",
+            ["route", "method"],
+            buckets=BUCKETS,
+            registry=own,
         )
         self.refusals = Counter(
-            "grantd_rate_limit_refusals_total", "Requests refused with 429 by an abuse limit (D12), by limit.", ["limit"], registry=own,
+            "grantd_rate_limit_refusals_total",
+            "Requests refused with 429 by an abuse limit (D12), by limit.",
+            ["limit"],
+            registry=own,
         )
         self.streams = Gauge(
-            "grantd_event_streams", "Open GET /api/grants/events streams (all server processes).",
-            multiprocess_mode="livesum", registry=own,
+            "grantd_event_streams",
+            "Open GET /api/grants/events streams (all server processes).",
+            multiprocess_mode="livesum",
+            registry=own,
         )
         self._registry: Any = None
         self._children: dict[tuple[str | None, str, int], tuple[Any, Any]] = {}
 
     def observe(self, request: Request, status: int) -> None:
         route = request.route
-        key = (route.path if route is not None else None, request.method if route is not None else UNMATCHED, status)
+        key = (
+            route.path if route is not None else None,
+            request.method if route is not None else UNMATCHED,
+            status,
+        )
         children = self._children.get(key)
         if children is None:  # once per (route pattern, method, status): a bounded set
             pattern = "/" + key[0] if key[0] is not None else UNMATCHED
             children = self._children[key] = (
-                self.requests.labels(pattern, key[1], str(status)), self.latency.labels(pattern, key[1])
+                self.requests.labels(pattern, key[1], str(status)),
+                self.latency.labels(pattern, key[1]),
             )
         children[0].inc()
         started = getattr(request.ctx, "started", None)
@@ -175,7 +190,9 @@ async def metrics(request: Request) -> HTTPResponse:
         raise Problem(404, "no such route")
     token = config.metrics.token
     if token and not _authorized(request, token):
-        raise Problem(401, "metrics need the [metrics] token", headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+        raise Problem(
+            401, "metrics need the [metrics] token", headers={"WWW-Authenticate": 'Bearer realm="metrics"'}
+        )
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     body = generate_latest(collected.registry()) + (await _store_lines(request)).encode()

@@ -80,7 +80,9 @@ def params_of(request: Request) -> dict[str, str]:
         return params
     if media in (FORM, ""):
         try:
-            pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=50)
+            pairs = parse_qsl(
+                body.decode("utf-8"), keep_blank_values=True, strict_parsing=False, max_num_fields=50
+            )
         except (ValueError, UnicodeDecodeError):
             raise invalid_request("malformed form body") from None
         params = {}
@@ -99,7 +101,9 @@ def metadata_rule(services: Any) -> Rule:
     """Client metadata fetches started per client address (D12): an unknown domain client_id costs a
     DNS lookup and an HTTPS request, and wildcard DNS makes endless ones. The limit of the other
     route with that cost (``limits.sp_login_per_address``), counted apart."""
-    return Rule("client-metadata.address", services.config.limits.sp_login_per_address, "too many unknown clients")
+    return Rule(
+        "client-metadata.address", services.config.limits.sp_login_per_address, "too many unknown clients"
+    )
 
 
 async def count_metadata_fetch(request: Request, client_id: str | None, *, basic: bool = False) -> None:
@@ -160,31 +164,60 @@ async def authorize_get(request: Request) -> HTTPResponse:
     found = await sessions.live(services, cookie)
     if found is None:
         if "none" in req.prompt:
-            return _back(authorize.error_location(req.fail("login_required", "nobody is signed in"), services.issuer))
+            return _back(
+                authorize.error_location(req.fail("login_required", "nobody is signed in"), services.issuer)
+            )
         return _to_login(_without(req.query, prompt="login"))
     person, session = found
     if (req.login_hint is not None and req.login_hint != person["email"].lower()) or "login" in req.prompt:
         if "none" in req.prompt:
-            return _back(authorize.error_location(
-                req.fail("login_required", "another person is signed in"), services.issuer))
+            return _back(
+                authorize.error_location(
+                    req.fail("login_required", "another person is signed in"), services.issuer
+                )
+            )
         # Sign in again (prompt=login), or as the hinted person: the sign-in page, here, with the way
         # back minus what asked for it (no loop). The current session is left alone: a GET that
         # signed people out would let any site do it (a fresh sign-in replaces the cookie anyway).
         target = "/authorize?" + _without(req.query, prompt="login", login_hint="")
-        return _no_store(render("login.html", viewer=None, title="Sign in again", next=target,
-                                providers=federation_buttons(request, target),
-                                sp_login=bool(services.config.sp.enabled)))
+        return _no_store(
+            render(
+                "login.html",
+                viewer=None,
+                title="Sign in again",
+                next=target,
+                providers=federation_buttons(request, target),
+                sp_login=bool(services.config.sp.enabled),
+            )
+        )
     if await authorize.needs_consent(services, req, person):
         if "none" in req.prompt:
-            return _back(authorize.error_location(req.fail("consent_required", "the person has not consented"),
-                                                  services.issuer))
-        ticket = await authorize.consent_ticket(services, req, person) if authorize.always_asks(req.client) else None
-        return _no_store(render(
-            "consent.html", viewer=await viewer_of(request), title="Allow access?", client=req.client,
-            scopes=authorize.scope_descriptions(req), query=req.query, person=person,
-            redirect_host=req.redirect_uri.split("/")[2] if "//" in req.redirect_uri else req.redirect_uri,
-            always_asks=authorize.always_asks(req.client), ticket=ticket,
-        ))
+            return _back(
+                authorize.error_location(
+                    req.fail("consent_required", "the person has not consented"), services.issuer
+                )
+            )
+        ticket = (
+            await authorize.consent_ticket(services, req, person)
+            if authorize.always_asks(req.client)
+            else None
+        )
+        return _no_store(
+            render(
+                "consent.html",
+                viewer=await viewer_of(request),
+                title="Allow access?",
+                client=req.client,
+                scopes=authorize.scope_descriptions(req),
+                query=req.query,
+                person=person,
+                redirect_host=req.redirect_uri.split("/")[2]
+                if "//" in req.redirect_uri
+                else req.redirect_uri,
+                always_asks=authorize.always_asks(req.client),
+                ticket=ticket,
+            )
+        )
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return _back(location)
 
@@ -200,7 +233,9 @@ async def consent(request: Request) -> HTTPResponse:
     query = body.get("request")
     approve = body.get("approve")
     if not isinstance(query, str) or len(query) > 4 * authorize.MAX_QUERY or not isinstance(approve, bool):
-        raise Problem(400, "request (the authorization request's query) and approve (true or false) are required")
+        raise Problem(
+            400, "request (the authorization request's query) and approve (true or false) are required"
+        )
     cookie = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
     found = await sessions.live(services, cookie)
     if found is None:
@@ -213,7 +248,9 @@ async def consent(request: Request) -> HTTPResponse:
     except authorize.RedirectError as exc:
         return json({"location": authorize.error_location(exc, services.issuer)}, headers=NO_STORE)
     if not approve:
-        location = authorize.error_location(req.fail("access_denied", "the person denied access"), services.issuer)
+        location = authorize.error_location(
+            req.fail("access_denied", "the person denied access"), services.issuer
+        )
         return json({"location": location}, headers=NO_STORE)
     await authorize.check_consent_click(services, req, person, body.get("ticket"))
     await authorize.remember_consent(services, req, person)
@@ -228,8 +265,10 @@ async def consent(request: Request) -> HTTPResponse:
 async def token_endpoint(request: Request) -> HTTPResponse:
     services = services_of(request)
     # D12: per client address (a 429 problem with Retry-After, like every limit)
-    await services.limits.hit(Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
-                              getattr(request.ctx, "client_ip", None))
+    await services.limits.hit(
+        Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
+        getattr(request.ctx, "client_ip", None),
+    )
     try:
         params = params_of(request)
         await count_metadata_fetch(request, params.get("client_id"), basic=True)
@@ -268,8 +307,12 @@ async def _userinfo(request: Request) -> HTTPResponse:
         elif request.method == "POST":
             presented = params_of(request).get("access_token")  # RFC 6750 §2.2
         if not presented:
-            raise OAuthError("invalid_token", "a bearer access token is required", 401,
-                             {"WWW-Authenticate": 'Bearer realm="grantd"'})
+            raise OAuthError(
+                "invalid_token",
+                "a bearer access token is required",
+                401,
+                {"WWW-Authenticate": 'Bearer realm="grantd"'},
+            )
         # D12: like every bearer, a refused one counts against the address (429 once over its
         # budget); a valid one is always accepted. Access tokens are signed: no tarpit needed here.
         try:
@@ -284,8 +327,12 @@ async def _userinfo(request: Request) -> HTTPResponse:
         person = holder
         scopes = str(claims.get("scope", "")).split()
         if "openid" not in scopes:
-            raise OAuthError("insufficient_scope", "userinfo needs the openid scope", 403,
-                             {"WWW-Authenticate": 'Bearer realm="grantd", error="insufficient_scope", scope="openid"'})
+            raise OAuthError(
+                "insufficient_scope",
+                "userinfo needs the openid scope",
+                403,
+                {"WWW-Authenticate": 'Bearer realm="grantd", error="insufficient_scope", scope="openid"'},
+            )
     except OAuthError as exc:
         if exc.status == 401 and presented:
             await services.limits.bearer_refused(client_ip)
@@ -313,9 +360,16 @@ async def userinfo_post(request: Request) -> HTTPResponse:
 
 
 def _preflight(methods: str) -> HTTPResponse:
-    return json({}, headers={**CORS, "Access-Control-Allow-Methods": methods,
-                             "Access-Control-Allow-Headers": "Authorization, Content-Type",
-                             "Access-Control-Max-Age": "86400", "Cache-Control": "no-store"})
+    return json(
+        {},
+        headers={
+            **CORS,
+            "Access-Control-Allow-Methods": methods,
+            "Access-Control-Allow-Headers": "Authorization, Content-Type",
+            "Access-Control-Max-Age": "86400",
+            "Cache-Control": "no-store",
+        },
+    )
 
 
 @bp.route("/token", methods=["OPTIONS"], name="token_preflight")

@@ -83,16 +83,26 @@ async def login(request: Request) -> HTTPResponse:
         log.warning("SP login: %s", exc.message)
         return json(exc.problem().body(), status=exc.status, content_type="application/problem+json")
     response = json({"redirectUrl": url})
-    response.add_cookie(FLOW_COOKIE, binding, path=CALLBACK_PATH, max_age=flows.FLOW_TTL_MS // 1000, httponly=True,
-                        samesite="Lax", secure=_secure(request))
+    response.add_cookie(
+        FLOW_COOKIE,
+        binding,
+        path=CALLBACK_PATH,
+        max_age=flows.FLOW_TTL_MS // 1000,
+        httponly=True,
+        samesite="Lax",
+        secure=_secure(request),
+    )
     return response
 
 
 def _failed(request: Request, message: str) -> HTTPResponse:
     """To the home page with the failure's code (grantd.sp.login.LOGIN_ERRORS), never its text."""
-    response = redirect("/?error=" + quote(error_code(message), safe=""), status=303, headers={"Cache-Control": "no-store"})
-    response.add_cookie(FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax",
-                        secure=_secure(request))
+    response = redirect(
+        "/?error=" + quote(error_code(message), safe=""), status=303, headers={"Cache-Control": "no-store"}
+    )
+    response.add_cookie(
+        FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax", secure=_secure(request)
+    )
     return response
 
 
@@ -100,10 +110,13 @@ def _failed(request: Request, message: str) -> HTTPResponse:
 async def callback(request: Request) -> HTTPResponse:
     sp = _sp(request)
     services = services_of(request)
-    params: dict[str, str | None] = {k: request.args.get(k) for k in ("code", "state", "error", "error_description")}
+    params: dict[str, str | None] = {
+        k: request.args.get(k) for k in ("code", "state", "error", "error_description")
+    }
     try:
-        cookie, _, target = await sp.finish(services, params, request.cookies.get(FLOW_COOKIE),
-                                            request.headers.get("user-agent", ""))
+        cookie, _, target = await sp.finish(
+            services, params, request.cookies.get(FLOW_COOKIE), request.headers.get("user-agent", "")
+        )
     except LoginError as exc:
         log.info("SP login failed: %s", exc.message)
         return _failed(request, exc.message)
@@ -112,8 +125,9 @@ async def callback(request: Request) -> HTTPResponse:
         await sessions.end(services, previous)  # a new sign-in replaces the browser's session
     response = redirect(target, status=303, headers={"Cache-Control": "no-store"})
     set_session_cookie(response, services, cookie)
-    response.add_cookie(FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax",
-                        secure=_secure(request))
+    response.add_cookie(
+        FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax", secure=_secure(request)
+    )
     return response
 
 
@@ -198,7 +212,17 @@ async def auth_md(request: Request) -> HTTPResponse:
     _sp(request)
     config = state_of(request).config
     issuer = services_of(request).issuer
-    fallback = f", or at `{config.sp.fallback_idp}` when your domain has no DDISA record" if config.sp.fallback_idp else ""
-    body = AUTH_MD.format(issuer=issuer, client_id=client_id_of(config), fallback=fallback, flow_cookie=FLOW_COOKIE,
-                          scope=SCOPE.replace(" ", "%20"), callback=CALLBACK_PATH)
+    fallback = (
+        f", or at `{config.sp.fallback_idp}` when your domain has no DDISA record"
+        if config.sp.fallback_idp
+        else ""
+    )
+    body = AUTH_MD.format(
+        issuer=issuer,
+        client_id=client_id_of(config),
+        fallback=fallback,
+        flow_cookie=FLOW_COOKIE,
+        scope=SCOPE.replace(" ", "%20"),
+        callback=CALLBACK_PATH,
+    )
     return text(body, headers=PUBLIC_HEADERS, content_type="text/markdown; charset=utf-8")

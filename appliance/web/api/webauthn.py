@@ -67,7 +67,12 @@ async def _signed_in(request: Request, person: Any, credential: Any, cookie_valu
     browser's old one, and its cookie is set."""
     services = services_of(request)
     await _end_current_session(request)
-    response = json({"person": _passkeys().person_view(services, person), "credential": _passkeys().credential_view(credential)})
+    response = json(
+        {
+            "person": _passkeys().person_view(services, person),
+            "credential": _passkeys().credential_view(credential),
+        }
+    )
     set_session_cookie(response, services, cookie_value)
     return response
 
@@ -80,9 +85,15 @@ def _bound_options(request: Request, options: dict[str, Any], binding: str) -> H
     """The options, and the cookie that binds their challenge to this browser (D8)."""
     passkeys = _passkeys()
     response = json(options)
-    response.add_cookie(passkeys.BINDING_COOKIE, binding, path=passkeys.BINDING_PATH,
-                        max_age=passkeys.CHALLENGE_TTL_MS // 1000, httponly=True, samesite="Strict",
-                        secure=sessions.secure_cookie(services_of(request)))
+    response.add_cookie(
+        passkeys.BINDING_COOKIE,
+        binding,
+        path=passkeys.BINDING_PATH,
+        max_age=passkeys.CHALLENGE_TTL_MS // 1000,
+        httponly=True,
+        samesite="Strict",
+        secure=sessions.secure_cookie(services_of(request)),
+    )
     return response
 
 
@@ -90,7 +101,9 @@ def _bound_options(request: Request, options: dict[str, Any], binding: str) -> H
 async def register_options(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     binding = _passkeys().binding_of(_binding_cookie(request))
-    return _bound_options(request, await _passkeys().register_options(services, body.get("token"), binding), binding)
+    return _bound_options(
+        request, await _passkeys().register_options(services, body.get("token"), binding), binding
+    )
 
 
 @bp.post("/api/webauthn/register/verify")
@@ -98,7 +111,8 @@ async def register_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
     person, credential, value, _ = await _passkeys().register_verify(
-        services, body, _user_agent(request), _binding_cookie(request))
+        services, body, _user_agent(request), _binding_cookie(request)
+    )
     return await _signed_in(request, person, credential, value)
 
 
@@ -116,7 +130,8 @@ async def login_verify(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
     person, credential, value, _ = await _passkeys().login_verify(
-        services, body, _user_agent(request), _binding_cookie(request))
+        services, body, _user_agent(request), _binding_cookie(request)
+    )
     return await _signed_in(request, person, credential, value)
 
 
