@@ -344,7 +344,7 @@ def guest_session(sid: str, *, created_at: int = NOW, **changes: Any) -> Session
     """A guest: signed in through SP login at another IdP, no person here."""
     return session(
         sid,
-        None,
+        None,  # type: ignore[arg-type]
         created_at=created_at,
         **{  # type: ignore[arg-type]
             "idp": "https://idp.example.org",

@@ -33,7 +33,7 @@ def _key_row(row: dict[str, object]) -> TlogKey:
         seed=str(row["seed"]),
         public=str(row["public"]),
         created_at=int(row["created_at"]),  # type: ignore[call-overload]
-        retired_at=None if row["retired_at"] is None else int(row["retired_at"]),
+        retired_at=None if row["retired_at"] is None else int(row["retired_at"]),  # type: ignore[call-overload]
     )  # type: ignore[call-overload]
 
 
