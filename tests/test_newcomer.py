@@ -707,13 +707,13 @@ def test_the_operator_paths_first_administrator_gets_a_link_on_the_issuer(tmp_pa
 
 @pytest.mark.slow  # a fresh venv and about 50 wheels
 def test_the_postgres_extra_installs_offline_as_the_readme_says(tmp_path):
-    """README, Storage: `pip download -d wheels ".[postgres]" "setuptools>=68"` where an index is
+    """README, Storage: `pip download -d wheels ".[postgres]" "setuptools>=68" wheel` where an index is
     reachable, then `pip install --no-index --find-links wheels ".[postgres]"` with no index and no
     pip configuration at all (PIP_CONFIG_FILE=/dev/null: not even this machine's local mirror)."""
     import sys
 
     readme = (ROOT / "README.md").read_text()
-    assert 'pip download -d wheels ".[postgres]" "setuptools>=68"' in readme
+    assert 'pip download -d wheels ".[postgres]" "setuptools>=68" wheel' in readme
     assert 'pip install --no-index --find-links wheels ".[postgres]"' in readme
     online = tmp_path / "online"
     subprocess.run([sys.executable, "-m", "venv", str(online)], check=True, timeout=120)
@@ -726,6 +726,7 @@ def test_the_postgres_extra_installs_offline_as_the_readme_says(tmp_path):
             str(tmp_path / "wheels"),
             ".[postgres]",
             "setuptools>=68",
+            "wheel",
         ],
         cwd=ROOT,
         capture_output=True,
