@@ -13,7 +13,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.fields import field_error
 from grantd.core.principals import Principal
-from grantd.services import grant_reviewers, grants
+from grantd.services import grant_reviewers, grant_tokens, grants
 from grantd.services.context import Services
 from grantd.services.events import stream_owner
 from grantd.services.grants import Operation
@@ -108,20 +108,20 @@ async def revoke(request: Request, grant_id: str) -> HTTPResponse:
 async def token(request: Request, grant_id: str) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
     body_of(request, required=False)  # malformed JSON is still a 400
-    return json(await grants.token(services_of(request), principal, grant_id))
+    return json(await grant_tokens.token(services_of(request), principal, grant_id))
 
 
 @bp.post("/api/grants/<grant_id:str>/consume", unquote=True)
 async def consume(request: Request, grant_id: str) -> HTTPResponse:
     body_of(request, required=False)
-    return json(await grants.consume(services_of(request), credentials_of(request).bearer, grant_id))
+    return json(await grant_tokens.consume(services_of(request), credentials_of(request).bearer, grant_id))
 
 
 @bp.post("/api/grants/verify")
 async def verify(request: Request) -> HTTPResponse:
     services = services_of(request)
     await services.limits.verify(request.ctx.client_ip)
-    return json(await grants.verify_token(services, body_of(request)))  # D2: its body is required
+    return json(await grant_tokens.verify_token(services, body_of(request)))  # D2: its body is required
 
 
 @bp.post("/api/grants/batch")

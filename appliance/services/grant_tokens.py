@@ -1,0 +1,94 @@
+"""A decided grant's tokens (D3, D6): a fresh AuthZ-JWT for the requester, consume at the target
+host (a ``once`` grant by one conditional update, whoever races), and verify without side effects.
+Split from ``grantd.services.grants``, whose reading and state rules it uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grantd.core import policy
+from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
+from grantd.core.principals import Principal
+from grantd.services.context import Services
+from grantd.services.grants import UNUSABLE, Reader, _visible_grant, mint
+from grantd.services.tokens import TokenError
+from grantd.store.records import Grant
+
+
+async def token(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
+    grant = await _visible_grant(services, principal, grant_id)
+    if not policy.may_fetch_grant_token(principal, grant):
+        raise forbidden("only the requester may fetch the grant's token")
+    reader = Reader(services)
+    status = reader.status(grant)
+    if status != "approved":
+        raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
+    return {"authz_jwt": await mint(services, grant), "grant": {"id": grant["id"], "status": status}}
+
+
+def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
+    """An AuthZ-JWT speaks for its grant only with the grant's own audience, host and requester."""
+    request = grant["request"]
+    return (
+        claims.get("aud") == request["audience"]
+        and claims.get("target_host") == request["target_host"]
+        and claims.get("sub") == grant["requester"]
+    )
+
+
+async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
+    if presented is None:
+        raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
+    try:
+        claims = await services.tokens.verify_authz(presented)
+    except TokenError as exc:
+        raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+    if claims["grant_id"] != grant_id:
+        raise bad_request("the token belongs to another grant")
+    grant = await services.store.grants.get(grant_id)
+    if grant is None:
+        raise not_found("grant not found")
+    if not token_matches_grant(claims, grant):
+        raise unauthorized("invalid token: it does not match the grant", invalid_token=True)
+    reader = Reader(services)
+    status = reader.status(grant)
+    if status != "approved":
+        return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
+    if grant["grant_type"] != "once":
+        return {"status": "valid", "grant": reader.view(grant)}
+    updated = await services.store.grants.update_if(
+        grant_id,
+        expect=("approved",),
+        changes={"status": "consumed", "used_at": reader.now},
+        event="grant.consumed",
+        lapse=reader.lapse,
+        now=reader.now,
+    )
+    if updated is None:  # someone else consumed (or revoked) it between our read and our write
+        latest = await services.store.grants.get(grant_id)
+        status = reader.status(latest) if latest else "revoked"
+        return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
+    services.events.changed()
+    services.tokens.forget_authz(presented)
+    return {"status": "consumed", "grant": reader.view(updated)}
+
+
+async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, Any]:
+    """No side effects: valid only for a well-signed, unexpired token whose grant is still usable."""
+    presented = body.get("token")
+    if not isinstance(presented, str) or not presented.strip():
+        return {"valid": False, "error": "token is required"}
+    try:
+        claims = await services.tokens.verify_authz(presented.strip())
+    except TokenError as exc:
+        return {"valid": False, "error": str(exc)}
+    grant = await services.store.grants.get(claims["grant_id"])
+    if grant is None:
+        return {"valid": False, "error": "grant not found"}
+    if not token_matches_grant(claims, grant):
+        return {"valid": False, "error": "token does not match the grant"}
+    reader = Reader(services)
+    status = reader.status(grant)
+    if status != "approved":
+        return {"valid": False, "error": UNUSABLE.get(status, "not_approved"), "status": status}
+    return {"valid": True, "claims": claims, "grant": reader.view(grant)}
