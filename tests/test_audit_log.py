@@ -99,22 +99,26 @@ def grant_leaves(entries: list[dict[str, Any]], grant_id: str) -> list[str]:
 
 
 def test_every_grant_event_is_in_a_signed_checkpoint_within_a_second(srv):
-    before = checkpoint(srv)[1]
     _, _, grant = approved_once_grant(srv)
     started = time.monotonic()
-    note, size = checkpoint(srv, before + 4, timeout=3)
-    assert time.monotonic() - started < 1.5
+    # Poll until a signed checkpoint covers all four of this grant's events. Not "size grew by
+    # four": the agent's enrolment is a leaf too, and a checkpoint read before may still have been
+    # catching up with earlier tests' events, so a count says nothing about which events it holds.
+    expected = ["grant.created", "grant.reviewed", "grant.approved", "grant.consumed"]
+    while True:
+        note, size = checkpoint(srv, 1, timeout=3)
+        entries = all_entries(srv, size)
+        if grant_leaves(entries, grant["id"]) == expected or time.monotonic() - started > 3:
+            break
+        time.sleep(0.05)
+    # D14: "within about 1 s" (the sequencer steps every 200 ms); 2 s of slack for a machine
+    # running the whole suite on two workers
+    assert time.monotonic() - started < 2.0
     cp = open_checkpoint(
         note, [Verifier.from_vkey(v) for v in vkeys(srv)], origin=f"127.0.0.1:{srv.port}/grantd"
     )
     assert cp.size == size
-    entries = all_entries(srv, size)
-    assert grant_leaves(entries, grant["id"]) == [
-        "grant.created",
-        "grant.reviewed",
-        "grant.approved",
-        "grant.consumed",
-    ]
+    assert grant_leaves(entries, grant["id"]) == expected
     for entry in entries:
         assert base64.b64decode(entry["leaf_hash"]) == leaf_hash(entry["leaf"].encode())
     result = verify_log(note, vkeys(srv), None, [e["leaf"].encode() for e in entries], audience=srv.url)
