@@ -101,3 +101,14 @@ def test_mypy_is_clean(tmp_path):
         env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_product_file_is_over_800_lines():
+    """Issue 21: a file that grows past 800 lines is split by concern (one room each), not left to grow."""
+    long = {}
+    for folder in ("appliance", "plugins", "tui"):
+        for path in (ROOT / folder).rglob("*.py"):
+            lines = len(path.read_text().splitlines())
+            if lines > 800:
+                long[str(path.relative_to(ROOT))] = lines
+    assert not long, long
