@@ -9,6 +9,8 @@ import itertools
 import os
 import secrets
 import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -121,3 +123,16 @@ def request_grant(srv: Any, token: str, **fields: Any) -> dict[str, Any]:
         r = http.post("/api/grants", json=body)
     assert r.status_code in (200, 201), r.text
     return r.json()  # type: ignore[no-any-return]
+
+
+def server_with_people(directory: Path, extra: str, emails: Iterable[str]) -> Iterator[Any]:
+    """A fixture body: an in-process server with ``extra`` config and these people, stopped after."""
+    from inproc import InProcessServer
+
+    server = InProcessServer(directory, extra=extra).start()
+    try:
+        for email in emails:
+            create_person(server, email)
+        yield server
+    finally:
+        server.stop()

@@ -18,6 +18,7 @@ from people_support import (
     create_person,
     enrol_agent,
     request_grant,
+    server_with_people,
     signed_in_person,
     start_session,
 )
@@ -59,13 +60,7 @@ approve = 2
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    server = InProcessServer(tmp_path_factory.mktemp("policies"), extra=DOMAIN_CONFIG).start()
-    try:
-        for email in [*SRE, OWNER]:
-            create_person(server, email)
-        yield server
-    finally:
-        server.stop()
+    yield from server_with_people(tmp_path_factory.mktemp("policies"), DOMAIN_CONFIG, [*SRE, OWNER])
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from inproc import InProcessServer
-from people_support import create_person, enrol_agent, request_grant
+from people_support import enrol_agent, request_grant, server_with_people
 
 from grantd.tui.app import GrantConsole
 from grantd.tui.client import BearerCredential, GrantdClient
@@ -47,13 +47,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
-    server = InProcessServer(tmp_path_factory.mktemp("tui-policies"), extra=CONFIG).start()
-    try:
-        for email in [*SRE, OWNER]:
-            create_person(server, email)
-        yield server
-    finally:
-        server.stop()
+    yield from server_with_people(tmp_path_factory.mktemp("tui-policies"), CONFIG, [*SRE, OWNER])
 
 
 @pytest.fixture(scope="module")
