@@ -566,3 +566,38 @@ def test_sigterm_while_after_start_listeners_run_is_not_lost(tmp_path: Path, wor
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_while_the_loop_is_between_runs_is_not_lost(tmp_path: Path, workers: int) -> None:
+    """The race CI found after issue 20: SIGTERM that reaches the first process after the
+    after-start listeners and before ``run_forever`` (the loop is not running; uvloop parked it and
+    the server served on). A plugin sends it from inside Sanic's "Worker ready" log call, every time."""
+    srv = make_server(
+        tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["signal_at_worker_ready"]\n'
+    )
+    log = open(srv.log_path, "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [*srv.command, "serve", "--config", str(srv.config_path)],
+        cwd=srv.directory,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=srv.env,
+        start_new_session=True,
+    )
+    try:
+        try:
+            code = proc.wait(60 + ALLOWED)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"SIGTERM sent while the loop was between runs was lost:\n{srv.log()}")
+        assert code == 0, srv.log()
+        assert "received SIGTERM: stopping" in srv.log(), srv.log()
+        assert _group_gone(proc.pid), f"processes left behind:\n{srv.log()}"
+        assert not _listening_sockets(srv.port), srv.log()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

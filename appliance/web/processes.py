@@ -240,7 +240,16 @@ class Stopper:
     A stop that lands while the after-start listeners still run (a plugin's, or the storage's) is
     held until the last of them has returned (issue 20 item 2): ``loop.stop()`` inside that
     ``run_until_complete`` ended it with "Event loop stopped before Future completed", and the
-    stop became a failed start (exit 1, no graceful shutdown)."""
+    stop became a failed start (exit 1, no graceful shutdown).
+
+    The signals are taken with ``signal.signal``, not ``loop.add_signal_handler``: uvloop hears a
+    signal only while the loop runs (its self-pipe is the wakeup fd only then); one that lands
+    between two of Sanic's ``run_until_complete`` calls (after the after-start listeners, before
+    ``run_forever``: "Worker ready" is logged there) was parked in the loop and never acted on, so
+    the server served on (1 of 60 CI runs signalled near "ready"). A Python handler runs between
+    any two bytecodes whether or not the loop runs, and hands the stop to the loop with
+    ``call_soon_threadsafe``, which the loop runs as soon as it runs again. A signal parked by
+    Sanic's own uvloop handler before ours were in place is flushed out (``_wake_the_loop``)."""
 
     RETRY = 0.25
 
@@ -271,7 +280,8 @@ class Stopper:
 
         self.loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(signum, self.on_signal, signum)
+            signal.signal(signum, self._os_signal)
+        _wake_the_loop()
         if self.early is not None and self.early.requested:  # the loop's handlers replace its hold
             log.info("stop signal received while starting: stopping")
             self.stop()
@@ -284,12 +294,19 @@ class Stopper:
     async def _shutdown_began(self, app: Any) -> None:
         self.shutting_down = True
 
-    def on_signal(self, signum: int) -> None:
+    def _os_signal(self, signum: int, frame: Any) -> None:
+        """The process's handler (between two bytecodes of the main thread, the loop running or
+        not): a second signal acts at once, the first is handed to the loop."""
         self.signals += 1
         if self.signals > 1:
             if self.on_second is not None:
                 self.on_second(signum)
             return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
+            self.loop.call_soon_threadsafe(self.on_signal, signum)
+
+    def on_signal(self, signum: int) -> None:
+        """The first stop signal, on the loop."""
         log.info(
             "received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace
         )
@@ -317,6 +334,17 @@ class Stopper:
             return
         Sanic.stop(self.app, terminate=False)
         (self.loop or asyncio.get_event_loop()).call_later(self.RETRY, self._stop_until_it_stops)
+
+
+def _wake_the_loop() -> None:
+    """A null byte on the running uvloop's self-pipe (the signal wakeup fd): the loop then acts on
+    any signal its own handler parked while it was not running (Sanic registers one just before
+    the after-start listeners). The loop ignores the byte itself."""
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
+    if fd != -1:
+        with contextlib.suppress(OSError):  # a full pipe already wakes the loop
+            os.write(fd, b"\0")
 
 
 def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
