@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from support import postgres as pg
 
 from grantd.core.tlog import leaves as L
@@ -59,6 +60,7 @@ def vkey(srv: Server) -> str:
     return httpx.get(f"{srv.url}/api/audit/key", timeout=5).text.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_verify_passes_then_catches_an_edited_leaf_and_deleted_leaves(server_factory, tmp_path):
     srv = server_factory("cli", extra="[audit]\nsequencer_interval_ms = 50\n").start()
     once_grant_used(srv, tmp_path / "keys")
@@ -169,6 +171,7 @@ def test_verify_without_credentials_or_with_a_bad_key_exits_1(server_factory, tm
     assert bad.returncode == 1 and "--key" in bad.stderr
 
 
+@pytest.mark.slow
 def test_keys_rotate_log_makes_a_new_log_key_and_keeps_the_old_listed(server_factory, tmp_path):
     srv = server_factory("rotate", extra="[audit]\nsequencer_interval_ms = 50\n").start()
     old = vkey(srv)

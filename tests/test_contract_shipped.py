@@ -11,7 +11,11 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from support import postgres as pg
+
+# Each runs the whole contract suite in a fresh interpreter (20-30 s): the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
 
 THIRD_PARTY = '''
 from grantd.testing.memory_store import MemoryStore

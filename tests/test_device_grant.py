@@ -765,6 +765,7 @@ def _login_process(live: Any, session_file: Path, browser: httpx.Client, *flags:
     return out, err, page
 
 
+@pytest.mark.slow
 def test_grantd_login_asks_for_admin_rights_only_with_admin(live, tmp_path):
     """Issue 19 item 7: `grantd login` signs an administrator in without administrator rights;
     `grantd login --admin` asks for them (the page says so) and replaces a stored session that did

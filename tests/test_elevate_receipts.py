@@ -300,6 +300,7 @@ def test_no_receipt_without_a_host_key_for_an_issuer_not_allowed_or_a_forged_tok
     assert issuer.answers == [] and "receipt" not in attempts(target)[-1] and spooled(tmp_path / "t") == []
 
 
+@pytest.mark.slow
 def test_receipts_wait_in_the_spool_while_the_issuer_is_down_and_arrive_exactly_once(issuer, tmp_path):
     target = host_target(issuer, tmp_path / "t")
     issuer.hosts[HOST] = init_host(target)

@@ -293,6 +293,7 @@ def run_machine(server: InProcessServer, agents: list[Agent]) -> None:
             http.close()
 
 
+@pytest.mark.slow
 def test_random_operation_sequences_follow_the_state_table(
     sm_server: InProcessServer, tmp_path: Path
 ) -> None:

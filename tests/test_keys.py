@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jwt
+import pytest
 from support import postgres as pg
 
 from conftest import enroll, sign_in
@@ -77,6 +78,7 @@ def test_db_backup_writes_a_usable_copy(server_factory, tmp_path):
         assert db.execute("SELECT count(*) FROM signing_keys").fetchone()[0] == 1
 
 
+@pytest.mark.slow
 def test_revoke_stops_a_key_everywhere_at_once(server_factory, tmp_path):
     """D12: a revoked key leaves the JWKS and nothing it signed verifies any more, in every server
     process; tokens freshly forged with it (a stolen key) are refused too."""
@@ -146,6 +148,7 @@ id_token_signed_response_alg = "RS256"
 """
 
 
+@pytest.mark.slow
 def test_configured_clients_keys_are_published_from_the_first_start(server_factory):
     """D9: a relying party that caches the JWKS when it starts must find its RS256/ES256 key there
     before any ID token was signed with it. Two worker processes start at once on one storage: both

@@ -13,6 +13,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from conftest import GRANTD, ROOT, enroll, free_port
 
@@ -79,6 +80,7 @@ def test_json_log_format_has_one_line_per_request_with_request_id(server_factory
     assert all(isinstance(e["duration_ms"], float | int) for e in access)
 
 
+@pytest.mark.slow
 def test_one_challenge_is_single_use_across_two_server_processes(server_factory, tmp_path):
     """20 concurrent authenticates of one challenge against [server] workers = 2: exactly one 200."""
     srv = server_factory(workers=2).start()

@@ -410,6 +410,7 @@ def test_defaults_are_documented():
 # -- shared by processes -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
     """Two `grantd serve` processes on one database (SQLite file or PostgreSQL): failures at either count for both."""
     shared = tmp_path / "shared" / "grantd.db"
@@ -652,6 +653,7 @@ def test_default_stream_bound_keeps_management_streams_in_check(server):
 # -- issue 19 item 12 (part): streams per owner across agents -------------------------------------------
 
 
+@pytest.mark.slow
 def test_one_owner_cannot_escape_the_stream_bound_by_streaming_as_many_agents(tmp_path):
     """One person owns 25 agents and opens 4 unread streams as each (100 in all, half replaying
     from 1000 events behind, half reset, as the memory test above): streams_per_principal (4) holds

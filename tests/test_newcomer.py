@@ -596,6 +596,7 @@ def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
     )
 
 
+@pytest.mark.slow
 def test_every_command_says_what_it_does_in_its_help():
     import sys
 

@@ -1461,6 +1461,7 @@ def test_a_json_member_given_twice_is_refused_like_a_repeated_form_parameter(
 # -- slow client metadata (issue 19 item 5; D12): one deadline, a bound, failures per domain ------------
 
 
+@pytest.mark.slow
 def test_a_dripping_metadata_server_is_cut_off_at_one_overall_deadline(
     srv: InProcessServer, person: Person
 ) -> None:
@@ -1541,6 +1542,7 @@ def test_a_failing_domain_is_not_fetched_again_under_any_name(tmp_path: Path) ->
         sp.close()
 
 
+@pytest.mark.slow
 def test_fetches_over_the_bound_are_refused_at_once_not_queued(tmp_path: Path) -> None:
     """``oauth.fetches_at_once``: with the bound taken by dripping fetches, one more client is
     refused at once (a clear reason), and it is not remembered as the domain's failure."""

@@ -55,6 +55,7 @@ def mode(path: Path) -> int:
     "docs/operations.md's restore drill backs up and restores a SQLite file and checks its modes "
     "(PostgreSQL's pg_dump/restore: tests/test_nodes.py::test_backup_is_a_private_pg_dump_that_restores)"
 )
+@pytest.mark.slow
 def test_the_documented_restore_drill_runs(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("drill")
     bin_dir = tmp_path / "bin"
@@ -105,6 +106,7 @@ def test_the_documented_restore_drill_runs(server_factory, tmp_path: Path) -> No
     assert "Traceback" not in srv.log()
 
 
+@pytest.mark.slow
 def test_restore_is_refused_while_the_server_runs(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("running").start()
     backup = tmp_path / "backup.db"
@@ -123,6 +125,7 @@ def test_restore_is_refused_while_the_server_runs(server_factory, tmp_path: Path
     )  # nothing changed
 
 
+@pytest.mark.slow
 @pg.sqlite_only("forges SQLite files with sqlite3 (a newer schema, a foreign database) as restore sources")
 def test_restore_refuses_files_that_are_not_grantd_backups(server_factory, tmp_path: Path) -> None:
     srv: Server = server_factory("files").start()

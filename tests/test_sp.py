@@ -812,6 +812,7 @@ def test_a_new_login_replaces_the_browsers_session(sp: InProcessServer, idp: InP
         assert old.get("/api/me").status_code == 401
 
 
+@pytest.mark.slow
 def test_a_dripping_idp_is_cut_off_at_the_deadline_and_not_asked_again(
     sp: InProcessServer, dns: TxtDnsServer
 ) -> None:

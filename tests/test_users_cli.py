@@ -56,6 +56,7 @@ def test_users_add_creates_an_admin_and_prints_a_one_time_link(srv: Server) -> N
     assert match[2] not in json.dumps(pending)
 
 
+@pytest.mark.slow
 def test_users_json_output_list_link_and_delete(srv: Server) -> None:
     added = json.loads(users(srv, "add", "json-user@example.com", "--json", "--ttl", "600").stdout)
     assert added["created"] is True and added["user"]["email"] == "json-user@example.com"
@@ -194,6 +195,7 @@ def _add_passkey(directory: Path, email: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.slow
 def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tmp_path: Path) -> None:
     port = free_port()
     proc, lines = _serve(tmp_path, port)
