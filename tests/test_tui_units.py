@@ -141,3 +141,30 @@ def test_formatting() -> None:
     )
     assert parse_duration("15m") == 900 and parse_duration(" 2H ") == 7200 and parse_duration("90") == 90
     assert parse_duration("1w") == 604800 and parse_duration("soon") is None and parse_duration("-5m") is None
+
+
+def test_the_console_starts_on_a_config_with_a_plugins_own_section(tmp_path):
+    """`grantd tui --config` reads the server's file: a section a plugin declares (only the server loads
+    plugins) must not keep the console from finding the issuer and the management token; grantd's
+    own keys are still checked."""
+    import argparse
+
+    from grantd.config import ConfigError
+    from grantd.tui.cli import resolve_connection
+
+    token = tmp_path / "token"
+    token.write_text("t" * 32)
+    token.chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    base = (
+        f'version = 1\n[admin]\nmanagement_token = "file:{token}"\n'
+        '[server]\nissuer = "https://grantd.example"\n'
+    )
+    path.write_text(
+        base + '[plugins]\nmodules = ["acme_pager"]\n[acme_pager]\nurl = "https://pager.example"\n'
+    )
+    args = argparse.Namespace(config=str(path), url=None, token_file=None)
+    assert resolve_connection(args) == ("https://grantd.example", "t" * 32)
+    path.write_text(base.replace("issuer", "isuser") + '[plugins]\nmodules = ["acme_pager"]\n')
+    with pytest.raises(ConfigError, match="server.isuser: unknown key"):
+        resolve_connection(args)

@@ -87,7 +87,7 @@ class Connection:
 
 
 def _config(args: argparse.Namespace, *, needed: bool) -> object | None:
-    from grantd.config import load
+    from grantd.config import load_for_client as load
 
     config_path = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
     if config_path:

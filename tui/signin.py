@@ -593,7 +593,7 @@ def issuer_of(args: argparse.Namespace, store: SessionFile) -> str:
         return str(args.url).rstrip("/")
     config_path = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
     if config_path or Path(DEFAULT_CONFIG_NAME).exists():
-        from grantd.config import load
+        from grantd.config import load_for_client as load
 
         return str(load(Path(config_path or DEFAULT_CONFIG_NAME)).server.issuer).rstrip("/")
     if os.environ.get(ISSUER_ENV):

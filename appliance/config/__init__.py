@@ -20,7 +20,7 @@ built-in parsers: the approval policies); one key and its check are
 from __future__ import annotations
 
 from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection
-from grantd.config.files import development_issuer, load, read_toml, render, write_new_config
+from grantd.config.files import development_issuer, load, load_for_client, read_toml, render, write_new_config
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import CONFIG_ENV, CURRENT_VERSION, DEFAULT_CONFIG_NAME, SCHEMA, SECTION_HELP
 from grantd.config.secretfiles import new_secret, resolve_secret, write_secret_file
@@ -43,6 +43,7 @@ __all__ = [
     "check_value",
     "development_issuer",
     "load",
+    "load_for_client",
     "new_secret",
     "read_toml",
     "render",

@@ -10,6 +10,7 @@ from typing import Any
 
 import tomli_w
 
+from grantd.config.extensions import BUILTIN_SECTIONS
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import CURRENT_VERSION, SCHEMA, SECTION_HELP
 from grantd.config.secretfiles import write_secret_file
@@ -32,6 +33,19 @@ def read_toml(path: str | os.PathLike[str]) -> tuple[Path, dict[str, Any]]:
 def load(path: str | os.PathLike[str]) -> Config:
     """The file's keys checked (grantd.plugin_manager.check_startup adds what needs the plugins)."""
     p, raw = read_toml(path)
+    return validate(raw, p)
+
+
+def load_for_client(path: str | os.PathLike[str]) -> Config:
+    """The server's config as a client on its machine reads it (the approver console: the issuer and
+    the management token). grantd's own keys are checked as ``load`` checks them; a top-level table
+    grantd does not know is left out instead of refused: with ``[plugins]`` set it is a section a
+    plugin declares, which only the server (it loads the plugins) can check, and it must not keep
+    the console from starting. A typo there is reported by ``grantd config validate`` and ``serve``."""
+    p, raw = read_toml(path)
+    known = set(SCHEMA) | set(SCHEMA[""]) | {key for section in BUILTIN_SECTIONS for key in section.keys}
+    if raw.get("plugins"):
+        raw = {key: value for key, value in raw.items() if key in known}
     return validate(raw, p)
 
 
