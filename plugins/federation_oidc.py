@@ -34,6 +34,7 @@ leaves the machine, and it is what tests and a development setup of two local se
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import difflib
 import hashlib
@@ -52,6 +53,7 @@ import jwt
 from jwt import PyJWK
 
 from grantd.hookspecs import FederatedIdentity, FederationContext, FederationError, FederationStart, hookimpl
+from grantd.services.outbound import DEADLINE_S as FETCH_DEADLINE_S
 
 # OAuth's error codes at the redirect (RFC 6749 §4.1.2.1, OIDC Core §3.1.2.6): the only callback
 # error text a sign-in page shows.
@@ -169,13 +171,15 @@ class OidcProvider:
             )
         body = bytearray()
         try:
-            async with ctx.http.stream(method, url, **kwargs) as response:
+            # One deadline for the whole call (D12, grantd.services.outbound): httpx's timeouts are per
+            # read, so an upstream that drips a byte a second would hold the login for ever.
+            async with asyncio.timeout(FETCH_DEADLINE_S), ctx.http.stream(method, url, **kwargs) as response:
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > MAX_DOCUMENT:
                         raise FederationError(f"{self.name} sent a {what} that is too large.", 503)
                 status = response.status_code
-        except httpx.HTTPError:
+        except (httpx.HTTPError, TimeoutError):
             raise FederationError(
                 f"{self.name} cannot be reached right now (its {what} did not answer). Try again later.", 503
             ) from None

@@ -1181,3 +1181,28 @@ def test_starting_sign_ins_is_limited_per_address(tmp_path, upstream):
         assert "Too many sign-in attempts" in answers[2].text
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_an_upstream_that_drips_its_discovery_is_cut_off_at_the_deadline(tmp_path):
+    """D12: the upstream's documents are fetched under one overall deadline (5 s), so an upstream that
+    sends its discovery document a byte a second cannot hold a sign-in (httpx's per-read timeout never
+    fires on it)."""
+    import time
+
+    from oauth_support import DrippingServer
+
+    drip = DrippingServer(every=1.0)
+    server = InProcessServer(tmp_path / "srv", extra=_oidc_table("corp", f"http://127.0.0.1:{drip.port}"))
+    (server.directory / "upstream-secret").write_text(UPSTREAM_SECRET)
+    (server.directory / "upstream-secret").chmod(0o600)
+    server.start()
+    try:
+        started = time.monotonic()
+        r = httpx.get(f"{server.url}/auth/federated/corp", timeout=30)
+        took = time.monotonic() - started
+        assert r.status_code == 503 and "cannot be reached right now" in r.text, r.text[-800:]
+        assert 4.5 <= took < 9, took
+    finally:
+        server.stop()
+        drip.close()
