@@ -14,7 +14,7 @@ The host key is an Ed25519 key whose public half is enrolled as an OpenSSH ``ssh
 ``iat`` is not held against the server's clock: a spooled receipt arrives late by design.
 
 It sits outside grantd.core so that the target hosts' `grantd elevate` may import it (lazily, only when it
-sends a receipt: tests/test_layers.py); grantd.core.tlog.receipts names it for the log's code.
+sends a receipt: tests/unit/test_layers.py); grantd.core.tlog.receipts names it for the log's code.
 """
 
 from __future__ import annotations

@@ -332,31 +332,22 @@ def problem(response: httpx.Response) -> dict[str, Any]:
 
 
 # -- tiers --------------------------------------------------------------------------------------------
-# The fast tier is `scripts/test -m "not slow"`: unit, contract (SQLite and the memory example) and
-# HTTP tests against in-process and subprocess servers. The slow tier adds what builds or drives
-# heavyweight things end to end: the bundle, real CLI/elevate runs as root, browsers, PostgreSQL,
-# several nodes, schemathesis, crash and shutdown timing, and the exhaustive sweeps. The full suite
-# (scripts/test, CI) runs both.
-SLOW_FILES = {
-    "test_bundle.py",
-    "test_agent_cli_e2e.py",
-    "test_crash.py",
-    "test_schemathesis.py",
-    "test_nodes.py",
-    "test_startup_shutdown.py",
-    "test_secrets.py",
-    "test_elevate.py",
-    "test_tui_live.py",
-    "test_jwt_attacks.py",
-    "test_readme.py",
-    "test_postgres_suite.py",
-    # exhaustive sweeps (every route x every caller; generated bodies on every route)
-    "test_authz_matrix.py",
-    "test_no_5xx.py",
-}
+# The folders are the tiers (README, docs/architecture.md "Tests"):
+#   tests/unit/      no grantd server or process: pure modules, the house checks (ruff, mypy, layers),
+#                    real helpers where the module talks to one (a DNS server, an SMTP sink)
+#   tests/contract/  the storage contract (grantd.testing) against SQLite, the memory example and,
+#                    in the slow tier, PostgreSQL
+#   tests/server/    real grantd servers (in-process and `grantd serve`), CLI and elevate processes
+#   tests/system/    the slow tier: the whole system end to end and the exhaustive sweeps: the bundle,
+#                    browsers, real CLI/elevate runs as root, third-party clients, several nodes, the
+#                    PostgreSQL suite, schemathesis, crash and shutdown timing, every route x every caller
+# The fast tier is `scripts/test -m "not slow"`: everything outside tests/system except the few tests
+# marked slow where they stand (PostgreSQL variants, and tests that take seconds each). The full suite
+# (scripts/test, CI) runs all of it.
+SYSTEM_TIER = Path(__file__).resolve().parent / "system"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.path.name in SLOW_FILES or "browser" in item.path.parts or "[postgres" in item.nodeid:
+        if item.path.is_relative_to(SYSTEM_TIER) or "[postgres" in item.nodeid:
             item.add_marker(pytest.mark.slow)

@@ -1,6 +1,6 @@
 """The agent's side of grantd: `grantd agent`, `grantd grant` and `grantd run` (grantd.agent.cli).
 
-A client of the HTTP interface only: httpx and cryptography, never a server module (tests/test_layers.py).
+A client of the HTTP interface only: httpx and cryptography, never a server module (tests/unit/test_layers.py).
 
     cli       the entry: argparse subparsers, errors to stderr (text or --json), exit codes
     commands  one function per command (keygen, login, whoami, logout, grant ..., run)

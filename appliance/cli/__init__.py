@@ -5,7 +5,7 @@ or Textual, and `grantd --help` should not import anything. So this module keeps
 the subcommands (name -> module, one-line help), looks at the first argument, imports that one
 module and lets it add its real argparse subparsers (``register(subparsers)``); every other
 subcommand gets a placeholder subparser with the same one-line help, so the top-level help, usage
-and error messages are what one parser holding everything would print. tests/test_layers.py checks
+and error messages are what one parser holding everything would print. tests/unit/test_layers.py checks
 that the table's helps match the modules' and that `grantd --help` imports no subcommand module.
 """
 

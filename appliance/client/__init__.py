@@ -7,6 +7,6 @@ and `grantd login` (grantd.tui.signin).
 - ``files``: the client's private files under ``$XDG_CONFIG_HOME/grantd`` (agent.json, session.json):
   written 0600, atomically, in a directory only its owner may enter or change.
 
-Standard library plus grantd.core.display only (tests/test_layers.py): every client imports it, and
+Standard library plus grantd.core.display only (tests/unit/test_layers.py): every client imports it, and
 `grantd login` stays light.
 """

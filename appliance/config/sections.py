@@ -1,7 +1,7 @@
 """The typed sections of a checked config: one frozen dataclass per section, its fields the
 section's keys with the types they have after validation (defaults filled in, secrets resolved,
 ``trusted_proxies`` parsed, provider and client tables checked). So ``config.server.prot`` or
-``config.grants.pending_ttl + "s"`` fail mypy instead of running. tests/test_config.py checks
+``config.grants.pending_ttl + "s"`` fail mypy instead of running. tests/unit/test_config.py checks
 these classes against SCHEMA: the same keys, and types that agree with each key's kind. Secret
 values never appear in a repr.
 """

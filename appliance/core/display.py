@@ -10,7 +10,7 @@ printable and stays as it is; ``non_ascii`` lists the code points of such text s
 can mark it with a badge that shows them.
 
 Pure standard library and no grantd imports: the agent CLI and the TUI import this module too
-(tests/test_layers.py). Functions return plain ``str``; callers render the result as text, never as
+(tests/unit/test_layers.py). Functions return plain ``str``; callers render the result as text, never as
 markup (Jinja2 autoescapes it once more for HTML).
 """
 
@@ -36,7 +36,7 @@ _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"}
 # points in 27 entries since Unicode 14.0, the version of Python 3.11's unicodedata, which has no such
 # property). Renderers show these as nothing; several are letters (Lo: U+115F, U+1160, U+3164, U+FFA0)
 # or marks (Mn: U+034F, variation selectors) that the categories above would let through.
-# tests/test_display.py checks the table against the rule that derives it from categories.
+# tests/unit/test_display.py checks the table against the rule that derives it from categories.
 DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
     (0x00AD, 0x00AD),  # Cf SOFT HYPHEN
     (0x034F, 0x034F),  # Mn COMBINING GRAPHEME JOINER

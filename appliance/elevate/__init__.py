@@ -1,7 +1,7 @@
 """The elevation tool, `grantd elevate`, and its hook spec (grantd.elevate.hookspecs).
 
 It runs as root on target hosts, so it imports only itself, its hook spec and its plugins: no server
-module, no agent or console code (tests/test_layers.py, tests/test_elevate.py). Keep this file empty
+module, no agent or console code (tests/unit/test_layers.py, tests/system/test_elevate.py). Keep this file empty
 of imports: the server's plugin manager imports grantd.elevate.hookspecs, and with it this package.
 
 One small module per step, each readable on its own (they import only downward, in this order):

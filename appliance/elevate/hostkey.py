@@ -5,7 +5,7 @@ and prints its public half as the OpenSSH `ssh-ed25519` line an administrator en
 The key file is never overwritten: a host's identity changes only when root removes the old key
 on purpose. Its folder gets the same checks as elevate's config (root-owned, nobody else may write).
 cryptography and the receipt format are imported only here, inside the functions (elevate's
-`--help` and `--check-config` stay light: tests/test_layers.py)."""
+`--help` and `--check-config` stay light: tests/unit/test_layers.py)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 The document is built from one table, ``OPERATIONS``: one ``Op`` per route (method + path), with
 its request (path, query and header parameters, JSON body schema), its success answers and the
 error statuses it may give beyond those every operation of its kind gives. Adding a route is one
-``Op(...)`` line (and, for a new shape, a schema in ``SCHEMAS``); tests/test_openapi.py fails while
+``Op(...)`` line (and, for a new shape, a schema in ``SCHEMAS``); tests/server/test_openapi.py fails while
 a route of the app is missing here (browser pages are exempt there, /api/ routes never are), and
-tests/test_schemathesis.py drives the document against a real server.
+tests/system/test_schemathesis.py drives the document against a real server.
 
 Errors follow D2: ``application/problem+json`` ``{type, title, status, detail}`` plus extras
 (``field`` naming a bad field, ``grant_status`` for a grant in the wrong state). The statuses each

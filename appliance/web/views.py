@@ -181,7 +181,7 @@ ENV.filters.update(
 # A long command must not bury who, where and the decision (issue 20 item 4): the approval page lists
 # the first ARGV_SHOWN arguments and folds the rest, an argument longer than ARG_FOLD characters (as
 # shown, escaped) folds after its start, so does a reason longer than TEXT_FOLD, and an inbox entry
-# shows CMD_FOLD characters of its command. tests/browser/test_grant_screens.py holds the sizes.
+# shows CMD_FOLD characters of its command. tests/system/browser/test_grant_screens.py holds the sizes.
 ARGV_SHOWN = 4
 ARG_FOLD = 160
 TEXT_FOLD = 60

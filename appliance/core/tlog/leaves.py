@@ -76,7 +76,7 @@ def canonical(value: Any) -> bytes:
     both escape exactly the quote, the backslash and the control characters (backspace, tab, line
     feed, form feed and carriage return in their short forms, the others as lowercase u00xx).
     Anything else goes to the ``rfc8785`` library
-    (tests/test_tlog_leaves.py checks the two agree)."""
+    (tests/unit/test_tlog_leaves.py checks the two agree)."""
     _no_floats(value, "leaf")
     try:
         text = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

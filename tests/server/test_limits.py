@@ -1,0 +1,776 @@
+"""Abuse limits (D12), over real HTTP: each limit trips with 429 problem+json and Retry-After,
+counters are shared by server processes on one database, 0 turns a limit off, and event streams
+are bounded (per principal, replay, memory of unread streams).
+
+Per-address limits are told apart by trusting 127.0.0.1 as a proxy and sending X-Forwarded-For.
+Time-dependent tests use the in-process server's ManualClock to end a window without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from inproc import InProcessServer
+from support import postgres as pg
+
+from conftest import Server, make_server, problem, sign_in, signed_in, ssh_keygen
+from grants_support import grant_body, request_grant
+
+ALL_OFF = {
+    "authenticate_per_agent": 0,
+    "authenticate_per_address": 0,
+    "enroll_per_address": 0,
+    "failed_bearer_per_address": 0,
+    "grants_per_agent": 0,
+    "pending_per_agent": 0,
+    "verify_per_address": 0,
+    "streams_per_principal": 0,
+    "streams_per_owner": 0,
+    "streams_per_process": 0,
+}
+
+
+def limits_table(**limits: int) -> str:
+    return "[limits]\n" + "".join(f"{k} = {v}\n" for k, v in {**ALL_OFF, **limits}.items())
+
+
+def trust_local_proxy(config_path: Path) -> None:
+    """127.0.0.1 (the test) is a trusted proxy: X-Forwarded-For names the client address."""
+    text = config_path.read_text()
+    config_path.write_text(text.replace("[server]\n", '[server]\ntrusted_proxies = ["127.0.0.1"]\n', 1))
+
+
+def from_(address: str) -> dict[str, str]:
+    return {"X-Forwarded-For": address}
+
+
+def assert_limited(r: httpx.Response, detail: str) -> int:
+    """A 429 problem naming the limit, with Retry-After in whole seconds; returns Retry-After."""
+    assert r.status_code == 429, r.text
+    body = problem(r)
+    retry_after = int(r.headers["retry-after"])
+    assert 1 <= retry_after <= 60
+    assert body["detail"].startswith(detail), body
+    assert body["detail"].endswith(f"retry in {retry_after} s") or "pending" in detail, body
+    return retry_after
+
+
+@pytest.fixture
+def clocked(tmp_path: Path) -> Iterator[Callable[..., InProcessServer]]:
+    """In-process servers (ManualClock at .clock) with the given limits, everything else off."""
+    started: list[InProcessServer] = []
+
+    def start(extra: str = "", **limits: int) -> InProcessServer:
+        srv = InProcessServer(tmp_path / f"srv{len(started)}", extra=limits_table(**limits) + extra)
+        trust_local_proxy(srv.config_path)
+        started.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+# -- counted limits, one by one ------------------------------------------------------------------------
+
+
+def test_challenge_is_limited_per_client_address(clocked, tmp_path):
+    srv = clocked(authenticate_per_address=3)
+    agent = signed_in(srv, tmp_path / "keys")  # from 127.0.0.1: its own counter
+    with srv.client() as http:
+        for _ in range(3):
+            assert (
+                http.post(
+                    "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
+                ).status_code
+                == 200
+            )
+        r = http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1"))
+        retry_after = assert_limited(r, "too many authentication attempts; retry in")
+        # unknown agents count too: the address is what is limited
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": "nobody@example.com"}, headers=from_("203.0.113.1")
+            ).status_code
+            == 429
+        )
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.2")
+            ).status_code
+            == 200
+        )
+        srv.clock.advance(retry_after)  # the window ends: the address may try again
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
+            ).status_code
+            == 200
+        )
+
+
+def test_challenge_and_authenticate_are_limited_per_agent(clocked, tmp_path):
+    srv = clocked(authenticate_per_agent=2)
+    agent = signed_in(srv, tmp_path / "keys")  # one challenge and one authenticate used
+    other = signed_in(srv, tmp_path / "keys")
+    bad = {"challenge": "0" * 64, "signature": "AAAA"}
+    with srv.client() as http:
+        # the id and the e-mail name the same agent: one counter, from any address
+        assert (
+            http.post(
+                "/api/agent/authenticate",
+                json={"agent_id": agent.agent_id, **bad},
+                headers=from_("198.51.100.1"),
+            ).status_code
+            == 401
+        )
+        r = http.post(
+            "/api/agent/authenticate", json={"id": agent.email.upper(), **bad}, headers=from_("198.51.100.2")
+        )
+        assert_limited(r, "too many authentication attempts")
+        assert http.post("/api/agent/challenge", json={"agent_id": agent.email}).status_code == 200
+        assert_limited(
+            http.post("/api/agent/challenge", json={"agent_id": agent.agent_id}),
+            "too many authentication attempts",
+        )
+        # another agent is not affected
+        assert http.post("/api/agent/challenge", json={"agent_id": other.email}).status_code == 200
+        srv.clock.advance(60)
+    sign_in(srv, agent)  # a fresh window: the agent signs in again
+
+
+def test_enrolment_is_limited_per_client_address(clocked, tmp_path):
+    srv = clocked(enroll_per_address=2)
+    with srv.admin() as http:
+        for i in range(3):
+            _, public = ssh_keygen(tmp_path / "keys", name=f"k{i}")
+            r = http.post(
+                "/api/agent/enroll",
+                json={"email": f"bot{i}@example.com", "name": "bot", "publicKey": public},
+                headers=from_("192.0.2.7"),
+            )
+            if i < 2:
+                assert r.status_code == 201, r.text
+        assert_limited(r, "too many enrolments")
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": "bot2@example.com", "name": "bot", "publicKey": public},
+            headers=from_("192.0.2.8"),
+        )
+        assert r.status_code == 201, r.text
+
+
+def test_grant_requests_are_limited_per_agent(clocked, tmp_path):
+    srv = clocked(grants_per_agent=3)
+    agent = signed_in(srv, tmp_path / "keys")
+    other = signed_in(srv, tmp_path / "keys")
+    for _ in range(3):
+        request_grant(srv, agent)
+    with srv.client(agent.token) as http:
+        assert_limited(http.post("/api/grants", json=grant_body()), "too many grant requests")
+    request_grant(srv, other)
+    with srv.admin() as http:  # the management token asking on an agent's behalf is not an agent
+        assert http.post("/api/grants", json={**grant_body(), "requester": agent.email}).status_code == 201
+    srv.clock.advance(60)
+    request_grant(srv, agent)
+
+
+def test_pending_grants_of_one_agent_are_bounded(clocked, tmp_path):
+    srv = clocked(pending_per_agent=3, extra="[grants]\npending_ttl = 600\n")
+    agent = signed_in(srv, tmp_path / "keys")
+    ids = [request_grant(srv, agent)["id"] for _ in range(3)]
+    with srv.client(agent.token) as http:
+        r = http.post("/api/grants", json=grant_body())
+        assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+        assert problem(r)["detail"].startswith("too many pending grants (at most 3)")
+    with srv.admin() as http:  # a decision frees a place
+        assert http.post(f"/api/grants/{ids[0]}/deny", json={}).status_code == 200
+    request_grant(srv, agent)
+    with srv.client(agent.token) as http:
+        assert http.post("/api/grants", json=grant_body()).status_code == 429
+    srv.clock.advance(601)  # pending grants lapse (expired): they no longer count
+    for _ in range(3):
+        request_grant(srv, agent)
+
+
+def test_verify_is_limited_per_client_address(clocked):
+    srv = clocked(verify_per_address=3)
+    with srv.client() as http:
+        for _ in range(3):
+            assert (
+                http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")).json()[
+                    "valid"
+                ]
+                is False
+            )
+        assert_limited(
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.9")),
+            "too many verification requests",
+        )
+        assert (
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("203.0.113.10")).status_code
+            == 200
+        )
+
+
+def test_failed_bearers_shut_out_their_address_only(clocked, tmp_path):
+    srv = clocked(failed_bearer_per_address=3)
+    agent = signed_in(srv, tmp_path / "keys")
+    good = {"Authorization": f"Bearer {srv.token}"}
+    with srv.client() as http:
+        # successes never count; two failures are below the limit
+        for _ in range(10):
+            assert http.get("/api/me", headers={**good, **from_("192.0.2.3")}).status_code == 200
+        for _ in range(2):
+            assert (
+                http.get(
+                    "/api/me", headers={"Authorization": "Bearer wrong", **from_("192.0.2.3")}
+                ).status_code
+                == 401
+            )
+        assert http.get("/api/me", headers={**good, **from_("192.0.2.3")}).status_code == 200
+        # the attacker: guessing management tokens and forging identity tokens
+        for bearer in ("guess-1", "guess-2", agent.token[:-4] + "AAAA"):
+            assert (
+                http.get(
+                    "/api/me", headers={"Authorization": f"Bearer {bearer}", **from_("192.0.2.66")}
+                ).status_code
+                == 401
+            )
+        # now every wrong bearer from that address is 429, a forged identity token too
+        retry_after = assert_limited(
+            http.get("/api/me", headers={"Authorization": "Bearer guess-3", **from_("192.0.2.66")}),
+            "too many failed authentication attempts; retry in",
+        )
+        assert (
+            http.get(
+                "/api/me", headers={"Authorization": f"Bearer {agent.token[:-4]}BBBB", **from_("192.0.2.66")}
+            ).status_code
+            == 429
+        )
+        assert (
+            http.post(
+                "/api/grants",
+                json=grant_body(),
+                headers={"Authorization": "Bearer guess-4", **from_("192.0.2.66")},
+            ).status_code
+            == 429
+        )
+        # requests without a bearer are not bearer attempts
+        assert (
+            http.post(
+                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("192.0.2.66")
+            ).status_code
+            == 200
+        )
+        # the management token from another address is never limited by these failures
+        assert http.get("/api/admin/agents", headers={**good, **from_("192.0.2.4")}).status_code == 200
+        assert http.get("/api/me", headers=good).status_code == 200
+        srv.clock.advance(retry_after)
+        assert http.get("/api/me", headers={**good, **from_("192.0.2.66")}).status_code == 200
+
+
+def test_valid_credentials_are_never_locked_out_by_others_failures_at_the_same_address(clocked, tmp_path):
+    """Issue 19 item 6: people behind one NAT (or an untrusted proxy) share an address. Someone else's
+    failures there must not lock out the management token or a valid token; guesses of the
+    management token stay slowed (one per second per connection) and wrong ones are 429."""
+    srv = clocked(failed_bearer_per_address=3)
+    agent = signed_in(srv, tmp_path / "keys")
+    nat = from_("198.51.100.50")
+    with srv.client() as http:
+        codes = [
+            http.get("/api/me", headers={"Authorization": f"Bearer guess-{i}", **nat}).status_code
+            for i in range(5)
+        ]  # the attacker behind the NAT: over the budget
+        assert codes == [401, 401, 401, 429, 429]
+        # a valid agent identity token (signed: no guess passes it) is accepted at once
+        started = time.monotonic()
+        me = http.get("/api/me", headers={"Authorization": f"Bearer {agent.token}", **nat})
+        assert me.status_code == 200, me.text
+        assert me.json()["email"] == agent.email
+        assert time.monotonic() - started < 0.9
+        # the management token from the same address still works, after the guessing tarpit
+        started = time.monotonic()
+        r = http.get("/api/admin/agents", headers={"Authorization": f"Bearer {srv.token}", **nat})
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - started >= 1.0
+        # a wrong guess waits just as long, then is refused 429 (not told apart by its timing)
+        started = time.monotonic()
+        assert_limited(
+            http.get("/api/me", headers={"Authorization": "Bearer guess-x", **nat}),
+            "too many failed authentication attempts",
+        )
+        assert time.monotonic() - started >= 1.0
+        # an address under its budget is not slowed at all
+        started = time.monotonic()
+        assert (
+            http.get(
+                "/api/me", headers={"Authorization": f"Bearer {srv.token}", **from_("198.51.100.51")}
+            ).status_code
+            == 200
+        )
+        assert time.monotonic() - started < 0.9
+
+
+def test_ipv6_clients_are_counted_per_prefix(clocked):
+    """Issue 19 item 6: an IPv6 client owns a /64 and may use a fresh address for every request; it
+    still gets one counter. Other /64s are not affected; IPv4-mapped IPv6 counts as its IPv4."""
+    srv = clocked(verify_per_address=3)
+    with srv.client() as http:
+
+        def verify(address: str) -> httpx.Response:
+            return http.post("/api/grants/verify", json={"token": "x"}, headers=from_(address))
+
+        for address in ("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff"):
+            assert verify(address).status_code == 200
+        assert_limited(verify("2001:db8:1:2:abcd::9"), "too many verification requests")
+        assert verify("2001:db8:1:3::1").status_code == 200  # the next /64: another client
+        for _ in range(3):
+            assert verify("192.0.2.77").status_code == 200
+        assert_limited(verify("::ffff:192.0.2.77"), "too many verification requests")
+        assert verify("192.0.2.78").status_code == 200  # IPv4 stays per address
+    # the limits of other modules count per prefix too (POST /token: grantd.web.api.oauth)
+    srv2 = clocked(token_per_address=3)
+    with srv2.client() as http:
+        for i in range(3):
+            assert (
+                http.post(
+                    "/token", data={"grant_type": "nope"}, headers=from_(f"2001:db8:9:9::{i + 1}")
+                ).status_code
+                == 400
+            )
+        r = http.post("/token", data={"grant_type": "nope"}, headers=from_("2001:db8:9:9:1::5"))
+        assert r.status_code == 429, r.text
+
+
+def test_the_ipv6_prefix_is_configurable(clocked):
+    srv = clocked(verify_per_address=2, ipv6_prefix=128)
+    with srv.client() as http:
+        for i in range(4):  # four addresses of one /64, each its own counter at /128
+            for _ in range(2):
+                assert (
+                    http.post(
+                        "/api/grants/verify", json={"token": "x"}, headers=from_(f"2001:db8::{i + 1}")
+                    ).status_code
+                    == 200
+                )
+        assert (
+            http.post("/api/grants/verify", json={"token": "x"}, headers=from_("2001:db8::1")).status_code
+            == 429
+        )
+
+
+def test_limits_are_off_when_zero(clocked, tmp_path):
+    srv = clocked()  # every limit 0
+    agent = signed_in(srv, tmp_path / "keys")
+    with srv.client() as http:
+        for _ in range(40):
+            assert http.get("/api/me", headers={"Authorization": "Bearer wrong"}).status_code == 401
+            assert http.post("/api/agent/challenge", json={"agent_id": agent.email}).status_code == 200
+            assert http.post("/api/grants/verify", json={"token": "x"}).status_code == 200
+    for _ in range(40):
+        request_grant(srv, agent)
+
+
+def test_defaults_are_documented():
+    from grantd.config import SCHEMA
+
+    defaults = {name: key.default for name, key in SCHEMA["limits"].items()}
+    assert defaults == {
+        "authenticate_per_agent": 120,
+        "authenticate_per_address": 300,
+        "enroll_per_address": 600,
+        "failed_bearer_per_address": 50,
+        "grants_per_agent": 120,
+        "pending_per_agent": 100,
+        "verify_per_address": 6000,
+        "streams_per_principal": 8,
+        "streams_per_process": 1000,
+        "passkey_per_address": 60,
+        "device_code_per_address": 30,
+        "token_per_address": 300,
+        "sp_login_per_address": 60,
+        "ipv6_prefix": 64,
+        "streams_per_owner": 32,
+        "agents_per_person": 100,
+        "pending_per_owner": 200,
+    }
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "[limits]" in readme
+
+
+# -- shared by processes -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_counters_are_shared_by_two_servers_on_one_database(tmp_path):
+    """Two `grantd serve` processes on one database (SQLite file or PostgreSQL): failures at either count for both."""
+    shared = tmp_path / "shared" / "grantd.db"
+    servers: list[Server] = []
+    try:
+        for name in ("a", "b"):
+            srv = make_server(tmp_path / name, extra=limits_table(failed_bearer_per_address=4))
+            trust_local_proxy(srv.config_path)
+            if not (
+                servers and pg.share_database(servers[0].directory, srv.directory)
+            ):  # PostgreSQL: a's database
+                srv.config_path.write_text(
+                    srv.config_path.read_text().replace('path = "grantd.db"', f'path = "{shared}"')
+                )
+            servers.append(srv)
+        a, b = (s.start() for s in servers)
+        for attempt in range(3):  # the wall clock may cross a window's end mid-test: then try once more
+            window = int(time.time()) // 60
+            address = from_(f"198.51.100.{attempt + 20}")
+            codes = []
+            for srv in (a, b, a, b):
+                with srv.client("wrong") as http:
+                    codes.append(http.get("/api/me", headers=address).status_code)
+            with a.admin() as ha, b.admin() as hb:
+                after = [
+                    ha.get("/api/me", headers=address).status_code,
+                    hb.get("/api/me", headers=address).status_code,
+                ]
+                elsewhere = hb.get("/api/me", headers=from_("198.51.100.99")).status_code
+            with a.client("wrong") as wa, b.client("wrong") as wb:
+                after += [
+                    wa.get("/api/me", headers=address).status_code,
+                    wb.get("/api/me", headers=address).status_code,
+                ]
+            if int(time.time()) // 60 == window:
+                break
+        assert codes == [401, 401, 401, 401]
+        # four failures, two in each process: more wrong bearers are 429 in both; the right one still works
+        assert after == [200, 200, 429, 429]
+        assert elsewhere == 200
+    finally:
+        for srv in servers:
+            srv.stop()
+
+
+# -- event streams -------------------------------------------------------------------------------------
+
+
+def _grant_record(i: int, now: int) -> dict[str, Any]:
+    return {
+        "id": f"g{i:06d}",
+        "type": "command",
+        "requester": "bot@example.com",
+        "requester_id": "agt_bot",
+        "request": {
+            "command": ["systemctl", "restart", f"svc-{i}", *["--flag"] * 20],
+            "audience": "escapes",
+            "target_host": "web-1",
+            "grant_type": "once",
+            "reason": "r" * 600,
+            "requester": "bot@example.com",
+        },
+        "grant_type": "once",
+        "status": "pending",
+        "created_at": now,
+        "decided_by": None,
+        "decided_at": None,
+        "expires_at": None,
+        "used_at": None,
+        "decision_reason": None,
+        "delegation_id": None,
+        "revoked_by": None,
+        "revoked_at": None,
+        "reuse_key": None,
+        "version": 1,
+    }
+
+
+def populate_events(directory: Path, count: int) -> None:
+    """``count`` grant.created events (grants of about 1.5 KB each), written into the database of the
+    server in ``directory`` (SQLite or PostgreSQL) before it starts."""
+
+    async def write() -> None:
+        store = pg.open_store(directory)
+        try:
+            await store.migrate()
+            now = int(time.time() * 1000)
+            for i in range(count):
+                await store.grants.create(_grant_record(i, now), ["grant.created"])  # type: ignore[arg-type]
+        finally:
+            store.close()
+
+    asyncio.run(write())
+
+
+def vm_rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def open_stream(port: int, token: str, last_event_id: int | None = None) -> socket.socket:
+    """A raw event-stream request whose answer is never read (a tiny receive buffer)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    resume = f"Last-Event-ID: {last_event_id}\r\n" if last_event_id is not None else ""
+    sock.sendall(
+        f"GET /api/grants/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{resume}\r\n".encode()
+    )
+    return sock
+
+
+def status_of(sock: socket.socket) -> tuple[int, str]:
+    sock.settimeout(10)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return int(head.split(b" ", 2)[1]), head.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def event_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real server holding 3000 grant events, per-principal streams unbounded (the memory test
+    opens 100 streams with the management token)."""
+    directory = tmp_path_factory.mktemp("events")
+    srv = make_server(directory, extra="[limits]\nstreams_per_principal = 0\n")
+    populate_events(directory, 3000)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def read_frames(srv: Server, last_event_id: int, frames: int) -> list[dict[str, str]]:
+    found: list[dict[str, str]] = []
+    with (
+        httpx.Client(base_url=srv.url, timeout=10) as http,
+        http.stream(
+            "GET",
+            "/api/grants/events",
+            headers={"Authorization": f"Bearer {srv.token}", "Last-Event-ID": str(last_event_id)},
+        ) as r,
+    ):
+        assert r.status_code == 200
+        event: dict[str, str] = {}
+        for line in r.iter_lines():
+            if line == "":
+                if event:
+                    found.append(event)
+                    if len(found) == frames:
+                        return found
+                event = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                event[name] = value
+    return found
+
+
+def test_a_resume_too_far_behind_gets_a_reset_then_live_events(event_server):
+    opening, reset = read_frames(event_server, 0, 2)  # 3000 events behind (> 1000): no replay
+    assert opening == {"retry": "2000"}
+    assert reset["event"] == "reset"
+    assert reset["id"] == "3000"
+    assert json.loads(reset["data"])["last_event_id"] == 3000
+
+
+def test_a_resume_close_behind_is_replayed(event_server):
+    frames = [f for f in read_frames(event_server, 2995, 6) if "event" in f]
+    assert [f["id"] for f in frames] == ["2996", "2997", "2998", "2999", "3000"]
+    assert {f["event"] for f in frames} == {"grant.created"}
+
+
+def test_unread_streams_keep_the_server_small(event_server):
+    """100 streams that never read, half resuming from 0 (reset), half 1000 events behind (paged
+    replay): the server's memory stays bounded (before these limits: +290 MB for 100 streams)."""
+    pid = event_server.proc.pid  # workers = 1: the server runs in this very process
+    before = vm_rss_kb(pid)
+    socks = [open_stream(event_server.port, event_server.token, 0 if i % 2 else 2000) for i in range(100)]
+    try:
+        peak = before
+        for _ in range(10):
+            time.sleep(0.3)  # the server fills every stream's buffers meanwhile
+            peak = max(peak, vm_rss_kb(pid))
+        with event_server.admin() as http:
+            assert http.get("/api/me").status_code == 200  # still serving
+        grown_mb = (peak - before) / 1024
+        print(f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 unread streams")
+        assert grown_mb < 60, f"server grew {grown_mb:.0f} MB"
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_the_ninth_stream_of_one_agent_gets_429(server, tmp_path):
+    agent = signed_in(server, tmp_path / "keys")
+    other = signed_in(server, tmp_path / "keys")
+    socks = [open_stream(server.port, agent.token) for _ in range(8)]
+    try:
+        assert [status_of(s)[0] for s in socks] == [200] * 8
+        ninth = open_stream(server.port, agent.token)
+        code, head = status_of(ninth)
+        ninth.close()
+        assert code == 429 and "retry-after: 10" in head.lower()
+        another = open_stream(server.port, other.token)  # other principals are not affected
+        assert status_of(another)[0] == 200
+        another.close()
+        socks.pop().close()  # one closes: a place is free again (once the server notices)
+        deadline = time.monotonic() + 10
+        while True:
+            again = open_stream(server.port, agent.token)
+            code = status_of(again)[0]
+            socks.append(again)
+            if code == 200 or time.monotonic() > deadline:
+                break
+            socks.pop().close()
+            time.sleep(0.1)
+        assert code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_default_stream_bound_keeps_management_streams_in_check(server):
+    with server.client(server.token) as http:  # the management token is a principal like any other
+        assert http.get("/api/me").status_code == 200
+    socks = [open_stream(server.port, server.token) for _ in range(9)]
+    try:
+        codes = sorted(status_of(s)[0] for s in socks)
+        assert codes == [200] * 8 + [429]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+# -- issue 19 item 12 (part): streams per owner across agents -------------------------------------------
+
+
+@pytest.mark.slow
+def test_one_owner_cannot_escape_the_stream_bound_by_streaming_as_many_agents(tmp_path):
+    """One person owns 25 agents and opens 4 unread streams as each (100 in all, half replaying
+    from 1000 events behind, half reset, as the memory test above): streams_per_principal (4) holds
+    for each agent, but only streams_per_owner (10) are open across them; the rest get 429 naming
+    the per-person bound, another owner's agent still streams, and the server stays small. Before
+    the per-owner bound every one of the 100 was served."""
+    directory = tmp_path / "owner"
+    srv = make_server(directory, extra="[limits]\nstreams_per_principal = 4\nstreams_per_owner = 10\n")
+    populate_events(directory, 3000)
+    srv.start()
+    socks: list[socket.socket] = []
+    try:
+        owner = "olive@example.com"
+        agents = [signed_in(srv, tmp_path / "keys", owner=owner, approver=owner) for _ in range(25)]
+        stranger = signed_in(srv, tmp_path / "keys", owner="sam@example.com", approver="sam@example.com")
+        pid = srv.proc.pid
+        before = vm_rss_kb(pid)
+        peak = before
+        codes: list[int] = []
+        heads: list[str] = []
+        for i in range(100):
+            sock = open_stream(srv.port, agents[i // 4].token, 0 if i % 2 else 2000)
+            code, head = status_of(sock)
+            codes.append(code)
+            heads.append(head)
+            if code == 200:
+                socks.append(sock)  # held open, never read
+            else:
+                sock.close()
+            peak = max(peak, vm_rss_kb(pid))
+        for _ in range(5):
+            time.sleep(0.3)  # the server fills every open stream's buffers meanwhile
+            peak = max(peak, vm_rss_kb(pid))
+        assert codes.count(200) == 10, codes
+        assert codes[:10] == [200] * 10 and set(codes[10:]) == {429}
+        refused = heads[10]
+        assert "retry-after: 10" in refused.lower() and "per person across their agents" in refused
+        # one agent alone is still bounded by streams_per_principal (its fifth stream is refused first)
+        other = open_stream(srv.port, stranger.token)
+        assert status_of(other)[0] == 200
+        socks.append(other)
+        grown_mb = (peak - before) / 1024
+        print(
+            f"server RSS {before // 1024} MB -> peak {peak // 1024} MB with 100 stream attempts by one owner"
+        )
+        assert grown_mb < 25, f"server grew {grown_mb:.0f} MB"
+        # a stream that closes frees its owner's place (once the server notices)
+        socks.pop(0).close()
+        deadline = time.monotonic() + 10
+        while True:
+            again = open_stream(srv.port, agents[-1].token)
+            code = status_of(again)[0]
+            if code == 200 or time.monotonic() > deadline:
+                socks.append(again)
+                break
+            again.close()
+            time.sleep(0.1)
+        assert code == 200
+    finally:
+        for sock in socks:
+            sock.close()
+        srv.stop()
+
+
+def test_a_person_and_the_agents_they_own_share_one_stream_budget(tmp_path):
+    """The hub itself (a real in-process server, its store and limits): a person's own streams and
+    their agents' count together; the management token counts with the agents enrolled for the
+    management identity; another person is not affected."""
+    from contextlib import AsyncExitStack
+
+    from grantd.core import principals
+    from grantd.core.errors import Problem
+    from grantd.services.events import stream_owner
+
+    srv = InProcessServer(
+        tmp_path / "hub", extra="[limits]\nstreams_per_principal = 3\nstreams_per_owner = 5\n"
+    ).start()
+    try:
+        services = srv.services
+        with srv.admin() as http:
+            made = [
+                http.post(
+                    "/api/agent/enroll",
+                    json={
+                        "email": f"bot{i}@example.com",
+                        "name": "bot",
+                        "publicKey": ssh_keygen(tmp_path / "k", name=f"k{i}")[1],
+                        "owner": "pat@example.com" if i < 2 else services.config.admin.management_identity,
+                    },
+                )
+                for i in range(3)
+            ]
+        assert all(r.status_code == 201 for r in made), [r.text for r in made]
+        pat = principals.person("pat@example.com", frozenset())
+        bots = [principals.agent(r.json()["agent_id"], r.json()["email"]) for r in made]
+        management = principals.management(services.config.admin.management_identity)
+        lee = principals.person("lee@example.com", frozenset())
+
+        async def open_all(order: list[Any]) -> list[int]:
+            codes: list[int] = []
+            async with AsyncExitStack() as stack:
+                for principal in order:
+                    owner = await stream_owner(services.store, principal)
+                    try:
+                        await stack.enter_async_context(
+                            services.events.subscription(principal.id, services.limits, owner)
+                        )
+                        codes.append(200)
+                    except Problem as exc:
+                        codes.append(exc.status)
+            return codes
+
+        # pat: 3 own (the per-principal bound), then 2 as each agent: 5 in all, the rest refused
+        codes = srv.call(open_all([pat] * 4 + [bots[0]] * 2 + [bots[1]] * 2 + [lee] * 3))
+        assert codes == [200, 200, 200, 429, 200, 200, 429, 429, 200, 200, 200]
+        # the management token and the agent enrolled for the management identity share a budget too
+        codes = srv.call(open_all([management] * 3 + [bots[2]] * 3))
+        assert codes == [200, 200, 200, 200, 200, 429]
+    finally:
+        srv.stop()

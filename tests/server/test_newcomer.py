@@ -1,0 +1,766 @@
+"""Issue 20: what a newcomer and an operator meet in their first hour (D18).
+
+Real `grantd serve` processes on free ports and the real `grantd` CLI as subprocesses. The server
+here is reached by the agent at 127.0.0.1 while its issuer is ``http://localhost:PORT``, the
+situation of the README (``--idp http://127.0.0.1:8000`` against ``scripts/serve``'s localhost
+issuer), where a link on the address the agent used leads to "This is an invalid domain".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import GRANTD, ROOT, Server, make_server, unique_email
+
+HOST = "web-1"
+
+
+@pytest.fixture(scope="module")
+def localhost_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server whose issuer is http://localhost:PORT; the tests reach it at http://127.0.0.1:PORT."""
+    srv = make_server(tmp_path_factory.mktemp("newcomer"))
+    config = srv.config_path.read_text()
+    srv.config_path.write_text(
+        config.replace("[server]\n", f'[server]\nissuer = "http://localhost:{srv.port}"\n', 1)
+    )
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def issuer_of(srv: Server) -> str:
+    return f"http://localhost:{srv.port}"
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRANTD_", "PYTEST", "XDG_", "SUDO_"))}
+    env.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "PYTHONPATH": str(ROOT)})
+    return env
+
+
+class Agent:
+    def __init__(self, srv: Server, home: Path):
+        self.srv, self.home, self.email = srv, home, unique_email("newcomer")
+        self.env = cli_env(home)
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GRANTD, *args], env=self.env, capture_output=True, text=True, timeout=60, cwd="/"
+        )
+
+
+@pytest.fixture(scope="module")
+def agent(localhost_server: Server, tmp_path_factory: pytest.TempPathFactory) -> Agent:
+    """Logged in at http://127.0.0.1:PORT, the address the README's agent uses."""
+    a = Agent(localhost_server, tmp_path_factory.mktemp("agent-home"))
+    made = a.run("agent", "keygen", "--comment", a.email, "--json")
+    assert made.returncode == 0, made.stderr
+    with localhost_server.admin() as http:
+        r = http.post(
+            "/api/agent/enroll",
+            json={"email": a.email, "name": "newcomer", "publicKey": json.loads(made.stdout)["public_key"]},
+        )
+        assert r.status_code == 201, r.text
+    login = a.run("agent", "login", "--idp", localhost_server.url, "--email", a.email)
+    assert login.returncode == 0, login.stderr
+    return a
+
+
+def approve(srv: Server, grant_id: str) -> dict[str, Any]:
+    with srv.admin() as http:
+        r = http.post(f"/api/grants/{grant_id}/approve", json={})
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+# -- item 1: links on the issuer --------------------------------------------------------------------
+
+
+def test_run_prints_the_approval_link_on_the_issuer_not_on_the_address_it_used(localhost_server, agent):
+    argv = ["echo", "issuer", uuid.uuid4().hex[:8]]
+    result = agent.run("run", "--", *argv)
+    assert result.returncode == 75, result.stderr
+    link = re.search(r"(http://\S+)/grant-approval\?grant_id=(\S+)", result.stderr)
+    assert link is not None, result.stderr
+    assert link[1] == issuer_of(localhost_server)  # not http://127.0.0.1:PORT, where passkeys fail
+    assert localhost_server.url not in result.stderr
+
+    as_json = agent.run("run", "--json", "--", *argv)
+    assert as_json.returncode == 75, as_json.stderr
+    answer = json.loads(as_json.stdout)
+    assert answer["approval_url"] == f"{issuer_of(localhost_server)}/grant-approval?grant_id={answer['id']}"
+
+    asked = agent.run("grant", "request", "--audience", "grantd", "--host", HOST, "--", *argv)
+    assert (
+        asked.returncode == 75 and f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in asked.stderr
+    )
+    who = json.loads(agent.run("agent", "whoami", "--json").stdout)
+    assert who["idp"] == localhost_server.url and who["issuer"] == issuer_of(localhost_server)
+
+
+def test_a_state_file_from_before_knows_the_issuer_from_its_token(localhost_server, agent):
+    """agent.json written by an older grantd has no `issuer`: it is read from the cached token."""
+    path = agent.home / ".config" / "grantd" / "agent.json"
+    state = json.loads(path.read_text())
+    state.pop("issuer", None)
+    path.write_text(json.dumps(state))
+    result = agent.run("run", "--", "echo", "old-state", uuid.uuid4().hex[:8])
+    assert result.returncode == 75, result.stderr
+    assert f"{issuer_of(localhost_server)}/grant-approval?grant_id=" in result.stderr
+
+
+def test_login_at_another_address_of_the_server_points_to_the_issuer(localhost_server):
+    issuer = issuer_of(localhost_server)
+    r = httpx.get(f"{localhost_server.url}/login", params={"next": "/grants?status=pending"})
+    assert r.status_code == 200
+    assert "data-elsewhere" in r.text
+    assert f'href="{issuer}/login?next=/grants%3Fstatus%3Dpending"' in r.text
+    at_issuer = httpx.get(
+        f"{localhost_server.url}/login", headers={"Host": f"localhost:{localhost_server.port}"}
+    )
+    assert at_issuer.status_code == 200 and "data-elsewhere" not in at_issuer.text
+    same_case = httpx.get(
+        f"{localhost_server.url}/login", headers={"Host": f"LocalHost:{localhost_server.port}"}
+    )
+    assert "data-elsewhere" not in same_case.text
+
+
+def test_registration_links_printed_by_the_cli_are_on_the_issuer(localhost_server):
+    added = localhost_server.grantd(
+        "users", "add", unique_email("person"), "--config", str(localhost_server.config_path)
+    )
+    assert f"{issuer_of(localhost_server)}/register?token=" in added.stdout + added.stderr
+
+
+# -- item 10: the smaller ones ------------------------------------------------------------------------
+
+
+def test_a_timed_run_reuses_an_approved_grant_without_duration(localhost_server, agent):
+    argv = ["echo", "timed", uuid.uuid4().hex[:8]]
+    fresh = agent.run(
+        "grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv
+    )
+    assert fresh.returncode == 2, fresh.stderr  # a new timed grant still needs its duration
+    assert "--duration" in json.loads(fresh.stderr)["message"]
+    asked = agent.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        HOST,
+        "--type",
+        "timed",
+        "--duration",
+        "1h",
+        "--json",
+        "--",
+        *argv,
+    )
+    assert asked.returncode == 75, asked.stderr
+    grant_id = json.loads(asked.stdout)["id"]
+    approve(localhost_server, grant_id)
+    again = agent.run(
+        "grant", "request", "--audience", "grantd", "--host", HOST, "--type", "timed", "--json", "--", *argv
+    )
+    assert again.returncode == 0, again.stderr
+    reused = json.loads(again.stdout)
+    assert reused["id"] == grant_id and reused["reused"] is True and reused["status"] == "approved"
+
+
+def test_a_bogus_registration_link_says_so_before_any_click(localhost_server):
+    r = httpx.get(f"{localhost_server.url}/register", params={"token": "bogus"})
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "This registration link is not valid" in r.text
+    assert 'data-action="register"' not in r.text  # no form to click
+
+
+# -- item 3: what `grantd config validate` accepts, `grantd serve` starts (D18) ----------------------
+
+BASE = """version = 1
+[server]
+host = "127.0.0.1"
+port = {port}
+[admin]
+management_token = "file:token"
+"""
+OIDC = """
+[[federation.providers]]
+id = "corp"
+type = "{kind}"
+issuer = "https://sso.example.com"
+client_id = "grantd"
+client_secret = "file:{secret}"
+"""
+
+# (name, extra TOML, every problem `config validate` must list in one run). Serve prints the same
+# list, except for the storage's own preconditions, which its preflight reports in its one start-up
+# line when it opens the storage (STORAGE_CASES: what that line says).
+STORAGE_CASES = {
+    "postgres without a dsn": "storage.dsn: missing",
+    "a database path under a file": "cannot open the SQLite database",
+    "a PostgreSQL that cannot be reached": "cannot connect to PostgreSQL",
+}
+BAD_CONFIGS = [
+    (
+        "unknown storage plugin",
+        '[storage]\nplugin = "sqlight"\n',
+        ["storage.plugin: no storage plugin named 'sqlight' (did you mean \"sqlite\"?)"],
+    ),
+    (
+        "unknown provider type beside a bad key",
+        "[log]\nformt = 'json'\n" + OIDC.format(kind="odic", secret="token"),
+        [
+            'log.formt: unknown key (did you mean "log.format"?)',
+            "federation.providers[0].type: no provider type named 'odic' (did you mean \"oidc\"?)",
+        ],
+    ),
+    (
+        "unknown storage plugin and an unreadable token file",
+        '[storage]\nplugin = "mysql"\n',
+        ["storage.plugin: no storage plugin named 'mysql'", "admin.management_token:"],
+    ),
+    (
+        "a plugin module that is not there and an unknown provider type",
+        '[plugins]\nmodules = ["no_such_grantd_plugin"]\n' + OIDC.format(kind="saml", secret="token"),
+        [
+            "plugins.modules: cannot import 'no_such_grantd_plugin'",
+            "federation.providers[0].type: no provider type named 'saml'",
+        ],
+    ),
+    (
+        "a provider secret that cannot be read",
+        OIDC.format(kind="oidc", secret="no-such-secret"),
+        ["federation.providers[0].client_secret:"],
+    ),
+    ("postgres without a dsn", '[storage]\nplugin = "postgres"\n', ["storage.dsn: missing"]),
+    (
+        "a PostgreSQL that cannot be reached",
+        '[storage]\nplugin = "postgres"\ndsn = "host=/nonexistent-grantd-socket-dir dbname=grantd connect_timeout=2"\n',
+        ["storage.dsn: cannot connect to PostgreSQL"],
+    ),
+    (
+        "a database path under a file",
+        '[storage]\npath = "token/grantd.db"\n',
+        ["storage.path: cannot create"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "extra", "problems"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp_path, name, extra, problems):
+    from conftest import free_port
+
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    text = BASE.format(port=free_port()) + extra
+    if name == "unknown storage plugin and an unreadable token file":
+        text = text.replace('"file:token"', '"file:missing-token"')
+    path = tmp_path / "grantd.toml"
+    path.write_text(text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    validated = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert validated.returncode == 1, validated.stdout
+    listed = [line.strip()[2:] for line in validated.stderr.splitlines() if line.strip().startswith("- ")]
+    for problem in problems:
+        assert any(line.startswith(problem) for line in listed), (problem, validated.stderr)
+    assert f"({len(listed)} problem" in validated.stderr
+
+    served = subprocess.run(
+        [*GRANTD, "serve", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert served.returncode == 1, served.stderr
+    assert "grantd: serving" not in served.stderr and "Traceback" not in served.stderr, served.stderr
+    if name in STORAGE_CASES:
+        assert "grantd: cannot start: " in served.stderr and STORAGE_CASES[name] in served.stderr, (
+            served.stderr
+        )
+    else:
+        assert validated.stderr in served.stderr  # the same list, word for word
+
+
+def test_config_validate_accepts_what_serve_starts(tmp_path):
+    from conftest import free_port
+
+    (tmp_path / "token").write_text("t" * 32)
+    (tmp_path / "token").chmod(0o600)
+    (tmp_path / "secret").write_text("s" * 32)
+    (tmp_path / "secret").chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    port = free_port()
+    path.write_text(BASE.format(port=port) + OIDC.format(kind="oidc", secret="secret"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    validated = subprocess.run(
+        [*GRANTD, "config", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert validated.returncode == 0, validated.stderr
+    srv = Server(tmp_path, port, "t" * 32, GRANTD, env)
+    srv.start()
+    try:
+        listed = httpx.get(f"{srv.url}/api/federation/providers").json()["providers"]
+        assert [p["id"] for p in listed] == ["corp"]
+    finally:
+        assert srv.stop() == 0
+
+
+# -- item 8: the first start's management token, last and framed; a quiet install -------------------
+
+
+def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
+    import signal
+    import threading
+    import time
+
+    from conftest import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen(
+        [*GRANTD, "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    assert proc.stderr is not None
+    threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("listening on" in line for line in lines):
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        time.sleep(0.2)
+    token = (tmp_path / "management-token").read_text().strip()
+    text = "".join(lines)
+    assert text.count(token) == 1, text
+    ours = [
+        line.rstrip("\n") for line in lines if line.startswith("grantd:")
+    ]  # the banner, before the server's log
+    at = next(i for i, line in enumerate(ours) if token in line)
+    frame = ours[at - 3 : at + 5]
+    assert frame[0] == frame[-1] == "grantd: " + "=" * 72, "\n".join(ours)
+    assert "management token (shown once" in frame[1] and str(tmp_path / "management-token") in frame[1]
+    assert "acts as admin@grantd.local (admin.management_identity)" in "\n".join(frame)
+    after = ours[at + 5 :]
+    assert after == [], f"the token is the banner's last word, found after it: {after}"
+    before = "\n".join(ours[:at])
+    assert "grantd: serving http://localhost:" in before and "first administrator admin@localhost" in before
+    assert f"{ROOT / 'README.md'}, 'Sign in an agent with curl and ssh-keygen'" in before
+
+
+def test_building_grantd_gives_no_setuptools_warnings(tmp_path):
+    """The first `scripts/serve` showed 92 setuptools warnings about grantd's own pyproject.toml
+    (grantd.web.static and grantd.web.templates missing from the package list)."""
+    import sys
+
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-v",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    output = built.stdout + built.stderr
+    assert "absent from the `packages` configuration" not in output and "Warning" not in output, output
+    import zipfile
+
+    [wheel] = tmp_path.glob("grantd-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "grantd/web/templates/login.html" in names and "grantd/web/static/grantd.js" in names
+
+
+def _fake_venv_bootstrap(tmp_path: Path, pip_exit: int) -> subprocess.CompletedProcess[str]:
+    """scripts/bootstrap in a copy of the checkout whose .venv/bin/python is a stand-in that writes
+    200 lines of install noise and exits with ``pip_exit`` (what pip's build warnings looked like)."""
+    import shutil
+
+    checkout = tmp_path / f"checkout-{pip_exit}"
+    (checkout / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "bootstrap", checkout / "scripts" / "bootstrap")
+    shutil.copy(ROOT / "pyproject.toml", checkout / "pyproject.toml")
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    stand_in = checkout / ".venv" / "bin" / "python"
+    stand_in.write_text(
+        f'#!/bin/sh\ncase "$*" in *pip*) for i in $(seq 200); do echo "noise $i" >&2; done; '
+        f"exit {pip_exit};; esac\nexit 0\n"
+    )
+    stand_in.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(checkout / "scripts" / "bootstrap")], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_install_is_quiet_unless_it_fails(tmp_path):
+    quiet = _fake_venv_bootstrap(tmp_path, 0)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "noise" not in quiet.stdout + quiet.stderr
+    assert quiet.stdout == "" and quiet.stderr.count("\n") == 1 and "installing grantd" in quiet.stderr
+    failed = _fake_venv_bootstrap(tmp_path, 1)
+    assert failed.returncode == 1
+    assert "noise 200" in failed.stderr and "the install failed" in failed.stderr
+
+
+# -- item 5: trying grantd elevate without writing to /etc -------------------------------------------
+
+
+def test_run_names_what_is_missing_to_reach_elevate_before_asking_anyone(localhost_server, agent):
+    argv = ["echo", "no-elevate", uuid.uuid4().hex[:8]]
+    result = agent.run("run", "--elevate-command", "/nonexistent/grantd", "--", *argv)
+    assert result.returncode == 1
+    assert "cannot run grantd elevate: /nonexistent/grantd not found" in result.stderr
+    assert "--elevate-command" in result.stderr and "GRANTD_ELEVATE_COMMAND" in result.stderr
+    with localhost_server.admin() as http:
+        mine = http.get("/api/grants", params={"requester": agent.email, "limit": 100}).json()["data"]
+    assert not [g for g in mine if g["request"].get("command") == argv]  # nobody was asked
+
+
+def test_the_sudo_path_of_a_source_checkout_is_named_when_it_is_missing():
+    from grantd.agent.run import elevate_missing
+
+    said = elevate_missing(["sudo", "-n", "/nonexistent/bin/grantd"])
+    assert said is not None
+    assert "reached through `sudo -n /nonexistent/bin/grantd elevate`" in said and "does not exist" in said
+    assert "--elevate-command" in said and "packaging/install" in said
+    assert (
+        elevate_missing(["sudo", "-n", "/bin/sh"]) is None
+    )  # sudo (scripts/bootstrap test installs it) and the program
+    assert "names no program after sudo" in str(elevate_missing(["sudo", "-n"]))
+    assert "no-such-program-grantd not found" in str(elevate_missing(["no-such-program-grantd"]))
+
+
+def test_run_hands_its_elevate_config_to_elevate(server, tmp_path):
+    """`grantd run --elevate-config FILE` (or GRANTD_ELEVATE_CONFIG): elevate reads FILE, so trying
+    the whole path needs no /etc/grantd/elevate.toml (as root, grantd run starts elevate itself)."""
+    from elevate_support import make_target
+
+    target = make_target(tmp_path / "target", [server.url])
+    a = Agent(server, tmp_path / "home")
+    made = a.run("agent", "keygen", "--comment", a.email, "--json")
+    with server.admin() as http:
+        assert (
+            http.post(
+                "/api/agent/enroll",
+                json={
+                    "email": a.email,
+                    "name": "newcomer",
+                    "publicKey": json.loads(made.stdout)["public_key"],
+                },
+            ).status_code
+            == 201
+        )
+    assert a.run("agent", "login", "--idp", server.url, "--email", a.email).returncode == 0
+    argv = ["echo", "elevated", uuid.uuid4().hex[:8]]
+    asked = a.run(
+        "grant",
+        "request",
+        "--audience",
+        "grantd",
+        "--host",
+        socket.gethostname(),
+        "--type",
+        "always",
+        "--json",
+        "--",
+        *argv,
+    )
+    approve(server, json.loads(asked.stdout)["id"])
+    ran = a.run("run", "--type", "always", "--elevate-config", str(target.config), "--", *argv)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == " ".join(argv[1:]) + "\n"
+    assert json.loads(target.audit_log.read_text().splitlines()[0])["result"] == "allowed"
+    a.env["GRANTD_ELEVATE_CONFIG"] = str(tmp_path / "no-such-elevate.toml")
+    refused = a.run("run", "--type", "always", "--", *argv)
+    assert refused.returncode == 1 and "no-such-elevate.toml" in refused.stderr, refused.stderr
+
+
+# -- item 10: JWKS (and every route) answer 503, not 500, while PostgreSQL is down ---------------------
+
+
+@pytest.mark.slow  # starts a PostgreSQL server of its own
+def test_jwks_says_503_while_postgresql_is_down(tmp_path):
+    from support import postgres as pg
+
+    pg.require()
+    database = pg.Postgres().start()
+    srv = None
+    try:
+        dsn = database.create_database()
+        (tmp_path / "srv").mkdir()
+        (tmp_path / "srv" / "dsn").write_text(dsn)
+        srv = make_server(tmp_path / "srv", storage='plugin = "postgres"\ndsn = "file:dsn"')
+        srv.start()
+        assert httpx.get(f"{srv.url}/.well-known/jwks.json").status_code == 200
+        pg_ctl = pg.find_bin("pg_ctl")
+        assert pg_ctl
+        database._run([pg_ctl, "-D", str(database.data), "-m", "immediate", "-w", "stop"], timeout=60)
+        database.started = False
+        assert httpx.get(f"{srv.url}/readyz").status_code == 503
+        for path in ("/.well-known/jwks.json", "/api/grants"):
+            r = httpx.get(f"{srv.url}{path}", headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.headers["content-type"].startswith("application/problem+json")
+            assert (
+                r.json()["detail"] == "database unreachable; retry later" and r.headers["retry-after"] == "5"
+            )
+    finally:
+        if srv is not None:
+            srv.stop()
+        database.stop()
+
+
+def test_an_unknown_route_is_a_page_for_a_browser_and_problem_json_for_the_api(localhost_server):
+    browser = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    r = httpx.get(f"{localhost_server.url}/no-such-page", headers=browser)
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "There is no page at this address." in r.text and "<html" in r.text.lower()
+    assert r.headers["content-security-policy"].startswith("default-src 'self'")
+    for path, headers in (("/no-such-page", {"Accept": "*/*"}), ("/api/no-such-route", browser)):
+        r = httpx.get(f"{localhost_server.url}{path}", headers=headers)
+        assert r.status_code == 404 and r.headers["content-type"].startswith("application/problem+json"), path
+        assert r.json()["detail"] == "no such route"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_every_line_of_a_json_logging_server_is_json(tmp_path, workers):
+    srv = make_server(tmp_path / "srv", log_format="json", workers=workers)
+    config = srv.config_path.read_text().replace(
+        'management_token = "file:management-token"', f'management_token = "{srv.token}"'
+    )  # inline: a warning
+    srv.config_path.write_text(config)
+    srv.start()
+    with httpx.Client(base_url=srv.url) as http:
+        http.get("/readyz")
+        http.get("/no-such-route")
+    srv.stop()
+    lines = [line for line in srv.log().splitlines() if line.strip()]
+    not_json = []
+    for line in lines:
+        try:
+            assert isinstance(json.loads(line), dict)
+        except (ValueError, AssertionError):
+            not_json.append(line)
+    assert not not_json, "\n".join(not_json)
+    entries = [json.loads(line) for line in lines]
+    assert any(
+        e.get("event") == "config_warning" and e["level"] == "warning" and "inline" in e["message"]
+        for e in entries
+    )
+    assert any(
+        e.get("event") == "banner" and e["message"].startswith("serving http://127.0.0.1:") for e in entries
+    )
+
+
+@pytest.mark.slow
+def test_every_command_says_what_it_does_in_its_help():
+    import sys
+
+    from grantd.cli import COMMANDS
+
+    for name in COMMANDS:
+        shown = subprocess.run(
+            [sys.executable, "-m", "grantd", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert shown.returncode == 0, (name, shown.stderr)
+        text = shown.stdout.split("\n\n")
+        assert text[0].startswith("usage: grantd"), (name, shown.stdout)
+        description = text[1].strip() if len(text) > 1 else ""
+        assert description and not description.startswith(("options:", "positional arguments:")), (
+            name,
+            shown.stdout,
+        )
+    serve = subprocess.run(
+        [sys.executable, "-m", "grantd", "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert "SIGTERM" in serve.stdout and "admin@localhost" in serve.stdout
+
+
+def test_every_markdown_file_the_docs_name_is_in_the_repository():
+    """The docs cited a `machine-limits.md` that is not in the repository (issue 20 item 10)."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = re.compile(r"(?<![\w/.-])((?:docs/)?[A-Za-z0-9_-]+\.md)\b")
+    missing = []
+    for doc in docs:
+        for name in set(named.findall(doc.read_text())):
+            candidates = [ROOT / name, ROOT / "docs" / name, doc.parent / name]
+            if not any(c.is_file() for c in candidates):
+                missing.append(f"{doc.relative_to(ROOT)} names {name}")
+    assert not missing, missing
+
+
+# -- item 6: the operator's path in docs/operations.md ---------------------------------------------
+
+
+def _operations_section() -> str:
+    text = (ROOT / "docs" / "operations.md").read_text()
+    start = text.index("\n## From an empty machine to an approved command on a second host\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_operator_paths_elevate_toml_is_accepted_by_elevate(tmp_path):
+    """The target host's elevate.toml exactly as docs/operations.md writes it (its audit log moved
+    into a temporary directory) passes `grantd elevate --check-config`."""
+    import sys
+
+    [block] = re.findall(r"```toml\n(.*?)```", _operations_section(), flags=re.S)
+    audit = tmp_path / "log" / "elevate.log"
+    config = tmp_path / "etc" / "elevate.toml"
+    config.parent.mkdir()
+    config.write_text(block.replace("/var/log/grantd/elevate.log", str(audit)))
+    config.chmod(0o644)
+    checked = subprocess.run(
+        [sys.executable, "-m", "grantd", "elevate", "--config", str(config), "--check-config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    shown = checked.stdout
+    assert "https://idp.example.com" in shown and "alice@example.com" in shown, shown
+
+
+def test_the_operator_paths_first_administrator_gets_a_link_on_the_issuer(tmp_path):
+    """Step 1 and 2: `grantd config init`, the issuer set, `config validate`, then `grantd users add
+    EMAIL --admin` prints the one-time registration link on the issuer, as the page shows it."""
+    import sys
+
+    grantd = [sys.executable, "-m", "grantd"]
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}, "PYTHONPATH": str(ROOT)}
+    path = tmp_path / "grantd.toml"
+    made = subprocess.run(
+        [*grantd, "config", "init", "--path", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert made.returncode == 0, made.stderr
+    text = path.read_text()
+    text = re.sub(r"(?m)^issuer = .*$", 'issuer = "https://idp.example.com"', text)
+    assert 'issuer = "https://idp.example.com"' in text
+    path.write_text(text)
+    checked = subprocess.run(
+        [*grantd, "config", "validate", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert checked.returncode == 0, checked.stderr
+    added = subprocess.run(
+        [*grantd, "users", "add", "alice@example.com", "--admin", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert added.returncode == 0, added.stderr
+    lines = added.stdout.splitlines()
+    assert lines[0] == "created administrator alice@example.com"
+    assert lines[1] == "registration link for alice@example.com, single use, valid 24 h:"
+    assert lines[2].strip().startswith("https://idp.example.com/register?token=")
+    documented = _operations_section()
+    assert "created administrator alice@example.com" in documented and lines[1] in documented
+
+
+@pytest.mark.slow  # a fresh venv and about 50 wheels
+def test_the_postgres_extra_installs_offline_as_the_readme_says(tmp_path):
+    """README, Storage: `pip download -d wheels ".[postgres]" "setuptools>=68" wheel` where an index is
+    reachable, then `pip install --no-index --find-links wheels ".[postgres]"` with no index and no
+    pip configuration at all (PIP_CONFIG_FILE=/dev/null: not even this machine's local mirror)."""
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    assert 'pip download -d wheels ".[postgres]" "setuptools>=68" wheel' in readme
+    assert 'pip install --no-index --find-links wheels ".[postgres]"' in readme
+    online = tmp_path / "online"
+    subprocess.run([sys.executable, "-m", "venv", str(online)], check=True, timeout=120)
+    fetched = subprocess.run(
+        [
+            str(online / "bin" / "pip"),
+            "download",
+            "-q",
+            "-d",
+            str(tmp_path / "wheels"),
+            ".[postgres]",
+            "setuptools>=68",
+            "wheel",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    offline = tmp_path / "offline"
+    subprocess.run([sys.executable, "-m", "venv", str(offline)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    installed = subprocess.run(
+        [
+            str(offline / "bin" / "pip"),
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(tmp_path / "wheels"),
+            ".[postgres]",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    works = subprocess.run(
+        [str(offline / "bin" / "python"), "-c", "import psycopg, grantd.plugins.storage_postgres"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert works.returncode == 0, works.stderr
