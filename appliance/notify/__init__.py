@@ -1,10 +1,11 @@
 """Reaching approvers (D15): the channel types plugins offer and the channels a config builds.
 
-Built so far: the channel types (``notification_channel_types``; built-ins ``smtp``, ``webpush``,
-``ntfy``, ``webhook`` in grantd.plugins.notify_*), the message a notice carries
-(grantd.notify.message) and the webhook signature (grantd.notify.signature). Not wired yet: the
-outbox, the ``[notify]`` config section, routes, review links and subscriptions
-(docs/notifications.md says what is built and what is not).
+The channel types come from ``notification_channel_types`` (built-ins ``smtp``, ``webpush``,
+``ntfy``, ``webhook`` in grantd.plugins.notify_*); the message a notice carries is
+grantd.notify.message, the webhook signature grantd.notify.signature. The outbox, routes and
+delivery are grantd.services.notify; ``[notify]`` is a section of the config (grantd.config), whose
+channel tables this module checks and builds (``startup_problems`` for ``grantd config validate``
+and ``grantd serve``, ``configured_channels`` for the server).
 
 A ``[[notify.channels]]`` table is checked here the way ``[[federation.providers]]`` tables are
 (grantd.plugin_manager.build_federation_providers): every problem at once, each at its key path
@@ -223,4 +224,31 @@ def build_channels(
     return tuple(built)
 
 
-__all__ = ["EndpointRefused", "TableReader", "build_channels", "channel_types", "check_channels"]
+def startup_problems(pm: pluggy.PluginManager, raw: dict[str, Any], base_dir: Path) -> list[str]:
+    """Every problem of the file's ``[[notify.channels]]`` tables (with the ``[notify]`` defaults
+    filled in): an unknown type, a key the type does not have, a value or a secret it refuses. A
+    ``grantd.plugin_manager.check_startup`` check: runs whether or not the rest of the file is valid."""
+    from grantd.config.validation import notify_channel_tables
+
+    notify = raw.get("notify")
+    if not isinstance(notify, dict) or not isinstance(notify.get("channels"), list):
+        return []
+    tables = notify_channel_tables(notify, notify["channels"])
+    return check_channels(channel_types(pm), tables, base_dir=base_dir)[1]
+
+
+def configured_channels(pm: pluggy.PluginManager, config: Any) -> dict[str, NotificationChannel]:
+    """The channels of a checked config, by id (a ConfigError if one is refused)."""
+    built = build_channels(pm, config.notify.channels, base_dir=config.base_dir, warnings=config.warnings)
+    return {channel.id: channel for channel in built}
+
+
+__all__ = [
+    "EndpointRefused",
+    "TableReader",
+    "build_channels",
+    "channel_types",
+    "check_channels",
+    "configured_channels",
+    "startup_problems",
+]

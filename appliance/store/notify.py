@@ -6,6 +6,9 @@ settings.
   ``grants.escalate_if`` take ``notices=``), so a grant never exists without the notices it needs
   and a notice never exists for a grant that was not written. Delivery happens later, off the
   request path: ``claim`` hands due rows to one worker at a time, ``finish`` records the outcome.
+- ``review_links``: the SHA-256 of each review link's token (``ReviewLink``), bound to one grant
+  and one person, with its expiry; a deny link is used once (``use_link``).
+- ``push_subscriptions``: a person's Web Push subscriptions (``PushSubscription``).
 - ``notify_prefs``: a person's channel settings (``PUT /api/account/notifications``): per channel
   id either ``False`` (opted out) or a table (``{"topic": ...}`` for ntfy).
 
@@ -66,6 +69,41 @@ class OutboxRow(TypedDict):
     payload: dict[str, Any]
 
 
+LINK_COLUMNS = (
+    "token_hash",
+    "grant_id",
+    "person_id",
+    "email",
+    "action",
+    "expires_at",
+    "used_at",
+    "created_at",
+)
+SUBSCRIPTION_COLUMNS = ("id", "person_id", "endpoint", "p256dh", "auth", "expiration_time", "created_at")
+LINKS_KEPT_MS = 86_400_000  # expired links are kept a day (410 rather than 404), then dropped
+
+
+class ReviewLink(TypedDict):
+    token_hash: str  # hex SHA-256 of the token
+    grant_id: str
+    person_id: str | None
+    email: str  # the intended person (lowercased)
+    action: str  # review | deny
+    expires_at: int  # ms
+    used_at: int | None  # ms; a deny link is used once
+    created_at: int
+
+
+class PushSubscription(TypedDict):
+    id: str
+    person_id: str
+    endpoint: str
+    p256dh: str  # base64url
+    auth: str  # base64url
+    expiration_time: int | None  # ms, as the browser gave it
+    created_at: int
+
+
 def outbox_row(row: dict[str, Any]) -> OutboxRow:
     """A stored row as the record (JSON payload decoded)."""
     import json
@@ -109,6 +147,26 @@ class NotifyStore(Protocol):
         """Mark at most ``limit`` held rows written before ``before`` as ``dropped`` (they go into
         a digest) and return them; exactly one caller gets each row."""
 
+    async def add_link(self, link: ReviewLink, now: int) -> None:
+        """Store a review link (and drop links that expired more than LINKS_KEPT_MS before ``now``)."""
+
+    async def link(self, token_hash: str) -> ReviewLink | None:
+        """The link with this hash, expired or used or not; changes nothing."""
+
+    async def use_link(self, token_hash: str, now: int) -> ReviewLink | None:
+        """Mark an unused, unexpired link used at ``now`` and return it; exactly one of any number
+        of concurrent callers gets it, the others None."""
+
+    async def add_subscription(self, subscription: PushSubscription) -> PushSubscription:
+        """Insert, or replace the keys of, the person's subscription with that endpoint; return it
+        as stored (an existing one keeps its id)."""
+
+    async def subscriptions(self, person_id: str) -> builtins.list[PushSubscription]:
+        """The person's subscriptions, oldest first."""
+
+    async def delete_subscription(self, person_id: str, subscription_id: str) -> bool:
+        """Delete one of the person's subscriptions; False if they have none with that id."""
+
     async def prefs(self, person_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         """The channel settings of these persons (absent: none set)."""
 
@@ -116,4 +174,15 @@ class NotifyStore(Protocol):
         """Replace the person's channel settings."""
 
 
-__all__ = ["OUTBOX_COLUMNS", "STATUSES", "NotifyStore", "OutboxRow", "outbox_row"]
+__all__ = [
+    "LINKS_KEPT_MS",
+    "LINK_COLUMNS",
+    "OUTBOX_COLUMNS",
+    "STATUSES",
+    "SUBSCRIPTION_COLUMNS",
+    "NotifyStore",
+    "OutboxRow",
+    "PushSubscription",
+    "ReviewLink",
+    "outbox_row",
+]

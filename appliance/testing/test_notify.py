@@ -5,6 +5,7 @@ lease; a lease that ran out makes the row claimable again."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -64,7 +65,9 @@ async def test_rows_written_with_an_escalation_only_when_it_wins(store):
     await store.grants.create(
         grant("g1", status="pending"), ["grant.created"], review={"policies": ["p"], "escalate": []}
     )
-    assert await store.grants.escalate_if("g1", 0, 1, NOW + 1, notices=[notice("e1", kind="escalated", level=1)])
+    assert await store.grants.escalate_if(
+        "g1", 0, 1, NOW + 1, notices=[notice("e1", kind="escalated", level=1)]
+    )
     assert not await store.grants.escalate_if("g1", 0, 1, NOW + 2, notices=[notice("e2", kind="escalated")])
     rows = await store.notify.for_grant("g1")
     assert [(r["id"], r["level"]) for r in rows] == [("e1", 1)]
@@ -97,7 +100,13 @@ async def test_finish_needs_the_lease(store):
         "n1", "w1", status="failed", attempts=1, next_at=NOW, error="boom", at=NOW + 5
     )
     (stored,) = await store.notify.for_grant("g1")
-    assert (stored["status"], stored["attempts"], stored["error"], stored["claimed_by"], stored["sent_at"]) == (
+    assert (
+        stored["status"],
+        stored["attempts"],
+        stored["error"],
+        stored["claimed_by"],
+        stored["sent_at"],
+    ) == (
         "failed",
         1,
         "boom",
@@ -112,7 +121,9 @@ async def test_finish_needs_the_lease(store):
 async def test_a_retry_is_claimable_at_its_next_at(store):
     await store.notify.add([notice("n1")])
     await store.notify.claim("w1", NOW, LEASE, 10)
-    await store.notify.finish("n1", "w1", status="pending", attempts=1, next_at=NOW + 2_000, error="x", at=NOW)
+    await store.notify.finish(
+        "n1", "w1", status="pending", attempts=1, next_at=NOW + 2_000, error="x", at=NOW
+    )
     assert await store.notify.claim("w2", NOW + 1_999, LEASE, 10) == []
     (again,) = await store.notify.claim("w2", NOW + 2_000, LEASE, 10)
     assert again["attempts"] == 1 and again["claimed_by"] == "w2"
@@ -151,7 +162,14 @@ async def test_release_held_hands_each_row_once(store):
     )
     assert sorted(r["id"] for r in first + second) == ["h0", "h1", "h2", "h3"]
     statuses = {r["id"]: r["status"] for r in await store.notify.for_grant("g1")}
-    assert statuses == {"h0": "dropped", "h1": "dropped", "h2": "dropped", "h3": "dropped", "h4": "held", "h5": "held"}
+    assert statuses == {
+        "h0": "dropped",
+        "h1": "dropped",
+        "h2": "dropped",
+        "h3": "dropped",
+        "h4": "held",
+        "h5": "held",
+    }
 
 
 async def test_prefs_are_replaced(store):
@@ -160,3 +178,57 @@ async def test_prefs_are_replaced(store):
     await store.notify.set_prefs("p2", {"mail": False}, NOW)
     await store.notify.set_prefs("p1", {"phone": False}, NOW + 1)
     assert await store.notify.prefs(["p1", "p2", "p3"]) == {"p1": {"phone": False}, "p2": {"mail": False}}
+
+
+def _link(token_hash: str, *, expires_at: int = NOW + 60_000, action: str = "review") -> Any:
+    return {
+        "token_hash": token_hash,
+        "grant_id": "g1",
+        "person_id": "p1",
+        "email": "alice@example.com",
+        "action": action,
+        "expires_at": expires_at,
+        "used_at": None,
+        "created_at": NOW,
+    }
+
+
+async def test_a_link_is_read_without_change_and_used_once(store):
+    await store.notify.add_link(_link("h1", action="deny"), NOW)
+    assert (await store.notify.link("h1"))["email"] == "alice@example.com"
+    assert (await store.notify.link("h1"))["used_at"] is None  # reading changes nothing
+    assert await store.notify.link("nope") is None
+    used = await asyncio.gather(*(store.notify.use_link("h1", NOW + 1) for _ in range(10)))
+    assert [u["token_hash"] for u in used if u] == ["h1"]
+    assert (await store.notify.link("h1"))["used_at"] == NOW + 1
+
+
+async def test_an_expired_link_is_read_but_not_used_then_dropped(store):
+    await store.notify.add_link(_link("h1", expires_at=NOW + 10), NOW)
+    assert await store.notify.use_link("h1", NOW + 10) is None
+    assert (await store.notify.link("h1"))["expires_at"] == NOW + 10  # still there: 410, not 404
+    await store.notify.add_link(_link("h2"), NOW + 10 + 86_400_001)
+    assert await store.notify.link("h1") is None
+
+
+async def test_subscriptions_per_person(store):
+    def sub(sid: str, person: str, endpoint: str, key: str = "k1") -> Any:
+        return {
+            "id": sid,
+            "person_id": person,
+            "endpoint": endpoint,
+            "p256dh": key,
+            "auth": "a",
+            "expiration_time": None,
+            "created_at": NOW,
+        }
+
+    await store.notify.add_subscription(sub("s1", "p1", "https://push.example/1"))
+    again = await store.notify.add_subscription(sub("s9", "p1", "https://push.example/1", "k2"))
+    assert (again["id"], again["p256dh"]) == ("s1", "k2")  # the same endpoint: keys replaced
+    await store.notify.add_subscription(sub("s2", "p2", "https://push.example/1"))
+    assert [s["id"] for s in await store.notify.subscriptions("p1")] == ["s1"]
+    assert not await store.notify.delete_subscription("p2", "s1")  # not theirs
+    assert await store.notify.delete_subscription("p1", "s1")
+    assert await store.notify.subscriptions("p1") == []
+    assert [s["id"] for s in await store.notify.subscriptions("p2")] == ["s2"]

@@ -28,7 +28,7 @@ from grantd.plugin_manager import (
     load_with_plugins,
 )
 from grantd.services.context import Services, open_services
-from grantd.services.grants import sweep_expired
+from grantd.services.grant_sweeps import sweep_expired
 from grantd.web import csrf
 from grantd.web.api import audit as audit_api
 from grantd.web.api import metrics as metrics_api

@@ -7,10 +7,19 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from grantd.store.notify import OUTBOX_COLUMNS, OutboxRow, outbox_row
+from grantd.store.notify import (
+    LINK_COLUMNS,
+    LINKS_KEPT_MS,
+    OUTBOX_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    OutboxRow,
+    PushSubscription,
+    ReviewLink,
+    outbox_row,
+)
 from grantd.store.rows import to_json
 
-from .connection import _Batch, _on_store_loop, _Part
+from .connection import _Batch, _nul_finds_nothing, _on_store_loop, _Part
 from .sql import _insert
 
 if TYPE_CHECKING:
@@ -105,6 +114,57 @@ class PostgresNotify(_Part):
         found = [outbox_row(dict(r)) for r in rows]
         found.sort(key=lambda r: (r["created_at"], r["id"]))
         return found
+
+    @_on_store_loop
+    async def add_link(self, link: ReviewLink, now: int) -> None:
+        async with self._db.tx() as cur:
+            await cur.execute("DELETE FROM review_links WHERE expires_at < %s", (now - LINKS_KEPT_MS,))
+            await cur.execute(_insert("review_links", LINK_COLUMNS), dict(link))
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def link(self, token_hash: str) -> ReviewLink | None:
+        row = await self._db.one("SELECT * FROM review_links WHERE token_hash = %s", (token_hash,))
+        return dict(row) if row else None  # type: ignore[return-value]
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def use_link(self, token_hash: str, now: int) -> ReviewLink | None:
+        row = await self._db.one(
+            """UPDATE review_links SET used_at = %s WHERE token_hash = %s AND used_at IS NULL
+               AND expires_at > %s RETURNING *""",
+            (now, token_hash, now),
+        )
+        return dict(row) if row else None  # type: ignore[return-value]
+
+    @_on_store_loop
+    async def add_subscription(self, subscription: PushSubscription) -> PushSubscription:
+        row = await self._db.one(
+            _insert("push_subscriptions", SUBSCRIPTION_COLUMNS)
+            + """ ON CONFLICT (person_id, endpoint) DO UPDATE SET p256dh = excluded.p256dh,
+                 auth = excluded.auth, expiration_time = excluded.expiration_time RETURNING *""",
+            dict(subscription),
+        )
+        assert row is not None
+        return dict(row)  # type: ignore[return-value]
+
+    @_nul_finds_nothing(list)
+    @_on_store_loop
+    async def subscriptions(self, person_id: str) -> builtins.list[PushSubscription]:
+        rows = await self._db.all(
+            "SELECT * FROM push_subscriptions WHERE person_id = %s ORDER BY created_at, id", (person_id,)
+        )
+        return [dict(r) for r in rows]  # type: ignore[misc]
+
+    @_nul_finds_nothing(False)
+    @_on_store_loop
+    async def delete_subscription(self, person_id: str, subscription_id: str) -> bool:
+        async with self._db.statement() as cur:
+            await cur.execute(
+                "DELETE FROM push_subscriptions WHERE person_id = %s AND id = %s",
+                (person_id, subscription_id),
+            )
+            return int(cur.rowcount) == 1
 
     @_on_store_loop
     async def prefs(self, person_ids: Sequence[str]) -> dict[str, dict[str, Any]]:

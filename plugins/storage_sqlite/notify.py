@@ -7,7 +7,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from grantd.store.notify import OUTBOX_COLUMNS, OutboxRow, outbox_row
+from grantd.store.notify import (
+    LINK_COLUMNS,
+    LINKS_KEPT_MS,
+    OUTBOX_COLUMNS,
+    SUBSCRIPTION_COLUMNS,
+    OutboxRow,
+    PushSubscription,
+    ReviewLink,
+    outbox_row,
+)
 from grantd.store.rows import to_json
 
 from .connection import _Database
@@ -100,6 +109,50 @@ class SQLiteNotify:
         found = [outbox_row(dict(r)) for r in rows]
         found.sort(key=lambda r: (r["created_at"], r["id"]))
         return found
+
+    async def add_link(self, link: ReviewLink, now: int) -> None:
+        async with self._db.awrite() as conn:
+            conn.execute("DELETE FROM review_links WHERE expires_at < ?", (now - LINKS_KEPT_MS,))
+            conn.execute(
+                f"INSERT INTO review_links ({', '.join(LINK_COLUMNS)}) VALUES ({', '.join(':' + c for c in LINK_COLUMNS)})",  # noqa: S608 - fixed column list
+                dict(link),
+            )
+
+    async def link(self, token_hash: str) -> ReviewLink | None:
+        row = self._db.one("SELECT * FROM review_links WHERE token_hash = ?", (token_hash,))
+        return row  # type: ignore[return-value]
+
+    async def use_link(self, token_hash: str, now: int) -> ReviewLink | None:
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                """UPDATE review_links SET used_at = ? WHERE token_hash = ? AND used_at IS NULL
+                   AND expires_at > ? RETURNING *""",
+                (now, token_hash, now),
+            ).fetchone()
+        return dict(row) if row else None  # type: ignore[return-value]
+
+    async def add_subscription(self, subscription: PushSubscription) -> PushSubscription:
+        async with self._db.awrite() as conn:
+            row = conn.execute(
+                f"""INSERT INTO push_subscriptions ({", ".join(SUBSCRIPTION_COLUMNS)})
+                    VALUES ({", ".join(":" + c for c in SUBSCRIPTION_COLUMNS)})
+                    ON CONFLICT (person_id, endpoint) DO UPDATE SET p256dh = excluded.p256dh,
+                    auth = excluded.auth, expiration_time = excluded.expiration_time RETURNING *""",  # noqa: S608 - fixed column list
+                dict(subscription),
+            ).fetchone()
+        return dict(row)  # type: ignore[return-value]
+
+    async def subscriptions(self, person_id: str) -> builtins.list[PushSubscription]:
+        return self._db.all(  # type: ignore[return-value]
+            "SELECT * FROM push_subscriptions WHERE person_id = ? ORDER BY created_at, id", (person_id,)
+        )
+
+    async def delete_subscription(self, person_id: str, subscription_id: str) -> bool:
+        async with self._db.awrite() as conn:
+            cur = conn.execute(
+                "DELETE FROM push_subscriptions WHERE person_id = ? AND id = ?", (person_id, subscription_id)
+            )
+            return cur.rowcount == 1
 
     async def prefs(self, person_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         import json

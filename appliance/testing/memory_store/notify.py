@@ -7,7 +7,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from grantd.store.notify import OutboxRow
+from grantd.store.notify import LINKS_KEPT_MS, OutboxRow, PushSubscription, ReviewLink
 
 from .data import _Data
 
@@ -94,6 +94,51 @@ class MemoryNotify:
             for row in held:
                 row["status"] = "dropped"
             return copy.deepcopy(held)
+
+    async def add_link(self, link: ReviewLink, now: int) -> None:
+        async with self._d.tx:
+            for key in [k for k, v in self._d.review_links.items() if v["expires_at"] < now - LINKS_KEPT_MS]:
+                del self._d.review_links[key]
+            self._d.review_links[link["token_hash"]] = copy.deepcopy(link)
+
+    async def link(self, token_hash: str) -> ReviewLink | None:
+        return copy.deepcopy(self._d.review_links.get(token_hash))
+
+    async def use_link(self, token_hash: str, now: int) -> ReviewLink | None:
+        async with self._d.tx:
+            link = self._d.review_links.get(token_hash)
+            if link is None or link["used_at"] is not None or link["expires_at"] <= now:
+                return None
+            link["used_at"] = now
+            return copy.deepcopy(link)
+
+    async def add_subscription(self, subscription: PushSubscription) -> PushSubscription:
+        async with self._d.tx:
+            for existing in self._d.push_subscriptions.values():
+                if (existing["person_id"], existing["endpoint"]) == (
+                    subscription["person_id"],
+                    subscription["endpoint"],
+                ):
+                    existing.update(
+                        p256dh=subscription["p256dh"],
+                        auth=subscription["auth"],
+                        expiration_time=subscription["expiration_time"],
+                    )
+                    return copy.deepcopy(existing)
+            self._d.push_subscriptions[subscription["id"]] = copy.deepcopy(subscription)
+            return copy.deepcopy(subscription)
+
+    async def subscriptions(self, person_id: str) -> builtins.list[PushSubscription]:
+        found = [s for s in self._d.push_subscriptions.values() if s["person_id"] == person_id]
+        return copy.deepcopy(sorted(found, key=lambda s: (s["created_at"], s["id"])))
+
+    async def delete_subscription(self, person_id: str, subscription_id: str) -> bool:
+        async with self._d.tx:
+            found = self._d.push_subscriptions.get(subscription_id)
+            if found is None or found["person_id"] != person_id:
+                return False
+            del self._d.push_subscriptions[subscription_id]
+            return True
 
     async def prefs(self, person_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         return {i: copy.deepcopy(self._d.notify_prefs[i]) for i in person_ids if i in self._d.notify_prefs}

@@ -90,6 +90,8 @@ class MemoryStore:
             "consents": list(data.consents.values()),
             "outbox": data.outbox,
             "notify_prefs": data.notify_prefs,
+            "review_links": data.review_links,
+            "push_subscriptions": data.push_subscriptions,
         }
         with os.fdopen(open_backup_target(Path(target)), "w") as f:
             json.dump(dump, f)

@@ -28,3 +28,27 @@ CREATE TABLE notify_prefs (
         prefs_json TEXT NOT NULL,
         updated_at BIGINT NOT NULL
 );
+-- Review links {issuer}/r/<token>: only the SHA-256 of the token is kept, bound to one grant and
+-- one person; a GET reads it (changes nothing), a deny link is used once (used_at).
+CREATE TABLE review_links (
+        token_hash TEXT COLLATE "C" PRIMARY KEY,
+        grant_id TEXT COLLATE "C" NOT NULL,
+        person_id TEXT COLLATE "C",
+        email TEXT COLLATE "C" NOT NULL,
+        action TEXT COLLATE "C" NOT NULL,
+        expires_at BIGINT NOT NULL,
+        used_at BIGINT,
+        created_at BIGINT NOT NULL
+);
+CREATE INDEX review_links_expiry ON review_links (expires_at);
+-- Web Push subscriptions (RFC 8030): a person's browsers and phones.
+CREATE TABLE push_subscriptions (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        person_id TEXT COLLATE "C" NOT NULL,
+        endpoint TEXT COLLATE "C" NOT NULL,
+        p256dh TEXT NOT NULL,
+        auth TEXT NOT NULL,
+        expiration_time BIGINT,
+        created_at BIGINT NOT NULL,
+        UNIQUE (person_id, endpoint)
+);

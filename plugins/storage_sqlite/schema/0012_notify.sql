@@ -28,3 +28,27 @@ CREATE TABLE notify_prefs (
         prefs_json TEXT NOT NULL,
         updated_at INTEGER NOT NULL
 );
+-- Review links {issuer}/r/<token>: only the SHA-256 of the token is kept, bound to one grant and
+-- one person; a GET reads it (changes nothing), a deny link is used once (used_at).
+CREATE TABLE review_links (
+        token_hash TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        person_id TEXT,
+        email TEXT NOT NULL,
+        action TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER,
+        created_at INTEGER NOT NULL
+);
+CREATE INDEX review_links_expiry ON review_links (expires_at);
+-- Web Push subscriptions (RFC 8030): a person's browsers and phones.
+CREATE TABLE push_subscriptions (
+        id TEXT PRIMARY KEY,
+        person_id TEXT NOT NULL,
+        endpoint TEXT NOT NULL,
+        p256dh TEXT NOT NULL,
+        auth TEXT NOT NULL,
+        expiration_time INTEGER,
+        created_at INTEGER NOT NULL,
+        UNIQUE (person_id, endpoint)
+);
