@@ -24,6 +24,7 @@ from typing import Any
 from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
 from grantd.notify.message import render
 from grantd.services import notify
+from grantd.services import review_links as links
 from grantd.services.context import Services
 from grantd.store.notify import OutboxRow
 
@@ -182,8 +183,6 @@ async def review_links(
     services: Services, row: OutboxRow, grant: Any, channel: Any
 ) -> tuple[str, str | None]:
     """The review link of this notice (and the deny link where the channel carries one)."""
-    from grantd.services import review_links as links
-
     if row["kind"] == "digest":
         return f"{services.issuer}/grants", None
     return await links.for_notice(services, row, grant, channel)

@@ -1,0 +1,132 @@
+"""The notification outbox end to end (D15, issue 24): a real server, a real SMTP server
+(aiosmtpd) and the real SMTP client library. Rows are written in the grant's transaction for each
+eligible approver, delivered by the server's worker off the request path, retried with backoff
+while the mail server is down; ``GET /api/grants/:id/notifications`` shows who was told what."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from people_support import create_person, enrol_agent, fresh, request_grant, signed_in_person
+from support.notify_doubles import SmtpSink
+
+CHANNELS = """
+[notify]
+poll_ms = 50
+max_attempts = 3
+
+[[notify.channels]]
+id = "mail"
+type = "smtp"
+host = "127.0.0.1"
+port = {port}
+starttls = false
+from = "grantd@example.com"
+timeout = 2
+"""
+
+
+@pytest.fixture
+def sink() -> Iterator[SmtpSink]:
+    smtp = SmtpSink()
+    yield smtp
+    smtp.stop()
+
+
+@pytest.fixture
+def srv(tmp_path, sink) -> Iterator[Any]:
+    from inproc import InProcessServer
+
+    server = InProcessServer(tmp_path / "srv", extra=CHANNELS.format(port=sink.port)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_for(predicate: Any, seconds: float = 10.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def mails_to(sink: SmtpSink, email: str) -> list[Any]:
+    return [m for m in sink.messages if email in m.recipients]
+
+
+def rows_of(srv: Any, grant_id: str) -> list[dict[str, Any]]:
+    return srv.call(srv.services.store.notify.for_grant(grant_id))  # type: ignore[no-any-return]
+
+
+def test_the_owner_gets_a_mail_with_a_review_link_and_no_command(srv, sink):
+    sink.start()
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = request_grant(
+        srv, token, command=["systemctl", "restart", "nginx", "--token=hunter2"], run_as="www"
+    )
+    (mail,) = wait_for(lambda: mails_to(sink, owner["email"]))
+    body = mail.message.get_content()
+    assert "Approval wanted: systemctl on web-1" in mail.message["Subject"]
+    assert "Host: web-1" in body and "Run as: www" in body and "Program: systemctl" in body
+    assert "hunter2" not in body and "restart" not in body  # the whole command only with include_command
+    assert f"{srv.url}/r/" in body
+    rows = [r for r in rows_of(srv, grant["id"]) if r["recipient"] == owner["email"]]
+    assert [(r["channel"], r["kind"]) for r in rows] == [("mail", "review_requested")]
+    wait_for(lambda: rows_of(srv, grant["id"])[0]["status"] == "sent")
+
+
+def test_a_decision_sends_a_resolved_notice_in_the_same_thread(srv, sink):
+    sink.start()
+    owner, browser = signed_in_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = request_grant(srv, token)
+    (first,) = wait_for(lambda: mails_to(sink, owner["email"]))
+    r = browser.post(f"/api/grants/{grant['id']}/deny", json={"reason": "no"}, headers={"Origin": srv.url})
+    assert r.status_code == 200, r.text
+    mails = wait_for(lambda: len(mails_to(sink, owner["email"])) == 2 and mails_to(sink, owner["email"]))
+    resolved = mails[1].message
+    assert resolved["Subject"].startswith("[grantd] Decided (denied)")
+    assert resolved["In-Reply-To"] == first.message["Message-ID"]
+    kinds = [r["kind"] for r in rows_of(srv, grant["id"]) if r["recipient"] == owner["email"]]
+    assert kinds == ["review_requested", "resolved"]
+
+
+def test_a_grant_without_channels_writes_no_rows(tmp_path):
+    from inproc import InProcessServer
+
+    server = InProcessServer(tmp_path / "plain").start()
+    try:
+        owner = create_person(server, fresh("owner"))
+        _, token = enrol_agent(server, owner=owner["email"])
+        grant = request_grant(server, token)
+        assert rows_of(server, grant["id"]) == []
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_mail_server_that_is_down_neither_slows_nor_fails_requests_and_mail_comes_later(srv, sink):
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    started = time.monotonic()
+    grants = [request_grant(srv, token, command=["ls", str(i)]) for i in range(5)]  # 201 each (asserted)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.5, elapsed  # five grants while the mail server refuses connections
+    ids = {g["id"] for g in grants}
+    mine = lambda: [r for i in ids for r in rows_of(srv, i) if r["recipient"] == owner["email"]]  # noqa: E731
+    wait_for(lambda: all(r["attempts"] == 1 for r in mine()))
+    failed = mine()
+    assert {r["status"] for r in failed} == {"pending"}  # to be retried
+    assert all("cannot reach the mail server" in (r["error"] or "") for r in failed)
+    sink.start()
+    srv.clock.advance(6)  # the first retry is due 5 s after the failed attempt
+    wait_for(lambda: len(mails_to(sink, owner["email"])) == 5, 15)
+    wait_for(lambda: all(r["status"] == "sent" and r["attempts"] == 2 for r in mine()))
