@@ -119,6 +119,7 @@ POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 4
 GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
 GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 GET /api/grants/:grant_id/reviewers            | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+GET /api/grants/:grant_id/notifications        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/policies/evaluate                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
 POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
@@ -191,6 +192,8 @@ POST /api/hosts                                | 401 | 401 | 401 | 401 | 401 | 4
 POST /userinfo                                 | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
 GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+PUT /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 """
 
 ROUTE_NOTES: dict[str, str] = {
@@ -206,6 +209,7 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/grants/:grant_id/deny": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/review": "`{decision: approve}` on a pending grant of the requesting agent",
     "GET /api/grants/:grant_id/reviewers": "a pending grant of the requesting agent",
+    "GET /api/grants/:grant_id/notifications": "a pending grant of the requesting agent (whoever may read the grant)",
     "POST /api/policies/evaluate": "a dry run of a `once` grant request of the requesting agent (creates nothing)",
     "POST /api/grants/:grant_id/revoke": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/token": "an approved grant of the requesting agent",
@@ -259,6 +263,8 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
     "POST /userinfo": "the same, POST",
     "GET /api/account/consents": "the signed-in person's remembered consents",
+    "GET /api/account/notifications": "the signed-in person's own notification settings",
+    "PUT /api/account/notifications": "`{channels: {}}`: the signed-in person's own settings (no channel is configured here)",
     "DELETE /api/account/consents/:client_id": "withdraw the person's consent to apes-cli (given just before)",
 }
 
@@ -798,6 +804,9 @@ REQUESTS: dict[str, Request] = {
     "GET /api/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}"),
     "POST /api/grants/:grant_id/approve": _on_pending("approve"),
     "POST /api/grants/:grant_id/deny": _on_pending("deny"),
+    "GET /api/grants/:grant_id/notifications": lambda w, c: _call(
+        w, c, "GET", f"/api/grants/{_pending(w)}/notifications"
+    ),
     "GET /api/grants/:grant_id/reviewers": lambda w, c: _call(
         w, c, "GET", f"/api/grants/{_pending(w)}/reviewers"
     ),
@@ -1176,6 +1185,10 @@ REQUESTS.update(
         "GET /userinfo": _get("/userinfo"),
         "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
         "GET /api/account/consents": _get("/api/account/consents"),
+        "GET /api/account/notifications": _get("/api/account/notifications"),
+        "PUT /api/account/notifications": lambda w, c: _call(
+            w, c, "PUT", "/api/account/notifications", json={"channels": {}}
+        ),
         "DELETE /api/account/consents/:client_id": _withdraw_consent,
     }
 )

@@ -130,3 +130,77 @@ def test_a_mail_server_that_is_down_neither_slows_nor_fails_requests_and_mail_co
     srv.clock.advance(6)  # the first retry is due 5 s after the failed attempt
     wait_for(lambda: len(mails_to(sink, owner["email"])) == 5, 15)
     wait_for(lambda: all(r["status"] == "sent" and r["attempts"] == 2 for r in mine()))
+
+
+def test_who_may_read_a_grants_notifications(srv, sink):
+    sink.start()
+    owner, browser = signed_in_person(srv, fresh("owner"))
+    _, stranger = signed_in_person(srv, fresh("stranger"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = request_grant(srv, token)
+    wait_for(lambda: mails_to(sink, owner["email"]))
+    wait_for(lambda: any(r["status"] == "sent" for r in rows_of(srv, grant["id"])))
+    path = f"/api/grants/{grant['id']}/notifications"
+    mine = browser.get(path)
+    assert mine.status_code == 200, mine.text
+    (told,) = [n for n in mine.json()["data"] if n["recipient"] == owner["email"]]
+    assert (told["channel"], told["kind"], told["status"], told["attempts"]) == (
+        "mail",
+        "review_requested",
+        "sent",
+        1,
+    )
+    assert "error" not in told and told["at"] >= told["created_at"]
+    with srv.client(token) as agent:
+        assert agent.get(path).status_code == 200  # the requester may read its grant, so its notices
+    refused = stranger.get(path)
+    assert refused.status_code == 404 and refused.headers["content-type"].startswith(
+        "application/problem+json"
+    )
+    assert browser.get("/api/grants/no-such-grant/notifications").status_code == 404
+
+
+def test_a_person_opts_out_of_a_channel(srv, sink):
+    sink.start()
+    owner, browser = signed_in_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    headers = {"Origin": srv.url}
+    r = browser.put("/api/account/notifications", json={"channels": {"mail": False}}, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["channels"] == {"mail": False}
+    assert browser.get("/api/account/notifications").json()["available"] == [{"id": "mail", "type": "smtp"}]
+    grant = request_grant(srv, token)
+    assert [r for r in rows_of(srv, grant["id"]) if r["recipient"] == owner["email"]] == []
+    r = browser.put("/api/account/notifications", json={"channels": {"mail": True}}, headers=headers)
+    assert r.status_code == 200
+    again = request_grant(srv, token, command=["ls"])
+    assert [r["recipient"] for r in rows_of(srv, again["id"])].count(owner["email"]) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"channels": {"nope": False}},
+        {"channels": {"mail": {"topic": "x"}}},  # mail has no topic
+        {"channels": {"mail": "yes"}},
+        {"channels": ["mail"]},
+        {},
+    ],
+)
+def test_bad_notification_settings_are_400(srv, body):
+    _, browser = signed_in_person(srv, fresh("p"))
+    r = browser.put("/api/account/notifications", json=body, headers={"Origin": srv.url})
+    assert r.status_code == 400, r.text
+    assert r.json()["field"] == "channels"
+
+
+def test_notification_settings_are_a_persons_own(srv):
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    with srv.client(token) as agent:
+        assert agent.put("/api/account/notifications", json={"channels": {}}).status_code == 403
+    _, browser = signed_in_person(srv, fresh("p"))
+    cross = browser.put(
+        "/api/account/notifications", json={"channels": {}}, headers={"Origin": "https://evil.example"}
+    )
+    assert cross.status_code == 403  # the session routes' cross-site rule (D8)
