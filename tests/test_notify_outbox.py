@@ -204,3 +204,62 @@ def test_notification_settings_are_a_persons_own(srv):
         "/api/account/notifications", json={"channels": {}}, headers={"Origin": "https://evil.example"}
     )
     assert cross.status_code == 403  # the session routes' cross-site rule (D8)
+
+
+BAD_NOTIFY = """
+[notify]
+link_ttl = 5
+
+[[notify.channels]]
+id = "mail"
+type = "smpt"
+host = "smtp.example.com"
+
+[[notify.channels]]
+id = "phone"
+type = "ntfy"
+url = "https://ntfy.example.com"
+tokn = "file:x"
+
+[[notify.channels]]
+id = "chat"
+type = "webhook"
+url = "https://chat.example.com/hook"
+secret = "inline-secret-is-refused"
+
+[[notify.routes]]
+match.policies = ["prod"]
+channels = ["mail", "pager"]
+per_approver_limit = "lots"
+"""
+
+
+def test_config_validate_reports_every_notify_problem_at_once(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import toml_config
+
+    (tmp_path / "management-token").write_text("m" * 32 + "\n")
+    (tmp_path / "management-token").chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    path.write_text(toml_config(8999, extra=BAD_NOTIFY))
+    result = subprocess.run(
+        [sys.executable, "-m", "grantd", "config", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert result.returncode != 0
+    out = result.stdout + result.stderr
+    for problem in (
+        "notify.link_ttl",
+        "notify.channels[0].type: no channel type named 'smpt' (did you mean \"smtp\"?)",
+        'notify.channels[1].tokn: not a key of a ntfy channel (did you mean "token"?)',
+        "notify.channels[2].secret: a secret must come from file:PATH or env:NAME",
+        "notify.routes[0].channels: no [[notify.channels]] with id 'pager'",
+        "notify.routes[0].per_approver_limit",
+    ):
+        assert problem in out, (problem, out)

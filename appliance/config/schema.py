@@ -561,14 +561,11 @@ client_secret = "file:wiki-client-secret"   # made by: grantd config secret wiki
         ),
         "allowed_push_hosts": Key(
             list,
-            [
-                "fcm.googleapis.com",
-                "updates.push.services.mozilla.com",
-                "*.push.apple.com",
-                "*.notify.windows.com",
-            ],
+            [],
             "Push services a browser's Web Push subscription may point at (exact host names, or *.domain); "
-            "the default of every webpush channel. Endpoints must also be https and resolve to public addresses.",
+            "the default of every webpush channel. Empty: FCM, Mozilla, Apple and Windows push services "
+            "(fcm.googleapis.com, updates.push.services.mozilla.com, *.push.apple.com, *.notify.windows.com). "
+            "Endpoints must also be https and resolve to public addresses.",
             item_kind=str,
         ),
         "allow_private_push_hosts": Key(

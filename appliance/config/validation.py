@@ -147,42 +147,13 @@ def _parse_tables(
     _notify(values["notify"], problems)
 
 
-# [notify] keys that are the defaults of keys of the channel tables (a table's own value wins)
-NOTIFY_DEFAULTS = {
-    "webpush": {
-        "vapid_private_key": "vapid_private_key",
-        "vapid_subject": "subject",
-        "allowed_push_hosts": "allowed_push_hosts",
-        "allow_private_push_hosts": "allow_private_push_hosts",
-    },
-    "ntfy": {"deny_from_chat": "deny_from_chat"},
-    "webhook": {"deny_from_chat": "deny_from_chat"},
-}
-
-
-def notify_channel_tables(notify: Mapping[str, Any], tables: Sequence[Any]) -> tuple[Any, ...]:
-    """The `[[notify.channels]]` tables with the `[notify]` defaults filled in (NOTIFY_DEFAULTS)."""
-    out = []
-    for table in tables:
-        if isinstance(table, dict):
-            defaults = NOTIFY_DEFAULTS.get(str(table.get("type")), {})
-            table = {
-                **{key: notify[name] for name, key in defaults.items() if notify.get(name) is not None},
-                **table,
-            }
-            if table.get("type") == "webpush" and notify.get("allow_private_push_hosts"):
-                table["allow_private_push_hosts"] = True  # the tests-only switch reaches every channel
-        out.append(table)
-    return tuple(out)
-
-
 def _notify(notify: dict[str, Any], problems: list[str]) -> None:
-    """`[[notify.channels]]` with their defaults (their types check them: grantd.notify) and
-    `[[notify.routes]]` checked against the channel ids."""
+    """`[[notify.routes]]` checked against the ids of `[[notify.channels]]` (the channel tables
+    are checked by their types: grantd.notify.startup_problems)."""
     from grantd.core.notify_routes import parse_routes
 
     tables = notify["channels"] if isinstance(notify["channels"], list) else []
-    notify["channels"] = notify_channel_tables(notify, tables)
+    notify["channels"] = tuple(tables)  # their types check them (grantd.notify, with the defaults)
     ids = [str(t.get("id")) for t in tables if isinstance(t, dict)]
     routes, found = parse_routes(notify["routes"], ids)
     problems.extend(found)

@@ -224,22 +224,62 @@ def build_channels(
     return tuple(built)
 
 
+# ``[notify]`` keys that are defaults of keys of the channel tables: {type: {[notify] key: table key}}
+# (a table's own value wins; an empty list or an unset key is no default).
+NOTIFY_DEFAULTS = {
+    "webpush": {
+        "vapid_private_key": "vapid_private_key",
+        "vapid_subject": "subject",
+        "allowed_push_hosts": "allowed_push_hosts",
+        "allow_private_push_hosts": "allow_private_push_hosts",
+    },
+    "ntfy": {"deny_from_chat": "deny_from_chat"},
+    "webhook": {"deny_from_chat": "deny_from_chat"},
+}
+
+
+def channel_tables(defaults: Mapping[str, Any], tables: Sequence[Any]) -> list[Any]:
+    """The ``[[notify.channels]]`` tables with the ``[notify]`` defaults filled in (NOTIFY_DEFAULTS).
+    ``allow_private_push_hosts = true`` under ``[notify]`` (tests only) reaches every webpush channel."""
+    out = []
+    for table in tables:
+        if isinstance(table, Mapping):
+            kind = str(table.get("type"))
+            filled = {
+                key: defaults[name]
+                for name, key in NOTIFY_DEFAULTS.get(kind, {}).items()
+                if defaults.get(name) not in (None, [], False)
+            }
+            table = {**filled, **table}
+            if kind == "webpush" and defaults.get("allow_private_push_hosts") is True:
+                table["allow_private_push_hosts"] = True
+        out.append(table)
+    return out
+
+
 def startup_problems(pm: pluggy.PluginManager, raw: dict[str, Any], base_dir: Path) -> list[str]:
     """Every problem of the file's ``[[notify.channels]]`` tables (with the ``[notify]`` defaults
     filled in): an unknown type, a key the type does not have, a value or a secret it refuses. A
     ``grantd.plugin_manager.check_startup`` check: runs whether or not the rest of the file is valid."""
-    from grantd.config.validation import notify_channel_tables
-
     notify = raw.get("notify")
     if not isinstance(notify, dict) or not isinstance(notify.get("channels"), list):
         return []
-    tables = notify_channel_tables(notify, notify["channels"])
+    tables = channel_tables(notify, notify["channels"])
     return check_channels(channel_types(pm), tables, base_dir=base_dir)[1]
 
 
 def configured_channels(pm: pluggy.PluginManager, config: Any) -> dict[str, NotificationChannel]:
     """The channels of a checked config, by id (a ConfigError if one is refused)."""
-    built = build_channels(pm, config.notify.channels, base_dir=config.base_dir, warnings=config.warnings)
+    notify = config.notify
+    defaults = {
+        "vapid_private_key": notify.vapid_private_key,
+        "vapid_subject": notify.vapid_subject,
+        "allowed_push_hosts": notify.allowed_push_hosts,
+        "allow_private_push_hosts": notify.allow_private_push_hosts,
+        "deny_from_chat": notify.deny_from_chat,
+    }
+    tables = channel_tables(defaults, notify.channels)
+    built = build_channels(pm, tables, base_dir=config.base_dir, warnings=config.warnings)
     return {channel.id: channel for channel in built}
 
 

@@ -145,7 +145,8 @@ class DeliveryWorker:
         services = self.services
         person = await services.store.people.get(row["recipient"])
         name = person["name"] if person is not None else None
-        prefs = (await services.store.notify.prefs([row["person_id"]])).get(row["person_id"] or "", {})
+        person_id = row["person_id"]
+        prefs = (await services.store.notify.prefs([person_id])).get(person_id, {}) if person_id else {}
         setting = prefs.get(row["channel"], True)
         if setting is False:
             return None  # opted out since the row was written

@@ -366,7 +366,7 @@ def notice(
     **changes: Any,
 ) -> Any:
     """An outbox row (grantd.store.notify.OutboxRow), due at ``created_at``."""
-    row = {
+    row: dict[str, Any] = {
         "id": rid,
         "grant_id": grant_id,
         "channel": channel,
