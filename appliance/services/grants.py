@@ -460,8 +460,9 @@ async def _transition(
     return updated
 
 
-def _vote_record(grant_id: str, ballot: Ballot) -> Any:
+def _vote_record(grant_id: str, ballot: Ballot, evidence: dict[str, Any] | None = None) -> Any:
     return {
+        "evidence": evidence,
         "grant_id": grant_id,
         "email": ballot.voter.email.lower(),
         "voter_id": ballot.voter.person_id,
@@ -531,6 +532,7 @@ async def vote(
     *,
     decision: str | None = None,
     via: str = "api",
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every vote (approve, deny, review, batch; pages and the TUI call these routes) goes through
     grantd.core.review.cast_vote; the vote is recorded (one per person per grant, only while the
@@ -591,7 +593,7 @@ async def vote(
     if not result.accepted:
         assert result.refusal is not None
         raise _refused(result.refusal.reason, status)
-    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot))
+    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot, evidence))
     if outcome != "recorded":
         latest = await services.store.grants.get(grant_id)
         raise _refused(

@@ -69,6 +69,10 @@ class Vote(TypedDict):
     grant_type: str | None
     duration: int | None
     management: bool
+    # D15: how the voter proved it was them for this decision: {"webauthn": {credential_id,
+    # authenticator_data, client_data_json, signature, grant_digest, nonce}} for a vote cast from a
+    # review link with the passkey over the grant's digest; None otherwise
+    evidence: dict[str, Any] | None
 
 
 class GrantReview(TypedDict):

@@ -51,8 +51,10 @@ def grant_row(row: dict[str, Any]) -> Grant:
 
 
 def vote_row(row: Any) -> Vote:
-    vote = {c: row[c] for c in VOTE_COLUMNS}
+    vote = {c: row.get(c) for c in VOTE_COLUMNS}
     vote["management"] = bool(vote["management"])
+    if isinstance(vote["evidence"], str):
+        vote["evidence"] = json.loads(vote["evidence"])
     return cast(Vote, vote)
 
 

@@ -181,7 +181,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             "KEEP_ALIVE_TIMEOUT": 30,
         }
     )
-    from grantd.web import openapi, pages
+    from grantd.web import openapi, pages, review_links
     from grantd.web.api import (
         admin,
         agents,
@@ -214,6 +214,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         device,
         sp,
         pages,
+        review_links,
         openapi,
         metrics_api,
     ):

@@ -188,10 +188,17 @@ async def grants_page(request: Request, viewer: Viewer) -> HTTPResponse:
 @bp.get("/grant-approval")
 @page()
 async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
-    services = services_of(request)
     grant_id = request.args.get("grant_id") or ""
     if not grant_id or len(grant_id) > 200 or not grant_id.isprintable():
         raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
+    return await approval_page(request, viewer, grant_id)
+
+
+async def approval_page(
+    request: Request, viewer: Viewer, grant_id: str, review_token: str | None = None
+) -> HTTPResponse:
+    """The page of one grant (also what a review link shows, D15: then deciding needs the passkey)."""
+    services = services_of(request)
     record = await services.store.grants.get(grant_id)
     try:  # its requester, who may decide it, and the approvers its pinned policy names (D13)
         panel = (
@@ -224,6 +231,7 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
         earlier=earlier,
         grant_types=("once", "timed", "always"),
         max_duration=services.config.grants.max_duration,
+        review_token=review_token,
     )
 
 

@@ -285,7 +285,9 @@ class PostgresGrants(_Part):
 
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
-        values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
+        values = [vote.get(c) for c in VOTE_COLUMNS]
+        evidence = VOTE_COLUMNS.index("evidence")
+        values[evidence] = to_json(values[evidence]) if values[evidence] is not None else None
         row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
         if row is not None:
             return "recorded"

@@ -250,7 +250,8 @@ class SQLiteGrants:
         return reviews, votes
 
     async def add_vote(self, vote: Vote) -> str:
-        values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
+        values = {c: vote.get(c) for c in VOTE_COLUMNS}
+        values["evidence"] = to_json(values["evidence"]) if values["evidence"] is not None else None
         values["management"] = 1 if vote["management"] else 0
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
             found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()

@@ -271,7 +271,7 @@ class MemoryGrants:
             votes = self._d.votes.setdefault(vote["grant_id"], [])
             if any(v["email"] == vote["email"] for v in votes):
                 return "duplicate"
-            votes.append(copy.deepcopy(vote))
+            votes.append(copy.deepcopy({**vote, "evidence": vote.get("evidence")}))
             return "recorded"
 
     async def escalate_if(

@@ -184,6 +184,20 @@
     location.assign("/grants");
   }
 
+  async function decideFromLink(decision) {
+    const holder = document.querySelector("[data-review-link]");
+    const base = "/r/" + encodeURIComponent(holder.dataset.reviewLink);
+    const reason = document.getElementById("link-reason").value.trim();
+    say("Confirm with your passkey…");
+    const options = await api("POST", base + "/options", {});
+    const credential = await getPasskey(options);
+    const body = { decision: decision, credential: credential };
+    if (reason) body.reason = reason;
+    await api("POST", base, body);
+    say(decision === "approve" ? "Approved." : "Denied.", "ok");
+    location.assign("/grant-approval?grant_id=" + encodeURIComponent(holder.dataset.grantId));
+  }
+
   async function addCredential() {
     const nameField = document.getElementById("new-passkey-name");
     // First confirm it is you, with a passkey you already have (user verification required):
@@ -415,6 +429,9 @@
       await api("DELETE", "/api/account/consents/" + encodeURIComponent(b.dataset.client));
       location.reload();
     },
+    // D15: a review link decides with a fresh passkey assertion over the grant's digest
+    "link-approve": function () { return decideFromLink("approve"); },
+    "link-deny": function () { return decideFromLink("deny"); },
     "revoke-grant": async function (b) {
       await api("POST", "/api/grants/" + encodeURIComponent(b.dataset.id) + "/revoke", {});
       location.reload();

@@ -52,3 +52,5 @@ CREATE TABLE push_subscriptions (
         created_at BIGINT NOT NULL,
         UNIQUE (person_id, endpoint)
 );
+-- A vote cast from a review link keeps its passkey assertion over the grant's digest (D14, D15).
+ALTER TABLE grant_votes ADD COLUMN evidence TEXT;
