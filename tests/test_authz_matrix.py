@@ -194,6 +194,10 @@ GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 4
 DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 GET /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 PUT /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /r/:token                                  | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 200 page | 403 page | 403 page | 403 page | 303 login
+POST /r/:token/options                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 409 | 403 | 403 | 403 | 403
+POST /r/:token                                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403
+POST /r/:token/deny                            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 """
 
 ROUTE_NOTES: dict[str, str] = {
@@ -265,6 +269,10 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /api/account/consents": "the signed-in person's remembered consents",
     "GET /api/account/notifications": "the signed-in person's own notification settings",
     "PUT /api/account/notifications": "`{channels: {}}`: the signed-in person's own settings (no channel is configured here)",
+    "GET /r/:token": "a review link to a pending grant of the requesting agent, sent to the `owner` column's person (D15)",
+    "POST /r/:token/options": "that link: only its person may ask (409 here: the matrix's people have no passkey)",
+    "POST /r/:token": "that link, `{decision: approve}` without a passkey assertion: 403 `fresh passkey required` even for its person",
+    "POST /r/:token/deny": "a fresh single-use deny link (`deny_from_chat`) to a pending grant: the token is the authority, no session",
     "DELETE /api/account/consents/:client_id": "withdraw the person's consent to apes-cli (given just before)",
 }
 
@@ -668,6 +676,16 @@ def _enroll(path: str) -> Request:
 
 def _pending(w: World) -> str:
     return str(w.grant(w.agents["self"])["id"])
+
+
+def _review_link(w: World, action: str = "review") -> str:
+    """A review link (D15) to a fresh pending grant of the requesting agent, for the `owner` column."""
+    from grantd.services import review_links
+
+    grant = w.srv.call(w.srv.services.store.grants.get(_pending(w)))
+    owner = w.persons["owner"]
+    created = review_links.create(w.srv.services, grant, owner["email"], owner["person_id"], action)
+    return str(w.srv.call(created))
 
 
 def _on_pending(verb: str) -> Request:
@@ -1186,6 +1204,12 @@ REQUESTS.update(
         "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
         "GET /api/account/consents": _get("/api/account/consents"),
         "GET /api/account/notifications": _get("/api/account/notifications"),
+        "GET /r/:token": lambda w, c: _call(w, c, "GET", f"/r/{_review_link(w)}"),
+        "POST /r/:token/options": lambda w, c: _call(w, c, "POST", f"/r/{_review_link(w)}/options", json={}),
+        "POST /r/:token": lambda w, c: _call(
+            w, c, "POST", f"/r/{_review_link(w)}", json={"decision": "approve"}
+        ),
+        "POST /r/:token/deny": lambda w, c: _call(w, c, "POST", f"/r/{_review_link(w, 'deny')}/deny"),
         "PUT /api/account/notifications": lambda w, c: _call(
             w, c, "PUT", "/api/account/notifications", json={"channels": {}}
         ),

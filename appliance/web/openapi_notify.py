@@ -3,7 +3,22 @@ person's notification settings."""
 
 from __future__ import annotations
 
-from grantd.web.openapi_model import BEARER, BOOL, INT, MS, PERSON, STRING, Ok, Op, Schema, array, obj, ref
+from grantd.web.openapi_model import (
+    ANY_OBJECT,
+    BEARER,
+    BOOL,
+    INT,
+    MS,
+    NONE,
+    PERSON,
+    STRING,
+    Ok,
+    Op,
+    Schema,
+    array,
+    obj,
+    ref,
+)
 
 GRANT_ID = "/api/grants/{grant_id}"
 
@@ -32,6 +47,16 @@ NOTIFY_SCHEMAS: dict[str, Schema] = {
         },
         ("channels", "available"),
     ),
+    "ReviewLinkDecision": obj(
+        {
+            "decision": {"type": "string", "enum": ["approve", "deny"]},
+            "credential": {"type": "object", "description": "the PublicKeyCredential of the assertion"},
+            "reason": STRING,
+            "grant_type": STRING,
+            "duration": INT,
+        },
+        ("decision", "credential"),
+    ),
     "NotificationSettingsBody": obj(
         {
             "channels": {
@@ -44,7 +69,42 @@ NOTIFY_SCHEMAS: dict[str, Schema] = {
     ),
 }
 
+REVIEW_LINK = "/r/{token}"
+
 NOTIFY_OPERATIONS: tuple[Op, ...] = (
+    Op(
+        "POST",
+        REVIEW_LINK + "/options",
+        "review_links.review_link_options",
+        "WebAuthn request options (user verification required) over the linked grant's digest and a "
+        "single-use nonce, for the person the review link was sent to (D15)",
+        PERSON,
+        ok={200: Ok(ANY_OBJECT)},
+        errors=(409, 410),
+        tag="notifications",
+    ),
+    Op(
+        "POST",
+        REVIEW_LINK,
+        "review_links.review_link_decide",
+        "Approve or deny the linked grant with a fresh passkey assertion over its digest (D15)",
+        PERSON,
+        "ReviewLinkDecision",
+        ok={200: Ok(ref("Decision"))},
+        errors=(409, 410),
+        tag="notifications",
+    ),
+    Op(
+        "POST",
+        REVIEW_LINK + "/deny",
+        "review_links.review_link_deny",
+        "Deny the linked grant with a single-use deny link from a chat or phone notice (never approves)",
+        NONE,
+        body=None,
+        ok={200: Ok(obj({"grant": obj({"id": STRING, "status": STRING}, ("id", "status"))}, ("grant",)))},
+        errors=(403, 404, 409, 410),
+        tag="notifications",
+    ),
     Op(
         "GET",
         GRANT_ID + "/notifications",
