@@ -99,10 +99,7 @@ async def _reachable(
 
 
 async def _subscribed(services: Services, person_id: str | None) -> bool:
-    finder = getattr(services.store.notify, "subscriptions", None)
-    if person_id is None or finder is None:
-        return False
-    return bool(await finder(person_id))
+    return person_id is not None and bool(await services.store.notify.subscriptions(person_id))
 
 
 async def _rows_for(

@@ -23,7 +23,7 @@ from typing import Any
 
 from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
 from grantd.notify.message import render
-from grantd.services import notify
+from grantd.services import notify, push
 from grantd.services import review_links as links
 from grantd.services.context import Services
 from grantd.store.notify import OutboxRow
@@ -103,8 +103,6 @@ class DeliveryWorker:
             status, next_at = "pending", now + backoff_ms(attempts)
         else:
             status, next_at = "failed", now
-        if result.status == "gone":
-            await self._forget_subscription(row)
         error = (result.error or "")[:MAX_ERROR] or None
         await services.store.notify.finish(
             row["id"], self.id, status=status, attempts=attempts, next_at=next_at, error=error, at=now
@@ -132,37 +130,28 @@ class DeliveryWorker:
             deny_link=deny_link,
             level=row["level"] or None,
         )
-        recipient = await self._recipient(channel, row)
-        if recipient is None:
-            return DeliveryResult.failed("this person cannot be reached on this channel", retryable=False)
         context = ChannelContext(services.issuer, lambda: services.clock.now_ms() // 1000)
-        results = []
-        for each in recipient:
-            results.append(await channel.send(context, notice, each))
-        return _combined(results)
-
-    async def _recipient(self, channel: Any, row: OutboxRow) -> list[Recipient] | None:
-        services = self.services
         person = await services.store.people.get(row["recipient"])
         name = person["name"] if person is not None else None
         person_id = row["person_id"]
         prefs = (await services.store.notify.prefs([person_id])).get(person_id, {}) if person_id else {}
         setting = prefs.get(row["channel"], True)
         if setting is False:
-            return None  # opted out since the row was written
+            return DeliveryResult.failed("the person opted out of this channel", retryable=False)
         topic = setting.get("topic") if isinstance(setting, dict) else None
-        if channel.type in notify.NEEDS_SUBSCRIPTION:
-            finder = getattr(services.store.notify, "subscriptions", None)
-            subs = await finder(row["person_id"]) if finder is not None and row["person_id"] else []
-            if not subs:
-                return None
-            return [Recipient(row["recipient"], name, topic, s) for s in subs]
-        return [Recipient(row["recipient"], name, topic)]
-
-    async def _forget_subscription(self, row: OutboxRow) -> None:
-        forget = getattr(self.services.store.notify, "forget_gone", None)
-        if forget is not None and row["person_id"]:
-            await forget(row["person_id"])
+        if channel.type not in notify.NEEDS_SUBSCRIPTION:
+            return await channel.send(context, notice, Recipient(row["recipient"], name, topic))
+        subscriptions = await services.store.notify.subscriptions(person_id) if person_id else []
+        if not subscriptions:
+            return DeliveryResult.failed("this person has no push subscription", retryable=False)
+        results = []
+        for subscription in subscriptions:  # every browser and phone of the person
+            each = Recipient(row["recipient"], name, topic, push.recipient_subscription(subscription))
+            result = await channel.send(context, notice, each)
+            if result.status == "gone":  # the push service's 404/410: the subscription is no more
+                await services.store.notify.delete_subscription(subscription["person_id"], subscription["id"])
+            results.append(result)
+        return _combined(results)
 
 
 def _combined(results: list[DeliveryResult]) -> DeliveryResult:

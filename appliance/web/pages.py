@@ -63,6 +63,15 @@ async def static(request: Request, name: str) -> HTTPResponse:
     return raw(found.body, content_type=found.content_type, headers=headers)
 
 
+@bp.get("/sw.js")
+async def service_worker(request: Request) -> HTTPResponse:
+    """The service worker Web Push notices go through (D15): same origin, scope /, never cached
+    for long (a new version must reach browsers)."""
+    found = STATIC_FILES["sw.js"]
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "ETag": found.etag}
+    return raw(found.body, content_type=found.content_type, headers=headers)
+
+
 # -- sign-in, registration, account ---------------------------------------------------------------
 
 
@@ -170,6 +179,8 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
         passkey_names=names,
         person=viewer.person,
         consents=consents,
+        web_push=any(c.type == "webpush" for c in services.notify_channels.values()),
+        push_subscriptions=await services.store.notify.subscriptions(viewer.principal.id),
     )
 
 
