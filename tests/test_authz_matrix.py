@@ -167,6 +167,7 @@ GET /grant-approval                            | 303 login | 303 login | 303 log
 GET /enroll                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 GET /admin                                     | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 403 page | 403 page | 200 page | 403 page | 303 login
 GET /static/:name                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /sw.js                                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /device_authorization                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /device                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 POST /api/device/decide                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
@@ -194,6 +195,10 @@ GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 4
 DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 GET /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 PUT /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/push/vapid                            | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404
+POST /api/push/subscriptions                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 404 | 404 | 404 | 404 | 404 | 403
+GET /api/push/subscriptions                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+DELETE /api/push/subscriptions/:subscription_id | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 404 | 404 | 404 | 404 | 404 | 403
 GET /r/:token                                  | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 200 page | 403 page | 403 page | 403 page | 303 login
 POST /r/:token/options                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 409 | 403 | 403 | 403 | 403
 POST /r/:token                                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403
@@ -269,6 +274,9 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /api/account/consents": "the signed-in person's remembered consents",
     "GET /api/account/notifications": "the signed-in person's own notification settings",
     "PUT /api/account/notifications": "`{channels: {}}`: the signed-in person's own settings (no channel is configured here)",
+    "GET /api/push/vapid": "no webpush channel is configured on the matrix server: 404 for everyone",
+    "POST /api/push/subscriptions": "a subscription body; without a webpush channel a person gets 404 (tests/test_notify_push.py covers the rest)",
+    "DELETE /api/push/subscriptions/:subscription_id": "an id that is nobody's: 404 for a person, refused before for others",
     "GET /r/:token": "a review link to a pending grant of the requesting agent, sent to the `owner` column's person (D15)",
     "POST /r/:token/options": "that link: only its person may ask (409 here: the matrix's people have no passkey)",
     "POST /r/:token": "that link, `{decision: approve}` without a passkey assertion: 403 `fresh passkey required` even for its person",
@@ -971,6 +979,7 @@ REQUESTS.update(
         "GET /enroll": _get("/enroll?name=bot&key=ssh-ed25519%20AAAA"),
         "GET /admin": _get("/admin"),
         "GET /static/:name": _get("/static/grantd.js"),
+        "GET /sw.js": _get("/sw.js"),
     }
 )
 
@@ -1205,6 +1214,18 @@ REQUESTS.update(
         "GET /api/account/consents": _get("/api/account/consents"),
         "GET /api/account/notifications": _get("/api/account/notifications"),
         "GET /r/:token": lambda w, c: _call(w, c, "GET", f"/r/{_review_link(w)}"),
+        "GET /api/push/vapid": _get("/api/push/vapid"),
+        "GET /api/push/subscriptions": _get("/api/push/subscriptions"),
+        "POST /api/push/subscriptions": lambda w, c: _call(
+            w,
+            c,
+            "POST",
+            "/api/push/subscriptions",
+            json={"endpoint": "https://fcm.googleapis.com/x", "keys": {"p256dh": "A", "auth": "A"}},
+        ),
+        "DELETE /api/push/subscriptions/:subscription_id": lambda w, c: _call(
+            w, c, "DELETE", "/api/push/subscriptions/sub_nobodys"
+        ),
         "POST /r/:token/options": lambda w, c: _call(w, c, "POST", f"/r/{_review_link(w)}/options", json={}),
         "POST /r/:token": lambda w, c: _call(
             w, c, "POST", f"/r/{_review_link(w)}", json={"decision": "approve"}

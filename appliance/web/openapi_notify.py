@@ -57,6 +57,18 @@ NOTIFY_SCHEMAS: dict[str, Schema] = {
         },
         ("decision", "credential"),
     ),
+    "PushSubscription": obj(
+        {"id": STRING, "endpoint": STRING, "expirationTime": {"type": ["integer", "null"]}, "created_at": MS},
+        ("id", "endpoint", "expirationTime", "created_at"),
+    ),
+    "PushSubscriptionBody": obj(
+        {
+            "endpoint": STRING,
+            "keys": obj({"p256dh": STRING, "auth": STRING}, ("p256dh", "auth")),
+            "expirationTime": {"type": ["integer", "null"]},
+        },
+        ("endpoint", "keys"),
+    ),
     "NotificationSettingsBody": obj(
         {
             "channels": {
@@ -72,6 +84,44 @@ NOTIFY_SCHEMAS: dict[str, Schema] = {
 REVIEW_LINK = "/r/{token}"
 
 NOTIFY_OPERATIONS: tuple[Op, ...] = (
+    Op(
+        "GET",
+        "/api/push/vapid",
+        "notify.push_vapid",
+        "The Web Push application server key (VAPID, base64url uncompressed P-256); 404 without Web Push",
+        ok={200: Ok(obj({"publicKey": STRING}, ("publicKey",)))},
+        errors=(404,),
+        tag="notifications",
+    ),
+    Op(
+        "POST",
+        "/api/push/subscriptions",
+        "notify.push_subscribe",
+        "Subscribe this browser to Web Push (the endpoint must be https on allowed_push_hosts, public)",
+        PERSON,
+        "PushSubscriptionBody",
+        ok={201: Ok(ref("PushSubscription"), "Created")},
+        errors=(404, 409),
+        tag="notifications",
+    ),
+    Op(
+        "GET",
+        "/api/push/subscriptions",
+        "notify.push_subscriptions",
+        "The signed-in person's Web Push subscriptions",
+        PERSON,
+        ok={200: Ok(obj({"data": array(ref("PushSubscription"))}, ("data",)))},
+        tag="notifications",
+    ),
+    Op(
+        "DELETE",
+        "/api/push/subscriptions/{subscription_id}",
+        "notify.push_unsubscribe",
+        "Remove one of the signed-in person's Web Push subscriptions",
+        PERSON,
+        ok={200: Ok(obj({"deleted": STRING}, ("deleted",)))},
+        tag="notifications",
+    ),
     Op(
         "POST",
         REVIEW_LINK + "/options",
