@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class SigningKey(TypedDict):
@@ -71,8 +71,8 @@ class Vote(TypedDict):
     management: bool
     # D15: how the voter proved it was them for this decision: {"webauthn": {credential_id,
     # authenticator_data, client_data_json, signature, grant_digest, nonce}} for a vote cast from a
-    # review link with the passkey over the grant's digest; None otherwise
-    evidence: dict[str, Any] | None
+    # review link with the passkey over the grant's digest; absent otherwise
+    evidence: NotRequired[dict[str, Any] | None]
 
 
 class GrantReview(TypedDict):

@@ -55,6 +55,8 @@ def vote_row(row: Any) -> Vote:
     vote["management"] = bool(vote["management"])
     if isinstance(vote["evidence"], str):
         vote["evidence"] = json.loads(vote["evidence"])
+    if vote["evidence"] is None:
+        del vote["evidence"]  # only a vote from a review link has evidence (D15)
     return cast(Vote, vote)
 
 

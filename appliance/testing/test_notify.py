@@ -232,3 +232,27 @@ async def test_subscriptions_per_person(store):
     assert await store.notify.delete_subscription("p1", "s1")
     assert await store.notify.subscriptions("p1") == []
     assert [s["id"] for s in await store.notify.subscriptions("p2")] == ["s2"]
+
+
+async def test_a_votes_evidence_is_kept(store):
+    await store.grants.create(grant("g1", status="pending"), ["grant.created"])
+    evidence = {"webauthn": {"credential_id": "c1", "signature": "s", "grant_digest": '{"grant_id":"g1"}'}}
+    vote = {
+        "grant_id": "g1",
+        "email": "alice@example.com",
+        "voter_id": "p1",
+        "decision": "approve",
+        "via": "web",
+        "at": NOW,
+        "reason": None,
+        "grant_type": None,
+        "duration": None,
+        "management": False,
+        "evidence": evidence,
+    }
+    assert await store.grants.add_vote(vote) == "recorded"
+    plain = {**vote, "email": "bob@example.com", "voter_id": "p2"}
+    del plain["evidence"]  # a vote without evidence (every other way of voting)
+    assert await store.grants.add_vote(plain) == "recorded"
+    first, second = await store.grants.votes("g1")
+    assert first["evidence"] == evidence and second.get("evidence") is None

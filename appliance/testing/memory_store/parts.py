@@ -271,7 +271,8 @@ class MemoryGrants:
             votes = self._d.votes.setdefault(vote["grant_id"], [])
             if any(v["email"] == vote["email"] for v in votes):
                 return "duplicate"
-            votes.append(copy.deepcopy({**vote, "evidence": vote.get("evidence")}))
+            kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+            votes.append(copy.deepcopy(kept))  # type: ignore[arg-type]
             return "recorded"
 
     async def escalate_if(
