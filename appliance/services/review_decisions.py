@@ -162,7 +162,7 @@ async def decide(
             "nonce": kept["nonce"],
         }
     }
-    vote_body = {k: body[k] for k in ("reason", "grant_type", "duration") if k in body}
+    vote_body: dict[str, Any] = {k: body[k] for k in ("reason", "grant_type", "duration") if k in body}
     return await grants.vote(
         services, me, link["grant_id"], vote_body, decision=decision, via="web", evidence=evidence
     )
