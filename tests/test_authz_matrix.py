@@ -200,7 +200,7 @@ POST /api/push/subscriptions                   | 401 | 401 | 401 | 401 | 401 | 4
 GET /api/push/subscriptions                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 DELETE /api/push/subscriptions/:subscription_id | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 404 | 404 | 404 | 404 | 404 | 403
 GET /r/:token                                  | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 200 page | 403 page | 403 page | 403 page | 303 login
-POST /r/:token/options                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 409 | 403 | 403 | 403 | 403
+POST /r/:token/options                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 403
 POST /r/:token                                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403
 POST /r/:token/deny                            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 """
@@ -278,7 +278,7 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/push/subscriptions": "a subscription body; without a webpush channel a person gets 404 (tests/test_notify_push.py covers the rest)",
     "DELETE /api/push/subscriptions/:subscription_id": "an id that is nobody's: 404 for a person, refused before for others",
     "GET /r/:token": "a review link to a pending grant of the requesting agent, sent to the `owner` column's person (D15)",
-    "POST /r/:token/options": "that link: only its person may ask (409 here: the matrix's people have no passkey)",
+    "POST /r/:token/options": "that link: only its person may ask (the owner has a passkey here)",
     "POST /r/:token": "that link, `{decision: approve}` without a passkey assertion: 403 `fresh passkey required` even for its person",
     "POST /r/:token/deny": "a fresh single-use deny link (`deny_from_chat`) to a pending grant: the token is the authority, no session",
     "DELETE /api/account/consents/:client_id": "withdraw the person's consent to apes-cli (given just before)",
@@ -686,12 +686,17 @@ def _pending(w: World) -> str:
     return str(w.grant(w.agents["self"])["id"])
 
 
-def _review_link(w: World, action: str = "review") -> str:
-    """A review link (D15) to a fresh pending grant of the requesting agent, for the `owner` column."""
+def _review_link(w: World, action: str = "review", *, passkey: bool = False) -> str:
+    """A review link (D15) to a fresh pending grant of the requesting agent, for the `owner` column
+    (``passkey``: who has a passkey here by then, whatever cells ran before)."""
     from grantd.services import review_links
 
     grant = w.srv.call(w.srv.services.store.grants.get(_pending(w)))
     owner = w.persons["owner"]
+    if passkey and not w.srv.call(w.srv.services.store.credentials.list_for(owner["person_id"])):
+        from people_support import add_passkey
+
+        add_passkey(w.srv, owner["person_id"], str(w.srv.services.config.webauthn.rp_id))
     created = review_links.create(w.srv.services, grant, owner["email"], owner["person_id"], action)
     return str(w.srv.call(created))
 
@@ -1226,7 +1231,9 @@ REQUESTS.update(
         "DELETE /api/push/subscriptions/:subscription_id": lambda w, c: _call(
             w, c, "DELETE", "/api/push/subscriptions/sub_nobodys"
         ),
-        "POST /r/:token/options": lambda w, c: _call(w, c, "POST", f"/r/{_review_link(w)}/options", json={}),
+        "POST /r/:token/options": lambda w, c: _call(
+            w, c, "POST", f"/r/{_review_link(w, passkey=True)}/options", json={}
+        ),
         "POST /r/:token": lambda w, c: _call(
             w, c, "POST", f"/r/{_review_link(w)}", json={"decision": "approve"}
         ),

@@ -164,3 +164,16 @@ def test_a_deny_link_denies_once_and_never_approves(srv, sink):
     assert first.status_code == 200 and first.json()["grant"]["status"] == "denied"
     assert httpx.post(f"{srv.url}/r/{deny}/deny").status_code == 410
     assert status_of(srv, grant["id"]) == "denied"
+
+
+def test_a_person_without_a_passkey_is_told_to_add_one(srv, sink):
+    from people_support import signed_in_person
+
+    from grantd.services import review_links
+
+    owner, browser = signed_in_person(srv, fresh("owner"))  # a session, no passkey
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = srv.call(srv.services.store.grants.get(request_grant(srv, token)["id"]))
+    link = srv.call(review_links.create(srv.services, grant, owner["email"], owner["person_id"], "review"))
+    r = browser.post(f"/r/{link}/options", json={}, headers={"Origin": srv.url})
+    assert r.status_code == 409 and "add one on /account" in r.json()["detail"]
