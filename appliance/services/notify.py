@@ -19,6 +19,7 @@ delivery worker sends one digest per person and channel instead once the window 
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from grantd.store.notify import OutboxRow
 from grantd.store.records import Agent, Grant
 
 PENDING_KINDS = ("review_requested", "escalated")
+_SEQUENCE = itertools.count()
 NEEDS_TOPIC = ("ntfy",)  # channel types that reach a person only at a topic they set
 NEEDS_SUBSCRIPTION = ("webpush",)  # ... only through a Web Push subscription
 
@@ -49,7 +51,8 @@ def row(
     payload: dict[str, Any] | None = None,
 ) -> OutboxRow:
     return {
-        "id": uuid.uuid4().hex,
+        # ordered like the rows are written, also within one millisecond (lists sort by created_at, id)
+        "id": f"{now:013d}{next(_SEQUENCE) % 10**8:08d}{uuid.uuid4().hex[:11]}",
         "grant_id": grant_id,
         "channel": channel,
         "recipient": recipient.lower(),
