@@ -177,3 +177,70 @@ def test_a_person_without_a_passkey_is_told_to_add_one(srv, sink):
     link = srv.call(review_links.create(srv.services, grant, owner["email"], owner["person_id"], "review"))
     r = browser.post(f"/r/{link}/options", json={}, headers={"Origin": srv.url})
     assert r.status_code == 409 and "add one on /account" in r.json()["detail"]
+
+
+WEBHOOK = """
+[notify]
+poll_ms = 50
+
+[[notify.channels]]
+id = "chat"
+type = "webhook"
+url = "{url}"
+secret = "file:hook-secret"
+format = "generic"
+deny_from_chat = true
+"""
+
+
+def test_a_chat_deny_must_be_signed_once_within_the_window(tmp_path):
+    import hashlib
+    import hmac
+    import json as jsonlib
+
+    from inproc import InProcessServer
+    from people_support import create_person
+    from support.notify_doubles import WebhookReceiver
+
+    secret = "s3cret-for-the-chat-relay-0123456789"
+    receiver = WebhookReceiver(secret=secret).start()
+    directory = tmp_path / "srv"
+    directory.mkdir()
+    (directory / "hook-secret").write_text(secret)
+    (directory / "hook-secret").chmod(0o600)
+    srv = InProcessServer(directory, extra=WEBHOOK.format(url=f"{receiver.origin}/hook")).start()
+    try:
+        owner = create_person(srv, fresh("owner"))
+        _, token = enrol_agent(srv, owner=owner["email"])
+        grant = request_grant(srv, token)
+        (posted,) = wait_for(
+            lambda: [r for r in receiver.received if r["json"]["recipient"] == owner["email"]]
+        )
+        deny = posted["json"]["deny"]
+        assert deny["method"] == "POST"  # what the chat relay posts back, signed
+
+        def signed(body: bytes, at: int, key: str = secret) -> dict[str, str]:
+            mac = hmac.new(key.encode(), str(at).encode() + b"." + body, hashlib.sha256).hexdigest()
+            return {"X-Grantd-Signature": f"t={at},v1={mac}", "Content-Type": "application/json"}
+
+        body = jsonlib.dumps({"action": "deny", "user": "U123"}).encode()
+        now = srv.clock.now_ms() // 1000
+        assert httpx.post(deny["url"], content=body).status_code == 401  # unsigned
+        assert (
+            httpx.post(deny["url"], content=body, headers=signed(body, now, "wrong-key")).status_code == 401
+        )
+        stale = httpx.post(deny["url"], content=body, headers=signed(body, now - 301))
+        assert stale.status_code == 401 and "window" in stale.json()["detail"]
+        tampered = signed(body, now)
+        assert httpx.post(deny["url"], content=body + b" ", headers=tampered).status_code == 401
+        assert status_of(srv, grant["id"]) == "pending"
+        good = signed(body, now)
+        first = httpx.post(deny["url"], content=body, headers=good)
+        assert first.status_code == 200 and first.json()["grant"]["status"] == "denied"
+        replay = httpx.post(deny["url"], content=body, headers=good)
+        assert replay.status_code == 401 and "replay" in replay.json()["detail"]
+        later = signed(body, now + 1)
+        assert httpx.post(deny["url"], content=body, headers=later).status_code == 410  # used once
+    finally:
+        srv.stop()
+        receiver.stop()

@@ -168,10 +168,43 @@ async def decide(
     )
 
 
-async def deny_from_chat(services: Services, token: str) -> dict[str, Any]:
+async def _check_signed(services: Services, channel_id: str, signature: str | None, body: bytes) -> None:
+    """A deny link sent through a channel with a shared secret (a webhook: its chat relay posts the
+    button press back) must come signed with it: ``X-Grantd-Signature`` over the exact body, the
+    timestamp within 300 s, each signature once (kept in the store: refused on every node). 401
+    otherwise, with the reason (never the expected value)."""
+    from grantd.core.errors import unauthorized
+    from grantd.notify.signature import WINDOW_S, SignatureError, verify
+
+    channel = services.notify_channels.get(channel_id)
+    secret = getattr(channel, "secret", None)
+    if not secret:
+        raise forbidden("the channel this link was sent through is no longer configured")
+    now_s = services.clock.now_ms() // 1000
+    try:
+        verify(secret, signature, body, now=now_s)
+    except SignatureError as refused:
+        raise unauthorized(refused.reason) from None
+    assert signature is not None
+    now = services.clock.now_ms()
+    try:
+        await services.store.onetime.put(
+            "chat_signature", review_links.token_hash(signature), {}, now + 2 * WINDOW_S * 1000, now
+        )
+    except Conflict:
+        raise unauthorized("signature already used (a replay)") from None
+
+
+async def deny_from_chat(
+    services: Services, token: str, signature: str | None = None, body: bytes = b""
+) -> dict[str, Any]:
     """A deny link's POST: the link's person denies, once. No session is needed (chat systems post
-    it); the token is single-use and can only deny (the fail-safe direction)."""
+    it); the token is single-use and can only deny (the fail-safe direction). A link sent through a
+    webhook channel needs the channel's signature on the POST (``_check_signed``)."""
     link = await review_links.resolve(services, token, action="deny")
+    _, _, channel_id = link["action"].partition("@")
+    if channel_id:
+        await _check_signed(services, channel_id, signature, body)
     used = await services.store.notify.use_link(review_links.token_hash(token), services.clock.now_ms())
     if used is None:
         raise Problem(410, "this deny link has been used")

@@ -67,7 +67,10 @@ async def for_notice(services: Services, row: OutboxRow, grant: Any, channel: An
     token = await create(services, grant, row["recipient"], row["person_id"], "review")
     deny = None
     if channel.options.get("deny_from_chat"):
-        deny = f"{issuer}/r/{await create(services, grant, row['recipient'], row['person_id'], 'deny')}/deny"
+        # A deny link sent through a channel with a shared secret (a webhook) names it: its POST
+        # must then be signed with that secret (grantd.services.review_decisions.deny_from_chat).
+        action = f"deny@{channel.id}" if getattr(channel, "secret", None) else "deny"
+        deny = f"{issuer}/r/{await create(services, grant, row['recipient'], row['person_id'], action)}/deny"
     return f"{issuer}/r/{token}", deny
 
 
@@ -77,7 +80,7 @@ async def resolve(services: Services, token: str, *, action: str | None = None) 
     if not token or len(token) > MAX_TOKEN or not token.isascii() or not token.isprintable():
         raise not_found("no such review link")
     link = await services.store.notify.link(token_hash(token))
-    if link is None or (action is not None and link["action"] != action):
+    if link is None or (action is not None and link["action"].partition("@")[0] != action):
         raise not_found("no such review link")
     if link["expires_at"] <= services.clock.now_ms():
         raise Problem(410, "this review link has expired", title="Link expired")

@@ -152,7 +152,7 @@ NOTIFY_OPERATIONS: tuple[Op, ...] = (
         NONE,
         body=None,
         ok={200: Ok(obj({"grant": obj({"id": STRING, "status": STRING}, ("id", "status"))}, ("grant",)))},
-        errors=(403, 404, 409, 410),
+        errors=(401, 403, 404, 409, 410),
         tag="notifications",
     ),
     Op(

@@ -38,4 +38,8 @@ async def review_link_decide(request: Request, token: str) -> HTTPResponse:
 
 @bp.post("/r/<token:str>/deny", name="review_link_deny")
 async def review_link_deny(request: Request, token: str) -> HTTPResponse:
-    return json(await review_decisions.deny_from_chat(services_of(request), token))
+    signature = request.headers.get("x-grantd-signature")
+    answer = await review_decisions.deny_from_chat(
+        services_of(request), token, signature, request.body or b""
+    )
+    return json(answer)
