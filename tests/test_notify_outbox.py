@@ -263,3 +263,20 @@ def test_config_validate_reports_every_notify_problem_at_once(tmp_path):
         "notify.routes[0].per_approver_limit",
     ):
         assert problem in out, (problem, out)
+
+
+def test_a_grant_that_expires_pending_is_resolved_for_those_told(srv, sink):
+    from grantd.services.grant_sweeps import sweep_expired
+
+    sink.start()
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = request_grant(srv, token)
+    wait_for(lambda: mails_to(sink, owner["email"]))
+    srv.clock.advance(srv.services.config.grants.pending_ttl + 1)
+    assert [g["id"] for g in srv.call(sweep_expired(srv.services))] == [grant["id"]]
+    assert srv.call(sweep_expired(srv.services)) == []  # once
+    mails = wait_for(lambda: len(mails_to(sink, owner["email"])) == 2 and mails_to(sink, owner["email"]))
+    assert mails[1].message["Subject"].startswith("[grantd] Decided (expired)")
+    kinds = [r["kind"] for r in rows_of(srv, grant["id"]) if r["recipient"] == owner["email"]]
+    assert kinds == ["review_requested", "resolved"]

@@ -24,6 +24,13 @@ async def sweep_expired(services: Services) -> list[Grant]:
     )
     if expired:
         services.events.changed()
+        # D15: a pending grant that lapsed is over too; those told it waited are told so (written
+        # after the expiry's transaction: the store's expire changes many grants at once; only the
+        # process whose expire changed a grant gets it back, so each is told once)
+        notices = [n for g in expired for n in await notify.resolved(services, g["id"], now)]
+        if notices:
+            await services.store.notify.add(notices)
+            notify.wake(services)
     await sweep_reviews(services)  # also without policies now: grants pinned before a reload still time out
     return expired
 
