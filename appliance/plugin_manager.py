@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -206,7 +207,14 @@ def load_with_plugins(path: str | os.PathLike[str]) -> Config:
     return validate(raw, p, declared_sections(build_plugin_manager(_plugins_only(raw, p))))
 
 
-def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Config:
+# A check of the file that needs the plugins, from a layer above this one (the notification
+# channels: grantd.notify.startup_problems): (plugins, raw document, config file's directory) -> problems.
+StartupCheck = Callable[[pluggy.PluginManager, dict[str, Any], Path], list[str]]
+
+
+def check_startup(
+    path: str | os.PathLike[str], *, storage: bool = True, checks: Sequence[StartupCheck] = ()
+) -> Config:
     """D18: everything ``grantd serve`` checks short of binding the port, for ``serve`` and ``grantd
     config validate`` alike, every problem in one ConfigError: the file's keys (and the secrets and
     files they name), the plugins (modules importable, paths safe), the storage plugin known, each
@@ -249,6 +257,8 @@ def check_startup(path: str | os.PathLike[str], *, storage: bool = True) -> Conf
             kind = table.get("type") if isinstance(table, dict) else None
             if isinstance(kind, str) and kind and kind not in types:
                 problems.append(_unknown_type(f"federation.providers[{index}]", kind, types))
+    for check in checks:  # with or without a valid file: every problem at once (D18)
+        problems.extend(q for q in check(pm, raw, p.parent) if q not in problems)
     if problems:
         raise ConfigError(problems, p)
     assert config is not None

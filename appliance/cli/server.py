@@ -101,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         config = check_startup(
-            path, storage=False
+            path, storage=False, checks=_startup_checks()
         )  # `config validate`'s checks (D18); preflight opens the storage
     except ConfigError as exc:
         if _log_format_of(path) != "json":
@@ -251,12 +251,19 @@ def _revalidate(config: Config, changes: dict[str, dict[str, Any]]) -> Config:
 
 
 # -- config ------------------------------------------------------------------------------------
+def _startup_checks() -> tuple[Any, ...]:
+    """The checks of check_startup that live above the platform layer: the notification channels."""
+    from grantd.notify import startup_problems
+
+    return (startup_problems,)
+
+
 def cmd_config_validate(args: argparse.Namespace) -> int:
     """Every check `grantd serve` makes before it opens the storage and binds the port, every problem
     at once (D18): what this accepts, serve starts."""
     from grantd.plugin_manager import check_startup
 
-    config = check_startup(args.file)
+    config = check_startup(args.file, checks=_startup_checks())
     for warning in config.warnings:
         print(f"warning: {warning}")
     print(f"{args.file}: valid (issuer {config.server.issuer}, storage {config.storage.plugin})")

@@ -14,6 +14,7 @@ from grantd.config.sections import (
     LimitsSection,
     LogSection,
     MetricsSection,
+    NotifySection,
     OauthSection,
     PeopleSection,
     PluginsSection,
@@ -114,6 +115,10 @@ class Config:
     @property
     def sp(self) -> SpSection:
         return self._section("sp", SpSection)
+
+    @property
+    def notify(self) -> NotifySection:
+        return self._section("notify", NotifySection)
 
     @property
     def plugins(self) -> PluginsSection:

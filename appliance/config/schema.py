@@ -31,6 +31,12 @@ def _networks(value: Any) -> str | None:
     return "; ".join(problems) if problems else None
 
 
+def _secret_reference(value: Any) -> str | None:
+    if not value.startswith(("file:", "env:")) or len(value) < 6:
+        return "a secret: must be file:PATH or env:NAME, never written inline"
+    return None
+
+
 def _email(value: Any) -> str | None:
     if "@" not in value or value.strip() != value or len(value) > 254:
         return "must be an e-mail address"
@@ -543,6 +549,96 @@ client_secret = "file:wiki-client-secret"   # made by: grantd config secret wiki
             maximum=86_400,
         ),
     },
+    "notify": {
+        "link_ttl": Key(
+            int,
+            1800,
+            "Seconds a review link ({issuer}/r/<token>) sent in a notice stays usable (never past the "
+            "grant's pending time). Opening one never changes anything; approving from it needs the "
+            "intended person's passkey (D15, docs/notifications.md).",
+            minimum=60,
+            maximum=86_400,
+        ),
+        "allowed_push_hosts": Key(
+            list,
+            [],
+            "Push services a browser's Web Push subscription may point at (exact host names, or *.domain); "
+            "the default of every webpush channel. Empty: FCM, Mozilla, Apple and Windows push services "
+            "(fcm.googleapis.com, updates.push.services.mozilla.com, *.push.apple.com, *.notify.windows.com). "
+            "Endpoints must also be https and resolve to public addresses.",
+            item_kind=str,
+        ),
+        "allow_private_push_hosts": Key(
+            bool,
+            False,
+            "Tests only: let push endpoints resolve to loopback or private addresses, and use http on "
+            "loopback. Never in production (it opens Web Push delivery to SSRF).",
+        ),
+        "deny_from_chat": Key(
+            bool,
+            False,
+            "Default of the ntfy and webhook channels: a pending notice carries a single-use deny link "
+            "that denies with a POST. Nothing in any notice ever approves.",
+        ),
+        "vapid_private_key": Key(
+            str,
+            None,
+            "The P-256 key Web Push messages are signed with (VAPID), as file:PATH or env:NAME only; the "
+            "default of every webpush channel. Make one with `openssl ecparam -name prime256v1 -genkey "
+            "-noout | openssl pkcs8 -topk8 -nocrypt -out vapid.pem`.",
+            check=_secret_reference,
+        ),
+        "vapid_subject": Key(
+            str,
+            None,
+            "How push services reach the operator (mailto: or https: URI): the default subject of every "
+            "webpush channel.",
+        ),
+        "max_attempts": Key(
+            int,
+            8,
+            "Attempts to deliver one notice before it is marked failed (retries back off exponentially: "
+            "5 s, 10 s, 20 s ... at most 15 min apart).",
+            minimum=1,
+            maximum=50,
+        ),
+        "poll_ms": Key(
+            int,
+            1000,
+            "Milliseconds between the delivery worker's looks at the outbox in each server process "
+            "(a notice written by this process is looked at at once).",
+            minimum=50,
+            maximum=60_000,
+        ),
+        "channels": Key(
+            list,
+            [],
+            "Where approvers are told a grant waits for them, one [[notify.channels]] table each: id, type "
+            "(a channel type from a plugin; built in: smtp, webpush, ntfy, webhook) and the type's keys; "
+            "secrets only as file:PATH or env:NAME (docs/notifications.md has a complete table of each type).",
+            item_kind=dict,
+            example="""[[notify.channels]]
+id = "mail"
+type = "smtp"
+host = "smtp.example.com"
+username = "grantd"
+password = "file:smtp-password"
+from = "grantd@example.com\"""",
+        ),
+        "routes": Key(
+            list,
+            [],
+            "Which channels carry a notice, one [[notify.routes]] table each, the first match wins: "
+            'match.policies (pinned policy ids; "default" for the default policy), match.levels '
+            '(escalation levels, 0 = the first request), channels (ids), per_approver_limit ("6/min": '
+            "more pending notices to one approver on one channel wait for one digest). None: every channel.",
+            item_kind=dict,
+            example="""[[notify.routes]]
+match.policies = ["prod-root"]
+channels = ["mail"]
+per_approver_limit = "6/min\"""",
+        ),
+    },
     "plugins": {
         "modules": Key(
             list, [], "Extra plugin modules to import and register (importable names).", item_kind=str
@@ -573,5 +669,6 @@ SECTION_HELP = {
     "federation": "Federation: people sign in through upstream identity providers",
     "oauth": "OAuth 2.0 / OpenID provider: tokens, clients (docs/oauth.md)",
     "sp": "Service provider: log people in at the IdP their e-mail domain names (DDISA; docs/sp.md)",
+    "notify": "Reaching approvers: mail, Web Push, ntfy and chat (D15; docs/notifications.md)",
     "plugins": "Plugins",
 }

@@ -186,6 +186,22 @@ class SpSection:
 
 
 @dataclass(frozen=True)
+class NotifySection:
+    """[notify]: Reaching approvers: mail, Web Push, ntfy and chat (D15; docs/notifications.md)."""
+
+    link_ttl: int
+    allowed_push_hosts: list[str]
+    allow_private_push_hosts: bool
+    deny_from_chat: bool
+    vapid_private_key: str | None  # the file:/env: reference, resolved by the webpush channel
+    vapid_subject: str | None
+    max_attempts: int
+    poll_ms: int
+    channels: tuple[dict[str, Any], ...]  # the tables with the [notify] defaults filled in
+    routes: tuple[Any, ...]  # grantd.core.notify_routes.Route
+
+
+@dataclass(frozen=True)
 class PluginsSection:
     """[plugins]: Plugins."""
 
@@ -211,5 +227,6 @@ SECTION_TYPES: dict[str, type] = {
     "federation": FederationSection,
     "oauth": OauthSection,
     "sp": SpSection,
+    "notify": NotifySection,
     "plugins": PluginsSection,
 }

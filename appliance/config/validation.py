@@ -144,6 +144,20 @@ def _parse_tables(
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
     if isinstance(values["oauth"]["clients"], list):
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
+    _notify(values["notify"], problems)
+
+
+def _notify(notify: dict[str, Any], problems: list[str]) -> None:
+    """`[[notify.routes]]` checked against the ids of `[[notify.channels]]` (the channel tables
+    are checked by their types: grantd.notify.startup_problems)."""
+    from grantd.core.notify_routes import parse_routes
+
+    tables = notify["channels"] if isinstance(notify["channels"], list) else []
+    notify["channels"] = tuple(tables)  # their types check them (grantd.notify, with the defaults)
+    ids = [str(t.get("id")) for t in tables if isinstance(t, dict)]
+    routes, found = parse_routes(notify["routes"], ids)
+    problems.extend(found)
+    notify["routes"] = routes
 
 
 PROVIDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

@@ -220,6 +220,24 @@ def may_manage_own_consents(principal: Principal | None) -> Principal:
     return principal
 
 
+def may_manage_own_notifications(principal: Principal | None) -> Principal:
+    """A person's notification settings and Web Push subscriptions (/account,
+    ``/api/account/notifications``, ``/api/push/subscriptions``; D15): the person themselves only."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON:
+        raise forbidden("only a signed-in person has notification settings")
+    return principal
+
+
+def may_follow_review_link(principal: Principal | None) -> Principal:
+    """A review link (``/r/<token>``, D15) is followed by a signed-in person; which person is the
+    link's own rule (grantd.services.review_links.check_person)."""
+    principal = require(principal)
+    if principal.kind is not Kind.PERSON:
+        raise forbidden("a review link is for a signed-in person")
+    return principal
+
+
 def may_decide_device_sign_in(principal: Principal | None, *, in_this_browser: bool) -> Principal:
     """A terminal's sign-in (device grant, RFC 8628) is approved by a person signed in in the browser
     that shows the code (a session cookie), never by a bearer token: whoever holds a token is not

@@ -1,10 +1,11 @@
 """Reaching approvers (D15): the channel types plugins offer and the channels a config builds.
 
-Built so far: the channel types (``notification_channel_types``; built-ins ``smtp``, ``webpush``,
-``ntfy``, ``webhook`` in grantd.plugins.notify_*), the message a notice carries
-(grantd.notify.message) and the webhook signature (grantd.notify.signature). Not wired yet: the
-outbox, the ``[notify]`` config section, routes, review links and subscriptions
-(docs/notifications.md says what is built and what is not).
+The channel types come from ``notification_channel_types`` (built-ins ``smtp``, ``webpush``,
+``ntfy``, ``webhook`` in grantd.plugins.notify_*); the message a notice carries is
+grantd.notify.message, the webhook signature grantd.notify.signature. The outbox, routes and
+delivery are grantd.services.notify; ``[notify]`` is a section of the config (grantd.config), whose
+channel tables this module checks and builds (``startup_problems`` for ``grantd config validate``
+and ``grantd serve``, ``configured_channels`` for the server).
 
 A ``[[notify.channels]]`` table is checked here the way ``[[federation.providers]]`` tables are
 (grantd.plugin_manager.build_federation_providers): every problem at once, each at its key path
@@ -223,4 +224,71 @@ def build_channels(
     return tuple(built)
 
 
-__all__ = ["EndpointRefused", "TableReader", "build_channels", "channel_types", "check_channels"]
+# ``[notify]`` keys that are defaults of keys of the channel tables: {type: {[notify] key: table key}}
+# (a table's own value wins; an empty list or an unset key is no default).
+NOTIFY_DEFAULTS = {
+    "webpush": {
+        "vapid_private_key": "vapid_private_key",
+        "vapid_subject": "subject",
+        "allowed_push_hosts": "allowed_push_hosts",
+        "allow_private_push_hosts": "allow_private_push_hosts",
+    },
+    "ntfy": {"deny_from_chat": "deny_from_chat"},
+    "webhook": {"deny_from_chat": "deny_from_chat"},
+}
+
+
+def channel_tables(defaults: Mapping[str, Any], tables: Sequence[Any]) -> list[Any]:
+    """The ``[[notify.channels]]`` tables with the ``[notify]`` defaults filled in (NOTIFY_DEFAULTS).
+    ``allow_private_push_hosts = true`` under ``[notify]`` (tests only) reaches every webpush channel."""
+    out = []
+    for table in tables:
+        if isinstance(table, Mapping):
+            kind = str(table.get("type"))
+            filled = {
+                key: defaults[name]
+                for name, key in NOTIFY_DEFAULTS.get(kind, {}).items()
+                if defaults.get(name) not in (None, [], False)
+            }
+            table = {**filled, **table}
+            if kind == "webpush" and defaults.get("allow_private_push_hosts") is True:
+                table["allow_private_push_hosts"] = True
+        out.append(table)
+    return out
+
+
+def startup_problems(pm: pluggy.PluginManager, raw: dict[str, Any], base_dir: Path) -> list[str]:
+    """Every problem of the file's ``[[notify.channels]]`` tables (with the ``[notify]`` defaults
+    filled in): an unknown type, a key the type does not have, a value or a secret it refuses. A
+    ``grantd.plugin_manager.check_startup`` check: runs whether or not the rest of the file is valid."""
+    notify = raw.get("notify")
+    if not isinstance(notify, dict) or not isinstance(notify.get("channels"), list):
+        return []
+    tables = channel_tables(notify, notify["channels"])
+    return check_channels(channel_types(pm), tables, base_dir=base_dir)[1]
+
+
+def configured_channels(pm: pluggy.PluginManager, config: Any) -> dict[str, NotificationChannel]:
+    """The channels of a checked config, by id (a ConfigError if one is refused)."""
+    notify = config.notify
+    defaults = {
+        "vapid_private_key": notify.vapid_private_key,
+        "vapid_subject": notify.vapid_subject,
+        "allowed_push_hosts": notify.allowed_push_hosts,
+        "allow_private_push_hosts": notify.allow_private_push_hosts,
+        "deny_from_chat": notify.deny_from_chat,
+    }
+    tables = channel_tables(defaults, notify.channels)
+    built = build_channels(pm, tables, base_dir=config.base_dir, warnings=config.warnings)
+    return {channel.id: channel for channel in built}
+
+
+__all__ = [
+    "EndpointRefused",
+    "TableReader",
+    "build_channels",
+    "channel_types",
+    "check_channels",
+    "configured_channels",
+    "startup_problems",
+]

@@ -3,13 +3,16 @@ authentication chain and the plugins. Built once per process by ``open_services`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import pluggy
 
 from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
+from grantd.notify import configured_channels
 from grantd.plugin_manager import FederationProvider, build_federation_providers, storage_factory
 from grantd.services.audit import AuditLog, origin_of
 from grantd.services.authn import AuthnChain, default_chain
@@ -49,6 +52,10 @@ class Services:
     # the [[federation.providers]] built by their types' factories (grantd.plugin_manager)
     federation: tuple[FederationProvider, ...] = ()
     audit: AuditLog | None = None  # the decision log (D14); set by open_services
+    # the [[notify.channels]] by id (grantd.notify.configured_channels; D15)
+    notify_channels: dict[str, Any] = field(default_factory=dict)
+    # wakes this process's notification delivery worker (grantd.services.notify_delivery) when set
+    notify_wake: Callable[[], None] = field(default=lambda: None)
 
     @property
     def issuer(self) -> str:
@@ -106,4 +113,5 @@ async def open_services(
         oauth_clients=ClientRegistry(config, clock),
         federation=build_federation_providers(pm, config) if federation is None else federation,
         audit=audit,
+        notify_channels=configured_channels(pm, config),
     )

@@ -35,13 +35,11 @@ from grantd.core.review import (
     Tally,
     Voter,
     cast_vote,
-    escalations_due,
     evaluate,
     tally,
-    timeout_at,
-    timeout_outcome,
 )
 from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
+from grantd.services import notify
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
@@ -251,12 +249,15 @@ async def create(
         grant["decision_reason"] = f"delegation {delegation['id']}"
         events.append("grant.approved")
     bound = OwnerBound(services.config.limits.pending_per_owner, reader.lapse)
+    agent = await services.store.agents.get_by_id(requester_id) if services.notify_channels else None
+    notices = await notify.requested(services, grant, pinned, agent)  # D15: in the grant's transaction
     try:
         stored = await services.store.grants.create(
             grant,
             events,
             bound=bound if grant["status"] == "pending" else None,
             review=pinned.as_dict() if not pinned.is_default else None,
+            notices=notices,
         )
     except LimitReached:
         services.limits.on_refused("pending.owner")
@@ -268,6 +269,8 @@ async def create(
     if delegated_vote is not None and delegation is None:
         await services.store.grants.add_vote(_vote_record(stored["id"], delegated_vote))
     services.events.changed()
+    if notices:
+        notify.wake(services)
     answer = reader.view(stored)
     if delegation is not None:
         answer.update(approved_automatically=True, auto_approval_kind="delegation")
@@ -437,18 +440,29 @@ async def _transition(
     status = reader.status(grant)
     if status not in expect:
         raise refuse(status)
+    # a decision of a pending grant replaces the notices that asked for it (D15)
+    notices = await notify.resolved(services, grant["id"], reader.now) if status == "pending" else []
     updated = await services.store.grants.update_if(
-        grant["id"], expect=expect, changes=changes, event=event, lapse=reader.lapse, now=reader.now
+        grant["id"],
+        expect=expect,
+        changes=changes,
+        event=event,
+        lapse=reader.lapse,
+        now=reader.now,
+        notices=notices,
     )
     if updated is None:
         latest = await services.store.grants.get(grant["id"])
         raise refuse(reader.status(latest) if latest else "revoked")
     services.events.changed()
+    if notices:
+        notify.wake(services)
     return updated
 
 
-def _vote_record(grant_id: str, ballot: Ballot) -> Any:
+def _vote_record(grant_id: str, ballot: Ballot, evidence: dict[str, Any] | None = None) -> Any:
     return {
+        "evidence": evidence,
         "grant_id": grant_id,
         "email": ballot.voter.email.lower(),
         "voter_id": ballot.voter.person_id,
@@ -518,6 +532,7 @@ async def vote(
     *,
     decision: str | None = None,
     via: str = "api",
+    evidence: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every vote (approve, deny, review, batch; pages and the TUI call these routes) goes through
     grantd.core.review.cast_vote; the vote is recorded (one per person per grant, only while the
@@ -578,7 +593,7 @@ async def vote(
     if not result.accepted:
         assert result.refusal is not None
         raise _refused(result.refusal.reason, status)
-    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot))
+    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot, evidence))
     if outcome != "recorded":
         latest = await services.store.grants.get(grant_id)
         raise _refused(
@@ -740,60 +755,3 @@ async def batch(services: Services, principal: Principal, body: dict[str, Any]) 
             result.update(status=problem.extra.get("grant_status"), success=False, error=problem.body())
         results.append(result)
     return {"results": results}
-
-
-SWEEP_REVIEWS = 1000  # pending grants under a policy looked at per sweep (oldest first)
-
-
-async def sweep_expired(services: Services) -> list[Grant]:
-    """Persist expiries (each with a grant.expired event) and trim old events; then the approval
-    policies' schedule (D13): escalation levels that came due and pinned ``pending_ttl`` timeouts."""
-    now = services.clock.now_ms()
-    expired = await services.store.grants.expire(
-        services.grant_lapse(), now, now - services.config.grants.events_retention * 1000
-    )
-    if expired:
-        services.events.changed()
-    await sweep_reviews(services)  # also without policies now: grants pinned before a reload still time out
-    return expired
-
-
-async def sweep_reviews(services: Services) -> int:
-    """Escalate and time out pending grants under a policy. Every process sweeps; the conditional
-    updates (``escalate_if``, ``update_if`` on pending) make each level and each timeout happen once,
-    across processes and nodes. Returns the number of changes this process won."""
-    reader = Reader(services)
-    now_s = reader.now // 1000
-    won = 0
-    for record in await services.store.grants.pending_reviews(SWEEP_REVIEWS):
-        review = reviews.pinned(record)
-        if not review.escalations and review.pending_ttl is None:
-            continue
-        grant = await services.store.grants.get(record["grant_id"])
-        if grant is None or reader.status(grant) != "pending":
-            continue
-        created_s = grant["created_at"] // 1000
-        ends = timeout_at(review, created_s)
-        if ends is not None and now_s >= ends:
-            status, reason = timeout_outcome(review)
-            changes: dict[str, Any] = {"status": status, "decision_reason": reason}
-            if status == "denied":
-                changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
-            updated = await services.store.grants.update_if(
-                grant["id"],
-                expect=("pending",),
-                changes=changes,
-                event=f"grant.{status}",
-                lapse=reader.lapse,
-                now=reader.now,
-            )
-            won += updated is not None
-            continue
-        due = escalations_due(review, created_s, now_s, record["escalation_level"])
-        if due and await services.store.grants.escalate_if(
-            grant["id"], record["escalation_level"], due[-1].level, reader.now
-        ):
-            won += 1
-    if won:
-        services.events.changed()
-    return won

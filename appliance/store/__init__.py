@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
+from grantd.store.notify import NotifyStore, OutboxRow
 from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.people import (
     CredentialStore,
@@ -194,9 +195,10 @@ class GrantStore(Protocol):
         *,
         bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
-        in the same transaction. ``review``: the approval-policy review it was pinned to (D13), kept
+        in the same transaction, with the outbox rows ``notices`` (D15, ``grantd.store.notify``). ``review``: the approval-policy review it was pinned to (D13), kept
         in the same transaction (a grant never exists without the review it needs). With ``bound``, a ``pending`` grant whose requester is an agent is
         refused with ``LimitReached("pending_per_owner")`` when that agent's owner already has
         ``bound.limit`` pending grants across their agents; counted in the insert's transaction
@@ -232,9 +234,11 @@ class GrantStore(Protocol):
         event: str,
         lapse: Lapse,
         now: int,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         """Apply ``changes`` only if the stored status is in ``expect`` and the grant has not lapsed;
-        bump ``version``; record ``event`` (at ``now``). Exactly one of any number of concurrent
+        bump ``version``; record ``event`` (at ``now``) and insert the outbox rows ``notices``, all
+        in one transaction (none of it when the condition fails). Exactly one of any number of concurrent
         callers wins; the others get None."""
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
@@ -265,10 +269,12 @@ class GrantStore(Protocol):
         the database across processes) or ``"decided"`` (the grant is no longer pending). The
         decision itself is ``update_if`` on ``pending``: of concurrent final votes exactly one wins."""
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+    async def escalate_if(
+        self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()
+    ) -> bool:
         """Raise the stored escalation level from ``seen`` to ``level`` while the grant is pending,
         and record one ``grant.escalated`` event per level reached (the event's grant carries
-        ``escalation_level``), in one transaction; True for the one caller (of any number, in any
+        ``escalation_level``) and the outbox rows ``notices``, in one transaction; True for the one caller (of any number, in any
         process or node) whose update changed it."""
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
@@ -352,6 +358,7 @@ class Store(Protocol):
     tlog: TlogStore
     hosts: HostStore
     receipts: ReceiptStore
+    notify: NotifyStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -392,6 +399,7 @@ __all__ = [
     "HostStore",
     "KeyStore",
     "LimitReached",
+    "NotifyStore",
     "OwnerBound",
     "OneTimeStore",
     "PersonStore",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class SigningKey(TypedDict):
@@ -69,6 +69,10 @@ class Vote(TypedDict):
     grant_type: str | None
     duration: int | None
     management: bool
+    # D15: how the voter proved it was them for this decision: {"webauthn": {credential_id,
+    # authenticator_data, client_data_json, signature, grant_digest, nonce}} for a vote cast from a
+    # review link with the passkey over the grant's digest; absent otherwise
+    evidence: NotRequired[dict[str, Any] | None]
 
 
 class GrantReview(TypedDict):

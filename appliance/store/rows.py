@@ -51,8 +51,12 @@ def grant_row(row: dict[str, Any]) -> Grant:
 
 
 def vote_row(row: Any) -> Vote:
-    vote = {c: row[c] for c in VOTE_COLUMNS}
+    vote = {c: row.get(c) for c in VOTE_COLUMNS}
     vote["management"] = bool(vote["management"])
+    if isinstance(vote["evidence"], str):
+        vote["evidence"] = json.loads(vote["evidence"])
+    if vote["evidence"] is None:
+        del vote["evidence"]  # only a vote from a review link has evidence (D15)
     return cast(Vote, vote)
 
 

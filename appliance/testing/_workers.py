@@ -305,3 +305,20 @@ def escalate(path: str, start_at: float, now: int) -> list[bool]:
         return list(await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, now) for _ in range(TAKERS))))
 
     return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def claim(path: str, start_at: float, now: int) -> list[str]:
+    """Claim outbox rows in small bites until none is left; the ids this process got."""
+
+    async def work(store: SQLiteStore) -> list[str]:
+        got: list[str] = []
+        worker = f"w{id(store)}"
+
+        async def one() -> None:
+            while rows := await store.notify.claim(worker, now, 60_000, 3):
+                got.extend(r["id"] for r in rows)
+
+        await asyncio.gather(*(one() for _ in range(TAKERS)))
+        return got
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]

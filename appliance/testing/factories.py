@@ -353,3 +353,36 @@ def guest_session(sid: str, *, created_at: int = NOW, **changes: Any) -> Session
             **changes,
         },
     )
+
+
+def notice(
+    rid: str,
+    grant_id: str | None = "g1",
+    *,
+    recipient: str = "alice@example.com",
+    channel: str = "mail",
+    kind: str = "review_requested",
+    created_at: int = NOW,
+    **changes: Any,
+) -> Any:
+    """An outbox row (grantd.store.notify.OutboxRow), due at ``created_at``."""
+    row: dict[str, Any] = {
+        "id": rid,
+        "grant_id": grant_id,
+        "channel": channel,
+        "recipient": recipient,
+        "person_id": None,
+        "kind": kind,
+        "level": 0,
+        "status": "pending",
+        "attempts": 0,
+        "next_at": created_at,
+        "claimed_by": None,
+        "claimed_until": None,
+        "error": None,
+        "created_at": created_at,
+        "sent_at": None,
+        "payload": {},
+    }
+    row.update(changes)
+    return row

@@ -296,3 +296,17 @@ async def test_an_escalation_level_is_announced_once_across_processes(target, po
         assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.escalated"]
     finally:
         store.close()
+
+
+async def test_outbox_rows_are_claimed_once_across_processes(target, pool):
+    from .factories import notice
+
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.notify.add([notice(f"n{i:03}") for i in range(120)])
+        results = pool.starmap(_workers.claim, [(target, start_soon(), NOW)] * PROCESSES)
+        claimed = [i for ids in results for i in ids]
+        assert sorted(claimed) == [f"n{i:03}" for i in range(120)]  # every row by exactly one process
+    finally:
+        store.close()

@@ -28,7 +28,8 @@ from grantd.plugin_manager import (
     load_with_plugins,
 )
 from grantd.services.context import Services, open_services
-from grantd.services.grants import sweep_expired
+from grantd.services.grant_sweeps import sweep_expired
+from grantd.services.notify_delivery import DeliveryWorker
 from grantd.web import csrf
 from grantd.web.api import audit as audit_api
 from grantd.web.api import metrics as metrics_api
@@ -180,7 +181,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             "KEEP_ALIVE_TIMEOUT": 30,
         }
     )
-    from grantd.web import openapi, pages
+    from grantd.web import openapi, pages, review_links
     from grantd.web.api import (
         admin,
         agents,
@@ -189,6 +190,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         federation,
         grants,
         health,
+        notify,
         oauth,
         people_admin,
         sp,
@@ -204,6 +206,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         audit_api,
         people_admin,
         grants,
+        notify,
         delegations,
         federation,
         webauthn,
@@ -211,6 +214,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         device,
         sp,
         pages,
+        review_links,
         openapi,
         metrics_api,
     ):
@@ -236,6 +240,12 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         state.sweeper = asyncio.get_running_loop().create_task(
             _sweep_forever(services), name="expiry-sweeper"
         )
+        if services.notify_channels:  # D15: this process's share of delivering the outbox
+            worker = DeliveryWorker(services)
+            services.notify_wake = worker.wake
+            state.notifier = asyncio.get_running_loop().create_task(
+                worker.run_forever(), name="notify-delivery"
+            )
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -243,9 +253,9 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         services = state.services
         if services is None:
             return
-        sweeper = state.sweeper
-        if sweeper is not None:
-            sweeper.cancel()
+        for task in (state.sweeper, state.notifier):
+            if task is not None:
+                task.cancel()
         if services.audit is not None:
             await services.audit.close()
         await services.events.close()  # open event streams end now instead of holding up the shutdown

@@ -63,6 +63,15 @@ async def static(request: Request, name: str) -> HTTPResponse:
     return raw(found.body, content_type=found.content_type, headers=headers)
 
 
+@bp.get("/sw.js")
+async def service_worker(request: Request) -> HTTPResponse:
+    """The service worker Web Push notices go through (D15): same origin, scope /, never cached
+    for long (a new version must reach browsers)."""
+    found = STATIC_FILES["sw.js"]
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "ETag": found.etag}
+    return raw(found.body, content_type=found.content_type, headers=headers)
+
+
 # -- sign-in, registration, account ---------------------------------------------------------------
 
 
@@ -170,6 +179,8 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
         passkey_names=names,
         person=viewer.person,
         consents=consents,
+        web_push=any(c.type == "webpush" for c in services.notify_channels.values()),
+        push_subscriptions=await services.store.notify.subscriptions(viewer.principal.id),
     )
 
 
@@ -188,10 +199,17 @@ async def grants_page(request: Request, viewer: Viewer) -> HTTPResponse:
 @bp.get("/grant-approval")
 @page()
 async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
-    services = services_of(request)
     grant_id = request.args.get("grant_id") or ""
     if not grant_id or len(grant_id) > 200 or not grant_id.isprintable():
         raise Problem(400, "the link names no grant (grant_id)", title="No grant named")
+    return await approval_page(request, viewer, grant_id)
+
+
+async def approval_page(
+    request: Request, viewer: Viewer, grant_id: str, review_token: str | None = None
+) -> HTTPResponse:
+    """The page of one grant (also what a review link shows, D15: then deciding needs the passkey)."""
+    services = services_of(request)
     record = await services.store.grants.get(grant_id)
     try:  # its requester, who may decide it, and the approvers its pinned policy names (D13)
         panel = (
@@ -224,6 +242,7 @@ async def grant_approval(request: Request, viewer: Viewer) -> HTTPResponse:
         earlier=earlier,
         grant_types=("once", "timed", "always"),
         max_duration=services.config.grants.max_duration,
+        review_token=review_token,
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any, cast
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
@@ -32,6 +33,7 @@ from .connection import (
     _unique_violation,
 )
 from .constants import OWNER_LOCKS
+from .notify import add_notices, add_notices_batch
 from .sql import PG, _cols
 
 REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json) VALUES (%s, %s)"
@@ -56,6 +58,7 @@ class PostgresGrants(_Part):
         *,
         bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
@@ -66,13 +69,14 @@ class PostgresGrants(_Part):
                 "SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],)
             )
             if owner is not None:
-                return await self._create_bounded(row, values, events, owner, bound, review)
+                return await self._create_bounded(row, values, events, owner, bound, review, notices)
         # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
             batch.add(GRANT_INSERT, values)
             if review is not None:
                 batch.add(REVIEW_INSERT, (row["id"], to_json(review)))
+            add_notices_batch(batch, notices)
             _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
             batch.plain("COMMIT")
             try:
@@ -89,6 +93,7 @@ class PostgresGrants(_Part):
         owner: dict[str, Any],
         bound: OwnerBound,
         review: dict[str, Any] | None = None,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
         count and the insert across processes and nodes (several round trips, only for this case)."""
@@ -111,6 +116,7 @@ class PostgresGrants(_Part):
                 raise Conflict("id") from None
             if review is not None:
                 await cur.execute(REVIEW_INSERT, (row["id"], to_json(review)))
+            await add_notices(cur, notices)
             await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
         return cast(Grant, row)
 
@@ -178,6 +184,7 @@ class PostgresGrants(_Part):
         event: str,
         lapse: Lapse,
         now: int,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         """One conditional UPDATE: a concurrent caller on any node waits for the row lock, re-checks
         the WHERE clause on the row the winner left, and gets no row."""
@@ -201,6 +208,7 @@ class PostgresGrants(_Part):
                 batch.plain("ROLLBACK")
                 await batch.send()
                 return None
+            add_notices_batch(batch, notices)
             _add_events(batch, [(event, row, now)])
             batch.plain("COMMIT")
             await batch.send()
@@ -277,7 +285,9 @@ class PostgresGrants(_Part):
 
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
-        values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
+        values = [vote.get(c) for c in VOTE_COLUMNS]
+        evidence = VOTE_COLUMNS.index("evidence")
+        values[evidence] = to_json(values[evidence]) if values[evidence] is not None else None
         row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
         if row is not None:
             return "recorded"
@@ -289,7 +299,9 @@ class PostgresGrants(_Part):
 
     @_nul_finds_nothing(False)
     @_on_store_loop
-    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+    async def escalate_if(
+        self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()
+    ) -> bool:
         async with self._db.tx() as cur:
             await cur.execute(
                 """UPDATE grant_reviews SET escalation_level = %s WHERE grant_id = %s AND escalation_level = %s
@@ -300,6 +312,7 @@ class PostgresGrants(_Part):
                 return False
             await cur.execute("SELECT * FROM grants WHERE id = %s", (grant_id,))
             row = dict(await cur.fetchone() or {})
+            await add_notices(cur, notices)
             await _record_events(
                 cur,
                 [

@@ -22,6 +22,7 @@ from .delegations import PostgresDelegations
 from .grants import PostgresGrants
 from .keys import PostgresKeys
 from .migrations import MIGRATIONS
+from .notify import PostgresNotify
 from .oauth import PostgresConsents, PostgresDeviceCodes, PostgresOneTime, PostgresRefreshTokens
 from .people import (
     PostgresCredentials,
@@ -84,6 +85,7 @@ class PostgresStore:
         self.tlog = PostgresTlog(self._db)
         self.hosts = PostgresHosts(self._db)
         self.receipts = PostgresReceipts(self._db)
+        self.notify = PostgresNotify(self._db)
         self.consents = PostgresConsents(self._db)
 
     # -- lifecycle --------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any, cast
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
@@ -25,6 +26,7 @@ from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_ro
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
+from .notify import add_notices
 
 
 def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
@@ -52,6 +54,7 @@ class SQLiteGrants:
         *,
         bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
         row["version"] = 1
@@ -73,6 +76,7 @@ class SQLiteGrants:
                 )
             for event in events:
                 _record_event(conn, event, row, int(row["created_at"]))
+            add_notices(conn, notices)
         return cast(Grant, row)
 
     @staticmethod
@@ -152,6 +156,7 @@ class SQLiteGrants:
         event: str,
         lapse: Lapse,
         now: int,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         """The conditional UPDATE and its RETURNING decide between concurrent callers in any process."""
         if not expect:
@@ -172,6 +177,7 @@ class SQLiteGrants:
                 return None
             updated = dict(row)
             _record_event(conn, event, updated, now)
+            add_notices(conn, notices)
         return grant_row(updated)
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
@@ -244,7 +250,8 @@ class SQLiteGrants:
         return reviews, votes
 
     async def add_vote(self, vote: Vote) -> str:
-        values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
+        values = {c: vote.get(c) for c in VOTE_COLUMNS}
+        values["evidence"] = to_json(values["evidence"]) if values["evidence"] is not None else None
         values["management"] = 1 if vote["management"] else 0
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
             found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
@@ -259,7 +266,9 @@ class SQLiteGrants:
                 return "duplicate"
         return "recorded"
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+    async def escalate_if(
+        self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()
+    ) -> bool:
         async with self._db.awrite() as conn:
             cur = conn.execute(
                 """UPDATE grant_reviews SET escalation_level = ? WHERE grant_id = ? AND escalation_level = ?
@@ -271,6 +280,7 @@ class SQLiteGrants:
             row = dict(conn.execute("SELECT * FROM grants WHERE id = ?", (grant_id,)).fetchone())
             for reached in range(seen + 1, level + 1):
                 _record_event(conn, "grant.escalated", {**row, "escalation_level": reached}, now)
+            add_notices(conn, notices)
             return True
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:

@@ -34,6 +34,7 @@ from .delegations import SQLiteDelegations
 from .grants import SQLiteGrants
 from .keys import SQLiteKeys
 from .migrations import MIGRATIONS, _now_ms
+from .notify import SQLiteNotify
 from .oauth import SQLiteConsents, SQLiteDeviceCodes, SQLiteOneTime, SQLiteRefreshTokens
 from .people import (
     SQLiteCredentials,
@@ -86,6 +87,7 @@ class SQLiteStore:
         self.tlog = SQLiteTlog(self._db)
         self.hosts = SQLiteHosts(self._db)
         self.receipts = SQLiteReceipts(self._db)
+        self.notify = SQLiteNotify(self._db)
         self._checkpointer: threading.Thread | None = None
         self._stop_checkpoints = threading.Event()
 

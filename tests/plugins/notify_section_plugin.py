@@ -1,6 +1,6 @@
-"""A plugin that declares its own config section (hook `config_sections`, issue 21.3), as the
-notification channels of the next issues will: `[notify]` is then a known key, checked with the
-rest of the file (key paths, the config's own wording), and its value is `config.extra["notify"]`."""
+"""A plugin that declares its own config section (hook `config_sections`, issue 21.3): `[alerts]`
+is then a known key, checked with the rest of the file (key paths, the config's own wording), and
+its value is `config.extra["alerts"]`. (It was `[notify]` until grantd's own `[notify]`, D15.)"""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ KEYS = {
 
 
 def parse(raw):
-    table = raw.get("notify", {})
+    table = raw.get("alerts", {})
     if not isinstance(table, dict):
-        return None, ["notify: must be a table ([notify])"]
-    problems = [f"notify.{name}: unknown key" for name in table if name not in KEYS]
+        return None, ["alerts: must be a table ([alerts])"]
+    problems = [f"alerts.{name}: unknown key" for name in table if name not in KEYS]
     for name, key in KEYS.items():
         if name in table:
-            check_value(f"notify.{name}", key, table[name], problems)
+            check_value(f"alerts.{name}", key, table[name], problems)
     return (
         None if problems else {name: table.get(name, key.default) for name, key in KEYS.items()}
     ), problems
@@ -31,11 +31,11 @@ def parse(raw):
 
 @hookimpl
 def config_sections():
-    return [ConfigSection("notify", ("notify",), parse, "Notifications (a plugin's own section)")]
+    return [ConfigSection("alerts", ("alerts",), parse, "Notifications (a plugin's own section)")]
 
 
 @hookimpl
 def register_routes(app, config):
     @app.get("/notify-plugin/config")
     async def show(request):
-        return json(config.extra["notify"])
+        return json(config.extra["alerts"])

@@ -21,6 +21,7 @@ from openapi_spec_validator import validate
 # Route-name prefixes (Sanic blueprint names) that the document does not describe, and why.
 EXEMPT_BLUEPRINTS = {
     "grantd.pages.": "server-rendered HTML pages and their static files, for people's browsers, not an API",
+    "grantd.review_links.review_link_page": "the page a review link opens (D15), for people's browsers",
 }
 METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 

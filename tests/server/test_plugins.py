@@ -158,7 +158,7 @@ def _notify_plugin(tmp_path):
 
 
 def test_config_sections_a_plugin_declares_are_checked_with_the_rest(tmp_path):
-    """The hook config_sections: the plugin's `[notify]` is known and checked by `grantd config
+    """The hook config_sections: the plugin's `[alerts]` is known and checked by `grantd config
     validate` with every other problem, by key path; without the plugin it is an unknown key."""
     from conftest import GRANTD
 
@@ -168,37 +168,37 @@ def test_config_sections_a_plugin_declares_are_checked_with_the_rest(tmp_path):
     base = f'version = 1\n[admin]\nmanagement_token = "file:{token}"\n[server]\nprot = 1\n'
     path = tmp_path / "grantd.toml"
     path.write_text(
-        base + _notify_plugin(tmp_path) + '[notify]\nchannel = "mial"\nretries = 11\nsilent = true\n'
+        base + _notify_plugin(tmp_path) + '[alerts]\nchannel = "mial"\nretries = 11\nsilent = true\n'
     )
     result = subprocess.run(
         [*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path
     )
     assert result.returncode == 1
-    assert "notify.channel: must be one of mail, matrix, got 'mial' (did you mean \"mail\"?)" in result.stderr
+    assert "alerts.channel: must be one of mail, matrix, got 'mial' (did you mean \"mail\"?)" in result.stderr
     assert (
-        "notify.retries: must be at most 10, got 11" in result.stderr
-        and "notify.silent: unknown key" in result.stderr
+        "alerts.retries: must be at most 10, got 11" in result.stderr
+        and "alerts.silent: unknown key" in result.stderr
     )
     assert 'server.prot: unknown key (did you mean "server.port"?)' in result.stderr
     # the operator's commands read the file with its plugins' sections too
     path.write_text(
-        base.replace("prot", "port") + _notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n'
+        base.replace("prot", "port") + _notify_plugin(tmp_path) + '[alerts]\nchannel = "matrix"\n'
     )
     listed = subprocess.run(
         [*GRANTD, "plugins", "--config", str(path), "--json"], capture_output=True, text=True, cwd=tmp_path
     )
     assert listed.returncode == 0, listed.stderr
     assert "notify_section_plugin" in {info["name"] for info in json.loads(listed.stdout)}
-    path.write_text(base + '[notify]\nchannel = "mail"\n')  # no plugin declares it
+    path.write_text(base + '[alerts]\nchannel = "mail"\n')  # no plugin declares it
     result = subprocess.run(
         [*GRANTD, "config", "validate", str(path)], capture_output=True, text=True, cwd=tmp_path
     )
-    assert "notify: unknown key" in result.stderr
+    assert "alerts: unknown key" in result.stderr
 
 
 def test_a_declared_section_reaches_the_running_server(server_factory, tmp_path):
     """Every server process reads the file with the sections its plugins declare (config.extra)."""
-    srv = server_factory(extra=_notify_plugin(tmp_path) + '[notify]\nchannel = "matrix"\n')
+    srv = server_factory(extra=_notify_plugin(tmp_path) + '[alerts]\nchannel = "matrix"\n')
     srv.start()
     with srv.client() as http:
         assert http.get("/notify-plugin/config").json() == {"channel": "matrix", "retries": 3}

@@ -320,7 +320,7 @@ notify = ["@admins"]
 
 
 def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) -> None:
-    from grantd.services import grants as grants_service
+    from grantd.services import grant_sweeps as grants_service
 
     server = InProcessServer(tmp_path / "esc", extra=ESCALATING).start()
     try:

@@ -119,6 +119,7 @@ POST /api/grants                               | 401 | 401 | 401 | 401 | 401 | 4
 GET /api/grants                                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
 GET /api/grants/:grant_id                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 GET /api/grants/:grant_id/reviewers            | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
+GET /api/grants/:grant_id/notifications        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/policies/evaluate                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 200 | 403 | 403
 POST /api/grants/:grant_id/approve             | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
@@ -166,6 +167,7 @@ GET /grant-approval                            | 303 login | 303 login | 303 log
 GET /enroll                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 GET /admin                                     | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 403 page | 403 page | 200 page | 403 page | 303 login
 GET /static/:name                              | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /sw.js                                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /device_authorization                     | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /device                                    | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 POST /api/device/decide                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
@@ -191,6 +193,16 @@ POST /api/hosts                                | 401 | 401 | 401 | 401 | 401 | 4
 POST /userinfo                                 | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
 GET /api/account/consents                      | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
 DELETE /api/account/consents/:client_id        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+PUT /api/account/notifications                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+GET /api/push/vapid                            | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404 | 404
+POST /api/push/subscriptions                   | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 404 | 404 | 404 | 404 | 404 | 403
+GET /api/push/subscriptions                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 200 | 200 | 200 | 200 | 200 | 403
+DELETE /api/push/subscriptions/:subscription_id | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 404 | 404 | 404 | 404 | 404 | 403
+GET /r/:token                                  | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 403 page | 200 page | 403 page | 403 page | 403 page | 303 login
+POST /r/:token/options                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 200 | 403 | 403 | 403 | 403
+POST /r/:token                                 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403 | 403
+POST /r/:token/deny                            | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 """
 
 ROUTE_NOTES: dict[str, str] = {
@@ -206,6 +218,7 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /api/grants/:grant_id/deny": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/review": "`{decision: approve}` on a pending grant of the requesting agent",
     "GET /api/grants/:grant_id/reviewers": "a pending grant of the requesting agent",
+    "GET /api/grants/:grant_id/notifications": "a pending grant of the requesting agent (whoever may read the grant)",
     "POST /api/policies/evaluate": "a dry run of a `once` grant request of the requesting agent (creates nothing)",
     "POST /api/grants/:grant_id/revoke": "a pending grant of the requesting agent",
     "POST /api/grants/:grant_id/token": "an approved grant of the requesting agent",
@@ -259,6 +272,15 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
     "POST /userinfo": "the same, POST",
     "GET /api/account/consents": "the signed-in person's remembered consents",
+    "GET /api/account/notifications": "the signed-in person's own notification settings",
+    "PUT /api/account/notifications": "`{channels: {}}`: the signed-in person's own settings (no channel is configured here)",
+    "GET /api/push/vapid": "no webpush channel is configured on the matrix server: 404 for everyone",
+    "POST /api/push/subscriptions": "a subscription body; without a webpush channel a person gets 404 (tests/server/test_notify_push.py covers the rest)",
+    "DELETE /api/push/subscriptions/:subscription_id": "an id that is nobody's: 404 for a person, refused before for others",
+    "GET /r/:token": "a review link to a pending grant of the requesting agent, sent to the `owner` column's person (D15)",
+    "POST /r/:token/options": "that link: only its person may ask (the owner has a passkey here)",
+    "POST /r/:token": "that link, `{decision: approve}` without a passkey assertion: 403 `fresh passkey required` even for its person",
+    "POST /r/:token/deny": "a fresh single-use deny link (`deny_from_chat`) to a pending grant: the token is the authority, no session",
     "DELETE /api/account/consents/:client_id": "withdraw the person's consent to apes-cli (given just before)",
 }
 
@@ -664,6 +686,21 @@ def _pending(w: World) -> str:
     return str(w.grant(w.agents["self"])["id"])
 
 
+def _review_link(w: World, action: str = "review", *, passkey: bool = False) -> str:
+    """A review link (D15) to a fresh pending grant of the requesting agent, for the `owner` column
+    (``passkey``: who has a passkey here by then, whatever cells ran before)."""
+    from grantd.services import review_links
+
+    grant = w.srv.call(w.srv.services.store.grants.get(_pending(w)))
+    owner = w.persons["owner"]
+    if passkey and not w.srv.call(w.srv.services.store.credentials.list_for(owner["person_id"])):
+        from people_support import add_passkey
+
+        add_passkey(w.srv, owner["person_id"], str(w.srv.services.config.webauthn.rp_id))
+    created = review_links.create(w.srv.services, grant, owner["email"], owner["person_id"], action)
+    return str(w.srv.call(created))
+
+
 def _on_pending(verb: str) -> Request:
     return lambda w, c: _call(w, c, "POST", f"/api/grants/{_pending(w)}/{verb}", json={})
 
@@ -798,6 +835,9 @@ REQUESTS: dict[str, Request] = {
     "GET /api/grants/:grant_id": lambda w, c: _call(w, c, "GET", f"/api/grants/{_pending(w)}"),
     "POST /api/grants/:grant_id/approve": _on_pending("approve"),
     "POST /api/grants/:grant_id/deny": _on_pending("deny"),
+    "GET /api/grants/:grant_id/notifications": lambda w, c: _call(
+        w, c, "GET", f"/api/grants/{_pending(w)}/notifications"
+    ),
     "GET /api/grants/:grant_id/reviewers": lambda w, c: _call(
         w, c, "GET", f"/api/grants/{_pending(w)}/reviewers"
     ),
@@ -944,6 +984,7 @@ REQUESTS.update(
         "GET /enroll": _get("/enroll?name=bot&key=ssh-ed25519%20AAAA"),
         "GET /admin": _get("/admin"),
         "GET /static/:name": _get("/static/grantd.js"),
+        "GET /sw.js": _get("/sw.js"),
     }
 )
 
@@ -1176,6 +1217,30 @@ REQUESTS.update(
         "GET /userinfo": _get("/userinfo"),
         "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
         "GET /api/account/consents": _get("/api/account/consents"),
+        "GET /api/account/notifications": _get("/api/account/notifications"),
+        "GET /r/:token": lambda w, c: _call(w, c, "GET", f"/r/{_review_link(w)}"),
+        "GET /api/push/vapid": _get("/api/push/vapid"),
+        "GET /api/push/subscriptions": _get("/api/push/subscriptions"),
+        "POST /api/push/subscriptions": lambda w, c: _call(
+            w,
+            c,
+            "POST",
+            "/api/push/subscriptions",
+            json={"endpoint": "https://fcm.googleapis.com/x", "keys": {"p256dh": "A", "auth": "A"}},
+        ),
+        "DELETE /api/push/subscriptions/:subscription_id": lambda w, c: _call(
+            w, c, "DELETE", "/api/push/subscriptions/sub_nobodys"
+        ),
+        "POST /r/:token/options": lambda w, c: _call(
+            w, c, "POST", f"/r/{_review_link(w, passkey=True)}/options", json={}
+        ),
+        "POST /r/:token": lambda w, c: _call(
+            w, c, "POST", f"/r/{_review_link(w)}", json={"decision": "approve"}
+        ),
+        "POST /r/:token/deny": lambda w, c: _call(w, c, "POST", f"/r/{_review_link(w, 'deny')}/deny"),
+        "PUT /api/account/notifications": lambda w, c: _call(
+            w, c, "PUT", "/api/account/notifications", json={"channels": {}}
+        ),
         "DELETE /api/account/consents/:client_id": _withdraw_consent,
     }
 )

@@ -129,6 +129,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         )
     )
     federate_to_itself(srv)  # a federation provider "self": /auth/federated/self runs a real sign-in start
+    with srv.config_path.open("a") as config:  # notification channels (D15) to nowhere: rows are written
+        config.write(
+            '\n[[notify.channels]]\nid = "mail"\ntype = "smtp"\nhost = "127.0.0.1"\nport = 9\n'
+            'starttls = false\nfrom = "grantd@example.com"\n'
+            '\n[[notify.channels]]\nid = "phone"\ntype = "ntfy"\nurl = "http://127.0.0.1:9"\ndeny_from_chat = true\n'
+        )
     capture = LogCapture()
     srv.start()
     for name in LOGGERS:  # after start: the app's logging config is in place, ours is added to it
@@ -206,6 +212,11 @@ FIELDS = [
     "device_code",  # the device grant
     "decision",
     "via",  # a vote (D13)
+    "channels",
+    "credential",
+    "endpoint",
+    "keys",
+    "expirationTime",  # notifications, review links, push subscriptions (D15)
 ]
 SPECIAL_TEXT = [
     "",

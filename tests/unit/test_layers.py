@@ -91,7 +91,8 @@ CLIENT_PARTS = (
         (*SERVER_THIRD_PARTY, "textual"),
     ),
     # The approver console reads the URL and token from the server's config file (grantd.config,
-    # which checks the whole file: its key checks and the approval-policy parser are pure core code).
+    # which checks the whole file: its key checks, the approval-policy parser and the notification
+    # routes' parser, grantd.core.notify_routes, are pure core code).
     # It shows agents' text with the one escaping rule the pages use (grantd.core.display).
     Part(
         "the approver console",
@@ -104,6 +105,7 @@ CLIENT_PARTS = (
             "grantd.core",
             "grantd.core.display",
             "grantd.core.config_keys",
+            "grantd.core.notify_routes",
             "grantd.core.review",
             "grantd.core.review.*",
             "grantd.core.lifecycle",

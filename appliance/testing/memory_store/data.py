@@ -66,6 +66,10 @@ class _Data:
         ] = {}  # (kind, key) -> (data, expires_at)
         self.refresh_tokens: dict[str, RefreshToken] = {}
         self.device_codes: dict[str, DeviceCode] = {}
+        self.outbox: dict[str, Any] = {}  # outbox row id -> grantd.store.notify.OutboxRow
+        self.notify_prefs: dict[str, dict[str, Any]] = {}  # person id -> channel settings
+        self.review_links: dict[str, Any] = {}  # token hash -> grantd.store.notify.ReviewLink
+        self.push_subscriptions: dict[str, Any] = {}  # id -> grantd.store.notify.PushSubscription
         self.consents: dict[tuple[str, str], Consent] = {}  # (person_id, client_id) -> consent
 
     def record(self, event: str, grant: Grant, now: int) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
 from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     AGENT_CHANGEABLE,
     GRANT_CHANGEABLE,
@@ -25,6 +26,7 @@ from grantd.store.records import (
 from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
+from .notify import add_notices
 from .tlog import record_event
 
 
@@ -227,6 +229,7 @@ class MemoryGrants:
         *,
         bound: OwnerBound | None = None,
         review: dict[str, Any] | None = None,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: Grant = {**copy.deepcopy(grant), "version": 1}
         async with self._d.tx:
@@ -243,6 +246,7 @@ class MemoryGrants:
                 }
             for event in events:
                 self._d.record(event, row, row["created_at"])
+            add_notices(self._d, notices)
         return copy.deepcopy(row)
 
     async def review_of(self, grant_id: str) -> GrantReview | None:
@@ -267,10 +271,13 @@ class MemoryGrants:
             votes = self._d.votes.setdefault(vote["grant_id"], [])
             if any(v["email"] == vote["email"] for v in votes):
                 return "duplicate"
-            votes.append(copy.deepcopy(vote))
+            kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+            votes.append(copy.deepcopy(kept))  # type: ignore[arg-type]
             return "recorded"
 
-    async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
+    async def escalate_if(
+        self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()
+    ) -> bool:
         async with self._d.tx:
             review = self._d.reviews.get(grant_id)
             grant = self._d.grants.get(grant_id)
@@ -284,6 +291,7 @@ class MemoryGrants:
             review["escalation_level"] = level
             for reached in range(seen + 1, level + 1):
                 self._d.record("grant.escalated", {**grant, "escalation_level": reached}, now)  # type: ignore[typeddict-unknown-key]
+            add_notices(self._d, notices)
             return True
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
@@ -356,6 +364,7 @@ class MemoryGrants:
         event: str,
         lapse: Lapse,
         now: int,
+        notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         async with self._d.tx:  # the condition and the change in one critical section
             grant = self._d.grants.get(grant_id)
@@ -366,6 +375,7 @@ class MemoryGrants:
                     grant[column] = copy.deepcopy(value)  # type: ignore[literal-required]
             grant["version"] += 1
             self._d.record(event, grant, now)
+            add_notices(self._d, notices)
             return copy.deepcopy(grant)
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:

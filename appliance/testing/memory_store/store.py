@@ -13,6 +13,7 @@ from grantd.store import StoreError
 from grantd.store.files import open_backup_target
 
 from .data import _Data
+from .notify import MemoryNotify
 from .oauth import MemoryConsents, MemoryDeviceCodes, MemoryOneTime, MemoryRefreshTokens
 from .parts import MemoryAgents, MemoryChallenges, MemoryDelegations, MemoryGrants, MemoryKeys, MemoryRates
 from .people import (
@@ -48,6 +49,7 @@ class MemoryStore:
         self.tlog = MemoryTlog(data)
         self.hosts = MemoryHosts(data)
         self.receipts = MemoryReceipts(data)
+        self.notify = MemoryNotify(data)
         self._migrated = False
 
     async def migrate(self) -> list[int]:
@@ -86,6 +88,10 @@ class MemoryStore:
             # JSON objects have string keys: the pairs keyed ones are stored as lists
             "onetime": [[k, v] for k, v in data.onetime.items()],
             "consents": list(data.consents.values()),
+            "outbox": data.outbox,
+            "notify_prefs": data.notify_prefs,
+            "review_links": data.review_links,
+            "push_subscriptions": data.push_subscriptions,
         }
         with os.fdopen(open_backup_target(Path(target)), "w") as f:
             json.dump(dump, f)

@@ -184,6 +184,46 @@
     location.assign("/grants");
   }
 
+  async function decideFromLink(decision) {
+    const holder = document.querySelector("[data-review-link]");
+    const base = "/r/" + encodeURIComponent(holder.dataset.reviewLink);
+    const reason = document.getElementById("link-reason").value.trim();
+    say("Confirm with your passkey…");
+    const options = await api("POST", base + "/options", {});
+    const credential = await getPasskey(options);
+    const body = { decision: decision, credential: credential };
+    if (reason) body.reason = reason;
+    await api("POST", base, body);
+    say(decision === "approve" ? "Approved." : "Denied.", "ok");
+    location.assign("/grant-approval?grant_id=" + encodeURIComponent(holder.dataset.grantId));
+  }
+
+  // D15: Web Push in this browser: the service worker /sw.js, then a subscription to the server's
+  // VAPID key (userVisibleOnly: every push shows a notification), then its endpoint and keys to grantd.
+  async function pushSubscribe() {
+    if (!("serviceWorker" in navigator) || !("PushManager" in window)) {
+      throw new Error("This browser cannot receive push notifications here.");
+    }
+    if ((await Notification.requestPermission()) !== "granted") {
+      throw new Error("Notifications are blocked for this site in the browser's settings.");
+    }
+    const key = await api("GET", "/api/push/vapid");
+    const registration = await navigator.serviceWorker.register("/sw.js");
+    await navigator.serviceWorker.ready;
+    const subscription = await registration.pushManager.subscribe({
+      userVisibleOnly: true,
+      applicationServerKey: toBuffer(key.publicKey),
+    });
+    const json = subscription.toJSON();
+    await api("POST", "/api/push/subscriptions", {
+      endpoint: json.endpoint,
+      keys: json.keys,
+      expirationTime: json.expirationTime === undefined ? null : json.expirationTime,
+    });
+    say("Notifications are on in this browser.", "ok");
+    location.reload();
+  }
+
   async function addCredential() {
     const nameField = document.getElementById("new-passkey-name");
     // First confirm it is you, with a passkey you already have (user verification required):
@@ -415,6 +455,14 @@
       await api("DELETE", "/api/account/consents/" + encodeURIComponent(b.dataset.client));
       location.reload();
     },
+    // D15: a review link decides with a fresh passkey assertion over the grant's digest
+    "link-approve": function () { return decideFromLink("approve"); },
+    "push-subscribe": pushSubscribe,
+    "push-unsubscribe": async function (b) {
+      await api("DELETE", "/api/push/subscriptions/" + encodeURIComponent(b.dataset.id));
+      location.reload();
+    },
+    "link-deny": function () { return decideFromLink("deny"); },
     "revoke-grant": async function (b) {
       await api("POST", "/api/grants/" + encodeURIComponent(b.dataset.id) + "/revoke", {});
       location.reload();

@@ -111,7 +111,9 @@ def test_a_long_command_keeps_who_where_and_the_buttons_in_the_first_viewport(si
         person.page.set_viewport_size(size)
         person.goto("/grants")
         entry = person.page.locator(f"[data-grant-id='{grant['id']}']")
-        entry.wait_for(state="visible")  # bounding_box() is None until the inbox has drawn it (seen under load)
+        entry.wait_for(
+            state="visible"
+        )  # bounding_box() is None until the inbox has drawn it (seen under load)
         box = entry.bounding_box()
         assert box is not None, label
         height = box["height"]

@@ -1,0 +1,81 @@
+"""The sweeps every server process runs (grantd.web.app): expiries, and the approval policies'
+schedule (D13) — escalation levels that came due, with their notices (D15), and pinned timeouts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grantd.core.review import escalations_due, timeout_at, timeout_outcome
+from grantd.services import notify
+from grantd.services import review as reviews
+from grantd.services.context import Services
+from grantd.services.grants import Reader, requesting_agent
+from grantd.store.records import Grant
+
+SWEEP_REVIEWS = 1000  # pending grants under a policy looked at per sweep (oldest first)
+
+
+async def sweep_expired(services: Services) -> list[Grant]:
+    """Persist expiries (each with a grant.expired event) and trim old events; then the approval
+    policies' schedule (D13): escalation levels that came due and pinned ``pending_ttl`` timeouts."""
+    now = services.clock.now_ms()
+    expired = await services.store.grants.expire(
+        services.grant_lapse(), now, now - services.config.grants.events_retention * 1000
+    )
+    if expired:
+        services.events.changed()
+        # D15: a pending grant that lapsed is over too; those told it waited are told so (written
+        # after the expiry's transaction: the store's expire changes many grants at once; only the
+        # process whose expire changed a grant gets it back, so each is told once)
+        notices = [n for g in expired for n in await notify.resolved(services, g["id"], now)]
+        if notices:
+            await services.store.notify.add(notices)
+            notify.wake(services)
+    await sweep_reviews(services)  # also without policies now: grants pinned before a reload still time out
+    return expired
+
+
+async def sweep_reviews(services: Services) -> int:
+    """Escalate and time out pending grants under a policy. Every process sweeps; the conditional
+    updates (``escalate_if``, ``update_if`` on pending) make each level and each timeout happen once,
+    across processes and nodes. Returns the number of changes this process won."""
+    reader = Reader(services)
+    now_s = reader.now // 1000
+    won = 0
+    for record in await services.store.grants.pending_reviews(SWEEP_REVIEWS):
+        review = reviews.pinned(record)
+        if not review.escalations and review.pending_ttl is None:
+            continue
+        grant = await services.store.grants.get(record["grant_id"])
+        if grant is None or reader.status(grant) != "pending":
+            continue
+        created_s = grant["created_at"] // 1000
+        ends = timeout_at(review, created_s)
+        if ends is not None and now_s >= ends:
+            status, reason = timeout_outcome(review)
+            changes: dict[str, Any] = {"status": status, "decision_reason": reason}
+            if status == "denied":
+                changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
+            updated = await services.store.grants.update_if(
+                grant["id"],
+                expect=("pending",),
+                changes=changes,
+                event=f"grant.{status}",
+                lapse=reader.lapse,
+                now=reader.now,
+                notices=await notify.resolved(services, grant["id"], reader.now),
+            )
+            won += updated is not None
+            continue
+        due = escalations_due(review, created_s, now_s, record["escalation_level"])
+        if not due:
+            continue
+        seen, level = record["escalation_level"], due[-1].level
+        agent = await requesting_agent(services, grant) if services.notify_channels else None
+        notices = await notify.escalated(services, grant, review, agent, seen, level, reader.now)
+        if await services.store.grants.escalate_if(grant["id"], seen, level, reader.now, notices=notices):
+            won += 1
+    if won:
+        services.events.changed()
+        notify.wake(services)
+    return won

@@ -1,0 +1,181 @@
+"""Delivering the outbox (D15): every server process runs one ``DeliveryWorker``; the database
+decides which process sends which row (``store.notify.claim``: a lease, one winner per row across
+processes and nodes), so nothing is sent twice while a lease lasts. Never on the request path: a
+request only writes rows (in its grant's transaction) and wakes the worker.
+
+One attempt: the notice is rendered from the grant as it is now (grantd.notify.message.render),
+with a fresh review link for the recipient (grantd.services.review_links), and handed to the
+channel's ``send``. ``sent``: done. ``failed`` and retryable: tried again after 5 s, 10 s, 20 s ...
+(at most 15 min apart) up to ``[notify] max_attempts``; not retryable: ``failed``. ``gone`` (a push
+service's 404/410): ``failed``, and the person's subscription is removed. An error is recorded as
+the channel words it (never a secret). Held rows (``per_approver_limit``) become one digest per
+person and channel when their window has passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from typing import Any
+
+from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
+from grantd.notify.message import render
+from grantd.services import notify, push
+from grantd.services import review_links as links
+from grantd.services.context import Services
+from grantd.store.notify import OutboxRow
+
+log = logging.getLogger("grantd.notify")
+
+LEASE_MS = 120_000  # longer than any channel's send may take (their timeouts are at most 120 s)
+BATCH = 20
+BACKOFF_FIRST_MS = 5_000
+BACKOFF_MAX_MS = 900_000
+MAX_ERROR = 300
+
+
+def backoff_ms(attempts: int) -> int:
+    """How long after the ``attempts``-th failed attempt the next one is made."""
+    return int(min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** max(0, attempts - 1)))
+
+
+class DeliveryWorker:
+    def __init__(self, services: Services):
+        self.services = services
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.woken = asyncio.Event()
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    async def run_forever(self) -> None:
+        interval = self.services.config.notify.poll_ms / 1000
+        while True:
+            self.woken.clear()
+            try:
+                while await self.run_once():
+                    pass
+            except Exception:  # noqa: BLE001 - a database hiccup must not end delivery for good
+                log.exception("notification delivery failed; retrying")
+            try:
+                await asyncio.wait_for(self.woken.wait(), interval)
+            except TimeoutError:
+                pass
+
+    async def run_once(self) -> int:
+        """Release due digests, claim due rows and deliver them; how many rows were handled."""
+        services = self.services
+        now = services.clock.now_ms()
+        await self._digests(now)
+        rows = await services.store.notify.claim(self.id, now, LEASE_MS, BATCH)
+        if rows:
+            await asyncio.gather(*(self._deliver(r) for r in rows))
+        return len(rows)
+
+    async def _digests(self, now: int) -> None:
+        windows = {r.window for r in self.services.config.notify.routes if r.limit}
+        if not windows:
+            return
+        held = await self.services.store.notify.release_held(now - min(windows) * 1000, 200)
+        if held:
+            await self.services.store.notify.add(notify.digests(held, now))
+
+    async def _deliver(self, row: OutboxRow) -> None:
+        services = self.services
+        channel = services.notify_channels.get(row["channel"])
+        try:
+            result = (
+                await self._send(channel, row)
+                if channel is not None
+                else DeliveryResult.failed("the channel is no longer configured", retryable=False)
+            )
+        except Exception as exc:  # noqa: BLE001 - a channel plugin's bug is a failed attempt, not a dead worker
+            log.exception("notification channel %s raised", row["channel"])
+            result = DeliveryResult.failed(f"the channel failed ({type(exc).__name__})", retryable=True)
+        attempts = row["attempts"] + 1
+        now = services.clock.now_ms()
+        if result.status == "sent":
+            status, next_at = "sent", now
+        elif result.retryable and attempts < services.config.notify.max_attempts:
+            status, next_at = "pending", now + backoff_ms(attempts)
+        else:
+            status, next_at = "failed", now
+        error = (result.error or "")[:MAX_ERROR] or None
+        await services.store.notify.finish(
+            row["id"], self.id, status=status, attempts=attempts, next_at=next_at, error=error, at=now
+        )
+
+    async def _send(self, channel: Any, row: OutboxRow) -> DeliveryResult:
+        services = self.services
+        ids = [row["grant_id"]] if row["grant_id"] else list(row["payload"].get("grants", []))
+        grants = [g for g in [await services.store.grants.get(i) for i in ids] if g is not None]
+        if not grants:
+            return DeliveryResult.failed("the grant no longer exists", retryable=False)
+        agents: dict[str, str] = {}
+        for grant in grants:
+            agent = await services.store.agents.get_by_id(grant["requester_id"])
+            if agent is not None and agent.get("name"):
+                agents[grant["requester"]] = agent["name"]
+        views = [{**g, "status": services_status(services, g)} for g in grants]
+        link, deny_link = await review_links(services, row, grants[0], channel)
+        notice = render(
+            row["kind"],
+            views,
+            link=link,
+            options=channel.options,
+            agents=agents,
+            deny_link=deny_link,
+            level=row["level"] or None,
+        )
+        context = ChannelContext(services.issuer, lambda: services.clock.now_ms() // 1000)
+        person = await services.store.people.get(row["recipient"])
+        name = person["name"] if person is not None else None
+        person_id = row["person_id"]
+        prefs = (await services.store.notify.prefs([person_id])).get(person_id, {}) if person_id else {}
+        setting = prefs.get(row["channel"], True)
+        if setting is False:
+            return DeliveryResult.failed("the person opted out of this channel", retryable=False)
+        topic = setting.get("topic") if isinstance(setting, dict) else None
+        if channel.type not in notify.NEEDS_SUBSCRIPTION:
+            return await channel.send(context, notice, Recipient(row["recipient"], name, topic))
+        subscriptions = await services.store.notify.subscriptions(person_id) if person_id else []
+        if not subscriptions:
+            return DeliveryResult.failed("this person has no push subscription", retryable=False)
+        results = []
+        for subscription in subscriptions:  # every browser and phone of the person
+            each = Recipient(row["recipient"], name, topic, push.recipient_subscription(subscription))
+            result = await channel.send(context, notice, each)
+            if result.status == "gone":  # the push service's 404/410: the subscription is no more
+                await services.store.notify.delete_subscription(subscription["person_id"], subscription["id"])
+            results.append(result)
+        return _combined(results)
+
+
+def _combined(results: list[DeliveryResult]) -> DeliveryResult:
+    """Several subscriptions of one person: sent if any got it."""
+    if any(r.status == "sent" for r in results):
+        return DeliveryResult.sent()
+    if any(r.status == "gone" for r in results):
+        return next(r for r in results if r.status == "gone")
+    return results[0]
+
+
+def services_status(services: Services, grant: Any) -> str:
+    from grantd.core.lifecycle import grant_lapse
+
+    return grant_lapse(services.clock.now_ms(), services.config.grants.pending_ttl).status_of(grant)
+
+
+async def review_links(
+    services: Services, row: OutboxRow, grant: Any, channel: Any
+) -> tuple[str, str | None]:
+    """The review link of this notice (and the deny link where the channel carries one)."""
+    if row["kind"] == "digest":
+        return f"{services.issuer}/grants", None
+    return await links.for_notice(services, row, grant, channel)
+
+
+__all__ = ["DeliveryWorker", "backoff_ms"]
