@@ -14,6 +14,7 @@ from grantd.config.sections import (
     LimitsSection,
     LogSection,
     MetricsSection,
+    McpSection,
     OauthSection,
     PeopleSection,
     PluginsSection,
@@ -110,6 +111,10 @@ class Config:
     @property
     def oauth(self) -> OauthSection:
         return self._section("oauth", OauthSection)
+
+    @property
+    def mcp(self) -> McpSection:
+        return self._section("mcp", McpSection)
 
     @property
     def sp(self) -> SpSection:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from grantd.client_address import parse_networks
 from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection, owners
+from grantd.config.mcp import mcp_resources
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import SCHEMA, _origin, _rp_id
 from grantd.config.secretfiles import resolve_secret
@@ -144,6 +145,14 @@ def _parse_tables(
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
     if isinstance(values["oauth"]["clients"], list):
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
+    if isinstance(values["mcp"]["resources"], list):
+        values["mcp"]["resources"] = mcp_resources(values["mcp"]["resources"], base_dir, problems, warnings)
+    ca_file = values["oauth"]["ca_file"]
+    if isinstance(ca_file, str):
+        resolved = base_dir / ca_file
+        if not resolved.is_file():
+            problems.append(f"oauth.ca_file: {resolved} is not a readable file")
+        values["oauth"]["ca_file"] = str(resolved)
 
 
 PROVIDER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
