@@ -13,10 +13,12 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from grantd.config.mcp import canonical_resource
 from grantd.oauth.errors import OAuthError, invalid_client
@@ -124,19 +126,41 @@ INTROSPECTED = (
 )
 
 
-def authenticate_resource(config: Config, basic: tuple[str, str] | None) -> Resource:
+def _basic_pairs(authorization: str | None, config: Config) -> list[tuple[str, str]]:
+    """The (user, password) readings of an HTTP Basic header: form-decoded as RFC 6749 §2.3.1 asks
+    (D17), and, because the URI holds a colon that common clients do not encode, a configured
+    resource URI followed by ``:`` and the password."""
+    if not authorization or not authorization[:6].lower() == "basic ":
+        return []
+    try:
+        decoded = base64.b64decode(authorization[6:].strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return []
+    pairs = []
+    user, sep, password = decoded.partition(":")
+    if sep:
+        pairs.append((unquote(user.replace("+", " ")), unquote(password.replace("+", " "))))
+    pairs.extend(
+        (uri, decoded[len(uri) + 1 :]) for uri in resources_of(config) if decoded.startswith(uri + ":")
+    )
+    return pairs
+
+
+def authenticate_resource(config: Config, authorization: str | None) -> Resource:
     """The resource presenting HTTP Basic credentials (user = its URI, password = its credential);
     ``invalid_client`` (401) otherwise, the same answer whatever was wrong."""
-    if basic is None:
+    pairs = _basic_pairs(authorization, config)
+    if not pairs:
         raise invalid_client("the resource authenticates with HTTP Basic (its URI and credential)")
-    user, password = basic
-    canonical = canonical_resource(user)
-    resource = resources_of(config).get(canonical) if canonical is not None else None
-    # A digest is compared even for an unknown user: the time says nothing about which part was wrong.
-    ok = (resource or Resource("", "", (), "-")).check_credential(password)
-    if resource is None or resource.credential is None or not ok:
-        raise invalid_client("resource authentication failed")
-    return resource
+    known = resources_of(config)
+    for user, password in pairs:
+        canonical = canonical_resource(user)
+        resource = known.get(canonical) if canonical is not None else None
+        # a digest is compared even for an unknown user: the time says little about which part was wrong
+        ok = (resource or Resource("", "", (), "-")).check_credential(password)
+        if resource is not None and resource.credential is not None and ok:
+            return resource
+    raise invalid_client("resource authentication failed")
 
 
 async def token_live(services: Services, claims: dict[str, Any]) -> bool:

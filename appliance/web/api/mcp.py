@@ -6,7 +6,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.oauth import resources, token
+from grantd.oauth import resources
 from grantd.oauth.errors import OAuthError
 from grantd.services.limits import Rule
 from grantd.web.api.common import services_of
@@ -46,9 +46,7 @@ async def introspect_endpoint(request: Request) -> HTTPResponse:
         getattr(request.ctx, "client_ip", None),
     )
     try:
-        resource = resources.authenticate_resource(
-            services.config, token.basic_credentials(request.headers.get("authorization"))
-        )
+        resource = resources.authenticate_resource(services.config, request.headers.get("authorization"))
         params = params_of(request)
         answer = await resources.introspect(services, resource, params.get("token"))
     except OAuthError as exc:
