@@ -222,7 +222,10 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     unknown = [s for s in scopes if s not in known]
     if unknown:
         raise fail("invalid_scope", f"unknown scope {unknown[0][:40]!r} (supported: {' '.join(known)})")
-    scope = " ".join(s for s in known if s in scopes)  # canonical order, no repeats
+    # canonical order, no repeats; with a resource only its scopes: its token is for it alone (no ID
+    # token, no refresh token: grantd.oauth.resources), so OpenID scopes asked too are dropped
+    granted = known if resource is None else resource.scopes
+    scope = " ".join(s for s in granted if s in scopes)
     nonce = _one(params, "nonce")
     if nonce is not None and (len(nonce) > MAX_NONCE or not nonce.isprintable()):
         raise fail("invalid_request", f"nonce must be at most {MAX_NONCE} printable characters")
