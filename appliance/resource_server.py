@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -232,7 +232,7 @@ class ResourceServer:
             body = answer.json() if answer.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):
             raise Refused("insufficient_scope", "the grant could not be checked at grantd", scope) from None
-        if body.get("status") not in ("consumed", "valid"):
+        if "error" in body or body.get("status") not in ("consumed", "valid"):
             raise Refused("insufficient_scope", "the grant is used up, revoked or expired", scope)
 
     # -- the official MCP Python SDK ------------------------------------------------------------------

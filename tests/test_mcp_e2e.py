@@ -17,26 +17,23 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from inproc import InProcessServer
-from mcp_support import DocumentServer, mcp_config, prepare
-from oauth_support import ticket_of
-from support.soft_webauthn import PasskeyBrowser
-
-from conftest import free_port
-
-mcp = pytest.importorskip("mcp", reason="the extra grantd[mcp] (scripts/bootstrap test installs it)")
-
-from mcp import ClientSession  # noqa: E402
-from mcp.client.auth import OAuthClientProvider  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp import ClientSession
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
     OAuthToken,
-)  # noqa: E402
+)
+from mcp_support import DocumentServer, mcp_config, prepare
+from oauth_support import ticket_of
+from support.soft_webauthn import PasskeyBrowser
 
-from grantd.resource_server import ResourceServer  # noqa: E402
+from grantd.resource_server import ResourceServer
+
+from conftest import free_port
 
 CALLBACK = "http://127.0.0.1:7777/callback"
 

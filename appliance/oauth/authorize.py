@@ -327,20 +327,30 @@ async def check_consent_click(
 
 
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
+    """Remember the person's answer; a resource's grant-gated scopes never (each use asks again)."""
     now = services.clock.now_ms()
+    gated = resources.find(services.config, req.resource).grant_scopes if req.resource is not None else {}
     await services.store.consents.remember(
         {
             "person_id": person["person_id"],
             "client_id": req.client.client_id,
-            "scope": req.scope,
+            "scope": " ".join(s for s in req.scopes if s not in gated),
             "created_at": now,
             "updated_at": now,
         }
     )
 
 
-async def issue_code(services: Services, req: AuthorizationRequest, person: Person, auth_time: int) -> str:
-    """A new code for ``req``; returns the redirect location carrying it."""
+async def issue_code(
+    services: Services,
+    req: AuthorizationRequest,
+    person: Person,
+    auth_time: int,
+    *,
+    grant_id: str | None = None,
+) -> str:
+    """A new code for ``req``; returns the redirect location carrying it. ``grant_id``: the approved
+    grant behind a resource's grant-gated scopes (grantd.oauth.mcp_grants)."""
     code = secrets.token_urlsafe(32)
     now = services.clock.now_ms()
     data: dict[str, Any] = {
@@ -355,6 +365,8 @@ async def issue_code(services: Services, req: AuthorizationRequest, person: Pers
     }
     if req.resource is not None:
         data["resource"] = req.resource
+    if grant_id is not None:
+        data["grant_id"] = grant_id
     await services.store.onetime.put("code", secret_hash(code), data, now + CODE_KEEP_S * 1000, now)
     params = {"code": code}
     if req.state is not None:

@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 from grantd.config.mcp import canonical_resource
 from grantd.oauth.errors import OAuthError, invalid_client
+from grantd.services import grants
 from grantd.services.authn import access_token_holder
 from grantd.services.tokens import TokenError
 
@@ -99,8 +100,8 @@ async def mint(
     ttl = int(services.config.oauth.access_token_ttl)
     claims: dict[str, Any] = {"client_id": client_id, "scope": scope, "sid": sid, "auth_time": auth_time}
     if grant is not None:
-        claims["grant_id"] = grant["grant_id"]
-        claims["authorization_details"] = grant["authorization_details"]
+        claims["grant_id"] = grant["id"]
+        claims["authorization_details"] = grant["request"].get("authorization_details", [])
         expires_at = grant.get("expires_at")
         if expires_at:
             ttl = max(1, min(ttl, int(expires_at) // 1000 - services.clock.now_s()))
@@ -174,10 +175,7 @@ async def token_live(services: Services, claims: dict[str, Any]) -> bool:
     if grant_id is None:
         return True
     grant = await services.store.grants.get(str(grant_id))
-    if grant is None or grant["status"] != "approved":
-        return False
-    expires_at = grant.get("expires_at")
-    return not expires_at or int(expires_at) > services.clock.now_ms()
+    return grant is not None and grants.Reader(services).status(grant) == "approved"
 
 
 async def introspect(services: Services, resource: Resource, token: str | None) -> dict[str, Any]:
@@ -235,7 +233,7 @@ async def answer_for_code(
     grant = None
     if record.get("grant_id") is not None:
         grant = await services.store.grants.get(str(record["grant_id"]))
-        if grant is None or grant["status"] != "approved":
+        if grant is None or grants.Reader(services).status(grant) != "approved":
             raise OAuthError("invalid_grant", "the grant behind this code is no longer approved")
     gated = [s for s in scopes if s in resource.grant_scopes]
     if gated and grant is None:

@@ -240,7 +240,7 @@ SCHEMAS: dict[str, Schema] = {
         {
             "sub": STRING,
             "at": nullable(MS),
-            "via": {"type": "string", "enum": ["api", "web", "tui", "delegation", "rule"]},
+            "via": {"type": "string", "enum": ["api", "web", "tui", "delegation", "consent", "rule"]},
             "requirement": nullable(STRING),
             "kind": {"const": "rule"},
             "rule": STRING,

@@ -6,9 +6,12 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.oauth import resources
+from grantd.core.errors import unauthorized
+from grantd.oauth import mcp_grants, resources
 from grantd.oauth.errors import OAuthError
+from grantd.services import sessions
 from grantd.services.limits import Rule
+from grantd.services.sessions import SESSION_COOKIE
 from grantd.web.api.common import services_of
 from grantd.web.api.oauth import CORS, NO_STORE, oauth_error, params_of
 from grantd.web.api.wellknown import discovery
@@ -33,6 +36,17 @@ async def authorization_server_metadata(request: Request) -> HTTPResponse:
         }
     )
     return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})
+
+
+@bp.get("/authorize/poll/<secret:str>", name="authorize_poll")
+async def authorize_poll(request: Request, secret: str) -> HTTPResponse:
+    """A pending grant-gated authorization (grantd.oauth.mcp_grants): ``{status}`` until decided,
+    then once ``{status, location}``. Only the person who consented (their session) may poll."""
+    services = services_of(request)
+    found = await sessions.live(services, request.cookies.get(SESSION_COOKIE))
+    if found is None:
+        raise unauthorized("sign in first")
+    return json(await mcp_grants.poll(services, secret, found[0]), headers=NO_STORE)
 
 
 @bp.post("/introspect", name="introspect")
