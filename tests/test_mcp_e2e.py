@@ -18,7 +18,7 @@ import httpx
 import pytest
 from inproc import InProcessServer
 from mcp import ClientSession
-from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth import OAuthClientProvider, OAuthFlowError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import (
@@ -36,6 +36,14 @@ from grantd.resource_server import ResourceServer
 from conftest import free_port
 
 CALLBACK = "http://127.0.0.1:7777/callback"
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
 
 
 class MemoryStorage:
@@ -147,11 +155,14 @@ class PersonAtBrowser:
     approves on the consent page (its JSON POST, as the page's script does), and the redirect's
     query comes back to the client."""
 
-    def __init__(self, browser: PasskeyBrowser) -> None:
+    def __init__(self, browser: PasskeyBrowser, srv: InProcessServer | None = None) -> None:
         self.browser = browser
+        self.srv = srv
         self.location: str | None = None
         self.authorize_urls: list[str] = []
         self.consent_pages: list[str] = []
+        self.grants: list[str] = []
+        self.decisions: list[str] = []  # what an administrator answers each pending grant, in order
 
     def _open(self, url: str) -> None:
         parts = urlsplit(url)
@@ -164,7 +175,17 @@ class PersonAtBrowser:
                 json_body={"request": parts.query, "approve": True, "ticket": ticket_of(answer.text)},
             )
             assert answer.status_code == 200, answer.text
-            self.location = answer.json()["location"]
+            found = answer.json()
+            if found.get("pending"):  # a grant-gated scope: an approver decides, the page polls
+                self.grants.append(found["grant_id"])
+                poll = urlsplit(found["poll"]).path
+                assert self.browser.request("GET", poll).json()["status"] == "pending"
+                assert self.srv is not None
+                with self.srv.admin() as http:
+                    decided = http.post(f"/api/grants/{found['grant_id']}/{self.decisions.pop(0)}", json={})
+                assert decided.status_code == 200, decided.text
+                found = self.browser.request("GET", poll).json()
+            self.location = found["location"]
         else:
             assert answer.status_code in (302, 303), (answer.status_code, answer.text[:300])
             self.location = answer.headers["location"]
@@ -176,8 +197,9 @@ class PersonAtBrowser:
     async def callback(self) -> AuthorizationCodeResult:
         assert self.location is not None
         query = {k: v[0] for k, v in parse_qs(urlsplit(self.location).query).items()}
-        assert "code" in query, self.location
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+        return AuthorizationCodeResult(
+            code=query.get("code", ""), state=query.get("state"), iss=query.get("iss")
+        )
 
 
 @pytest.mark.slow
@@ -234,3 +256,57 @@ def test_the_official_sdk_client_discovers_grantd_signs_in_by_passkey_and_calls_
         timeout=10,
     )
     assert refused.status_code == 401
+
+
+@pytest.mark.slow
+def test_a_grant_gated_tool_needs_a_persons_grant_and_a_once_grant_works_once(world: dict[str, Any]) -> None:
+    """deploy: 403 insufficient_scope -> the SDK re-authorises with tools:deploy -> grantd makes a
+    grant (mcp_tool_call) -> an administrator approves -> the call works; the next deploy needs a
+    new grant (the once grant was consumed by the MCP server), which is denied here."""
+    srv, docs, app = world["srv"], world["docs"], world["app"]
+    client_id = docs.client("/mcp-client.json", client_name="An MCP client", redirect_uri=CALLBACK)
+    person = PersonAtBrowser(passkey_person(srv), srv)
+    person.decisions = ["approve", "deny"]
+    provider = OAuthClientProvider(
+        server_url=app.resource,
+        client_metadata=OAuthClientMetadata(
+            client_name="An MCP client", redirect_uris=[CALLBACK], token_endpoint_auth_method="none"
+        ),
+        storage=MemoryStorage(),
+        redirect_handler=person.redirect,
+        callback_handler=person.callback,
+        client_metadata_url=client_id,
+    )
+    outcomes: list[str] = []
+
+    async def run() -> None:
+        import httpx2
+
+        async with httpx2.AsyncClient(auth=provider, timeout=30) as http:
+            async with streamable_http_client(app.resource, http_client=http) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    assert (await session.call_tool("hello", {"name": "x"})).content[0].text == "hello x"  # type: ignore[union-attr]
+                    first = await session.call_tool("deploy", {"service": "web"})
+                    outcomes.append(str(first.content[0].text))  # type: ignore[union-attr]
+                    await session.call_tool("deploy", {"service": "db"})
+                    outcomes.append("second deploy ran")
+
+    # the denied grant ends the SDK's flow with an error (no code: access_denied), out of the session
+    with pytest.raises(BaseException) as raised:  # noqa: PT011 - an ExceptionGroup around OAuthFlowError
+        asyncio.run(run())
+    leaves = list(_leaves(raised.value))
+    assert any(isinstance(e, OAuthFlowError) and "No authorization code" in str(e) for e in leaves), leaves
+    outcomes.append("refused")
+    assert outcomes[0] == "deployed web"
+    assert outcomes[1].startswith("refused"), outcomes
+    assert app.deployed == ["web"]
+    assert len(person.grants) == 2
+    with srv.admin() as http:
+        first, second = (http.get(f"/api/grants/{g}").json() for g in person.grants)
+    assert first["status"] == "consumed" and second["status"] == "denied"
+    assert first["request"]["authorization_details"][0]["type"] == "mcp_tool_call"
+    assert first["request"]["authorization_details"][0]["locations"] == [app.resource]
+    # the step-up asked for the gated scope by name, and the first sign-in did not
+    scopes = [set(parse_qs(urlsplit(u).query)["scope"][0].split()) for u in person.authorize_urls]
+    assert "tools:deploy" not in scopes[0] and "tools:deploy" in scopes[1]
