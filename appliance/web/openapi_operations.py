@@ -19,6 +19,7 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     page_of,
     ref,
 )
+from grantd.web.openapi_mcp import MCP_OPERATIONS
 from grantd.web.openapi_operations_more import MORE_OPERATIONS
 
 OPERATIONS: tuple[Op, ...] = (
@@ -509,4 +510,5 @@ OPERATIONS: tuple[Op, ...] = (
         tag="grants",
     ),
     *MORE_OPERATIONS,
+    *MCP_OPERATIONS,
 )
