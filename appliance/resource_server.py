@@ -73,7 +73,8 @@ class ResourceServer:
         self._http = http
         self._keys: dict[str, Any] = {}
         self._fetched_at = 0.0
-        self._lock = asyncio.Lock()
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop: Any = None
 
     # -- RFC 9728 ---------------------------------------------------------------------------------
     @property
@@ -113,23 +114,28 @@ class ResourceServer:
         return "Bearer " + ", ".join(parts)
 
     # -- verification -------------------------------------------------------------------------------
-    async def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=10.0, follow_redirects=False)
-        return self._http
+    async def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        """One request to grantd: on the client given to the constructor, else on a new one (the
+        server may run several event loops; a client is bound to one)."""
+        if self._http is not None:
+            return await self._http.request(method, url, **kwargs)
+        async with httpx.AsyncClient(timeout=10.0, follow_redirects=False) as http:
+            return await http.request(method, url, **kwargs)
 
     async def _key(self, kid: str) -> Any:
         now = time.monotonic()
         if kid in self._keys and now - self._fetched_at < JWKS_TTL_S:
             return self._keys[kid]
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
         async with self._lock:
             if kid in self._keys and time.monotonic() - self._fetched_at < JWKS_TTL_S:
                 return self._keys[kid]
             if kid not in self._keys and now - self._fetched_at < JWKS_REFRESH_S and self._keys:
                 raise Refused("invalid_token", "unknown signing key")
-            http = await self._client()
             try:
-                answer = await http.get(f"{self.issuer}/.well-known/jwks.json")
+                answer = await self._request("GET", f"{self.issuer}/.well-known/jwks.json")
                 answer.raise_for_status()
                 keys = {
                     k["kid"]: jwt.PyJWK(k).key
@@ -224,10 +230,11 @@ class ResourceServer:
         grant_id = claims.get("grant_id")
         if not isinstance(grant_id, str):
             raise Refused("insufficient_scope", "this needs a person's grant", scope)
-        http = await self._client()
         try:
-            answer = await http.post(
-                f"{self.issuer}/api/grants/{grant_id}/consume", headers={"Authorization": f"Bearer {token}"}
+            answer = await self._request(
+                "POST",
+                f"{self.issuer}/api/grants/{grant_id}/consume",
+                headers={"Authorization": f"Bearer {token}"},
             )
             body = answer.json() if answer.status_code == 200 else {}
         except (httpx.HTTPError, ValueError):

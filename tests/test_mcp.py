@@ -289,3 +289,73 @@ def test_basic_credentials_are_form_decoded(srv: InProcessServer, docs: Document
         f"{srv.url}/introspect", data={"token": token}, headers={"Authorization": f"Basic {raw}"}, timeout=10
     )
     assert answer.json()["active"] is True
+
+
+def test_malformed_basic_credentials_are_invalid_client(srv: InProcessServer) -> None:
+    for header in (
+        "Basic !!!",
+        "Basic " + base64.b64encode(b"no-colon").decode(),
+        "Basic " + base64.b64encode(b"\xff\xfe:x").decode(),
+        "Bearer x",
+    ):
+        answer = httpx.post(
+            f"{srv.url}/introspect", data={"token": "a.b.c"}, headers={"Authorization": header}, timeout=10
+        )
+        assert answer.status_code == 401 and answer.json()["error"] == "invalid_client", header
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('resource = "ftp://x.example/mcp"\nname = "x"\nscopes = ["a"]', "mcp.resources[0].resource"),
+        ('resource = "https://x.example/mcp/"\nname = "x"\nscopes = ["a"]', "mcp.resources[0].resource"),
+        ('resource = "https://x.example/mcp#f"\nname = "x"\nscopes = ["a"]', "mcp.resources[0].resource"),
+        ('resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a b"]', "mcp.resources[0].scopes"),
+        (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["openid"]',
+            "grantd's own (OpenID) scope",
+        ),
+        (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\nsecret = "x"',
+            "mcp.resources[0].secret: unknown key",
+        ),
+        (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\ncredential = "file:nope"',
+            "cannot read secret file",
+        ),
+        (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\n[mcp.resources.grant_scopes]\n"b" = { grant_type = "once" }',
+            "mcp.resources[0].grant_scopes.b: not one of this resource's scopes",
+        ),
+        (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\n[mcp.resources.grant_scopes]\n"a" = { grant_type = "forever" }',
+            "grant_type: must be one of once, timed, always",
+        ),
+    ],
+)
+def test_mcp_resources_are_checked_at_start_up(tmp_path: Path, table: str, problem: str) -> None:
+    from grantd.config import ConfigError, load
+
+    from conftest import toml_config
+
+    (tmp_path / "management-token").write_text("x" * 32 + "\n")
+    (tmp_path / "management-token").chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    path.write_text(toml_config(8080, extra="\n[[mcp.resources]]\n" + table + "\n"))
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert problem in str(raised.value), str(raised.value)
+
+
+def test_oauth_ca_file_must_exist(tmp_path: Path) -> None:
+    from grantd.config import ConfigError, load
+
+    from conftest import toml_config
+
+    (tmp_path / "management-token").write_text("x" * 32 + "\n")
+    (tmp_path / "management-token").chmod(0o600)
+    path = tmp_path / "grantd.toml"
+    path.write_text(toml_config(8080, extra='\n[oauth]\nca_file = "missing.pem"\n'))
+    with pytest.raises(ConfigError) as raised:
+        load(path)
+    assert "oauth.ca_file" in str(raised.value)

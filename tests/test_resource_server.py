@@ -1,0 +1,115 @@
+"""``grantd.resource_server`` (D17) against a real grantd: RFC 9728 metadata, the 401/403
+challenges, and what ``verify`` refuses (another resource's token, grantd's own tokens, a missing
+scope, an expired token, a grant-gated scope without a grant), plus the SDK ``TokenVerifier``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from inproc import InProcessServer
+from mcp_support import CALLBACK, OTHER_RESOURCE, RESOURCE, DocumentServer, mcp_config, prepare
+from oauth_support import Person, authorize_params, exchange, login, pkce
+
+from grantd.resource_server import Refused, ResourceServer
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[InProcessServer, DocumentServer]]:
+    directory = tmp_path_factory.mktemp("rs")
+    cert, key = prepare(directory)
+    docs = DocumentServer(cert, key)
+    srv = InProcessServer(directory, extra=mcp_config()).start()
+    yield srv, docs
+    srv.stop()
+    docs.close()
+
+
+_serial = iter(range(1, 10_000))
+
+
+def token(
+    srv: InProcessServer, docs: DocumentServer, resource: str = RESOURCE, scope: str = "tools:read"
+) -> str:
+    client_id = docs.client(f"/rs/{next(_serial)}.json")
+    verifier, challenge = pkce()
+    code = Person(srv).code_for(
+        authorize_params(client_id, CALLBACK, challenge, scope=scope, resource=resource, nonce=None)
+    )
+    answer = exchange(srv, code, verifier, client_id=client_id, redirect_uri=CALLBACK, resource=resource)
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["access_token"])
+
+
+def rs_for(srv: InProcessServer) -> ResourceServer:
+    return ResourceServer(
+        srv.url, RESOURCE, scopes=["tools:read", "tools:deploy"], grant_scopes=["tools:deploy"]
+    )
+
+
+def refused(rs: ResourceServer, presented: str, **kwargs: Any) -> Refused:
+    with pytest.raises(Refused) as raised:
+        asyncio.run(rs.verify(presented, **kwargs))
+    return raised.value
+
+
+def test_metadata_and_challenges(world: tuple[InProcessServer, DocumentServer]) -> None:
+    rs = rs_for(world[0])
+    doc = rs.metadata()
+    assert doc["resource"] == RESOURCE and doc["authorization_servers"] == [world[0].url]
+    assert doc["scopes_supported"] == ["tools:read"]  # a grant-gated scope is asked for when challenged
+    assert doc["bearer_methods_supported"] == ["header"]
+    assert rs.metadata_url == "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+    assert rs.challenge() == (
+        'Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/mcp", '
+        'scope="tools:read"'
+    )
+    forbidden = rs.challenge("insufficient_scope", "tools:read tools:deploy", 'a "quoted"\nthing')
+    assert 'error="insufficient_scope"' in forbidden and 'scope="tools:read tools:deploy"' in forbidden
+    assert 'error_description="a quotedthing"' in forbidden  # quotes and control characters dropped
+
+
+def test_verify_takes_only_this_resources_live_tokens(world: tuple[InProcessServer, DocumentServer]) -> None:
+    srv, docs = world
+    rs = rs_for(srv)
+    claims = asyncio.run(rs.verify(token(srv, docs), scopes=["tools:read"]))
+    assert claims["aud"] == RESOURCE and claims["scope"] == "tools:read"
+    assert refused(rs, token(srv, docs, OTHER_RESOURCE, "other:read")).error == "invalid_token"
+    # grantd's own tokens: an API access token (at+jwt, another audience) and an ID token
+    person = Person(srv)
+    own = login(srv, person)
+    assert refused(rs, own["access_token"]).error == "invalid_token"
+    assert refused(rs, own["id_token"]).error == "invalid_token"
+    assert refused(rs, "not.a.token").error == "invalid_token"
+    # a scope the token lacks: 403 insufficient_scope naming what to ask for
+    lacking = refused(rs, token(srv, docs), scopes=["tools:deploy"])
+    assert lacking.status == 403 and lacking.error == "insufficient_scope"
+    assert lacking.scope == "tools:deploy tools:read"
+    # another issuer's metadata: the same token is refused
+    elsewhere = ResourceServer(srv.url + "/x", RESOURCE, scopes=["tools:read"])
+    assert refused(elsewhere, token(srv, docs)).error == "invalid_token"
+
+
+def test_an_expired_token_is_refused(world: tuple[InProcessServer, DocumentServer]) -> None:
+    srv, docs = world
+    srv.clock.advance(-3 * 3600)  # minted three hours ago (access_token_ttl 600)
+    try:
+        old = token(srv, docs)
+    finally:
+        srv.clock.advance(3 * 3600)
+    assert "expired" in refused(rs_for(srv), old).description
+
+
+def test_the_sdk_token_verifier(world: tuple[InProcessServer, DocumentServer]) -> None:
+    srv, docs = world
+    verifier = rs_for(srv).token_verifier()
+    presented = token(srv, docs)
+    access = asyncio.run(verifier.verify_token(presented))
+    assert access is not None
+    assert access.resource == RESOURCE and access.scopes == ["tools:read"]
+    assert access.client_id.startswith("https://localhost:") and access.expires_at > time.time()
+    assert asyncio.run(verifier.verify_token("garbage")) is None
+    assert asyncio.run(verifier.verify_token(token(srv, docs, OTHER_RESOURCE, "other:read"))) is None
