@@ -278,9 +278,11 @@ class ResourceServer:
             if required_scopes is not None
             else [s for s in self.scopes if s not in self.grant_scopes]
         )
+        from pydantic import AnyHttpUrl
+
         return AuthSettings(
-            issuer_url=self.issuer,
-            resource_server_url=self.resource,
+            issuer_url=AnyHttpUrl(self.issuer),
+            resource_server_url=AnyHttpUrl(self.resource),
             required_scopes=scopes,
             validate_token_resource=True,
         )

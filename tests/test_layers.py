@@ -95,7 +95,7 @@ CLIENT_PARTS = (
     Part(
         "the resource-server helper",
         ("grantd.resource_server",),
-        ("grantd", "grantd.dpop"),
+        ("grantd", "grantd.dpop", "grantd.sshkeys"),
         (*SERVER_THIRD_PARTY, "textual"),
     ),
     # The approver console reads the URL and token from the server's config file (grantd.config,

@@ -3,6 +3,7 @@ agents, people, grants (the rest: ``openapi_operations_more``). One ``Op`` per m
 
 from __future__ import annotations
 
+from grantd.web.openapi_mcp import MCP_OPERATIONS
 from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table is written in
     ANY_OBJECT,
     AUTHZ,
@@ -19,7 +20,6 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     page_of,
     ref,
 )
-from grantd.web.openapi_mcp import MCP_OPERATIONS
 from grantd.web.openapi_operations_more import MORE_OPERATIONS
 
 OPERATIONS: tuple[Op, ...] = (

@@ -4,6 +4,7 @@ second half, delegations to OAuth, is ``openapi_schemas_more``); operations refe
 
 from __future__ import annotations
 
+from grantd.web.openapi_mcp import MCP_SCHEMAS
 from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table is written in
     ANY_OBJECT,
     BOOL,
@@ -22,7 +23,6 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     obj,
     ref,
 )
-from grantd.web.openapi_mcp import MCP_SCHEMAS
 from grantd.web.openapi_schemas_more import MORE_SCHEMAS
 
 SCHEMAS: dict[str, Schema] = {
