@@ -328,6 +328,10 @@ def test_malformed_basic_credentials_are_invalid_client(srv: InProcessServer) ->
             "mcp.resources[0].grant_scopes.b: not one of this resource's scopes",
         ),
         (
+            'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\n[mcp.resources.grant_scopes]\n"a" = { policy = "nope" }',
+            "mcp.resources[0].grant_scopes.a.policy: 'nope' is not the id of a [[policies]] entry",
+        ),
+        (
             'resource = "https://x.example/mcp"\nname = "x"\nscopes = ["a"]\n[mcp.resources.grant_scopes]\n"a" = { grant_type = "forever" }',
             "grant_type: must be one of once, timed, always",
         ),

@@ -122,3 +122,17 @@ def _grant_scopes(
             policy = None
         found[scope] = {"grant_type": grant_type, "policy": policy}
     return found
+
+
+def check_policies(resources: Any, review: Any, problems: list[str]) -> None:
+    """A grant scope's ``policy`` must name a ``[[policies]]`` entry of the file (D13)."""
+    if not isinstance(resources, tuple):
+        return  # already reported
+    known = {p.id for p in getattr(review, "policies", ())}
+    for index, table in enumerate(resources):
+        for scope, spec in table["grant_scopes"].items():
+            policy = spec.get("policy")
+            if policy is not None and policy not in known:
+                problems.append(
+                    f"mcp.resources[{index}].grant_scopes.{scope}.policy: {policy!r} is not the id of a [[policies]] entry"
+                )

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from grantd.client_address import parse_networks
 from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection, owners
-from grantd.config.mcp import mcp_resources
+from grantd.config.mcp import check_policies, mcp_resources
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import SCHEMA, _origin, _rp_id
 from grantd.config.secretfiles import resolve_secret
@@ -42,6 +42,7 @@ def validate(
         value, found = part.parse(raw)
         problems.extend(found)
         declared[part.name] = value
+    check_policies(values["mcp"]["resources"], declared.get("review"), problems)
     if problems:
         raise ConfigError(problems, path)
     typed = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
