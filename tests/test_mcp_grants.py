@@ -171,3 +171,51 @@ def test_a_resource_token_consumes_only_its_own_grant(world: tuple[InProcessServ
     assert elsewhere.status_code == 401
     assert consume(srv, grant_id, token).json()["status"] == "consumed"
     assert consume(srv, other_id, token2).json()["status"] == "consumed"
+
+
+POLICY = """
+[[groups]]
+id = "deployers"
+members = ["deployer@example.com"]
+
+[[policies]]
+id = "prod-deploy"
+match.target_host = ["nothing-here-*"]
+[[policies.require]]
+id = "deployers"
+groups = ["deployers"]
+approve = 1
+"""
+
+
+def test_a_grant_scope_naming_a_policy_is_reviewed_by_it(tmp_path: Any) -> None:
+    """The named policy reviews the grant although its match would not pick it: an administrator
+    outside its group may not decide, a member may."""
+    cert, key = prepare(tmp_path)
+    docs = DocumentServer(cert, key)
+    config = mcp_config(POLICY).replace(
+        '"tools:deploy" = { grant_type = "once" }',
+        '"tools:deploy" = { grant_type = "once", policy = "prod-deploy" }',
+    )
+    srv = InProcessServer(tmp_path, extra=config).start()
+    try:
+        deployer = Person(srv, "deployer@example.com")
+        person = Person(srv)
+        answer, verifier, _, client_id = consent(srv, docs, person, "tools:deploy")
+        assert answer["pending"] is True
+        grant_id = answer["grant_id"]
+        admin = Person(srv, admin=True)
+        with admin.http() as http:
+            refused = http.post(f"/api/grants/{grant_id}/approve", json={}, headers={"Origin": srv.url})
+            assert refused.status_code in (403, 404), refused.text
+            review = http.get(f"/api/grants/{grant_id}").json()
+        assert review["review"]["policy_ids"] == ["prod-deploy"], review["review"]
+        with deployer.http() as http:
+            ok = http.post(f"/api/grants/{grant_id}/approve", json={}, headers={"Origin": srv.url})
+        assert ok.status_code == 200, ok.text
+        ready = poll(person, answer["poll"]).json()
+        assert ready["status"] == "approved"
+        assert token_for(srv, ready["location"], verifier, client_id)["scope"] == "tools:deploy"
+    finally:
+        srv.stop()
+        docs.close()
