@@ -363,3 +363,26 @@ def test_oauth_ca_file_must_exist(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load(path)
     assert "oauth.ca_file" in str(raised.value)
+
+
+def test_the_consent_page_shows_the_redirect_host_the_resource_and_warns_for_loopback(
+    srv: InProcessServer, docs: DocumentServer
+) -> None:
+    client_id = new_client(docs, client_name="Evil <b>Tool</b>\u202e")
+    page = Person(srv).authorize(
+        authorize_params(client_id, CALLBACK, scope="tools:read tools:deploy", resource=RESOURCE, nonce=None)
+    )
+    assert page.status_code == 200
+    assert '<strong class="big"><code data-redirect-host>127.0.0.1:7777</code></strong>' in page.text
+    assert f"<code data-resource>{RESOURCE}</code>" in page.text
+    assert "data-loopback-warning" in page.text and "data-grant-scopes" in page.text
+    assert "<b>Tool</b>" not in page.text and "\u202e" not in page.text
+    # a client answered at a public host gets no loopback warning
+    public = new_client(docs, redirect_uri="https://app.example.com/cb")
+    page = Person(srv).authorize(
+        authorize_params(
+            public, "https://app.example.com/cb", scope="tools:read", resource=RESOURCE, nonce=None
+        )
+    )
+    assert page.status_code == 200 and "data-loopback-warning" not in page.text
+    assert "data-grant-scopes" not in page.text
