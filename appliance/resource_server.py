@@ -36,6 +36,7 @@ JWKS_REFRESH_S = 30.0  # an unknown kid refetches the JWKS at most this often
 JWKS_TTL_S = 300.0
 LEEWAY_S = 30
 MAX_TOKEN = 8192
+MAX_PROOFS_SEEN = 100_000  # beyond this (all unexpired) a proof is refused rather than forgotten
 
 
 class Refused(Exception):
@@ -73,6 +74,7 @@ class ResourceServer:
         self._http = http
         self._keys: dict[str, Any] = {}
         self._fetched_at = 0.0
+        self._proofs: dict[str, float] = {}  # DPoP proofs seen (``<jkt>:<jti>`` -> until when): one use each
         self._lock: asyncio.Lock | None = None
         self._lock_loop: Any = None
 
@@ -218,9 +220,20 @@ class ResourceServer:
                 now=time.time(),
                 access_token=token,
                 expected_jkt=str(cnf["jkt"]),
+                first_use=self._first_use,
             )
         except DpopError as exc:
             raise Refused("invalid_token", f"DPoP: {exc}") from None
+
+    def _first_use(self, key: str, expires_at: float) -> bool:
+        """DPoP replay check (RFC 9449 §11.1), in this process's memory: a proof counts once."""
+        now = time.time()
+        if len(self._proofs) > MAX_PROOFS_SEEN:
+            self._proofs = {k: until for k, until in self._proofs.items() if until > now}
+        if self._proofs.get(key, 0.0) > now:
+            return False
+        self._proofs[key] = expires_at
+        return len(self._proofs) <= MAX_PROOFS_SEEN
 
     async def _use_grant(self, token: str, claims: dict[str, Any], wanted: list[str]) -> None:
         """A grant-gated scope is good only with a live grant: a ``once`` grant is consumed now (one

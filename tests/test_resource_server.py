@@ -113,3 +113,52 @@ def test_the_sdk_token_verifier(world: tuple[InProcessServer, DocumentServer]) -
     assert access.client_id.startswith("https://localhost:") and access.expires_at > time.time()
     assert asyncio.run(verifier.verify_token("garbage")) is None
     assert asyncio.run(verifier.verify_token(token(srv, docs, OTHER_RESOURCE, "other:read"))) is None
+
+
+def test_a_dpop_bound_token_needs_a_fresh_proof_of_its_key(
+    world: tuple[InProcessServer, DocumentServer],
+) -> None:
+    """A token with ``cnf.jkt`` (minted here straight by grantd's token service: /token binding
+    resource tokens is issue 25's) is good only with a DPoP proof by that key, for this request,
+    once."""
+    import uuid
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from grantd.dpop import make_proof, thumbprint_of_raw
+
+    srv = world[0]
+    person = srv.call(srv.services.store.people.get(Person(srv).email))
+    key, stranger = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    bound = srv.call(
+        srv.services.tokens.mint_resource_access(
+            person,
+            resource=RESOURCE,
+            claims={
+                "client_id": "c",
+                "scope": "tools:read",
+                "sid": "",
+                "auth_time": 1,
+                "cnf": {"jkt": thumbprint_of_raw(raw)},
+            },
+            ttl=600,
+        )
+    )
+    rs = rs_for(srv)
+
+    def proof(signer: Any = key, url: str = RESOURCE, method: str = "POST") -> str:
+        return make_proof(
+            signer, method=method, url=url, iat=int(time.time()), jti=str(uuid.uuid4()), access_token=bound
+        )
+
+    assert "DPoP" in refused(rs, bound).description  # no proof at all
+    assert "DPoP" in refused(rs, bound, dpop=proof(stranger)).description
+    assert "DPoP" in refused(rs, bound, dpop=proof(url="https://elsewhere.example/mcp")).description
+    assert "DPoP" in refused(rs, bound, dpop=proof(method="GET")).description
+    good = proof()
+    assert asyncio.run(rs.verify(bound, dpop=good))["cnf"]["jkt"] == thumbprint_of_raw(raw)
+    assert "DPoP" in refused(rs, bound, dpop=good).description  # a proof counts once
+    # the SDK's verifier sees no proof: a bound token is refused there
+    assert asyncio.run(rs.token_verifier().verify_token(bound)) is None
