@@ -83,7 +83,8 @@ def test_authorization_server_metadata_names_what_mcp_clients_need(srv: InProces
     assert doc["introspection_endpoint"] == f"{srv.url}/introspect"
     assert doc["code_challenge_methods_supported"] == ["S256"]
     assert "mcp_tool_call" in doc["authorization_details_types_supported"]
-    assert {"tools:read", "tools:deploy", "other:read"} <= set(doc["scopes_supported"])
+    assert {"tools:read", "other:read"} <= set(doc["scopes_supported"])
+    assert "tools:deploy" not in doc["scopes_supported"]  # grant-gated: asked for when challenged
     assert all(doc[k] == v for k, v in oidc.items() if k != "scopes_supported")
     # dynamic client registration is not offered (D17: off unless enabled; grantd has none)
     assert "registration_endpoint" not in doc

@@ -78,10 +78,12 @@ def find(config: Config, value: str) -> Resource:
 
 
 def all_scopes(config: Config) -> list[str]:
-    """Every resource scope, for the metadata's ``scopes_supported``."""
+    """The resources' scopes without a grant behind them, for the metadata's ``scopes_supported``:
+    clients that ask for every scope listed there (anthropics/claude-code#55954) should not start
+    a grant each time they sign in. A grant-gated scope is named in the resource's 403 challenge."""
     seen: dict[str, None] = {}
     for resource in resources_of(config).values():
-        seen.update(dict.fromkeys(resource.scopes))
+        seen.update(dict.fromkeys(s for s in resource.scopes if s not in resource.grant_scopes))
     return list(seen)
 
 
