@@ -291,13 +291,15 @@ class ResourceServer:
             if required_scopes is not None
             else [s for s in self.scopes if s not in self.grant_scopes]
         )
-        from pydantic import AnyHttpUrl
-
-        return AuthSettings(
-            issuer_url=AnyHttpUrl(self.issuer),
-            resource_server_url=AnyHttpUrl(self.resource),
-            required_scopes=scopes,
-            validate_token_resource=True,
+        # strings, validated by the model: it keeps a path-less issuer without a trailing slash
+        # (RFC 8414 compares issuers as strings), which AnyHttpUrl built apart would add
+        return AuthSettings.model_validate(
+            {
+                "issuer_url": self.issuer,
+                "resource_server_url": self.resource,
+                "required_scopes": scopes,
+                "validate_token_resource": True,
+            }
         )
 
     def tool_guard(self, app: Any, tools: Mapping[str, str]) -> Any:

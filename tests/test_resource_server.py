@@ -162,3 +162,14 @@ def test_a_dpop_bound_token_needs_a_fresh_proof_of_its_key(
     assert "DPoP" in refused(rs, bound, dpop=good).description  # a proof counts once
     # the SDK's verifier sees no proof: a bound token is refused there
     assert asyncio.run(rs.token_verifier().verify_token(bound)) is None
+
+
+def test_the_sdk_auth_settings_keep_the_issuer_as_grantd_names_it(
+    world: tuple[InProcessServer, DocumentServer],
+) -> None:
+    """RFC 8414 compares issuers as strings: a trailing slash added to a path-less issuer makes the
+    SDK client refuse grantd's metadata."""
+    settings = rs_for(world[0]).auth_settings()
+    assert str(settings.issuer_url) == world[0].url
+    assert str(settings.resource_server_url) == RESOURCE
+    assert settings.required_scopes == ["tools:read"] and settings.validate_token_resource is True
