@@ -36,6 +36,7 @@ JWKS_REFRESH_S = 30.0  # an unknown kid refetches the JWKS at most this often
 JWKS_TTL_S = 300.0
 LEEWAY_S = 30
 MAX_TOKEN = 8192
+MAX_BODY = 4 * 1024 * 1024  # a JSON-RPC request tool_guard reads to find the tool; larger: 413
 MAX_PROOFS_SEEN = 100_000  # beyond this (all unexpired) a proof is refused rather than forgotten
 
 
@@ -318,6 +319,9 @@ class ResourceServer:
                 message = await receive()
                 body += message.get("body", b"")
                 more = bool(message.get("more_body"))
+                if len(body) > MAX_BODY:
+                    await _refuse(send, Refused("invalid_request", "request body too large"), "", status=413)
+                    return
             needed = _needed_scopes(body, tools)
             if needed:
                 token = _bearer(scope)
@@ -367,19 +371,12 @@ def _needed_scopes(body: bytes, tools: Mapping[str, str]) -> list[str]:
     return needed
 
 
-async def _refuse(send: Any, exc: Refused, challenge: str) -> None:
+async def _refuse(send: Any, exc: Refused, challenge: str, status: int | None = None) -> None:
     body = json.dumps({"error": exc.error, "error_description": exc.description}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": exc.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", challenge.encode()),
-            ],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if challenge:
+        headers.append((b"www-authenticate", challenge.encode()))
+    await send({"type": "http.response.start", "status": status or exc.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

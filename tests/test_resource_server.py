@@ -173,3 +173,59 @@ def test_the_sdk_auth_settings_keep_the_issuer_as_grantd_names_it(
     assert str(settings.issuer_url) == world[0].url
     assert str(settings.resource_server_url) == RESOURCE
     assert settings.required_scopes == ["tools:read"] and settings.validate_token_resource is True
+
+
+def test_tool_guard_lets_through_only_calls_with_their_scope(
+    world: tuple[InProcessServer, DocumentServer],
+) -> None:
+    """The ASGI guard on its own (a tiny app behind it): a listed tool needs its scope (401 without a
+    token, 403 insufficient_scope without the scope, naming it), anything else passes untouched,
+    with its body."""
+    import json
+
+    srv, docs = world
+    rs = rs_for(srv)
+    seen: list[bytes] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        message = await receive()
+        seen.append(message["body"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    guarded = rs.tool_guard(app, {"deploy": "tools:deploy", "hello": "tools:read"})
+
+    def call(body: bytes, token: str | None = None) -> tuple[int, dict[str, str]]:
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        sent: list[dict[str, Any]] = []
+        chunks = [body[: len(body) // 2], body[len(body) // 2 :]]
+
+        async def receive() -> dict[str, Any]:
+            part = chunks.pop(0)
+            return {"type": "http.request", "body": part, "more_body": bool(chunks)}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+        asyncio.run(guarded(scope, receive, send))
+        start = sent[0]
+        return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
+
+    def rpc(name: str) -> bytes:
+        return json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name}}
+        ).encode()
+
+    read_token = token(srv, docs)
+    status, headers = call(rpc("deploy"))
+    assert status == 401 and 'resource_metadata="' in headers["www-authenticate"]
+    status, headers = call(rpc("deploy"), read_token)
+    assert status == 403
+    assert 'error="insufficient_scope"' in headers["www-authenticate"]
+    assert 'scope="tools:deploy tools:read"' in headers["www-authenticate"]
+    batch = b"[" + rpc("hello") + b"," + rpc("deploy") + b"]"
+    assert call(batch, read_token)[0] == 403  # a batch is judged call by call
+    assert call(rpc("hello"), read_token)[0] == 200
+    assert call(rpc("unlisted"))[0] == 200  # not listed: the app's own auth decides
+    assert seen == [rpc("hello"), rpc("unlisted")]  # the app got the bodies whole
