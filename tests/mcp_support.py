@@ -82,12 +82,13 @@ def make_ca(directory: Path) -> tuple[Path, Path, Path]:
 
 class DocumentServer:
     """https://localhost:<port>/<name>: the JSON in ``documents[name]`` (404 otherwise);
-    ``delay`` seconds before each answer's body (a slow host); ``hits`` counts requests by path."""
+    ``drip``: the body one byte a second (each read is quick, the whole is slow); ``hits`` counts
+    requests by path."""
 
     def __init__(self, cert: Path, key: Path) -> None:
         self.documents: dict[str, Any] = {}
         self.hits: dict[str, int] = {}
-        self.delay = 0.0
+        self.drip = False
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,9 +106,16 @@ class DocumentServer:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                if owner.delay:
-                    time.sleep(owner.delay)
-                self.wfile.write(body)
+                if not owner.drip:
+                    self.wfile.write(body)
+                    return
+                for index in range(len(body)):
+                    try:
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                    except OSError:  # grantd gave up (its deadline): the connection is gone
+                        return
+                    time.sleep(1.0)
 
             def log_message(self, *args: Any) -> None:
                 pass
