@@ -387,3 +387,13 @@ def test_the_consent_page_shows_the_redirect_host_the_resource_and_warns_for_loo
     )
     assert page.status_code == 200 and "data-loopback-warning" not in page.text
     assert "data-grant-scopes" not in page.text
+
+
+def test_other_grants_never_yield_a_resource_token(srv: InProcessServer) -> None:
+    for grant in ("refresh_token", "client_credentials", "urn:ietf:params:oauth:grant-type:device_code"):
+        answer = httpx.post(
+            f"{srv.url}/token",
+            data={"grant_type": grant, "resource": RESOURCE, "client_id": "grantd-cli", "refresh_token": "x"},
+            timeout=10,
+        )
+        assert answer.status_code == 400 and answer.json()["error"] == "invalid_target", (grant, answer.text)

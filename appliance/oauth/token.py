@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+# grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707)
+NO_RESOURCE_GRANTS = ("refresh_token", "client_credentials", DEVICE_GRANT)
 ASSERTION_MAX_AHEAD_S = 300
 MAX_PARAM = 8192
 _VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
@@ -148,6 +150,8 @@ async def authenticate_client(
 
 async def exchange(services: Services, params: dict[str, str], authorization: str | None) -> dict[str, Any]:
     grant_type = param(params, "grant_type", required=True)
+    if grant_type in NO_RESOURCE_GRANTS and param(params, "resource") is not None:
+        raise resources.invalid_target("a token for a resource comes from the authorization code grant only")
     if grant_type == "client_credentials":
         return await client_credentials(services, params)
     client = await authenticate_client(services, params, authorization)
