@@ -202,7 +202,6 @@ class PersonAtBrowser:
         )
 
 
-@pytest.mark.slow
 def test_the_official_sdk_client_discovers_grantd_signs_in_by_passkey_and_calls_a_tool(
     world: dict[str, Any],
 ) -> None:
@@ -258,7 +257,6 @@ def test_the_official_sdk_client_discovers_grantd_signs_in_by_passkey_and_calls_
     assert refused.status_code == 401
 
 
-@pytest.mark.slow
 def test_a_grant_gated_tool_needs_a_persons_grant_and_a_once_grant_works_once(world: dict[str, Any]) -> None:
     """deploy: 403 insufficient_scope -> the SDK re-authorises with tools:deploy -> grantd makes a
     grant (mcp_tool_call) -> an administrator approves -> the call works; the next deploy needs a
