@@ -43,6 +43,10 @@ def loopback_only(client: Any) -> bool:
     return bool(hosts) and hosts <= {"127.0.0.1", "::1", "localhost"}
 
 
+def resource_name(services: Services, req: authorize.AuthorizationRequest) -> str | None:
+    return resources.find(services.config, req.resource).name if req.resource is not None else None
+
+
 def gated_scopes(services: Services, req: authorize.AuthorizationRequest) -> list[str]:
     if req.resource is None:
         return []

@@ -52,6 +52,9 @@ def test_the_consent_page_waits_for_the_grant_and_goes_on_when_approved(world: A
         nonce=None,
     )
     person.goto("/authorize?" + urlencode(params))
+    expect(
+        person.page.get_by_role("heading", name="An MCP client wants to use Deploy tools for you")
+    ).to_be_visible()
     expect(person.page.locator("[data-grant-scopes]")).to_contain_text("tools:deploy")
     expect(person.page.locator("[data-redirect-host]")).to_have_text(re.compile(r"127\.0\.0\.1:\d+"))
     expect(person.page.locator("[data-loopback-warning]")).to_be_visible()

@@ -216,6 +216,7 @@ async def authorize_get(request: Request) -> HTTPResponse:
                 else req.redirect_uri,
                 always_asks=authorize.always_asks(req.client),
                 resource=req.resource,
+                resource_name=mcp_grants.resource_name(services, req),
                 gated=mcp_grants.gated_scopes(services, req),
                 loopback_only=mcp_grants.loopback_only(req.client),
                 ticket=ticket,
