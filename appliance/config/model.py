@@ -13,6 +13,7 @@ from grantd.config.sections import (
     GrantsSection,
     LimitsSection,
     LogSection,
+    McpSection,
     MetricsSection,
     NotifySection,
     OauthSection,
@@ -111,6 +112,10 @@ class Config:
     @property
     def oauth(self) -> OauthSection:
         return self._section("oauth", OauthSection)
+
+    @property
+    def mcp(self) -> McpSection:
+        return self._section("mcp", McpSection)
 
     @property
     def sp(self) -> SpSection:

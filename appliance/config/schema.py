@@ -473,6 +473,13 @@ client_secret = "file:corp-sso-secret"   # optional when the upstream offers "no
             minimum=1,
             maximum=60,
         ),
+        "ca_file": Key(
+            str,
+            None,
+            "A PEM bundle of extra certificate authorities trusted (besides the system's) when grantd "
+            "fetches a Client ID Metadata Document (an https URL as client_id, D17): for private CAs and "
+            "tests. Relative to the config file.",
+        ),
         "allow_private_metadata_hosts": Key(
             bool,
             False,
@@ -495,6 +502,33 @@ redirect_uris = ["https://wiki.example.com/oauth/callback"]
 client_secret = "file:wiki-client-secret"   # made by: grantd config secret wiki-client-secret (URL-safe: see docs/oauth.md)
 # id_token_signed_response_alg = "RS256"
 # api_access = false""",
+        ),
+    },
+    "mcp": {
+        "resources": Key(
+            list,
+            [],
+            "Resources (MCP servers) grantd issues tokens for (D17, docs/mcp.md), one [[mcp.resources]] "
+            "table each: resource (its canonical https URI: no fragment, no trailing slash; the RFC 8707 "
+            "resource parameter must name it), name, scopes (the scopes a client may ask for it), "
+            "credential (file:PATH or env:NAME: the password it presents at POST /introspect), "
+            "grant_scopes (scope -> {policy?, grant_type = once|timed|always}: scopes that need a "
+            "person's grant each time).",
+            item_kind=dict,
+            example="""[[mcp.resources]]
+resource = "https://mcp.example.com/mcp"
+name = "Deploy tools"
+scopes = ["tools:read", "tools:deploy"]
+credential = "file:mcp-introspect-secret"
+[mcp.resources.grant_scopes]
+"tools:deploy" = { policy = "prod-deploy", grant_type = "once" }""",
+        ),
+        "cimd_allowed_domains": Key(
+            list,
+            [],
+            "Host names (or parent domains) whose https URLs may be a client_id (Client ID Metadata "
+            "Documents); empty: any https URL. For closed deployments.",
+            item_kind=str,
         ),
     },
     "sp": {
@@ -668,6 +702,7 @@ SECTION_HELP = {
     "sessions": "Browser sessions of people (cookie grantd_session)",
     "federation": "Federation: people sign in through upstream identity providers",
     "oauth": "OAuth 2.0 / OpenID provider: tokens, clients (docs/oauth.md)",
+    "mcp": "Authorization server for MCP servers: resources and their scopes (D17; docs/mcp.md)",
     "sp": "Service provider: log people in at the IdP their e-mail domain names (DDISA; docs/sp.md)",
     "notify": "Reaching approvers: mail, Web Push, ntfy and chat (D15; docs/notifications.md)",
     "plugins": "Plugins",

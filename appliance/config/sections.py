@@ -168,8 +168,17 @@ class OauthSection:
     fetches_at_once: int
     device_code_ttl: int
     device_poll_interval: int
+    ca_file: str | None
     allow_private_metadata_hosts: bool
     clients: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class McpSection:
+    """[mcp]: Authorization server for MCP servers: resources and their scopes (D17; docs/mcp.md)."""
+
+    resources: tuple[dict[str, Any], ...]
+    cimd_allowed_domains: list[str]
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,7 @@ SECTION_TYPES: dict[str, type] = {
     "people": PeopleSection,
     "federation": FederationSection,
     "oauth": OauthSection,
+    "mcp": McpSection,
     "sp": SpSection,
     "notify": NotifySection,
     "plugins": PluginsSection,

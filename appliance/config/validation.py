@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from grantd.client_address import parse_networks
 from grantd.config.extensions import BUILTIN_SECTIONS, ConfigSection, owners
+from grantd.config.mcp import check_policies, mcp_resources
 from grantd.config.model import Config, ConfigError
 from grantd.config.schema import SCHEMA, _origin, _rp_id
 from grantd.config.secretfiles import resolve_secret
@@ -41,6 +42,7 @@ def validate(
         value, found = part.parse(raw)
         problems.extend(found)
         declared[part.name] = value
+    check_policies(values["mcp"]["resources"], declared.get("review"), problems)
     if problems:
         raise ConfigError(problems, path)
     typed = {name: SECTION_TYPES[name](**vals) for name, vals in values.items()}
@@ -144,6 +146,14 @@ def _parse_tables(
         values["federation"]["providers"] = _federation_providers(values["federation"]["providers"], problems)
     if isinstance(values["oauth"]["clients"], list):
         values["oauth"]["clients"] = _oauth_clients(values["oauth"]["clients"], base_dir, problems, warnings)
+    if isinstance(values["mcp"]["resources"], list):
+        values["mcp"]["resources"] = mcp_resources(values["mcp"]["resources"], base_dir, problems, warnings)
+    ca_file = values["oauth"]["ca_file"]
+    if isinstance(ca_file, str):
+        resolved = base_dir / ca_file
+        if not resolved.is_file():
+            problems.append(f"oauth.ca_file: {resolved} is not a readable file")
+        values["oauth"]["ca_file"] = str(resolved)
     _notify(values["notify"], problems)
 
 

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from grantd.core.errors import Problem
+from grantd.oauth import resources
+from grantd.oauth.errors import OAuthError
 from grantd.oauth.issue import secret_hash
 from grantd.services.clients import Client
 from grantd.store.records import Person
@@ -54,6 +56,7 @@ SINGLE = (
     "login_hint",
     "max_age",
     "response_mode",
+    "resource",
 )
 MAX_STATE = 512
 MAX_NONCE = 512
@@ -99,6 +102,7 @@ class AuthorizationRequest:
     prompt: frozenset[str]
     login_hint: str | None
     query: str  # the request's parameters as a query string (the consent POST sends it back)
+    resource: str | None = None  # RFC 8707: a configured resource (grantd.oauth.resources), canonical
 
     def fail(self, error: str, description: str) -> RedirectError:
         return RedirectError(self.redirect_uri, self.state, error, description)
@@ -200,11 +204,28 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     if not _CHALLENGE.match(challenge):
         raise fail("invalid_request", "code_challenge must be 43-128 characters of base64url")
     raw_scope = _one(params, "scope")
-    scopes = (raw_scope if raw_scope is not None and raw_scope.strip() else DEFAULT_SCOPE).split()
-    unknown = [s for s in scopes if s not in SCOPES]
+    resource = None
+    if _one(params, "resource") is not None:
+        try:
+            resource = resources.find(services.config, str(_one(params, "resource")))
+        except OAuthError as exc:
+            raise fail(exc.error, exc.description) from None
+    # a resource's default: its scopes without a grant behind them (a grant-gated scope is asked for
+    # by name, never granted because it was listed: beyond.md §5)
+    default = (
+        DEFAULT_SCOPE
+        if resource is None
+        else " ".join(s for s in resource.scopes if s not in resource.grant_scopes)
+    )
+    scopes = (raw_scope if raw_scope is not None and raw_scope.strip() else default).split()
+    known = SCOPES if resource is None else (*SCOPES, *resource.scopes)
+    unknown = [s for s in scopes if s not in known]
     if unknown:
-        raise fail("invalid_scope", f"unknown scope {unknown[0][:40]!r} (supported: {' '.join(SCOPES)})")
-    scope = " ".join(s for s in SCOPES if s in scopes)  # canonical order, no repeats
+        raise fail("invalid_scope", f"unknown scope {unknown[0][:40]!r} (supported: {' '.join(known)})")
+    # canonical order, no repeats; with a resource only its scopes: its token is for it alone (no ID
+    # token, no refresh token: grantd.oauth.resources), so OpenID scopes asked too are dropped
+    granted = known if resource is None else resource.scopes
+    scope = " ".join(s for s in granted if s in scopes)
     nonce = _one(params, "nonce")
     if nonce is not None and (len(nonce) > MAX_NONCE or not nonce.isprintable()):
         raise fail("invalid_request", f"nonce must be at most {MAX_NONCE} printable characters")
@@ -220,7 +241,16 @@ async def validate(services: Services, params: Mapping[str, Sequence[str]]) -> A
     if len(query) > MAX_QUERY:
         raise fail("invalid_request", "the authorization request is too long")
     return AuthorizationRequest(
-        client, redirect_uri, state, scope, nonce, challenge, prompt, login_hint, query
+        client,
+        redirect_uri,
+        state,
+        scope,
+        nonce,
+        challenge,
+        prompt,
+        login_hint,
+        query,
+        resource.resource if resource is not None else None,
     )
 
 
@@ -297,20 +327,30 @@ async def check_consent_click(
 
 
 async def remember_consent(services: Services, req: AuthorizationRequest, person: Person) -> None:
+    """Remember the person's answer; a resource's grant-gated scopes never (each use asks again)."""
     now = services.clock.now_ms()
+    gated = resources.find(services.config, req.resource).grant_scopes if req.resource is not None else {}
     await services.store.consents.remember(
         {
             "person_id": person["person_id"],
             "client_id": req.client.client_id,
-            "scope": req.scope,
+            "scope": " ".join(s for s in req.scopes if s not in gated),
             "created_at": now,
             "updated_at": now,
         }
     )
 
 
-async def issue_code(services: Services, req: AuthorizationRequest, person: Person, auth_time: int) -> str:
-    """A new code for ``req``; returns the redirect location carrying it."""
+async def issue_code(
+    services: Services,
+    req: AuthorizationRequest,
+    person: Person,
+    auth_time: int,
+    *,
+    grant_id: str | None = None,
+) -> str:
+    """A new code for ``req``; returns the redirect location carrying it. ``grant_id``: the approved
+    grant behind a resource's grant-gated scopes (grantd.oauth.mcp_grants)."""
     code = secrets.token_urlsafe(32)
     now = services.clock.now_ms()
     data: dict[str, Any] = {
@@ -323,6 +363,10 @@ async def issue_code(services: Services, req: AuthorizationRequest, person: Pers
         "auth_time": auth_time,
         "expires_at": now + CODE_TTL_S * 1000,
     }
+    if req.resource is not None:
+        data["resource"] = req.resource
+    if grant_id is not None:
+        data["grant_id"] = grant_id
     await services.store.onetime.put("code", secret_hash(code), data, now + CODE_KEEP_S * 1000, now)
     params = {"code": code}
     if req.state is not None:
@@ -332,7 +376,7 @@ async def issue_code(services: Services, req: AuthorizationRequest, person: Pers
 
 
 def scope_descriptions(req: AuthorizationRequest) -> list[str]:
-    return [SCOPE_TEXT[s] for s in req.scopes if s in SCOPE_TEXT]
+    return [SCOPE_TEXT.get(s, f"use {req.resource} for you ({s})") for s in req.scopes]
 
 
 __all__ = [

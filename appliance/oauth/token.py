@@ -34,7 +34,7 @@ from urllib.parse import unquote
 import jwt
 
 from grantd.logs import LOGGER
-from grantd.oauth import device
+from grantd.oauth import device, resources
 from grantd.oauth.authorize import CODE_KEEP_S
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+# grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707)
+NO_RESOURCE_GRANTS = ("refresh_token", "client_credentials", DEVICE_GRANT)
 ASSERTION_MAX_AHEAD_S = 300
 MAX_PARAM = 8192
 _VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
@@ -148,6 +150,8 @@ async def authenticate_client(
 
 async def exchange(services: Services, params: dict[str, str], authorization: str | None) -> dict[str, Any]:
     grant_type = param(params, "grant_type", required=True)
+    if grant_type in NO_RESOURCE_GRANTS and param(params, "resource") is not None:
+        raise resources.invalid_target("a token for a resource comes from the authorization code grant only")
     if grant_type == "client_credentials":
         return await client_credentials(services, params)
     client = await authenticate_client(services, params, authorization)
@@ -220,21 +224,30 @@ async def authorization_code(services: Services, client: Client, params: dict[st
         raise invalid_grant("the person is unknown or disabled")
     scope = str(record["scope"])
     auth_time = int(record["auth_time"])
+    target = resources.target_of_code(record, param(params, "resource"))  # D17; invalid_target
     # Every code starts a family, refresh token or not: its access tokens name it (``sid``), so a
     # replay of the code can end them (RFC 6749 §4.1.2).
     family, refresh_secret = await start_family(
-        services, client, person, scope=scope, auth_time=auth_time, refresh=wants_refresh(client, scope)
-    )
-    answer = await issue_tokens(
         services,
         client,
         person,
         scope=scope,
-        nonce=record["nonce"],
         auth_time=auth_time,
-        family=family,
-        refresh_token=refresh_secret,
+        refresh=target is None and wants_refresh(client, scope),
     )
+    if target is not None:  # an RFC 9068 token for the resource alone (grantd.oauth.resources)
+        answer = await resources.answer_for_code(services, client.client_id, person, record, family)
+    else:
+        answer = await issue_tokens(
+            services,
+            client,
+            person,
+            scope=scope,
+            nonce=record["nonce"],
+            auth_time=auth_time,
+            family=family,
+            refresh_token=refresh_secret,
+        )
     if await _code_redeemed(services, code_hash, family["family_id"], int(family["expires_at"]), now):
         raise invalid_grant("the authorization code was presented twice; every token it issued is revoked")
     return answer

@@ -36,6 +36,7 @@ import json
 import logging
 import re
 import socket
+import ssl
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -175,12 +176,49 @@ def config_clients(config: Config) -> dict[str, Client]:
 
 def domain_of(client_id: str) -> str:
     """The registrable domain a domain client's fetch failures are remembered under."""
+    if is_cimd_client_id(client_id):
+        parts = urlsplit(client_id)
+        return registrable_domain(str(parts.hostname), parts.port)
     host, _, port = client_id.partition(":")
     return registrable_domain(host, int(port) if port.isdigit() else None)
 
 
 def is_domain_client_id(client_id: str) -> bool:
     return client_id == client_id.lower() and bool(_DOMAIN_ID.match(client_id))
+
+
+MAX_CIMD_ID = 512
+
+
+def is_cimd_client_id(client_id: str) -> bool:
+    """A Client ID Metadata Document URL (D17): https, a host, a path other than "/", no
+    userinfo, fragment or port 0; the host a DNS name (the document is fetched from it)."""
+    if not client_id.startswith("https://") or len(client_id) > MAX_CIMD_ID or not client_id.isprintable():
+        return False
+    if " " in client_id or "#" in client_id or "\\" in client_id:
+        return False
+    try:
+        parts = urlsplit(client_id)
+        port = parts.port
+    except ValueError:
+        return False
+    host = parts.hostname or ""
+    netloc_host = parts.netloc.rsplit(":", 1)[0] if port is not None else parts.netloc
+    return (
+        "@" not in parts.netloc
+        and port != 0
+        and netloc_host == host  # lower-case, no brackets: a DNS name as written
+        and bool(_DOMAIN_ID.match(host))
+        and parts.path not in ("", "/")
+    )
+
+
+def cimd_allowed(client_id: str, allowed: tuple[str, ...]) -> bool:
+    """``[mcp] cimd_allowed_domains``: empty allows any host; else the host or a parent domain listed."""
+    if not allowed:
+        return True
+    host = urlsplit(client_id).hostname or ""
+    return any(host == d or host.endswith("." + d) for d in allowed)
 
 
 # -- the SSRF guard -------------------------------------------------------------------------------
@@ -224,11 +262,21 @@ async def resolve(host: str, port: int) -> list[str]:
     return addresses
 
 
-async def fetch_metadata(client_id: str, *, allow_private: bool, resolver: Any = resolve) -> dict[str, Any]:
-    """GET the client's metadata document, guarded (module docstring). Returns the parsed JSON object."""
-    scheme = "http" if allow_private else "https"
-    host, _, port_text = client_id.partition(":")
-    port = int(port_text) if port_text else (443 if scheme == "https" else 80)
+async def fetch_metadata(
+    client_id: str, *, allow_private: bool, resolver: Any = resolve, verify: Any = True
+) -> dict[str, Any]:
+    """GET the client's metadata document, guarded (module docstring). Returns the parsed JSON object.
+    A Client ID Metadata Document (``client_id`` an https URL, D17) is fetched from that URL, always
+    over https (``verify``: the TLS trust, ``[oauth] ca_file`` added)."""
+    if is_cimd_client_id(client_id):
+        parts = urlsplit(client_id)
+        scheme, host, port = "https", str(parts.hostname), parts.port or 443
+        netloc, target = parts.netloc, parts.path + (f"?{parts.query}" if parts.query else "")
+    else:
+        scheme = "http" if allow_private else "https"
+        host, _, port_text = client_id.partition(":")
+        port = int(port_text) if port_text else (443 if scheme == "https" else 80)
+        netloc, target = client_id, METADATA_PATH
     if not 0 < port < 65536:
         raise MetadataError("bad port")
     addresses = await resolver(host, port)
@@ -237,7 +285,7 @@ async def fetch_metadata(client_id: str, *, allow_private: bool, resolver: Any =
     last: Exception | None = None
     for address in addresses[:4]:
         try:
-            body = await _get(scheme, client_id, host, address, port)
+            body = await _get(scheme, netloc, host, address, port, target, verify)
             break
         except httpx.ConnectError as exc:  # the next address of the checked ones
             last = exc
@@ -254,19 +302,29 @@ async def fetch_metadata(client_id: str, *, allow_private: bool, resolver: Any =
     return document
 
 
-async def _get(scheme: str, client_id: str, host: str, address: str, port: int) -> bytes:
+async def _get(
+    scheme: str,
+    netloc: str,
+    host: str,
+    address: str,
+    port: int,
+    target: str = METADATA_PATH,
+    verify: Any = True,
+) -> bytes:
     """One GET to the checked ``address`` (never a new resolution): the URL names the IP, ``Host``
     and the TLS server name (SNI and the certificate check) name the host."""
     literal = f"[{address}]" if ":" in address else address
-    url = f"{scheme}://{literal}:{port}{METADATA_PATH}"
+    url = f"{scheme}://{literal}:{port}{target}"
     headers = {
-        "Host": client_id,
+        "Host": netloc,
         "Accept": "application/json",
         "Accept-Encoding": "identity",
         "User-Agent": "grantd (client metadata)",
     }
     extensions = {"sni_hostname": host} if scheme == "https" else {}
-    async with httpx.AsyncClient(timeout=METADATA_TIMEOUT, follow_redirects=False, trust_env=False) as http:
+    async with httpx.AsyncClient(
+        timeout=METADATA_TIMEOUT, follow_redirects=False, trust_env=False, verify=verify
+    ) as http:
         request = http.build_request("GET", url, headers=headers, extensions=extensions)
         response = await http.send(request, stream=True)
         try:
@@ -324,6 +382,9 @@ def client_from_metadata(client_id: str, document: dict[str, Any]) -> Client:
         client_uri = _http_url(client_uri, "client_uri") if client_uri is not None else None
     except MetadataError:
         client_uri = None  # shown as a link on the consent page: only http(s), else not at all
+    method = document.get("token_endpoint_auth_method", "none")
+    if is_cimd_client_id(client_id) and method != "none":
+        raise MetadataError("token_endpoint_auth_method must be none (a public client)")
     alg = document.get("id_token_signed_response_alg", "EdDSA")
     if alg not in ID_TOKEN_ALGS:
         raise MetadataError(f"id_token_signed_response_alg must be one of {', '.join(ID_TOKEN_ALGS)}")
@@ -356,17 +417,29 @@ class ClientRegistry:
         self.allow_private = bool(config.oauth.allow_private_metadata_hosts)
         self.ttl_ms = int(config.oauth.metadata_cache_ttl) * 1000
         self.resolver = resolver
+        self.cimd_domains = tuple(str(d).lower() for d in config.mcp.cimd_allowed_domains)
+        self.verify: Any = True
+        if config.oauth.ca_file:
+            context = ssl.create_default_context()
+            context.load_verify_locations(cafile=str(config.oauth.ca_file))
+            self.verify = context
         self._cache: OrderedDict[str, tuple[int, Client | None]] = OrderedDict()
         self._inflight: dict[str, asyncio.Task[Client | None]] = {}
         self.last_error: OrderedDict[str, str] = OrderedDict()
 
+    def fetchable(self, client_id: str) -> bool:
+        """A domain client_id, or a Client ID Metadata Document URL this deployment allows."""
+        if is_cimd_client_id(client_id):
+            return cimd_allowed(client_id, self.cimd_domains)
+        return len(client_id) <= 260 and is_domain_client_id(client_id)
+
     async def get(self, client_id: str | None) -> Client | None:
-        if not client_id or len(client_id) > 260:
+        if not client_id or len(client_id) > MAX_CIMD_ID:
             return None
         found = self.builtin.get(client_id) or self.configured.get(client_id)
         if found is not None:
             return found
-        if not is_domain_client_id(client_id):
+        if not self.fetchable(client_id):
             return None
         now = self.clock.now_ms()
         cached = self._cache.get(client_id)
@@ -394,7 +467,10 @@ class ClientRegistry:
             try:
                 async with self.fetches.slot():
                     document = await fetch_metadata(
-                        client_id, allow_private=self.allow_private, resolver=self.resolver
+                        client_id,
+                        allow_private=self.allow_private,
+                        resolver=self.resolver,
+                        verify=self.verify,
                     )
             except Busy as exc:  # not the domain's fault: nothing is remembered
                 self._note_error(client_id, str(exc))
@@ -430,9 +506,14 @@ class ClientRegistry:
     def would_fetch(self, client_id: str | None) -> bool:
         """True when ``get(client_id)`` would start a metadata fetch (a domain client neither cached
         nor being fetched): the routes count that against the caller's address (D12)."""
-        if not client_id or len(client_id) > 260 or client_id in self.builtin or client_id in self.configured:
+        if (
+            not client_id
+            or len(client_id) > MAX_CIMD_ID
+            or client_id in self.builtin
+            or client_id in self.configured
+        ):
             return False
-        if not is_domain_client_id(client_id) or client_id in self._inflight:
+        if not self.fetchable(client_id) or client_id in self._inflight:
             return False
         if self.fetches.failed(domain_of(client_id)) is not None:
             return False

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jwt
+
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.principals import Principal
@@ -36,19 +38,45 @@ def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
     )
 
 
+async def resource_token_claims(services: Services, presented: str) -> dict[str, Any] | None:
+    """The claims of an MCP resource's access token (D17: the one grantd route it is good for),
+    or None: its ``aud`` must be a configured resource and it must verify for that resource."""
+    try:
+        audience = jwt.decode(presented, options={"verify_signature": False}).get("aud")
+    except jwt.PyJWTError:
+        return None
+    if not isinstance(audience, str) or audience not in {
+        r["resource"] for r in services.config.mcp.resources
+    }:
+        return None
+    try:
+        return await services.tokens.verify_resource_access(presented, audience)
+    except TokenError:
+        return None
+
+
+def resource_token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
+    """A resource's token speaks for a grant of that resource, requested by the token's person."""
+    return claims.get("aud") == grant["request"]["audience"] and claims.get("sub") == grant["requester"]
+
+
 async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
     if presented is None:
         raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
     try:
         claims = await services.tokens.verify_authz(presented)
+        matches = token_matches_grant
     except TokenError as exc:
-        raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
-    if claims["grant_id"] != grant_id:
+        found = await resource_token_claims(services, presented)  # D17: an MCP resource's token
+        if found is None:
+            raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+        claims, matches = found, resource_token_matches_grant
+    if claims.get("grant_id") != grant_id:
         raise bad_request("the token belongs to another grant")
     grant = await services.store.grants.get(grant_id)
     if grant is None:
         raise not_found("grant not found")
-    if not token_matches_grant(claims, grant):
+    if not matches(claims, grant):
         raise unauthorized("invalid token: it does not match the grant", invalid_token=True)
     reader = Reader(services)
     status = reader.status(grant)

@@ -29,7 +29,6 @@ from grantd.core.principals import Kind, Principal
 from grantd.core.review import (
     AUTO_APPROVE,
     AUTO_DENY,
-    DEFAULT_REVIEW,
     Ballot,
     Review,
     Tally,
@@ -154,9 +153,10 @@ async def _named_reviewer(services: Services, principal: Principal, grant: Grant
 
 
 async def create(
-    services: Services, principal: Principal | None, body: dict[str, Any]
+    services: Services, principal: Principal | None, body: dict[str, Any], *, policy_id: str | None = None
 ) -> tuple[dict[str, Any], int]:
-    """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one."""
+    """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one.
+    ``policy_id``: the policy that reviews it (``reviews.pinned_review``)."""
     request, requester_id = await parse_request(services, principal, body)
     reader = Reader(services)
     key = reuse_key(request)
@@ -193,7 +193,7 @@ async def create(
     evaluation = None
     if config is not None:
         evaluation = evaluate(config, reviews.request_facts(request, request["requester"], requester_id))
-    pinned = evaluation.review if evaluation is not None else DEFAULT_REVIEW
+    pinned = reviews.pinned_review(config, evaluation, policy_id)
     delegation = await covering_delegation(services, request, requester_id)
     if delegation is not None and not pinned.allow_delegation:
         delegation = None  # D13: a delegation counts only where every matched policy allows it

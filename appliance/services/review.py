@@ -25,6 +25,7 @@ from grantd.core.review import (
     next_escalation_at,
     review_from_dict,
 )
+from grantd.core.review.evaluate import Evaluation, pin
 from grantd.core.review.votes import eligible_for
 from grantd.services.context import Services
 from grantd.store.records import Agent, Grant, GrantReview, Vote
@@ -39,6 +40,18 @@ def review_config(services: Services) -> ReviewConfig | None:
     if not isinstance(config, ReviewConfig) or not (config.rules or config.policies):
         return None
     return config
+
+
+def pinned_review(
+    config: ReviewConfig | None, evaluation: Evaluation | None, policy_id: str | None
+) -> Review:
+    """The review a new grant is pinned to: the matched policies (or the default one); the policy
+    ``policy_id`` names instead, whatever matches (an MCP resource's grant scope names one, D17;
+    deny and approve rules still apply)."""
+    named = tuple(p for p in config.policies if p.id == policy_id) if config is not None and policy_id else ()
+    if named:
+        return pin(named)
+    return evaluation.review if evaluation is not None else DEFAULT_REVIEW
 
 
 def request_facts(request: dict[str, Any], agent_email: str, agent_id: str) -> RequestFacts:

@@ -155,6 +155,29 @@ class Tokens:
             typ=TYP_ACCESS,
         )
 
+    async def mint_resource_access(
+        self, person: Person, *, resource: str, claims: dict[str, Any], ttl: int
+    ) -> str:
+        """An RFC 9068 access token for an MCP resource (D17): ``aud`` = the resource, so grantd's
+        own /api never takes it (its audience is ``tokens.agent_audience``). ``claims``: client_id,
+        scope, sid, auth_time and, for a grant-gated scope, grant_id and authorization_details."""
+        now = self.clock.now_s()
+        return await self._sign(
+            {
+                **claims,
+                "iss": self.issuer,
+                "sub": person["email"],
+                "act": "human",
+                "aud": resource,
+                "person_id": person["person_id"],
+                "token_use": "access",
+                "iat": now,
+                "exp": now + ttl,
+                "jti": new_jti(),
+            },
+            typ=TYP_ACCESS,
+        )
+
     async def mint_id_token(
         self,
         person: Person,
@@ -344,6 +367,16 @@ class Tokens:
         audience, the person and the family."""
         claims, header = await self._verify_with_header(token, audience=None)
         check_kind(claims, header, TokenKind.ACCESS, "not an access token")
+        return claims
+
+    async def verify_resource_access(self, token: str, resource: str) -> dict[str, Any]:
+        """A resource's access token (``mint_resource_access``): signature, issuer, expiry, ``aud``
+        = ``resource``, ``typ`` at+jwt and ``token_use`` access (POST /introspect, the consume route)."""
+        claims, header = await self._verify_with_header(token, audience=resource)
+        if typ_of(header) != TYP_ACCESS or claims.get("token_use") != "access":
+            raise TokenError("not a resource access token")
+        if not isinstance(claims.get("person_id"), str) or not isinstance(claims.get("sid"), str):
+            raise TokenError("not a resource access token")
         return claims
 
     async def verify_authz(self, token: str) -> dict[str, Any]:

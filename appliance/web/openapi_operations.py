@@ -3,6 +3,7 @@ agents, people, grants (the rest: ``openapi_operations_more``). One ``Op`` per m
 
 from __future__ import annotations
 
+from grantd.web.openapi_mcp import MCP_OPERATIONS
 from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table is written in
     ANY_OBJECT,
     AUTHZ,
@@ -511,4 +512,5 @@ OPERATIONS: tuple[Op, ...] = (
     ),
     *MORE_OPERATIONS,
     *NOTIFY_OPERATIONS,
+    *MCP_OPERATIONS,
 )

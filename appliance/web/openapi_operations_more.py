@@ -280,7 +280,7 @@ MORE_OPERATIONS: tuple[Op, ...] = (
         "The consent page's answer (JSON; CSRF-safe, D8)",
         PERSON,
         "ConsentDecision",
-        ok={200: Ok(ref("Location"))},
+        ok={200: Ok({"oneOf": [ref("Location"), ref("ConsentPending")]})},
         errors=(400, 415),
         tag="oauth",
     ),

@@ -4,6 +4,7 @@ second half, delegations to OAuth, is ``openapi_schemas_more``); operations refe
 
 from __future__ import annotations
 
+from grantd.web.openapi_mcp import MCP_SCHEMAS
 from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table is written in
     ANY_OBJECT,
     BOOL,
@@ -241,7 +242,7 @@ SCHEMAS: dict[str, Schema] = {
         {
             "sub": STRING,
             "at": nullable(MS),
-            "via": {"type": "string", "enum": ["api", "web", "tui", "delegation", "rule"]},
+            "via": {"type": "string", "enum": ["api", "web", "tui", "delegation", "consent", "rule"]},
             "requirement": nullable(STRING),
             "kind": {"const": "rule"},
             "rule": STRING,
@@ -434,4 +435,5 @@ SCHEMAS: dict[str, Schema] = {
     ),
     **MORE_SCHEMAS,
     **NOTIFY_SCHEMAS,
+    **MCP_SCHEMAS,
 }

@@ -137,6 +137,7 @@ def test_errors_are_problem_json_and_api_errors_documented(document: dict) -> No
                     "/revoke",
                     "/userinfo",
                     "/device_authorization",
+                    "/introspect",
                 ):  # D2: the OAuth error shape
                     assert answer["content"]["application/json"]["schema"] == {
                         "$ref": "#/components/schemas/OAuthError"

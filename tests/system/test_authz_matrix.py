@@ -181,6 +181,9 @@ GET /authorize                                 | 303 login | 303 login | 303 log
 POST /authorize/consent                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 401
 POST /token                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /revoke                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+GET /.well-known/oauth-authorization-server    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /introspect                               | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic
+GET /authorize/poll/:secret                    | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 404 | 404 | 404 | 404 | 404 | 401
 GET /userinfo                                  | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth | 401 oauth
 GET /api/audit/checkpoint                      | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /api/audit/key                             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
@@ -269,6 +272,9 @@ ROUTE_NOTES: dict[str, str] = {
     "POST /authorize/consent": "the consent page's JSON approval of an apes-cli request, with the page's one-time ticket: a person's session only",
     "POST /token": "public; a fresh code of the `person` column exchanged by apes-cli (the column's credential is ignored)",
     "POST /revoke": "public; an unknown token (RFC 7009: 200)",
+    "GET /.well-known/oauth-authorization-server": "public: RFC 8414 metadata (D17)",
+    "POST /introspect": "only a configured MCP resource's HTTP Basic credential (its URI and `credential`): every column's credential is refused (`{error}` with `WWW-Authenticate: Basic`)",
+    "GET /authorize/poll/:secret": "an unknown poll secret: a person's session only (a grant-gated authorization is polled by the person who consented, D17)",
     "GET /userinfo": "only OAuth access tokens: every column's credential is refused (`{error}`, not problem+json)",
     "POST /userinfo": "the same, POST",
     "GET /api/account/consents": "the signed-in person's remembered consents",
@@ -1214,6 +1220,9 @@ REQUESTS.update(
         "POST /authorize/consent": _consent,
         "POST /token": lambda w, c: _call(w, c, "POST", "/token", data=_code_exchange(w)),
         "POST /revoke": lambda w, c: _call(w, c, "POST", "/revoke", data={"token": "not-a-token-of-ours"}),
+        "GET /.well-known/oauth-authorization-server": _get("/.well-known/oauth-authorization-server"),
+        "POST /introspect": lambda w, c: _call(w, c, "POST", "/introspect", data={"token": "not-a-token"}),
+        "GET /authorize/poll/:secret": _get("/authorize/poll/" + "p" * 43),
         "GET /userinfo": _get("/userinfo"),
         "POST /userinfo": lambda w, c: _call(w, c, "POST", "/userinfo"),
         "GET /api/account/consents": _get("/api/account/consents"),
@@ -1257,13 +1266,13 @@ def check(response: httpx.Response, expected: str) -> None:
     if marker == "page":  # an HTML page (errors too: pages never answer problem+json)
         assert response.headers["content-type"].startswith("text/html"), response.headers
         return
-    if (
-        marker == "oauth"
-    ):  # /token, /revoke, /userinfo errors: {error, error_description} (D2), not problem+json
+    if marker in ("oauth", "basic"):  # /token, /revoke, /userinfo, /introspect errors: {error,
+        # error_description} (D2), not problem+json; /introspect asks for HTTP Basic
         assert response.headers["content-type"].startswith("application/json"), response.headers
         assert "error" in response.json() and response.headers["cache-control"].startswith("no-store")
         if status == 401:
-            assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers
+            scheme = "Basic" if marker == "basic" else "Bearer"
+            assert response.headers.get("www-authenticate", "").startswith(scheme), response.headers
         return
     if status == 401:
         assert response.headers.get("www-authenticate", "").startswith("Bearer"), response.headers

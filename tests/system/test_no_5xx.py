@@ -119,9 +119,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     # SP login on, asking a local DNS server that knows no domain: its routes are driven too (D9)
     dns = TxtDnsServer({}).__enter__()
     sp = f'\n[sp]\nenabled = true\nnameservers = ["{dns.address}"]\n'
-    srv = InProcessServer(
-        directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}{sp}"
+    # an MCP resource with a grant-gated scope (D17): /introspect and the grant-gated consent are driven
+    mcp = (
+        '\n[[mcp.resources]]\nresource = "https://mcp.example.com/mcp"\nname = "MCP"\n'
+        'scopes = ["tools:read", "tools:deploy"]\ncredential = "file:mcp-secret"\n'
+        '[mcp.resources.grant_scopes]\n"tools:deploy" = { grant_type = "once" }\n'
     )
+    srv = InProcessServer(
+        directory / "srv", extra=f"\n[grants]\nevents_heartbeat = 1\n\n[limits]\n{limits}{sp}{mcp}"
+    )
+    (srv.directory / "mcp-secret").write_text("no5xx-mcp-secret-0123456789\n")
+    (srv.directory / "mcp-secret").chmod(0o600)
     # X-Forwarded-For is parsed only from a trusted proxy: trust the test client so it is driven too.
     srv.config_path.write_text(
         srv.config_path.read_text().replace(
@@ -322,6 +330,7 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
         },
         "revoke": {"token": "x", "token_type_hint": "refresh_token"},
         "userinfo": {"access_token": "a.b.c"},
+        "introspect": {"token": "a.b.c", "token_type_hint": "access_token"},
         # the decision log (D14)
         "hosts": {"host": "web-1", "publicKey": agent.public_key},
         "receipts": {

@@ -90,6 +90,14 @@ CLIENT_PARTS = (
         ("grantd", "grantd.commands", "grantd.plugins", "grantd.receipts", "grantd.sshkeys", "grantd.dpop"),
         (*SERVER_THIRD_PARTY, "textual"),
     ),
+    # The resource-server helper runs inside an MCP server (D17): a client of grantd's HTTP
+    # interface (httpx, PyJWT; the DPoP verifier for bound tokens; the MCP SDK when it is used).
+    Part(
+        "the resource-server helper",
+        ("grantd.resource_server",),
+        ("grantd", "grantd.dpop", "grantd.sshkeys"),
+        (*SERVER_THIRD_PARTY, "textual"),
+    ),
     # The approver console reads the URL and token from the server's config file (grantd.config,
     # which checks the whole file: its key checks, the approval-policy parser and the notification
     # routes' parser, grantd.core.notify_routes, are pure core code).
@@ -142,6 +150,7 @@ SERVER_LAYERS = (
             "grantd.testing.*",
             "grantd.client",
             "grantd.client.*",
+            "grantd.resource_server",
         ),
     ),
     Layer("web", ("grantd.web", "grantd.web.*")),

@@ -28,7 +28,7 @@ from grantd.core.review.evaluate import GRANT_TYPE_RANK, PinnedEscalation, Pinne
 
 APPROVE, DENY = "approve", "deny"
 PENDING, APPROVED, DENIED, EXPIRED = "pending", "approved", "denied", "expired"
-VIAS = ("api", "web", "tui", "delegation")
+VIAS = ("api", "web", "tui", "delegation", "consent")  # consent: an MCP authorization (D17)
 TIMEOUT_REASON = "no quorum before timeout"
 
 # The reasons a vote is refused (D13), with their HTTP status.

@@ -20,7 +20,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
-from grantd.oauth import authorize, revoke, token
+from grantd.oauth import authorize, mcp_grants, revoke, token
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.services import sessions
 from grantd.services.authn import access_token_holder
@@ -215,6 +215,10 @@ async def authorize_get(request: Request) -> HTTPResponse:
                 if "//" in req.redirect_uri
                 else req.redirect_uri,
                 always_asks=authorize.always_asks(req.client),
+                resource=req.resource,
+                resource_name=mcp_grants.resource_name(services, req),
+                gated=mcp_grants.gated_scopes(services, req),
+                loopback_only=mcp_grants.loopback_only(req.client),
                 ticket=ticket,
             )
         )
@@ -254,6 +258,10 @@ async def consent(request: Request) -> HTTPResponse:
         return json({"location": location}, headers=NO_STORE)
     await authorize.check_consent_click(services, req, person, body.get("ticket"))
     await authorize.remember_consent(services, req, person)
+    gated = mcp_grants.gated_scopes(services, req)
+    if gated:  # D17: a grant for these scopes; the person's consent is their vote when they may cast one
+        answer = await mcp_grants.start(services, req, person, session["created_at"] // 1000, gated)
+        return json(answer, headers=NO_STORE)
     location = await authorize.issue_code(services, req, person, session["created_at"] // 1000)
     return json({"location": location}, headers=NO_STORE)
 

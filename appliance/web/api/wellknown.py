@@ -1,5 +1,7 @@
 """Discovery documents: JWKS and the OpenID configuration (with the members the peer CLI reads)."""
 
+from typing import Any
+
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
@@ -19,8 +21,14 @@ async def jwks(request: Request) -> HTTPResponse:
 
 @bp.get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request) -> HTTPResponse:
-    issuer = services_of(request).issuer
-    doc = {
+    return json(
+        discovery(services_of(request).issuer), headers={"Cache-Control": "public, max-age=3600", **CORS}
+    )
+
+
+def discovery(issuer: str) -> dict[str, Any]:
+    """The OpenID configuration; RFC 8414's document (grantd.web.api.mcp) adds to it."""
+    return {
         "issuer": issuer,
         "authorization_endpoint": f"{issuer}/authorize",
         "token_endpoint": f"{issuer}/token",
@@ -76,4 +84,3 @@ async def openid_configuration(request: Request) -> HTTPResponse:
         "openape_delegations_endpoint": f"{issuer}/api/delegations",
         "openape_grant_types_supported": ["once", "timed", "always"],
     }
-    return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})

@@ -426,7 +426,18 @@
     const card = document.querySelector("[data-consent]");
     const body = { request: card.dataset.consent, approve: approve };
     if (card.dataset.ticket) body.ticket = card.dataset.ticket;  // this page's one-time approval ticket
-    const answer = await api("POST", "/authorize/consent", body);
+    let answer = await api("POST", "/authorize/consent", body);
+    if (answer.pending) {  // a grant-gated scope (D17): wait here until an approver decides
+      card.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+      const status = card.querySelector("[data-grant-status]");
+      if (status) status.textContent = "Waiting for an approver to decide grant " + answer.grant_id + "…";
+      while (!answer.location) {
+        await new Promise(function (done) { setTimeout(done, 2000); });
+        answer = await api("GET", answer.poll || "", undefined).then(function (a) {
+          return Object.assign({ poll: answer.poll }, a);
+        });
+      }
+    }
     location.assign(answer.location);
   }
 
