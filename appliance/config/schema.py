@@ -202,6 +202,16 @@ SCHEMA: dict[str, dict[str, Key]] = {
             str, "apes-cli", "`aud` of agent identity tokens (the peer CLI expects apes-cli)."
         ),
         "challenge_ttl": Key(int, 60, "Seconds an agent challenge stays valid.", minimum=5, maximum=600),
+        "agent_dpop": Key(
+            str,
+            "optional",
+            "DPoP (RFC 9449) for agent tokens: off (never bound), optional (bound when the agent sends a "
+            "DPoP proof; the peer CLI keeps working) or required (every agent token is bound to its key).",
+            choices=("off", "optional", "required"),
+        ),
+        "dpop_nonce": Key(
+            bool, False, "Require a current server nonce (DPoP-Nonce) in every DPoP proof (use_dpop_nonce)."
+        ),
     },
     "grants": {
         "allow_unauthenticated": Key(

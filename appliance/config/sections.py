@@ -87,6 +87,8 @@ class TokensSection:
     agent_token_ttl: int
     agent_audience: str
     challenge_ttl: int
+    agent_dpop: str
+    dpop_nonce: bool
 
 
 @dataclass(frozen=True)

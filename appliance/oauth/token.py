@@ -33,15 +33,18 @@ from urllib.parse import unquote
 
 import jwt
 
+from grantd.dpop import DpopError
 from grantd.logs import LOGGER
 from grantd.oauth import device
 from grantd.oauth.authorize import CODE_KEEP_S
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
+from grantd.services import dpop
 from grantd.services.clients import DEVICE_GRANT, Client
+from grantd.services.dpop import ProofRequest
 from grantd.sshkeys import KeyFormatError, load_public_key
 from grantd.store import Conflict
-from grantd.store.records import RefreshToken
+from grantd.store.records import Agent, RefreshToken
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -146,10 +149,12 @@ async def authenticate_client(
     return client
 
 
-async def exchange(services: Services, params: dict[str, str], authorization: str | None) -> dict[str, Any]:
+async def exchange(
+    services: Services, params: dict[str, str], authorization: str | None, proof: ProofRequest | None = None
+) -> dict[str, Any]:
     grant_type = param(params, "grant_type", required=True)
     if grant_type == "client_credentials":
-        return await client_credentials(services, params)
+        return await client_credentials(services, params, proof)
     client = await authenticate_client(services, params, authorization)
     if client is None and grant_type == "refresh_token":
         client = await refresh_token_client(services, params)
@@ -342,8 +347,24 @@ async def refresh(services: Services, client: Client, params: dict[str, str]) ->
     )
 
 
-async def client_credentials(services: Services, params: dict[str, str]) -> dict[str, Any]:
-    """An agent's identity token for an RFC 7523 client assertion (module docstring)."""
+async def agent_binding(services: Services, proof: ProofRequest | None, agent: Agent) -> str | None:
+    """The ``cnf.jkt`` an agent's token gets at /token (D16), or None for a bearer; a bad proof (or
+    none where ``agent_dpop = "required"``) is 400 ``invalid_dpop_proof`` / ``use_dpop_nonce``."""
+    try:
+        return await dpop.bind_for_agent(services, proof, agent["public_key"])
+    except DpopError as exc:
+        headers = {}
+        nonce = await dpop.current_nonce(services)
+        if nonce is not None:
+            headers["DPoP-Nonce"] = nonce
+        raise OAuthError(exc.error, exc.reason, 400, headers) from None
+
+
+async def client_credentials(
+    services: Services, params: dict[str, str], proof: ProofRequest | None = None
+) -> dict[str, Any]:
+    """An agent's identity token for an RFC 7523 client assertion (module docstring); DPoP-bound
+    to the agent's key when the request carries a proof made with it (D16)."""
     if param(params, "client_assertion_type") != JWT_BEARER:
         raise invalid_client(f"client_credentials needs client_assertion_type={JWT_BEARER}")
     assertion = param(params, "client_assertion")
@@ -400,6 +421,9 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         raise invalid_client("client_assertion needs a jti")
     if agent["status"] != "active":
         raise invalid_client("agent is disabled")
+    jkt = await agent_binding(
+        services, proof, agent
+    )  # before the assertion's jti is burnt: a nonce retry may reuse it
     now = services.clock.now_ms()
     try:
         await services.store.onetime.put(
@@ -411,8 +435,13 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         )
     except Conflict:
         raise invalid_client("client_assertion was already used (jti replay)") from None
-    token, ttl = await services.tokens.mint_identity(agent)
-    return {"access_token": token, "token_type": "Bearer", "expires_in": ttl, "agent_id": agent["agent_id"]}
+    token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
+    return {
+        "access_token": token,
+        "token_type": "DPoP" if jkt else "Bearer",
+        "expires_in": ttl,
+        "agent_id": agent["agent_id"],
+    }
 
 
 __all__ = ["authenticate_client", "exchange"]

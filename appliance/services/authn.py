@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grantd.core import principals
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.principals import Principal
+from grantd.dpop import DpopError
+from grantd.services import dpop
+from grantd.services.dpop import ProofRequest
 from grantd.services.tokens import TokenError
 
 if TYPE_CHECKING:
@@ -39,6 +42,10 @@ class Credentials:
     bearer: str | None = None
     client: str | None = None
     session: str | None = None
+    # ``Authorization: DPoP <token>`` (RFC 9449): the token is in ``bearer`` and ``scheme`` says
+    # "dpop"; ``proof`` is the request's DPoP header(s), method and path (None: not collected).
+    scheme: str = "bearer"
+    proof: ProofRequest | None = None
 
 
 class Authenticator(Protocol):
@@ -51,12 +58,20 @@ class Authenticator(Protocol):
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an Authorization header; a header of another scheme is a 401."""
+    return authorization_token(authorization)[1]
+
+
+def authorization_token(authorization: str | None) -> tuple[str, str | None]:
+    """(scheme, token) of an Authorization header: ``Bearer`` or ``DPoP`` (RFC 9449 §7.1); a
+    header of another scheme is a 401."""
     if not authorization:
-        return None
+        return "bearer", None
     scheme, _, value = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise unauthorized("Authorization header must be 'Bearer <token>'", invalid_token=True)
-    return value.strip()
+    if scheme.lower() not in ("bearer", "dpop") or not value.strip():
+        raise unauthorized(
+            "Authorization header must be 'Bearer <token>' or 'DPoP <token>'", invalid_token=True
+        )
+    return scheme.lower(), value.strip()
 
 
 def _digest(value: str) -> bytes:
@@ -68,7 +83,7 @@ class ManagementToken:
 
     async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
         expected = services.config.admin.management_token
-        presented = credentials.bearer
+        presented = credentials.bearer if credentials.scheme == "bearer" else None
         # Compare fixed-length digests so neither content nor length leaks through timing.
         if (
             presented is None
@@ -109,7 +124,48 @@ class AgentIdentityToken:
             or agent["key_generation"] != claims["key_generation"]
         ):
             raise unauthorized("invalid token: agent unknown, disabled or re-keyed", invalid_token=True)
-        return principals.agent(agent["agent_id"], agent["email"])
+        jkt = await check_binding(services, credentials, claims, agent["public_key"])
+        return principals.agent(agent["agent_id"], agent["email"], dpop_jkt=jkt)
+
+
+async def check_binding(
+    services: Services, credentials: Credentials, claims: dict[str, Any], public_key_line: str
+) -> str | None:
+    """D16: a token bound by ``cnf.jkt`` is accepted only as ``Authorization: DPoP`` with a fresh
+    proof by that key, which must still be the agent's enrolled key; an unbound token only as
+    Bearer, and not at all under ``agent_dpop = "required"``. The bound key's thumbprint, or None."""
+    assert credentials.bearer is not None
+    cnf = claims.get("cnf")
+    if cnf is None:
+        if credentials.scheme == "dpop":
+            raise await dpop.token_refusal(services, "this token is not DPoP-bound: send it as Bearer")
+        if dpop.mode(services) == dpop.REQUIRED:
+            raise await dpop.token_refusal(services, "this grantd accepts only DPoP-bound agent tokens")
+        return None
+    jkt = cnf.get("jkt") if isinstance(cnf, dict) else None
+    if not isinstance(jkt, str) or not jkt:
+        raise unauthorized("invalid token: malformed cnf", invalid_token=True)
+    if credentials.scheme != "dpop":
+        raise await dpop.token_refusal(
+            services, "a DPoP-bound token must be sent as 'DPoP <token>' with a proof"
+        )
+    if dpop.mode(services) == dpop.OFF:
+        raise await dpop.token_refusal(services, "DPoP is off on this grantd")
+    current = dpop.agent_jkt(public_key_line)
+    if current is None or not hmac.compare_digest(current, jkt):
+        raise await dpop.token_refusal(
+            services, "the key this token is bound to is no longer the agent's key"
+        )
+    try:
+        await dpop.verify(
+            services,
+            credentials.proof or ProofRequest((), "GET", "/"),
+            expected_jkt=jkt,
+            access_token=credentials.bearer,
+        )
+    except DpopError as exc:
+        raise await dpop.api_refusal(services, exc) from None
+    return jkt
 
 
 def _peek(token: str) -> dict[str, Any] | None:
@@ -132,7 +188,7 @@ class AccessToken:
 
     async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
         token = credentials.bearer
-        if token is None or token.count(".") != 2 or len(token) > 8192:
+        if token is None or token.count(".") != 2 or len(token) > 8192 or credentials.scheme != "bearer":
             return None
         if services.tokens.remembers_identity(token):
             return None  # an identity token verified before (the usual agent bearer): never an access token

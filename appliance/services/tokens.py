@@ -188,22 +188,23 @@ class Tokens:
             claims["name"] = person["name"] or person["email"]
         return await self._sign(claims, alg)
 
-    async def mint_identity(self, agent: Agent) -> tuple[str, int]:
+    async def mint_identity(self, agent: Agent, *, jkt: str | None = None) -> tuple[str, int]:
+        """An agent's identity token; ``jkt``: DPoP-bound to that key (``cnf.jkt``, D16)."""
         now = self.clock.now_s()
-        token = await self._sign(
-            {
-                "iss": self.issuer,
-                "sub": agent["email"],
-                "act": "agent",
-                "aud": self.agent_audience,
-                "agent_id": agent["agent_id"],
-                "key_generation": agent["key_generation"],
-                "iat": now,
-                "exp": now + self.agent_ttl,
-                "jti": new_jti(),
-            }
-        )
-        return token, self.agent_ttl
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": agent["email"],
+            "act": "agent",
+            "aud": self.agent_audience,
+            "agent_id": agent["agent_id"],
+            "key_generation": agent["key_generation"],
+            "iat": now,
+            "exp": now + self.agent_ttl,
+            "jti": new_jti(),
+        }
+        if jkt is not None:
+            claims["cnf"] = {"jkt": jkt}
+        return await self._sign(claims), self.agent_ttl
 
     async def mint_authz(self, grant: Grant, review: dict[str, Any] | None = None) -> str:
         """The AuthZ-JWT of an approved grant (specification claims + D3, D6); ``review``: the
@@ -244,6 +245,9 @@ class Tokens:
                 claims[extension] = request[extension]
         if grant.get("delegation_id"):
             claims["delegation_id"] = grant["delegation_id"]
+        cnf = request.get("cnf")
+        if isinstance(cnf, dict) and isinstance(cnf.get("jkt"), str):
+            claims["cnf"] = {"jkt": cnf["jkt"]}  # requested with a DPoP-bound token (D16)
         if review is not None:
             claims.update(review)
         return await self._sign(claims)

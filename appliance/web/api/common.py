@@ -9,8 +9,9 @@ from sanic.response import BaseHTTPResponse
 
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
-from grantd.services.authn import Credentials, bearer_token
+from grantd.services.authn import Credentials, authorization_token
 from grantd.services.context import Services
+from grantd.services.dpop import ProofRequest
 from grantd.services.sessions import SESSION_COOKIE, secure_cookie, ttl_seconds
 from grantd.web.state import state_of
 
@@ -26,9 +27,21 @@ def services_of(request: Request) -> Services:
 def credentials_of(request: Request) -> Credentials:
     """What the request presented; the authentication chain decides what it proves. The session
     cookie is left out when an Authorization header is present (a bearer request never uses it)."""
-    bearer = bearer_token(request.headers.get("authorization"))
+    scheme, bearer = authorization_token(request.headers.get("authorization"))
     session = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
-    return Credentials(bearer=bearer, client=getattr(request.ctx, "client_ip", None), session=session)
+    return Credentials(
+        bearer=bearer,
+        client=getattr(request.ctx, "client_ip", None),
+        session=session,
+        scheme=scheme,
+        proof=proof_request(request),
+    )
+
+
+def proof_request(request: Request) -> ProofRequest:
+    """The request's DPoP header(s), method and raw path, for grantd.services.dpop (htu is made
+    from the configured issuer and this path, never from the Host header)."""
+    return ProofRequest(tuple(request.headers.getall("dpop", [])), request.method, request.path)
 
 
 async def principal_of(request: Request) -> Principal | None:

@@ -114,7 +114,7 @@ async def token(request: Request, grant_id: str) -> HTTPResponse:
 @bp.post("/api/grants/<grant_id:str>/consume", unquote=True)
 async def consume(request: Request, grant_id: str) -> HTTPResponse:
     body_of(request, required=False)
-    return json(await grant_tokens.consume(services_of(request), credentials_of(request).bearer, grant_id))
+    return json(await grant_tokens.consume(services_of(request), credentials_of(request), grant_id))
 
 
 @bp.post("/api/grants/verify")

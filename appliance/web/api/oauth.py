@@ -27,7 +27,7 @@ from grantd.services.authn import access_token_holder
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
-from grantd.web.api.common import principal_of, services_of
+from grantd.web.api.common import principal_of, proof_request, services_of
 from grantd.web.views import error_page, federation_buttons, render, viewer_of
 
 bp = Blueprint("oauth")
@@ -272,7 +272,9 @@ async def token_endpoint(request: Request) -> HTTPResponse:
     try:
         params = params_of(request)
         await count_metadata_fetch(request, params.get("client_id"), basic=True)
-        answer = await token.exchange(services, params, request.headers.get("authorization"))
+        answer = await token.exchange(
+            services, params, request.headers.get("authorization"), proof_request(request)
+        )
     except OAuthError as exc:
         return oauth_error(exc)
     return json(answer, headers={**NO_STORE, **CORS})
