@@ -144,6 +144,23 @@ def take_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> l
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
 
+def put_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> list[bool]:
+    """TAKERS inserts of one (kind, key) at once: True for each that was stored (a DPoP jti seen
+    for the first time), False for each Conflict (a replay)."""
+
+    async def put(store: SQLiteStore) -> bool:
+        try:
+            await store.onetime.put(kind, key, {}, now + 70_000, now)
+        except Conflict:
+            return False
+        return True
+
+    async def work(store: SQLiteStore) -> list[bool]:
+        return list(await asyncio.gather(*(put(store) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
 def rotate_refresh(
     path: str, start_at: float, old: dict[str, Any], tag: str, now: int
 ) -> list[tuple[str, str]]:
