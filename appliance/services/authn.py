@@ -123,6 +123,8 @@ class AgentIdentityToken:
             or agent["email"] != claims["sub"]
             or agent["key_generation"] != claims["key_generation"]
         ):
+            if credentials.scheme == "dpop":
+                raise await dpop.token_refusal(services, "agent unknown, disabled or re-keyed")
             raise unauthorized("invalid token: agent unknown, disabled or re-keyed", invalid_token=True)
         jkt = await check_binding(services, credentials, claims, agent["public_key"])
         return principals.agent(agent["agent_id"], agent["email"], dpop_jkt=jkt)
