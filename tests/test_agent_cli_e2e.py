@@ -193,6 +193,21 @@ def claims_of(token: str) -> dict[str, Any]:
     return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
+def bound_line(cli: Any, token: str) -> str:
+    """The `{authz_jwt, dpop}` line with a fresh proof by the agent's key for the grant's consume URL."""
+    from cryptography.hazmat.primitives import serialization
+
+    from grantd.dpop import make_proof
+
+    claims = claims_of(token)
+    key = serialization.load_ssh_private_key(cli.key.read_bytes(), password=None)
+    url = f"{claims['iss']}/api/grants/{claims['grant_id']}/consume"
+    proof = make_proof(
+        key, method="POST", url=url, iat=int(time.time()), jti=uuid.uuid4().hex, access_token=token
+    )
+    return json.dumps({"authz_jwt": token, "dpop": proof})
+
+
 # -- 1. the whole flow -----------------------------------------------------------------------------
 
 
@@ -244,18 +259,26 @@ def test_a_once_grant_used_again_is_refused_with_exit_5_already_consumed(server,
     decide(server, grant_id)
     fetched = cli.run("grant", "token", grant_id, "--json")
     assert fetched.returncode == 0, fetched.stderr
-    token = json.loads(fetched.stdout)["authz_jwt"]
+    answer = json.loads(fetched.stdout)
+    token = answer["authz_jwt"]
+    # grantd's own CLI asks for DPoP-bound tokens (D16): the AuthZ-JWT is bound to the agent's key,
+    # and the bare JWT (a copy from a log) runs nothing
+    assert claims_of(token)["cnf"]["jkt"]
+    bare = elevate(target, argv, token=token, via="fd")
+    assert bare.returncode == 5 and error_line(bare)["error"] == "dpop_required", bare.stderr
 
-    first = elevate(target, argv, token=token, via="fd")
+    first = elevate(target, argv, token=json.dumps({"authz_jwt": token, "dpop": answer["dpop"]}), via="fd")
     assert first.returncode == 0, first.stderr
     assert first.stdout == " ".join(argv[1:]) + "\n"
-    again = elevate(target, argv, token=token, via="fd")
+    again = elevate(
+        target, argv, token=bound_line(cli, token), via="fd"
+    )  # a fresh proof: only the grant is used
     assert again.returncode == 5, again.stderr
     line = error_line(again)
     assert line == {"error": "already_consumed", "reason": "grant already consumed"}
     assert again.stdout == ""
     results = [a["result"] for a in attempts(target) if a["grant_id"] == grant_id]
-    assert results == ["allowed", "refused"]
+    assert results == ["refused", "allowed", "refused"]  # the bare JWT, its line, a second use
     # The CLI says so too, instead of handing out a token for a used grant.
     late = cli.run("grant", "token", grant_id)
     assert late.returncode == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from grantd.agent.api import Api, login
+from grantd.agent.api import Api, grant_line, login
 from grantd.agent.errors import EXIT_ERROR, EXIT_OK, EXIT_PENDING, EXIT_USAGE, CliError
 from grantd.agent.output import (
     approval_hint,
@@ -310,11 +310,13 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
     api = _api(args)
     try:
         token = fetch_token(api, args.id)
+        line = grant_line(api, token)
     finally:
         api.close()
-    emit(
-        args, {"id": args.id, "authz_jwt": token}, shown(token)
-    )  # a JWT is ASCII: escaping changes only a forgery
+    data = {"id": args.id, "authz_jwt": token}
+    if line != token:  # DPoP-bound (D16): the line elevate reads, with a proof for consume
+        data["dpop"] = json.loads(line)["dpop"]
+    emit(args, data, shown(line))  # a JWT is ASCII: escaping changes only a forgery
     return EXIT_OK
 
 
@@ -365,7 +367,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
-        token = fetch_token(api, grant["id"])
+        token = grant_line(api, fetch_token(api, grant["id"]))
     finally:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)
