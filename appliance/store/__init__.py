@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
+from grantd.store.ciba import CibaStore
 from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.people import (
     CredentialStore,
@@ -352,6 +353,7 @@ class Store(Protocol):
     tlog: TlogStore
     hosts: HostStore
     receipts: ReceiptStore
+    ciba: CibaStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -383,6 +385,7 @@ class Store(Protocol):
 __all__ = [
     "AgentStore",
     "ChallengeStore",
+    "CibaStore",
     "Conflict",
     "ConsentStore",
     "CredentialStore",

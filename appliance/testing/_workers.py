@@ -161,6 +161,16 @@ def put_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> li
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
 
+def redeem_ciba(path: str, start_at: float, auth_req_hash: str, now: int) -> list[bool]:
+    """TAKERS redemptions of one CIBA request at once: True for each that won."""
+
+    async def work(store: SQLiteStore) -> list[bool]:
+        results = await asyncio.gather(*(store.ciba.redeem(auth_req_hash, now) for _ in range(TAKERS)))
+        return [r is not None for r in results]
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
 def rotate_refresh(
     path: str, start_at: float, old: dict[str, Any], tag: str, now: int
 ) -> list[tuple[str, str]]:

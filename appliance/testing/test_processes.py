@@ -179,6 +179,22 @@ async def test_dpop_jti_is_first_used_once_across_processes(target, pool):
         store.close()
 
 
+async def test_ciba_request_redeemed_once_across_processes(target, pool):
+    """D16: an auth_req_id is single use, whichever process or node redeems it."""
+    from .test_ciba import ciba_request
+
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.ciba.create(ciba_request("race"))
+        results = pool.starmap(
+            _workers.redeem_ciba, [(target, start_soon(), sha("race"), NOW + 1)] * PROCESSES
+        )
+        assert [r for rs in results for r in rs].count(True) == 1
+    finally:
+        store.close()
+
+
 async def test_refresh_token_rotated_once_across_processes(target, pool):
     store = _workers.open_store(target)
     await store.migrate()

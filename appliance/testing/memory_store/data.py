@@ -8,6 +8,7 @@ from typing import Any
 
 from grantd.core.paging import PageRequest
 from grantd.store import Conflict
+from grantd.store.ciba import CibaClient, CibaRequest
 from grantd.store.records import (
     Agent,
     Consent,
@@ -66,6 +67,8 @@ class _Data:
         ] = {}  # (kind, key) -> (data, expires_at)
         self.refresh_tokens: dict[str, RefreshToken] = {}
         self.device_codes: dict[str, DeviceCode] = {}
+        self.ciba_requests: dict[str, CibaRequest] = {}
+        self.ciba_clients: dict[str, CibaClient] = {}
         self.consents: dict[tuple[str, str], Consent] = {}  # (person_id, client_id) -> consent
 
     def record(self, event: str, grant: Grant, now: int) -> None:
