@@ -92,6 +92,14 @@ class TokensSection:
 
 
 @dataclass(frozen=True)
+class CibaSection:
+    """[ciba]: CIBA: agents ask a person through /bc-authorize, poll or ping (D16; docs/protocols.md)."""
+
+    request_ttl: int
+    notification_allow: list[str]
+
+
+@dataclass(frozen=True)
 class GrantsSection:
     """[grants]: Grants."""
 
@@ -205,6 +213,7 @@ SECTION_TYPES: dict[str, type] = {
     "audit": AuditSection,
     "storage": StorageSection,
     "tokens": TokensSection,
+    "ciba": CibaSection,
     "grants": GrantsSection,
     "limits": LimitsSection,
     "webauthn": WebauthnSection,

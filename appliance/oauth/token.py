@@ -365,8 +365,31 @@ async def client_credentials(
 ) -> dict[str, Any]:
     """An agent's identity token for an RFC 7523 client assertion (module docstring); DPoP-bound
     to the agent's key when the request carries a proof made with it (D16)."""
+    agent, jkt = await agent_client(services, params, (f"{services.issuer}/token",), proof)
+    token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
+    return {
+        "access_token": token,
+        "token_type": "DPoP" if jkt else "Bearer",
+        "expires_in": ttl,
+        "agent_id": agent["agent_id"],
+    }
+
+
+async def agent_client(
+    services: Services,
+    params: dict[str, str],
+    audiences: tuple[str, ...],
+    proof: ProofRequest | None = None,
+    *,
+    bind: bool = True,
+) -> tuple[Agent, str | None]:
+    """An agent authenticated as an OAuth client by ``private_key_jwt`` (RFC 7523 §2.2): a JWT
+    signed (EdDSA) by its enrolled key, ``iss`` = ``sub`` = its e-mail or agent_id, ``aud`` one of
+    ``audiences``, ``exp`` at most 5 minutes ahead, ``jti`` single use (``store.onetime`` kind
+    ``jti``). With ``bind``: the ``cnf.jkt`` of its DPoP proof too (``agent_binding``), checked
+    before the assertion's jti is burnt (a nonce retry may reuse the assertion)."""
     if param(params, "client_assertion_type") != JWT_BEARER:
-        raise invalid_client(f"client_credentials needs client_assertion_type={JWT_BEARER}")
+        raise invalid_client(f"the agent authenticates with client_assertion_type={JWT_BEARER}")
     assertion = param(params, "client_assertion")
     if assertion is None:
         raise invalid_client("client_assertion is required")
@@ -390,24 +413,25 @@ async def client_credentials(
         key = load_public_key(agent["public_key"])
     except KeyFormatError:
         raise invalid_client("the agent has no usable key") from None
-    audience = f"{services.issuer}/token"
     try:
         claims = jwt.decode(
             assertion,
             key,
             algorithms=["EdDSA"],
-            audience=audience,
             options={
                 "require": ["iss", "sub", "aud", "exp", "jti"],
+                "verify_aud": False,
                 "verify_exp": False,
                 "verify_iat": False,
                 "verify_nbf": False,
             },
         )
-    except jwt.InvalidAudienceError:
-        raise invalid_client(f"client_assertion aud must be {audience}") from None
     except jwt.PyJWTError:
         raise invalid_client("client_assertion does not verify with the agent's key") from None
+    aud = claims.get("aud")
+    named_audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+    if not any(isinstance(a, str) and a in audiences for a in named_audiences):
+        raise invalid_client(f"client_assertion aud must be {' or '.join(audiences)}")
     now_s = services.clock.now_s()
     exp, jti = claims.get("exp"), claims.get("jti")
     if not isinstance(exp, int) or isinstance(exp, bool) or exp <= now_s:
@@ -421,9 +445,7 @@ async def client_credentials(
         raise invalid_client("client_assertion needs a jti")
     if agent["status"] != "active":
         raise invalid_client("agent is disabled")
-    jkt = await agent_binding(
-        services, proof, agent
-    )  # before the assertion's jti is burnt: a nonce retry may reuse it
+    jkt = await agent_binding(services, proof, agent) if bind else None
     now = services.clock.now_ms()
     try:
         await services.store.onetime.put(
@@ -435,13 +457,7 @@ async def client_credentials(
         )
     except Conflict:
         raise invalid_client("client_assertion was already used (jti replay)") from None
-    token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
-    return {
-        "access_token": token,
-        "token_type": "DPoP" if jkt else "Bearer",
-        "expires_in": ttl,
-        "agent_id": agent["agent_id"],
-    }
+    return agent, jkt
 
 
-__all__ = ["authenticate_client", "exchange"]
+__all__ = ["agent_client", "authenticate_client", "exchange"]

@@ -156,10 +156,10 @@ async def _named_reviewer(services: Services, principal: Principal, grant: Grant
 
 
 async def create(
-    services: Services, principal: Principal | None, body: dict[str, Any]
+    services: Services, principal: Principal | None, body: dict[str, Any], parsed: Any = None
 ) -> tuple[dict[str, Any], int]:
-    """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one."""
-    request, requester_id = await parse_request(services, principal, body)
+    """(response body, HTTP status): 201 new, 200 reused. ``parsed``: validated already (CIBA)."""
+    request, requester_id = parsed or await parse_request(services, principal, body)
     reader = Reader(services)
     key = reuse_key(request)
     if request["grant_type"] in ("timed", "always"):

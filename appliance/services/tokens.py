@@ -188,6 +188,23 @@ class Tokens:
             claims["name"] = person["name"] or person["email"]
         return await self._sign(claims, alg)
 
+    async def mint_backchannel_id_token(self, *, sub: str, aud: str, auth_time: int) -> str:
+        """The ID token of a CIBA token answer (D16): ``sub`` = the approver whose decision completed
+        the request, ``aud`` = the client (agent) that asked, ``auth_time`` = that decision."""
+        now = self.clock.now_s()
+        return await self._sign(
+            {
+                "iss": self.issuer,
+                "sub": sub,
+                "aud": aud,
+                "act": "human",
+                "iat": now,
+                "exp": now + ID_TOKEN_TTL,
+                "auth_time": auth_time,
+                "jti": new_jti(),
+            }
+        )
+
     async def mint_identity(self, agent: Agent, *, jkt: str | None = None) -> tuple[str, int]:
         """An agent's identity token; ``jkt``: DPoP-bound to that key (``cnf.jkt``, D16)."""
         now = self.clock.now_s()

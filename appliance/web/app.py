@@ -184,6 +184,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     from grantd.web.api import (
         admin,
         agents,
+        ciba,
         delegations,
         device,
         federation,
@@ -208,6 +209,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         federation,
         webauthn,
         oauth,
+        ciba,
         device,
         sp,
         pages,

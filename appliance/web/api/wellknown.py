@@ -1,8 +1,11 @@
 """Discovery documents: JWKS and the OpenID configuration (with the members the peer CLI reads)."""
 
+from typing import Any
+
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from grantd.oauth.discovery import agent_protocol_metadata
 from grantd.web.api.common import services_of
 
 bp = Blueprint("wellknown")
@@ -19,8 +22,9 @@ async def jwks(request: Request) -> HTTPResponse:
 
 @bp.get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request) -> HTTPResponse:
-    issuer = services_of(request).issuer
-    doc = {
+    services = services_of(request)
+    issuer = services.issuer
+    doc: dict[str, Any] = {
         "issuer": issuer,
         "authorization_endpoint": f"{issuer}/authorize",
         "token_endpoint": f"{issuer}/token",
@@ -76,4 +80,7 @@ async def openid_configuration(request: Request) -> HTTPResponse:
         "openape_delegations_endpoint": f"{issuer}/api/delegations",
         "openape_grant_types_supported": ["once", "timed", "always"],
     }
+    added, grant_types = agent_protocol_metadata(issuer, services.config.tokens.agent_dpop)  # D16
+    doc.update(added)
+    doc["grant_types_supported"] += grant_types
     return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})
