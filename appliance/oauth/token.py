@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import jwt
+from jwt.algorithms import OKPAlgorithm
 
 from grantd.dpop import DpopError
 from grantd.logs import LOGGER
@@ -52,6 +53,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_ALGS = ("EdDSA", "Ed25519")  # Ed25519: RFC 9864's fully specified name (oauth4webapi sends it)
+
+
+def _assertion_decoder() -> jwt.PyJWT:
+    decoder = jwt.PyJWT()
+    decoder._jws.register_algorithm("Ed25519", OKPAlgorithm())  # noqa: SLF001 - one decoder of our own
+    return decoder
+
+
+_ASSERTIONS = _assertion_decoder()
 ASSERTION_MAX_AHEAD_S = 300
 MAX_PARAM = 8192
 _VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
@@ -398,7 +409,7 @@ async def agent_client(
         unverified = jwt.decode(assertion, options={"verify_signature": False})
     except jwt.PyJWTError:
         raise invalid_client("client_assertion is not a JWT") from None
-    if header.get("alg") != "EdDSA":
+    if header.get("alg") not in ASSERTION_ALGS:
         raise invalid_client("client_assertion must be signed with EdDSA (the agent's Ed25519 key)")
     iss, sub = unverified.get("iss"), unverified.get("sub")
     if not isinstance(iss, str) or iss != sub or not iss or len(iss) > 254:
@@ -414,10 +425,10 @@ async def agent_client(
     except KeyFormatError:
         raise invalid_client("the agent has no usable key") from None
     try:
-        claims = jwt.decode(
+        claims = _ASSERTIONS.decode(
             assertion,
             key,
-            algorithms=["EdDSA"],
+            algorithms=list(ASSERTION_ALGS),
             options={
                 "require": ["iss", "sub", "aud", "exp", "jti"],
                 "verify_aud": False,
