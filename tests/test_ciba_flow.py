@@ -266,3 +266,24 @@ def test_discovery_advertises_ciba_and_dpop(srv):
     assert CIBA in doc["grant_types_supported"]
     assert doc["dpop_signing_alg_values_supported"] == ["EdDSA"]
     assert "grantd_command" in doc["authorization_details_types_supported"]
+
+
+def test_the_binding_message_is_shown_quoted_on_the_approval_page_and_in_the_tui(srv, agent):
+    r = bc_authorize(srv, agent, binding_message="<b>urgent</b> fix")
+    assert r.status_code == 200, r.text
+    grant = pending_grant(srv, agent)
+    from people_support import signed_in_person
+
+    _, http = signed_in_person(srv, admin=True)
+    with http:
+        page = http.get(f"/grant-approval?grant_id={grant['id']}")
+    assert page.status_code == 200, page.status_code
+    assert "from the agent:" in page.text and "&lt;b&gt;urgent&lt;/b&gt; fix" in page.text
+    assert "<b>urgent</b>" not in page.text
+    from grantd.tui.models import Grant
+    from grantd.tui.widgets.grant_detail import GrantDetail
+
+    detail = GrantDetail()
+    detail.grant = Grant.from_json(grant)
+    text = detail.render_text().plain
+    assert "from the agent: “<b>urgent</b> fix”" in text
