@@ -20,6 +20,7 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     ref,
 )
 from grantd.web.openapi_operations_more import MORE_OPERATIONS
+from grantd.web.openapi_protocols import PROTOCOL_OPERATIONS
 
 OPERATIONS: tuple[Op, ...] = (
     # health and discovery
@@ -509,4 +510,5 @@ OPERATIONS: tuple[Op, ...] = (
         tag="grants",
     ),
     *MORE_OPERATIONS,
+    *PROTOCOL_OPERATIONS,
 )

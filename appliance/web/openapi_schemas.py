@@ -22,6 +22,7 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     obj,
     ref,
 )
+from grantd.web.openapi_protocols import PROTOCOL_SCHEMAS
 from grantd.web.openapi_schemas_more import MORE_SCHEMAS
 
 SCHEMAS: dict[str, Schema] = {
@@ -432,4 +433,5 @@ SCHEMAS: dict[str, Schema] = {
         ("results",),
     ),
     **MORE_SCHEMAS,
+    **PROTOCOL_SCHEMAS,
 }
