@@ -296,6 +296,24 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
         "verify": {"token": world.callers["authz-jwt"]},
         "decide": {"user_code": "BCDF-GHJK", "approve": True},
         "device_authorization": {"client_id": "grantd-cli", "scope": "openid"},
+        # CIBA (D16): the real parameter names and a grantd_command detail
+        "bc_authorize": {
+            "scope": "openid",
+            "login_hint": "policy",
+            "binding_message": "deploy",
+            "authorization_details": [
+                {
+                    "type": "grantd_command",
+                    "locations": ["web-1"],
+                    "actions": ["execute"],
+                    "command": ["true"],
+                    "audience": "escapes",
+                    "grant_type": "once",
+                }
+            ],
+            "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            "client_assertion": "eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
+        },
         # the OAuth provider (grantd.web.api.oauth)
         "token": {
             "grant_type": "authorization_code",
@@ -362,6 +380,10 @@ def raw_bodies(world: World, route_name: str) -> st.SearchStrategy[bytes | None]
                 b"grant_type=client_credentials&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-"
                 b"type%3Ajwt-bearer&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
                 b"grant_type=authorization_code&code=x&client_id=127.0.0.1%3A1&code_verifier=%00",
+                b"grant_type=urn%3Aopenid%3Aparams%3Agrant-type%3Aciba&auth_req_id=x&client_assertion_type="
+                b"urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer&client_assertion=a.b.c",
+                b"scope=openid&login_hint=policy&binding_message=%07&authorization_details=%5B%7B%7D%5D",
+                b"scope=openid&login_hint=policy&login_hint=x&authorization_details=null",
             ]
         ),
     )
@@ -401,6 +423,7 @@ headers = st.fixed_dictionaries(
             "X-Request-ID",
             "Accept",
             "Origin",
+            "DPoP",
         ]
     },
 )
