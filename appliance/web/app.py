@@ -21,6 +21,7 @@ from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
+from grantd.oauth.ciba_ping import ping_forever
 from grantd.plugin_manager import (
     build_federation_providers,
     build_plugin_manager,
@@ -238,6 +239,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         state.sweeper = asyncio.get_running_loop().create_task(
             _sweep_forever(services), name="expiry-sweeper"
         )
+        state.pinger = asyncio.get_running_loop().create_task(ping_forever(services), name="ciba-ping")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -248,6 +250,8 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         sweeper = state.sweeper
         if sweeper is not None:
             sweeper.cancel()
+        if state.pinger is not None:
+            state.pinger.cancel()
         if services.audit is not None:
             await services.audit.close()
         await services.events.close()  # open event streams end now instead of holding up the shutdown
