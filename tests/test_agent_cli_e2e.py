@@ -759,3 +759,20 @@ def test_an_empty_regular_file_is_still_named_by_elevate(target, tmp_path):
     assert result.returncode == 1 and error_line(result)["reason"] == "the grant is empty"
     blank = elevate(target, ["id", "-u"], token="   ")  # a line with no token in it
     assert blank.returncode == 1 and error_line(blank)["reason"] == "the grant is empty"
+
+
+# -- grantd run --protocol ciba (D16): the project's own CLI through OpenID CIBA ---------------------
+
+
+@pytest.mark.slow
+def test_run_through_ciba_waits_for_the_decision_and_runs(server, target, cli):
+    argv = ["id", "-u"]
+    proc = cli.popen("run", "--protocol", "ciba", "--as", "root", "--message", "ciba dogfood", "--", *argv)
+    grant = pending_grant(server, cli.email, argv, proc=proc)
+    assert grant["request"]["binding_message"] == "ciba dogfood"
+    assert grant["request"]["cnf"]["jkt"]  # asked with a DPoP proof: the grant is bound to the key
+    decide(server, grant["id"])
+    code, out, err = finish(proc)
+    assert code == 0, err
+    assert out == "0\n"
+    assert server_grant(server, grant["id"])["status"] == "consumed"

@@ -320,6 +320,28 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_ciba(
+    api: Api, args: argparse.Namespace, argv: list[str], settings: dict[str, Any], **where: Any
+) -> int:
+    """`grantd run --protocol ciba` (grantd.agent.ciba)."""
+    from grantd.agent import ciba
+
+    try:
+        api.token()  # logged in: the key and e-mail are known
+        args.run_as = args.as_user
+        body = _grant_body(args, audience=where["audience"], host=where["host"], argv=argv)
+        ack = ciba.request(api, body, args.message)
+        info(args, "grantd: asked through CIBA; waiting for a person to decide", event="pending")
+        answer = ciba.poll(api, ack, lambda m: None)
+        token = grant_line(api, str(answer["access_token"]))
+    finally:
+        api.close()
+    info(args, f"grantd: grant {shown(str(answer.get('grant_id')))} approved (CIBA)", event="approved")
+    return hand_off(
+        token, argv, settings, elevate_command=args.elevate_command, config=where["elevate_config"]
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     argv = _command_of(args)
     if not argv:
@@ -336,6 +358,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if missing:  # before a person is asked to approve something that cannot run
         raise CliError(missing, kind="elevate", exit_code=EXIT_ERROR)
     api = _api(args)
+    if getattr(args, "protocol", "grantd") == "ciba":
+        return _run_ciba(
+            api, args, argv, settings, audience=audience, host=host, elevate_config=elevate_config
+        )
     try:
         args.run_as = args.as_user
         body = _grant_body(args, audience=audience, host=host, argv=argv)
