@@ -38,6 +38,8 @@ class Principal:
     admin: bool = False
     # D16: the RFC 7638 thumbprint of the key the agent's token is DPoP-bound to (None: a bearer).
     dpop_jkt: str | None = None
+    # D16: the `act` claim of an exchanged token (an agent acting for this person), None otherwise.
+    act: dict[str, object] | None = None
 
     @property
     def is_agent(self) -> bool:

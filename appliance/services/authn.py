@@ -13,6 +13,7 @@ no credential at all is ``None`` (routes decide whether that is allowed).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -25,7 +26,7 @@ from grantd.core.principals import Principal
 from grantd.dpop import DpopError
 from grantd.services import dpop
 from grantd.services.dpop import ProofRequest
-from grantd.services.tokens import TokenError
+from grantd.services.tokens import TokenError, TokenKind
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -232,6 +233,46 @@ async def access_token_holder(services: Services, claims: dict[str, Any]) -> tup
     return person, ""
 
 
+class ExchangedToken:
+    """A token a token exchange issued (D16): the person it names, acting through the agent(s) in
+    ``act``; only for grantd itself (``aud`` = the issuer), only while the delegation is live and
+    the person active; DPoP-bound ones need a proof by the acting agent's current key. What such a
+    principal may do is grantd.core.policy.refuse_acting_token's (read and request only)."""
+
+    name = "exchanged-token"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        token = credentials.bearer
+        if token is None or token.count(".") != 2 or len(token) > 8192:
+            return None
+        peeked = _peek(token)
+        if peeked is None or not isinstance(peeked.get("act"), dict) or "delegation_id" not in peeked:
+            return None
+        try:
+            claims, _ = await services.tokens.verify_kind(token, TokenKind.EXCHANGED)
+        except TokenError as exc:
+            raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+        if claims.get("aud") != services.issuer:
+            raise unauthorized(
+                "invalid token: this exchanged token is for another audience", invalid_token=True
+            )
+        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
+        if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
+            raise unauthorized("invalid token: its delegation is revoked or expired", invalid_token=True)
+        person = await services.store.people.get(str(claims["sub"]))
+        if person is None or person["status"] != "active":
+            raise unauthorized("invalid token: the person is unknown or disabled", invalid_token=True)
+        act = claims["act"]
+        if claims.get("cnf") is not None:
+            actor = await services.store.agents.get(str(act.get("sub")))
+            if actor is None:
+                raise unauthorized("invalid token: the acting agent is unknown", invalid_token=True)
+            await check_binding(services, credentials, claims, actor["public_key"])
+        elif credentials.scheme == "dpop":
+            raise await dpop.token_refusal(services, "this token is not DPoP-bound: send it as Bearer")
+        return dataclasses.replace(principals.for_person(person, services.admin_emails), act=act)
+
+
 class AuthnChain:
     def __init__(self, authenticators: list[Authenticator]):
         self.authenticators = list(authenticators)
@@ -266,4 +307,6 @@ class AuthnChain:
 def default_chain() -> AuthnChain:
     from grantd.services.sessions import SessionCookie
 
-    return AuthnChain([ManagementToken(), AccessToken(), AgentIdentityToken(), SessionCookie()])
+    return AuthnChain(
+        [ManagementToken(), AccessToken(), ExchangedToken(), AgentIdentityToken(), SessionCookie()]
+    )

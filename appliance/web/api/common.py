@@ -7,6 +7,7 @@ from typing import Any
 from sanic import Request
 from sanic.response import BaseHTTPResponse
 
+from grantd.core import policy
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
 from grantd.services.authn import Credentials, authorization_token
@@ -52,7 +53,32 @@ async def principal_of(request: Request) -> Principal | None:
         request.ctx.principal = await services.authn.principal(services, credentials)
         if credentials.session is not None and request.ctx.principal is None:
             request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
+        if request.ctx.principal is not None and request.ctx.principal.act is not None:
+            action = acting_action(request.method, request.path)  # D16: an agent acting for a person
+            policy.refuse_acting_token({"act": request.ctx.principal.act}, action)
     return request.ctx.principal  # type: ignore[no-any-return]
+
+
+def acting_action(method: str, path: str) -> str:
+    """What a request does, in grantd.core.policy's words for tokens with ``act`` (D16): deciding
+    (approve, deny, review), delegating and administering are refused to them; reading and
+    requesting are not."""
+    path = "/" + path.lstrip("/")
+    if path.startswith("/api/admin/") or path.startswith("/api/hosts"):
+        return "admin"
+    if path.startswith("/api/delegations") and method not in ("GET", "HEAD"):
+        return "delegate"
+    for suffix, action in (
+        ("/approve", "approve"),
+        ("/batch", "approve"),
+        ("/deny", "deny"),
+        ("/review", "review"),
+    ):
+        if path.startswith("/api/") and path.endswith(suffix) and method == "POST":
+            return action
+    if path in ("/api/device/decide", "/authorize/consent"):
+        return "approve"
+    return "read" if method in ("GET", "HEAD") else "request"
 
 
 def set_session_cookie(response: BaseHTTPResponse, services: Services, value: str) -> None:
