@@ -67,6 +67,20 @@ PROTOCOL_SCHEMAS: dict[str, Schema] = {
         ("scope", "authorization_details", "client_assertion_type", "client_assertion"),
         description="form-encoded or JSON; exactly one of login_hint, login_hint_token, id_token_hint",
     ),
+    "DelegationCreated": {
+        "allOf": [
+            ref("Delegation"),
+            obj(
+                {
+                    "delegation_token": {
+                        **JWT,
+                        "description": "the RFC 8693 subject token the delegate exchanges at /token (D16)",
+                    }
+                },
+                ("delegation_token",),
+            ),
+        ]
+    },
     "BackchannelAuthentication": obj(
         {"auth_req_id": STRING, "expires_in": INT, "interval": INT},
         ("auth_req_id", "expires_in", "interval"),
