@@ -355,3 +355,34 @@ def test_server_nonces_are_required_and_offered(strict, tmp_path):
     late = proof(strict, agent, "GET", "/api/me", token=token, nonce=nonce)
     r = dpop_call(strict, "GET", "/api/me", token, late)
     assert r.status_code == 401 and r.headers["dpop-nonce"] != nonce
+
+
+def test_a_proof_replayed_at_another_node_is_refused(srv, bound, tmp_path):
+    """Two nodes (two servers, one issuer, one SQLite database): a proof used at one is a replay at
+    the other — the replay table is the database's, not a process's memory."""
+    db = tmp_path / "shared.db"
+    first = InProcessServer(tmp_path / "n1", extra=NO_LIMITS, storage=f'plugin = "sqlite"\npath = "{db}"')
+    second = InProcessServer(tmp_path / "n2", extra=NO_LIMITS, storage=f'plugin = "sqlite"\npath = "{db}"')
+    for node in (first, second):
+        text = node.config_path.read_text().replace("[server]\n", f'[server]\nissuer = "{first.url}"\n', 1)
+        node.config_path.write_text(text)
+    first.start()
+    try:
+        second.token = first.token
+        (second.directory / "management-token").write_text(first.token + "\n")
+        second.start()
+        try:
+            agent = enroll(first, tmp_path / "keys")  # type: ignore[arg-type]
+            r = bound_sign_in(first, agent)
+            assert r.status_code == 200, r.text
+            token = r.json()["token"]
+            p = proof(first, agent, "GET", "/api/me", token=token)  # htu: the shared issuer
+            assert dpop_call(first, "GET", "/api/me", token, p).status_code == 200
+            r = dpop_call(second, "GET", "/api/me", token, p)
+            assert r.status_code == 401 and "replayed" in r.json()["detail"], r.text
+            fresh = proof(first, agent, "GET", "/api/me", token=token)
+            assert dpop_call(second, "GET", "/api/me", token, fresh).status_code == 200  # the node works
+        finally:
+            second.stop()
+    finally:
+        first.stop()
