@@ -818,3 +818,41 @@ def test_dpop_bound_tokens_as_bearer_and_a_replaced_key(dpop_kit: DpopKit, tmp_p
     _refused_proof(
         _dpop_request(d, "GET", "/api/me", d.token, _good(d, "GET", "/api/me", d.token)), "rekeyed"
     )
+
+
+# -- delegation and exchanged tokens (D16): their own kinds, never taken for another ------------------
+
+
+@pytest.fixture(scope="module")
+def exchange_kinds(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from people_support import create_person
+    from test_token_exchange_flow import delegate, exchange
+
+    from conftest import enroll
+
+    person = create_person(kit.srv)
+    agent = enroll(kit.srv, tmp_path_factory.mktemp("exchange-kinds"), owner=person["email"])
+    d = delegate(kit.srv, person, agent)
+    r = exchange(kit.srv, agent, d["delegation_token"])
+    assert r.status_code == 200, r.text
+    return {"delegation": d["delegation_token"], "exchanged": r.json()["access_token"]}
+
+
+def test_a_delegation_token_is_no_credential_anywhere(kit: Kit, exchange_kinds: dict[str, str]) -> None:
+    token = exchange_kinds["delegation"]
+    assert jwt.get_unverified_header(token)["typ"] == "grantd-delegation+jwt"
+    assert all(not accepted_at(kit, place, token) for place in PLACES)
+
+
+def test_an_exchanged_token_is_a_bearer_only_under_its_own_typ(
+    kit: Kit, exchange_kinds: dict[str, str]
+) -> None:
+    token = exchange_kinds["exchanged"]
+    assert jwt.get_unverified_header(token)["typ"] == "grantd-act+jwt"
+    assert accepted_at(kit, "bearer", token)  # control: the real one reads
+    claims = jwt.decode(token, options={"verify_signature": False})
+    for typ in ("JWT", "at+jwt", "grantd-delegation+jwt", None):
+        assert all(not accepted_at(kit, place, kit.ours(claims, typ=typ)) for place in PLACES), typ
+    # a delegation token's claims under the exchanged kind's typ are still a delegation token: refused
+    delegation = jwt.decode(exchange_kinds["delegation"], options={"verify_signature": False})
+    assert all(not accepted_at(kit, place, kit.ours(delegation, typ="grantd-act+jwt")) for place in PLACES)
