@@ -776,3 +776,29 @@ def test_run_through_ciba_waits_for_the_decision_and_runs(server, target, cli):
     assert code == 0, err
     assert out == "0\n"
     assert server_grant(server, grant["id"])["status"] == "consumed"
+
+
+def test_the_cli_works_where_dpop_and_server_nonces_are_required(server_factory, tmp_path):
+    """`agent_dpop = "required"` with `dpop_nonce = true`: the CLI's login retries with the server's
+    nonce, its token is bound, and its calls carry proofs (a grant request and its status)."""
+    strict = server_factory("strict", extra='[tokens]\nagent_dpop = "required"\ndpop_nonce = true\n').start()
+    cli = new_agent(strict, tmp_path / "home", None)
+    assert cli.state()["token_type"] == "DPoP"
+    asked = cli.run("grant", "request", "--audience", "grantd", "--host", HOST, "--json", "--", "true")
+    assert asked.returncode == 75, asked.stderr
+    grant_id = json.loads(asked.stdout)["id"]
+    status = cli.run("grant", "status", grant_id, "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "pending", status.stderr
+    # the same CLI without DPoP is refused there
+    off = cli.run(
+        "agent",
+        "login",
+        "--idp",
+        strict.url,
+        "--key",
+        str(cli.key),
+        "--email",
+        cli.email,
+        env={"GRANTD_AGENT_DPOP": "off"},
+    )
+    assert off.returncode != 0 and "dpop" in off.stderr.lower()
