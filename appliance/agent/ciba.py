@@ -63,12 +63,13 @@ def request(api: Api, body: dict[str, Any], message: str | None) -> dict[str, An
     }
     if message:
         form["binding_message"] = message
-    headers = (
-        {"DPoP": dpop_proof(api.key_path(), "POST", f"{api.issuer}/bc-authorize", None, None)}
-        if wants_dpop()
-        else {}
-    )
+    url = f"{api.issuer}/bc-authorize"
+    headers = {"DPoP": dpop_proof(api.key_path(), "POST", url, None, api.nonce)} if wants_dpop() else {}
     response = api.raw("POST", "/bc-authorize", data=form, headers=headers)
+    if headers and api.took_nonce(response):  # the server wants its DPoP nonce: once more, with it
+        form.update(client_assertion(api, url))
+        headers = {"DPoP": dpop_proof(api.key_path(), "POST", url, None, api.nonce)}
+        response = api.raw("POST", "/bc-authorize", data=form, headers=headers)
     if response.status_code != 200:
         error, description = _oauth_error(response)
         raise CliError(
