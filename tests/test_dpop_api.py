@@ -386,3 +386,37 @@ def test_a_proof_replayed_at_another_node_is_refused(srv, bound, tmp_path):
             second.stop()
     finally:
         first.stop()
+
+
+def test_a_bound_agents_event_stream_outlives_its_proof(srv, bound):
+    """The stream's credential is checked again while it runs (D11); the proof it began with is not
+    replayed for that (its jti is spent), but the binding still is: a re-key ends the stream."""
+    path = "/api/grants/events"
+    headers = {
+        "Authorization": f"DPoP {bound.token}",
+        "DPoP": proof(srv, bound, "GET", path, token=bound.token),
+    }
+    body = {"target_host": "web-1", "audience": "escapes", "command": COMMAND}
+    with (
+        httpx.Client(base_url=srv.url, timeout=10) as http,
+        http.stream("GET", path, headers=headers) as stream,
+    ):
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        for _ in range(3):  # events after the credential re-check interval (the clock moves 2 s each)
+            srv.clock.advance(2)
+            r = dpop_call(
+                srv,
+                "POST",
+                "/api/grants",
+                bound.token,
+                proof(srv, bound, "POST", "/api/grants", token=bound.token),
+                json=body,
+            )
+            assert r.status_code in (200, 201), r.text
+            found = False
+            for line in lines:
+                if line.startswith("data:") and r.json()["id"] in line:
+                    found = True
+                    break
+            assert found, "the stream ended"

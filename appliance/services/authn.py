@@ -47,6 +47,9 @@ class Credentials:
     # "dpop"; ``proof`` is the request's DPoP header(s), method and path (None: not collected).
     scheme: str = "bearer"
     proof: ProofRequest | None = None
+    # the request's proof was verified when it began (a live stream's later credential checks):
+    # the binding is checked again, the proof is not (its jti is spent, its iat ages)
+    proof_verified: bool = False
 
 
 class Authenticator(Protocol):
@@ -159,6 +162,8 @@ async def check_binding(
         raise await dpop.token_refusal(
             services, "the key this token is bound to is no longer the agent's key"
         )
+    if credentials.proof_verified:
+        return jkt
     try:
         await dpop.verify(
             services,
