@@ -54,31 +54,40 @@ async def principal_of(request: Request) -> Principal | None:
         if credentials.session is not None and request.ctx.principal is None:
             request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
         if request.ctx.principal is not None and request.ctx.principal.act is not None:
-            action = acting_action(request.method, request.path)  # D16: an agent acting for a person
+            action = acting_action(request)  # D16: an agent acting for a person
             policy.refuse_acting_token({"act": request.ctx.principal.act}, action)
     return request.ctx.principal  # type: ignore[no-any-return]
 
 
-def acting_action(method: str, path: str) -> str:
-    """What a request does, in grantd.core.policy's words for tokens with ``act`` (D16): deciding
-    (approve, deny, review), delegating and administering are refused to them; reading and
-    requesting are not."""
-    path = "/" + path.lstrip("/")
-    if path.startswith("/api/admin/") or path.startswith("/api/hosts"):
+# D16: what a request does, in grantd.core.policy's words for tokens with ``act``, by route name
+# (``blueprint.handler``): deciding, delegating and administering; any other route reads or requests.
+ACTING_ROUTES = {
+    "grants.approve": "approve",
+    "grants.deny": "deny",
+    "grants.review": "review",
+    "grants.batch": "approve",
+    "delegations.create": "delegate",
+    "delegations.delete": "delegate",
+    "device.decide": "approve",
+    "oauth.consent": "approve",
+    "audit.hosts": "admin",
+}
+ADMIN_BLUEPRINTS = ("admin", "people_admin")
+
+
+def acting_action(request: Request) -> str:
+    """The action a request is for a token with ``act`` (D16): approve, deny, review, delegate or
+    admin by its route (an unknown route: admin, so a new route is refused until it is named),
+    else read (GET/HEAD) or request."""
+    route = getattr(request, "route", None)
+    name = str(getattr(route, "name", "") or "").split(".", 1)[-1]
+    if not name:
         return "admin"
-    if path.startswith("/api/delegations") and method not in ("GET", "HEAD"):
-        return "delegate"
-    for suffix, action in (
-        ("/approve", "approve"),
-        ("/batch", "approve"),
-        ("/deny", "deny"),
-        ("/review", "review"),
-    ):
-        if path.startswith("/api/") and path.endswith(suffix) and method == "POST":
-            return action
-    if path in ("/api/device/decide", "/authorize/consent"):
-        return "approve"
-    return "read" if method in ("GET", "HEAD") else "request"
+    if name.split(".", 1)[0] in ADMIN_BLUEPRINTS:
+        return "admin"
+    if name in ACTING_ROUTES:
+        return ACTING_ROUTES[name]
+    return "read" if request.method in ("GET", "HEAD") else "request"
 
 
 def set_session_cookie(response: BaseHTTPResponse, services: Services, value: str) -> None:
