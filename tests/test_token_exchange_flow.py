@@ -142,7 +142,7 @@ def test_chains_nest_act_and_stop_at_four_actors(srv, world):
         ("GET", "/api/admin/agents", None),
         ("PUT", "/api/admin/agents/{agent}", {"name": "x"}),
         ("POST", "/api/admin/users", {"email": "new@example.com"}),
-        ("POST", "//api//grants/{grant}/approve", {}),  # repeated slashes are the same route
+        ("POST", "/api//grants/{grant}/approve", {}),  # repeated slashes are the same route
         ("POST", "/api/hosts", {"host": "web-9", "publicKey": "x"}),
     ],
 )
