@@ -278,9 +278,11 @@ def test_the_binding_message_is_shown_quoted_on_the_approval_page_and_in_the_tui
     _, http = signed_in_person(srv, admin=True)
     with http:
         page = http.get(f"/grant-approval?grant_id={grant['id']}")
+        inbox = http.get("/grants")
     assert page.status_code == 200, page.status_code
     assert "from the agent:" in page.text and "&lt;b&gt;urgent&lt;/b&gt; fix" in page.text
     assert "<b>urgent</b>" not in page.text
+    assert "message from the agent: “&lt;b&gt;urgent&lt;/b&gt; fix”" in inbox.text
     from grantd.tui.models import Grant
     from grantd.tui.widgets.grant_detail import GrantDetail
 
