@@ -145,8 +145,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 "/api/delegations", json={"delegate": other.email, "audience": "elsewhere"}
             ).json()["id"]
             kid = http.get("/.well-known/jwks.json").json()["keys"][0]["kid"]
+        # D16: a token in which the agent acts for a person (token exchange of a delegation token)
+        from people_support import create_person
+        from test_token_exchange_flow import delegate, exchange
+
+        person = create_person(srv, admin=True)
+        made = delegate(srv, person, agent)  # type: ignore[arg-type]
+        acting = exchange(srv, agent, made["delegation_token"]).json()["access_token"]  # type: ignore[arg-type]
         world = World(srv, capture, agent, other)
         world.callers = {
+            "acting": acting,
             "nobody": None,
             "garbage": "garbage\u00e9",
             "expired-jwt": expired_looking_jwt(kid, agent.email),
