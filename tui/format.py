@@ -72,6 +72,7 @@ def texts_of(grant: Grant) -> list[str]:
         request.audience,
         request.run_as or "",
         request.reason or "",
+        request.binding_message or "",
         *(request.command or request.permissions or ()),
     ]
 

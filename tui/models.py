@@ -42,6 +42,7 @@ class GrantRequest:
     reason: str | None = None
     run_as: str | None = None
     cmd_hash: str | None = None
+    binding_message: str | None = None  # a CIBA agent's message to the approver (D16)
 
     @classmethod
     def from_json(cls, data: Any) -> GrantRequest:
@@ -57,6 +58,7 @@ class GrantRequest:
             reason=_opt_str(data.get("reason")),
             run_as=_opt_str(data.get("run_as")),
             cmd_hash=_opt_str(data.get("cmd_hash")),
+            binding_message=_opt_str(data.get("binding_message")),
         )
 
 

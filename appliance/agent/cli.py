@@ -207,6 +207,16 @@ def register(subparsers: Any) -> None:
         help="elevate.toml for `grantd elevate --config` (env GRANTD_ELEVATE_CONFIG; default "
         "/etc/grantd/elevate.toml; through sudo only files in /etc/grantd/)",
     )
+    p.add_argument(
+        "--protocol",
+        choices=("grantd", "ciba"),
+        default="grantd",
+        help="grantd: the grant API (default); ciba: OpenID CIBA (/bc-authorize, private_key_jwt, /token polling)",
+    )
+    p.add_argument(
+        "--message",
+        help="with --protocol ciba: a binding message (at most 64 characters) shown to the approver",
+    )
     _grant_options(p)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(func=_run_safely(cmd_run))

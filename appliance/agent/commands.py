@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from grantd.agent.api import Api, login
+from grantd.agent.api import Api, grant_line, login
 from grantd.agent.errors import EXIT_ERROR, EXIT_OK, EXIT_PENDING, EXIT_USAGE, CliError
 from grantd.agent.output import (
     approval_hint,
@@ -310,12 +310,36 @@ def cmd_grant_token(args: argparse.Namespace) -> int:
     api = _api(args)
     try:
         token = fetch_token(api, args.id)
+        line = grant_line(api, token)
     finally:
         api.close()
-    emit(
-        args, {"id": args.id, "authz_jwt": token}, shown(token)
-    )  # a JWT is ASCII: escaping changes only a forgery
+    data = {"id": args.id, "authz_jwt": token}
+    if line != token:  # DPoP-bound (D16): the line elevate reads, with a proof for consume
+        data["dpop"] = json.loads(line)["dpop"]
+    emit(args, data, shown(line))  # a JWT is ASCII: escaping changes only a forgery
     return EXIT_OK
+
+
+def _run_ciba(
+    api: Api, args: argparse.Namespace, argv: list[str], settings: dict[str, Any], **where: Any
+) -> int:
+    """`grantd run --protocol ciba` (grantd.agent.ciba)."""
+    from grantd.agent import ciba
+
+    try:
+        api.token()  # logged in: the key and e-mail are known
+        args.run_as = args.as_user
+        body = _grant_body(args, audience=where["audience"], host=where["host"], argv=argv)
+        ack = ciba.request(api, body, args.message)
+        info(args, "grantd: asked through CIBA; waiting for a person to decide", event="pending")
+        answer = ciba.poll(api, ack, lambda m: None)
+        token = grant_line(api, str(answer["access_token"]))
+    finally:
+        api.close()
+    info(args, f"grantd: grant {shown(str(answer.get('grant_id')))} approved (CIBA)", event="approved")
+    return hand_off(
+        token, argv, settings, elevate_command=args.elevate_command, config=where["elevate_config"]
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -334,6 +358,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if missing:  # before a person is asked to approve something that cannot run
         raise CliError(missing, kind="elevate", exit_code=EXIT_ERROR)
     api = _api(args)
+    if getattr(args, "protocol", "grantd") == "ciba":
+        return _run_ciba(
+            api, args, argv, settings, audience=audience, host=host, elevate_config=elevate_config
+        )
     try:
         args.run_as = args.as_user
         body = _grant_body(args, audience=audience, host=host, argv=argv)
@@ -365,7 +393,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             grant = _wait(api, args, grant)
         if grant.get("status") != "approved":
             raise not_usable(grant)
-        token = fetch_token(api, grant["id"])
+        token = grant_line(api, fetch_token(api, grant["id"]))
     finally:
         api.close()
     kind = (grant.get("request") or {}).get("grant_type", args.type)

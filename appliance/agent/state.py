@@ -48,6 +48,7 @@ class State:
     agent_id: str = ""
     token: str = ""
     expires_at: int = 0
+    token_type: str = "Bearer"  # noqa: S105 - "DPoP": the token is bound to the key (D16): every call carries a proof
 
     @staticmethod
     def path() -> Path:

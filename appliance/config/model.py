@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from grantd.config.sections import (
     AdminSection,
     AuditSection,
+    CibaSection,
     FederationSection,
     GrantsSection,
     LimitsSection,
@@ -84,6 +85,10 @@ class Config:
     @property
     def tokens(self) -> TokensSection:
         return self._section("tokens", TokensSection)
+
+    @property
+    def ciba(self) -> CibaSection:
+        return self._section("ciba", CibaSection)
 
     @property
     def grants(self) -> GrantsSection:

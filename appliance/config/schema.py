@@ -87,6 +87,23 @@ def _nameservers(value: Any) -> str | None:
     return None
 
 
+def _ciba_allow(value: Any) -> str | None:
+    import ipaddress
+
+    for item in value:
+        if not isinstance(item, str):
+            continue
+        if item.startswith(("https://", "http://")):
+            if "#" in item or "@" in item or " " in item:
+                return f"{item!r} is not a URL prefix (no fragment, userinfo or spaces)"
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is neither a CIDR (10.0.0.0/8) nor an http(s) URL prefix"
+    return None
+
+
 def _rp_id(value: Any) -> str | None:
     if not re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?", value) or ".." in value:
         return "must be a bare host name such as idp.example.com (no scheme, port or path)"
@@ -208,6 +225,34 @@ SCHEMA: dict[str, dict[str, Key]] = {
             str, "apes-cli", "`aud` of agent identity tokens (the peer CLI expects apes-cli)."
         ),
         "challenge_ttl": Key(int, 60, "Seconds an agent challenge stays valid.", minimum=5, maximum=600),
+        "agent_dpop": Key(
+            str,
+            "optional",
+            "DPoP (RFC 9449) for agent tokens: off (never bound), optional (bound when the agent sends a "
+            "DPoP proof; the peer CLI keeps working) or required (every agent token is bound to its key).",
+            choices=("off", "optional", "required"),
+        ),
+        "dpop_nonce": Key(
+            bool, False, "Require a current server nonce (DPoP-Nonce) in every DPoP proof (use_dpop_nonce)."
+        ),
+    },
+    "ciba": {
+        "request_ttl": Key(
+            int,
+            600,
+            "Seconds an auth_req_id of /bc-authorize lives when the client asks for no requested_expiry "
+            "(at most grants.pending_ttl).",
+            minimum=10,
+            maximum=86400,
+        ),
+        "notification_allow": Key(
+            list,
+            [],
+            "Ping endpoints allowed beyond public https ones: CIDRs of address literals "
+            '("10.0.0.0/8") or URL prefixes ("https://agents.internal/"); these also allow http.',
+            item_kind=str,
+            check=_ciba_allow,
+        ),
     },
     "grants": {
         "allow_unauthenticated": Key(
@@ -695,6 +740,7 @@ SECTION_HELP = {
     "audit": "The decision log: a Merkle log of every decision with signed checkpoints (D14; docs/audit.md)",
     "storage": "Storage",
     "tokens": "Agent identity tokens",
+    "ciba": "CIBA: agents ask a person through /bc-authorize, poll or ping (D16; docs/protocols.md)",
     "grants": "Grants",
     "limits": "Abuse limits (D12): per client address and per identity; 0 turns one off",
     "people": "People: persons, their registration URLs",

@@ -87,6 +87,16 @@ class TokensSection:
     agent_token_ttl: int
     agent_audience: str
     challenge_ttl: int
+    agent_dpop: str
+    dpop_nonce: bool
+
+
+@dataclass(frozen=True)
+class CibaSection:
+    """[ciba]: CIBA: agents ask a person through /bc-authorize, poll or ping (D16; docs/protocols.md)."""
+
+    request_ttl: int
+    notification_allow: list[str]
 
 
 @dataclass(frozen=True)
@@ -228,6 +238,7 @@ SECTION_TYPES: dict[str, type] = {
     "audit": AuditSection,
     "storage": StorageSection,
     "tokens": TokensSection,
+    "ciba": CibaSection,
     "grants": GrantsSection,
     "limits": LimitsSection,
     "webauthn": WebauthnSection,

@@ -36,6 +36,10 @@ class Principal:
     id: str
     email: str
     admin: bool = False
+    # D16: the RFC 7638 thumbprint of the key the agent's token is DPoP-bound to (None: a bearer).
+    dpop_jkt: str | None = None
+    # D16: the `act` claim of an exchanged token (an agent acting for this person), None otherwise.
+    act: dict[str, object] | None = None
 
     @property
     def is_agent(self) -> bool:
@@ -55,8 +59,8 @@ def management(identity: str) -> Principal:
     return Principal(Kind.MANAGEMENT, "management", identity, admin=True)
 
 
-def agent(agent_id: str, email: str) -> Principal:
-    return Principal(Kind.AGENT, agent_id, email)
+def agent(agent_id: str, email: str, *, dpop_jkt: str | None = None) -> Principal:
+    return Principal(Kind.AGENT, agent_id, email, dpop_jkt=dpop_jkt)
 
 
 def guest(family_id: str, email: str) -> Principal:

@@ -1,8 +1,8 @@
 """CIBA backchannel authentication requests (OpenID CIBA Core 1.0 with RFC 9396 Rich Authorization
 Requests, D16): parsing `/bc-authorize` after client authentication, turning its one
 `grantd_command` into the grant-create body grantd.services.grant_requests.parse_request accepts, and the
-rule for ping notification endpoints. Not wired yet: no route, no /token grant type
-(docs/protocols.md).
+rule for ping notification endpoints. Wired by grantd.oauth.ciba_flow (/bc-authorize, the /token grant)
+and grantd.oauth.ciba_ping (docs/protocols.md).
 
 Every refusal is an OAuthError with CIBA's or RFC 6749's code and a description:
 `invalid_request`, `invalid_scope`, `invalid_binding_message`, `invalid_authorization_details`

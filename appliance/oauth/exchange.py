@@ -1,7 +1,7 @@
 """Token exchange (RFC 8693, D16): the `delegation_token` a delegation answers, the request a
 delegate sends to /token, and the claims of the token it gets: `{sub: delegator, act: {sub: agent},
 delegation_id}`, nested for chains. Pure: the subject token's signature, the delegation's status
-and the client's authentication are the wiring's (not wired yet: docs/protocols.md).
+and the client's authentication are grantd.oauth.exchange_flow's (docs/protocols.md).
 
 Decisions (docs/protocols.md):
 - A subject token may be exchanged by the actor it names: its `may_act.sub` when it has one (a

@@ -32,16 +32,20 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import jwt
+from jwt.algorithms import OKPAlgorithm
 
+from grantd.dpop import DpopError
 from grantd.logs import LOGGER
 from grantd.oauth import device, resources
 from grantd.oauth.authorize import CODE_KEEP_S
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
+from grantd.services import dpop
 from grantd.services.clients import DEVICE_GRANT, Client
+from grantd.services.dpop import ProofRequest
 from grantd.sshkeys import KeyFormatError, load_public_key
 from grantd.store import Conflict
-from grantd.store.records import RefreshToken
+from grantd.store.records import Agent, RefreshToken
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -51,6 +55,16 @@ log = logging.getLogger(LOGGER)
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 # grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707)
 NO_RESOURCE_GRANTS = ("refresh_token", "client_credentials", DEVICE_GRANT)
+ASSERTION_ALGS = ("EdDSA", "Ed25519")  # Ed25519: RFC 9864's fully specified name (oauth4webapi sends it)
+
+
+def _assertion_decoder() -> jwt.PyJWT:
+    decoder = jwt.PyJWT()
+    decoder._jws.register_algorithm("Ed25519", OKPAlgorithm())  # noqa: SLF001 - one decoder of our own
+    return decoder
+
+
+_ASSERTIONS = _assertion_decoder()
 ASSERTION_MAX_AHEAD_S = 300
 MAX_PARAM = 8192
 _VERIFIER = re.compile(r"^[A-Za-z0-9._~-]{43,128}$")
@@ -148,12 +162,14 @@ async def authenticate_client(
     return client
 
 
-async def exchange(services: Services, params: dict[str, str], authorization: str | None) -> dict[str, Any]:
+async def exchange(
+    services: Services, params: dict[str, str], authorization: str | None, proof: ProofRequest | None = None
+) -> dict[str, Any]:
     grant_type = param(params, "grant_type", required=True)
     if grant_type in NO_RESOURCE_GRANTS and param(params, "resource") is not None:
         raise resources.invalid_target("a token for a resource comes from the authorization code grant only")
     if grant_type == "client_credentials":
-        return await client_credentials(services, params)
+        return await client_credentials(services, params, proof)
     client = await authenticate_client(services, params, authorization)
     if client is None and grant_type == "refresh_token":
         client = await refresh_token_client(services, params)
@@ -355,10 +371,49 @@ async def refresh(services: Services, client: Client, params: dict[str, str]) ->
     )
 
 
-async def client_credentials(services: Services, params: dict[str, str]) -> dict[str, Any]:
-    """An agent's identity token for an RFC 7523 client assertion (module docstring)."""
+async def agent_binding(services: Services, proof: ProofRequest | None, agent: Agent) -> str | None:
+    """The ``cnf.jkt`` an agent's token gets at /token (D16), or None for a bearer; a bad proof (or
+    none where ``agent_dpop = "required"``) is 400 ``invalid_dpop_proof`` / ``use_dpop_nonce``."""
+    try:
+        return await dpop.bind_for_agent(services, proof, agent["public_key"])
+    except DpopError as exc:
+        headers = {}
+        nonce = await dpop.current_nonce(services)
+        if nonce is not None:
+            headers["DPoP-Nonce"] = nonce
+        raise OAuthError(exc.error, exc.reason, 400, headers) from None
+
+
+async def client_credentials(
+    services: Services, params: dict[str, str], proof: ProofRequest | None = None
+) -> dict[str, Any]:
+    """An agent's identity token for an RFC 7523 client assertion (module docstring); DPoP-bound
+    to the agent's key when the request carries a proof made with it (D16)."""
+    agent, jkt = await agent_client(services, params, (f"{services.issuer}/token",), proof)
+    token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
+    return {
+        "access_token": token,
+        "token_type": "DPoP" if jkt else "Bearer",
+        "expires_in": ttl,
+        "agent_id": agent["agent_id"],
+    }
+
+
+async def agent_client(
+    services: Services,
+    params: dict[str, str],
+    audiences: tuple[str, ...],
+    proof: ProofRequest | None = None,
+    *,
+    bind: bool = True,
+) -> tuple[Agent, str | None]:
+    """An agent authenticated as an OAuth client by ``private_key_jwt`` (RFC 7523 §2.2): a JWT
+    signed (EdDSA) by its enrolled key, ``iss`` = ``sub`` = its e-mail or agent_id, ``aud`` one of
+    ``audiences``, ``exp`` at most 5 minutes ahead, ``jti`` single use (``store.onetime`` kind
+    ``jti``). With ``bind``: the ``cnf.jkt`` of its DPoP proof too (``agent_binding``), checked
+    before the assertion's jti is burnt (a nonce retry may reuse the assertion)."""
     if param(params, "client_assertion_type") != JWT_BEARER:
-        raise invalid_client(f"client_credentials needs client_assertion_type={JWT_BEARER}")
+        raise invalid_client(f"the agent authenticates with client_assertion_type={JWT_BEARER}")
     assertion = param(params, "client_assertion")
     if assertion is None:
         raise invalid_client("client_assertion is required")
@@ -367,7 +422,7 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         unverified = jwt.decode(assertion, options={"verify_signature": False})
     except jwt.PyJWTError:
         raise invalid_client("client_assertion is not a JWT") from None
-    if header.get("alg") != "EdDSA":
+    if header.get("alg") not in ASSERTION_ALGS:
         raise invalid_client("client_assertion must be signed with EdDSA (the agent's Ed25519 key)")
     iss, sub = unverified.get("iss"), unverified.get("sub")
     if not isinstance(iss, str) or iss != sub or not iss or len(iss) > 254:
@@ -382,24 +437,25 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         key = load_public_key(agent["public_key"])
     except KeyFormatError:
         raise invalid_client("the agent has no usable key") from None
-    audience = f"{services.issuer}/token"
     try:
-        claims = jwt.decode(
+        claims = _ASSERTIONS.decode(
             assertion,
             key,
-            algorithms=["EdDSA"],
-            audience=audience,
+            algorithms=list(ASSERTION_ALGS),
             options={
                 "require": ["iss", "sub", "aud", "exp", "jti"],
+                "verify_aud": False,
                 "verify_exp": False,
                 "verify_iat": False,
                 "verify_nbf": False,
             },
         )
-    except jwt.InvalidAudienceError:
-        raise invalid_client(f"client_assertion aud must be {audience}") from None
     except jwt.PyJWTError:
         raise invalid_client("client_assertion does not verify with the agent's key") from None
+    aud = claims.get("aud")
+    named_audiences = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
+    if not any(isinstance(a, str) and a in audiences for a in named_audiences):
+        raise invalid_client(f"client_assertion aud must be {' or '.join(audiences)}")
     now_s = services.clock.now_s()
     exp, jti = claims.get("exp"), claims.get("jti")
     if not isinstance(exp, int) or isinstance(exp, bool) or exp <= now_s:
@@ -413,6 +469,7 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         raise invalid_client("client_assertion needs a jti")
     if agent["status"] != "active":
         raise invalid_client("agent is disabled")
+    jkt = await agent_binding(services, proof, agent) if bind else None
     now = services.clock.now_ms()
     try:
         await services.store.onetime.put(
@@ -424,8 +481,7 @@ async def client_credentials(services: Services, params: dict[str, str]) -> dict
         )
     except Conflict:
         raise invalid_client("client_assertion was already used (jti replay)") from None
-    token, ttl = await services.tokens.mint_identity(agent)
-    return {"access_token": token, "token_type": "Bearer", "expires_in": ttl, "agent_id": agent["agent_id"]}
+    return agent, jkt
 
 
-__all__ = ["authenticate_client", "exchange"]
+__all__ = ["agent_client", "authenticate_client", "exchange"]

@@ -18,7 +18,10 @@ from grantd.core.fields import (
 )
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal
+from grantd.dpop import DpopError
+from grantd.services import dpop
 from grantd.services.context import Services
+from grantd.services.dpop import ProofRequest
 from grantd.services.limits import PENDING_RETRY_AFTER, too_many
 from grantd.sshkeys import KeyFormatError, load_public_key, parse_public_key, verify_challenge_signature
 from grantd.store import Conflict, LimitReached
@@ -220,7 +223,11 @@ async def issue_challenge(services: Services, body: dict[str, Any]) -> str:
     return challenge
 
 
-async def authenticate(services: Services, body: dict[str, Any]) -> dict[str, Any]:
+async def authenticate(
+    services: Services, body: dict[str, Any], proof: ProofRequest | None = None
+) -> dict[str, Any]:
+    """An identity token for a signed challenge (D5); bound to the agent's key (``cnf.jkt``, D16)
+    when the request carries a DPoP proof made with it (or must, under ``agent_dpop = "required"``)."""
     agent = await find_agent(services, _agent_ident(body))
     challenge = string_field(body, "challenge", max_len=128)
     signature = body.get("signature")
@@ -236,14 +243,21 @@ async def authenticate(services: Services, body: dict[str, Any]) -> dict[str, An
     key = load_public_key(agent["public_key"])
     if not verify_challenge_signature(key, challenge, signature):
         raise Problem(401, "invalid signature", headers={"WWW-Authenticate": 'Bearer realm="grantd"'})
-    token, ttl = await services.tokens.mint_identity(agent)
-    return {
+    try:
+        jkt = await dpop.bind_for_agent(services, proof, agent["public_key"])
+    except DpopError as exc:
+        raise await dpop.api_refusal(services, exc) from None
+    token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
+    answer: dict[str, Any] = {
         "token": token,
         "agent_id": agent["agent_id"],
         "email": agent["email"],
         "name": agent["name"],
         "expires_in": ttl,
     }
+    if jkt is not None:
+        answer["token_type"] = "DPoP"  # noqa: S105 - a token type, not a secret
+    return answer
 
 
 async def update(services: Services, principal: Principal, ident: str, body: dict[str, Any]) -> Agent:

@@ -13,6 +13,7 @@ no credential at all is ``None`` (routes decide whether that is allowed).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -22,7 +23,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from grantd.core import principals
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.principals import Principal
-from grantd.services.tokens import TokenError
+from grantd.dpop import DpopError
+from grantd.services import dpop
+from grantd.services.dpop import ProofRequest
+from grantd.services.tokens import TokenError, TokenKind
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -39,6 +43,13 @@ class Credentials:
     bearer: str | None = None
     client: str | None = None
     session: str | None = None
+    # ``Authorization: DPoP <token>`` (RFC 9449): the token is in ``bearer`` and ``scheme`` says
+    # "dpop"; ``proof`` is the request's DPoP header(s), method and path (None: not collected).
+    scheme: str = "bearer"
+    proof: ProofRequest | None = None
+    # the request's proof was verified when it began (a live stream's later credential checks):
+    # the binding is checked again, the proof is not (its jti is spent, its iat ages)
+    proof_verified: bool = False
 
 
 class Authenticator(Protocol):
@@ -51,12 +62,20 @@ class Authenticator(Protocol):
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an Authorization header; a header of another scheme is a 401."""
+    return authorization_token(authorization)[1]
+
+
+def authorization_token(authorization: str | None) -> tuple[str, str | None]:
+    """(scheme, token) of an Authorization header: ``Bearer`` or ``DPoP`` (RFC 9449 §7.1); a
+    header of another scheme is a 401."""
     if not authorization:
-        return None
+        return "bearer", None
     scheme, _, value = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise unauthorized("Authorization header must be 'Bearer <token>'", invalid_token=True)
-    return value.strip()
+    if scheme.lower() not in ("bearer", "dpop") or not value.strip():
+        raise unauthorized(
+            "Authorization header must be 'Bearer <token>' or 'DPoP <token>'", invalid_token=True
+        )
+    return scheme.lower(), value.strip()
 
 
 def _digest(value: str) -> bytes:
@@ -68,7 +87,7 @@ class ManagementToken:
 
     async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
         expected = services.config.admin.management_token
-        presented = credentials.bearer
+        presented = credentials.bearer if credentials.scheme == "bearer" else None
         # Compare fixed-length digests so neither content nor length leaks through timing.
         if (
             presented is None
@@ -108,8 +127,53 @@ class AgentIdentityToken:
             or agent["email"] != claims["sub"]
             or agent["key_generation"] != claims["key_generation"]
         ):
+            if credentials.scheme == "dpop":
+                raise await dpop.token_refusal(services, "agent unknown, disabled or re-keyed")
             raise unauthorized("invalid token: agent unknown, disabled or re-keyed", invalid_token=True)
-        return principals.agent(agent["agent_id"], agent["email"])
+        jkt = await check_binding(services, credentials, claims, agent["public_key"])
+        return principals.agent(agent["agent_id"], agent["email"], dpop_jkt=jkt)
+
+
+async def check_binding(
+    services: Services, credentials: Credentials, claims: dict[str, Any], public_key_line: str
+) -> str | None:
+    """D16: a token bound by ``cnf.jkt`` is accepted only as ``Authorization: DPoP`` with a fresh
+    proof by that key, which must still be the agent's enrolled key; an unbound token only as
+    Bearer, and not at all under ``agent_dpop = "required"``. The bound key's thumbprint, or None."""
+    assert credentials.bearer is not None
+    cnf = claims.get("cnf")
+    if cnf is None:
+        if credentials.scheme == "dpop":
+            raise await dpop.token_refusal(services, "this token is not DPoP-bound: send it as Bearer")
+        if dpop.mode(services) == dpop.REQUIRED:
+            raise await dpop.token_refusal(services, "this grantd accepts only DPoP-bound agent tokens")
+        return None
+    jkt = cnf.get("jkt") if isinstance(cnf, dict) else None
+    if not isinstance(jkt, str) or not jkt:
+        raise unauthorized("invalid token: malformed cnf", invalid_token=True)
+    if credentials.scheme != "dpop":
+        raise await dpop.token_refusal(
+            services, "a DPoP-bound token must be sent as 'DPoP <token>' with a proof"
+        )
+    if dpop.mode(services) == dpop.OFF:
+        raise await dpop.token_refusal(services, "DPoP is off on this grantd")
+    current = dpop.agent_jkt(public_key_line)
+    if current is None or not hmac.compare_digest(current, jkt):
+        raise await dpop.token_refusal(
+            services, "the key this token is bound to is no longer the agent's key"
+        )
+    if credentials.proof_verified:
+        return jkt
+    try:
+        await dpop.verify(
+            services,
+            credentials.proof or ProofRequest((), "GET", "/"),
+            expected_jkt=jkt,
+            access_token=credentials.bearer,
+        )
+    except DpopError as exc:
+        raise await dpop.api_refusal(services, exc) from None
+    return jkt
 
 
 def _peek(token: str) -> dict[str, Any] | None:
@@ -132,7 +196,7 @@ class AccessToken:
 
     async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
         token = credentials.bearer
-        if token is None or token.count(".") != 2 or len(token) > 8192:
+        if token is None or token.count(".") != 2 or len(token) > 8192 or credentials.scheme != "bearer":
             return None
         if services.tokens.remembers_identity(token):
             return None  # an identity token verified before (the usual agent bearer): never an access token
@@ -174,6 +238,46 @@ async def access_token_holder(services: Services, claims: dict[str, Any]) -> tup
     return person, ""
 
 
+class ExchangedToken:
+    """A token a token exchange issued (D16): the person it names, acting through the agent(s) in
+    ``act``; only for grantd itself (``aud`` = the issuer), only while the delegation is live and
+    the person active; DPoP-bound ones need a proof by the acting agent's current key. What such a
+    principal may do is grantd.core.policy.refuse_acting_token's (read and request only)."""
+
+    name = "exchanged-token"
+
+    async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
+        token = credentials.bearer
+        if token is None or token.count(".") != 2 or len(token) > 8192:
+            return None
+        peeked = _peek(token)
+        if peeked is None or not isinstance(peeked.get("act"), dict) or "delegation_id" not in peeked:
+            return None
+        try:
+            claims, _ = await services.tokens.verify_kind(token, TokenKind.EXCHANGED)
+        except TokenError as exc:
+            raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+        if claims.get("aud") != services.issuer:
+            raise unauthorized(
+                "invalid token: this exchanged token is for another audience", invalid_token=True
+            )
+        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
+        if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
+            raise unauthorized("invalid token: its delegation is revoked or expired", invalid_token=True)
+        person = await services.store.people.get(str(claims["sub"]))
+        if person is None or person["status"] != "active":
+            raise unauthorized("invalid token: the person is unknown or disabled", invalid_token=True)
+        act = claims["act"]
+        if claims.get("cnf") is not None:
+            actor = await services.store.agents.get(str(act.get("sub")))
+            if actor is None:
+                raise unauthorized("invalid token: the acting agent is unknown", invalid_token=True)
+            await check_binding(services, credentials, claims, actor["public_key"])
+        elif credentials.scheme == "dpop":
+            raise await dpop.token_refusal(services, "this token is not DPoP-bound: send it as Bearer")
+        return dataclasses.replace(principals.for_person(person, services.admin_emails), act=act)
+
+
 class AuthnChain:
     def __init__(self, authenticators: list[Authenticator]):
         self.authenticators = list(authenticators)
@@ -208,4 +312,6 @@ class AuthnChain:
 def default_chain() -> AuthnChain:
     from grantd.services.sessions import SessionCookie
 
-    return AuthnChain([ManagementToken(), AccessToken(), AgentIdentityToken(), SessionCookie()])
+    return AuthnChain(
+        [ManagementToken(), AccessToken(), ExchangedToken(), AgentIdentityToken(), SessionCookie()]
+    )

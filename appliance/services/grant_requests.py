@@ -166,6 +166,9 @@ async def parse_request(
     if run_as is not None:
         request["run_as"] = run_as
     request.update(_extensions(body))
+    if principal is not None and principal.dpop_jkt is not None:
+        # D16: requested with a DPoP-bound token, so its AuthZ-JWT is bound to that key (cnf.jkt)
+        request["cnf"] = {"jkt": principal.dpop_jkt}
     return request, requester_id
 
 
@@ -179,6 +182,8 @@ def reuse_key(request: dict[str, Any]) -> str:
         request.get("cmd_hash"),
         sorted(request.get("permissions") or []),
     ]
+    if request.get("cnf"):
+        parts.append(request["cnf"])  # a bound request never reuses an unbound grant (nor another key's)
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
 
 

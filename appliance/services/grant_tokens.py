@@ -11,7 +11,11 @@ import jwt
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
 from grantd.core.principals import Principal
+from grantd.dpop import DpopError
+from grantd.services import dpop
+from grantd.services.authn import Credentials
 from grantd.services.context import Services
+from grantd.services.dpop import ProofRequest
 from grantd.services.grants import UNUSABLE, Reader, _visible_grant, mint
 from grantd.services.tokens import TokenError
 from grantd.store.records import Grant
@@ -60,7 +64,8 @@ def resource_token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
     return claims.get("aud") == grant["request"]["audience"] and claims.get("sub") == grant["requester"]
 
 
-async def consume(services: Services, presented: str | None, grant_id: str) -> dict[str, Any]:
+async def consume(services: Services, credentials: Credentials, grant_id: str) -> dict[str, Any]:
+    presented = credentials.bearer
     if presented is None:
         raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
     try:
@@ -78,6 +83,7 @@ async def consume(services: Services, presented: str | None, grant_id: str) -> d
         raise not_found("grant not found")
     if not matches(claims, grant):
         raise unauthorized("invalid token: it does not match the grant", invalid_token=True)
+    await _check_consume_binding(services, credentials, claims, grant)
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
@@ -99,6 +105,45 @@ async def consume(services: Services, presented: str | None, grant_id: str) -> d
     services.events.changed()
     services.tokens.forget_authz(presented)
     return {"status": "consumed", "grant": reader.view(updated)}
+
+
+async def _check_consume_binding(
+    services: Services, credentials: Credentials, claims: dict[str, Any], grant: Grant
+) -> None:
+    """D16: a bound AuthZ-JWT (``cnf.jkt``) is consumed only as ``Authorization: DPoP`` with a fresh
+    proof (``ath`` = its hash, htu = the issuer's consume URL, jti never seen before) made by the key
+    it is bound to, which must still be the requesting agent's enrolled key. A copied JWT is useless."""
+    cnf = claims.get("cnf")
+    if cnf != grant["request"].get("cnf"):
+        raise unauthorized("invalid token: its binding does not match the grant", invalid_token=True)
+    if cnf is None:
+        if credentials.scheme == "dpop":
+            raise await dpop.token_refusal(
+                services, "this grant's token is not DPoP-bound: send it as Bearer"
+            )
+        return
+    jkt = cnf.get("jkt") if isinstance(cnf, dict) else None
+    if not isinstance(jkt, str):
+        raise unauthorized("invalid token: malformed cnf", invalid_token=True)
+    if credentials.scheme != "dpop":
+        raise await dpop.token_refusal(
+            services, "this grant's token is DPoP-bound: send 'DPoP <token>' with a proof"
+        )
+    agent = await services.store.agents.get_by_id(grant["requester_id"])
+    current = dpop.agent_jkt(agent["public_key"]) if agent is not None else None
+    if current is None or current != jkt:
+        raise await dpop.token_refusal(
+            services, "the key this grant is bound to is no longer the agent's key"
+        )
+    try:
+        await dpop.verify(
+            services,
+            credentials.proof or ProofRequest((), "POST", "/"),
+            expected_jkt=jkt,
+            access_token=credentials.bearer,
+        )
+    except DpopError as exc:
+        raise await dpop.api_refusal(services, exc) from None
 
 
 async def verify_token(services: Services, body: dict[str, Any]) -> dict[str, Any]:

@@ -153,11 +153,16 @@ async def _named_reviewer(services: Services, principal: Principal, grant: Grant
 
 
 async def create(
-    services: Services, principal: Principal | None, body: dict[str, Any], *, policy_id: str | None = None
+    services: Services,
+    principal: Principal | None,
+    body: dict[str, Any],
+    parsed: Any = None,
+    *,
+    policy_id: str | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """Returns (response body, HTTP status): 201 for a new grant, 200 for a reused one.
+    """(response body, HTTP status): 201 new, 200 reused. ``parsed``: validated already (CIBA);
     ``policy_id``: the policy that reviews it (``reviews.pinned_review``)."""
-    request, requester_id = await parse_request(services, principal, body)
+    request, requester_id = parsed or await parse_request(services, principal, body)
     reader = Reader(services)
     key = reuse_key(request)
     if request["grant_type"] in ("timed", "always"):

@@ -56,11 +56,19 @@ class TokenKind(StrEnum):
     AUTHZ = "authz"
     ACCESS = "access"
     ID = "id"
+    DELEGATION = "delegation"  # a delegation's token: the subject of a token exchange (D16)
+    EXCHANGED = "exchanged"  # what a token exchange issues: sub = the person, act = the agent(s)
 
 
 def kind_of(claims: dict[str, Any]) -> TokenKind | None:
     if isinstance(claims.get("grant_id"), str):
         return TokenKind.AUTHZ
+    if isinstance(claims.get("delegation_id"), str):
+        if claims.get("token_use") == "delegation" and isinstance(claims.get("may_act"), dict):
+            return TokenKind.DELEGATION
+        if isinstance(claims.get("act"), dict) and "token_use" not in claims:
+            return TokenKind.EXCHANGED
+        return None
     if claims.get("token_use") == "access":
         if (
             claims.get("act") == "human"
@@ -85,6 +93,8 @@ TYP_OF_KIND = {
     TokenKind.AUTHZ: TYP_JWT,
     TokenKind.ID: TYP_JWT,
     TokenKind.ACCESS: TYP_ACCESS,
+    TokenKind.DELEGATION: "grantd-delegation+jwt",
+    TokenKind.EXCHANGED: "grantd-act+jwt",
 }
 
 
@@ -211,22 +221,55 @@ class Tokens:
             claims["name"] = person["name"] or person["email"]
         return await self._sign(claims, alg)
 
-    async def mint_identity(self, agent: Agent) -> tuple[str, int]:
+    async def mint_kind(self, claims: dict[str, Any], kind: TokenKind) -> str:
+        """A delegation token or an exchanged token (D16; claims made by grantd.oauth.exchange),
+        signed with its kind's ``typ``, so one kind is never taken for another."""
+        if kind_of(claims) is not kind or kind not in (TokenKind.DELEGATION, TokenKind.EXCHANGED):
+            raise ValueError(f"these claims do not make a {kind} token")
+        return await self._sign(claims, typ=TYP_OF_KIND[kind])
+
+    async def verify_kind(self, token: str, *kinds: TokenKind) -> tuple[dict[str, Any], TokenKind]:
+        """A token of ours of one of ``kinds`` (by claims and ``typ``): its claims and kind."""
+        claims, header = await self._verify_with_header(token, audience=None)
+        kind = kind_of(claims)
+        if kind not in kinds or typ_of(header) != TYP_OF_KIND[kind].lower():
+            raise TokenError("not a token of the expected kind")
+        return claims, kind
+
+    async def mint_backchannel_id_token(self, *, sub: str, aud: str, auth_time: int) -> str:
+        """The ID token of a CIBA token answer (D16): ``sub`` = the approver whose decision completed
+        the request, ``aud`` = the client (agent) that asked, ``auth_time`` = that decision."""
         now = self.clock.now_s()
-        token = await self._sign(
+        return await self._sign(
             {
                 "iss": self.issuer,
-                "sub": agent["email"],
-                "act": "agent",
-                "aud": self.agent_audience,
-                "agent_id": agent["agent_id"],
-                "key_generation": agent["key_generation"],
+                "sub": sub,
+                "aud": aud,
+                "act": "human",
                 "iat": now,
-                "exp": now + self.agent_ttl,
+                "exp": now + ID_TOKEN_TTL,
+                "auth_time": auth_time,
                 "jti": new_jti(),
             }
         )
-        return token, self.agent_ttl
+
+    async def mint_identity(self, agent: Agent, *, jkt: str | None = None) -> tuple[str, int]:
+        """An agent's identity token; ``jkt``: DPoP-bound to that key (``cnf.jkt``, D16)."""
+        now = self.clock.now_s()
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": agent["email"],
+            "act": "agent",
+            "aud": self.agent_audience,
+            "agent_id": agent["agent_id"],
+            "key_generation": agent["key_generation"],
+            "iat": now,
+            "exp": now + self.agent_ttl,
+            "jti": new_jti(),
+        }
+        if jkt is not None:
+            claims["cnf"] = {"jkt": jkt}
+        return await self._sign(claims), self.agent_ttl
 
     async def mint_authz(self, grant: Grant, review: dict[str, Any] | None = None) -> str:
         """The AuthZ-JWT of an approved grant (specification claims + D3, D6); ``review``: the
@@ -267,6 +310,9 @@ class Tokens:
                 claims[extension] = request[extension]
         if grant.get("delegation_id"):
             claims["delegation_id"] = grant["delegation_id"]
+        cnf = request.get("cnf")
+        if isinstance(cnf, dict) and isinstance(cnf.get("jkt"), str):
+            claims["cnf"] = {"jkt": cnf["jkt"]}  # requested with a DPoP-bound token (D16)
         if review is not None:
             claims.update(review)
         return await self._sign(claims)

@@ -49,6 +49,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
 from grantd.core.paging import PageRequest
+from grantd.store.ciba import CibaStore
 from grantd.store.notify import NotifyStore, OutboxRow
 from grantd.store.oauth import ConsentStore, DeviceCodeStore, OneTimeStore, RefreshTokenStore
 from grantd.store.people import (
@@ -359,6 +360,7 @@ class Store(Protocol):
     hosts: HostStore
     receipts: ReceiptStore
     notify: NotifyStore
+    ciba: CibaStore
 
     async def migrate(self) -> list[int]:
         """Apply pending numbered migrations; return the versions applied. Safe to run concurrently."""
@@ -390,6 +392,7 @@ class Store(Protocol):
 __all__ = [
     "AgentStore",
     "ChallengeStore",
+    "CibaStore",
     "Conflict",
     "ConsentStore",
     "CredentialStore",

@@ -144,6 +144,33 @@ def take_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> l
     return _run(path, start_at, work)  # type: ignore[no-any-return]
 
 
+def put_onetime(path: str, start_at: float, kind: str, key: str, now: int) -> list[bool]:
+    """TAKERS inserts of one (kind, key) at once: True for each that was stored (a DPoP jti seen
+    for the first time), False for each Conflict (a replay)."""
+
+    async def put(store: SQLiteStore) -> bool:
+        try:
+            await store.onetime.put(kind, key, {}, now + 70_000, now)
+        except Conflict:
+            return False
+        return True
+
+    async def work(store: SQLiteStore) -> list[bool]:
+        return list(await asyncio.gather(*(put(store) for _ in range(TAKERS))))
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
+def redeem_ciba(path: str, start_at: float, auth_req_hash: str, now: int) -> list[bool]:
+    """TAKERS redemptions of one CIBA request at once: True for each that won."""
+
+    async def work(store: SQLiteStore) -> list[bool]:
+        results = await asyncio.gather(*(store.ciba.redeem(auth_req_hash, now) for _ in range(TAKERS)))
+        return [r is not None for r in results]
+
+    return _run(path, start_at, work)  # type: ignore[no-any-return]
+
+
 def rotate_refresh(
     path: str, start_at: float, old: dict[str, Any], tag: str, now: int
 ) -> list[tuple[str, str]]:

@@ -87,6 +87,24 @@ async def test_onetime_put_has_exactly_one_winner(store):
     assert (await asyncio.gather(*(put() for _ in range(RACERS)))).count(True) == 1
 
 
+async def test_onetime_dpop_replay_rows_one_winner_and_swept(store):
+    """D16: DPoP proofs' ``<jkt>:<jti>`` are first-used once (concurrent inserts: one wins), a
+    replay is a Conflict until the row expires, and an expired row is swept by the next insert."""
+
+    async def put(key: str, now: int) -> bool:
+        try:
+            await store.onetime.put("dpop", key, {}, now + 70_000, now)
+        except Conflict:
+            return False
+        return True
+
+    assert (await asyncio.gather(*(put("jkt:j1", NOW) for _ in range(RACERS)))).count(True) == 1
+    assert not await put("jkt:j1", NOW + 69_999)  # replayed inside the window
+    assert await put("jkt:j2", NOW + 70_000)  # another jti; this insert sweeps j1 (expired)
+    assert await store.onetime.take("dpop", "jkt:j1", NOW) is None  # swept: gone even for an earlier clock
+    assert await store.onetime.take("jti", "jkt:j2", NOW + 70_001) is None  # kinds stay apart
+
+
 # -- refresh tokens ---------------------------------------------------------------------------------------
 async def test_refresh_create_get_and_conflict(store):
     first = refresh_token("r1")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grantd.core.paging import PageRequest
+from grantd.store import Conflict
 
 from . import _workers
 from .factories import (
@@ -159,6 +160,37 @@ async def test_onetime_record_taken_once_across_processes(target, pool):
             _workers.take_onetime, [(target, start_soon(), "code", sha("code1"), NOW)] * PROCESSES
         )
         assert [r for rs in results for r in rs if r is not None] == [{"client_id": "apes-cli"}]
+    finally:
+        store.close()
+
+
+async def test_dpop_jti_is_first_used_once_across_processes(target, pool):
+    """D16: the DPoP replay table (``store.onetime`` kind ``dpop``): of every process inserting one
+    ``<jkt>:<jti>`` at once, exactly one insert is the proof's first use."""
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        key = sha("jkt:jti-race")
+        results = pool.starmap(_workers.put_onetime, [(target, start_soon(), "dpop", key, NOW)] * PROCESSES)
+        assert [r for rs in results for r in rs].count(True) == 1
+        with pytest.raises(Conflict):
+            await store.onetime.put("dpop", key, {}, NOW + 70_000, NOW + 1)
+    finally:
+        store.close()
+
+
+async def test_ciba_request_redeemed_once_across_processes(target, pool):
+    """D16: an auth_req_id is single use, whichever process or node redeems it."""
+    from .test_ciba import ciba_request
+
+    store = _workers.open_store(target)
+    await store.migrate()
+    try:
+        await store.ciba.create(ciba_request("race"))
+        results = pool.starmap(
+            _workers.redeem_ciba, [(target, start_soon(), sha("race"), NOW + 1)] * PROCESSES
+        )
+        assert [r for rs in results for r in rs].count(True) == 1
     finally:
         store.close()
 

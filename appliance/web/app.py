@@ -21,6 +21,7 @@ from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
+from grantd.oauth.ciba_ping import ping_forever
 from grantd.plugin_manager import (
     build_federation_providers,
     build_plugin_manager,
@@ -185,6 +186,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
     from grantd.web.api import (
         admin,
         agents,
+        ciba,
         delegations,
         device,
         federation,
@@ -213,6 +215,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         webauthn,
         oauth,
         mcp,
+        ciba,
         device,
         sp,
         pages,
@@ -248,6 +251,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             state.notifier = asyncio.get_running_loop().create_task(
                 worker.run_forever(), name="notify-delivery"
             )
+        state.pinger = asyncio.get_running_loop().create_task(ping_forever(services), name="ciba-ping")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -255,7 +259,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         services = state.services
         if services is None:
             return
-        for task in (state.sweeper, state.notifier):
+        for task in (state.sweeper, state.notifier, state.pinger):
             if task is not None:
                 task.cancel()
         if services.audit is not None:

@@ -22,6 +22,7 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
 )
 from grantd.web.openapi_notify import NOTIFY_OPERATIONS
 from grantd.web.openapi_operations_more import MORE_OPERATIONS
+from grantd.web.openapi_protocols import PROTOCOL_OPERATIONS
 
 OPERATIONS: tuple[Op, ...] = (
     # health and discovery
@@ -513,4 +514,5 @@ OPERATIONS: tuple[Op, ...] = (
     *MORE_OPERATIONS,
     *NOTIFY_OPERATIONS,
     *MCP_OPERATIONS,
+    *PROTOCOL_OPERATIONS,
 )

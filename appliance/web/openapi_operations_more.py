@@ -112,7 +112,7 @@ MORE_OPERATIONS: tuple[Op, ...] = (
         "Pre-approve a delegate's requests (people only)",
         BEARER,
         "DelegationBody",
-        ok={201: Ok(ref("Delegation"), "Created")},
+        ok={201: Ok(ref("DelegationCreated"), "Created")},
         errors=(409,),
         tag="delegations",
     ),

@@ -24,6 +24,7 @@ from grantd.web.openapi_model import (  # noqa: F401 - the vocabulary the table 
     ref,
 )
 from grantd.web.openapi_notify import NOTIFY_SCHEMAS
+from grantd.web.openapi_protocols import PROTOCOL_SCHEMAS
 from grantd.web.openapi_schemas_more import MORE_SCHEMAS
 
 SCHEMAS: dict[str, Schema] = {
@@ -117,9 +118,20 @@ SCHEMAS: dict[str, Schema] = {
             "isActive": BOOL,
             "publicKey": STRING,
             "public_key": STRING,
+            "ciba": nullable(
+                obj(
+                    {
+                        "mode": {"type": "string", "enum": ["poll", "ping"]},
+                        "notification_endpoint": {"type": "string", "format": "uri"},
+                    },
+                    ("mode",),
+                    description="CIBA delivery (D16): ping needs an https endpoint at a public address "
+                    "unless [ciba] notification_allow covers it; poll or null: poll",
+                )
+            ),
         },
         additionalProperties=False,
-        description="only these fields; null leaves a field as it is",
+        description="only these fields; null leaves a field as it is (ciba: null means poll)",
     ),
     "AgentDeleted": obj({"deleted": {"const": True}, "agent": ref("Agent")}, ("deleted", "agent")),
     "AgentIdent": obj(
@@ -148,6 +160,7 @@ SCHEMAS: dict[str, Schema] = {
             "email": STRING,
             "name": STRING,
             "expires_in": {"type": "integer", "description": "seconds"},
+            "token_type": {"const": "DPoP", "description": "only when the token is DPoP-bound (D16)"},
         },
         ("token", "agent_id", "email", "name", "expires_in"),
     ),
@@ -436,4 +449,5 @@ SCHEMAS: dict[str, Schema] = {
     **MORE_SCHEMAS,
     **NOTIFY_SCHEMAS,
     **MCP_SCHEMAS,
+    **PROTOCOL_SCHEMAS,
 }

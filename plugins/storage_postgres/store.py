@@ -16,6 +16,7 @@ from grantd.store import StoreError
 from grantd.store.files import open_backup_target
 
 from .agents import PostgresAgents, PostgresChallenges
+from .ciba import PostgresCiba
 from .connection import _Database, _on_store_loop
 from .constants import CONNECT_TIMEOUT, MIGRATE_LOCK, PING_TIMEOUT
 from .delegations import PostgresDelegations
@@ -82,6 +83,7 @@ class PostgresStore:
         self.onetime = PostgresOneTime(self._db)
         self.refresh_tokens = PostgresRefreshTokens(self._db)
         self.device_codes = PostgresDeviceCodes(self._db)
+        self.ciba = PostgresCiba(self._db)
         self.tlog = PostgresTlog(self._db)
         self.hosts = PostgresHosts(self._db)
         self.receipts = PostgresReceipts(self._db)

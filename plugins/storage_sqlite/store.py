@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import sqlite_utils
 
 from .agents import SQLiteAgents, SQLiteChallenges
+from .ciba import SQLiteCiba
 from .connection import BUSY_TIMEOUT_MS, CHECKPOINT_INTERVAL, COMPANIONS, _Database
 from .delegations import SQLiteDelegations
 from .grants import SQLiteGrants
@@ -83,6 +84,7 @@ class SQLiteStore:
         self.onetime = SQLiteOneTime(self._db)
         self.refresh_tokens = SQLiteRefreshTokens(self._db)
         self.device_codes = SQLiteDeviceCodes(self._db)
+        self.ciba = SQLiteCiba(self._db)
         self.consents = SQLiteConsents(self._db)
         self.tlog = SQLiteTlog(self._db)
         self.hosts = SQLiteHosts(self._db)

@@ -841,6 +841,8 @@ def test_discovery_lists_every_endpoint(srv: InProcessServer) -> None:
         "refresh_token",
         "client_credentials",
         "urn:ietf:params:oauth:grant-type:device_code",
+        "urn:openid:params:grant-type:ciba",  # D16
+        "urn:ietf:params:oauth:grant-type:token-exchange",  # D16
     }
     assert doc["code_challenge_methods_supported"] == ["S256"]
     assert {"client_secret_basic", "client_secret_post", "none"} <= set(

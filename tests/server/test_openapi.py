@@ -138,7 +138,8 @@ def test_errors_are_problem_json_and_api_errors_documented(document: dict) -> No
                     "/userinfo",
                     "/device_authorization",
                     "/introspect",
-                ):  # D2: the OAuth error shape
+                    "/bc-authorize",
+                ):  # D2: the OAuth error shape (CIBA's endpoint too, D16)
                     assert answer["content"]["application/json"]["schema"] == {
                         "$ref": "#/components/schemas/OAuthError"
                     }

@@ -193,6 +193,21 @@ def claims_of(token: str) -> dict[str, Any]:
     return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
+def bound_line(cli: Any, token: str) -> str:
+    """The `{authz_jwt, dpop}` line with a fresh proof by the agent's key for the grant's consume URL."""
+    from cryptography.hazmat.primitives import serialization
+
+    from grantd.dpop import make_proof
+
+    claims = claims_of(token)
+    key = serialization.load_ssh_private_key(cli.key.read_bytes(), password=None)
+    url = f"{claims['iss']}/api/grants/{claims['grant_id']}/consume"
+    proof = make_proof(
+        key, method="POST", url=url, iat=int(time.time()), jti=uuid.uuid4().hex, access_token=token
+    )
+    return json.dumps({"authz_jwt": token, "dpop": proof})
+
+
 # -- 1. the whole flow -----------------------------------------------------------------------------
 
 
@@ -244,18 +259,26 @@ def test_a_once_grant_used_again_is_refused_with_exit_5_already_consumed(server,
     decide(server, grant_id)
     fetched = cli.run("grant", "token", grant_id, "--json")
     assert fetched.returncode == 0, fetched.stderr
-    token = json.loads(fetched.stdout)["authz_jwt"]
+    answer = json.loads(fetched.stdout)
+    token = answer["authz_jwt"]
+    # grantd's own CLI asks for DPoP-bound tokens (D16): the AuthZ-JWT is bound to the agent's key,
+    # and the bare JWT (a copy from a log) runs nothing
+    assert claims_of(token)["cnf"]["jkt"]
+    bare = elevate(target, argv, token=token, via="fd")
+    assert bare.returncode == 5 and error_line(bare)["error"] == "dpop_required", bare.stderr
 
-    first = elevate(target, argv, token=token, via="fd")
+    first = elevate(target, argv, token=json.dumps({"authz_jwt": token, "dpop": answer["dpop"]}), via="fd")
     assert first.returncode == 0, first.stderr
     assert first.stdout == " ".join(argv[1:]) + "\n"
-    again = elevate(target, argv, token=token, via="fd")
+    again = elevate(
+        target, argv, token=bound_line(cli, token), via="fd"
+    )  # a fresh proof: only the grant is used
     assert again.returncode == 5, again.stderr
     line = error_line(again)
     assert line == {"error": "already_consumed", "reason": "grant already consumed"}
     assert again.stdout == ""
     results = [a["result"] for a in attempts(target) if a["grant_id"] == grant_id]
-    assert results == ["allowed", "refused"]
+    assert results == ["refused", "allowed", "refused"]  # the bare JWT, its line, a second use
     # The CLI says so too, instead of handing out a token for a used grant.
     late = cli.run("grant", "token", grant_id)
     assert late.returncode == 1
@@ -736,3 +759,46 @@ def test_an_empty_regular_file_is_still_named_by_elevate(target, tmp_path):
     assert result.returncode == 1 and error_line(result)["reason"] == "the grant is empty"
     blank = elevate(target, ["id", "-u"], token="   ")  # a line with no token in it
     assert blank.returncode == 1 and error_line(blank)["reason"] == "the grant is empty"
+
+
+# -- grantd run --protocol ciba (D16): the project's own CLI through OpenID CIBA ---------------------
+
+
+@pytest.mark.slow
+def test_run_through_ciba_waits_for_the_decision_and_runs(server, target, cli):
+    argv = ["id", "-u"]
+    proc = cli.popen("run", "--protocol", "ciba", "--as", "root", "--message", "ciba dogfood", "--", *argv)
+    grant = pending_grant(server, cli.email, argv, proc=proc)
+    assert grant["request"]["binding_message"] == "ciba dogfood"
+    assert grant["request"]["cnf"]["jkt"]  # asked with a DPoP proof: the grant is bound to the key
+    decide(server, grant["id"])
+    code, out, err = finish(proc)
+    assert code == 0, err
+    assert out == "0\n"
+    assert server_grant(server, grant["id"])["status"] == "consumed"
+
+
+def test_the_cli_works_where_dpop_and_server_nonces_are_required(server_factory, tmp_path):
+    """`agent_dpop = "required"` with `dpop_nonce = true`: the CLI's login retries with the server's
+    nonce, its token is bound, and its calls carry proofs (a grant request and its status)."""
+    strict = server_factory("strict", extra='[tokens]\nagent_dpop = "required"\ndpop_nonce = true\n').start()
+    cli = new_agent(strict, tmp_path / "home", None)
+    assert cli.state()["token_type"] == "DPoP"
+    asked = cli.run("grant", "request", "--audience", "grantd", "--host", HOST, "--json", "--", "true")
+    assert asked.returncode == 75, asked.stderr
+    grant_id = json.loads(asked.stdout)["id"]
+    status = cli.run("grant", "status", grant_id, "--json")
+    assert status.returncode == 0 and json.loads(status.stdout)["status"] == "pending", status.stderr
+    # the same CLI without DPoP is refused there
+    off = cli.run(
+        "agent",
+        "login",
+        "--idp",
+        strict.url,
+        "--key",
+        str(cli.key),
+        "--email",
+        cli.email,
+        env={"GRANTD_AGENT_DPOP": "off"},
+    )
+    assert off.returncode != 0 and "dpop" in off.stderr.lower()

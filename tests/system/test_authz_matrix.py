@@ -180,6 +180,7 @@ GET /.well-known/service.json                  | 200 | 200 | 200 | 200 | 200 | 2
 GET /authorize                                 | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 303 login | 200 page | 200 page | 200 page | 200 page | 200 page | 303 login
 POST /authorize/consent                        | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 401
 POST /token                                    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
+POST /bc-authorize                             | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /revoke                                   | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 GET /.well-known/oauth-authorization-server    | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200
 POST /introspect                               | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic | 401 basic
@@ -266,6 +267,8 @@ ROUTE_NOTES: dict[str, str] = {
     "GET /auth/federated/:provider_id": "public: anyone may start a federated sign-in (the matrix server is its own upstream)",
     "GET /auth/federated/:provider_id/callback": "public; a state no sign-in started: an HTML error page, no session",
     "POST /device_authorization": "public; form-encoded `client_id=grantd-cli` (RFC 8628)",
+    "POST /bc-authorize": "public; the client authenticates in the body: a fresh `private_key_jwt` of the "
+    "`self` agent (the column's credential is ignored; CIBA, D16)",
     "GET /device": "the page of a fresh pending user code (`?user_code=`)",
     "POST /api/device/decide": "approve a fresh pending user code: a person's browser session only (not a bearer)",
     "GET /authorize": "apes-cli code + PKCE; the people have consented before, yet apes-cli (public, API access) is asked every time: the consent page; bearers are ignored",
@@ -1003,8 +1006,39 @@ def _user_code(w: World) -> str:
     return str(r.json()["user_code"])
 
 
+def _bc_authorize(w: World) -> dict[str, str]:
+    """A CIBA request of the `self` agent with a fresh client assertion (D16)."""
+    import json as jsonlib
+    import uuid
+
+    agent = w.agents["self"]
+    now = w.srv.clock.now_s()
+    assertion = jwt.encode(
+        {"iss": agent.email, "sub": agent.email, "aud": w.srv.url, "exp": now + 60, "jti": str(uuid.uuid4())},
+        agent.key,
+        algorithm="EdDSA",
+    )
+    detail = {
+        "type": "grantd_command",
+        "locations": ["web-1"],
+        "actions": ["execute"],
+        "command": ["true"],
+        "audience": "escapes",
+        "grant_type": "once",
+    }
+    return {
+        "scope": "openid",
+        "login_hint": "policy",
+        "authorization_details": jsonlib.dumps([detail]),
+        "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+        "client_assertion": assertion,
+    }
+
+
 REQUESTS.update(
     {
+        # CIBA (grantd.web.api.ciba, D16).
+        "POST /bc-authorize": lambda w, c: _call(w, c, "POST", "/bc-authorize", data=_bc_authorize(w)),
         # The device grant (grantd.web.api.device).
         "POST /device_authorization": lambda w, c: _call(
             w, c, "POST", "/device_authorization", data={"client_id": "grantd-cli"}

@@ -685,3 +685,173 @@ def test_forged_approvals_do_not_help_at_elevate(kit: Kit, quorum_target: Target
     assert result.returncode == 5, (result.returncode, result.stdout, result.stderr)
     assert result.stdout.strip() != "0", "the command ran"
     assert json.loads(result.stderr.strip().splitlines()[-1])["error"] == APPROVALS_REFUSALS[variant]
+
+
+# -- DPoP proofs (D16, RFC 9449) ---------------------------------------------------------------------
+# A DPoP-bound identity token and a bound AuthZ-JWT of the kit's server; each variant changes one
+# thing of an otherwise good proof. Refused on the API (401, `WWW-Authenticate: DPoP
+# error="invalid_dpop_proof"`) and at consume; a positive control shows the good proof passes.
+
+
+@dataclass
+class DpopKit:
+    kit: Kit
+    agent: Any
+    token: str
+    authz: str
+    grant_id: str
+    other: Any
+
+
+@pytest.fixture(scope="module")
+def dpop_kit(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> DpopKit:
+    from conftest import enroll
+    from server.test_dpop_api import _approved_bound_grant, bound_sign_in
+
+    directory = tmp_path_factory.mktemp("dpop-attacks")
+    agent = enroll(kit.srv, directory / "a")
+    r = bound_sign_in(kit.srv, agent)
+    assert r.status_code == 200, r.text
+    agent.token = r.json()["token"]
+    grant_id, authz = _approved_bound_grant(kit.srv, agent)
+    return DpopKit(kit, agent, agent.token, authz, grant_id, enroll(kit.srv, directory / "b"))
+
+
+def _good(d: DpopKit, method: str, path: str, token: str, **kw: Any) -> str:
+    from server.test_dpop_api import proof
+
+    return proof(d.kit.srv, d.agent, method, path, token=token, **kw)
+
+
+def _private_jwk(d: DpopKit) -> dict[str, Any]:
+    priv = d.agent.private_key()
+    pub = priv.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return {"kty": "OKP", "crv": "Ed25519", "x": b64url(pub), "d": b64url(priv.private_bytes_raw())}
+
+
+DPOP_VARIANTS: dict[str, Callable[[DpopKit, str, str, str], list[str]]] = {
+    "typ JWT": lambda d, m, p, t: [_good(d, m, p, t, header_extra={"typ": "JWT"})],
+    "typ application/dpop+jwt": lambda d, m, p, t: [
+        _good(d, m, p, t, header_extra={"typ": "application/dpop+jwt"})
+    ],
+    "alg none (unsigned)": lambda d, m, p, t: [
+        _good(d, m, p, t, header_extra={"alg": "none"}).rsplit(".", 1)[0] + "."
+    ],
+    "alg ES256": lambda d, m, p, t: [_good(d, m, p, t, header_extra={"alg": "ES256"})],
+    "alg HS256": lambda d, m, p, t: [_good(d, m, p, t, header_extra={"alg": "HS256"})],
+    "private key in jwk": lambda d, m, p, t: [_good(d, m, p, t, header_extra={"jwk": _private_jwk(d)})],
+    "wrong htm": lambda d, m, p, t: [_good(d, "PUT", p, t)],
+    "wrong htu path": lambda d, m, p, t: [_good(d, m, p + "x", t)],
+    "htu of the Host, not the issuer": lambda d, m, p, t: [
+        _good(d, m, p, t, url=d.kit.srv.url.replace("127.0.0.1", "localhost") + p)
+    ],
+    "wrong ath": lambda d, m, p, t: [_good(d, m, p, t + "A")],
+    "no ath": lambda d, m, p, t: [_good(d, m, p, None)],
+    "stale iat": lambda d, m, p, t: [_good(d, m, p, t, iat=d.kit.srv.clock.now_s() - 300)],
+    "iat in the future": lambda d, m, p, t: [_good(d, m, p, t, iat=d.kit.srv.clock.now_s() + 300)],
+    "another agent's key": lambda d, m, p, t: [_good(d, m, p, t, key=d.other.private_key())],
+    "tampered payload": lambda d, m, p, t: [_tamper_proof(_good(d, m, p, t))],
+    "replayed": lambda d, m, p, t: [_good(d, m, p, t)] * 2,
+}
+
+
+def _tamper_proof(proof: str) -> str:
+    header, payload, signature = proof.split(".")
+    claims = json.loads(b64url_decode(payload))
+    claims["jti"] = claims["jti"] + "x"
+    return f"{header}.{b64url(json.dumps(claims).encode())}.{signature}"
+
+
+def _dpop_request(d: DpopKit, method: str, path: str, token: str, proof: str) -> Any:
+    import httpx
+
+    headers = {"Authorization": f"DPoP {token}", "DPoP": proof}
+    with httpx.Client(base_url=d.kit.srv.url, timeout=10) as http:
+        return http.request(method, path, headers=headers)
+
+
+def _refused_proof(response: Any, variant: str) -> None:
+    assert response.status_code == 401, (variant, response.status_code, response.text)
+    assert response.headers["www-authenticate"].startswith("DPoP "), response.headers
+
+
+def test_dpop_the_good_proofs_are_accepted(dpop_kit: DpopKit) -> None:
+    d = dpop_kit
+    assert _dpop_request(d, "GET", "/api/me", d.token, _good(d, "GET", "/api/me", d.token)).status_code == 200
+
+
+@pytest.mark.parametrize("variant", list(DPOP_VARIANTS))
+def test_dpop_proof_on_an_authenticated_route(dpop_kit: DpopKit, variant: str) -> None:
+    proofs = DPOP_VARIANTS[variant](dpop_kit, "GET", "/api/me", dpop_kit.token)
+    for earlier in proofs[:-1]:  # the replay's first use is good
+        assert _dpop_request(dpop_kit, "GET", "/api/me", dpop_kit.token, earlier).status_code == 200
+    _refused_proof(_dpop_request(dpop_kit, "GET", "/api/me", dpop_kit.token, proofs[-1]), variant)
+
+
+@pytest.mark.parametrize("variant", [v for v in DPOP_VARIANTS if v != "replayed"])
+def test_dpop_proof_at_consume(dpop_kit: DpopKit, variant: str) -> None:
+    """The bound once grant stays unconsumed through every bad proof (the last test consumes it)."""
+    path = f"/api/grants/{dpop_kit.grant_id}/consume"
+    proof = DPOP_VARIANTS[variant](dpop_kit, "POST", path, dpop_kit.authz)[-1]
+    _refused_proof(_dpop_request(dpop_kit, "POST", path, dpop_kit.authz, proof), variant)
+
+
+def test_dpop_bound_tokens_as_bearer_and_a_replaced_key(dpop_kit: DpopKit, tmp_path: Path) -> None:
+    d = dpop_kit
+    path = f"/api/grants/{d.grant_id}/consume"
+    assert at_me(d.kit, d.token).status_code == 401  # downgrade to Bearer
+    with d.kit.srv.client(d.authz) as http:
+        assert http.post(path).status_code == 401
+    good = _good(d, "POST", path, d.authz)
+    r = _dpop_request(d, "POST", path, d.authz, good)
+    assert r.status_code == 200 and r.json()["status"] == "consumed", r.text
+    assert _dpop_request(d, "POST", path, d.authz, good).status_code == 401  # replayed at consume
+    # a key replaced mid-session: the bound token dies at once
+    from conftest import ssh_keygen
+
+    _, public = ssh_keygen(tmp_path, name="replacement")
+    with d.kit.srv.admin() as http:
+        assert (
+            http.put(f"/api/admin/agents/{d.agent.agent_id}", json={"publicKey": public}).status_code == 200
+        )
+    _refused_proof(
+        _dpop_request(d, "GET", "/api/me", d.token, _good(d, "GET", "/api/me", d.token)), "rekeyed"
+    )
+
+
+# -- delegation and exchanged tokens (D16): their own kinds, never taken for another ------------------
+
+
+@pytest.fixture(scope="module")
+def exchange_kinds(kit: Kit, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from people_support import create_person
+
+    from conftest import enroll
+    from server.test_token_exchange_flow import delegate, exchange
+
+    person = create_person(kit.srv)
+    agent = enroll(kit.srv, tmp_path_factory.mktemp("exchange-kinds"), owner=person["email"])
+    d = delegate(kit.srv, person, agent)
+    r = exchange(kit.srv, agent, d["delegation_token"])
+    assert r.status_code == 200, r.text
+    return {"delegation": d["delegation_token"], "exchanged": r.json()["access_token"]}
+
+
+def test_a_delegation_token_is_no_credential_anywhere(kit: Kit, exchange_kinds: dict[str, str]) -> None:
+    token = exchange_kinds["delegation"]
+    assert jwt.get_unverified_header(token)["typ"] == "grantd-delegation+jwt"
+    assert all(not accepted_at(kit, place, token) for place in PLACES)
+
+
+def test_an_exchanged_token_is_a_bearer_only_under_its_own_typ(
+    kit: Kit, exchange_kinds: dict[str, str]
+) -> None:
+    token = exchange_kinds["exchanged"]
+    assert jwt.get_unverified_header(token)["typ"] == "grantd-act+jwt"
+    assert accepted_at(kit, "bearer", token)  # control: the real one reads
+    claims = jwt.decode(token, options={"verify_signature": False})
+    for typ in ("JWT", "at+jwt", "grantd-delegation+jwt", None):
+        assert all(not accepted_at(kit, place, kit.ours(claims, typ=typ)) for place in PLACES), typ
+    # a delegation token's claims under the exchanged kind's typ are still a delegation token: refused
+    delegation = jwt.decode(exchange_kinds["delegation"], options={"verify_signature": False})
+    assert all(not accepted_at(kit, place, kit.ours(delegation, typ="grantd-act+jwt")) for place in PLACES)

@@ -159,8 +159,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 "/api/delegations", json={"delegate": other.email, "audience": "elsewhere"}
             ).json()["id"]
             kid = http.get("/.well-known/jwks.json").json()["keys"][0]["kid"]
+        # D16: a token in which the agent acts for a person (token exchange of a delegation token)
+        from people_support import create_person
+
+        from server.test_token_exchange_flow import delegate, exchange
+
+        person = create_person(srv, admin=True)
+        made = delegate(srv, person, agent)  # type: ignore[arg-type]
+        acting = exchange(srv, agent, made["delegation_token"]).json()["access_token"]  # type: ignore[arg-type]
         world = World(srv, capture, agent, other)
         world.callers = {
+            "acting": acting,
             "nobody": None,
             "garbage": "garbage\u00e9",
             "expired-jwt": expired_looking_jwt(kid, agent.email),
@@ -315,6 +324,24 @@ def shaped_body(world: World, route_name: str) -> st.SearchStrategy[dict[str, An
         "verify": {"token": world.callers["authz-jwt"]},
         "decide": {"user_code": "BCDF-GHJK", "approve": True},
         "device_authorization": {"client_id": "grantd-cli", "scope": "openid"},
+        # CIBA (D16): the real parameter names and a grantd_command detail
+        "bc_authorize": {
+            "scope": "openid",
+            "login_hint": "policy",
+            "binding_message": "deploy",
+            "authorization_details": [
+                {
+                    "type": "grantd_command",
+                    "locations": ["web-1"],
+                    "actions": ["execute"],
+                    "command": ["true"],
+                    "audience": "escapes",
+                    "grant_type": "once",
+                }
+            ],
+            "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            "client_assertion": "eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
+        },
         # the OAuth provider (grantd.web.api.oauth)
         "token": {
             "grant_type": "authorization_code",
@@ -382,6 +409,10 @@ def raw_bodies(world: World, route_name: str) -> st.SearchStrategy[bytes | None]
                 b"grant_type=client_credentials&client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-"
                 b"type%3Ajwt-bearer&client_assertion=eyJhbGciOiJFZERTQSJ9.eyJpc3MiOjF9.AAAA",
                 b"grant_type=authorization_code&code=x&client_id=127.0.0.1%3A1&code_verifier=%00",
+                b"grant_type=urn%3Aopenid%3Aparams%3Agrant-type%3Aciba&auth_req_id=x&client_assertion_type="
+                b"urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer&client_assertion=a.b.c",
+                b"scope=openid&login_hint=policy&binding_message=%07&authorization_details=%5B%7B%7D%5D",
+                b"scope=openid&login_hint=policy&login_hint=x&authorization_details=null",
             ]
         ),
     )
@@ -421,6 +452,7 @@ headers = st.fixed_dictionaries(
             "X-Request-ID",
             "Accept",
             "Origin",
+            "DPoP",
         ]
     },
 )

@@ -70,7 +70,15 @@ CLIENT_PARTS = (
     Part(
         "the agent CLI",
         ("grantd.agent", "grantd.agent.*"),
-        ("grantd", "grantd.core", "grantd.core.display", "grantd.client", "grantd.client.*"),
+        (
+            "grantd",
+            "grantd.core",
+            "grantd.core.display",
+            "grantd.client",
+            "grantd.client.*",
+            "grantd.dpop",  # DPoP proofs with the agent's key (D16): the standard library and cryptography
+            "grantd.sshkeys",  # (reached by grantd.dpop's thumbprint of a key line; pure, cryptography)
+        ),
         (*SERVER_THIRD_PARTY, "textual"),
     ),
     # The client library the agent CLI, the console and `grantd login` share (problems, SSE, private

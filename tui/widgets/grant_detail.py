@@ -145,6 +145,9 @@ class GrantDetail(VerticalScroll):
         points(request.audience)
         line("Reason", one_line(request.reason) or "-")
         points(request.reason)
+        if request.binding_message:  # D16: quoted and escaped, labelled as the agent's words
+            line("Message", f"from the agent: “{one_line(request.binding_message)}”")
+            points(request.binding_message)
         line("Requested", f"{timestamp(grant.created_at)} ({age(self.now_ms, grant.created_at)} ago)")
         if grant.decided_at or grant.decided_by:
             line("Decided", f"{timestamp(grant.decided_at)} by {one_line(grant.decided_by) or '-'}")

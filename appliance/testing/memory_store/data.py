@@ -8,6 +8,7 @@ from typing import Any
 
 from grantd.core.paging import PageRequest
 from grantd.store import Conflict
+from grantd.store.ciba import CibaClient, CibaRequest
 from grantd.store.records import (
     Agent,
     Consent,
@@ -70,6 +71,8 @@ class _Data:
         self.notify_prefs: dict[str, dict[str, Any]] = {}  # person id -> channel settings
         self.review_links: dict[str, Any] = {}  # token hash -> grantd.store.notify.ReviewLink
         self.push_subscriptions: dict[str, Any] = {}  # id -> grantd.store.notify.PushSubscription
+        self.ciba_requests: dict[str, CibaRequest] = {}
+        self.ciba_clients: dict[str, CibaClient] = {}
         self.consents: dict[tuple[str, str], Consent] = {}  # (person_id, client_id) -> consent
 
     def record(self, event: str, grant: Grant, now: int) -> None:

@@ -12,6 +12,7 @@ from grantd.hookspecs import hookimpl
 from grantd.store import StoreError
 from grantd.store.files import open_backup_target
 
+from .ciba import MemoryCiba
 from .data import _Data
 from .notify import MemoryNotify
 from .oauth import MemoryConsents, MemoryDeviceCodes, MemoryOneTime, MemoryRefreshTokens
@@ -45,6 +46,7 @@ class MemoryStore:
         self.onetime = MemoryOneTime(data)
         self.refresh_tokens = MemoryRefreshTokens(data)
         self.device_codes = MemoryDeviceCodes(data)
+        self.ciba = MemoryCiba(data)
         self.consents = MemoryConsents(data)
         self.tlog = MemoryTlog(data)
         self.hosts = MemoryHosts(data)
@@ -85,6 +87,8 @@ class MemoryStore:
             "registrations": data.registrations,
             "refresh_tokens": data.refresh_tokens,
             "device_codes": data.device_codes,
+            "ciba_requests": data.ciba_requests,
+            "ciba_clients": data.ciba_clients,
             # JSON objects have string keys: the pairs keyed ones are stored as lists
             "onetime": [[k, v] for k, v in data.onetime.items()],
             "consents": list(data.consents.values()),

@@ -4,6 +4,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
+from grantd.oauth import ciba_ping
 from grantd.services import agents
 from grantd.web.api.common import body_of, principal_of, services_of
 
@@ -35,9 +36,13 @@ async def get_agent(request: Request, ident: str) -> HTTPResponse:
 async def update_agent(request: Request, ident: str) -> HTTPResponse:
     principal = policy.may_manage_agents(await principal_of(request))
     services = services_of(request)
-    return json(
-        await agents.described(services, await agents.update(services, principal, ident, body_of(request)))
-    )
+    body = body_of(request)
+    ciba = None
+    if "ciba" in body:  # D16: the agent's CIBA delivery mode (grantd.oauth.ciba_ping)
+        found = await agents.find_agent(services, ident)
+        ciba = await ciba_ping.set_agent_ciba(services, found["agent_id"], body.pop("ciba"))
+    answer = await agents.described(services, await agents.update(services, principal, ident, body))
+    return json(answer if ciba is None else {**answer, "ciba": ciba})
 
 
 @bp.delete("/api/admin/agents/<ident:str>", unquote=True)

@@ -6,7 +6,7 @@ from sanic.response import HTTPResponse, json
 from grantd.core import policy
 from grantd.core.principals import Kind
 from grantd.services import agents, sessions
-from grantd.web.api.common import body_of, principal_of, services_of
+from grantd.web.api.common import body_of, principal_of, proof_request, services_of
 
 bp = Blueprint("agents")
 
@@ -36,7 +36,7 @@ async def challenge(request: Request) -> HTTPResponse:
 async def authenticate(request: Request) -> HTTPResponse:
     services, body = services_of(request), body_of(request)
     await services.limits.sign_in(services, request.ctx.client_ip, body, step="authenticate")
-    return json(await agents.authenticate(services, body))
+    return json(await agents.authenticate(services, body, proof_request(request)))
 
 
 @bp.get("/api/me")

@@ -7,10 +7,12 @@ from typing import Any
 from sanic import Request
 from sanic.response import BaseHTTPResponse
 
+from grantd.core import policy
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
-from grantd.services.authn import Credentials, bearer_token
+from grantd.services.authn import Credentials, authorization_token
 from grantd.services.context import Services
+from grantd.services.dpop import ProofRequest
 from grantd.services.sessions import SESSION_COOKIE, secure_cookie, ttl_seconds
 from grantd.web.state import state_of
 
@@ -26,9 +28,21 @@ def services_of(request: Request) -> Services:
 def credentials_of(request: Request) -> Credentials:
     """What the request presented; the authentication chain decides what it proves. The session
     cookie is left out when an Authorization header is present (a bearer request never uses it)."""
-    bearer = bearer_token(request.headers.get("authorization"))
+    scheme, bearer = authorization_token(request.headers.get("authorization"))
     session = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
-    return Credentials(bearer=bearer, client=getattr(request.ctx, "client_ip", None), session=session)
+    return Credentials(
+        bearer=bearer,
+        client=getattr(request.ctx, "client_ip", None),
+        session=session,
+        scheme=scheme,
+        proof=proof_request(request),
+    )
+
+
+def proof_request(request: Request) -> ProofRequest:
+    """The request's DPoP header(s), method and raw path, for grantd.services.dpop (htu is made
+    from the configured issuer and this path, never from the Host header)."""
+    return ProofRequest(tuple(request.headers.getall("dpop", [])), request.method, request.path)
 
 
 async def principal_of(request: Request) -> Principal | None:
@@ -39,7 +53,41 @@ async def principal_of(request: Request) -> Principal | None:
         request.ctx.principal = await services.authn.principal(services, credentials)
         if credentials.session is not None and request.ctx.principal is None:
             request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
+        if request.ctx.principal is not None and request.ctx.principal.act is not None:
+            action = acting_action(request)  # D16: an agent acting for a person
+            policy.refuse_acting_token({"act": request.ctx.principal.act}, action)
     return request.ctx.principal  # type: ignore[no-any-return]
+
+
+# D16: what a request does, in grantd.core.policy's words for tokens with ``act``, by route name
+# (``blueprint.handler``): deciding, delegating and administering; any other route reads or requests.
+ACTING_ROUTES = {
+    "grants.approve": "approve",
+    "grants.deny": "deny",
+    "grants.review": "review",
+    "grants.batch": "approve",
+    "delegations.create": "delegate",
+    "delegations.delete": "delegate",
+    "device.decide": "approve",
+    "oauth.consent": "approve",
+    "audit.hosts": "admin",
+}
+ADMIN_BLUEPRINTS = ("admin", "people_admin")
+
+
+def acting_action(request: Request) -> str:
+    """The action a request is for a token with ``act`` (D16): approve, deny, review, delegate or
+    admin by its route (an unknown route: admin, so a new route is refused until it is named),
+    else read (GET/HEAD) or request."""
+    route = getattr(request, "route", None)
+    name = str(getattr(route, "name", "") or "").split(".", 1)[-1]
+    if not name:
+        return "admin"
+    if name.split(".", 1)[0] in ADMIN_BLUEPRINTS:
+        return "admin"
+    if name in ACTING_ROUTES:
+        return ACTING_ROUTES[name]
+    return "read" if request.method in ("GET", "HEAD") else "request"
 
 
 def set_session_cookie(response: BaseHTTPResponse, services: Services, value: str) -> None:

@@ -6,6 +6,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
+from grantd.oauth import exchange_flow
 from grantd.services import delegations
 from grantd.web.api.common import body_of, principal_of, services_of
 
@@ -15,7 +16,11 @@ bp = Blueprint("delegations")
 @bp.post("/api/delegations")
 async def create(request: Request) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
-    return json(await delegations.create(services_of(request), principal, body_of(request)), status=201)
+    services = services_of(request)
+    answer = await delegations.create(services, principal, body_of(request))
+    # D16: the standard subject token the delegate exchanges at /token (RFC 8693)
+    answer["delegation_token"] = await exchange_flow.delegation_token(services, answer)
+    return json(answer, status=201)
 
 
 @bp.get("/api/delegations")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json as jsonlib
 from typing import Any
 
@@ -114,7 +115,7 @@ async def token(request: Request, grant_id: str) -> HTTPResponse:
 @bp.post("/api/grants/<grant_id:str>/consume", unquote=True)
 async def consume(request: Request, grant_id: str) -> HTTPResponse:
     body_of(request, required=False)
-    return json(await grant_tokens.consume(services_of(request), credentials_of(request).bearer, grant_id))
+    return json(await grant_tokens.consume(services_of(request), credentials_of(request), grant_id))
 
 
 @bp.post("/api/grants/verify")
@@ -187,9 +188,9 @@ class _CredentialCheck:
             return True
         self.checked_at = now
         try:
-            return (
-                await self.services.authn.principal(self.services, credentials_of(self.request)) is not None
-            )
+            # the proof was verified when the stream began; its jti is spent (D16)
+            credentials = dataclasses.replace(credentials_of(self.request), proof_verified=True)
+            return await self.services.authn.principal(self.services, credentials) is not None
         except Problem:
             return False
 

@@ -24,15 +24,18 @@ async def authorization_server_metadata(request: Request) -> HTTPResponse:
     """RFC 8414: the OpenID configuration's members, plus what MCP clients look for."""
     services = services_of(request)
     issuer = services.issuer
-    doc = discovery(issuer)
+    doc = discovery(issuer, services.config.tokens.agent_dpop)
     doc["scopes_supported"] = [*doc["scopes_supported"], *resources.all_scopes(services.config)]
     doc.update(
         {
             "client_id_metadata_document_supported": True,
             "introspection_endpoint": f"{issuer}/introspect",
             "introspection_endpoint_auth_methods_supported": ["client_secret_basic"],
-            "authorization_details_types_supported": [resources.MCP_TOOL_CALL],
-            "dpop_signing_alg_values_supported": ["EdDSA", "ES256"],
+            # grantd_command (CIBA, D16) and mcp_tool_call (D17); DPoP algorithms as the OpenID document says
+            "authorization_details_types_supported": [
+                *doc.get("authorization_details_types_supported", []),
+                resources.MCP_TOOL_CALL,
+            ],
         }
     )
     return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})

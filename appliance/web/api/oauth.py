@@ -20,14 +20,16 @@ from grantd.core import policy
 from grantd.core.errors import Problem, unauthorized
 from grantd.core.fields import json_body
 from grantd.core.principals import Principal
-from grantd.oauth import authorize, mcp_grants, revoke, token
+from grantd.oauth import authorize, ciba_flow, exchange_flow, mcp_grants, revoke, token
+from grantd.oauth.ciba import GRANT_TYPE as CIBA_GRANT
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
+from grantd.oauth.exchange import GRANT_TYPE as EXCHANGE_GRANT
 from grantd.services import sessions
 from grantd.services.authn import access_token_holder
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
-from grantd.web.api.common import principal_of, services_of
+from grantd.web.api.common import principal_of, proof_request, services_of
 from grantd.web.views import error_page, federation_buttons, render, viewer_of
 
 bp = Blueprint("oauth")
@@ -280,7 +282,14 @@ async def token_endpoint(request: Request) -> HTTPResponse:
     try:
         params = params_of(request)
         await count_metadata_fetch(request, params.get("client_id"), basic=True)
-        answer = await token.exchange(services, params, request.headers.get("authorization"))
+        if params.get("grant_type") == CIBA_GRANT:  # D16: its own module (grantd.oauth.ciba_flow)
+            answer = await ciba_flow.token(services, params, proof_request(request))
+        elif params.get("grant_type") == EXCHANGE_GRANT:  # D16: RFC 8693 (grantd.oauth.exchange_flow)
+            answer = await exchange_flow.token(services, params, proof_request(request))
+        else:
+            answer = await token.exchange(
+                services, params, request.headers.get("authorization"), proof_request(request)
+            )
     except OAuthError as exc:
         return oauth_error(exc)
     return json(answer, headers={**NO_STORE, **CORS})

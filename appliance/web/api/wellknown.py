@@ -5,6 +5,7 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from grantd.oauth.discovery import agent_protocol_metadata
 from grantd.web.api.common import services_of
 
 bp = Blueprint("wellknown")
@@ -21,14 +22,16 @@ async def jwks(request: Request) -> HTTPResponse:
 
 @bp.get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request) -> HTTPResponse:
+    services = services_of(request)
     return json(
-        discovery(services_of(request).issuer), headers={"Cache-Control": "public, max-age=3600", **CORS}
+        discovery(services.issuer, services.config.tokens.agent_dpop),
+        headers={"Cache-Control": "public, max-age=3600", **CORS},
     )
 
 
-def discovery(issuer: str) -> dict[str, Any]:
+def discovery(issuer: str, agent_dpop: str) -> dict[str, Any]:
     """The OpenID configuration; RFC 8414's document (grantd.web.api.mcp) adds to it."""
-    return {
+    doc: dict[str, Any] = {
         "issuer": issuer,
         "authorization_endpoint": f"{issuer}/authorize",
         "token_endpoint": f"{issuer}/token",
@@ -84,3 +87,7 @@ def discovery(issuer: str) -> dict[str, Any]:
         "openape_delegations_endpoint": f"{issuer}/api/delegations",
         "openape_grant_types_supported": ["once", "timed", "always"],
     }
+    added, grant_types = agent_protocol_metadata(issuer, agent_dpop)  # D16
+    doc.update(added)
+    doc["grant_types_supported"] += grant_types
+    return doc
