@@ -3,8 +3,9 @@ notification after a decision.
 
 - Settings: ``{mode: "ping", notification_endpoint}`` (checked by grantd.oauth.ciba's rule: https to
   a public address unless ``[ciba] notification_allow`` covers it) or ``{mode: "poll"}`` / null.
-- Delivery: every server process follows the grant events; when a grant made by a ping-mode CIBA
-  request is decided (approved, denied, revoked, expired), the first process to claim it
+- Delivery: the server process that made a ping-mode request follows the grant events until its
+  ping-mode requests have expired (``follow_decisions``); when such a grant is decided (approved,
+  denied, revoked, expired) in any process or node, the first process to claim it
   (``store.onetime`` kind ``ciba-ping``: one winner across processes and nodes) POSTs only
   ``{"auth_req_id": ...}`` with ``Authorization: Bearer <client_notification_token>`` to the
   endpoint, through the SSRF guard: the host is resolved once and every address must be public
@@ -17,6 +18,7 @@ notification after a decision.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from grantd.core.errors import Problem, bad_request
+from grantd.core.errors import bad_request
 from grantd.logs import LOGGER
 from grantd.oauth.ciba import _allowed, check_notification_endpoint
 from grantd.services.clients import MetadataError, public_address, resolve
@@ -39,6 +41,7 @@ log = logging.getLogger(LOGGER)
 DECIDED = frozenset({"grant.approved", "grant.denied", "grant.revoked", "grant.expired"})
 PING_TIMEOUT = 5.0
 PING_KIND = "ciba-ping"
+FOLLOW_CHECK_S = 5.0  # how often a follower with no events looks whether its requests have expired
 
 
 async def set_agent_ciba(services: Services, agent_id: str, value: Any) -> dict[str, Any]:
@@ -155,19 +158,38 @@ async def post_ping(services: Services, url: str, auth_req_id: str, token: str) 
         raise ValueError(f"the endpoint answered {response.status_code}")
 
 
-async def ping_forever(services: Services) -> None:
-    """Follow the grant events of this process's hub and ping after decisions (module docstring)."""
-    async with services.events.subscription("ciba-ping") as sub:
-        while True:
-            event = await sub.queue.get()
+def follow_decisions(services: Services, until_ms: int, grant: dict[str, Any]) -> None:
+    """A ping-mode request was made in this process: follow the grant events until it (and any other
+    made here) has expired, and ping after the decision. Only while such requests are live does a
+    process follow the events: a follower in every process for ever read every event and looked up
+    every decided grant's CIBA requests, a cost on every decision of every grant. A grant decided
+    already (a rule or a delegation approved it at once) is pinged now."""
+    services.ciba_ping_until = max(services.ciba_ping_until, until_ms)
+    task = services.ciba_ping_task
+    if task is None or task.done():
+        services.ciba_ping_task = asyncio.get_running_loop().create_task(_follow(services), name="ciba-ping")
+    if grant.get("status") != "pending":
+        asyncio.get_running_loop().create_task(_deliver_logged(services, grant["id"]))
+
+
+async def _follow(services: Services) -> None:
+    async with services.events.subscription("ciba-ping", internal=True) as sub:
+        while services.clock.now_ms() < services.ciba_ping_until:
+            try:
+                event = await asyncio.wait_for(sub.queue.get(), FOLLOW_CHECK_S)
+            except TimeoutError:
+                continue
             if event is None:
                 return
-            if event["event"] not in DECIDED:
-                continue
-            try:
-                await deliver(services, event["grant_id"])
-            except (TimeoutError, Problem, Exception):  # one failure never ends the pings
-                log.exception("CIBA ping for grant %s failed", event["grant_id"])
+            if event["event"] in DECIDED:
+                await _deliver_logged(services, event["grant_id"])
 
 
-__all__ = ["agent_ciba", "deliver", "kept_for_ping", "ping_forever", "ping_token", "set_agent_ciba"]
+async def _deliver_logged(services: Services, grant_id: str) -> None:
+    try:
+        await deliver(services, grant_id)
+    except Exception:  # one failure never ends the pings
+        log.exception("CIBA ping for grant %s failed", grant_id)
+
+
+__all__ = ["agent_ciba", "deliver", "follow_decisions", "kept_for_ping", "ping_token", "set_agent_ciba"]

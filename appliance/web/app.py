@@ -21,7 +21,6 @@ from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
-from grantd.oauth.ciba_ping import ping_forever
 from grantd.plugin_manager import (
     build_federation_providers,
     build_plugin_manager,
@@ -251,7 +250,6 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             state.notifier = asyncio.get_running_loop().create_task(
                 worker.run_forever(), name="notify-delivery"
             )
-        state.pinger = asyncio.get_running_loop().create_task(ping_forever(services), name="ciba-ping")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -259,7 +257,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         services = state.services
         if services is None:
             return
-        for task in (state.sweeper, state.notifier, state.pinger):
+        for task in (state.sweeper, state.notifier, services.ciba_ping_task):
             if task is not None:
                 task.cancel()
         if services.audit is not None:

@@ -35,7 +35,6 @@ class ProcessState:
     sp_login: SpLogin | None = None  # [sp] enabled: made on the first login (its caches)
     sweeper: asyncio.Task[None] | None = None  # the expiry sweep of this process
     notifier: asyncio.Task[None] | None = None  # the notification delivery worker of this process (D15)
-    pinger: asyncio.Task[None] | None = None  # CIBA ping notifications of this process (D16)
     stopper: Stopper | None = None  # grantd.web.processes: how a signal stops this process
     process_group_watch: asyncio.Task[None] | None = None  # the first process watching the others
     orphan_check: asyncio.Task[None] | None = None  # another process watching for the first one's end

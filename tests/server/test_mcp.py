@@ -87,7 +87,9 @@ def test_authorization_server_metadata_names_what_mcp_clients_need(srv: InProces
     assert "tools:deploy" not in doc["scopes_supported"]  # grant-gated: asked for when challenged
     extended = ("scopes_supported", "authorization_details_types_supported")  # RFC 8414 adds MCP's
     assert all(doc[k] == v for k, v in oidc.items() if k not in extended)
-    assert set(oidc["authorization_details_types_supported"]) < set(doc["authorization_details_types_supported"])
+    assert set(oidc["authorization_details_types_supported"]) < set(
+        doc["authorization_details_types_supported"]
+    )
     # dynamic client registration is not offered (D17: off unless enabled; grantd has none)
     assert "registration_endpoint" not in doc
     # (/register is the page where people register: it takes no POST)
