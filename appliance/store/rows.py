@@ -50,6 +50,14 @@ def grant_row(row: dict[str, Any]) -> Grant:
     return cast(Grant, row)
 
 
+def pinned_event_row(row: Any, event: str, review: dict[str, Any] | None) -> Any:
+    """The row a create's event records: ``grant.created`` also carries the pinned review (D13), so
+    the decision log's leaf holds what the grant's approval must meet (D14)."""
+    if review is None or event != "grant.created":
+        return row
+    return {**row, "pinned_review": review}
+
+
 def vote_row(row: Any) -> Vote:
     vote = {c: row[c] for c in VOTE_COLUMNS}
     vote["management"] = bool(vote["management"])

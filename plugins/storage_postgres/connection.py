@@ -316,6 +316,10 @@ def _event_row(event: str, row: dict[str, Any], now: int) -> tuple[Any, ...]:
         snapshot["request"] = json.loads(snapshot["request"])
     if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
         snapshot["escalation_level"] = row["escalation_level"]
+    if "vote" in row:  # grant.reviewed: the vote it records (D14)
+        snapshot["vote"] = row["vote"]
+    if "pinned_review" in row:  # grant.created: the review its approval must meet (D14)
+        snapshot["pinned_review"] = row["pinned_review"]
     return (event, row["id"], row["requester"], to_json(snapshot), now)
 
 

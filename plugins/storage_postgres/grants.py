@@ -20,7 +20,7 @@ from grantd.store.records import (
     GrantReview,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
+from grantd.store.rows import grant_row, page_rows, pinned_event_row, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
@@ -73,7 +73,10 @@ class PostgresGrants(_Part):
             batch.add(GRANT_INSERT, values)
             if review is not None:
                 batch.add(REVIEW_INSERT, (row["id"], to_json(review)))
-            _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
+            _add_events(
+                batch,
+                [(event, pinned_event_row(row, event, review), int(row["created_at"])) for event in events],
+            )
             batch.plain("COMMIT")
             try:
                 await batch.send()
@@ -111,7 +114,10 @@ class PostgresGrants(_Part):
                 raise Conflict("id") from None
             if review is not None:
                 await cur.execute(REVIEW_INSERT, (row["id"], to_json(review)))
-            await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
+            await _record_events(
+                cur,
+                [(event, pinned_event_row(row, event, review), int(row["created_at"])) for event in events],
+            )
         return cast(Grant, row)
 
     @_nul_finds_nothing(None)
@@ -278,9 +284,16 @@ class PostgresGrants(_Part):
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
         values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
-        row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
-        if row is not None:
-            return "recorded"
+        async with self._db.tx() as cur:
+            # the vote and its grant.reviewed event (D14: every vote is a leaf; live streams see it) in one
+            await cur.execute(VOTE_INSERT, [*values, vote["grant_id"]])
+            if await cur.fetchone() is not None:
+                await cur.execute("SELECT * FROM grants WHERE id = %s", (vote["grant_id"],))
+                grant = dict(await cur.fetchone() or {})
+                await _record_events(
+                    cur, [("grant.reviewed", {**grant, "vote": dict(vote)}, int(vote["at"]))]
+                )
+                return "recorded"
         again = await self._db.one(
             "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
             (vote["grant_id"], vote["email"]),

@@ -21,7 +21,7 @@ from grantd.store.records import (
     GrantReview,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
+from grantd.store.rows import grant_row, page_rows, pinned_event_row, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
@@ -35,6 +35,10 @@ def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now
         snapshot["request"] = json.loads(snapshot["request"])
     if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
         snapshot["escalation_level"] = row["escalation_level"]
+    if "vote" in row:  # grant.reviewed: the vote it records (D14)
+        snapshot["vote"] = row["vote"]
+    if "pinned_review" in row:  # grant.created: the review its approval must meet (D14)
+        snapshot["pinned_review"] = row["pinned_review"]
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
         (event, row["id"], row["requester"], to_json(snapshot), now),
@@ -72,7 +76,7 @@ class SQLiteGrants:
                     (row["id"], to_json(review)),
                 )
             for event in events:
-                _record_event(conn, event, row, int(row["created_at"]))
+                _record_event(conn, event, pinned_event_row(row, event, review), int(row["created_at"]))
         return cast(Grant, row)
 
     @staticmethod
@@ -247,7 +251,7 @@ class SQLiteGrants:
         values = {c: vote[c] for c in VOTE_COLUMNS}  # type: ignore[literal-required]
         values["management"] = 1 if vote["management"] else 0
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
-            found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
+            found = conn.execute("SELECT * FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
             if found is None or found["status"] != "pending":
                 return "decided"
             try:
@@ -257,6 +261,8 @@ class SQLiteGrants:
                 )
             except sqlite3.IntegrityError:
                 return "duplicate"
+            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+            _record_event(conn, "grant.reviewed", {**dict(found), "vote": dict(vote)}, int(vote["at"]))
         return "recorded"
 
     async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:

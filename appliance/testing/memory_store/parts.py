@@ -22,6 +22,7 @@ from grantd.store.records import (
     SigningKey,
     Vote,
 )
+from grantd.store.rows import pinned_event_row
 from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
@@ -242,7 +243,7 @@ class MemoryGrants:
                     "escalation_level": 0,
                 }
             for event in events:
-                self._d.record(event, row, row["created_at"])
+                self._d.record(event, pinned_event_row(row, event, review), row["created_at"])  # type: ignore[arg-type]
         return copy.deepcopy(row)
 
     async def review_of(self, grant_id: str) -> GrantReview | None:
@@ -268,6 +269,8 @@ class MemoryGrants:
             if any(v["email"] == vote["email"] for v in votes):
                 return "duplicate"
             votes.append(copy.deepcopy(vote))
+            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+            self._d.record("grant.reviewed", {**grant, "vote": dict(vote)}, int(vote["at"]))  # type: ignore[typeddict-unknown-key]
             return "recorded"
 
     async def escalate_if(self, grant_id: str, seen: int, level: int, now: int) -> bool:
