@@ -40,8 +40,9 @@ REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json) VALUES (%s, %
 VOTE_INSERT = (
     f"INSERT INTO grant_votes ({_cols(VOTE_COLUMNS)}) SELECT {', '.join(['%s'] * len(VOTE_COLUMNS))} "  # noqa: S608 - fixed columns
     "WHERE EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE) "
-    "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq"
+    "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq, grant_id"
 )
+VOTE_WITH_GRANT = f"WITH v AS ({VOTE_INSERT}) SELECT g.* FROM grants g JOIN v ON g.id = v.grant_id"  # noqa: S608 - fixed text
 GRANT_INSERT = (
     f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
 )
@@ -284,16 +285,19 @@ class PostgresGrants(_Part):
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
         values = [vote[c] for c in VOTE_COLUMNS]  # type: ignore[literal-required]
-        async with self._db.tx() as cur:
-            # the vote and its grant.reviewed event (D14: every vote is a leaf; live streams see it) in one
-            await cur.execute(VOTE_INSERT, [*values, vote["grant_id"]])
-            if await cur.fetchone() is not None:
-                await cur.execute("SELECT * FROM grants WHERE id = %s", (vote["grant_id"],))
-                grant = dict(await cur.fetchone() or {})
-                await _record_events(
-                    cur, [("grant.reviewed", {**grant, "vote": dict(vote)}, int(vote["at"]))]
-                )
+        # Two round trips, as update_if: BEGIN and the vote (returning its grant's row); then its
+        # grant.reviewed event (D14: every vote is a leaf; live streams see it) and COMMIT.
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(VOTE_WITH_GRANT, [*values, vote["grant_id"]])
+            grant = await batch.send()
+            if grant is not None:
+                _add_events(batch, [("grant.reviewed", {**grant, "vote": dict(vote)}, int(vote["at"]))])
+                batch.plain("COMMIT")
+                await batch.send()
                 return "recorded"
+            batch.plain("ROLLBACK")
+            await batch.send()
         again = await self._db.one(
             "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
             (vote["grant_id"], vote["email"]),
