@@ -21,7 +21,15 @@ from grantd.store.records import (
     GrantReview,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, pinned_event_row, review_row, to_json, vote_row
+from grantd.store.rows import (
+    event_json,
+    grant_row,
+    page_rows,
+    pinned_event_row,
+    review_row,
+    to_json,
+    vote_row,
+)
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
@@ -30,18 +38,9 @@ from .connection import _Database
 def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
     """One grant event, in the caller's transaction; ``seq`` grows in commit order (BEGIN IMMEDIATE
     serialises writers, AUTOINCREMENT never reuses a number)."""
-    snapshot = {k: row[k] for k in GRANT_COLUMNS}
-    if isinstance(snapshot["request"], str):
-        snapshot["request"] = json.loads(snapshot["request"])
-    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
-        snapshot["escalation_level"] = row["escalation_level"]
-    if "vote" in row:  # grant.reviewed: the vote it records (D14)
-        snapshot["vote"] = row["vote"]
-    if "pinned_review" in row:  # grant.created: the review its approval must meet (D14)
-        snapshot["pinned_review"] = row["pinned_review"]
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
-        (event, row["id"], row["requester"], to_json(snapshot), now),
+        (event, row["id"], row["requester"], event_json(row, GRANT_COLUMNS), now),
     )
 
 
