@@ -45,6 +45,8 @@ from grantd.config import Config
 from grantd.logs import LOGGER
 from grantd.web.api import metrics as metrics_api
 from grantd.web.app import StartupError, create_app_from_path, describe_startup_error, is_frozen, preflight
+from grantd.web.children import die_with_parent as _die_with_parent
+from grantd.web.children import log_failure as _log_failure
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
 
@@ -388,19 +390,6 @@ def separate_sequencer(config: Config) -> bool:
     return config.audit.sequencer == "process" and not is_frozen()
 
 
-def _die_with_parent(parent: int) -> None:
-    """SIGTERM from the kernel when the first process dies (Linux); checked once against a parent
-    that died before this ran."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        sys.exit(0)
-
-
 def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     """One of the other server processes: the app of ``config_path`` on the inherited socket."""
     import asyncio
@@ -429,23 +418,6 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
         )
 
     Sanic.serve_single(primary=app)
-
-
-def _log_failure(config_path: str, message: str) -> None:
-    """One error line, as the server's logs are written (text or JSON), for a process that failed
-    before its app configured logging; the first process then stops the server."""
-    import logging.config
-
-    from grantd.logs import log_config
-
-    try:
-        from grantd.config import load
-
-        fmt = load(config_path).log.format
-    except Exception:  # noqa: BLE001 - the config the first process loaded; text if even that fails now
-        fmt = "text"
-    logging.config.dictConfig(log_config("INFO", fmt))
-    log.error("server process cannot start: %s", message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
-    from grantd.web.processes import _die_with_parent, _log_failure
+    from grantd.web.children import die_with_parent, log_failure
 
-    _die_with_parent(args.parent)
+    die_with_parent(args.parent)
     try:
         import logging.config
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.config.dictConfig(log_config(config.log.level, config.log.format))
         asyncio.run(_run(args.config, args.parent))
     except Exception as exc:  # noqa: BLE001 - one error line; the first process starts another
-        _log_failure(args.config, f"decision log sequencer: {exc!r}")
+        log_failure(args.config, f"decision log sequencer: {exc!r}")
         return 1
     return 0
 
