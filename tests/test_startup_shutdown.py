@@ -321,12 +321,18 @@ def _children(pid: int, *, sequencer: bool = False) -> list[int]:
     """Live child server processes of ``pid``, from /proc (no procps needed); with ``sequencer``, the
     decision log's sequencer process instead (grantd.web.sequencer)."""
     found = []
+    try:
+        parent_command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return found
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             command = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue  # ended meanwhile
+        if command == parent_command:
+            continue  # forked, not yet exec'd: what it becomes is not known yet
         if fields[1] == str(pid) and fields[0] != "Z" and (b"grantd.web.sequencer" in command) == sequencer:
             found.append(int(stat.parent.name))
     return found

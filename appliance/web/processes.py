@@ -442,7 +442,8 @@ if __name__ == "__main__":
 
 
 def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
-    """The first process starts the sequencer process with its server and replaces it if it exits."""
+    """The first process starts the sequencer process once its server started (and its stop signals
+    are handled), replaces it if it exits, and stops it after the server (``serve``'s ``finally``)."""
     import asyncio
 
     async def watch() -> None:
@@ -452,6 +453,9 @@ def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
 
     @app.after_server_start
     async def start_watching(app: Sanic) -> None:
+        # Started here, once this process's stop signals are handled (Stopper takes them first): a
+        # SIGTERM before that ends this process at once, and no child of it is running yet.
+        sequencer.start()
         state_of(app).sequencer_watch = asyncio.get_running_loop().create_task(
             watch(), name="grantd-sequencer-watch"
         )
@@ -512,8 +516,6 @@ def serve(config: Config, *, checked: bool = False) -> None:
             return
         if group is not None:
             group.start()
-        if sequencer is not None:
-            sequencer.start()
         Sanic.serve_single(primary=app)
         if group is not None and group.failed:
             raise StartupError(group.failed)
