@@ -346,6 +346,9 @@ def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp
         assert srv.proc is not None
         [sequencer] = _wait_for(lambda: _children(srv.proc.pid, sequencer=True), 30, srv.log())
         _wait_for(lambda: httpx.get(f"{srv.url}/api/audit/checkpoint").status_code == 200, 10, srv.log())
+        # the lease holder ("host:pid:nonce") is that process, not one that serves requests
+        [[holder]] = pg.server_sql(srv.directory, "SELECT holder FROM tlog_state")
+        assert int(holder.split(":")[1]) == sequencer, (holder, sequencer)
         os.kill(sequencer, signal.SIGKILL)
         _wait_for(
             lambda: "sequencer process (pid" in srv.log() and "starting another" in srv.log(), 10, srv.log()
