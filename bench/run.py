@@ -57,6 +57,7 @@ from bench.server import (  # noqa: E402
     management_token,
     postgres_module,
     restart_profiled,
+    sequencer_cpu_seconds,
     start_deployment,
     tree_cpu_seconds,
 )
@@ -131,6 +132,8 @@ class OpResult:
     errors: int
     peak_rss_mib: float  # summed RSS of every node's process tree
     server_cpu_ms: float | None  # CPU (user + system) of every grantd process per correct operation
+    serving_cpu_ms: float | None  # the same without the decision log's sequencer process (issue 23)
+    sequencer_cpu_ms: float | None  # the sequencer process alone, per correct operation
     postgres_cpu_ms: float | None  # the same for PostgreSQL's processes (None on SQLite)
     postgres_peak_mib: float | None  # summed PSS of PostgreSQL's processes (shared buffers counted once)
     server_cpu_cores: float  # mean CPU cores the grantd processes kept busy
@@ -161,6 +164,7 @@ class CpuUse:
     server: float
     postgres: float
     machine: float
+    sequencer: float = 0.0  # part of `server`: the decision log's sequencer process
 
     @classmethod
     def read(cls, deployment: Deployment) -> CpuUse:
@@ -168,11 +172,15 @@ class CpuUse:
             tree_cpu_seconds(deployment.server_roots()),
             tree_cpu_seconds(deployment.postgres_roots()),
             machine_busy_seconds(),
+            sequencer_cpu_seconds(deployment.server_roots()),
         )
 
     def __sub__(self, before: CpuUse) -> CpuUse:
         return CpuUse(
-            self.server - before.server, self.postgres - before.postgres, self.machine - before.machine
+            self.server - before.server,
+            self.postgres - before.postgres,
+            self.machine - before.machine,
+            self.sequencer - before.sequencer,
         )
 
 
@@ -215,6 +223,8 @@ def summarize(
         errors=sum(tally.errors.values()),
         peak_rss_mib=round(peak_mib, 1),
         server_cpu_ms=per_operation_ms(cpu.server, len(latencies)),
+        serving_cpu_ms=per_operation_ms(cpu.server - cpu.sequencer, len(latencies)),
+        sequencer_cpu_ms=per_operation_ms(cpu.sequencer, len(latencies)),
         postgres_cpu_ms=per_operation_ms(cpu.postgres, len(latencies))
         if setup.storage == "postgres"
         else None,
@@ -406,6 +416,26 @@ def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: An
     )
 
 
+def wait_for_log(url: str, timeout: float = 120.0) -> None:
+    """Issue 23: let the decision log integrate what the preparation wrote (the size of the newest
+    signed checkpoint stops growing) so the measurement does not also pay for that backlog. A server
+    without the log (an older --baseline) answers 404: nothing to wait for."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    last = -1
+    with httpx.Client(timeout=5) as http:
+        while time.monotonic() < deadline:
+            r = http.get(f"{url}/api/audit/checkpoint")
+            if r.status_code == 404:
+                return
+            size = int(r.text.split("\n")[1]) if r.status_code == 200 else -1
+            if size == last and size >= 0:
+                return
+            last = size
+            time.sleep(1.0)  # longer than a sequencer step (200 ms) and the signing after it
+
+
 def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[OpResult]:
     results: list[OpResult] = []
     measured: dict[str, float] = {}
@@ -418,13 +448,15 @@ def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[O
             with client_processes(args.client_procs) as executor:
                 for op in args.ops:
                     items = prepare_pool(server, op, agents, pool_size(op, args, measured))
+                    wait_for_log(server.url)
                     log(f"  {op}: {args.duration:g} s with {args.clients} clients")
                     result = measure(op, deployment, setup, agents, items, args, executor)
                     measured[op] = result.rate
                     results.append(result)
                     log(
                         f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors, "
-                        f"{_cell(result.server_cpu_ms, 2)} ms grantd CPU per answer"
+                        f"{_cell(result.server_cpu_ms, 2)} ms grantd CPU per answer "
+                        f"({_cell(result.serving_cpu_ms, 2)} serving, {_cell(result.sequencer_cpu_ms, 2)} log sequencer)"
                     )
         finally:
             deployment.stop()

@@ -256,6 +256,28 @@ def tree_cpu_seconds(roots: list[int]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def sequencer_cpu_seconds(roots: list[int]) -> float:
+    """CPU time of the decision log's sequencer processes under `roots` (issue 23: `grantd serve`
+    integrates the log in a process of its own, grantd.web.sequencer): the rest of the tree is the
+    processes that serve requests."""
+    tree = _children_by_parent()
+    ticks = 0
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        todo.extend(tree.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if b"grantd.web.sequencer" not in cmdline.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(x) for x in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def machine_busy_seconds() -> float:
     """CPU time all cores have spent not idle since boot (the first line of /proc/stat)."""
     with open("/proc/stat") as stat:

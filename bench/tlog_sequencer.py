@@ -1,6 +1,6 @@
 """Does the wired sequencer keep up with 2,000 events a second (issue 23)? In this process, on a real
-SQLite file: write N grants, each with its grant.created and grant.approved events (as the grants
-service writes them, in the grant's own transaction), then let ``grantd.services.audit.AuditLog``
+SQLite file: write N grants, each with its grant.created, grant.reviewed (the vote) and grant.approved
+events (as the grants service writes them, each in its own transaction), then let ``grantd.services.audit.AuditLog``
 integrate them step by step (lease, read events, encode leaves, append leaves and nodes in one
 transaction, sign a consistent checkpoint) and report events integrated per second of wall and CPU time.
 
@@ -20,6 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grantd.core.clock import SYSTEM_CLOCK  # noqa: E402
+from grantd.core.lifecycle import grant_lapse  # noqa: E402
 from grantd.plugins.storage_sqlite import SQLiteStore  # noqa: E402
 from grantd.services.audit import AuditLog  # noqa: E402
 
@@ -52,14 +53,39 @@ def grant(i: int, now: int) -> dict:
     }
 
 
+def vote(i: int, now: int) -> dict:
+    return {
+        "grant_id": f"gr_{i:08d}",
+        "email": "alice@example.com",
+        "voter_id": "prs_alice",
+        "decision": "approve",
+        "via": "api",
+        "at": now,
+        "reason": None,
+        "grant_type": None,
+        "duration": None,
+        "management": False,
+    }
+
+
 async def main(count: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = SQLiteStore(Path(directory) / "bench.db")
         await store.migrate()
         now = SYSTEM_CLOCK.now_ms()
-        for i in range(count):
-            await store.grants.create(grant(i, now), ["grant.created", "grant.approved"])  # type: ignore[arg-type]
-        events = count * 2
+        lapse = grant_lapse(now, 48 * 3600)
+        for i in range(count):  # as the grants service writes them: created, the vote, the outcome
+            await store.grants.create({**grant(i, now), "status": "pending"}, ["grant.created"])  # type: ignore[arg-type,typeddict-item]
+            await store.grants.add_vote(vote(i, now))  # type: ignore[arg-type]
+            await store.grants.update_if(
+                f"gr_{i:08d}",
+                expect=("pending",),
+                changes={"status": "approved", "decided_by": "alice@example.com", "decided_at": now},
+                event="grant.approved",
+                lapse=lapse,
+                now=now,
+            )
+        events = count * 3
         log = AuditLog(store, SYSTEM_CLOCK, "bench.example/grantd", "admin@example.com")
         await log.ensure_key()
         wall, cpu = time.perf_counter(), time.process_time()

@@ -198,6 +198,14 @@ SCHEMA: dict[str, dict[str, Key]] = {
             minimum=10,
             maximum=10_000,
         ),
+        "sequencer": Key(
+            str,
+            "process",
+            'Where `grantd serve` integrates the log: "process" (a process of its own beside the server '
+            'processes, so serving requests carries none of the log\'s work) or "inline" (a background '
+            "task in every server process; the lease holder works).",
+            choices=("process", "inline"),
+        ),
     },
     "storage": {
         "plugin": Key(str, "sqlite", "Storage plugin name (see `grantd plugins`)."),

@@ -68,6 +68,7 @@ class AuditSection:
 
     origin: str | None
     sequencer_interval_ms: int
+    sequencer: str
 
 
 @dataclass(frozen=True)

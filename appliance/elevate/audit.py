@@ -48,6 +48,13 @@ class Audit:
         if self.fd is not None:
             self._line({"event": "exit", **extra, "result": result, "reason": reason})
 
+    def host_key_made(self, path: str, public_line: str) -> None:
+        """``--init-host`` made the host key: one line (event "host_key") naming the caller."""
+        if self.fd is not None:
+            self._line(
+                {"event": "host_key", "result": "created", "host_key": path, "public_key": public_line}
+            )
+
     def _line(self, fields: dict[str, Any]) -> None:
         assert self.fd is not None
         line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), **self.record, **fields}

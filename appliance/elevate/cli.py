@@ -151,10 +151,9 @@ def _elevate(
             file=sys.stderr,
             flush=True,
         )
-    if args.init_host and through_sudo():
-        # The sudoers rule lets every local user run `grantd elevate ...`: making the host's
-        # identity (which turns receipts on) is for root itself.
-        raise config_error("--init-host is for root only, not through sudo")
+    # --init-host through sudo is allowed (issue 23): `sudo grantd elevate --init-host` is how an
+    # administrator runs it. What it makes stays root's alone (a 0600 root-owned key in a root-owned
+    # folder, never overwritten); a caller learns only the public line, and the audit log names them.
     _, sudo_uid, _ = caller_ids()
     if sudo_uid not in (None, 0) and os.path.dirname(os.path.abspath(config_path)) != os.path.dirname(
         DEFAULT_CONFIG
@@ -170,7 +169,7 @@ def _elevate(
     audit.record["host"] = cfg.host
     if args.init_host or args.flush_receipts:
         audit.written = True  # not an attempt
-        return _init_host(cfg) if args.init_host else _flush(cfg)
+        return _init_host(cfg, audit) if args.init_host else _flush(cfg)
     if args.check_config:
         plugin_manager(cfg)
         receipts = check_receipt_config(cfg)  # host key, spool: a bad one is a config error
@@ -296,11 +295,13 @@ def _elevate(
     )
 
 
-def _init_host(cfg: Any) -> int:
+def _init_host(cfg: Any, audit: Audit) -> int:
     """--init-host: make the host key and print its public line (to enrol with POST /api/hosts)."""
     from grantd.elevate.hostkey import init_host
 
-    print(init_host(cfg), flush=True)
+    line = init_host(cfg)
+    audit.host_key_made(cfg.host_key, line)  # who made this host's identity (root, or who ran sudo)
+    print(line, flush=True)
     print(
         json.dumps(
             {

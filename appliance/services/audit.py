@@ -32,6 +32,8 @@ from urllib.parse import urlsplit
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, conflict, forbidden, not_found, unauthorized
 from grantd.core.principals import Kind, Principal
+from grantd.core.review import ReviewConfig
+from grantd.core.review.evaluate import loaded_policy_hash
 from grantd.core.tlog import leaves as L
 from grantd.core.tlog.merkle import (
     CompactRange,
@@ -119,6 +121,7 @@ def grant_event_leaves(
 
     if kind == "grant.created":
         request = _safe(grant.get("request") or {})
+        review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
         made.append(
             L.grant_created(
                 nxt(),
@@ -128,6 +131,10 @@ def grant_event_leaves(
                 request=request,
                 cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
                 grant_type=str(grant["grant_type"]),
+                review=_safe(review) if isinstance(review, dict) else None,
+                policy_hash=str(review["policy_hash"])
+                if isinstance(review, dict) and review.get("policy_hash")
+                else None,
             )
         )
     elif kind in ("grant.approved", "grant.denied"):
@@ -146,8 +153,8 @@ def grant_event_leaves(
                     reason=str(grant.get("decision_reason") or ""),
                 )
             )
-        else:
-            via = "delegation" if grant.get("delegation_id") else "api"
+        elif grant.get("delegation_id"):
+            # a delegation that approved at creation: no vote row was written, so log its vote here
             made.append(
                 L.grant_reviewed(
                     nxt(),
@@ -155,10 +162,10 @@ def grant_event_leaves(
                     actor,
                     gid,
                     decision=decision,
-                    via=via,
-                    reason=grant.get("decision_reason") if decision == "deny" else None,
+                    via="delegation",
                 )
             )
+        # else: a vote decided it, and every vote is a grant.reviewed event of its own (logged before)
         if kind == "grant.approved":
             made.append(
                 L.grant_approved(
@@ -194,20 +201,18 @@ def grant_event_leaves(
         made.append(make(nxt(), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.used":
         made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
-    elif kind == "grant.reviewed" and isinstance(grant.get("approvals"), list) and grant["approvals"]:
-        # the approval-policy engine's vote (D13): the newest entry of the grant's approvals
-        vote = max(
-            (a for a in grant["approvals"] if isinstance(a, dict)), key=lambda a: int(a.get("at") or 0)
-        )
+    elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
+        vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
+        decision = str(vote["decision"])
         made.append(
             L.grant_reviewed(
                 nxt(),
                 ts,
-                _person(str(vote.get("sub") or ""), management_identity),
+                _person(str(vote.get("email") or ""), management_identity),
                 gid,
-                decision="approve",
+                decision=decision,
                 via=str(vote.get("via") or "api"),
-                req=str(vote["requirement"]) if vote.get("requirement") else None,
+                reason=str(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
             )
         )
     elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
@@ -314,6 +319,20 @@ class AuditLog:
             await self.store.tlog.add_first_key(
                 _key_record(Signer.generate(self.origin), self.clock.now_ms())
             )
+
+    async def log_policies(self, review: ReviewConfig | None) -> bool:
+        """``policy.loaded`` (D14) when the approval policies this process runs with are not the ones
+        the log recorded last (at start; one winner among processes starting together)."""
+        digest, ids = loaded_policy_hash(review)
+        event = AuditEvent(
+            seq=0,
+            kind="policy.loaded",
+            grant_id=None,
+            actor={"kind": "system"},
+            data={"policy_hash": digest, "policy_ids": ids},
+            created_at=self.clock.now_ms(),
+        )
+        return await self.store.tlog.policy_loaded(event)
 
     async def rotate_key(self) -> str:
         """A new log key signs from now on; the old public key stays listed (``/api/audit/key``)."""

@@ -12,6 +12,7 @@ import pluggy
 from grantd.config import Config
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.lifecycle import Lapse, delegation_lapse, grant_lapse
+from grantd.core.review import ReviewConfig
 from grantd.notify import configured_channels
 from grantd.plugin_manager import FederationProvider, build_federation_providers, storage_factory
 from grantd.services.audit import AuditLog, origin_of
@@ -103,6 +104,8 @@ async def open_services(
         config.audit.sequencer_interval_ms,
     )
     await audit.ensure_key()
+    review = config.extra.get("review")
+    await audit.log_policies(review if isinstance(review, ReviewConfig) else None)
     return Services(
         config=config,
         clock=clock,

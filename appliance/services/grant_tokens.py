@@ -89,7 +89,16 @@ async def consume(services: Services, credentials: Credentials, grant_id: str) -
     if status != "approved":
         return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
     if grant["grant_type"] != "once":
-        return {"status": "valid", "grant": reader.view(grant)}
+        # every use is a decision the log keeps (D14 ``grant.used``): one event in a conditional write,
+        # so a grant revoked or lapsed since the read above is refused, never logged as used
+        used = await services.store.grants.update_if(
+            grant_id, expect=("approved",), changes={}, event="grant.used", lapse=reader.lapse, now=reader.now
+        )
+        if used is None:
+            latest = await services.store.grants.get(grant_id)
+            status = reader.status(latest) if latest else "revoked"
+            return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
+        return {"status": "valid", "grant": reader.view(used)}
     updated = await services.store.grants.update_if(
         grant_id,
         expect=("approved",),

@@ -30,6 +30,22 @@ def to_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def event_json(row: dict[str, Any], columns: Any) -> str:
+    """A grant event's snapshot as stored JSON: the grant's columns, and what the event announces
+    (``escalation_level``, ``vote``, ``pinned_review``). A request still in its stored JSON text is
+    spliced in as it is, not parsed and written again (the grant write path pays for every event:
+    issue 23); readers parse the whole either way."""
+    snapshot = {k: row[k] for k in columns}
+    for extra in ("escalation_level", "vote", "pinned_review"):
+        if extra in row:
+            snapshot[extra] = row[extra]
+    request = snapshot.pop("request")
+    if isinstance(request, str):
+        return to_json(snapshot)[:-1] + ',"request":' + request + "}"
+    snapshot["request"] = request
+    return to_json(snapshot)
+
+
 def fold(value: Any) -> Any:
     """Case folding for search, the same in SQL as in Python (SQLite's lower() is ASCII-only)."""
     return value.casefold() if isinstance(value, str) else value
@@ -48,6 +64,14 @@ def key_row(row: dict[str, Any]) -> SigningKey:
 def grant_row(row: dict[str, Any]) -> Grant:
     row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
     return cast(Grant, row)
+
+
+def pinned_event_row(row: Any, event: str, review: dict[str, Any] | None) -> Any:
+    """The row a create's event records: ``grant.created`` also carries the pinned review (D13), so
+    the decision log's leaf holds what the grant's approval must meet (D14)."""
+    if review is None or event != "grant.created":
+        return row
+    return {**row, "pinned_review": review}
 
 
 def vote_row(row: Any) -> Vote:

@@ -123,6 +123,11 @@ class TlogStore(Protocol):
 
     async def events_after(self, seq: int, limit: int) -> list[AuditEvent]: ...
 
+    async def policy_loaded(self, event: AuditEvent) -> bool:
+        """Record ``event`` (a ``policy.loaded`` audit event) unless the newest ``policy.loaded`` event
+        carries the same ``data.policy_hash``; one transaction, one winner among processes and nodes
+        starting together. True when it was recorded."""
+
 
 @runtime_checkable
 class HostStore(Protocol):

@@ -409,3 +409,56 @@ async def test_escalate_if_has_exactly_one_winner_per_level(store):
         ("grant.escalated", 3, NOW + 1),
     ]
     assert all(e["grant_id"] == "g1" and e["grant"]["status"] == "pending" for e in events)
+
+
+async def test_every_recorded_vote_is_a_grant_event_with_the_vote(store):
+    """D14: every vote, final or not, is a ``grant.reviewed`` event in the vote's own transaction (a
+    leaf of the decision log; live streams see it); a refused vote records nothing."""
+    await store.grants.create(grant("g1"), [], review={"policy_ids": ["p"]})
+    start = await store.grants.last_event_seq()
+    assert await store.grants.add_vote(_vote("a@example.com", reason="ok")) == "recorded"
+    assert await store.grants.add_vote(_vote("a@example.com")) == "duplicate"
+    assert await store.grants.add_vote(_vote("b@example.com", grant_id="nope")) == "decided"
+    events = await store.grants.events_after(start, 10)
+    assert [(e["event"], e["grant_id"], e["created_at"]) for e in events] == [("grant.reviewed", "g1", NOW)]
+    vote = events[0]["grant"]["vote"]
+    assert (vote["email"], vote["decision"], vote["via"], vote["reason"]) == (
+        "a@example.com",
+        "approve",
+        "api",
+        "ok",
+    )
+    assert events[0]["grant"]["status"] == "pending"
+
+
+async def test_grant_created_carries_the_pinned_review(store):
+    review = {"policy_ids": ["prod-root"], "policy_hash": "sha256:ab", "requirements": []}
+    start = await store.grants.last_event_seq()
+    await store.grants.create(grant("g1"), ["grant.created"], review=review)
+    await store.grants.create(grant("g2"), ["grant.created"])
+    events = await store.grants.events_after(start, 10)
+    assert events[0]["grant"]["pinned_review"] == review
+    assert "pinned_review" not in events[1]["grant"]
+
+
+async def test_a_use_is_an_event_only_while_the_grant_is_usable(store):
+    """``grant.used`` (a timed/always consume) is a conditional write with no change but the event."""
+    await store.grants.create(grant("g1", status="approved", grant_type="timed"), [])
+    start = await store.grants.last_event_seq()
+    used = await store.grants.update_if(
+        "g1", expect=("approved",), changes={}, event="grant.used", lapse=lapse(NOW), now=NOW
+    )
+    assert used is not None and used["status"] == "approved"
+    await store.grants.update_if(
+        "g1",
+        expect=("approved",),
+        changes={"status": "revoked"},
+        event="grant.revoked",
+        lapse=lapse(NOW),
+        now=NOW,
+    )
+    again = await store.grants.update_if(
+        "g1", expect=("approved",), changes={}, event="grant.used", lapse=lapse(NOW), now=NOW
+    )
+    assert again is None
+    assert [e["event"] for e in await store.grants.events_after(start, 10)] == ["grant.used", "grant.revoked"]

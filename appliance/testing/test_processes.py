@@ -312,7 +312,10 @@ async def test_twenty_concurrent_votes_finalise_once_across_processes(target, po
         assert stored["status"] == "approved"
         winner = next(email for email, outcome in results if outcome == "won")
         assert stored["decided_by"] == winner and winner in emails
-        assert [e["event"] for e in await store.grants.events_after(0, 100)] == ["grant.approved"]
+        events = await store.grants.events_after(0, 100)
+        # every recorded vote is one grant.reviewed event (D14), then the one outcome
+        assert [e["event"] for e in events] == ["grant.reviewed"] * len(votes) + ["grant.approved"]
+        assert sorted(e["grant"]["vote"]["email"] for e in events[:-1]) == sorted(emails)
     finally:
         store.close()
 

@@ -260,3 +260,30 @@ async def test_agent_changes_record_their_events_in_their_transaction(store):
         events[0]["data"]["public_key"] == enrolled["public_key"]
         and events[1]["data"]["public_key"] == "ssh-ed25519 NEW"
     )
+
+
+def _policy_event(digest: str, at: int = NOW) -> AuditEvent:
+    return AuditEvent(
+        seq=0,
+        kind="policy.loaded",
+        grant_id=None,
+        actor={"kind": "system"},
+        data={"policy_hash": digest, "policy_ids": ["p"]},
+        created_at=at,
+    )
+
+
+async def test_policy_loaded_only_when_the_hash_differs_from_the_last_one(store):
+    """D14 ``policy.loaded``: processes starting together with the same policies record one event;
+    the same hash again nothing; another hash one more; going back to the first one more again."""
+    results = await asyncio.gather(*(store.tlog.policy_loaded(_policy_event("sha256:a")) for _ in range(8)))
+    assert results.count(True) == 1
+    assert await store.tlog.policy_loaded(_policy_event("sha256:a")) is False
+    assert await store.tlog.policy_loaded(_policy_event("sha256:b")) is True
+    assert await store.tlog.policy_loaded(_policy_event("sha256:a")) is True
+    events = await store.tlog.events_after(0, 10)
+    assert [(e["kind"], e["data"]["policy_hash"]) for e in events] == [
+        ("policy.loaded", "sha256:a"),
+        ("policy.loaded", "sha256:b"),
+        ("policy.loaded", "sha256:a"),
+    ]

@@ -239,7 +239,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         assert services is not None  # opened before the server starts
         services.store.serving()
         services.events.start()
-        if services.audit is not None:
+        if services.audit is not None and state.inline_sequencer:
             services.audit.start()
         state.sweeper = asyncio.get_running_loop().create_task(
             _sweep_forever(services), name="expiry-sweeper"

@@ -45,6 +45,9 @@ from grantd.config import Config
 from grantd.logs import LOGGER
 from grantd.web.api import metrics as metrics_api
 from grantd.web.app import StartupError, create_app_from_path, describe_startup_error, is_frozen, preflight
+from grantd.web.children import die_with_parent as _die_with_parent
+from grantd.web.children import log_failure as _log_failure
+from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
 
 log = logging.getLogger(LOGGER)
@@ -381,17 +384,10 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
 
 
 # -- the other processes -------------------------------------------------------------------------------
-def _die_with_parent(parent: int) -> None:
-    """SIGTERM from the kernel when the first process dies (Linux); checked once against a parent
-    that died before this ran."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:
-        sys.exit(0)
+def separate_sequencer(config: Config) -> bool:
+    """``[audit] sequencer = "process"``: the log is integrated by a process of its own, not by the
+    server processes (the bundle, which cannot start a module, keeps it inline)."""
+    return config.audit.sequencer == "process" and not is_frozen()
 
 
 def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
@@ -400,6 +396,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
 
     _die_with_parent(parent)
     app = create_app_from_path(config_path)
+    state_of(app).inline_sequencer = not separate_sequencer(state_of(app).config)
     sock = socket.socket(fileno=fd)
     app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
     stopper = Stopper(app, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
@@ -423,23 +420,6 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     Sanic.serve_single(primary=app)
 
 
-def _log_failure(config_path: str, message: str) -> None:
-    """One error line, as the server's logs are written (text or JSON), for a process that failed
-    before its app configured logging; the first process then stops the server."""
-    import logging.config
-
-    from grantd.logs import log_config
-
-    try:
-        from grantd.config import load
-
-        fmt = load(config_path).log.format
-    except Exception:  # noqa: BLE001 - the config the first process loaded; text if even that fails now
-        fmt = "text"
-    logging.config.dictConfig(log_config("INFO", fmt))
-    log.error("server process cannot start: %s", message)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="grantd-server-process", description="one of `grantd serve`'s processes (internal)"
@@ -461,6 +441,32 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
+def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
+    """The first process starts the sequencer process once its server started (and its stop signals
+    are handled), replaces it if it exits, and stops it after the server (``serve``'s ``finally``)."""
+    import asyncio
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(SUPERVISE_EVERY)
+            sequencer.check()
+
+    @app.after_server_start
+    async def start_watching(app: Sanic) -> None:
+        # Started here, once this process's stop signals are handled (Stopper takes them first): a
+        # SIGTERM before that ends this process at once, and no child of it is running yet.
+        sequencer.start()
+        state_of(app).sequencer_watch = asyncio.get_running_loop().create_task(
+            watch(), name="grantd-sequencer-watch"
+        )
+
+    @app.before_server_stop
+    async def stop_watching(app: Sanic) -> None:
+        task = state_of(app).sequencer_watch
+        if task is not None:
+            task.cancel()
+
+
 def serve(config: Config, *, checked: bool = False) -> None:
     """Run the server until SIGTERM/SIGINT. ``checked``: ``preflight`` already ran (grantd serve
     runs it before its banner); otherwise it runs here. With ``workers`` > 1 this process is the
@@ -475,9 +481,13 @@ def serve(config: Config, *, checked: bool = False) -> None:
     metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
     early = None if single else EarlyStop()
     group = None
+    sequencer = SequencerProcess(str(config.path)) if separate_sequencer(config) else None
     grace = float(config.server.graceful_shutdown_timeout)
     try:
         app = create_app_from_path(str(config.path))
+        if sequencer is not None:
+            state_of(app).inline_sequencer = False
+            watch_sequencer(app, sequencer)
         if single:
             app.prepare(
                 host=config.server.host,
@@ -512,4 +522,6 @@ def serve(config: Config, *, checked: bool = False) -> None:
     finally:
         if group is not None:
             group.wait()
+        if sequencer is not None:
+            sequencer.stop(grace + KILL_MARGIN)
         metrics_api.remove_process_dir(metrics_dir)

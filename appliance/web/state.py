@@ -38,6 +38,9 @@ class ProcessState:
     stopper: Stopper | None = None  # grantd.web.processes: how a signal stops this process
     process_group_watch: asyncio.Task[None] | None = None  # the first process watching the others
     orphan_check: asyncio.Task[None] | None = None  # another process watching for the first one's end
+    # False: `grantd serve` runs the decision log's sequencer in a process of its own (grantd.web.sequencer)
+    inline_sequencer: bool = True
+    sequencer_watch: asyncio.Task[None] | None = None  # the first process watching that process
 
 
 def state_of(app_or_request: Sanic | Request) -> ProcessState:

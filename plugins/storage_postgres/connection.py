@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import os
 import re
 import uuid
@@ -17,7 +16,7 @@ from grantd.store import StoreError
 from grantd.store.records import (
     GRANT_COLUMNS,
 )
-from grantd.store.rows import to_json
+from grantd.store.rows import event_json
 
 from .constants import _TUPLES_OK, CHANNEL, CLOSE_TIMEOUT, CONNECT_TIMEOUT, EVENTS_LOCK, P, R
 from .loop import _LoopThread
@@ -311,12 +310,7 @@ EVENT_INSERT = "INSERT INTO grant_events (event, grant_id, requester, grant_json
 
 
 def _event_row(event: str, row: dict[str, Any], now: int) -> tuple[Any, ...]:
-    snapshot = {k: row[k] for k in GRANT_COLUMNS}
-    if isinstance(snapshot["request"], str):
-        snapshot["request"] = json.loads(snapshot["request"])
-    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
-        snapshot["escalation_level"] = row["escalation_level"]
-    return (event, row["id"], row["requester"], to_json(snapshot), now)
+    return (event, row["id"], row["requester"], event_json(row, GRANT_COLUMNS), now)
 
 
 def _add_events(batch: _Batch, events: Sequence[tuple[str, dict[str, Any], int]]) -> None:

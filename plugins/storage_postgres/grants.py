@@ -21,7 +21,7 @@ from grantd.store.records import (
     GrantReview,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
+from grantd.store.rows import grant_row, page_rows, pinned_event_row, review_row, to_json, vote_row
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
@@ -42,8 +42,9 @@ REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json) VALUES (%s, %
 VOTE_INSERT = (
     f"INSERT INTO grant_votes ({_cols(VOTE_COLUMNS)}) SELECT {', '.join(['%s'] * len(VOTE_COLUMNS))} "  # noqa: S608 - fixed columns
     "WHERE EXISTS (SELECT 1 FROM grants WHERE id = %s AND status = 'pending' FOR SHARE) "
-    "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq"
+    "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq, grant_id"
 )
+VOTE_WITH_GRANT = f"WITH v AS ({VOTE_INSERT}) SELECT g.* FROM grants g JOIN v ON g.id = v.grant_id"  # noqa: S608 - fixed text
 GRANT_INSERT = (
     f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
 )
@@ -77,7 +78,10 @@ class PostgresGrants(_Part):
             if review is not None:
                 batch.add(REVIEW_INSERT, (row["id"], to_json(review)))
             add_notices_batch(batch, notices)
-            _add_events(batch, [(event, row, int(row["created_at"])) for event in events])
+            _add_events(
+                batch,
+                [(event, pinned_event_row(row, event, review), int(row["created_at"])) for event in events],
+            )
             batch.plain("COMMIT")
             try:
                 await batch.send()
@@ -117,7 +121,10 @@ class PostgresGrants(_Part):
             if review is not None:
                 await cur.execute(REVIEW_INSERT, (row["id"], to_json(review)))
             await add_notices(cur, notices)
-            await _record_events(cur, [(event, row, int(row["created_at"])) for event in events])
+            await _record_events(
+                cur,
+                [(event, pinned_event_row(row, event, review), int(row["created_at"])) for event in events],
+            )
         return cast(Grant, row)
 
     @_nul_finds_nothing(None)
@@ -288,9 +295,20 @@ class PostgresGrants(_Part):
         values = [vote.get(c) for c in VOTE_COLUMNS]
         evidence = VOTE_COLUMNS.index("evidence")
         values[evidence] = to_json(values[evidence]) if values[evidence] is not None else None
-        row = await self._db.one(VOTE_INSERT, [*values, vote["grant_id"]])
-        if row is not None:
-            return "recorded"
+        # Two round trips, as update_if: BEGIN and the vote (returning its grant's row); then its
+        # grant.reviewed event (D14: every vote is a leaf; live streams see it) and COMMIT.
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(VOTE_WITH_GRANT, [*values, vote["grant_id"]])
+            grant = await batch.send()
+            if grant is not None:
+                kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+                _add_events(batch, [("grant.reviewed", {**grant, "vote": kept}, int(vote["at"]))])
+                batch.plain("COMMIT")
+                await batch.send()
+                return "recorded"
+            batch.plain("ROLLBACK")
+            await batch.send()
         again = await self._db.one(
             "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
             (vote["grant_id"], vote["email"]),

@@ -222,6 +222,22 @@ class PostgresTlog(_Part):
             for r in rows
         ]
 
+    @_on_store_loop
+    async def policy_loaded(self, event: AuditEvent) -> bool:
+        async with self._db.tx() as cur:
+            await _lock(cur, AUDIT_LOCK)  # held to COMMIT: processes starting together take turns
+            await cur.execute(
+                "SELECT data FROM audit_events WHERE kind = 'policy.loaded' ORDER BY seq DESC LIMIT 1"
+            )
+            last = await cur.fetchone()
+            if (
+                last is not None
+                and json.loads(last["data"]).get("policy_hash") == event["data"]["policy_hash"]
+            ):
+                return False
+            await _record(cur, event)
+            return True
+
 
 class PostgresHosts(_Part):
     @_on_store_loop

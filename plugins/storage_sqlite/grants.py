@@ -22,7 +22,15 @@ from grantd.store.records import (
     GrantReview,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, review_row, to_json, vote_row
+from grantd.store.rows import (
+    event_json,
+    grant_row,
+    page_rows,
+    pinned_event_row,
+    review_row,
+    to_json,
+    vote_row,
+)
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
@@ -32,14 +40,9 @@ from .notify import add_notices
 def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
     """One grant event, in the caller's transaction; ``seq`` grows in commit order (BEGIN IMMEDIATE
     serialises writers, AUTOINCREMENT never reuses a number)."""
-    snapshot = {k: row[k] for k in GRANT_COLUMNS}
-    if isinstance(snapshot["request"], str):
-        snapshot["request"] = json.loads(snapshot["request"])
-    if "escalation_level" in row:  # grant.escalated: the level it announces (D13)
-        snapshot["escalation_level"] = row["escalation_level"]
     conn.execute(
         "INSERT INTO grant_events (event, grant_id, requester, grant_json, created_at) VALUES (?, ?, ?, ?, ?)",
-        (event, row["id"], row["requester"], to_json(snapshot), now),
+        (event, row["id"], row["requester"], event_json(row, GRANT_COLUMNS), now),
     )
 
 
@@ -75,7 +78,7 @@ class SQLiteGrants:
                     (row["id"], to_json(review)),
                 )
             for event in events:
-                _record_event(conn, event, row, int(row["created_at"]))
+                _record_event(conn, event, pinned_event_row(row, event, review), int(row["created_at"]))
             add_notices(conn, notices)
         return cast(Grant, row)
 
@@ -254,7 +257,7 @@ class SQLiteGrants:
         values["evidence"] = to_json(values["evidence"]) if values["evidence"] is not None else None
         values["management"] = 1 if vote["management"] else 0
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
-            found = conn.execute("SELECT status FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
+            found = conn.execute("SELECT * FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
             if found is None or found["status"] != "pending":
                 return "decided"
             try:
@@ -264,6 +267,9 @@ class SQLiteGrants:
                 )
             except sqlite3.IntegrityError:
                 return "duplicate"
+            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+            kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+            _record_event(conn, "grant.reviewed", {**dict(found), "vote": kept}, int(vote["at"]))
         return "recorded"
 
     async def escalate_if(

@@ -201,6 +201,16 @@ class SQLiteTlog:
             for r in rows
         ]
 
+    async def policy_loaded(self, event: AuditEvent) -> bool:
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the read and the insert are one step
+            last = conn.execute(
+                "SELECT data FROM audit_events WHERE kind = 'policy.loaded' ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            if last is not None and json.loads(last[0]).get("policy_hash") == event["data"]["policy_hash"]:
+                return False
+            _record(conn, event)
+            return True
+
 
 class SQLiteHosts:
     def __init__(self, db: _Database):

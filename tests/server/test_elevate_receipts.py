@@ -158,7 +158,9 @@ def test_init_host_makes_a_root_0600_key_and_prints_its_ssh_ed25519_line(issuer,
 
     private = serialization.load_ssh_private_key(key_file.read_bytes(), password=None)
     assert private.public_key().public_bytes_raw() == public.public_bytes_raw()
-    assert target.audit_lines() == []  # not an attempt
+    assert [x["event"] for x in target.audit_lines()] == [
+        "host_key"
+    ]  # a record of who made it, not an attempt
 
 
 def test_init_host_never_overwrites_a_key(issuer, tmp_path):
@@ -175,14 +177,32 @@ def test_init_host_never_overwrites_a_key(issuer, tmp_path):
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_init_host_is_for_root_itself_not_for_sudo_callers(issuer, tmp_path):
-    """The sudoers rule lets every local user run `grantd elevate ...` as root: not --init-host."""
+def test_sudo_grantd_elevate_init_host_is_the_normal_way_and_the_key_stays_roots(issuer, tmp_path):
+    """`sudo grantd elevate --init-host` (issue 23): allowed through sudo; the key is root's alone
+    (root-owned 0600), the caller sees only the public line, and elevate's audit log names who ran it.
+    Here an administrator's root shell through sudo (SUDO_UID 0: a config outside /etc/grantd/ is
+    allowed to it); for any other sudo caller the rule that the config must be root's in /etc/grantd/
+    still holds, below."""
     target = host_target(issuer, tmp_path / "t")
-    env = {**os.environ, "SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"}
+    env = {**os.environ, "SUDO_UID": "0", "SUDO_GID": "0", "SUDO_USER": "admin"}
     env.pop("GRANTD_ELEVATE_CONFIG", None)
     result = elevate(target, [], extra_args=["--init-host"], env=env)
-    assert result.returncode == 1 and "--init-host is for root only" in error_line(result)["reason"]
-    assert not (tmp_path / "t" / "etc" / "host_ed25519").exists()
+    assert result.returncode == 0, result.stderr
+    line = result.stdout.strip()
+    assert line.startswith("ssh-ed25519 ") and line.endswith(" " + HOST)
+    key_file = tmp_path / "t" / "etc" / "host_ed25519"
+    st = key_file.lstat()
+    assert (
+        stat.S_ISREG(st.st_mode) and st.st_uid == 0 and st.st_gid == 0 and stat.S_IMODE(st.st_mode) == 0o600
+    )
+    assert "PRIVATE KEY" not in result.stdout + result.stderr
+    made = target.audit_lines()
+    assert [(m["event"], m["sudo_user"], m["public_key"]) for m in made] == [("host_key", "admin", line)]
+    # another sudo caller cannot point elevate at a config of its own to make a key somewhere else
+    other = {**env, "SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"}
+    again = elevate(host_target(issuer, tmp_path / "u"), [], extra_args=["--init-host"], env=other)
+    assert again.returncode == 1 and "for root only" in error_line(again)["reason"]
+    assert not (tmp_path / "u" / "etc" / "host_ed25519").exists()
 
 
 def test_init_host_refuses_a_folder_others_can_write(issuer, tmp_path):

@@ -62,8 +62,13 @@ def test_parallel_approvals_have_exactly_one_winner(two_workers: Server, request
         answers = in_parallel(
             two_workers, [("POST", f"/api/grants/{grant['id']}/approve", two_workers.token)] * PARALLEL
         )
-        assert sorted(r.status_code for r in answers) == [200] + [400] * (PARALLEL - 1)
+        codes = sorted(r.status_code for r in answers)
+        # One winner. The others are one identity voting again: 400 once the grant is decided, or
+        # 409 "already reviewed" (D13: one vote per person) when its first vote is recorded but
+        # still finalising (the vote and the outcome are two transactions; seen in 1 of 4 runs).
+        assert codes.count(200) == 1 and set(codes) <= {200, 400, 409}, codes
         assert all(r.json()["detail"] == "grant already decided" for r in answers if r.status_code == 400)
+        assert all(r.json()["detail"] == "already reviewed" for r in answers if r.status_code == 409)
         with two_workers.admin() as http:
             final = http.get(f"/api/grants/{grant['id']}").json()
         assert final["status"] == "approved"

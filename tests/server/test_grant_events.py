@@ -38,11 +38,17 @@ def test_every_change_arrives_in_order_with_ids(live: Server, requester: Agent) 
     grant = request_grant(live, requester)
     token = approve(live, grant["id"])["authz_jwt"]
     consume(live, grant["id"], token)
-    mine = [stream.until(lambda e: e["grant"]["id"] == grant["id"]) for _ in range(3)]
-    assert [e["event"] for e in mine] == ["grant.created", "grant.approved", "grant.consumed"]
-    assert [e["grant"]["status"] for e in mine] == ["pending", "approved", "consumed"]
+    mine = [stream.until(lambda e: e["grant"]["id"] == grant["id"]) for _ in range(4)]
+    # every vote is an event of its own (D14), before the outcome it led to
+    assert [e["event"] for e in mine] == [
+        "grant.created",
+        "grant.reviewed",
+        "grant.approved",
+        "grant.consumed",
+    ]
+    assert [e["grant"]["status"] for e in mine] == ["pending", "pending", "approved", "consumed"]
     ids = [int(e["id"]) for e in mine]
-    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert ids == sorted(ids) and len(set(ids)) == 4
     stream.close()
 
 
@@ -69,8 +75,8 @@ def test_last_event_id_replays_what_was_missed(live: Server, requester: Agent) -
     approve(live, grant["id"])
     admin_post(live, f"/api/grants/{grant['id']}/revoke")
     resumed = EventReader(live, live.token, last_event_id=created["id"])
-    replay = [resumed.until(lambda e: e["grant"]["id"] == grant["id"]) for _ in range(2)]
-    assert [e["event"] for e in replay] == ["grant.approved", "grant.revoked"]
+    replay = [resumed.until(lambda e: e["grant"]["id"] == grant["id"]) for _ in range(3)]
+    assert [e["event"] for e in replay] == ["grant.reviewed", "grant.approved", "grant.revoked"]
     resumed.close()
     with httpx.Client(
         base_url=live.url, headers={"Authorization": f"Bearer {live.token}"}, timeout=5

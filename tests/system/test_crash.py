@@ -128,15 +128,15 @@ def kill_everything(srv: Server) -> None:
 
 
 EXPECTED_EVENTS = {
-    "pending": ["grant.created"],
-    "approved": ["grant.created", "grant.approved"],
-    "denied": ["grant.created", "grant.denied"],
+    "pending": (["grant.created"], ["grant.created", "grant.reviewed"]),  # killed between vote and outcome
+    "approved": (["grant.created", "grant.reviewed", "grant.approved"],),
+    "denied": (["grant.created", "grant.reviewed", "grant.denied"],),
 }
 
 
 def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]:
-    """The server's database, SQLite or (GRANTD_TEST_STORAGE=postgres) PostgreSQL."""
-    if pg.suite_storage() == "sqlite":
+    """The server's database, SQLite or PostgreSQL."""
+    if not (directory / "postgres-dsn").exists():
         assert pg.server_sql(directory, "PRAGMA integrity_check")[0][0] == "ok"
     columns = ("id", "status", "decided_by", "decided_at", "expires_at")
     rows = {
@@ -149,7 +149,7 @@ def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]
     for gid, row in rows.items():
         status = row["status"]
         assert status in EXPECTED_EVENTS, (gid, status)
-        assert events.get(gid) == EXPECTED_EVENTS[status], (
+        assert events.get(gid) in EXPECTED_EVENTS[status], (
             f"half-done grant {gid}: {status} with events {events.get(gid)}"
         )
         if status == "approved":
@@ -162,10 +162,11 @@ def check_database(directory: Path, ledger: Ledger) -> dict[str, dict[str, Any]]
     return rows
 
 
-LEAVES_OF = {
+LEAVES_OF = {  # every vote is a grant event of its own; the outcome follows it (D14)
     "grant.created": ["grant.created"],
-    "grant.approved": ["grant.reviewed", "grant.approved"],
-    "grant.denied": ["grant.reviewed", "grant.denied"],
+    "grant.reviewed": ["grant.reviewed"],
+    "grant.approved": ["grant.approved"],
+    "grant.denied": ["grant.denied"],
 }
 
 
@@ -233,9 +234,38 @@ def check_acknowledged(srv: Server, ledger: Ledger, rows: dict[str, dict[str, An
             seen.in_flight = None
 
 
-def test_kill_9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def postgres_server() -> Any:
+    pg.require()
+    server = pg.Postgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def storage_lines(directory: Path, storage: str, request: pytest.FixtureRequest) -> str | None:
+    """``sqlite``: the suite's default (``GRANTD_TEST_STORAGE`` may still switch it); ``postgres``: a
+    fresh database on this module's own PostgreSQL server, whatever the switch says (issue 23: the
+    crash test on both backends)."""
+    if storage == "sqlite":
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    dsn_file = directory / "postgres-dsn"
+    dsn_file.write_text(request.getfixturevalue("postgres_server").create_database() + "\n")
+    dsn_file.chmod(0o600)
+    return 'plugin = "postgres"\ndsn = "file:postgres-dsn"\npool_size = 4'
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgres"])
+def test_kill_9_under_load_loses_no_acknowledged_write(
+    tmp_path: Path, storage: str, request: pytest.FixtureRequest
+) -> None:
+    """kill -9 of the whole group (server processes and the log's sequencer process, which integrates
+    the load as it arrives) at three moments, on SQLite and on PostgreSQL."""
     started = time.monotonic()
-    srv = make_server(tmp_path / "srv", workers=2, extra=LIMITS_OFF).start()
+    lines = storage_lines(tmp_path / "srv", storage, request)
+    srv = make_server(tmp_path / "srv", workers=2, extra=LIMITS_OFF, storage=lines).start()
     try:
         tokens = [signed_in(srv, tmp_path / f"keys{i}").token for i in range(2)]
         ledger = Ledger()

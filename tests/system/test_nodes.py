@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -153,6 +154,95 @@ def test_events_reach_streams_on_other_nodes_at_once(nodes: list[Server], tmp_pa
     finally:
         for stream in streams:
             stream.close()
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        found.update(kids := children.get(todo.pop(), []))
+        todo.extend(kids)
+    return found
+
+
+def _log_of(node: Server, grant_ids: list[str], timeout: float) -> tuple[str, list[bytes]]:
+    """The newest signed checkpoint and its leaves once they hold every grant's creation."""
+    from grantd.core.tlog.leaves import parse_leaf
+
+    deadline = time.monotonic() + timeout
+    with node.admin() as http:
+        while True:
+            note = http.get("/api/audit/checkpoint")
+            leaves: list[bytes] = []
+            if note.status_code == 200:
+                size = int(note.text.split("\n")[1])
+                while len(leaves) < size:
+                    page = http.get("/api/audit/entries", params={"start": len(leaves), "end": size})
+                    leaves += [e["leaf"].encode() for e in page.json()["entries"]]
+                created = [parse_leaf(x).grant_id for x in leaves if parse_leaf(x).kind == "grant.created"]
+                if set(grant_ids) <= set(created):
+                    assert len(created) == len(set(created)), "a grant was integrated twice"
+                    return note.text, leaves
+            assert time.monotonic() < deadline, (
+                f"the log did not take in {len(grant_ids)} grants in {timeout} s"
+            )
+            time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_the_nodes_share_one_log_one_sequencer_and_another_node_takes_over_from_a_killed_one(
+    nodes: list[Server], tmp_path: Path
+) -> None:
+    """Issue 23 on several PostgreSQL nodes: every node runs a sequencer process, the lease lets one
+    work; events written at every node at once are each in the one log once, every checkpoint any
+    node signed is consistent with the newest; kill -9 the node whose sequencer holds the lease and
+    another node's sequencer takes over once the lease (5 s) ran out."""
+    from grantd.core.tlog.verify import verify_log
+
+    agent = signed_in(nodes[0], tmp_path)
+    with ThreadPoolExecutor(6) as pool:
+        ids = list(pool.map(lambda i: request_grant(nodes[i % NODES], agent)["id"], range(30)))
+    holders = set()
+    for _ in range(10):
+        holders.add(pg.server_sql(nodes[0].directory, "SELECT holder FROM tlog_state")[0][0])
+        time.sleep(0.1)
+    assert len(holders) == 1 and None not in holders, holders  # one sequencer works, the others wait
+    [holder] = holders
+    note, leaves = _log_of(nodes[1], ids, timeout=10)
+    with nodes[2].client() as http:
+        vkeys = http.get("/api/audit/key").text.splitlines()
+    earlier = [
+        str(r[0])
+        for r in pg.server_sql(nodes[0].directory, "SELECT note FROM tlog_checkpoints ORDER BY size")
+    ]
+    result = verify_log(note, vkeys, None, leaves, earlier=earlier)
+    assert result.code == 0, result.reason
+
+    pid = int(holder.split(":")[1])
+    victim = next(n for n in nodes if n.proc is not None and pid in _descendants(n.proc.pid))
+    survivor = next(n for n in nodes if n is not victim)
+    victim.stop(signal.SIGKILL)
+    try:
+        killed_at = time.monotonic()
+        more = [request_grant(survivor, agent)["id"] for _ in range(3)]
+        note, leaves = _log_of(survivor, ids + more, timeout=20)
+        assert time.monotonic() - killed_at < 5 + 3  # the lease's 5 s, then a step and a signature
+        now_holder = pg.server_sql(survivor.directory, "SELECT holder FROM tlog_state")[0][0]
+        assert now_holder != holder
+        earlier = [
+            str(r[0])
+            for r in pg.server_sql(survivor.directory, "SELECT note FROM tlog_checkpoints ORDER BY size")
+        ]
+        result = verify_log(note, vkeys, None, leaves, earlier=earlier)
+        assert result.code == 0, result.reason
+    finally:
+        victim.start(timeout=60)
 
 
 def test_rotate_and_revoke_take_effect_on_every_node(nodes: list[Server], tmp_path: Path) -> None:

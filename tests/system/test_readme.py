@@ -126,7 +126,15 @@ def test_deny_and_the_event_stream(walkthrough: tuple[Server, list[str]]) -> Non
     denied = json_lines(output)[0]
     assert denied["grant"]["status"] == "denied"
     events = re.findall(r"^event: (\S+)$", output, flags=re.M)
-    assert events == ["grant.created", "grant.approved", "grant.consumed", "grant.created", "grant.denied"]
+    assert events == [
+        "grant.created",
+        "grant.reviewed",
+        "grant.approved",
+        "grant.consumed",
+        "grant.created",
+        "grant.reviewed",
+        "grant.denied",
+    ]
     assert re.search(r"^id: 1$", output, flags=re.M)
 
 

@@ -317,17 +317,62 @@ def test_sigterm_at_any_moment_ends_in_time(tmp_path: Path, moment: str, workers
 
 
 # -- several server processes (grantd.web.processes) ---------------------------------------------------
-def _children(pid: int) -> list[int]:
-    """Live child processes of ``pid``, from /proc (no procps needed)."""
+def _children(pid: int, *, sequencer: bool = False) -> list[int]:
+    """Live child server processes of ``pid``, from /proc (no procps needed); with ``sequencer``, the
+    decision log's sequencer process instead (grantd.web.sequencer)."""
     found = []
+    try:
+        parent_command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return found
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue  # ended meanwhile
-        if fields[1] == str(pid) and fields[0] != "Z":
+        if command == parent_command:
+            continue  # forked, not yet exec'd: what it becomes is not known yet
+        if fields[1] == str(pid) and fields[0] != "Z" and (b"grantd.web.sequencer" in command) == sequencer:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp_path: Path) -> None:
+    """``[audit] sequencer = "process"`` (the default, issue 23): the server processes do none of the
+    log's work; one more process does, is replaced if it dies, and stops with the server."""
+    srv = make_server(tmp_path / "srv", workers=2).start()
+    try:
+        assert srv.proc is not None
+        [sequencer] = _wait_for(lambda: _children(srv.proc.pid, sequencer=True), 30, srv.log())
+        _wait_for(lambda: httpx.get(f"{srv.url}/api/audit/checkpoint").status_code == 200, 10, srv.log())
+        # the lease holder ("host:pid:nonce") is that process, not one that serves requests
+        [[holder]] = pg.server_sql(srv.directory, "SELECT holder FROM tlog_state")
+        assert int(holder.split(":")[1]) == sequencer, (holder, sequencer)
+        os.kill(sequencer, signal.SIGKILL)
+        _wait_for(
+            lambda: "sequencer process (pid" in srv.log() and "starting another" in srv.log(), 10, srv.log()
+        )
+        [replacement] = _wait_for(lambda: _children(srv.proc.pid, sequencer=True), 30, srv.log())
+        assert replacement != sequencer
+        with httpx.Client(timeout=5) as http:  # it integrates: a new leaf reaches a signed checkpoint
+            before = int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1])
+            key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOzjWPjkUeKLmFMzgC9mwF4dJuWZ8uMq2m8S3QVl0hX1"
+            r = http.post(
+                f"{srv.url}/api/hosts",
+                json={"host": "h1", "publicKey": key},
+                headers={"Authorization": f"Bearer {srv.token}"},
+            )
+            assert r.status_code == 201, r.text
+            _wait_for(
+                lambda: int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1]) > before,
+                5,
+                srv.log(),
+            )
+    finally:
+        code = srv.stop()
+    assert code == 0, srv.log()
+    assert not _children(srv.proc.pid, sequencer=True)
 
 
 def _listening_sockets(port: int) -> int:

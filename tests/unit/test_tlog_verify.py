@@ -116,6 +116,7 @@ def a_busy_log() -> Log:
         log.add(L.grant_consumed if n % 2 == 0 else L.grant_used, AGENT, gid, authz_jti=f"j{n}")
         log.receipt(gid, f"j{n}")
     log.add(L.grant_created, AGENT, "gr_denied", request={}, cmd_hash=None, grant_type="once")
+    log.add(L.grant_reviewed, BOB, "gr_denied", decision="deny", via="api")
     log.add(L.grant_denied, BOB, "gr_denied", decided_by="bob@example.com")
     log.receipt("gr_denied", "", result="refused", exit_code=5)
     return log
@@ -268,6 +269,11 @@ def test_a_once_grant_consumed_twice_is_semantic():
     [
         "approval without votes",
         "approval short of its policy",
+        "one person voting twice",
+        "vote after the decision",
+        "denial without a deny vote",
+        "used after revocation",
+        "pinned policy never loaded",
         "decided twice",
         "consumed unapproved",
         "used once grant",
@@ -292,8 +298,26 @@ def test_semantic_violations_name_their_leaf(case):
         review["requirements"] = [{**review["requirements"][0], "approve": 2}]
         log.add(L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once", review=review)
         log.add(L.grant_reviewed, ALICE, "g", decision="approve", via="web")
-        log.add(L.grant_reviewed, ALICE, "g", decision="approve", via="tui")  # the same person twice
         bad = log.add(L.grant_approved, ALICE, "g", grant_type="once", decided_by="alice@example.com")
+    elif case == "one person voting twice":
+        log.add(L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once")
+        log.add(L.grant_reviewed, ALICE, "g", decision="approve", via="web")
+        bad = log.add(L.grant_reviewed, ALICE, "g", decision="approve", via="tui")
+    elif case == "vote after the decision":
+        bad = log.add(L.grant_reviewed, ALICE, "gr_denied", decision="approve", via="web")
+    elif case == "denial without a deny vote":
+        log.add(L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once")
+        log.add(L.grant_reviewed, ALICE, "g", decision="approve", via="web")
+        bad = log.add(L.grant_denied, BOB, "g", decided_by="bob@example.com")
+    elif case == "used after revocation":
+        log.add(L.grant_revoked, ALICE, "gr_1")
+        bad = log.add(L.grant_used, AGENT, "gr_1")
+    elif case == "pinned policy never loaded":
+        log.add(L.policy_loaded, {"kind": "system"}, policy_hash="sha256:" + "0" * 64, policy_ids=["prod"])
+        review = {**DEFAULT_REVIEW.as_dict(), "policy_ids": ["prod", "other"]}
+        bad = log.add(
+            L.grant_created, AGENT, "g", request={}, cmd_hash=None, grant_type="once", review=review
+        )
     elif case == "decided twice":
         bad = log.add(L.grant_approved, BOB, "gr_denied", grant_type="once", decided_by="bob@example.com")
     elif case == "consumed unapproved":

@@ -42,6 +42,22 @@ def policy_hash(policies: tuple[Policy, ...] | list[Policy]) -> str:
 DEFAULT_POLICY_HASH = policy_hash(())
 
 
+def loaded_policy_hash(config: ReviewConfig | None) -> tuple[str, list[str]]:
+    """The hash of everything a server decides grants by (groups with their members, rules,
+    policies; file order kept where it matters) and the policy ids: what a ``policy.loaded`` leaf
+    records (D14). No configuration is the default policy, with its own hash."""
+    if config is None:
+        config = ReviewConfig()
+    text = canonical_json(
+        {
+            "groups": [{"id": g.id, "members": sorted(g.members)} for g in config.groups],
+            "rules": [r.canonical() for r in config.rules],
+            "policies": [p.canonical() for p in sorted(config.policies, key=lambda p: p.id)],
+        }
+    )
+    return "sha256:" + hashlib.sha256(text).hexdigest(), [p.id for p in config.policies]
+
+
 @dataclass(frozen=True)
 class PinnedRequirement:
     """One `require` block as pinned to a grant. ``id`` is `<policy id>/<require id>` (unique across

@@ -108,6 +108,7 @@ class GrantHistory:
     outcome: str | None = None  # approved | denied
     consumes: int = 0
     uses: int = 0
+    ended: str | None = None  # revoked | expired: nothing may use it afterwards
 
     @property
     def grant_type(self) -> str | None:
@@ -140,6 +141,15 @@ def default_approval_check(history: GrantHistory, approved: Leaf) -> str | None:
     return None
 
 
+def _denial_basis(history: GrantHistory) -> str | None:
+    """A denial needs a basis too: a deny rule's decision or a deny vote."""
+    if history.auto is not None and history.auto.data.get("decision") == "deny":
+        return None
+    if any(v.data.get("decision") == "deny" for v in history.votes):
+        return None
+    return "denied without a deny vote or rule"
+
+
 # The check of a vote's WebAuthn evidence: given the `grant.reviewed` leaf and the
 # `person.credential_added` leaf of the credential it names, a reason it does not verify, or None.
 EvidenceCheck = Callable[[Leaf, Leaf], str | None]
@@ -163,6 +173,7 @@ class _Semantics:
         self.receipts: set[tuple[str, str, str]] = set()
         self.last_seq = -1
         self.live = False  # a leaf not marked backfilled has been seen
+        self.loaded: set[str] | None = None  # the policy ids of the newest policy.loaded leaf
 
     def check(self, leaf: Leaf) -> str | None:
         if leaf.seq <= self.last_seq:
@@ -184,17 +195,25 @@ class _Semantics:
                 return f"credential {leaf.data['credential_id']} added twice"
             self.credentials[leaf.data["credential_id"]] = leaf
             return None
+        if leaf.kind == "policy.loaded":
+            ids = leaf.data.get("policy_ids")
+            self.loaded = {str(i) for i in ids} if isinstance(ids, list) else None
+            return None
         if not leaf.kind.startswith("grant.") or leaf.grant_id is None:
             return None
         if leaf.kind == "grant.created":
             if leaf.grant_id in self.grants:
                 return f"grant {leaf.grant_id} created twice"
             self.grants[leaf.grant_id] = GrantHistory(leaf.grant_id, created=leaf)
-            return None
+            return self._pinned_policies_loaded(leaf)
         history = self.grants.get(leaf.grant_id)
         if history is None:
             return f"{leaf.kind} for grant {leaf.grant_id}, which the log never created"
         if leaf.kind == "grant.reviewed":
+            if history.outcome is not None or history.ended is not None:
+                return f"vote on grant {leaf.grant_id} after it was {history.outcome or history.ended}"
+            if _voter(leaf) in {_voter(v) for v in history.votes}:
+                return f"{_voter(leaf)} voted twice on grant {leaf.grant_id}"
             problem = self._evidence(leaf)
             if problem:
                 return f"vote on grant {leaf.grant_id}: {problem}"
@@ -204,14 +223,24 @@ class _Semantics:
         elif leaf.kind in ("grant.approved", "grant.denied"):
             if history.outcome is not None:
                 return f"grant {leaf.grant_id} decided twice ({history.outcome}, then {leaf.kind})"
+            if history.ended is not None:
+                return f"grant {leaf.grant_id} decided after it was {history.ended}"
             if leaf.kind == "grant.approved" and not leaf.data.get("backfilled"):
                 problem = self.approval_check(history, leaf)
                 if problem:
                     return f"grant {leaf.grant_id}: {problem}"
+            if leaf.kind == "grant.denied" and not leaf.data.get("backfilled"):
+                problem = _denial_basis(history)
+                if problem:
+                    return f"grant {leaf.grant_id}: {problem}"
             history.outcome = leaf.kind.removeprefix("grant.")
+        elif leaf.kind in ("grant.revoked", "grant.expired"):
+            history.ended = history.ended or leaf.kind.removeprefix("grant.")
         elif leaf.kind in ("grant.consumed", "grant.used"):
             if history.outcome != "approved":
                 return f"{leaf.kind} of grant {leaf.grant_id}, which was never approved"
+            if history.ended is not None:
+                return f"{leaf.kind} of grant {leaf.grant_id} after it was {history.ended}"
             if leaf.kind == "grant.consumed":
                 if history.grant_type != "once":
                     return f"grant.consumed of {history.grant_type} grant {leaf.grant_id} (timed/always log grant.used)"
@@ -222,6 +251,17 @@ class _Semantics:
                 if history.grant_type == "once":
                     return f"grant.used of once grant {leaf.grant_id} (a once consume is grant.consumed)"
                 history.uses += 1
+        return None
+
+    def _pinned_policies_loaded(self, created: Leaf) -> str | None:
+        """A grant pins policies the server had loaded: the newest ``policy.loaded`` leaf before it
+        names each of them (checked once the log has such a leaf; backfilled grants are history)."""
+        review = created.data.get("review")
+        if self.loaded is None or not isinstance(review, dict) or created.data.get("backfilled"):
+            return None
+        missing = sorted(str(i) for i in review.get("policy_ids") or [] if str(i) not in self.loaded)
+        if missing:
+            return f"grant {created.grant_id} pinned policies no policy.loaded leaf announced: {', '.join(missing)}"
         return None
 
     def _evidence(self, vote: Leaf) -> str | None:

@@ -23,6 +23,7 @@ from grantd.store.records import (
     SigningKey,
     Vote,
 )
+from grantd.store.rows import pinned_event_row
 from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
@@ -245,7 +246,7 @@ class MemoryGrants:
                     "escalation_level": 0,
                 }
             for event in events:
-                self._d.record(event, row, row["created_at"])
+                self._d.record(event, pinned_event_row(row, event, review), row["created_at"])  # type: ignore[arg-type]
             add_notices(self._d, notices)
         return copy.deepcopy(row)
 
@@ -273,6 +274,8 @@ class MemoryGrants:
                 return "duplicate"
             kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
             votes.append(copy.deepcopy(kept))  # type: ignore[arg-type]
+            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+            self._d.record("grant.reviewed", {**grant, "vote": dict(kept)}, int(vote["at"]))  # type: ignore[typeddict-unknown-key]
             return "recorded"
 
     async def escalate_if(

@@ -135,6 +135,14 @@ class MemoryTlog:
     async def events_after(self, seq: int, limit: int) -> list[AuditEvent]:
         return [copy.deepcopy(e) for e in self._t.events if e["seq"] > seq][:limit]
 
+    async def policy_loaded(self, event: AuditEvent) -> bool:
+        async with self._d.tx:
+            last = next((e for e in reversed(self._t.events) if e["kind"] == "policy.loaded"), None)
+            if last is not None and last["data"].get("policy_hash") == event["data"]["policy_hash"]:
+                return False
+            _record(self._t, event)
+            return True
+
 
 class MemoryHosts:
     def __init__(self, data: Any):
