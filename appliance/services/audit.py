@@ -204,6 +204,10 @@ def grant_event_leaves(
     elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
         vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
         decision = str(vote["decision"])
+        # A vote cast with a passkey over the grant's digest (a review link, D15) carries the
+        # assertion: an auditor can check offline that this person's key approved this command.
+        evidence = vote.get("evidence") if isinstance(vote.get("evidence"), dict) else None
+        webauthn = evidence.get("webauthn") if evidence is not None else None
         made.append(
             L.grant_reviewed(
                 nxt(),
@@ -213,6 +217,10 @@ def grant_event_leaves(
                 decision=decision,
                 via=str(vote.get("via") or "api"),
                 reason=str(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
+                grant_digest=str(webauthn["grant_digest"])
+                if isinstance(webauthn, dict) and webauthn.get("grant_digest")
+                else None,
+                evidence=evidence,
             )
         )
     elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):

@@ -6,7 +6,9 @@ approves. Real parts: a real server, mail through a real SMTP server, a software
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -105,6 +107,27 @@ def test_opening_a_link_changes_nothing_and_approving_needs_the_passkey(srv, sin
     assert vote["email"] == email and evidence["grant_digest"] == digest.decode()
     assert evidence["signature"] == credential["response"]["signature"]
     assert evidence["client_data_json"] == credential["response"]["clientDataJSON"]
+    # the vote's leaf in the decision log carries the assertion over the digest (D14, D15)
+    leaf = _reviewed_leaf(srv, grant["id"])
+    assert leaf["data"]["grant_digest"] == digest.decode()
+    assert leaf["data"]["evidence"]["webauthn"]["signature"] == credential["response"]["signature"]
+    client_data = json.loads(unb64url(leaf["data"]["evidence"]["webauthn"]["client_data_json"]))
+    assert client_data["challenge"] == b64url(review_challenge(digest, unb64url(nonce)))
+
+
+def _reviewed_leaf(srv: Any, grant_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    """The ``grant.reviewed`` leaf of a grant, once a signed checkpoint holds it."""
+    from server.test_audit_log import all_entries, checkpoint
+
+    deadline = time.monotonic() + timeout
+    while True:
+        _, size = checkpoint(srv, 1)
+        for entry in all_entries(srv, size):
+            leaf = json.loads(entry["leaf"])
+            if leaf.get("kind") == "grant.reviewed" and leaf.get("grant_id") == grant_id:
+                return leaf
+        assert time.monotonic() < deadline, "no grant.reviewed leaf for the grant"
+        time.sleep(0.1)
 
 
 def test_an_assertion_without_user_verification_is_refused(srv, sink):
