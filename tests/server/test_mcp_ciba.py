@@ -17,22 +17,15 @@ from urllib.parse import urlencode
 import httpx
 import jwt
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from inproc import InProcessServer
 from mcp_support import MCP_SECRET, OTHER_RESOURCE, RESOURCE, mcp_config, prepare
-from server.test_ciba_flow import assertion, decide, poll
+
+from grantd.oauth.mcp_ciba import DETAIL_MEMBERS
 
 from conftest import Agent, enroll
-
-POLICIES = """
-[[review.groups]]
-id = "sre"
-members = ["sre-1@example.com"]
-
-[[review.policies]]
-id = "prod-deploy"
-match = { audience = "never-matches" }
-review = [{ group = "sre", min = 1 }]
-"""
+from server.test_ciba_flow import assertion, decide, poll
 
 
 def bc(srv: InProcessServer, agent: Agent, **params: Any) -> httpx.Response:
@@ -254,11 +247,59 @@ def test_an_agent_resource_token_is_good_only_for_its_own_grant_and_agent(srv, a
     decide(srv, other_grant["id"])
     # another agent's grant, named by this agent's token: refused, and that grant stays approved
     assert consume(srv, other_grant["id"], token).status_code == 400  # the token names its own grant
-    forged = consume(
-        srv, other_grant["id"], poll(srv, other, r2.json()["auth_req_id"]).json()["access_token"]
-    )
+    own = consume(srv, other_grant["id"], poll(srv, other, r2.json()["auth_req_id"]).json()["access_token"])
     assert own.json()["status"] == "consumed"  # its own agent's token consumes it
     # disabling the agent ends its token at /introspect
     with srv.admin() as http:
         assert http.put(f"/api/admin/agents/{agent.agent_id}", json={"status": "disabled"}).status_code == 200
     assert introspect(srv, token) == {"active": False}
+
+
+_values = st.one_of(
+    st.none(),
+    st.text(max_size=30),
+    st.integers(),
+    st.sampled_from(
+        [
+            RESOURCE,
+            RESOURCE.upper(),
+            RESOURCE + "/",
+            OTHER_RESOURCE,
+            "openid tools:deploy",
+            "openid tools:read",
+            "tools:deploy",
+            "mcp_tool_call",
+            "grantd_command",
+            ["tools/call"],
+            [RESOURCE],
+            "deploy",
+        ]
+    ),
+)
+_detail = st.dictionaries(st.sampled_from(sorted(DETAIL_MEMBERS | {"command", "x"})), _values, max_size=6)
+_details = st.one_of(
+    st.lists(_detail, max_size=3).map(json.dumps),
+    st.just('[{"type":"mcp_tool_call","scope":"tools:deploy"}]'),
+    st.text(max_size=20),
+    st.none(),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    resource=st.one_of(st.none(), st.sampled_from([RESOURCE, OTHER_RESOURCE, "https://x/", "", "\x00"])),
+    scope=st.one_of(st.none(), st.sampled_from(["openid tools:deploy", "openid", "openid tools:read", "x"])),
+    details=_details,
+)
+def test_any_resource_request_of_an_authenticated_agent_is_answered_below_500(
+    srv, agent, resource, scope, details
+):
+    r = bc(srv, agent, resource=resource, scope=scope, authorization_details=details)
+    assert r.status_code < 500, r.text
+    if r.status_code != 200:
+        assert r.json()["error"] in {
+            "invalid_request",
+            "invalid_scope",
+            "invalid_target",
+            "invalid_authorization_details",
+        }, r.text

@@ -15,12 +15,12 @@ import jwt
 import pytest
 from inproc import InProcessServer
 from mcp import ClientSession
-from mcp.shared.exceptions import MCPError
 from mcp.client.streamable_http import streamable_http_client
-from server.test_ciba_flow import assertion, decide, poll
-from server.test_mcp_e2e import _leaves, world  # noqa: F401 - the fixture: grantd + the MCP server
+from mcp.shared.exceptions import MCPError
 
 from conftest import Agent, enroll
+from server.test_ciba_flow import assertion, decide, poll
+from server.test_mcp_e2e import _leaves, world  # noqa: F401 - the fixture: grantd + the MCP server
 
 
 def ask(srv: InProcessServer, agent: Agent, resource: str) -> str:
