@@ -303,3 +303,41 @@ def test_any_resource_request_of_an_authenticated_agent_is_answered_below_500(
             "invalid_target",
             "invalid_authorization_details",
         }, r.text
+
+
+def test_a_grant_scope_naming_a_policy_routes_the_agents_request_to_it(tmp_path: Path) -> None:
+    """D13 routes the agent's grant as a person's: the scope's named policy reviews it (its match
+    would not pick it), so the management token may not decide and a member of its group may."""
+    from oauth_support import Person
+
+    from server.test_mcp_grants import POLICY
+
+    prepare(tmp_path)
+    config = mcp_config(POLICY).replace(
+        '"tools:deploy" = { grant_type = "once" }',
+        '"tools:deploy" = { grant_type = "once", policy = "prod-deploy" }',
+    )
+    server = InProcessServer(tmp_path, extra=config).start()
+    try:
+        deployer = Person(server, "deployer@example.com")
+        agent = enroll(server, tmp_path / "agent")
+        r = bc(server, agent)
+        assert r.status_code == 200, r.text
+        grant = grant_of(server, agent)
+        with server.admin() as http:
+            refused = http.post(f"/api/grants/{grant['id']}/approve", json={})
+            assert refused.status_code in (403, 404), refused.text
+            assert http.get(f"/api/grants/{grant['id']}").json()["review"]["policy_ids"] == ["prod-deploy"]
+        assert error_of(poll(server, agent, r.json()["auth_req_id"])) == "authorization_pending"
+        with deployer.http() as http:
+            ok = http.post(f"/api/grants/{grant['id']}/approve", json={}, headers={"Origin": server.url})
+        assert ok.status_code == 200, ok.text
+        server.clock.advance(10)
+        answer = poll(server, agent, r.json()["auth_req_id"])
+        assert answer.status_code == 200, answer.text
+        assert (
+            jwt.decode(answer.json()["id_token"], options={"verify_signature": False})["sub"]
+            == deployer.email
+        )
+    finally:
+        server.stop()
