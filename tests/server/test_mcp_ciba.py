@@ -341,3 +341,35 @@ def test_a_grant_scope_naming_a_policy_routes_the_agents_request_to_it(tmp_path:
         )
     finally:
         server.stop()
+
+
+def test_a_dpop_proof_authenticates_but_does_not_bind_a_resource_grant(srv, agent):
+    """Resource tokens are bearer tokens (the MCP SDK sends Bearer, the resource consumes with the
+    token): a bound grant would give a token the resource could not consume."""
+    import uuid
+
+    from grantd.dpop import make_proof
+
+    proof = make_proof(
+        agent.private_key(),
+        method="POST",
+        url=f"{srv.url}/bc-authorize",
+        iat=srv.clock.now_s(),
+        jti=str(uuid.uuid4()),
+    )
+    body = {
+        "scope": "openid tools:deploy",
+        "resource": RESOURCE,
+        "login_hint": "policy",
+        **assertion(srv, agent, f"{srv.url}/bc-authorize"),
+    }
+    with srv.client() as http:
+        r = http.post("/bc-authorize", data=body, headers={"DPoP": proof})
+    assert r.status_code == 200, r.text
+    grant = grant_of(srv, agent)
+    assert "cnf" not in grant["request"]
+    decide(srv, grant["id"])
+    answer = poll(srv, agent, r.json()["auth_req_id"]).json()
+    assert answer["token_type"] == "Bearer"
+    assert "cnf" not in jwt.decode(answer["access_token"], options={"verify_signature": False})
+    assert consume(srv, grant["id"], answer["access_token"]).json()["status"] == "consumed"
