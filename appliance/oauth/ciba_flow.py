@@ -15,6 +15,8 @@ grantd.services.grants.create (so D13's policies route it and the limits of POST
   (``sub`` = the approver whose decision completed it, ``aud`` = the client id the agent used),
   ``authorization_details`` enriched with ``grant_id``, ``cmd_hash``, ``grant_type`` and
   ``expires_at``. Redeemed once (``store.ciba.redeem``: one winner across processes and nodes).
+- A request naming an MCP ``resource`` (D17) is read by grantd.oauth.mcp_ciba: its grant is the one a
+  person's consent makes, and the approved answer's ``access_token`` is an ``at+jwt`` for the resource.
 """
 
 from __future__ import annotations
