@@ -76,7 +76,6 @@ class CibaRequest:
     grant_body: dict[str, Any]  # the grant-create body (grantd.services.grant_requests.parse_request's input)
     details: list[dict[str, Any]] = field(default_factory=list)  # as requested, for the token answer
     policy_id: str | None = None  # the policy that reviews it (an MCP resource's grant scope names one)
-    resource: str | None = None  # RFC 8707: the MCP resource its token is for (grantd.oauth.mcp_ciba)
 
 
 def _one(params: Mapping[str, Any], name: str) -> str | None:

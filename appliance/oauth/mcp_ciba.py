@@ -166,7 +166,7 @@ def parse(services: Services, params: Mapping[str, Any], *, ping: bool, agent: A
         return body["authorization_details"], body
 
     request = ciba.parse_bc_authorize(params, ping=ping, details=details)
-    return replace(request, policy_id=chosen["policy"], resource=resource.resource)
+    return replace(request, policy_id=chosen["policy"])
 
 
 def resource_of(services: Services, grant: Any) -> resources.Resource | None:
