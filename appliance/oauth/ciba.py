@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -75,6 +75,7 @@ class CibaRequest:
     client_notification_token: str | None
     grant_body: dict[str, Any]  # the grant-create body (grantd.services.grant_requests.parse_request's input)
     details: list[dict[str, Any]] = field(default_factory=list)  # as requested, for the token answer
+    policy_id: str | None = None  # the policy that reviews it (an MCP resource's grant scope names one)
 
 
 def _one(params: Mapping[str, Any], name: str) -> str | None:
@@ -195,9 +196,15 @@ def _details(params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], dict[str,
     return details, body
 
 
-def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> CibaRequest:
+DetailsParser = Callable[[Mapping[str, Any], frozenset[str]], tuple[list[dict[str, Any]], dict[str, Any]]]
+
+
+def parse_bc_authorize(
+    params: Mapping[str, Any], *, ping: bool = False, details: DetailsParser | None = None
+) -> CibaRequest:
     """The `/bc-authorize` parameters (form or JSON) of an authenticated client. ``ping``: the client
-    is registered for ping mode (then `client_notification_token` is required)."""
+    is registered for ping mode (then `client_notification_token` is required). ``details``: reads
+    the authorization details and scopes into (details, grant body); default one grantd_command."""
     if not isinstance(params, Mapping):
         raise invalid_request("the request must be a form or a JSON object")
     for name in _SINGLE:
@@ -224,7 +231,7 @@ def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> Ciba
         )
     binding = check_binding_message(_one(params, "binding_message"))
     expiry = _expiry(params)
-    details, body = _details(params)
+    details_, body = details(params, scopes) if details is not None else _details(params)
     if binding is not None:
         body["binding_message"] = binding
     return CibaRequest(
@@ -234,7 +241,7 @@ def parse_bc_authorize(params: Mapping[str, Any], *, ping: bool = False) -> Ciba
         requested_expiry=expiry,
         client_notification_token=token if ping else None,
         grant_body=body,
-        details=details,
+        details=details_,
     )
 
 

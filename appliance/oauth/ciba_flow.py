@@ -15,6 +15,8 @@ grantd.services.grants.create (so D13's policies route it and the limits of POST
   (``sub`` = the approver whose decision completed it, ``aud`` = the client id the agent used),
   ``authorization_details`` enriched with ``grant_id``, ``cmd_hash``, ``grant_type`` and
   ``expires_at``. Redeemed once (``store.ciba.redeem``: one winner across processes and nodes).
+- A request naming an MCP ``resource`` (D17) is read by grantd.oauth.mcp_ciba: its grant is the one a
+  person's consent makes, and the approved answer's ``access_token`` is an ``at+jwt`` for the resource.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from grantd.core import policy, principals
 from grantd.core.errors import Problem
-from grantd.oauth import ciba, ciba_ping
+from grantd.oauth import ciba, ciba_ping, mcp_ciba
 from grantd.oauth.errors import OAuthError, invalid_grant
 from grantd.oauth.token import agent_client, param
 from grantd.services import grants, review
@@ -104,14 +106,20 @@ async def bc_authorize(
     audiences = (issuer, f"{issuer}/token", f"{issuer}/bc-authorize")
     agent, jkt = await agent_client(services, flat, audiences, proof)
     client = await services.store.ciba.get_client(agent["agent_id"])
-    request = ciba.parse_bc_authorize(params, ping=client is not None)
+    if mcp_ciba.for_resource(services.config, params):  # D17: a grant-gated scope of an MCP resource
+        request = mcp_ciba.parse(services, params, ping=client is not None, agent=agent)
+        jkt = None  # resource tokens are bearer tokens (grantd.oauth.mcp_ciba)
+    else:
+        request = ciba.parse_bc_authorize(params, ping=client is not None)
     principal = principals.agent(agent["agent_id"], agent["email"], dpop_jkt=jkt)
     stored, requester_id = await ciba.grant_request(services, principal, request)
     stored["authorization_details"] = request.details
     await _check_hint(services, request.hint, agent, stored)
     try:
         await services.limits.grant_request(services, principal)
-        answer, _ = await grants.create(services, principal, {}, (stored, requester_id))
+        answer, _ = await grants.create(
+            services, principal, {}, (stored, requester_id), policy_id=request.policy_id
+        )
     except Problem as problem:
         raise _oauth_error(problem) from None
     now = services.clock.now_ms()
@@ -186,8 +194,9 @@ def _client_named(params: dict[str, str]) -> str:
 
 
 async def _answer(services: Services, grant: Any, agent: Agent, client_id: str) -> dict[str, Any]:
-    authz = await grants.mint(services, grant)
     request = grant["request"]
+    resource = mcp_ciba.resource_of(services, grant)
+    authz = await grants.mint(services, grant) if resource is None else ""
     decided_at = int((grant.get("decided_at") or services.clock.now_ms()) // 1000)
     id_token = await services.tokens.mint_backchannel_id_token(
         sub=str(grant.get("decided_by") or "policy"), aud=client_id or agent["agent_id"], auth_time=decided_at
@@ -201,6 +210,9 @@ async def _answer(services: Services, grant: Any, agent: Agent, client_id: str) 
         if request.get("cmd_hash"):
             enriched["cmd_hash"] = request["cmd_hash"]
         details.append(enriched)
+    if resource is not None:  # D17: an RFC 9068 token for the resource instead of the AuthZ-JWT
+        token = await mcp_ciba.answer(services, grant, agent, resource)
+        return {**token, "id_token": id_token, "authorization_details": details, "grant_id": grant["id"]}
     bound = isinstance(request.get("cnf"), dict)
     claims_exp = _exp_of(authz)
     return {

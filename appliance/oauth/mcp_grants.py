@@ -59,24 +59,44 @@ def _grant_body(
 ) -> tuple[dict[str, Any], str | None]:
     assert req.resource is not None
     resource = resources.find(services.config, req.resource)
+    body, policy_id = resource_grant_body(
+        services, resource, gated, client_id=req.client.client_id, client_name=req.client.name
+    )
+    return {"requester": person["email"], **body}, policy_id
+
+
+def resource_grant_body(
+    services: Services,
+    resource: resources.Resource,
+    gated: list[str],
+    *,
+    client_id: str,
+    client_name: str,
+    permissions: list[str] | None = None,
+    details: list[dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], str | None]:
+    """The grant-create body (and the policy that reviews it) for ``gated`` scopes of ``resource``,
+    asked by ``client_id``: one ``mcp_tool_call`` per gated scope unless ``details`` are given (a
+    person's consent, and an agent's CIBA request: grantd.oauth.mcp_ciba). ``permissions``: the
+    scopes the grant covers (default: the gated ones)."""
     specs = [resource.grant_scopes[s] for s in gated]
     # the strictest kind of grant the scopes ask for (once < timed < always)
     grant_type = min((s["grant_type"] for s in specs), key=("once", "timed", "always").index)
     policy_id = next((s["policy"] for s in specs if s.get("policy")), None)
     body: dict[str, Any] = {
-        "requester": person["email"],
         "target_host": urlsplit(resource.resource).netloc,
         "audience": resource.resource,
-        "permissions": gated,
+        "permissions": permissions or gated,
         "grant_type": grant_type,
-        "reason": f"{req.client.name[:200]} asks to use {' '.join(gated)} at {resource.name[:200]}",
-        "authorization_details": [
+        "reason": f"{client_name[:200]} asks to use {' '.join(gated)} at {resource.name[:200]}",
+        "authorization_details": details
+        or [
             {
                 "type": resources.MCP_TOOL_CALL,
                 "locations": [resource.resource],
                 "actions": ["tools/call"],
                 "scope": scope,
-                "client_id": req.client.client_id,
+                "client_id": client_id,
             }
             for scope in gated
         ],
@@ -156,4 +176,4 @@ async def poll(services: Services, secret: str, person: Person) -> dict[str, Any
     return {"status": "approved", "grant_id": found["grant_id"], "location": location}
 
 
-__all__ = ["POLL_PATH", "gated_scopes", "poll", "start"]
+__all__ = ["POLL_PATH", "gated_scopes", "poll", "resource_grant_body", "start"]

@@ -60,7 +60,10 @@ async def resource_token_claims(services: Services, presented: str) -> dict[str,
 
 
 def resource_token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:
-    """A resource's token speaks for a grant of that resource, requested by the token's person."""
+    """A resource's token speaks for a grant of that resource, requested by the token's person (or,
+    for an agent's token from CIBA, by that agent: its id too)."""
+    if claims.get("act") == "agent" and claims.get("agent_id") != grant["requester_id"]:
+        return False
     return claims.get("aud") == grant["request"]["audience"] and claims.get("sub") == grant["requester"]
 
 

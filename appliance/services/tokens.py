@@ -188,6 +188,29 @@ class Tokens:
             typ=TYP_ACCESS,
         )
 
+    async def mint_agent_resource_access(
+        self, agent: Agent, *, resource: str, claims: dict[str, Any], ttl: int
+    ) -> str:
+        """An RFC 9068 access token for an MCP resource that an agent got through CIBA (D16, D17):
+        ``sub`` = the agent's e-mail, ``act: "agent"``, ``agent_id``; ``claims``: client_id, scope,
+        grant_id, authorization_details, auth_time (grantd.oauth.mcp_ciba)."""
+        now = self.clock.now_s()
+        return await self._sign(
+            {
+                **claims,
+                "iss": self.issuer,
+                "sub": agent["email"],
+                "act": "agent",
+                "agent_id": agent["agent_id"],
+                "aud": resource,
+                "token_use": "access",
+                "iat": now,
+                "exp": now + ttl,
+                "jti": new_jti(),
+            },
+            typ=TYP_ACCESS,
+        )
+
     async def mint_id_token(
         self,
         person: Person,
@@ -421,7 +444,14 @@ class Tokens:
         claims, header = await self._verify_with_header(token, audience=resource)
         if typ_of(header) != TYP_ACCESS or claims.get("token_use") != "access":
             raise TokenError("not a resource access token")
-        if not isinstance(claims.get("person_id"), str) or not isinstance(claims.get("sid"), str):
+        person = isinstance(claims.get("person_id"), str) and isinstance(claims.get("sid"), str)
+        agent = (  # an agent's, from CIBA: always behind a grant
+            claims.get("act") == "agent"
+            and isinstance(claims.get("agent_id"), str)
+            and isinstance(claims.get("grant_id"), str)
+            and "person_id" not in claims
+        )
+        if not (person or agent):
             raise TokenError("not a resource access token")
         return claims
 

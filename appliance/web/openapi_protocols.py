@@ -11,7 +11,7 @@ PROTOCOL_OPERATIONS: tuple[Op, ...] = (
         "/bc-authorize",
         "ciba.bc_authorize",
         "CIBA backchannel authentication (D16): an agent (private_key_jwt with its enrolled key) asks for "
-        "one grantd_command; answers an auth_req_id to poll /token with (form or JSON body; errors are "
+        "one grantd_command, or (with resource) a grant-gated scope of an MCP resource (D17); answers an auth_req_id to poll /token with (form or JSON body; errors are "
         "{error, error_description})",
         NONE,
         "BackchannelAuthenticationRequest",
@@ -46,10 +46,29 @@ GRANTD_COMMAND: Schema = obj(
     ("type", "locations", "actions", "command", "audience", "grant_type"),
 )
 
+MCP_TOOL_CALL: Schema = obj(
+    {
+        "type": {"const": "mcp_tool_call"},
+        "locations": {**array(STRING), "minItems": 1, "maxItems": 1, "description": "[resource]"},
+        "actions": {**array({"const": "tools/call"}), "minItems": 1, "maxItems": 1},
+        "scope": {"type": "string", "description": "a grant-gated scope of the resource"},
+        "tool": {"type": "string", "maxLength": 128, "description": "the tool, shown to the approver"},
+    },
+    ("type", "scope"),
+)
+
 PROTOCOL_SCHEMAS: dict[str, Schema] = {
     "BackchannelAuthenticationRequest": obj(
         {
-            "scope": {"type": "string", "description": "must hold openid"},
+            "scope": {
+                "type": "string",
+                "description": "must hold openid; with resource also that resource's scopes, one grant-gated",
+            },
+            "resource": {
+                "type": "string",
+                "format": "uri",
+                "description": "RFC 8707: a configured MCP resource (D17); then the token is an at+jwt for it",
+            },
             "login_hint": {"type": "string", "description": "a person's e-mail, group:<id> or policy"},
             "login_hint_token": STRING,
             "id_token_hint": JWT,
@@ -57,15 +76,21 @@ PROTOCOL_SCHEMAS: dict[str, Schema] = {
             "requested_expiry": {"type": "string", "pattern": "^[0-9]{1,4}$"},
             "client_notification_token": {"type": "string", "maxLength": 1024},
             "authorization_details": {
-                "description": "a JSON array (a string in a form) with one grantd_command",
-                "oneOf": [{"type": "string"}, {**array(GRANTD_COMMAND), "minItems": 1, "maxItems": 1}],
+                "description": "a JSON array (a string in a form): one grantd_command; with resource, "
+                "optional mcp_tool_call details instead",
+                "oneOf": [
+                    {"type": "string"},
+                    {**array(GRANTD_COMMAND), "minItems": 1, "maxItems": 1},
+                    {**array(MCP_TOOL_CALL), "minItems": 1},
+                ],
             },
             "client_id": STRING,
             "client_assertion_type": {"const": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"},
             "client_assertion": JWT,
         },
-        ("scope", "authorization_details", "client_assertion_type", "client_assertion"),
-        description="form-encoded or JSON; exactly one of login_hint, login_hint_token, id_token_hint",
+        ("scope", "client_assertion_type", "client_assertion"),
+        description="form-encoded or JSON; exactly one of login_hint, login_hint_token, id_token_hint; "
+        "authorization_details is required unless resource names an MCP resource (issue 26)",
     ),
     "DelegationCreated": {
         "allOf": [

@@ -234,6 +234,7 @@ FIELDS = [
     "endpoint",
     "keys",
     "expirationTime",  # notifications, review links, push subscriptions (D15)
+    "resource",  # RFC 8707 at /authorize, /token and /bc-authorize (D17; issue 26)
 ]
 SPECIAL_TEXT = [
     "",
@@ -297,6 +298,9 @@ def real_values(world: World) -> st.SearchStrategy[Any]:
             *world.ids,
             ["ls", "-l"],
             ["deploy:web"],
+            "https://mcp.example.com/mcp",  # the MCP resource (D17) and its grant-gated scope
+            "openid tools:deploy",
+            [{"type": "mcp_tool_call", "scope": "tools:deploy", "tool": "deploy"}],
             [{"id": world.ids[0], "action": "deny"}],
             [{"type": "x"}],
             {"cwd": "/"},
@@ -413,6 +417,8 @@ def raw_bodies(world: World, route_name: str) -> st.SearchStrategy[bytes | None]
                 b"urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer&client_assertion=a.b.c",
                 b"scope=openid&login_hint=policy&binding_message=%07&authorization_details=%5B%7B%7D%5D",
                 b"scope=openid&login_hint=policy&login_hint=x&authorization_details=null",
+                b"scope=openid%20tools%3Adeploy&login_hint=policy&resource=https%3A%2F%2Fmcp.example.com%2Fmcp"
+                b"&authorization_details=%5B%7B%22type%22%3A%22mcp_tool_call%22%7D%5D",
             ]
         ),
     )
