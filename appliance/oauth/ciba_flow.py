@@ -138,8 +138,6 @@ async def bc_authorize(
         "notification_token": ciba_ping.kept_for_ping(auth_req_id, request.client_notification_token),
     }
     await services.store.ciba.create(record)
-    if record["notification_token"] is not None:
-        ciba_ping.follow_decisions(services, record["expires_at"], answer)
     return {"auth_req_id": auth_req_id, "expires_in": expires_in, "interval": INTERVAL}
 
 

@@ -3,22 +3,20 @@ notification after a decision.
 
 - Settings: ``{mode: "ping", notification_endpoint}`` (checked by grantd.oauth.ciba's rule: https to
   a public address unless ``[ciba] notification_allow`` covers it) or ``{mode: "poll"}`` / null.
-- Delivery: the server process that made a ping-mode request follows the grant events until its
-  ping-mode requests have expired (``follow_decisions``); when such a grant is decided (approved,
-  denied, revoked, expired) in any process or node, the first process to claim it
-  (``store.onetime`` kind ``ciba-ping``: one winner across processes and nodes) POSTs only
+- Delivery: when a grant made by a live ping-mode request is decided (approved, denied, revoked or
+  expired while pending), the decision writes one outbox row (grantd.services.notify) in its own
+  transaction; the process that leases the row (one at a time across processes and nodes) POSTs only
   ``{"auth_req_id": ...}`` with ``Authorization: Bearer <client_notification_token>`` to the
   endpoint, through the SSRF guard: the host is resolved once and every address must be public
   (unless the allowlist covers the URL), the request goes to that checked address with the host as
   ``Host`` and TLS server name, no redirects, 5 s. A failed ping is logged and loses nothing: the
-  client may always poll. The outbox of issue 24 is not in this tree; when it is, delivery moves there.
+  client may always poll; the outbox tries again with backoff.
 - A ping-mode request keeps its ``auth_req_id`` with the client's token (the notification must
   carry it); it is useless without the agent's private key (every /token call is ``private_key_jwt``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import TYPE_CHECKING, Any
@@ -27,10 +25,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from grantd.core.errors import bad_request
+from grantd.hookspecs import DeliveryResult
 from grantd.logs import LOGGER
 from grantd.oauth.ciba import _allowed, check_notification_endpoint
 from grantd.services.clients import MetadataError, public_address, resolve
-from grantd.store import Conflict
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -40,8 +38,7 @@ log = logging.getLogger(LOGGER)
 
 DECIDED = frozenset({"grant.approved", "grant.denied", "grant.revoked", "grant.expired"})
 PING_TIMEOUT = 5.0
-PING_KIND = "ciba-ping"
-FOLLOW_CHECK_S = 5.0  # how often a follower with no events looks whether its requests have expired
+PING_CHANNEL = "ciba-ping"  # the outbox channel of CIBA pings (built in; no [[notify.channels]] entry)
 
 
 async def set_agent_ciba(services: Services, agent_id: str, value: Any) -> dict[str, Any]:
@@ -99,30 +96,28 @@ def kept_for_ping(auth_req_id: str, token: str | None) -> str | None:
     return None if token is None else json.dumps({"auth_req_id": auth_req_id, "token": token})
 
 
-async def deliver(services: Services, grant_id: str, send: Any = None) -> int:
-    """Ping every ping-mode request of this decided grant once; how many were sent."""
-    sent = 0
+async def deliver(services: Services, grant_id: str, send: Any = None) -> DeliveryResult:
+    """Ping every live ping-mode request of this decided grant (one outbox row of channel
+    ``PING_CHANNEL``, leased to one process at a time: grantd.services.notify_delivery). A failed
+    POST is a retryable failure: the outbox tries again with backoff; the client may poll meanwhile."""
     now = services.clock.now_ms()
+    errors = []
     for record in await services.store.ciba.for_grant(grant_id):
         kept = ping_token(record)
         if kept is None or record["redeemed_at"] is not None or record["expires_at"] <= now:
             continue
         client = await services.store.ciba.get_client(record["agent_id"])
         if client is None:
-            continue
-        try:
-            await services.store.onetime.put(
-                PING_KIND, record["auth_req_hash"], {}, record["expires_at"], now
-            )
-        except Conflict:
-            continue  # another process (or node) pings this one
+            continue  # the agent went back to poll mode
         auth_req_id, token = kept
         try:
             await (send or post_ping)(services, client["notification_endpoint"], auth_req_id, token)
-            sent += 1
         except (MetadataError, httpx.HTTPError, OSError, ValueError) as exc:
             log.warning("CIBA ping to agent %s failed (%s); it may still poll", record["agent_id"], exc)
-    return sent
+            errors.append(str(exc) or type(exc).__name__)
+    if errors:
+        return DeliveryResult.failed("the ping failed: " + errors[0], retryable=True)
+    return DeliveryResult.sent()
 
 
 async def post_ping(services: Services, url: str, auth_req_id: str, token: str) -> None:
@@ -158,38 +153,4 @@ async def post_ping(services: Services, url: str, auth_req_id: str, token: str) 
         raise ValueError(f"the endpoint answered {response.status_code}")
 
 
-def follow_decisions(services: Services, until_ms: int, grant: dict[str, Any]) -> None:
-    """A ping-mode request was made in this process: follow the grant events until it (and any other
-    made here) has expired, and ping after the decision. Only while such requests are live does a
-    process follow the events: a follower in every process for ever read every event and looked up
-    every decided grant's CIBA requests, a cost on every decision of every grant. A grant decided
-    already (a rule or a delegation approved it at once) is pinged now."""
-    services.ciba_ping_until = max(services.ciba_ping_until, until_ms)
-    task = services.ciba_ping_task
-    if task is None or task.done():
-        services.ciba_ping_task = asyncio.get_running_loop().create_task(_follow(services), name="ciba-ping")
-    if grant.get("status") != "pending":
-        asyncio.get_running_loop().create_task(_deliver_logged(services, grant["id"]))
-
-
-async def _follow(services: Services) -> None:
-    async with services.events.subscription("ciba-ping", internal=True) as sub:
-        while services.clock.now_ms() < services.ciba_ping_until:
-            try:
-                event = await asyncio.wait_for(sub.queue.get(), FOLLOW_CHECK_S)
-            except TimeoutError:
-                continue
-            if event is None:
-                return
-            if event["event"] in DECIDED:
-                await _deliver_logged(services, event["grant_id"])
-
-
-async def _deliver_logged(services: Services, grant_id: str) -> None:
-    try:
-        await deliver(services, grant_id)
-    except Exception:  # one failure never ends the pings
-        log.exception("CIBA ping for grant %s failed", grant_id)
-
-
-__all__ = ["agent_ciba", "deliver", "follow_decisions", "kept_for_ping", "ping_token", "set_agent_ciba"]
+__all__ = ["PING_CHANNEL", "agent_ciba", "deliver", "kept_for_ping", "ping_token", "set_agent_ciba"]

@@ -57,10 +57,6 @@ class Services:
     notify_channels: dict[str, Any] = field(default_factory=dict)
     # wakes this process's notification delivery worker (grantd.services.notify_delivery) when set
     notify_wake: Callable[[], None] = field(default=lambda: None)
-    # CIBA pings (grantd.oauth.ciba_ping): this process follows the grant events while ping-mode
-    # requests it made are live (until this time, ms), in this task
-    ciba_ping_until: int = 0
-    ciba_ping_task: Any = None
 
     @property
     def issuer(self) -> str:

@@ -27,7 +27,9 @@ async def sweep_expired(services: Services) -> list[Grant]:
         # D15: a pending grant that lapsed is over too; those told it waited are told so (written
         # after the expiry's transaction: the store's expire changes many grants at once; only the
         # process whose expire changed a grant gets it back, so each is told once)
-        notices = [n for g in expired for n in await notify.resolved(services, g["id"], now)]
+        # Only grants that lapsed undecided: an approved grant that ran out was resolved at its approval.
+        undecided = [g for g in expired if g.get("decided_at") is None]
+        notices = [n for g in undecided for n in await notify.resolved(services, g, now)]
         if notices:
             await services.store.notify.add(notices)
             notify.wake(services)
@@ -63,7 +65,7 @@ async def sweep_reviews(services: Services) -> int:
                 event=f"grant.{status}",
                 lapse=reader.lapse,
                 now=reader.now,
-                notices=await notify.resolved(services, grant["id"], reader.now),
+                notices=await notify.resolved(services, grant, reader.now),
             )
             won += updated is not None
             continue

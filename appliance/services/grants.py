@@ -446,7 +446,7 @@ async def _transition(
     if status not in expect:
         raise refuse(status)
     # a decision of a pending grant replaces the notices that asked for it (D15)
-    notices = await notify.resolved(services, grant["id"], reader.now) if status == "pending" else []
+    notices = await notify.resolved(services, grant, reader.now) if status == "pending" else []
     updated = await services.store.grants.update_if(
         grant["id"],
         expect=expect,

@@ -27,6 +27,7 @@ from typing import Any
 from grantd.core.notify_routes import Route, pick
 from grantd.core.review import Review, eligible_people
 from grantd.core.review.votes import GrantFacts, People
+from grantd.oauth import ciba_ping
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.store.notify import OutboxRow
@@ -182,19 +183,39 @@ async def escalated(
     )
 
 
-async def resolved(services: Services, grant_id: str, now: int) -> list[OutboxRow]:
-    """A ``resolved`` row for each person and channel that was told the grant waited."""
+async def resolved(services: Services, grant: Grant, now: int) -> list[OutboxRow]:
+    """The rows a decision of a pending grant writes with it: a ``resolved`` row for each person and
+    channel that was told the grant waited, and the CIBA ping of a grant a ping-mode request made
+    (D16: pings go through the outbox too)."""
+    grant_id = grant["id"]
+    rows = await _ciba_ping(services, grant, now)
     if not services.notify_channels:
-        return []
+        return rows
     told: dict[tuple[str, str], OutboxRow] = {}
     for earlier in await services.store.notify.for_grant(grant_id):
         if earlier["kind"] in PENDING_KINDS and earlier["status"] not in ("held", "dropped"):
             told.setdefault((earlier["channel"], earlier["recipient"]), earlier)
-    return [
+    return rows + [
         row(grant_id, channel, email, earlier["person_id"], "resolved", earlier["level"], now)
         for (channel, email), earlier in told.items()
         if channel in services.notify_channels
     ]
+
+
+async def _ciba_ping(services: Services, grant: Grant, now: int) -> list[OutboxRow]:
+    """One ``ciba_ping`` row (to the requesting agent) when a live ping-mode CIBA request made the
+    grant. Only a grant with ``authorization_details`` can have come from ``/bc-authorize``, so no
+    other decision reads the CIBA requests."""
+    if "authorization_details" not in grant["request"]:
+        return []
+    for record in await services.store.ciba.for_grant(grant["id"]):
+        if (
+            ciba_ping.ping_token(record) is not None
+            and record["redeemed_at"] is None
+            and record["expires_at"] > now
+        ):
+            return [row(grant["id"], ciba_ping.PING_CHANNEL, record["agent_id"], None, "ciba_ping", 0, now)]
+    return []
 
 
 def digests(held: Sequence[OutboxRow], now: int) -> list[OutboxRow]:

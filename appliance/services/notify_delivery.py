@@ -1,4 +1,5 @@
-"""Delivering the outbox (D15): every server process runs one ``DeliveryWorker``; the database
+"""Delivering the outbox (D15, and D16's CIBA pings: channel ``ciba-ping``, built in): every server
+process runs one ``DeliveryWorker``; the database
 decides which process sends which row (``store.notify.claim``: a lease, one winner per row across
 processes and nodes), so nothing is sent twice while a lease lasts. Never on the request path: a
 request only writes rows (in its grant's transaction) and wakes the worker.
@@ -23,6 +24,7 @@ from typing import Any
 
 from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
 from grantd.notify.message import render
+from grantd.oauth import ciba_ping
 from grantd.services import notify, push
 from grantd.services import review_links as links
 from grantd.services.context import Services
@@ -87,11 +89,12 @@ class DeliveryWorker:
         services = self.services
         channel = services.notify_channels.get(row["channel"])
         try:
-            result = (
-                await self._send(channel, row)
-                if channel is not None
-                else DeliveryResult.failed("the channel is no longer configured", retryable=False)
-            )
+            if row["channel"] == ciba_ping.PING_CHANNEL and row["grant_id"]:
+                result = await ciba_ping.deliver(services, row["grant_id"])  # D16: built in
+            elif channel is not None:
+                result = await self._send(channel, row)
+            else:
+                result = DeliveryResult.failed("the channel is no longer configured", retryable=False)
         except Exception as exc:  # noqa: BLE001 - a channel plugin's bug is a failed attempt, not a dead worker
             log.exception("notification channel %s raised", row["channel"])
             result = DeliveryResult.failed(f"the channel failed ({type(exc).__name__})", retryable=True)

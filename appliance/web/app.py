@@ -244,12 +244,11 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         state.sweeper = asyncio.get_running_loop().create_task(
             _sweep_forever(services), name="expiry-sweeper"
         )
-        if services.notify_channels:  # D15: this process's share of delivering the outbox
-            worker = DeliveryWorker(services)
-            services.notify_wake = worker.wake
-            state.notifier = asyncio.get_running_loop().create_task(
-                worker.run_forever(), name="notify-delivery"
-            )
+        # D15, D16: this process's share of delivering the outbox (notices and CIBA pings: a ping
+        # needs no configured channel, so every server delivers)
+        worker = DeliveryWorker(services)
+        services.notify_wake = worker.wake
+        state.notifier = asyncio.get_running_loop().create_task(worker.run_forever(), name="notify-delivery")
 
     @app.before_server_stop
     async def stop_background_work(app: Sanic) -> None:
@@ -257,7 +256,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         services = state.services
         if services is None:
             return
-        for task in (state.sweeper, state.notifier, services.ciba_ping_task):
+        for task in (state.sweeper, state.notifier):
             if task is not None:
                 task.cancel()
         if services.audit is not None:

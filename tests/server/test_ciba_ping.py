@@ -24,13 +24,17 @@ class Receiver:
     def __init__(self) -> None:
         self.port = free_port()
         self.got: queue.Queue[tuple[str, dict[str, str], bytes]] = queue.Queue()
+        self.fail_next = 0  # answer this many of the next POSTs with 500
         got = self.got
+        receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 got.put((self.path, dict(self.headers), body))
-                self.send_response(204)
+                failing = receiver.fail_next > 0
+                receiver.fail_next -= failing
+                self.send_response(500 if failing else 204)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
@@ -126,3 +130,32 @@ def test_public_https_endpoints_and_poll_are_accepted(srv, agent):
     assert status == 200 and answer["ciba"]["mode"] == "ping"
     assert set_ciba(srv, agent, None)[1]["ciba"] == {"mode": "poll"}
     assert set_ciba(srv, agent, {"mode": "push"})[0] == 400
+
+
+def test_a_failed_ping_is_retried_by_the_outbox_and_listed_with_the_grants_notices(srv, agent, receiver):
+    """D16: the ping goes through the outbox (written with the decision): an endpoint that fails once
+    gets the ping again after the backoff, and GET /api/grants/:id/notifications says so."""
+    receiver.fail_next = 1
+    set_ciba(srv, agent, {"mode": "ping", "notification_endpoint": receiver.url})
+    ack = bc_authorize(srv, agent, client_notification_token="cnt-3").json()
+    grant_id = pending_grant(srv, agent)["id"]
+    decide(srv, grant_id)
+    first = receiver.got.get(timeout=10)  # answered 500
+    assert json.loads(first[2]) == {"auth_req_id": ack["auth_req_id"]}
+    with srv.admin() as http:
+        deadline = time.monotonic() + 10
+        while True:
+            (row,) = http.get(f"/api/grants/{grant_id}/notifications").json()["data"]
+            if row["attempts"] == 1:
+                break
+            assert time.monotonic() < deadline, row
+            time.sleep(0.1)
+    assert row["channel"] == "ciba-ping" and row["kind"] == "ciba_ping" and row["status"] == "pending"
+    srv.clock.advance(6)  # past the first backoff (5 s)
+    again = receiver.got.get(timeout=10)
+    assert json.loads(again[2]) == {"auth_req_id": ack["auth_req_id"]}
+    with srv.admin() as http:
+        deadline = time.monotonic() + 10
+        while http.get(f"/api/grants/{grant_id}/notifications").json()["data"][0]["status"] != "sent":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
