@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .connection import _Database
+from grantd.store import RATE_SWEEP_EVERY_MS
 
-SWEEP_EVERY_MS = 1000  # ended windows are dropped by the first hit at least this long after the last drop
+from .connection import _Database
 
 
 class SQLiteRates:
@@ -17,7 +17,7 @@ class SQLiteRates:
         # any process each get a different count. Ended windows go in the same transaction (an
         # index range on ends_at), at most once a second per process (issue 27: a statement less per
         # counted request; a window that ended is dropped at most a second later, counts are unchanged).
-        sweep = self._swept_at is None or not 0 <= now - self._swept_at < SWEEP_EVERY_MS
+        sweep = self._swept_at is None or not 0 <= now - self._swept_at < RATE_SWEEP_EVERY_MS
         async with self._db.awrite() as conn:
             if sweep:
                 conn.execute("DELETE FROM rate_counters WHERE ends_at <= ?", (now,))
