@@ -125,7 +125,8 @@ def _print_peer_comparison(summaries: list[Summary], reference: dict[str, Any], 
     by_key = {(s.storage, s.workers, s.clients, s.op): s for s in summaries if s.nodes == 1}
     storages = sorted({s.storage for s in summaries})
     print(
-        f"\n== against the peer (issue 14, recorded {reference['recorded']}): server CPU ms per correct answer{label} =="
+        f"\n== against the peer's RECORDED figures (issue 14, {reference['recorded']}, another machine: history, no "
+        f"comparison; --issue27 measures the peer in this run): server CPU ms per correct answer{label} =="
     )
     print(f"peer: {reference['peer']}; its figures and grantd's at filing are in {REFERENCE.name}")
     for storage in storages:

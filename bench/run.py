@@ -14,11 +14,15 @@ workers (SQLite by default; PostgreSQL and several nodes on one database on requ
     .venv/bin/python bench/run.py --issue14            # as issue 14's clients load it, beside the peer's figures
     .venv/bin/python bench/run.py --issue14 --baseline /tmp/before/pkg   # before/after, interleaved per round
     .venv/bin/python bench/levers.py                   # issue 14's changes one at a time, CPU per call
+    .venv/bin/python bench/run.py --issue27            # the peer's IdP started and measured beside grantd
 
 --issue14 is: httpx clients (one keep-alive connection per agent), 2 load processes, 16 and 64 agents,
 10 s per operation, 1 and 2 workers, 3 interleaved rounds (each round: every setup and agent count on a
 fresh server, in turn; one worker only at 16 agents), issue 14's operations; it prints the medians over the rounds and the peer's
-figures (bench/peer_reference.json) beside them. Any option given as well overrides the preset.
+figures (bench/peer_reference.json, recorded on another day and machine: history, no comparison)
+beside them. --issue27 measures the peer itself in the same run (bench/peer_live.py): every round
+runs the peer, then grantd, per agent count (2 workers, 16 and 64 agents, 3 rounds, limits counted,
+/healthz and one Ed25519 verify as the floor). Any option given as well overrides the preset.
 """
 
 from __future__ import annotations
@@ -584,7 +588,8 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
                     and r.variant == variant
                 ]
                 if rows:
-                    print_table(setup, rows, clients if variant == "tree" else f"{clients} (baseline code)")
+                    label = {"tree": "", "baseline": " (baseline code)", "peer": " (the peer's IdP)"}[variant]
+                    print_table(setup, rows, f"{clients}{label}")
     print(
         f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE})."
     )
