@@ -638,12 +638,12 @@ async def vote(
     # One read of the review and votes for the answer and the AuthZ-JWT (issue 27: it was two);
     # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes.
     status = reader.status(updated)
-    review, level, counted, _ = await _review_state(services, updated, status, now_s, agent)
-    shown = reviews.review_json(review, updated, counted, level, now_s)
-    shown["approvals"] = reviews.approvals_json(updated, counted, review)
+    review, level, now_counted, _ = await _review_state(services, updated, status, now_s, agent)
+    shown = reviews.review_json(review, updated, now_counted, level, now_s)
+    shown["approvals"] = reviews.approvals_json(updated, now_counted, review)
     answer: dict[str, Any] = {"grant": view(updated, status), "review": shown}
     if updated["status"] == "approved":
-        claims = reviews.jwt_claims(review, updated, counted)
+        claims = reviews.jwt_claims(review, updated, now_counted)
         answer["authz_jwt"] = await services.tokens.mint_authz(updated, claims)
     return answer
 
