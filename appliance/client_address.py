@@ -11,6 +11,7 @@ first untrusted one are never read, as a client may have written them.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 
@@ -72,6 +73,7 @@ def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[Netwo
     return str(found) if found is not None else peer
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of its arguments, asked on every counted request
 def limit_key(address: str, ipv6_prefix: int) -> str:
     """What per-address limits count for a client address (D12): an IPv4 address as it is (an
     IPv4-mapped IPv6 address as its IPv4 address), an IPv6 address as the network of its first

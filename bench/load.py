@@ -60,6 +60,7 @@ class Plan:
     agents: list[AgentCred]
     items: list[Any] = field(default_factory=list)  # this process's share of the operation's pool
     client_kind: str = "lean"
+    dialect: str = "grantd"  # "grantd" or "peer" (the peer's IdP: bench/peer_live.py)
 
 
 @dataclass
@@ -147,6 +148,7 @@ class Client:
     agent: AgentCred
     management: dict[str, str]
     pool: UseOnce | Reusable
+    dialect: str = "grantd"
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -160,9 +162,11 @@ def expect(response: Any, status: int, what: str) -> dict[str, Any]:
     return response.json() if response.content else {}
 
 
-def grant_body(grant_type: str = "once") -> dict[str, Any]:
+def grant_body(grant_type: str = "once", host: str = "web-1") -> dict[str, Any]:
+    """The peer reuses an approved non-once grant of the same requester and target host for any
+    new request (peer-facts 3.3), so set-up gives each pool of always grants its own host."""
     return {
-        "target_host": "web-1",
+        "target_host": host,
         "audience": "escapes",
         "grant_type": grant_type,
         "command": COMMAND,
@@ -209,11 +213,15 @@ async def verify(c: Client) -> None:
         raise Unexpected(f"verify: {answer.get('error')}")
 
 
+def approve_kwargs(c: Client) -> dict[str, Any]:
+    """The peer answers a body-less approve with 500 (peer-facts 3.1): it gets `{}`, as apes would
+    have to send."""
+    return {"headers": c.management, "json": {}} if c.dialect == "peer" else {"headers": c.management}
+
+
 async def approve(c: Client) -> None:
     grant_id = c.pool.take()
-    answer = expect(
-        await c.http.post(f"/api/grants/{grant_id}/approve", headers=c.management), 200, "approve"
-    )
+    answer = expect(await c.http.post(f"/api/grants/{grant_id}/approve", **approve_kwargs(c)), 200, "approve")
     if not answer.get("authz_jwt"):
         raise Unexpected("approve: no authz_jwt")
 
@@ -245,7 +253,7 @@ async def full_flow(c: Client) -> None:
     """create -> approve (management token) -> token (requester) -> consume (AuthZ-JWT)."""
     agent = bearer(c.agent.token)
     grant_id = expect(await c.http.post("/api/grants", json=grant_body(), headers=agent), 201, "create")["id"]
-    expect(await c.http.post(f"/api/grants/{grant_id}/approve", headers=c.management), 200, "approve")
+    expect(await c.http.post(f"/api/grants/{grant_id}/approve", **approve_kwargs(c)), 200, "approve")
     authz_jwt = expect(await c.http.post(f"/api/grants/{grant_id}/token", headers=agent), 200, "token")[
         "authz_jwt"
     ]
@@ -311,9 +319,13 @@ def connection(url: str, kind: str) -> Any:
     return LeanClient(url)
 
 
-async def _open(http: Any) -> Any:
+# A cheap GET that opens each connection before the clock starts (the peer has no /healthz).
+OPEN_PATH = {"grantd": "/healthz", "peer": "/.well-known/jwks.json"}
+
+
+async def _open(http: Any, dialect: str = "grantd") -> Any:
     """Connect before the clock starts, so connection set-up is not measured."""
-    expect(await http.get("/healthz"), 200, "healthz")
+    expect(await http.get(OPEN_PATH[dialect]), 200, "open")
     return http
 
 
@@ -327,10 +339,14 @@ async def run_plan_async(plan: Plan) -> Tally:
             await stack.enter_async_context(connection(plan.urls[i % len(plan.urls)], plan.client_kind))
             for i in range(plan.clients)
         ]
-        await asyncio.gather(*(_open(http) for http in https))
+        await asyncio.gather(*(_open(http, plan.dialect) for http in https))
         clients = [
             Client(
-                Timed(http, tally.request_latencies_ms), plan.agents[i % len(plan.agents)], management, pool
+                Timed(http, tally.request_latencies_ms),
+                plan.agents[i % len(plan.agents)],
+                management,
+                pool,
+                plan.dialect,
             )
             for i, http in enumerate(https)
         ]

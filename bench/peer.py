@@ -43,6 +43,7 @@ class Summary:
     errors: int  # summed over the rounds
     peak_rss_mib: float  # the highest of the rounds
     other_cpu_cores: float  # mean cores taken by other work on the machine during the rounds
+    load_avg_1m: float | None = None  # median of the rounds' 1-minute load average
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -77,6 +78,7 @@ def summarize_rounds(results: list[dict[str, Any]]) -> list[Summary]:
                 errors=sum(r["errors"] for r in rows),
                 peak_rss_mib=max(r["peak_rss_mib"] for r in rows),
                 other_cpu_cores=round(statistics.mean(r["other_cpu_cores"] for r in rows), 2),
+                load_avg_1m=_median([r.get("load_avg_1m") for r in rows]),
             )
         )
     return summaries
@@ -123,7 +125,8 @@ def _print_peer_comparison(summaries: list[Summary], reference: dict[str, Any], 
     by_key = {(s.storage, s.workers, s.clients, s.op): s for s in summaries if s.nodes == 1}
     storages = sorted({s.storage for s in summaries})
     print(
-        f"\n== against the peer (issue 14, recorded {reference['recorded']}): server CPU ms per correct answer{label} =="
+        f"\n== against the peer's RECORDED figures (issue 14, {reference['recorded']}, another machine: history, no "
+        f"comparison; --issue27 measures the peer in this run): server CPU ms per correct answer{label} =="
     )
     print(f"peer: {reference['peer']}; its figures and grantd's at filing are in {REFERENCE.name}")
     for storage in storages:
@@ -173,3 +176,47 @@ def _print_peer_comparison(summaries: list[Summary], reference: dict[str, Any], 
                 f"peak RSS with 2 workers: {max(rss):.0f} MiB (aim < {limit} MiB: {'met' if max(rss) < limit else 'NOT met'}; "
                 f"peer {reference['peak_rss_mib']['peer']} MiB); errors in all runs: {errors}"
             )
+
+
+def _total(s: Summary | None) -> float | None:
+    """CPU per answer of every serving process, PostgreSQL's added where it serves."""
+    if s is None or s.cpu_ms is None:
+        return None
+    return s.cpu_ms + (s.postgres_cpu_ms or 0.0)
+
+
+def print_same_run(summaries: list[Summary], floor_ms: list[float], peer_note: str | None = None) -> None:
+    """Issue 27: the peer measured in this very run beside grantd (2 workers); ratio = peer ÷ grantd;
+    'above floor' = grantd's figure minus its /healthz (Sanic's cheapest answer) in the same round set."""
+    print("\n== against the peer, measured in this run (CPU ms per correct answer, medians) ==")
+    if peer_note:
+        print(f"the peer was {peer_note}")
+    if floor_ms:
+        print(
+            f"one Ed25519 verify in this run: {statistics.median(floor_ms):.3f} ms (each round: {floor_ms})"
+        )
+    grantd = {(s.storage, s.clients, s.op): s for s in summaries if s.variant == "tree" and s.workers == 2}
+    peer = {(s.clients, s.op): s for s in summaries if s.variant == "peer"}
+    counts = sorted({c for _, c, _ in grantd})
+    for storage in sorted({k[0] for k in grantd}):
+        pg = " (+ PostgreSQL)" if storage == "postgres" else ""
+        print(f"\n{storage}, grantd 2 workers{pg}; load = median 1-minute load average of the rounds")
+        header = f"{'operation':<15}" + "".join(
+            f"{'peer C' + str(c):>10}{'grantd':>8}{'ratio':>7}{'above floor':>12}{'load p/g':>11}{'err p/g':>10}"
+            for c in counts
+        )
+        print(header)
+        print("-" * len(header))
+        for op in ["healthz", *ISSUE14_OPS]:
+            cells = []
+            for c in counts:
+                g, p = grantd.get((storage, c, op)), peer.get((c, op))
+                floor = _total(grantd.get((storage, c, "healthz")))
+                gt, pt = _total(g), _total(p)
+                ratio = "-" if not gt or pt is None else f"{pt / gt:.1f}x"
+                above = "-" if gt is None or floor is None or op == "healthz" else f"{gt - floor:+.2f}"
+                load = f"{_f(p.load_avg_1m if p else None, 1)}/{_f(g.load_avg_1m if g else None, 1)}"
+                errors = f"{p.errors if p else '-'}/{g.errors if g else '-'}"
+                cells.append(f"{_f(pt):>10}{_f(gt):>8}{ratio:>7}{above:>12}{load:>11}{errors:>10}")
+            if any(grantd.get((storage, c, op)) or peer.get((c, op)) for c in counts):
+                print(f"{op:<15}" + "".join(cells))

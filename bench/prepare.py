@@ -76,35 +76,57 @@ async def _sign_in(http: LeanClient, agent: AgentCred) -> AgentCred:
     return AgentCred(agent.agent_id, agent.email, agent.private_key, token)
 
 
-async def _enroll_one(conns: Connections, management: str, number: int) -> AgentCred:
+async def _enroll_one(conns: Connections, management: str, number: int, dialect: str) -> AgentCred:
     raw, public = _new_key()
     email = f"bench-{os.getpid()}-{number}@example.com"
     body = {"email": email, "name": f"bench agent {number}", "publicKey": public}
+    if dialect == "peer":  # an owner makes it an agent; the peer answers 200 and names it by e-mail
+        body["owner"] = "admin@example.com"
     async with conns.one() as http:
         answer = await http.post("/api/agent/enroll", json=body, headers=bearer(management))
-        enrolled = expect(answer, 201, "enroll")
-        return await _sign_in(http, AgentCred(enrolled["agent_id"], email, raw, ""))
+        enrolled = expect(answer, 200 if dialect == "peer" else 201, "enroll")
+        agent_id = email if dialect == "peer" else enrolled["agent_id"]
+        return await _sign_in(http, AgentCred(agent_id, email, raw, ""))
 
 
-async def enroll_agents(conns: Connections, management: str, count: int) -> list[AgentCred]:
-    return await gather_all(_enroll_one(conns, management, n) for n in range(count))
+async def enroll_agents(
+    conns: Connections, management: str, count: int, dialect: str = "grantd"
+) -> list[AgentCred]:
+    return await gather_all(_enroll_one(conns, management, n, dialect) for n in range(count))
 
 
 # -- grants -------------------------------------------------------------------------------------------------
 
 
-async def _create(conns: Connections, agent: AgentCred, grant_type: str) -> tuple[AgentCred, str]:
-    async with conns.one() as http:
-        answer = await http.post("/api/grants", json=grant_body(grant_type), headers=bearer(agent.token))
+async def _create(
+    conns: Connections, agent: AgentCred, grant_type: str, host: str, retries: int
+) -> tuple[AgentCred, str]:
+    """One pending grant. `retries`: the peer's file store sometimes reads a grant while another
+    request writes it and answers 500 (peer-facts: its create fails under load); set-up of the
+    peer tries again, grantd's never does."""
+    for attempt in range(retries + 1):
+        async with conns.one() as http:
+            answer = await http.post(
+                "/api/grants", json=grant_body(grant_type, host), headers=bearer(agent.token)
+            )
+        if answer.status_code < 500 or attempt == retries:
+            break
+        await asyncio.sleep(0.05)
     return agent, expect(answer, 201, "create")["id"]
 
 
 async def create_grants(
-    conns: Connections, agents: list[AgentCred], count: int, grant_type: str = "once"
+    conns: Connections,
+    agents: list[AgentCred],
+    count: int,
+    grant_type: str = "once",
+    host: str = "web-1",
+    retries: int = 0,
 ) -> list[tuple[AgentCred, str]]:
     """`count` pending grants, requested by the agents in turn."""
     return await gather_all(
-        _create(conns, agent, grant_type) for agent in itertools.islice(itertools.cycle(agents), count)
+        _create(conns, agent, grant_type, host, retries)
+        for agent in itertools.islice(itertools.cycle(agents), count)
     )
 
 
@@ -131,6 +153,17 @@ async def approve_grants(conns: Connections, management: str, grant_ids: list[st
     return tokens
 
 
+async def _approve_one(conns: Connections, management: str, grant_id: str) -> tuple[str, str]:
+    async with conns.one() as http:
+        answer = await http.post(f"/api/grants/{grant_id}/approve", json={}, headers=bearer(management))
+    return grant_id, expect(answer, 200, "approve")["authz_jwt"]
+
+
+async def approve_one_by_one(conns: Connections, management: str, grant_ids: list[str]) -> dict[str, str]:
+    """The peer's batch answers carry no AuthZ-JWT: its set-up approves each grant on its own."""
+    return dict(await gather_all(_approve_one(conns, management, grant_id) for grant_id in grant_ids))
+
+
 async def _with_etag(conns: Connections, agent: AgentCred, grant_id: str) -> tuple[str, str, str]:
     async with conns.one() as http:
         response = await http.get(f"/api/grants/{grant_id}", headers=bearer(agent.token))
@@ -144,17 +177,28 @@ POOLED_OPS = {"get_etag", "token", "verify", "approve", "consume", "consume_alwa
 
 
 async def pool_for(
-    op: str, conns: Connections, management: str, agents: list[AgentCred], size: int
+    op: str, conns: Connections, management: str, agents: list[AgentCred], size: int, dialect: str = "grantd"
 ) -> list[Any]:
-    """The items an operation works on (see bench.load: each operation's `c.pool.take()`)."""
+    """The items an operation works on (see bench.load: each operation's `c.pool.take()`).
+    The peer's verify consumes a once grant (peer-facts 3.3), so its verify pool holds always
+    grants (the same check on the token and one read of the grant, no write)."""
     if op not in POOLED_OPS:
         return []
-    created = await create_grants(conns, agents, size, "always" if op == "consume_always" else "once")
+    always = op == "consume_always" or (op == "verify" and dialect == "peer")
+    created = await create_grants(
+        conns,
+        agents,
+        size,
+        "always" if always else "once",
+        f"web-{op}" if always else "web-1",
+        retries=20 if dialect == "peer" else 0,
+    )
     if op == "approve":
         return [grant_id for _, grant_id in created]
     if op == "get_etag":
         return await gather_all(_with_etag(conns, agent, grant_id) for agent, grant_id in created)
-    tokens = await approve_grants(conns, management, [grant_id for _, grant_id in created])
+    approve_all = approve_one_by_one if dialect == "peer" else approve_grants
+    tokens = await approve_all(conns, management, [grant_id for _, grant_id in created])
     if op == "token":
         return [(agent.token, grant_id) for agent, grant_id in created]
     if op == "verify":

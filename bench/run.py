@@ -14,11 +14,15 @@ workers (SQLite by default; PostgreSQL and several nodes on one database on requ
     .venv/bin/python bench/run.py --issue14            # as issue 14's clients load it, beside the peer's figures
     .venv/bin/python bench/run.py --issue14 --baseline /tmp/before/pkg   # before/after, interleaved per round
     .venv/bin/python bench/levers.py                   # issue 14's changes one at a time, CPU per call
+    .venv/bin/python bench/run.py --issue27            # the peer's IdP started and measured beside grantd
 
 --issue14 is: httpx clients (one keep-alive connection per agent), 2 load processes, 16 and 64 agents,
 10 s per operation, 1 and 2 workers, 3 interleaved rounds (each round: every setup and agent count on a
 fresh server, in turn; one worker only at 16 agents), issue 14's operations; it prints the medians over the rounds and the peer's
-figures (bench/peer_reference.json) beside them. Any option given as well overrides the preset.
+figures (bench/peer_reference.json, recorded on another day and machine: history, no comparison)
+beside them. --issue27 measures the peer itself in the same run (bench/peer_live.py): every round
+runs the peer, then grantd, per agent count (2 workers, 16 and 64 agents, 3 rounds, limits counted,
+/healthz and one Ed25519 verify as the floor). Any option given as well overrides the preset.
 """
 
 from __future__ import annotations
@@ -45,7 +49,14 @@ if __package__ in (None, ""):  # run as a script: make the `bench` package impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.load import CLIENT_KINDS, USE_ONCE, AgentCred, Plan, Tally, run_async, run_plan, warm_up  # noqa: E402
-from bench.peer import ISSUE14_OPS, print_peer_comparison, print_rounds, summarize_rounds  # noqa: E402
+from bench.peer import (  # noqa: E402
+    ISSUE14_OPS,
+    print_peer_comparison,
+    print_rounds,
+    print_same_run,
+    summarize_rounds,
+)
+from bench.peer_live import ed25519_verify_ms, peer_missing, start_peer  # noqa: E402
 from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
 from bench.profile import print_profile  # noqa: E402
 from bench.server import (  # noqa: E402
@@ -100,6 +111,8 @@ LATENCY_AIM_NOTE = (
     "the p99 aim is checked per HTTP request: with 64 clients in a closed loop a flow (4 requests) "
     "takes 64 / rate on average (Little's law), 128 ms at 500 flows/s"
 )
+PEER_REUSE_POOL = 128  # distinct grants/tokens for the peer's get_etag, token, verify, consume_always
+PEER_USE_ONCE_POOL = 400  # grants for the peer's approve (it stops when they are used up)
 FALLBACK_RATE_ESTIMATE = 1500.0  # ops/s, for sizing use-once pools when create has not been measured
 POOL_HEADROOM = 1.5
 
@@ -147,7 +160,8 @@ class OpResult:
     aim_p99_ms: float | None = None
     meets_aim: bool | None = None
     error_examples: list[str] = field(default_factory=list)
-    variant: str = "tree"  # "tree": the servers of this working tree; "baseline": those of --baseline
+    variant: str = "tree"  # "tree": this working tree's servers; "baseline": --baseline's; "peer": the peer's
+    load_avg_1m: float | None = None  # the machine's 1-minute load average at the end of the window
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float | None:
@@ -274,6 +288,7 @@ def make_plans(
     and node i mod N across processes) and its share of the pool (use-once items are never shared
     between processes)."""
     plans = []
+    dialect = getattr(args, "dialect", "grantd")
     item_ranges = _split(len(items), args.client_procs)
     for proc, clients in enumerate(_split(args.clients, args.client_procs)):
         if not clients:
@@ -291,6 +306,7 @@ def make_plans(
                 agents[offset:] + agents[:offset],
                 share,
                 args.client,
+                dialect,
             )
         )
     return plans
@@ -348,7 +364,9 @@ def measure(
     cpu = after - snapshots[0]
     pool = len(items) if op in USE_ONCE else None
     postgres_mib = postgres_memory.peak_mib if deployment.postgres is not None else None
-    return summarize(op, setup, args, tally, start_at, memory.peak_mib, postgres_mib, cpu, pool)
+    result = summarize(op, setup, args, tally, start_at, memory.peak_mib, postgres_mib, cpu, pool)
+    result.load_avg_1m = round(os.getloadavg()[0], 2)
+    return result
 
 
 # -- set-up --------------------------------------------------------------------------------------------------
@@ -366,26 +384,28 @@ def pool_size(op: str, args: argparse.Namespace, measured: dict[str, float]) -> 
     return max(500, min(args.max_pool, math.ceil(estimate * args.duration * POOL_HEADROOM)))
 
 
-async def _enroll(server: Any, count: int) -> list[AgentCred]:
+async def _enroll(server: Any, count: int, dialect: str) -> list[AgentCred]:
     """Set-up goes to the first node: they share one database."""
     async with connections(server.url) as conns:
-        return await enroll_agents(conns, management_token(server), count)
+        return await enroll_agents(conns, management_token(server), count, dialect)
 
 
-async def _prepare(server: Any, op: str, agents: list[AgentCred], size: int) -> list[Any]:
+async def _prepare(server: Any, op: str, agents: list[AgentCred], size: int, dialect: str) -> list[Any]:
     async with connections(server.url) as conns:
-        return await pool_for(op, conns, management_token(server), agents, size)
+        return await pool_for(op, conns, management_token(server), agents, size, dialect)
 
 
-def enroll(server: Any, count: int) -> list[AgentCred]:
-    return run_async(_enroll(server, count))  # type: ignore[no-any-return]
+def enroll(server: Any, count: int, dialect: str = "grantd") -> list[AgentCred]:
+    return run_async(_enroll(server, count, dialect))  # type: ignore[no-any-return]
 
 
-def prepare_pool(server: Any, op: str, agents: list[AgentCred], size: int) -> list[Any]:
+def prepare_pool(
+    server: Any, op: str, agents: list[AgentCred], size: int, dialect: str = "grantd"
+) -> list[Any]:
     if op not in POOLED_OPS:
         return []
     started = time.monotonic()
-    items: list[Any] = run_async(_prepare(server, op, agents, size))
+    items: list[Any] = run_async(_prepare(server, op, agents, size, dialect))
     log(f"    prepared {len(items)} grants for {op} in {time.monotonic() - started:.1f} s")
     return items
 
@@ -436,22 +456,36 @@ def wait_for_log(url: str, timeout: float = 120.0) -> None:
             time.sleep(1.0)  # longer than a sequencer step (200 ms) and the signing after it
 
 
-def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any) -> list[OpResult]:
+def bench_setup(setup: Setup, args: argparse.Namespace, postgres: Any, peer: bool = False) -> list[OpResult]:
+    """Every operation on one fresh deployment: grantd's (`setup`), or with `peer` the peer's IdP
+    (bench/peer_live.py) driven by the same load, recorded under `setup` with variant "peer"."""
     results: list[OpResult] = []
     measured: dict[str, float] = {}
+    args = argparse.Namespace(**{**vars(args), "dialect": "peer" if peer else "grantd"})
+    if peer:
+        # The peer's create reads every stored grant (its file store has no index), so set-up time
+        # grows with the square of the pools: smaller pools (its reads do not depend on the count).
+        args.reuse_pool = min(args.reuse_pool, PEER_REUSE_POOL)
+        args.pool_size = args.pool_size or PEER_USE_ONCE_POOL
     with tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp:
-        deployment = deploy(setup, Path(tmp), args, postgres)
+        deployment: Any = start_peer(Path(tmp) / "peer") if peer else deploy(setup, Path(tmp), args, postgres)
         try:
-            log(f"{setup.label} at {' '.join(deployment.urls)}; enrolling {args.agents} agents")
+            label = "the peer's IdP (one Node process)" if peer else setup.label
+            log(f"{label} at {' '.join(deployment.urls)}; enrolling {args.agents} agents")
             server = deployment.nodes[0]
-            agents = enroll(server, args.agents)
+            agents = enroll(server, args.agents, args.dialect)
             with client_processes(args.client_procs) as executor:
                 for op in args.ops:
-                    items = prepare_pool(server, op, agents, pool_size(op, args, measured))
-                    wait_for_log(server.url)
+                    if peer and op == "healthz":
+                        continue  # grantd's floor; the peer has no such route
+                    items = prepare_pool(server, op, agents, pool_size(op, args, measured), args.dialect)
+                    if not peer:
+                        wait_for_log(server.url)
                     log(f"  {op}: {args.duration:g} s with {args.clients} clients")
                     result = measure(op, deployment, setup, agents, items, args, executor)
                     measured[op] = result.rate
+                    if peer:
+                        result.variant = "peer"
                     results.append(result)
                     log(
                         f"    {result.rate:,.0f}/s p99 {result.p99_ms} ms, {result.errors} errors, "
@@ -587,7 +621,8 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
                     and r.variant == variant
                 ]
                 if rows:
-                    print_table(setup, rows, clients if variant == "tree" else f"{clients} (baseline code)")
+                    label = {"tree": "", "baseline": " (baseline code)", "peer": " (the peer's IdP)"}[variant]
+                    print_table(setup, rows, f"{clients}{label}")
     print(
         f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE})."
     )
@@ -637,6 +672,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--peer", action="store_true", help="print the peer's reference figures beside the medians"
+    )
+    parser.add_argument(
+        "--issue27",
+        action="store_true",
+        help="issue 27: the peer's IdP started and measured beside grantd in the same run (interleaved: "
+        "peer, then grantd, per agent count and round), 2 workers, 16 and 64 agents, 3 rounds, rate "
+        "limits counted, /healthz and one Ed25519 verify as the floor",
+    )
+    parser.add_argument(
+        "--peer-live",
+        action="store_true",
+        help="start the peer's IdP (bench/peer_live.py) and measure it before grantd in every round",
     )
     parser.add_argument(
         "--baseline",
@@ -735,6 +782,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.issue14:
         preset.update(client_counts=[16, 64], rounds=3, ops=ISSUE14_OPS, client="httpx", client_procs=2)
         args.peer = True
+    if args.issue27:
+        preset.update(
+            client_counts=[16, 64],
+            rounds=3,
+            ops=["healthz", *ISSUE14_OPS],
+            client="httpx",
+            client_procs=2,
+        )
+        args.peer_live = True
+        if args.workers == [1, 2]:
+            args.workers = [2]
+        if args.limits == "off":
+            args.limits = "counted"
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -815,19 +875,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     facts = machine_facts()
     results: list[OpResult] = []
+    floor_ms: list[float] = []
+    peer_why = peer_missing() if args.peer_live else None
+    if peer_why:
+        log(f"THE PEER IS NOT MEASURED: {peer_why}")
+        facts["peer"] = f"not measured: {peer_why}"
     with private_postgres(args.storage) as postgres:
         # Interleaved: each round runs every setup and agent count once, on a fresh server each time,
         # so slow drifts of the shared machine spread over all of them instead of one.
         for round_number in range(1, args.rounds + 1):
             if args.rounds > 1:
                 log(f"== round {round_number} of {args.rounds}")
-            for setup in setups(args):
+            floor_ms.append(ed25519_verify_ms())
+            for number, setup in enumerate(setups(args)):
                 for clients in args.client_counts:
                     if args.issue14 and setup.workers == 1 and clients != min(args.client_counts):
                         continue  # as in the issue: one worker only at the smaller agent count
                     run_args = argparse.Namespace(
                         **{**vars(args), "clients": clients, "agents": args.agents_given or clients}
                     )
+                    if args.peer_live and not peer_why and number == 0:
+                        log("-- peer")
+                        results.extend(bench_setup(setup, run_args, None, peer=True))
                     for variant, server_path in variants(args):
                         with server_code(server_path):
                             if args.baseline:
@@ -836,6 +905,7 @@ def main(argv: list[str] | None = None) -> int:
                                 result.variant = variant
                                 results.append(result)
     facts["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    facts["ed25519_verify_ms"] = floor_ms
     summaries = summarize_rounds([asdict(r) for r in results])
     if args.json:
         print(
@@ -853,7 +923,9 @@ def main(argv: list[str] | None = None) -> int:
         print_report(facts, args, results)
         print_rounds(summaries)
         if args.peer:
-            print_peer_comparison(summaries)
+            print_peer_comparison([s for s in summaries if s.variant != "peer"])
+        if args.peer_live:
+            print_same_run(summaries, floor_ms, facts.get("peer"))
     return 0
 
 

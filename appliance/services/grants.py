@@ -616,7 +616,8 @@ async def vote(
     counted = tally(review, facts, people, reviews.ballots(votes[: mine + 1]), now_s)
     if counted.status == "pending":
         latest = await services.store.grants.get(grant_id) or grant
-        return {"grant": reader.view(latest), "review": await _review_answer(services, latest, reader)}
+        found = await review_view(services, latest, reader)
+        return {"grant": reader.view(latest), "review": {**found["review"], "approvals": found["approvals"]}}
     request = dict(grant["request"])
     if counted.status == "approved":
         if review.is_default:  # the one vote decides, its override as given (today's behaviour)
@@ -654,18 +655,17 @@ async def vote(
     updated = await _transition(
         services, grant, expect=("pending",), changes=changes, event=event, reader=reader, refuse=_not_pending
     )
-    answer: dict[str, Any] = {
-        "grant": reader.view(updated),
-        "review": await _review_answer(services, updated, reader),
-    }
+    # One read of the review and votes for the answer and the AuthZ-JWT (issue 27: it was two);
+    # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes.
+    status = reader.status(updated)
+    review, level, now_counted, _ = await _review_state(services, updated, status, now_s, agent)
+    shown = reviews.review_json(review, updated, now_counted, level, now_s)
+    shown["approvals"] = reviews.approvals_json(updated, now_counted, review)
+    answer: dict[str, Any] = {"grant": view(updated, status), "review": shown}
     if updated["status"] == "approved":
-        answer["authz_jwt"] = await mint(services, updated)
+        claims = reviews.jwt_claims(review, updated, now_counted)
+        answer["authz_jwt"] = await services.tokens.mint_authz(updated, claims)
     return answer
-
-
-async def _review_answer(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
-    found = await review_view(services, grant, reader)
-    return {**found["review"], "approvals": found["approvals"]}
 
 
 async def approve(
