@@ -200,10 +200,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         ),
         "sequencer": Key(
             str,
-            "process",
-            'Where `grantd serve` integrates the log: "process" (a process of its own beside the server '
-            'processes, so serving requests carries none of the log\'s work) or "inline" (a background '
-            "task in every server process; the lease holder works).",
+            "inline",
+            'Where `grantd serve` integrates the log: "inline" (a background task in every server '
+            'process; the lease holder works) or "process" (a process of its own beside the server '
+            "processes: request latency under saturation does not share a core with the log, for "
+            "about 60 MiB more and a little more CPU in all).",
             choices=("process", "inline"),
         ),
     },

@@ -257,15 +257,19 @@ def storage_lines(directory: Path, storage: str, request: pytest.FixtureRequest)
     return 'plugin = "postgres"\ndsn = "file:postgres-dsn"\npool_size = 4'
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgres"])
+@pytest.mark.parametrize(
+    ("storage", "sequencer"), [("sqlite", "inline"), ("postgres", "inline"), ("sqlite", "process")]
+)
 def test_kill_9_under_load_loses_no_acknowledged_write(
-    tmp_path: Path, storage: str, request: pytest.FixtureRequest
+    tmp_path: Path, storage: str, sequencer: str, request: pytest.FixtureRequest
 ) -> None:
-    """kill -9 of the whole group (server processes and the log's sequencer process, which integrates
-    the load as it arrives) at three moments, on SQLite and on PostgreSQL."""
+    """kill -9 of the whole group (the server processes, and the log's sequencer, which integrates the
+    load as it arrives: inside them, or with ``sequencer = "process"`` in a process of its own) at
+    three moments, on SQLite and on PostgreSQL."""
     started = time.monotonic()
     lines = storage_lines(tmp_path / "srv", storage, request)
-    srv = make_server(tmp_path / "srv", workers=2, extra=LIMITS_OFF, storage=lines).start()
+    extra = LIMITS_OFF + f'\n[audit]\nsequencer = "{sequencer}"\n'
+    srv = make_server(tmp_path / "srv", workers=2, extra=extra, storage=lines).start()
     try:
         tokens = [signed_in(srv, tmp_path / f"keys{i}").token for i in range(2)]
         ledger = Ledger()

@@ -339,9 +339,9 @@ def _children(pid: int, *, sequencer: bool = False) -> list[int]:
 
 
 def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp_path: Path) -> None:
-    """``[audit] sequencer = "process"`` (the default, issue 23): the server processes do none of the
-    log's work; one more process does, is replaced if it dies, and stops with the server."""
-    srv = make_server(tmp_path / "srv", workers=2).start()
+    """``[audit] sequencer = "process"`` (issue 23): the server processes do none of the log's work;
+    one more process does, is replaced if it dies, and stops with the server."""
+    srv = make_server(tmp_path / "srv", workers=2, extra='[audit]\nsequencer = "process"\n').start()
     try:
         assert srv.proc is not None
         [sequencer] = _wait_for(lambda: _children(srv.proc.pid, sequencer=True), 30, srv.log())
