@@ -23,6 +23,7 @@ from grantd.core.display import is_hidden
 from grantd.core.errors import Problem
 from grantd.core.fields import is_email
 from grantd.oauth.errors import OAuthError, invalid_request
+from grantd.services.ciba_pings import notification_allowed
 from grantd.services.clients import public_address
 
 if TYPE_CHECKING:
@@ -272,36 +273,6 @@ async def grant_request(
 # -- ping notification endpoints ------------------------------------------------------------------------
 
 
-def _allowed(url: str, host: str, allow: Sequence[str]) -> bool:
-    """Under `[ciba] notification_allow`: a CIDR holding the (literal) address, or a URL prefix of
-    the same scheme, host and port whose path the URL's path continues at a "/"."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    parts = urlsplit(url)
-    for entry in allow:
-        if "://" not in entry:
-            try:
-                network = ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                continue
-            if address is not None and address.version == network.version and address in network:
-                return True
-            continue
-        prefix = urlsplit(entry)
-        if (prefix.scheme.lower(), (prefix.hostname or "").lower(), prefix.port) != (
-            parts.scheme.lower(),
-            host,
-            parts.port,
-        ):
-            continue
-        base = prefix.path.rstrip("/")
-        if parts.path == base or parts.path.startswith(base + "/"):
-            return True
-    return False
-
-
 def check_notification_endpoint(url: object, allow: Sequence[str] = ()) -> str:
     """A ping endpoint: https to a public address, unless `[ciba] notification_allow` (CIDRs or URL
     prefixes, which also allow http) covers it. A host name passes here and is checked again at every
@@ -329,7 +300,7 @@ def check_notification_endpoint(url: object, allow: Sequence[str] = ()) -> str:
     except ValueError:
         raise ValueError("notification_endpoint has a bad port") from None
     host = parts.hostname.lower().rstrip(".")
-    if _allowed(url, host, allow):
+    if notification_allowed(url, host, allow):
         return url
     if scheme != "https":
         raise ValueError("notification_endpoint must use https (or be under [ciba] notification_allow)")

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from grantd.core import policy, principals
 from grantd.core.errors import Problem
-from grantd.oauth import ciba, ciba_ping, mcp_ciba
+from grantd.oauth import ciba, mcp_ciba
 from grantd.oauth.errors import OAuthError, invalid_grant
 from grantd.oauth.token import agent_client, param
-from grantd.services import grants, review
+from grantd.services import ciba_pings, grants, review
 from grantd.services.dpop import ProofRequest
 from grantd.services.tokens import TokenError
 
@@ -135,7 +135,7 @@ async def bc_authorize(
         "poll_interval": INTERVAL,
         "last_polled_at": None,
         "redeemed_at": None,
-        "notification_token": ciba_ping.kept_for_ping(auth_req_id, request.client_notification_token),
+        "notification_token": ciba_pings.kept_for_ping(auth_req_id, request.client_notification_token),
     }
     await services.store.ciba.create(record)
     return {"auth_req_id": auth_req_id, "expires_in": expires_in, "interval": INTERVAL}

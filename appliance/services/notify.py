@@ -27,7 +27,7 @@ from typing import Any
 from grantd.core.notify_routes import Route, pick
 from grantd.core.review import Review, eligible_people
 from grantd.core.review.votes import GrantFacts, People
-from grantd.oauth import ciba_ping
+from grantd.services import ciba_pings
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.store.notify import OutboxRow
@@ -210,11 +210,11 @@ async def _ciba_ping(services: Services, grant: Grant, now: int) -> list[OutboxR
         return []
     for record in await services.store.ciba.for_grant(grant["id"]):
         if (
-            ciba_ping.ping_token(record) is not None
+            ciba_pings.ping_token(record) is not None
             and record["redeemed_at"] is None
             and record["expires_at"] > now
         ):
-            return [row(grant["id"], ciba_ping.PING_CHANNEL, record["agent_id"], None, "ciba_ping", 0, now)]
+            return [row(grant["id"], ciba_pings.PING_CHANNEL, record["agent_id"], None, "ciba_ping", 0, now)]
     return []
 
 

@@ -24,8 +24,7 @@ from typing import Any
 
 from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
 from grantd.notify.message import render
-from grantd.oauth import ciba_ping
-from grantd.services import notify, push
+from grantd.services import ciba_pings, notify, push
 from grantd.services import review_links as links
 from grantd.services.context import Services
 from grantd.store.notify import OutboxRow
@@ -89,8 +88,8 @@ class DeliveryWorker:
         services = self.services
         channel = services.notify_channels.get(row["channel"])
         try:
-            if row["channel"] == ciba_ping.PING_CHANNEL and row["grant_id"]:
-                result = await ciba_ping.deliver(services, row["grant_id"])  # D16: built in
+            if row["channel"] == ciba_pings.PING_CHANNEL and row["grant_id"]:
+                result = await ciba_pings.deliver(services, row["grant_id"])  # D16: built in
             elif channel is not None:
                 result = await self._send(channel, row)
             else:
