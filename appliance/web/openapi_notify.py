@@ -130,7 +130,7 @@ NOTIFY_OPERATIONS: tuple[Op, ...] = (
         "single-use nonce, for the person the review link was sent to (D15)",
         PERSON,
         ok={200: Ok(ANY_OBJECT)},
-        errors=(409, 410),
+        errors=(400, 409, 410),  # not under /api: its malformed-JSON 400 is named here
         tag="notifications",
     ),
     Op(
@@ -141,7 +141,7 @@ NOTIFY_OPERATIONS: tuple[Op, ...] = (
         PERSON,
         "ReviewLinkDecision",
         ok={200: Ok(ref("Decision"))},
-        errors=(409, 410),
+        errors=(400, 409, 410),  # not under /api: its malformed-JSON 400 is named here
         tag="notifications",
     ),
     Op(
