@@ -339,10 +339,11 @@ def problem(response: httpx.Response) -> dict[str, Any]:
 #                    real helpers where the module talks to one (a DNS server, an SMTP sink)
 #   tests/contract/  the storage contract (grantd.testing) against SQLite, the memory example and,
 #                    in the slow tier, PostgreSQL
-#   tests/server/    real grantd servers (in-process and `grantd serve`), CLI and elevate processes
+#   tests/server/    real grantd servers (in-process and `grantd serve`) and the CLI as processes
 #   tests/system/    the slow tier: the whole system end to end and the exhaustive sweeps: the bundle,
-#                    browsers, real CLI/elevate runs as root, third-party clients, several nodes, the
-#                    PostgreSQL suite, schemathesis, crash and shutdown timing, every route x every caller
+#                    browsers, real elevate runs as root, third-party clients (authlib, openid-client),
+#                    several nodes, the PostgreSQL suite, schemathesis, crash and shutdown timing, every
+#                    route x every caller
 # The fast tier is `scripts/test -m "not slow"`: everything outside tests/system except the few tests
 # marked slow where they stand (PostgreSQL variants, and tests that take seconds each). The full suite
 # (scripts/test, CI) runs all of it.
