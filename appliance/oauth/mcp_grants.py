@@ -119,8 +119,13 @@ async def start(
         try:
             voted = await grants.vote(services, principal, grant_id, {"decision": "approve"}, via="consent")
             status = voted.get("grant", voted).get("status", status)
-        except Problem:
-            pass  # not an eligible approver of this grant: it waits for those who are
+        except Problem as refused:
+            # 403: the person is no eligible approver of this grant, so it waits for those who are;
+            # 409: someone decided first. Anything else is a fault, not an answer to the consent.
+            if refused.status not in (403, 409):
+                raise
+            current = await services.store.grants.get(grant_id)
+            status = grants.Reader(services).status(current) if current is not None else "revoked"
     if status == "approved":
         return {"location": await authorize.issue_code(services, req, person, auth_time, grant_id=grant_id)}
     if status != "pending":

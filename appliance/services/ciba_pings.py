@@ -17,7 +17,7 @@ import ipaddress
 import json
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
@@ -84,7 +84,7 @@ def kept_for_ping(auth_req_id: str, token: str | None) -> str | None:
     return None if token is None else json.dumps({"auth_req_id": auth_req_id, "token": token})
 
 
-async def deliver(services: Services, grant_id: str, send: Any = None) -> DeliveryResult:
+async def deliver(services: Services, grant_id: str) -> DeliveryResult:
     """Ping every live ping-mode request of this decided grant (one outbox row of channel
     ``PING_CHANNEL``, leased to one process at a time: grantd.services.notify_delivery). A failed
     POST is a retryable failure: the outbox tries again with backoff; the client may poll meanwhile."""
@@ -99,7 +99,7 @@ async def deliver(services: Services, grant_id: str, send: Any = None) -> Delive
             continue  # the agent went back to poll mode
         auth_req_id, token = kept
         try:
-            await (send or post_ping)(services, client["notification_endpoint"], auth_req_id, token)
+            await post_ping(services, client["notification_endpoint"], auth_req_id, token)
         except (MetadataError, httpx.HTTPError, OSError, ValueError) as exc:
             log.warning("CIBA ping to agent %s failed (%s); it may still poll", record["agent_id"], exc)
             errors.append(str(exc) or type(exc).__name__)

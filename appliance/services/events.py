@@ -53,10 +53,9 @@ async def stream_owner(store: Store, principal: Principal) -> str:
 
 
 class Subscription:
-    def __init__(self, principal_id: str, owner: str | None = None, internal: bool = False) -> None:
+    def __init__(self, principal_id: str, owner: str | None = None) -> None:
         self.principal_id = principal_id
         self.owner = owner
-        self.internal = internal  # grantd's own follower (CIBA pings), not a client's stream
         self.queue: asyncio.Queue[GrantEvent | None] = asyncio.Queue(QUEUE_SIZE)
         self.overflowed = False
         self.ended = False
@@ -79,11 +78,6 @@ class GrantEventHub:
         self.closing = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-
-    @property
-    def streams(self) -> int:
-        """Open client streams (``GET /api/grants/events``) in this process; internal followers are none."""
-        return sum(1 for sub in self.subscribers if not sub.internal)
 
     @property
     def running(self) -> bool:
@@ -117,12 +111,7 @@ class GrantEventHub:
 
     @contextlib.asynccontextmanager
     async def subscription(
-        self,
-        principal_id: str,
-        limits: Limits | None = None,
-        owner: str | None = None,
-        *,
-        internal: bool = False,
+        self, principal_id: str, limits: Limits | None = None, owner: str | None = None
     ) -> AsyncIterator[Subscription]:
         """A live subscription; with ``limits``, a 429/503 Problem (before anything is sent) when the
         principal, its ``owner`` (``stream_owner``; None: the principal is its own owner) or this
@@ -135,9 +124,9 @@ class GrantEventHub:
             limits is not None
         ):  # checked and taken with no await in between: concurrent opens cannot both pass
             limits.stream_slots(
-                self.open_per_principal[principal_id], self.open_per_owner[owner], self.streams
+                self.open_per_principal[principal_id], self.open_per_owner[owner], len(self.subscribers)
             )
-        sub = Subscription(principal_id, owner, internal)
+        sub = Subscription(principal_id, owner)
         self.subscribers.add(sub)
         self.open_per_principal[principal_id] += 1
         self.open_per_owner[owner] += 1

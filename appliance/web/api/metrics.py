@@ -233,5 +233,5 @@ def install(app: Sanic, config: Config) -> None:
 
 async def _follow_streams(services: Any, collected: Metrics) -> None:
     while True:
-        collected.streams.set(services.events.streams)
+        collected.streams.set(len(services.events.subscribers))
         await asyncio.sleep(STREAMS_REFRESH)
