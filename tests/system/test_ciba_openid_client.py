@@ -24,7 +24,9 @@ COMMAND = ["systemctl", "restart", "nginx"]
 
 def node_clients() -> Path:
     """tests/node with its node_modules (npm ci on first use: the registry is an ordinary client's)."""
-    assert shutil.which("node") and shutil.which("npm"), "node and npm are needed (packaging: apt nodejs npm)"
+    assert shutil.which("node") and shutil.which("npm"), (
+        "node and npm are needed (scripts/bootstrap test installs them: apt nodejs npm)"
+    )
     if not (NODE_DIR / "node_modules" / "openid-client").is_dir():
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True, timeout=300)
     return NODE_DIR
