@@ -16,6 +16,23 @@ CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving proces
 COMPANIONS = ("-wal", "-shm")
 
 
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """``PRAGMA journal_mode = WAL``, waiting while another process opens the same new file. Two
+    processes switching a fresh file at once can each hold the shared lock the other's switch must
+    upgrade past; SQLite then answers "database is locked" at once instead of calling the busy
+    handler (deadlock avoidance), so the timeout given to ``connect`` never applies. Seen in CI:
+    two processes migrating one new file (the contract's ``test_concurrent_migrations``)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 class _Database:
     """The connections and the write machinery the parts share."""
 
@@ -36,7 +53,7 @@ class _Database:
             self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
         )
         conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
         # 512 KiB of page cache per connection instead of SQLite's 2 MiB: each server process holds
