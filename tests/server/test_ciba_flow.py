@@ -17,8 +17,8 @@ from inproc import InProcessServer
 
 from grantd.dpop import make_proof, thumbprint_of_ssh_key
 
+from authz_world import NO_LIMITS
 from conftest import Agent, enroll
-from system.test_authz_matrix import NO_LIMITS
 
 CIBA = "urn:openid:params:grant-type:ciba"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"

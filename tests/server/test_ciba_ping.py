@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from inproc import InProcessServer
 
+from authz_world import NO_LIMITS
 from conftest import Agent, enroll, free_port
 from server.test_ciba_flow import bc_authorize, decide, pending_grant, poll
-from system.test_authz_matrix import NO_LIMITS
 
 
 class Receiver:

@@ -17,8 +17,8 @@ from inproc import InProcessServer
 
 from grantd.dpop import ath_of, make_proof, thumbprint_of_ssh_key
 
+from authz_world import NO_LIMITS
 from conftest import Agent, enroll, ssh_keygen
-from system.test_authz_matrix import NO_LIMITS
 
 COMMAND = ["systemctl", "restart", "nginx"]
 

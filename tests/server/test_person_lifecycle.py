@@ -39,8 +39,8 @@ from grantd.hookspecs import FederatedIdentity, FederationError
 from grantd.plugin_manager import FederationProvider
 from grantd.services import federation
 
+from authz_world import NO_LIMITS
 from conftest import problem
-from system.test_authz_matrix import NO_LIMITS
 
 COMMAND = {
     "target_host": "web-1",

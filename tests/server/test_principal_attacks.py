@@ -22,9 +22,9 @@ import httpx
 import pytest
 from inproc import InProcessServer
 
+from authz_world import NO_LIMITS, Enrolled, World, build_world, fresh_email, new_public_key
 from conftest import make_server, problem, signed_in
 from grants_support import EventReader, request_grant
-from system.test_authz_matrix import NO_LIMITS, Enrolled, World, build_world, fresh_email, new_public_key
 
 
 @pytest.fixture(scope="module")

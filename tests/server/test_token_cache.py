@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from inproc import InProcessServer
 
-from system.test_authz_matrix import NO_LIMITS
+from authz_world import NO_LIMITS
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ["systemctl", "restart", "nginx"]

@@ -18,9 +18,9 @@ from people_support import create_person
 
 from grantd.dpop import make_proof, thumbprint_of_ssh_key
 
+from authz_world import NO_LIMITS
 from conftest import Agent, enroll
 from server.test_ciba_flow import assertion
-from system.test_authz_matrix import NO_LIMITS
 
 EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 JWT_TYPE = "urn:ietf:params:oauth:token-type:jwt"

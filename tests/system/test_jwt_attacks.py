@@ -41,9 +41,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from inproc import InProcessServer
 
+from authz_world import NO_LIMITS
 from conftest import ROOT
 from elevate_support import HOST, Target, elevate, make_target
-from system.test_authz_matrix import NO_LIMITS
 
 ARGV = ["id", "-u"]
 
@@ -329,7 +329,7 @@ OVERSIZED = {"100 KB token (our key)", "100 KB of garbage"}
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kit]:
-    from system.test_authz_matrix import build_world
+    from authz_world import build_world
 
     srv = InProcessServer(tmp_path_factory.mktemp("jwt"), extra=NO_LIMITS).start()
     sink = Sink()
@@ -427,7 +427,7 @@ def test_elevate(kit: Kit, target: Target, variant: str) -> None:
 
 
 def test_tokens_of_a_retired_and_dropped_key_are_refused_everywhere(tmp_path: Path) -> None:
-    from system.test_authz_matrix import build_world
+    from authz_world import build_world
 
     srv = InProcessServer(tmp_path / "srv", extra=NO_LIMITS).start()
     try:
@@ -470,7 +470,7 @@ def test_tokens_of_a_retired_and_dropped_key_are_refused_everywhere(tmp_path: Pa
 def test_tokens_in_flight_die_when_their_key_is_revoked(tmp_path: Path) -> None:
     """`grantd keys revoke KID` (run as the operator would, in another process): tokens the key
     signed, still unexpired, are refused everywhere; the agent signs in again and works."""
-    from system.test_authz_matrix import build_world
+    from authz_world import build_world
 
     srv = InProcessServer(tmp_path / "srv", extra=NO_LIMITS).start()
     try:
