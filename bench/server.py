@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import shutil
 import sys
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,21 +153,32 @@ def start_deployment(
     postgres: Any = None,
     pool_size: int | None = None,
     limits: str = "off",
+    seeded: Any = None,
 ) -> Deployment:
     """`nodes` servers of `workers` processes each on one database: a SQLite file in `directory`, or
     a new database on `postgres` (a started tests/support/postgres.py server). Started one after the
-    other: the first migrates the schema and makes the signing key, the others find them."""
+    other: the first migrates the schema and makes the signing key, the others find them.
+    `seeded` (bench/seed.py): the database starts as a copy of that seeded one (a SQLite file, or
+    the name of a PostgreSQL database used as the template) instead of empty."""
     directory.mkdir(parents=True, exist_ok=True)
     deployment = Deployment(storage, postgres=postgres if storage == "postgres" else None)
     if storage == "postgres":
         dsn_file = directory / "postgres-dsn"
-        dsn_file.write_text(postgres.create_database() + "\n")
+        if seeded:
+            name = "t_" + uuid.uuid4().hex[:16]
+            postgres.admin_sql(f"CREATE DATABASE {name} TEMPLATE {seeded}")
+            dsn = postgres.dsn(name)
+        else:
+            dsn = postgres.create_database()
+        dsn_file.write_text(dsn + "\n")
         dsn_file.chmod(0o600)
         lines = f'plugin = "postgres"\ndsn = "file:{dsn_file}"'
         if pool_size:
             lines += f"\npool_size = {pool_size}"
     else:
         lines = f'plugin = "sqlite"\npath = "{directory / "grantd.db"}"'
+        if seeded:
+            shutil.copyfile(seeded, directory / "grantd.db")
     try:
         for i in range(nodes):
             first = deployment.nodes[0] if deployment.nodes else None
