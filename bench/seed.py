@@ -24,8 +24,8 @@ What a real deployment of that age would hold, and therefore what is seeded:
 - a **vote** (``grant_votes``) for every decided grant, cast by the owner on the web page, as the
   review of the default policy records it (no ``[[policies]]``: no ``grant_reviews`` rows, as on
   a deployment without approval policies);
-- **grant events** only for the grants of the last ``events_retention`` (a day: the sweep deletes
-  older events), each event carrying the grant as it was after that step (created, reviewed,
+- **grant events** only of the last 23 hours (``events_retention`` is a day: the sweep deletes
+  older events; the hour's margin keeps a copy started soon after from trimming any at once), each event carrying the grant as it was after that step (created, reviewed,
   approved/denied, consumed, revoked, expired), in time order.
 
 The decision log (issue 23) is not seeded: its tables start empty and the server's sequencer
@@ -67,7 +67,9 @@ HOSTS = 2_000
 AGENTS_PER_PERSON = 20
 ONCE_TTL_MS = 3_600_000  # grants.once_ttl's default
 PENDING_TTL_MS = 172_800_000  # grants.pending_ttl's default
-EVENTS_RETENTION_MS = DAY_MS  # grants.events_retention's default
+# grants.events_retention's default is a day; the seed keeps the events of the last 23 hours, so a
+# server started on a copy within the hour trims none of them under the log's sequencer
+EVENTS_KEPT_MS = DAY_MS - 3_600_000
 BATCH = 20_000
 COMMANDS = [
     ["systemctl", "restart", "nginx"],
@@ -261,7 +263,7 @@ def grant_batches(
         if vote is not None:
             votes.append(vote)
         for event, snapshot, at in history:
-            if at >= now - EVENTS_RETENTION_MS and at <= now:
+            if now - EVENTS_KEPT_MS <= at <= now:
                 events.append(
                     {
                         "event": event,
@@ -329,6 +331,10 @@ class PostgresWriter(_Writer):
     def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
+        if table == "people":  # PostgreSQL's people search reads Python's casefold of each (0002_people.sql)
+            rows = [
+                {**r, "email_fold": r["email"].casefold(), "name_fold": r["name"].casefold()} for r in rows
+            ]
         columns = list(rows[0])
         with self.conn.cursor() as cur:
             with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
