@@ -67,6 +67,7 @@ from bench.server import (  # noqa: E402
     Deployment,
     MemorySampler,
     management_token,
+    notify_down_table,
     postgres_module,
     restart_profiled,
     start_deployment,
@@ -284,6 +285,7 @@ def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: An
         args.pg_pool_size,
         args.limits,
         getattr(args, "seed_template", None),
+        getattr(args, "extra_config", ""),
     )
 
 
@@ -561,6 +563,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="with --seeded on SQLite: a file bench/seed.py made earlier (copied for each server)",
     )
+    parser.add_argument(
+        "--notify-down",
+        action="store_true",
+        help="issue 27 item 4: also run every setup with a mail channel configured whose SMTP server "
+        "is down (the outbox written with each grant, the delivery worker retrying), interleaved",
+    )
     parser.add_argument("--duration", type=float, default=None, help="seconds per operation (default 10)")
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1, 2], help="server worker counts, per node (default 1 2)"
@@ -682,8 +690,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def variants(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
     """The server code each setup runs, in turn within every round: --baseline first, then this tree;
-    with --seeded, this tree on an empty database ("tree"), then on a seeded one ("seeded")."""
-    tree = [("tree", None), ("seeded", None)] if args.seeded else [("tree", None)]
+    with --seeded, this tree on an empty database ("tree"), then on a seeded one ("seeded"); with
+    --notify-down, then with a mail channel whose server is down ("notify")."""
+    tree = [("tree", None)] + ([("seeded", None)] if args.seeded else [])
+    tree += [("notify", None)] if args.notify_down else []
     return ([("baseline", args.baseline)] if args.baseline else []) + tree
 
 
@@ -770,9 +780,10 @@ def main(argv: list[str] | None = None) -> int:
                         results.extend(bench_setup(setup, run_args, None, peer=True))
                     for variant, server_path in variants(args):
                         with server_code(server_path):
-                            if args.baseline or args.seeded:
+                            if args.baseline or args.seeded or args.notify_down:
                                 log(f"-- {variant}")
                             run_args.seed_template = template if variant == "seeded" else None
+                            run_args.extra_config = notify_down_table() if variant == "notify" else ""
                             for result in bench_setup(setup, run_args, postgres):
                                 result.variant = variant
                                 results.append(result)
