@@ -57,7 +57,10 @@ FRAME = re.compile(
 # -- the load processes: hold streams, record arrivals -------------------------------------------------
 
 
-async def _stream(host: str, port: int, token: str, arrivals: dict[str, float], opened: list[int]) -> None:
+async def _stream(
+    host: str, port: int, token: str, arrivals: dict[str, float], opened: list[int], expect: int
+) -> None:
+    """One stream, read until it has seen ``expect`` grant.created events (or is cancelled)."""
     reader, writer = await asyncio.open_connection(host, port)
     writer.write(
         (
@@ -84,18 +87,24 @@ async def _stream(host: str, port: int, token: str, arrivals: dict[str, float], 
                     arrivals.setdefault(match.group(3).decode(), now)
                 end = match.end()
             buffer = buffer[end:][-4096:]
+            if len(arrivals) >= expect:
+                return
     finally:
         writer.close()
 
 
-async def _hold(url: str, token: str, count: int, open_by: float, hold_until: float) -> dict[str, Any]:
+async def _hold(
+    url: str, token: str, count: int, expect: int, open_by: float, hold_until: float
+) -> dict[str, Any]:
     parts = urlsplit(url)
     opened = [0]
     per_stream: list[dict[str, float]] = [{} for _ in range(count)]
     tasks = []
     for i in range(count):
         tasks.append(
-            asyncio.create_task(_stream(parts.hostname or "", parts.port or 80, token, per_stream[i], opened))
+            asyncio.create_task(
+                _stream(parts.hostname or "", parts.port or 80, token, per_stream[i], opened, expect)
+            )
         )
         if i % 50 == 49:
             await asyncio.sleep(0.05)  # a burst of 1,000 connects at once overflows the listen backlog
@@ -105,15 +114,17 @@ async def _hold(url: str, token: str, count: int, open_by: float, hold_until: fl
         if failed:
             raise RuntimeError(f"{len(failed)} streams failed, e.g. {failed[0].exception()!r}")
     opened_count = opened[0]
-    await asyncio.sleep(max(0.0, hold_until - time.time()))
+    await asyncio.wait(tasks, timeout=max(0.0, hold_until - time.time()))
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     return {"opened": opened_count, "arrivals": per_stream}
 
 
-def hold_streams(url: str, token: str, count: int, open_by: float, hold_until: float) -> dict[str, Any]:
-    return asyncio.run(_hold(url, token, count, open_by, hold_until))
+def hold_streams(
+    url: str, token: str, count: int, expect: int, open_by: float, hold_until: float
+) -> dict[str, Any]:
+    return asyncio.run(_hold(url, token, count, expect, open_by, hold_until))
 
 
 # -- the driver ---------------------------------------------------------------------------------------------
@@ -189,7 +200,9 @@ def _measure(deployment: Any, args: argparse.Namespace, httpx: Any, grant_body: 
         ProcessPoolExecutor(max_workers=args.procs, mp_context=ctx) as pool,
         MemorySampler(roots, interval=0.2) as memory,
     ):
-        futures = [pool.submit(hold_streams, node.url, token, n, open_by, hold_until) for n in shares]
+        futures = [
+            pool.submit(hold_streams, node.url, token, n, args.grants, open_by, hold_until) for n in shares
+        ]
         # until every stream's connection is established at the server (its sockets in
         # /proc/net/tcp), and a moment for the answers' headers; the load processes' own count of
         # 200s is checked at the end
