@@ -728,6 +728,7 @@ def profile(args: argparse.Namespace) -> None:
         tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp,
         private_postgres(args.storage) as postgres,
     ):
+        args.extra_config = notify_down_table() if args.notify_down else ""
         deployment = deploy(setup, Path(tmp), args, postgres)
         try:
             agents = enroll(deployment.nodes[0], args.agents)
