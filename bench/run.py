@@ -727,8 +727,10 @@ def profile(args: argparse.Namespace) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp,
         private_postgres(args.storage) as postgres,
+        seed_template(args, postgres) as template,
     ):
         args.extra_config = notify_down_table() if args.notify_down else ""
+        args.seed_template = template  # --seeded: profile on the seeded database
         deployment = deploy(setup, Path(tmp), args, postgres)
         try:
             agents = enroll(deployment.nodes[0], args.agents)
