@@ -249,6 +249,25 @@ async def consume_always(c: Client) -> None:
         raise Unexpected(f"consume_always: {answer.get('error') or answer.get('status')}")
 
 
+LIST_PAGE = 50
+
+
+async def list_own(c: Client) -> None:
+    """An agent lists its own grants, newest first (a page of 50)."""
+    answer = expect(
+        await c.http.get(f"/api/grants?limit={LIST_PAGE}", headers=bearer(c.agent.token)), 200, "list"
+    )
+    if not isinstance(answer.get("data"), list):
+        raise Unexpected("list: no data")
+
+
+async def list_all(c: Client) -> None:
+    """The management token lists every grant, newest first (a page of 50): the admin's view."""
+    answer = expect(await c.http.get(f"/api/grants?limit={LIST_PAGE}", headers=c.management), 200, "list")
+    if len(answer.get("data") or []) == 0:
+        raise Unexpected("list_all: an empty page")
+
+
 async def full_flow(c: Client) -> None:
     """create -> approve (management token) -> token (requester) -> consume (AuthZ-JWT)."""
     agent = bearer(c.agent.token)
@@ -272,6 +291,8 @@ OPERATIONS: dict[str, Operation] = {
     "consume": consume,
     "consume_always": consume_always,
     "flow": full_flow,
+    "list": list_own,
+    "list_all": list_all,
 }
 USE_ONCE = {"approve", "consume"}
 

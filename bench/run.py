@@ -60,12 +60,14 @@ from bench.peer_live import ed25519_verify_ms, peer_missing, start_peer  # noqa:
 from bench.prepare import POOLED_OPS, connections, enroll_agents, pool_for  # noqa: E402
 from bench.profile import print_profile  # noqa: E402
 from bench.results import CpuUse, OpResult, summarize  # noqa: E402
+from bench.seed import seed_template  # noqa: E402
 from bench.server import (  # noqa: E402
     LIMIT_MODES,
     STORAGES,
     Deployment,
     MemorySampler,
     management_token,
+    notify_down_table,
     postgres_module,
     restart_profiled,
     start_deployment,
@@ -83,7 +85,7 @@ DEFAULT_OPS = [
     "consume",
     "flow",
 ]
-ALL_OPS = [*DEFAULT_OPS, "consume_always"]
+ALL_OPS = [*DEFAULT_OPS, "consume_always", "list", "list_all"]
 DESCRIPTIONS = {
     "healthz": "GET /healthz (no work: the ceiling of server + load generator)",
     "authenticate": "POST challenge + POST authenticate (one = the pair)",
@@ -95,6 +97,8 @@ DESCRIPTIONS = {
     "consume": "POST /api/grants/:id/consume (AuthZ-JWT), each once grant once",
     "consume_always": "POST /api/grants/:id/consume (AuthZ-JWT of an always grant) -> valid",
     "flow": "create -> approve -> token -> consume (one = the four requests)",
+    "list": "GET /api/grants?limit=50 (agent token: its own grants, newest first)",
+    "list_all": "GET /api/grants?limit=50 (management token: every grant, newest first)",
 }
 # With a closed loop of C clients, mean latency = C / throughput (Little's law): 500 flows/s from 64
 # clients means 128 ms a flow on average, so "p99 < 50 ms" can only be meant per request.
@@ -280,6 +284,8 @@ def deploy(setup: Setup, directory: Path, args: argparse.Namespace, postgres: An
         postgres,
         args.pg_pool_size,
         args.limits,
+        getattr(args, "seed_template", None),
+        getattr(args, "extra_config", ""),
     )
 
 
@@ -468,7 +474,12 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
                     and r.variant == variant
                 ]
                 if rows:
-                    label = {"tree": "", "baseline": " (baseline code)", "peer": " (the peer's IdP)"}[variant]
+                    label = {
+                        "tree": "",
+                        "baseline": " (baseline code)",
+                        "peer": " (the peer's IdP)",
+                        "seeded": " (seeded database)",
+                    }[variant]
                     print_table(setup, rows, f"{clients}{label}")
     print(
         f"\naim: issue 3's figures; 'met' needs the rate, no errors and a request p99 under the aim ({LATENCY_AIM_NOTE})."
@@ -538,6 +549,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a folder holding an earlier `grantd` package (a copy of appliance/ as grantd/, plugins/ "
         "as grantd/plugins/): every setup of every round also runs on servers of that code, "
         "just before this tree's, so before and after meet the same machine",
+    )
+    parser.add_argument(
+        "--seeded",
+        type=int,
+        default=0,
+        metavar="GRANTS",
+        help="issue 27 item 5: also run every setup on a database seeded with GRANTS grants and "
+        "GRANTS/10 agents (bench/seed.py; made once per run), interleaved with the empty one",
+    )
+    parser.add_argument(
+        "--seeded-from",
+        type=Path,
+        help="with --seeded on SQLite: a file bench/seed.py made earlier (copied for each server)",
+    )
+    parser.add_argument(
+        "--notify-down",
+        action="store_true",
+        help="issue 27 item 4: also run every setup with a mail channel configured whose SMTP server "
+        "is down (the outbox written with each grant, the delivery worker retrying), interleaved",
     )
     parser.add_argument("--duration", type=float, default=None, help="seconds per operation (default 10)")
     parser.add_argument(
@@ -659,8 +689,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def variants(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
-    """The server code each setup runs, in turn within every round: --baseline first, then this tree."""
-    return ([("baseline", args.baseline)] if args.baseline else []) + [("tree", None)]
+    """The server code each setup runs, in turn within every round: --baseline first, then this tree;
+    with --seeded, this tree on an empty database ("tree"), then on a seeded one ("seeded"); with
+    --notify-down, then with a mail channel whose server is down ("notify")."""
+    tree = [("tree", None)] + ([("seeded", None)] if args.seeded else [])
+    tree += [("notify", None)] if args.notify_down else []
+    return ([("baseline", args.baseline)] if args.baseline else []) + tree
 
 
 @contextmanager
@@ -693,7 +727,10 @@ def profile(args: argparse.Namespace) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="grantd-bench-") as tmp,
         private_postgres(args.storage) as postgres,
+        seed_template(args, postgres) as template,
     ):
+        args.extra_config = notify_down_table() if args.notify_down else ""
+        args.seed_template = template  # --seeded: profile on the seeded database
         deployment = deploy(setup, Path(tmp), args, postgres)
         try:
             agents = enroll(deployment.nodes[0], args.agents)
@@ -727,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     if peer_why:
         log(f"THE PEER IS NOT MEASURED: {peer_why}")
         facts["peer"] = f"not measured: {peer_why}"
-    with private_postgres(args.storage) as postgres:
+    with private_postgres(args.storage) as postgres, seed_template(args, postgres) as template:
         # Interleaved: each round runs every setup and agent count once, on a fresh server each time,
         # so slow drifts of the shared machine spread over all of them instead of one.
         for round_number in range(1, args.rounds + 1):
@@ -746,8 +783,10 @@ def main(argv: list[str] | None = None) -> int:
                         results.extend(bench_setup(setup, run_args, None, peer=True))
                     for variant, server_path in variants(args):
                         with server_code(server_path):
-                            if args.baseline:
+                            if args.baseline or args.seeded or args.notify_down:
                                 log(f"-- {variant}")
+                            run_args.seed_template = template if variant == "seeded" else None
+                            run_args.extra_config = notify_down_table() if variant == "notify" else ""
                             for result in bench_setup(setup, run_args, postgres):
                                 result.variant = variant
                                 results.append(result)

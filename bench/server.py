@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import shutil
 import sys
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,10 +73,26 @@ BOUND_KEYS = (
     "pending_per_owner",
     "agents_per_person",
     "streams_per_principal",
+    "streams_per_owner",
     "streams_per_process",
 )
 LIMIT_MODES = ("off", "counted")
 OUT_OF_REACH = 1_000_000_000
+
+
+def notify_down_table() -> str:
+    """Issue 27 item 4: one mail channel whose SMTP server is down (a loopback port nobody listens
+    on: every delivery attempt is refused and retried), so a grant's create writes its outbox rows
+    and the delivery worker keeps trying while the bench measures."""
+    import socket
+
+    with socket.socket() as probe:  # a free port, closed again: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return (
+        '[notify]\nmax_attempts = 8\n\n[[notify.channels]]\nid = "mail"\ntype = "smtp"\n'
+        f'host = "127.0.0.1"\nport = {port}\nstarttls = false\nfrom = "grantd@example.com"\ntimeout = 2\n'
+    )
 
 
 def limits_table(mode: str) -> str:
@@ -93,16 +111,18 @@ def start_server(
     issuer: str | None = None,
     token: str | None = None,
     limits: str = "off",
+    extra: str = "",
 ) -> Any:
     """A started `grantd serve` with `workers` processes, its token (and by default its SQLite file) in
-    `directory`; `storage` replaces the lines of the [storage] table, `token` the management token."""
+    `directory`; `storage` replaces the lines of the [storage] table, `token` the management token,
+    `extra` is more configuration (TOML tables)."""
     # GRANTD_BENCH_SERVER_PATH: a folder holding another `grantd` package (a copy of an earlier tree,
     # appliance/ as grantd/ with plugins/ inside) for the servers to run instead: "before" figures
     # measured with this same bench while the working tree changes.
     other = os.environ.get("GRANTD_BENCH_SERVER_PATH")
     env = {"PYTHONPATH": os.pathsep.join([other, str(ROOT), str(TESTS / "plugins")])} if other else None
     server = _conftest().make_server(
-        directory, workers=workers, extra=limits_table(limits), storage=storage, env=env
+        directory, workers=workers, extra=limits_table(limits) + extra, storage=storage, env=env
     )
     _disable_access_log(server.config_path)
     if issuer:
@@ -151,21 +171,33 @@ def start_deployment(
     postgres: Any = None,
     pool_size: int | None = None,
     limits: str = "off",
+    seeded: Any = None,
+    extra: str = "",
 ) -> Deployment:
     """`nodes` servers of `workers` processes each on one database: a SQLite file in `directory`, or
     a new database on `postgres` (a started tests/support/postgres.py server). Started one after the
-    other: the first migrates the schema and makes the signing key, the others find them."""
+    other: the first migrates the schema and makes the signing key, the others find them.
+    `seeded` (bench/seed.py): the database starts as a copy of that seeded one (a SQLite file, or
+    the name of a PostgreSQL database used as the template) instead of empty."""
     directory.mkdir(parents=True, exist_ok=True)
     deployment = Deployment(storage, postgres=postgres if storage == "postgres" else None)
     if storage == "postgres":
         dsn_file = directory / "postgres-dsn"
-        dsn_file.write_text(postgres.create_database() + "\n")
+        if seeded:
+            name = "t_" + uuid.uuid4().hex[:16]
+            postgres.admin_sql(f"CREATE DATABASE {name} TEMPLATE {seeded}")
+            dsn = postgres.dsn(name)
+        else:
+            dsn = postgres.create_database()
+        dsn_file.write_text(dsn + "\n")
         dsn_file.chmod(0o600)
         lines = f'plugin = "postgres"\ndsn = "file:{dsn_file}"'
         if pool_size:
             lines += f"\npool_size = {pool_size}"
     else:
         lines = f'plugin = "sqlite"\npath = "{directory / "grantd.db"}"'
+        if seeded:
+            shutil.copyfile(seeded, directory / "grantd.db")
     try:
         for i in range(nodes):
             first = deployment.nodes[0] if deployment.nodes else None
@@ -177,6 +209,7 @@ def start_deployment(
                     issuer=SHARED_ISSUER if nodes > 1 else None,
                     token=first.token if first else None,
                     limits=limits,
+                    extra=extra,
                 )
             )
     except BaseException:

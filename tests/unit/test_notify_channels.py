@@ -307,6 +307,40 @@ def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path)
     assert len(sink.messages) == 1 and not sink.messages[0].tls
 
 
+def test_smtp_builds_no_mail_while_its_server_is_down_and_still_refuses_a_bad_address(tmp_path):
+    """Issue 27: building the mail costs about 1 ms of CPU; a server that is down is found before
+    it, so the retries of every notice while it is down cost a refused connection only."""
+    sink = SmtpSink()
+    (channel,) = build(
+        [
+            {
+                "id": "mail",
+                "type": "smtp",
+                "host": "127.0.0.1",
+                "port": sink.port,
+                "starttls": False,
+                "from": "grantd@example.com",
+            }
+        ],
+        tmp_path,
+    )
+    built: list[str] = []
+    make = channel.message
+    channel.message = lambda c, n, r: built.append(r.email) or make(c, n, r)
+    down = run(channel.send(ctx(), notice(channel=channel), ALICE))
+    assert down.status == "failed" and down.retryable and built == []
+    sink.start()
+    try:
+        bad = run(
+            channel.send(ctx(), notice(channel=channel), Recipient(email="eve@example.com\nBcc: x@y.z"))
+        )
+        assert bad.status == "failed" and not bad.retryable and "cannot address the mail" in (bad.error or "")
+        assert run(channel.send(ctx(), notice(channel=channel), ALICE)).status == "sent"
+    finally:
+        sink.stop()
+    assert len(built) == 2 and len(sink.messages) == 1
+
+
 # -- webpush ------------------------------------------------------------------------------------
 
 
