@@ -104,12 +104,29 @@ def _safe(value: Any) -> Any:
     return value
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
 def grant_event_leaves(
     event: GrantEvent, seq: int, management_identity: str
 ) -> list[tuple[bytes, str | None]]:
     """The leaves of one grant event, each with its grant id; ``seq`` is the first leaf's sequence
     number (the log's: index + 1). An approval or denial made by a vote without a ``grant.reviewed``
-    event of its own is logged as that vote followed by the outcome, so the log shows its basis."""
+    event of its own is logged as that vote followed by the outcome, so the log shows its basis.
+
+    The request and the review are tried as they are first (the leaf's own check walks them once);
+    only when that check refuses them are they made ``_safe`` and tried again. For values ``_safe``
+    leaves unchanged the bytes are the same either way (issue 23: one walk instead of two)."""
+    try:
+        return _grant_event_leaves(event, seq, management_identity, _as_is)
+    except L.LeafError:
+        return _grant_event_leaves(event, seq, management_identity, _safe)
+
+
+def _grant_event_leaves(
+    event: GrantEvent, seq: int, management_identity: str, safe: Any
+) -> list[tuple[bytes, str | None]]:
     grant: Mapping[str, Any] = event["grant"]
     gid = event["grant_id"]
     ts = int(event["created_at"])
@@ -120,7 +137,7 @@ def grant_event_leaves(
         return seq + len(made)
 
     if kind == "grant.created":
-        request = _safe(grant.get("request") or {})
+        request = safe(grant.get("request") or {})
         review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
         made.append(
             L.grant_created(
@@ -131,7 +148,7 @@ def grant_event_leaves(
                 request=request,
                 cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
                 grant_type=str(grant["grant_type"]),
-                review=_safe(review) if isinstance(review, dict) else None,
+                review=safe(review) if isinstance(review, dict) else None,
                 policy_hash=str(review["policy_hash"])
                 if isinstance(review, dict) and review.get("policy_hash")
                 else None,
@@ -236,18 +253,23 @@ def grant_event_leaves(
 
 
 def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
-    """An audit event carries its leaf's kind, actor and data as they are."""
-    return (
-        L.make_leaf(
+    """An audit event carries its leaf's kind, actor and data as they are (made ``_safe`` only when
+    the leaf's check refuses them as they are: the same bytes, one walk, as for grant events)."""
+
+    def leaf(data: Any) -> bytes:
+        return L.make_leaf(
             event["kind"],
             seq=seq,
             ts=int(event["created_at"]),
             actor=event["actor"],
-            data=_safe(event["data"]),
+            data=data,
             grant_id=event["grant_id"],
-        ),
-        event["grant_id"],
-    )
+        )
+
+    try:
+        return leaf(event["data"]), event["grant_id"]
+    except L.LeafError:
+        return leaf(_safe(event["data"])), event["grant_id"]
 
 
 @dataclass(frozen=True)
