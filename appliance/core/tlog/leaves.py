@@ -171,11 +171,14 @@ def _int(value: Any, name: str) -> int:
 
 
 def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -> None:
-    if kind not in KINDS:
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
         raise LeafError(f"unknown leaf kind {kind!r}")
-    _int(seq, "seq")
-    _int(ts, "ts")
-    wants_grant, required = KINDS[kind]
+    if type(seq) is not int or not 0 <= seq <= MAX_SAFE:
+        _int(seq, "seq")  # an int subclass passes there; anything else raises
+    if type(ts) is not int or not 0 <= ts <= MAX_SAFE:
+        _int(ts, "ts")
+    wants_grant, required = spec
     if wants_grant and (not isinstance(grant_id, str) or not grant_id):
         raise LeafError(f"a {kind} leaf names its grant_id")
     if not wants_grant and grant_id is not None:
@@ -183,8 +186,11 @@ def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -
     if not isinstance(actor, Mapping) or actor.get("kind") not in ACTOR_KINDS:
         raise LeafError(f"actor must be an object whose kind is one of {sorted(ACTOR_KINDS)}")
     # key views compare without building sets (the sequencer checks every event, issue 23)
-    if not actor.keys() <= ACTOR_FIELDS or not all(isinstance(v, str) for v in actor.values()):
+    if not actor.keys() <= ACTOR_FIELDS:
         raise LeafError(f"actor members are strings among {sorted(ACTOR_FIELDS)}")
+    for value in actor.values():
+        if not isinstance(value, str):
+            raise LeafError(f"actor members are strings among {sorted(ACTOR_FIELDS)}")
     if not isinstance(data, Mapping):
         raise LeafError("data must be an object")
     if not data.keys() >= required:
