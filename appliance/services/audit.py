@@ -44,7 +44,15 @@ from grantd.core.tlog.merkle import (
     range_nodes,
 )
 from grantd.core.tlog.merkle import consistency_proof as make_consistency_proof
-from grantd.core.tlog.note import Checkpoint, InconsistentCheckpoint, Signer, Verifier, open_checkpoint
+from grantd.core.tlog.note import (
+    Checkpoint,
+    InconsistentCheckpoint,
+    Signer,
+    Verifier,
+    open_checkpoint,
+    parse_checkpoint,
+    parse_note,
+)
 from grantd.core.tlog.receipts import BadReceipt, UnknownHost, check_host_name, receipt_host, verify_receipt
 from grantd.core.tlog.sequencer import integrate, next_checkpoint
 from grantd.sshkeys import KeyFormatError, parse_public_key
@@ -342,6 +350,7 @@ class AuditLog:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._signed_size = -1  # the newest signed size this process saw (-1: none yet; see ``step``)
+        self._last_signed: tuple[str, Checkpoint] | None = None  # the last note this process stored
 
     # keys
     async def ensure_key(self) -> None:
@@ -401,8 +410,8 @@ class AuditLog:
         What a step costs when there is nothing to do (issue 23: a quiet server steps 5 times a
         second): a process that sees another's live lease reads one row; the holder (or anyone,
         once the lease ran out) reads the head and the two event sources, and takes or renews the
-        lease (a write) only when there are events to integrate or leaves to sign. Reading before
-        taking the lease is safe: ``append`` writes only for the size it was computed from and
+        lease (a write, once half of it is gone) only when there are events to integrate or leaves
+        to sign. Reading before taking the lease is safe: ``append`` writes only for the size it was computed from and
         only while its caller holds the lease."""
         now = self.clock.now_ms()
         head = await self.store.tlog.head()
@@ -410,10 +419,15 @@ class AuditLog:
             return 0  # another sequencer holds the lease
         grant_events = await self.store.grants.events_after(head["grant_seq"], BATCH)
         audit_events = await self.store.tlog.events_after(head["event_seq"], BATCH)
-        if not grant_events and not audit_events and head["size"] <= self._signed_size:
-            return 0  # nothing new, everything signed: no write at all
-        if not await self.store.tlog.lease(self.holder, now, LEASE_MS):
-            return 0
+        if not grant_events and not audit_events:
+            if head["size"] > self._signed_size:  # signed by another process, or not signed yet?
+                latest = await self.store.tlog.latest_checkpoint()
+                self._signed_size = max(self._signed_size, latest[0] if latest else -1)
+            if head["size"] <= self._signed_size:
+                return 0  # nothing new, everything signed: no write at all
+        renew = head["holder"] != self.holder or head["lease_until"] - now < LEASE_MS // 2
+        if renew and not await self.store.tlog.lease(self.holder, now, LEASE_MS):
+            return 0  # (a holder renews once half its lease is gone, not at every step: one write less)
         items = _merge(grant_events, audit_events, (len(grant_events) >= BATCH, len(audit_events) >= BATCH))
         added = 0
         if items:
@@ -467,7 +481,9 @@ class AuditLog:
             return None
         signer = await self.signer()
         previous: Checkpoint | None = None
-        if latest is not None:
+        if latest is not None and self._last_signed is not None and self._last_signed[0] == latest[1]:
+            previous = self._last_signed[1]  # the very note this process signed: no need to verify it
+        elif latest is not None:
             previous = open_checkpoint(latest[1], await self.verifiers())
         size = head["size"]
         ranges = ([(0, size)] if size else []) + (consistency_ranges(previous.size, size) if previous else [])
@@ -477,7 +493,8 @@ class AuditLog:
         except (InconsistentCheckpoint, ProofError) as error:
             log.error("decision log: not signing a checkpoint of size %d: %s", size, error)
             return None
-        await self.store.tlog.add_checkpoint(size, note, self.clock.now_ms())
+        if await self.store.tlog.add_checkpoint(size, note, self.clock.now_ms()):
+            self._last_signed = (note, parse_checkpoint(parse_note(note)[0]))
         self._signed_size = max(self._signed_size, size)
         return note
 
