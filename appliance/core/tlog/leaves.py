@@ -11,16 +11,12 @@ milliseconds; ``seq`` is the event's ``grant_events`` sequence number.
 from __future__ import annotations
 
 import json
+import json.encoder
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
-
-try:
-    from json.encoder import c_make_encoder
-except ImportError:  # pragma: no cover - CPython has it
-    c_make_encoder = None
 
 VERSION = 1
 ACTOR_KINDS = frozenset({"person", "agent", "management", "system", "host", "client"})
@@ -80,6 +76,7 @@ def _sorted_compact_encoder() -> Callable[[Any], str]:
     """``json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))``, with the C
     encoder made once instead of at every call (``json.dumps`` with options builds a ``JSONEncoder``
     and a C encoder each time: a third of the encoding's cost for a leaf, issue 23). Same bytes."""
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # CPython's _json (untyped)
     if c_make_encoder is None:  # pragma: no cover - CPython has it
         return lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     encode = c_make_encoder(
