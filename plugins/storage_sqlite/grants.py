@@ -209,14 +209,30 @@ class SQLiteGrants:
         return [grant_row(r) for r in rows]
 
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
-        rows = self._db.all("SELECT * FROM grant_events WHERE seq > ? ORDER BY seq LIMIT ?", (seq, limit))
+        rows = self._db.conn.execute(
+            "SELECT seq, event, grant_id, requester, created_at, grant_json FROM grant_events "
+            "WHERE seq > ? ORDER BY seq LIMIT ?",
+            (seq, limit),
+        ).fetchall()  # tuples, not sqlite3.Row copied into dicts: the sequencer reads every event (issue 23)
         events: list[GrantEvent] = []
-        for row in rows:
-            grant = json.loads(row.pop("grant_json"))
+        loads = json.loads
+        for number, kind, grant_id, requester, created_at, text in rows:
+            grant = loads(text)
             grant.setdefault("requester_id", grant["requester"])  # events recorded before migration 3
             grant.setdefault("reuse_key", None)
-            row["grant"] = grant
-            events.append(cast(GrantEvent, row))
+            events.append(
+                cast(
+                    GrantEvent,
+                    {
+                        "seq": number,
+                        "event": kind,
+                        "grant_id": grant_id,
+                        "requester": requester,
+                        "created_at": created_at,
+                        "grant": grant,
+                    },
+                )
+            )
         return events
 
     async def last_event_seq(self) -> int:

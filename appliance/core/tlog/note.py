@@ -21,6 +21,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -33,6 +34,7 @@ DASH = "\u2014"  # EM DASH, the start of every signature line
 MAX_SIGNATURES = 100  # as golang.org/x/mod/sumdb/note (C2SP: a verifier accepts at least 16)
 _SIG_LINE = re.compile(r"\u2014 (\S+) (\S+)")
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")  # control characters but the newline
 
 
 class NoteError(ValueError):
@@ -144,8 +146,8 @@ class Signer:
         material = base64.b64encode(bytes([ALG_ED25519]) + self.seed).decode()
         return f"PRIVATE+KEY+{self.name}+{self.verifier.key_id.hex()}+{material}"
 
-    @property
-    def verifier(self) -> Verifier:
+    @cached_property
+    def verifier(self) -> Verifier:  # derived once per signer (every signature names its key id)
         return Verifier(self.name, _raw_public(self.private.public_key()))
 
     def signature_line(self, text: str) -> str:
@@ -156,7 +158,7 @@ class Signer:
 def _check_text(text: str) -> None:
     if not text.endswith("\n") or "\n\n" in text:
         raise NoteError("a note's text ends with a newline and has no blank line")
-    if any(c != "\n" and (ord(c) < 0x20 or ord(c) == 0x7F) for c in text):
+    if _CONTROL.search(text):
         raise NoteError("a note's text has no control characters but newlines")
 
 

@@ -12,10 +12,11 @@ or rewrote leaves makes it raise ``InconsistentCheckpoint`` instead of signing a
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grantd.core.tlog.merkle import CompactRange, NodeReader, consistency_proof, leaf_hash
+from grantd.core.tlog.merkle import CompactRange, NodeReader, consistency_proof
 from grantd.core.tlog.merkle import root as tree_root
 from grantd.core.tlog.note import Checkpoint, InconsistentCheckpoint, Signer, sign_checkpoint
 
@@ -33,9 +34,10 @@ def integrate(compact: CompactRange, leaves: Sequence[bytes]) -> Step:
     is not changed (so a failed commit leaves it as stored)."""
     working = CompactRange(compact.size, list(compact.peaks))
     first = working.size
-    hashes = [leaf_hash(leaf) for leaf in leaves]
+    sha256 = hashlib.sha256
+    hashes = [sha256(b"\x00" + leaf).digest() for leaf in leaves]  # leaf_hash, inlined
     nodes = working.extend(hashes)
-    rows = [(first + i, leaf, digest) for i, (leaf, digest) in enumerate(zip(leaves, hashes, strict=True))]
+    rows = list(zip(range(first, first + len(hashes)), leaves, hashes, strict=True))
     return Step(rows, nodes, working.size, working.root())
 
 

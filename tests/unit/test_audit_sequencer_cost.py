@@ -1,0 +1,183 @@
+"""The sequencer's cheap paths (issue 23: integration cheap enough for the grant write path) give the
+same leaves as the full ones, and a step with nothing to do writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grantd.core.clock import ManualClock
+from grantd.core.tlog import leaves as L
+from grantd.core.tlog.leaves import parse_leaf
+from grantd.services import audit as A
+from grantd.services.audit import AuditLog
+from grantd.testing.factories import grant
+from grantd.testing.memory_store import MemoryStore
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _event(kind: str, snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seq": 7,
+        "event": kind,
+        "grant_id": "gr_x",
+        "requester": snapshot["requester"],
+        "created_at": 1_700_000_000_000,
+        "grant": snapshot,
+    }
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=st.dictionaries(st.text(max_size=6), _values, max_size=4),
+    review=st.none() | st.dictionaries(st.text(max_size=6), _values, max_size=3),
+)
+def test_leaves_made_from_values_as_they_are_equal_those_made_safe_first(
+    request: dict[str, Any], review: dict[str, Any] | None
+) -> None:
+    """The as-is attempt (one walk) must give exactly the bytes of making request and review
+    ``_safe`` first (the code before issue 23's speed-up), floats and unsafe integers included."""
+    snapshot = {**grant("gr_x"), "request": {**request, "command": ["ls"]}, "pinned_review": review}
+    if isinstance(review, dict):
+        review["policy_hash"] = "sha256:ab"
+    event = _event("grant.created", snapshot)
+    made = A.grant_event_leaves(event, 3, "admin@example.com")  # type: ignore[arg-type]
+    safe_first = A._grant_event_leaves(event, 3, "admin@example.com", A._safe)  # type: ignore[arg-type]
+    assert made == safe_first
+    parse_leaf(made[0][0])  # and it is a canonical, valid leaf
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.dictionaries(st.text(max_size=6), _values, max_size=4))
+def test_audit_event_leaves_equal_those_made_safe_first(data: dict[str, Any]) -> None:
+    data = {**data, "agent_id": "agt_1"}
+    event = {
+        "seq": 1,
+        "kind": "agent.disabled",
+        "grant_id": None,
+        "actor": {"kind": "system"},
+        "data": data,
+        "created_at": 1_700_000_000_000,
+    }
+    leaf, _ = A.audit_event_leaf(event, 9)  # type: ignore[arg-type]
+    expected = L.make_leaf(
+        "agent.disabled", seq=9, ts=1_700_000_000_000, actor={"kind": "system"}, data=A._safe(data)
+    )
+    assert leaf == expected
+
+
+def test_a_float_where_the_leaf_wants_an_integer_is_still_refused():
+    snapshot = {**grant("gr_x", status="approved"), "decided_by": "alice@example.com", "expires_at": 1.5}
+    try:
+        A.grant_event_leaves(_event("grant.approved", snapshot), 1, "admin@example.com")  # type: ignore[arg-type]
+    except L.LeafError as error:
+        assert "expires_at" in str(error)
+    else:
+        raise AssertionError("a float expires_at became a leaf")
+
+
+class _Counting:
+    """The memory store's tlog, counting lease calls and event reads."""
+
+    def __init__(self, store: MemoryStore):
+        self.store = store
+        self.leases = 0
+        self.reads = 0
+        tlog, grants = store.tlog, store.grants
+        lease, grant_events = tlog.lease, grants.events_after
+
+        async def counted_lease(*args: Any, **kwargs: Any) -> bool:
+            self.leases += 1
+            return await lease(*args, **kwargs)
+
+        async def counted_reads(*args: Any, **kwargs: Any) -> Any:
+            self.reads += 1
+            return await grant_events(*args, **kwargs)
+
+        tlog.lease = counted_lease  # type: ignore[method-assign]
+        grants.events_after = counted_reads  # type: ignore[method-assign]
+
+
+def test_a_quiet_step_takes_no_lease_and_another_holders_live_lease_costs_one_read():
+    async def run() -> None:
+        store = MemoryStore()
+        await store.migrate()
+        clock = ManualClock()
+        counts = _Counting(store)
+        first = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        other = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        await first.ensure_key()
+        await store.grants.create(grant("gr_a"), ["grant.created"])
+        assert await first.step() == 1 and counts.leases == 1
+        assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 1
+
+        # nothing new, everything signed: no lease taken, nothing written, nothing signed
+        checkpoints = len(await store.tlog.checkpoints())
+        assert await first.step() == 0 and counts.leases == 1
+        assert len(await store.tlog.checkpoints()) == checkpoints
+        assert (await store.tlog.head())["holder"] == first.holder
+
+        # another process, while the first's lease lasts: one read of the head, no event read
+        reads = counts.reads
+        await store.grants.create(grant("gr_b"), ["grant.created"])
+        assert await other.step() == 0 and counts.reads == reads and counts.leases == 1
+
+        # the holder integrates the new event and signs it, its lease still more than half there
+        assert await first.step() == 1 and counts.leases == 1
+        assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 2
+
+        # once half of it is gone, a step with work renews it
+        clock.advance(A.LEASE_MS / 2 / 1000 + 0.5)
+        await store.grants.create(grant("gr_c"), ["grant.created"])
+        assert await first.step() == 1 and counts.leases == 2
+
+        # the lease ran out: the other takes it over when there is work, not before
+        clock.advance((A.LEASE_MS + 1) / 1000)
+        assert await other.step() == 0 and counts.leases == 2
+        await store.grants.create(grant("gr_d"), ["grant.created"])
+        assert await other.step() == 1 and counts.leases == 3
+        assert (await store.tlog.head())["holder"] == other.holder
+        assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 4
+
+    asyncio.run(run())
+
+
+def test_leaves_appended_by_a_process_that_died_before_signing_get_signed_by_a_quiet_step():
+    """``_signed_size`` is per process: a new sequencer (or one that saw a smaller checkpoint) goes
+    through the full step, which signs what is stored but unsigned."""
+
+    async def run() -> None:
+        store = MemoryStore()
+        await store.migrate()
+        clock = ManualClock()
+        dead = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        await dead.ensure_key()
+        await store.grants.create(grant("gr_a"), ["grant.created"])
+
+        async def no_signing() -> None:
+            return None
+
+        dead.sign_pending = no_signing  # type: ignore[method-assign,assignment]
+        assert await dead.step() == 1
+        assert await store.tlog.latest_checkpoint() is None
+        clock.advance((A.LEASE_MS + 1) / 1000)
+        survivor = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        assert await survivor.step() == 0  # nothing new to integrate ...
+        assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 1  # ... but the leaf is signed
+
+    asyncio.run(run())
