@@ -42,14 +42,27 @@ def _processed_headers(self: BaseHTTPResponse) -> Iterator[tuple[bytes, bytes]]:
     known = _encoded
     out = []
     for name, value in self.headers.items():
-        pair = known.get((name, value)) if type(value) is str else None
+        kind = type(value)
+        if kind is str:
+            pair = known.get((name, value))
+        elif kind is int:  # content-length, set by Sanic as a number: its digits need no cleaning
+            pair = known.get((name, ""))
+            pair = (pair[0], b"%d" % value) if pair is not None else None
+        else:
+            pair = None
         out.append(pair if pair is not None else encode_pair(name, value))
     return iter(out)
 
 
+# What Sanic's HTTP/1.1 writer adds to every answer (Http.http1_response_header): the connection
+# header's two values, and the name of content-length (its value is a number; ``name: ""`` keeps
+# the encoded name for numbers).
+SANIC_PAIRS = (("connection", "keep-alive"), ("connection", "close"), ("content-length", ""))
+
+
 def install(constant_pairs: Iterable[tuple[str, str]]) -> None:
     """Idempotent: every app of the process shares the table."""
-    remember(constant_pairs)
+    remember([*SANIC_PAIRS, *constant_pairs])
     BaseHTTPResponse.processed_headers = property(_processed_headers)  # type: ignore[assignment,method-assign]
 
 

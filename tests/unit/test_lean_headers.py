@@ -45,3 +45,23 @@ def test_a_constant_value_is_looked_up_only_for_its_own_name():
     assert pairs == lean_headers.sanic_processed_headers(
         HTTPResponse(b"", headers={"X-Other": "DENY", "X-Frame-Options": "DENY\r\n"})
     )
+
+
+def test_sanic_s_own_headers_encode_as_sanic_encodes_them():
+    """content-length (a number) and connection, which Sanic's writer sets on every answer."""
+    lean_headers.install([])
+    for extra in (
+        {"content-length": 1234, "connection": "keep-alive"},
+        {"content-length": 0, "connection": "close"},
+    ):
+        response = _response({})
+        response.headers.update(extra)
+        expected = _response({})
+        expected.headers.update(extra)
+        pairs = list(response.processed_headers)
+        assert pairs == lean_headers.sanic_processed_headers(expected)
+        assert (b"content-length", str(extra["content-length"]).encode()) in pairs
+    odd = HTTPResponse(b"", headers={"X-Count": 7, "X-Flag": True})
+    assert list(odd.processed_headers) == lean_headers.sanic_processed_headers(
+        HTTPResponse(b"", headers={"X-Count": 7, "X-Flag": True})
+    )
