@@ -59,7 +59,16 @@ from grantd.store.people import (
     SessionStore,
     WebAuthnChallengeStore,
 )
-from grantd.store.records import Agent, Delegation, Grant, GrantEvent, GrantReview, SigningKey, Vote
+from grantd.store.records import (
+    Agent,
+    Delegation,
+    Grant,
+    GrantEvent,
+    GrantReview,
+    GrantView,
+    SigningKey,
+    Vote,
+)
 from grantd.store.tlog import HostStore, ReceiptStore, TlogStore
 
 
@@ -257,6 +266,11 @@ class GrantStore(Protocol):
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         """The grant's votes in the order they were recorded."""
 
+    async def view(self, grant_id: str) -> GrantView | None:
+        """The grant with its pinned review (None: the default policy) and its votes in recorded
+        order, read together (one statement where the backend can: ``GET /api/grants/:id`` and a
+        vote need all three; issue 27). None when there is no such grant."""
+
     async def reviews_and_votes(
         self, grant_ids: Sequence[str]
     ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
@@ -269,6 +283,28 @@ class GrantStore(Protocol):
         ``"duplicate"`` (this e-mail already voted on it: one vote per person per grant, held by
         the database across processes) or ``"decided"`` (the grant is no longer pending). The
         decision itself is ``update_if`` on ``pending``: of concurrent final votes exactly one wins."""
+
+    async def add_deciding_vote(
+        self,
+        vote: Vote,
+        *,
+        seen: int,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow] = (),
+    ) -> tuple[str, Grant | None]:
+        """A vote that decides the grant, and the decision, in ONE transaction (D13, D14): record
+        ``vote`` exactly as ``add_vote`` does (the outcome is the first item); then, only if exactly
+        ``seen`` votes were recorded on the grant before it (the ones the caller tallied with this
+        one), apply ``update_if(grant_id, expect, changes, event, lapse, now, notices)`` in the same
+        transaction and return the updated grant as the second item. The second item is None when
+        the vote was not recorded, when other votes came first (the vote stays recorded, nothing
+        else changes: the caller tallies again and calls ``update_if``) or when the conditional
+        update finds no row (the vote stays recorded). Events: the vote's ``grant.reviewed``, then
+        ``event``."""
 
     async def escalate_if(
         self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()

@@ -84,6 +84,11 @@ class GrantReview(TypedDict):
     escalation_level: int
 
 
+# A grant with its pinned review (None: the default policy) and its votes in recorded order
+# (``Grants.view``).
+GrantView = tuple[Grant, GrantReview | None, list[Vote]]
+
+
 class GrantEvent(TypedDict):
     seq: int
     event: str  # grant.created | approved | denied | revoked | consumed | expired

@@ -15,6 +15,7 @@ from grantd.store.records import (
     Delegation,
     Grant,
     GrantReview,
+    GrantView,
     PasskeyCredential,
     Person,
     RegistrationUrl,
@@ -93,6 +94,20 @@ def review_row(row: Any) -> GrantReview:
             "escalation_level": int(row["escalation_level"]),
         },
     )
+
+
+def view_row(row: dict[str, Any]) -> GrantView:
+    """``Grants.view``'s answer from its row: the grant's columns and ``_review_json``,
+    ``_review_level`` (NULL: no pinned review) and ``_votes`` (a JSON array of vote rows in
+    recorded order, as text or parsed), as each backend's one statement reads them."""
+    review_json, level, votes = row.pop("_review_json"), row.pop("_review_level"), row.pop("_votes")
+    review = (
+        review_row({"grant_id": row["id"], "review_json": review_json, "escalation_level": level})
+        if review_json is not None
+        else None
+    )
+    found = json.loads(votes) if isinstance(votes, str) else votes
+    return grant_row(row), review, [vote_row(v) for v in found or ()]
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:
