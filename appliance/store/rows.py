@@ -98,8 +98,8 @@ def review_row(row: Any) -> GrantReview:
 
 def view_row(row: dict[str, Any]) -> GrantView:
     """``Grants.view``'s answer from its row: the grant's columns and ``_review_json``,
-    ``_review_level`` (NULL: no pinned review) and ``_votes`` (a JSON array of vote rows in
-    recorded order, as text or parsed), as each backend's one statement reads them."""
+    ``_review_level`` (NULL: no pinned review) and ``_votes`` (a JSON array of vote rows with
+    their ``seq``, as text or parsed; put in recorded order here), as each backend's one statement reads them."""
     review_json, level, votes = row.pop("_review_json"), row.pop("_review_level"), row.pop("_votes")
     review = (
         review_row({"grant_id": row["id"], "review_json": review_json, "escalation_level": level})
@@ -107,7 +107,7 @@ def view_row(row: dict[str, Any]) -> GrantView:
         else None
     )
     found = json.loads(votes) if isinstance(votes, str) else votes
-    return grant_row(row), review, [vote_row(v) for v in found or ()]
+    return grant_row(row), review, [vote_row(v) for v in sorted(found or (), key=lambda v: v["seq"])]
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:

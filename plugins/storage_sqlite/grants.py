@@ -39,11 +39,10 @@ from .connection import _Database
 from .notify import add_notices
 
 # The grant, its pinned review and its votes in one statement (``view``): the votes as one JSON
-# array in recorded order (the subquery walks grant_votes_grant, (grant_id, seq), in order).
-VOTES_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in VOTE_COLUMNS))
+# array with their ``seq`` (view_row puts them in recorded order), read through grant_votes_grant.
+VOTES_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in (*VOTE_COLUMNS, "seq")))
 VIEW_SQL = f"""SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
-    (SELECT json_group_array(json({VOTES_JSON})) FROM
-        (SELECT * FROM grant_votes v WHERE v.grant_id = g.id ORDER BY v.seq)) AS _votes
+    (SELECT json_group_array(json({VOTES_JSON})) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes
     FROM grants g LEFT JOIN grant_reviews r ON r.grant_id = g.id WHERE g.id = ?"""  # noqa: S608 - fixed columns
 
 

@@ -54,6 +54,29 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.grants.review_of("g1")
     await store.grants.votes("g1")
     await store.grants.find_reusable("agt_a1", "rk", lapse(NOW))
+    vote = {
+        "grant_id": "g2",
+        "email": "o@example.com",
+        "voter_id": "usr_o",
+        "decision": "approve",
+        "via": "api",
+        "at": NOW,
+        "reason": None,
+        "grant_type": None,
+        "duration": None,
+        "management": False,
+    }
+    await store.grants.add_vote(vote)  # type: ignore[arg-type]
+    await store.grants.view("g2")  # GET, token and a vote: the grant, its review and votes in one
+    await store.grants.add_deciding_vote(
+        {**vote, "grant_id": "g3"},  # type: ignore[arg-type]
+        seen=0,
+        expect=("pending",),
+        changes={"status": "approved", "decided_at": NOW, "decided_by": "o@example.com"},
+        event="grant.approved",
+        lapse=lapse(NOW),
+        now=NOW,
+    )
     await store.grants.update_if(
         "g1",
         expect=("pending",),
