@@ -193,6 +193,17 @@ class ChallengeStore(Protocol):
         """Delete the challenge and return its expiry (ms); None if unknown, bound to another agent
         or already taken. Exactly one of any number of concurrent takers gets it."""
 
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        """``create`` for the agent ``agents.get(ident)`` finds, only while it is active, in one
+        statement where the backend can (sign-in, issue 27): that agent's id, or None when there is
+        no such agent or it is not active (nothing is stored)."""
+
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        """``take`` for the agent ``agents.get(ident)`` finds, only while it is active, in one
+        statement where the backend can: that agent and the challenge's expiry; None when there is
+        no such active agent or the challenge is unknown, bound to another agent or taken (then
+        nothing changes). Exactly one of any number of concurrent takers gets it."""
+
 
 @runtime_checkable
 class GrantStore(Protocol):

@@ -93,6 +93,8 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.rates.count("verify:10.0.0.1", NOW)
     await store.challenges.create("c1", "agt_a1", NOW + 60_000, NOW)
     await store.challenges.take("c1", "agt_a1")
+    await store.challenges.create_for("c2", "a1@agents.example.com", NOW + 60_000, NOW)  # sign-in
+    await store.challenges.take_for("c2", "agt_a1")
 
 
 async def _scans(

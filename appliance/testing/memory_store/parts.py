@@ -219,6 +219,30 @@ class MemoryChallenges:
             del self._d.challenges[challenge]
             return found[1]
 
+    def _active(self, ident: str) -> Agent | None:
+        for agent in self._d.agents.values():
+            if agent["agent_id"] == ident or agent["email"] == ident.lower():
+                return agent if agent["status"] == "active" else None
+        return None
+
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        async with self._d.tx:
+            agent = self._active(ident)
+            if agent is None:
+                return None
+            self._d.challenges = {c: v for c, v in self._d.challenges.items() if v[1] >= now}
+            self._d.challenges[challenge] = (agent["agent_id"], expires_at)
+            return agent["agent_id"]
+
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        async with self._d.tx:
+            agent = self._active(ident)
+            found = self._d.challenges.get(challenge)
+            if agent is None or found is None or found[0] != agent["agent_id"]:
+                return None
+            del self._d.challenges[challenge]
+            return copy.deepcopy(agent), found[1]
+
 
 class MemoryGrants:
     def __init__(self, data: _Data):
