@@ -5,6 +5,7 @@ AuthZ-JWT and its reviewers show (``_review_state``)."""
 
 from __future__ import annotations
 
+from types import EllipsisType
 from typing import Any
 
 from grantd.core.fields import field_error
@@ -88,7 +89,7 @@ async def _review_state(
     when there are none) and the votes, as of now."""
     record = await services.store.grants.review_of(grant["id"])
     votes = await services.store.grants.votes(grant["id"])
-    return await _counted(services, grant, record, votes, status, now_s, agent)
+    return await _counted(services, grant, record, votes, status, now_s, ... if agent is None else agent)
 
 
 async def _counted(
@@ -98,18 +99,19 @@ async def _counted(
     votes: list[Any],
     status: str,
     now_s: int,
-    agent: Agent | None = None,
+    agent: Agent | None | EllipsisType = ...,
     review: Review | None = None,
 ) -> tuple[Review, int, Tally | None, list[Ballot]]:
-    """``_review_state`` of a review record and votes already read (``review``: the record's
-    pinned review, when the caller has it)."""
+    """``_review_state`` of a review record and votes already read (``agent``: the requesting
+    agent when the caller has read it, None for none; ``review``: the record's pinned review,
+    when the caller has it)."""
     if review is None:
         review = reviews.pinned(record)
     level = record["escalation_level"] if record else 0
     ballots = reviews.ballots(votes)
     if not ballots:
         return review, level, None, ballots
-    if agent is None:
+    if agent is ...:
         agent = await requesting_agent(services, grant)
     people = await reviews.people(services, review, [b.voter.email for b in ballots])
     counted = tally(review, reviews.grant_facts(grant, agent, status), people, ballots, now_s)

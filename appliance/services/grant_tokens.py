@@ -22,14 +22,14 @@ from grantd.store.records import Grant
 
 
 async def token(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    grant, record, votes = await _visible_view(services, principal, grant_id)
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
     if not policy.may_fetch_grant_token(principal, grant):
         raise forbidden("only the requester may fetch the grant's token")
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
         raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
-    authz = await mint(services, grant, (record, votes))
+    authz = await mint(services, grant, (record, votes, agent))
     return {"authz_jwt": authz, "grant": {"id": grant["id"], "status": status}}
 
 

@@ -137,11 +137,15 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
     return grant
 
 
+# What grants.view read besides the grant: its review record, its votes, its requesting agent.
+Known = tuple[GrantReview | None, list[Vote], Agent | None]
+
+
 async def _visible_view(services: Services, principal: Principal, grant_id: str) -> GrantView:
     """``_visible_grant`` with the grant's review and votes, read with it (one statement)."""
     found = await services.store.grants.view(grant_id)
     if found is None or not (
-        await may_see(services, principal, found[0])
+        await may_see(services, principal, found[0], found[3])
         or await _named_reviewer(services, principal, found[0], found[1:])
     ):
         raise not_found("grant not found")  # as _visible_grant
@@ -152,10 +156,11 @@ async def _named_reviewer(
     services: Services,
     principal: Principal,
     grant: Grant,
-    known: tuple[GrantReview | None, list[Vote]] | None = None,
+    known: Known | None = None,
 ) -> bool:
     """A person the grant's pinned policy names as an approver (or who voted on it) sees it (D13).
-    ``known``: the grant's review record and votes, when the caller read them with the grant."""
+    ``known``: the grant's review record, votes and requesting agent, when the caller read them
+    with the grant (``grants.view``)."""
     if not principal.is_person:
         return False
     record = await services.store.grants.review_of(grant["id"]) if known is None else known[0]
@@ -165,7 +170,8 @@ async def _named_reviewer(
     email = principal.email.lower()
     votes = await services.store.grants.votes(grant["id"]) if known is None else known[1]
     people = await reviews.people(services, review, [email])
-    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), "pending")
+    agent = await requesting_agent(services, grant) if known is None else known[2]
+    facts = reviews.grant_facts(grant, agent, "pending")
     return reviews.may_review(
         review, facts, people, email, services.clock.now_ms() // 1000, any(v["email"] == email for v in votes)
     )
@@ -317,10 +323,10 @@ async def create(
 
 async def get(services: Services, principal: Principal, grant_id: str) -> tuple[dict[str, Any], str]:
     reader = Reader(services)
-    grant, record, votes = await _visible_view(services, principal, grant_id)
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
     status = reader.status(grant)
     answer = view(grant, status)
-    answer.update(await review_view(services, grant, reader, (record, votes)))
+    answer.update(await review_view(services, grant, reader, (record, votes, agent)))
     shown = answer["review"]
     extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json.dumps(shown['requirements'])}"
     return answer, etag(grant, status, extra)
@@ -491,32 +497,32 @@ async def review_view(
     services: Services,
     grant: Grant,
     reader: Reader,
-    known: tuple[GrantReview | None, list[Vote]] | None = None,
+    known: Known | None = None,
 ) -> dict[str, Any]:
-    """The grant JSON's ``review`` and ``approvals`` (D13); ``known``: the grant's review record
-    and votes, when the caller read them with the grant (``grants.view``)."""
+    """The grant JSON's ``review`` and ``approvals`` (D13); ``known``: the grant's review record,
+    votes and requesting agent, when the caller read them with the grant (``grants.view``)."""
     now_s = reader.now // 1000
     status = reader.status(grant)
     if known is None:
         review, level, counted, _ = await _review_state(services, grant, status, now_s)
     else:
-        review, level, counted, _ = await _counted(services, grant, *known, status, now_s)
+        record, votes, agent = known
+        review, level, counted, _ = await _counted(services, grant, record, votes, status, now_s, agent)
     return {
         "review": reviews.review_json(review, grant, counted, level, now_s),
         "approvals": reviews.approvals_json(grant, counted, review),
     }
 
 
-async def mint(
-    services: Services, grant: Grant, known: tuple[GrantReview | None, list[Vote]] | None = None
-) -> str:
+async def mint(services: Services, grant: Grant, known: Known | None = None) -> str:
     """The AuthZ-JWT of an approved grant, with the approvals, policy and quorum of D13 (``known``:
     as ``review_view``'s)."""
     now_s = services.clock.now_ms() // 1000
     if known is None:
         review, _, counted, _ = await _review_state(services, grant, "approved", now_s)
     else:
-        review, _, counted, _ = await _counted(services, grant, *known, "approved", now_s)
+        record, votes, agent = known
+        review, _, counted, _ = await _counted(services, grant, record, votes, "approved", now_s, agent)
     return await services.tokens.mint_authz(grant, reviews.jwt_claims(review, grant, counted))
 
 
@@ -557,8 +563,7 @@ async def vote(
     found = await services.store.grants.view(grant_id)  # the grant, its review, its votes: one read
     if found is None:
         raise not_found("grant not found")
-    grant, record, recorded = found
-    agent = await requesting_agent(services, grant)
+    grant, record, recorded, agent = found
     reader = Reader(services)
     now_s = reader.now // 1000
     status = reader.status(grant)
@@ -641,7 +646,7 @@ async def vote(
     again = await services.store.grants.view(grant_id)
     if again is None:
         raise _not_pending("revoked")
-    latest, record, votes = again
+    latest, record, votes, _ = again
     mine = next(i for i, v in enumerate(votes) if v["email"] == email)
     facts = reviews.grant_facts(grant, agent, "pending")
     people = await reviews.people(services, review, [v["email"] for v in votes])

@@ -278,9 +278,11 @@ class GrantStore(Protocol):
         """The grant's votes in the order they were recorded."""
 
     async def view(self, grant_id: str) -> GrantView | None:
-        """The grant with its pinned review (None: the default policy) and its votes in recorded
-        order, read together (one statement where the backend can: ``GET /api/grants/:id`` and a
-        vote need all three; issue 27). None when there is no such grant."""
+        """The grant with its pinned review (None: the default policy), its votes in recorded order
+        and the agent that asked for it (``agents.get_by_id(requester_id)``: None for a person's
+        request or a deleted agent), read together (one statement where the backend can:
+        ``GET /api/grants/:id``, its token and a vote need all four; issue 27). None when there is
+        no such grant."""
 
     async def reviews_and_votes(
         self, grant_ids: Sequence[str]

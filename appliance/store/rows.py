@@ -99,15 +99,18 @@ def review_row(row: Any) -> GrantReview:
 def view_row(row: dict[str, Any]) -> GrantView:
     """``Grants.view``'s answer from its row: the grant's columns and ``_review_json``,
     ``_review_level`` (NULL: no pinned review) and ``_votes`` (a JSON array of vote rows with
-    their ``seq``, as text or parsed; put in recorded order here), as each backend's one statement reads them."""
+    their ``seq``, as text or parsed; put in recorded order here) and ``_agent`` (the requesting
+    agent's row as a JSON object, NULL: none), as each backend's one statement reads them."""
     review_json, level, votes = row.pop("_review_json"), row.pop("_review_level"), row.pop("_votes")
+    agent = row.pop("_agent")
     review = (
         review_row({"grant_id": row["id"], "review_json": review_json, "escalation_level": level})
         if review_json is not None
         else None
     )
     found = json.loads(votes) if isinstance(votes, str) else votes
-    return grant_row(row), review, [vote_row(v) for v in sorted(found or (), key=lambda v: v["seq"])]
+    votes_in_order = [vote_row(v) for v in sorted(found or (), key=lambda v: v["seq"])]
+    return grant_row(row), review, votes_in_order, json.loads(agent) if isinstance(agent, str) else agent
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from .factories import HOUR, NOW, grant, lapse
+from .factories import HOUR, NOW, agent, grant, lapse
 
 pytestmark = pytest.mark.anyio
 
@@ -41,28 +41,38 @@ def _decide(seen: int, **changes: Any) -> dict[str, Any]:
     }
 
 
-async def test_view_is_the_grant_its_review_and_its_votes(store):
+async def test_view_is_the_grant_its_review_its_votes_and_its_agent(store):
+    await store.agents.create(agent("bot", approver="appr@example.com"), frozenset())
+    mine = {"requester": "bot@agents.example.com", "requester_id": "agt_bot"}
     review = {"policy_ids": ["prod"], "requirements": [{"id": "prod/sre", "approve": 2}]}
-    await store.grants.create(grant("g1"), [], review=review)
-    await store.grants.create(grant("g2", status="approved"), [])
+    await store.grants.create(grant("g1", **mine), [], review=review)
+    await store.grants.create(grant("g2", status="approved"), [])  # a requester that is no agent
+    bot = await store.agents.get_by_id("agt_bot")
+    assert bot is not None
     assert await store.grants.view("g1") == (
         await store.grants.get("g1"),
         await store.grants.review_of("g1"),
         [],
+        bot,
     )
     evidence = {"webauthn": {"credential_id": "c1", "sign_count": 3}}
     await store.grants.add_vote(_vote("b@example.com", reason="ok", grant_type="timed", duration=60))
     await store.grants.add_vote(_vote("a@example.com", "deny", management=True, evidence=evidence))
-    found, pinned, votes = await store.grants.view("g1")
+    found, pinned, votes, requester = await store.grants.view("g1")
     assert found == await store.grants.get("g1")
     assert pinned == {"grant_id": "g1", "review": review, "escalation_level": 0}
     assert votes == await store.grants.votes("g1")  # the same records, in recorded order
     assert [v["email"] for v in votes] == ["b@example.com", "a@example.com"]
     assert votes[1]["management"] is True and votes[1]["evidence"] == evidence
     assert "evidence" not in votes[0] and votes[0]["duration"] == 60
+    assert requester == bot
     assert await store.grants.escalate_if("g1", 0, 2, NOW)
     assert (await store.grants.view("g1"))[1]["escalation_level"] == 2
-    assert await store.grants.view("g2") == (await store.grants.get("g2"), None, [])
+    # the agent as it is now (D11): a change shows at once
+    await store.agents.update("agt_bot", {"approver": "other@example.com", "updated_at": NOW + 1})
+    assert (await store.grants.view("g1"))[3] == await store.agents.get_by_id("agt_bot")
+    assert (await store.grants.view("g1"))[3]["approver"] == "other@example.com"
+    assert await store.grants.view("g2") == (await store.grants.get("g2"), None, [], None)
     assert await store.grants.view("nope") is None
 
 

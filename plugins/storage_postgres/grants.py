@@ -59,7 +59,8 @@ VOTE_WITH_SEQ = (
 )
 # The grant, its pinned review and its votes in one statement and one round trip (``view``).
 VIEW_SQL = """SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
-    (SELECT coalesce(json_agg(v ORDER BY v.seq), '[]'::json) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes
+    (SELECT coalesce(json_agg(v ORDER BY v.seq), '[]'::json) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes,
+    (SELECT row_to_json(a) FROM agents a WHERE a.agent_id = g.requester_id) AS _agent
     FROM grants g LEFT JOIN grant_reviews r ON r.grant_id = g.id WHERE g.id = %s"""
 GRANT_INSERT = (
     f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns

@@ -14,6 +14,7 @@ from grantd.core.paging import PageRequest
 from grantd.store import Conflict, LimitReached, OwnerBound
 from grantd.store.notify import OutboxRow
 from grantd.store.records import (
+    AGENT_COLUMNS,
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
     VOTE_COLUMNS,
@@ -39,10 +40,13 @@ from .connection import _Database
 from .notify import add_notices
 
 # The grant, its pinned review and its votes in one statement (``view``): the votes as one JSON
-# array with their ``seq`` (view_row puts them in recorded order), read through grant_votes_grant.
+# array with their ``seq`` (view_row puts them in recorded order), read through grant_votes_grant;
+# the requesting agent as a JSON object, by its primary key.
 VOTES_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in (*VOTE_COLUMNS, "seq")))
+AGENT_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in AGENT_COLUMNS))
 VIEW_SQL = f"""SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
-    (SELECT json_group_array(json({VOTES_JSON})) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes
+    (SELECT json_group_array(json({VOTES_JSON})) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes,
+    (SELECT {AGENT_JSON} FROM agents a WHERE a.agent_id = g.requester_id) AS _agent
     FROM grants g LEFT JOIN grant_reviews r ON r.grant_id = g.id WHERE g.id = ?"""  # noqa: S608 - fixed columns
 
 

@@ -297,6 +297,7 @@ class MemoryGrants:
             copy.deepcopy(grant),
             copy.deepcopy(self._d.reviews.get(grant_id)),
             copy.deepcopy(self._d.votes.get(grant_id, [])),
+            copy.deepcopy(self._d.agents.get(grant["requester_id"])),
         )
 
     def _add_vote(self, vote: Vote) -> tuple[str, int]:
