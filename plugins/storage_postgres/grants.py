@@ -35,6 +35,7 @@ from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
     _add_events,
+    _Batch,
     _nul_finds_nothing,
     _on_store_loop,
     _Part,
@@ -54,8 +55,11 @@ VOTE_INSERT = (
     "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq, grant_id"
 )
 VOTE_WITH_GRANT = f"WITH v AS ({VOTE_INSERT}) SELECT g.* FROM grants g JOIN v ON g.id = v.grant_id"  # noqa: S608 - fixed text
+# A deciding vote locks the grant's row FOR UPDATE before it writes (the decision's UPDATE comes
+# in the same transaction): two of them holding FOR SHARE each would wait for the other's.
 VOTE_WITH_SEQ = (
-    f"WITH v AS ({VOTE_INSERT}) SELECT g.*, v.seq AS _seq FROM grants g JOIN v ON g.id = v.grant_id"  # noqa: S608 - fixed text
+    f"WITH v AS ({VOTE_INSERT.replace('FOR SHARE', 'FOR UPDATE')}) "  # noqa: S608 - fixed text
+    "SELECT g.*, v.seq AS _seq FROM grants g JOIN v ON g.id = v.grant_id"
 )
 # The grant, its pinned review and its votes in one statement and one round trip (``view``).
 VIEW_SQL = """SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
@@ -338,12 +342,13 @@ class PostgresGrants(_Part):
         values = [vote.get(c) for c in VOTE_COLUMNS]
         evidence = VOTE_COLUMNS.index("evidence")
         values[evidence] = to_json(values[evidence]) if values[evidence] is not None else None
-        kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
         # Three round trips where a vote and then update_if took four: BEGIN and the vote (returning
         # its grant's row and its seq); the conditional UPDATE, which also requires that exactly
         # ``seen`` votes committed before this one (a statement of its own: it sees every vote
         # committed until then, as the re-read of the votes after a separate add_vote did); then
-        # both events, the outbox rows and COMMIT.
+        # both events, the outbox rows and COMMIT. The vote locks the grant's row FOR UPDATE
+        # (VOTE_WITH_SEQ): concurrent deciding votes on one grant take turns.
+        updated: Grant | None = None
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
             batch.add(VOTE_WITH_SEQ, [*values, vote["grant_id"]])
@@ -351,29 +356,46 @@ class PostgresGrants(_Part):
             if found is None:
                 batch.plain("ROLLBACK")
                 await batch.send()
-                return await self._not_recorded(vote), None
-            grant = dict(found)
-            seq = grant.pop("_seq")
-            updated = None
-            if update is not None:
-                sql, params = update
-                batch.add(
-                    sql.replace(
-                        " RETURNING *",
-                        " AND (SELECT count(*) FROM grant_votes c WHERE c.grant_id = %(id)s AND c.seq < %(seq)s)"
-                        " = %(seen)s RETURNING *",
-                    ),
-                    {**params, "seq": seq, "seen": seen},
-                )
-                updated = await batch.send()
-            events = [("grant.reviewed", {**grant, "vote": kept}, int(vote["at"]))]
-            if updated is not None:
-                add_notices_batch(batch, notices)
-                events.append((event, updated, now))
-            _add_events(batch, events)
-            batch.plain("COMMIT")
-            await batch.send()
-        return "recorded", grant_row(dict(updated)) if updated is not None else None
+            else:
+                updated = await self._decide(batch, dict(found), vote, update, seen, event, now, notices)
+        if found is None:  # asked on another connection once this one is back in the pool
+            return await self._not_recorded(vote), None
+        return "recorded", updated
+
+    @staticmethod
+    async def _decide(
+        batch: _Batch,
+        grant: dict[str, Any],
+        vote: Vote,
+        update: tuple[str, dict[str, Any]] | None,
+        seen: int,
+        event: str,
+        now: int,
+        notices: Sequence[OutboxRow],
+    ) -> Grant | None:
+        """``add_deciding_vote`` once the vote is in: the decision if it still holds, the events, COMMIT."""
+        seq = grant.pop("_seq")
+        updated = None
+        if update is not None:
+            sql, params = update
+            batch.add(
+                sql.replace(
+                    " RETURNING *",
+                    " AND (SELECT count(*) FROM grant_votes c WHERE c.grant_id = %(id)s AND c.seq < %(seq)s)"
+                    " = %(seen)s RETURNING *",
+                ),
+                {**params, "seq": seq, "seen": seen},
+            )
+            updated = await batch.send()
+        kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+        events = [("grant.reviewed", {**grant, "vote": kept}, int(vote["at"]))]
+        if updated is not None:
+            add_notices_batch(batch, notices)
+            events.append((event, updated, now))
+        _add_events(batch, events)
+        batch.plain("COMMIT")
+        await batch.send()
+        return grant_row(dict(updated)) if updated is not None else None
 
     async def _not_recorded(self, vote: Vote) -> str:
         again = await self._db.one(
