@@ -212,15 +212,24 @@ def _agent_ident(body: dict[str, Any]) -> str:
 
 
 async def issue_challenge(services: Services, body: dict[str, Any]) -> str:
-    agent = await find_agent(services, _agent_ident(body))
-    if agent["status"] != "active":
-        raise forbidden("agent is disabled")
+    ident = _agent_ident(body)
     challenge = secrets.token_hex(32)
     now = services.clock.now_ms()
-    await services.store.challenges.create(
-        challenge, agent["agent_id"], now + services.config.tokens.challenge_ttl * 1000, now
-    )
-    return challenge
+    # One statement: the active agent found and the challenge stored (issue 27); the agent is read
+    # apart only to say why there is none.
+    if await services.store.challenges.create_for(
+        challenge, ident, now + services.config.tokens.challenge_ttl * 1000, now
+    ):
+        return challenge
+    await _refuse_agent(services, ident)
+    raise forbidden("agent is disabled")  # not active a moment ago, active now: as it was read
+
+
+async def _refuse_agent(services: Services, ident: str) -> None:
+    """The refusal for an agent that is not there (404) or not active (403)."""
+    agent = await find_agent(services, ident)
+    if agent["status"] != "active":
+        raise forbidden("agent is disabled")
 
 
 async def authenticate(
@@ -228,17 +237,25 @@ async def authenticate(
 ) -> dict[str, Any]:
     """An identity token for a signed challenge (D5); bound to the agent's key (``cnf.jkt``, D16)
     when the request carries a DPoP proof made with it (or must, under ``agent_dpop = "required"``)."""
-    agent = await find_agent(services, _agent_ident(body))
-    challenge = string_field(body, "challenge", max_len=128)
-    signature = body.get("signature")
-    if not isinstance(signature, str) or not signature.strip():
-        raise field_error("signature", "signature is required (base64)")
-    if agent["status"] != "active":
-        raise forbidden("agent is disabled")
+    ident = _agent_ident(body)
+    try:
+        challenge = string_field(body, "challenge", max_len=128)
+        signature = body.get("signature")
+        if not isinstance(signature, str) or not signature.strip():
+            raise field_error("signature", "signature is required (base64)")
+    except Problem:
+        await find_agent(services, ident)  # an unknown agent is a 404 before a bad field
+        raise
     assert challenge is not None
-    # Taking the challenge first means every attempt burns it, a failed one included (D5).
-    expires_at = await services.store.challenges.take(challenge, agent["agent_id"])
-    if expires_at is None or expires_at < services.clock.now_ms():
+    # Taking the challenge first means every attempt burns it, a failed one included (D5). The
+    # active agent is found and its challenge taken in one statement (issue 27); the agent is read
+    # apart only to say why nothing was taken.
+    taken = await services.store.challenges.take_for(challenge, ident)
+    if taken is None:
+        await _refuse_agent(services, ident)
+        raise Problem(401, "expired challenge", headers={"WWW-Authenticate": 'Bearer realm="grantd"'})
+    agent, expires_at = taken
+    if expires_at < services.clock.now_ms():
         raise Problem(401, "expired challenge", headers={"WWW-Authenticate": 'Bearer realm="grantd"'})
     key = load_public_key(agent["public_key"])
     if not verify_challenge_signature(key, challenge, signature):

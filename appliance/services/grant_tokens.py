@@ -16,20 +16,21 @@ from grantd.services import dpop
 from grantd.services.authn import Credentials
 from grantd.services.context import Services
 from grantd.services.dpop import ProofRequest
-from grantd.services.grants import UNUSABLE, Reader, _visible_grant, mint
+from grantd.services.grants import UNUSABLE, Reader, _visible_view, mint
 from grantd.services.tokens import TokenError
 from grantd.store.records import Grant
 
 
 async def token(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    grant = await _visible_grant(services, principal, grant_id)
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
     if not policy.may_fetch_grant_token(principal, grant):
         raise forbidden("only the requester may fetch the grant's token")
     reader = Reader(services)
     status = reader.status(grant)
     if status != "approved":
         raise Problem(400, f"grant is not approved (it is {status})", extra={"grant_status": status})
-    return {"authz_jwt": await mint(services, grant), "grant": {"id": grant["id"], "status": status}}
+    authz = await mint(services, grant, (record, votes, agent))
+    return {"authz_jwt": authz, "grant": {"id": grant["id"], "status": status}}
 
 
 def token_matches_grant(claims: dict[str, Any], grant: Grant) -> bool:

@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from types import EllipsisType
 from typing import Any
 
 from grantd.core import policy
@@ -31,7 +32,6 @@ from grantd.core.review import (
     AUTO_DENY,
     Ballot,
     Review,
-    Tally,
     Voter,
     cast_vote,
     evaluate,
@@ -42,6 +42,13 @@ from grantd.services import notify
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
+from grantd.services.grant_decisions import (
+    _counted,
+    _review_state,
+    decide,
+    requesting_agent,
+    vote_record,
+)
 from grantd.services.grant_requests import (
     MAX_BATCH,
     MAX_REASON,
@@ -52,7 +59,7 @@ from grantd.services.grant_requests import (
 )
 from grantd.services.limits import PENDING_RETRY_AFTER, too_many
 from grantd.store import LimitReached, OwnerBound
-from grantd.store.records import Agent, Grant
+from grantd.store.records import Agent, Grant, GrantReview, GrantView, Vote
 
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
 STATUS_ALIASES = {"used": "consumed"}  # the peer CLI's name for a consumed grant (D6)
@@ -109,17 +116,15 @@ class Reader:
         return view(grant, self.status(grant))
 
 
-async def requesting_agent(services: Services, grant: Grant) -> Agent | None:
-    """The agent that asked for the grant (None for a person's request or a deleted agent)."""
-    return await services.store.agents.get_by_id(grant["requester_id"])
-
-
-async def may_see(services: Services, principal: Principal, grant: Grant) -> bool:
+async def may_see(
+    services: Services, principal: Principal, grant: Grant, agent: Agent | None | EllipsisType = ...
+) -> bool:
+    """``agent``: the grant's requesting agent when the caller has read it (else read here if needed)."""
     if principal.admin or grant["requester_id"] == principal.id:
         return True
-    return policy.may_see_grant(
-        principal, grant, await requesting_agent(services, grant), services.admin_emails
-    )
+    if agent is ...:
+        agent = await requesting_agent(services, grant)
+    return policy.may_see_grant(principal, grant, agent, services.admin_emails)
 
 
 async def _visible_grant(services: Services, principal: Principal, grant_id: str) -> Grant:
@@ -132,18 +137,41 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
     return grant
 
 
-async def _named_reviewer(services: Services, principal: Principal, grant: Grant) -> bool:
-    """A person the grant's pinned policy names as an approver (or who voted on it) sees it (D13)."""
+# What grants.view read besides the grant: its review record, its votes, its requesting agent.
+Known = tuple[GrantReview | None, list[Vote], Agent | None]
+
+
+async def _visible_view(services: Services, principal: Principal, grant_id: str) -> GrantView:
+    """``_visible_grant`` with the grant's review and votes, read with it (one statement)."""
+    found = await services.store.grants.view(grant_id)
+    if found is None or not (
+        await may_see(services, principal, found[0], found[3])
+        or await _named_reviewer(services, principal, found[0], found[1:])
+    ):
+        raise not_found("grant not found")  # as _visible_grant
+    return found
+
+
+async def _named_reviewer(
+    services: Services,
+    principal: Principal,
+    grant: Grant,
+    known: Known | None = None,
+) -> bool:
+    """A person the grant's pinned policy names as an approver (or who voted on it) sees it (D13).
+    ``known``: the grant's review record, votes and requesting agent, when the caller read them
+    with the grant (``grants.view``)."""
     if not principal.is_person:
         return False
-    record = await services.store.grants.review_of(grant["id"])
+    record = await services.store.grants.review_of(grant["id"]) if known is None else known[0]
     if record is None:
         return False
     review = reviews.pinned(record)
     email = principal.email.lower()
-    votes = await services.store.grants.votes(grant["id"])
+    votes = await services.store.grants.votes(grant["id"]) if known is None else known[1]
     people = await reviews.people(services, review, [email])
-    facts = reviews.grant_facts(grant, await requesting_agent(services, grant), "pending")
+    agent = await requesting_agent(services, grant) if known is None else known[2]
+    facts = reviews.grant_facts(grant, agent, "pending")
     return reviews.may_review(
         review, facts, people, email, services.clock.now_ms() // 1000, any(v["email"] == email for v in votes)
     )
@@ -272,7 +300,7 @@ async def create(
             PENDING_RETRY_AFTER,
         ) from None
     if delegated_vote is not None and delegation is None:
-        await services.store.grants.add_vote(_vote_record(stored["id"], delegated_vote))
+        await services.store.grants.add_vote(vote_record(stored["id"], delegated_vote))
     services.events.changed()
     if notices:
         notify.wake(services)
@@ -295,10 +323,10 @@ async def create(
 
 async def get(services: Services, principal: Principal, grant_id: str) -> tuple[dict[str, Any], str]:
     reader = Reader(services)
-    grant = await _visible_grant(services, principal, grant_id)
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
     status = reader.status(grant)
     answer = view(grant, status)
-    answer.update(await review_view(services, grant, reader))
+    answer.update(await review_view(services, grant, reader, (record, votes, agent)))
     shown = answer["review"]
     extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json.dumps(shown['requirements'])}"
     return answer, etag(grant, status, extra)
@@ -465,52 +493,36 @@ async def _transition(
     return updated
 
 
-def _vote_record(grant_id: str, ballot: Ballot, evidence: dict[str, Any] | None = None) -> Any:
-    return {
-        "evidence": evidence,
-        "grant_id": grant_id,
-        "email": ballot.voter.email.lower(),
-        "voter_id": ballot.voter.person_id,
-        "decision": ballot.decision,
-        "via": ballot.via,
-        "at": ballot.at,
-        "reason": ballot.reason,
-        "grant_type": ballot.grant_type,
-        "duration": ballot.duration,
-        "management": ballot.voter.management,
-    }
-
-
-async def _review_state(
-    services: Services, grant: Grant, status: str, now_s: int, agent: Agent | None = None
-) -> tuple[Review, int, Tally | None, list[Ballot]]:
-    """The pinned review, its announced escalation level, the tally of the recorded votes (None
-    when there are none) and the votes, as of now."""
-    record = await services.store.grants.review_of(grant["id"])
-    review = reviews.pinned(record)
-    votes = reviews.ballots(await services.store.grants.votes(grant["id"]))
-    if not votes:
-        return review, record["escalation_level"] if record else 0, None, votes
-    if agent is None:
-        agent = await requesting_agent(services, grant)
-    people = await reviews.people(services, review, [b.voter.email for b in votes])
-    counted = tally(review, reviews.grant_facts(grant, agent, status), people, votes, now_s)
-    return review, record["escalation_level"] if record else 0, counted, votes
-
-
-async def review_view(services: Services, grant: Grant, reader: Reader) -> dict[str, Any]:
-    """The grant JSON's ``review`` and ``approvals`` (D13)."""
+async def review_view(
+    services: Services,
+    grant: Grant,
+    reader: Reader,
+    known: Known | None = None,
+) -> dict[str, Any]:
+    """The grant JSON's ``review`` and ``approvals`` (D13); ``known``: the grant's review record,
+    votes and requesting agent, when the caller read them with the grant (``grants.view``)."""
     now_s = reader.now // 1000
-    review, level, counted, _ = await _review_state(services, grant, reader.status(grant), now_s)
+    status = reader.status(grant)
+    if known is None:
+        review, level, counted, _ = await _review_state(services, grant, status, now_s)
+    else:
+        record, votes, agent = known
+        review, level, counted, _ = await _counted(services, grant, record, votes, status, now_s, agent)
     return {
         "review": reviews.review_json(review, grant, counted, level, now_s),
         "approvals": reviews.approvals_json(grant, counted, review),
     }
 
 
-async def mint(services: Services, grant: Grant) -> str:
-    """The AuthZ-JWT of an approved grant, with the approvals, policy and quorum of D13."""
-    review, _, counted, _ = await _review_state(services, grant, "approved", services.clock.now_ms() // 1000)
+async def mint(services: Services, grant: Grant, known: Known | None = None) -> str:
+    """The AuthZ-JWT of an approved grant, with the approvals, policy and quorum of D13 (``known``:
+    as ``review_view``'s)."""
+    now_s = services.clock.now_ms() // 1000
+    if known is None:
+        review, _, counted, _ = await _review_state(services, grant, "approved", now_s)
+    else:
+        record, votes, agent = known
+        review, _, counted, _ = await _counted(services, grant, record, votes, "approved", now_s, agent)
     return await services.tokens.mint_authz(grant, reviews.jwt_claims(review, grant, counted))
 
 
@@ -548,20 +560,18 @@ async def vote(
         if decision not in ("approve", "deny"):
             raise field_error("decision", "decision must be approve or deny")
     verb = "approve" if decision == "approve" else "deny"
-    grant = await services.store.grants.get(grant_id)
-    if grant is None:
+    found = await services.store.grants.view(grant_id)  # the grant, its review, its votes: one read
+    if found is None:
         raise not_found("grant not found")
-    agent = await requesting_agent(services, grant)
+    grant, record, recorded, agent = found
     reader = Reader(services)
     now_s = reader.now // 1000
     status = reader.status(grant)
-    record = await services.store.grants.review_of(grant_id)
     review = reviews.pinned(record)
-    recorded = await services.store.grants.votes(grant_id)
     facts = reviews.grant_facts(grant, agent, status)
     email = principal.email.lower()
     people = await reviews.people(services, review, [email, *(v["email"] for v in recorded)])
-    visible = await may_see(services, principal, grant) or reviews.may_review(
+    visible = await may_see(services, principal, grant, agent) or reviews.may_review(
         review, facts, people, email, now_s, any(v["email"] == email for v in recorded)
     )
     if not visible:
@@ -598,7 +608,29 @@ async def vote(
     if not result.accepted:
         assert result.refusal is not None
         raise _refused(result.refusal.reason, status)
-    outcome = await services.store.grants.add_vote(_vote_record(grant_id, ballot, evidence))
+    recording = vote_record(grant_id, ballot, evidence)
+    decided: Grant | None = None
+    if result.tally.status != "pending":
+        # The tally of the votes read and this one decides: the vote, the decision and their events
+        # go in one transaction, if no other vote came in between (issue 27; else tallied again below).
+        changes, event = decide(
+            services, grant, review, result.tally, ballot, [*recorded, recording], principal.email
+        )
+        notices = await notify.resolved(services, grant, reader.now)
+        outcome, decided = await services.store.grants.add_deciding_vote(
+            recording,
+            seen=len(recorded),
+            expect=("pending",),
+            changes=changes,
+            event=event,
+            lapse=reader.lapse,
+            now=reader.now,
+            notices=notices,
+        )
+        if decided is not None and notices:
+            notify.wake(services)
+    else:
+        outcome = await services.store.grants.add_vote(recording)
     if outcome != "recorded":
         latest = await services.store.grants.get(grant_id)
         raise _refused(
@@ -606,65 +638,52 @@ async def vote(
             reader.status(latest) if latest else "revoked",
         )
     services.events.changed()
+    if decided is not None:
+        # Every vote is those read and this one (nothing came between; a decided grant takes no more).
+        return await _vote_answer(services, decided, review, record, [*recorded, recording], agent, reader)
     # Finalisation: the votes up to and including this one, re-checked against today's facts (the
     # agent's owner and approver, group members, administrators) by the same tally.
-    votes = await services.store.grants.votes(grant_id)
+    again = await services.store.grants.view(grant_id)
+    if again is None:
+        raise _not_pending("revoked")
+    latest, record, votes, _ = again
     mine = next(i for i, v in enumerate(votes) if v["email"] == email)
-    agent = await requesting_agent(services, grant)
     facts = reviews.grant_facts(grant, agent, "pending")
     people = await reviews.people(services, review, [v["email"] for v in votes])
     counted = tally(review, facts, people, reviews.ballots(votes[: mine + 1]), now_s)
     if counted.status == "pending":
-        latest = await services.store.grants.get(grant_id) or grant
-        found = await review_view(services, latest, reader)
-        return {"grant": reader.view(latest), "review": {**found["review"], "approvals": found["approvals"]}}
-    request = dict(grant["request"])
-    if counted.status == "approved":
-        if review.is_default:  # the one vote decides, its override as given (today's behaviour)
-            new_type = grant_type or request["grant_type"]
-            new_duration = (duration or request.get("duration")) if new_type == "timed" else None
-        else:
-            new_type, new_duration = counted.grant_type, counted.duration
-        if new_type == "timed":
-            if new_duration is None:
-                raise field_error("duration", "duration is required for timed grants")
-            request["duration"] = new_duration
-        request["grant_type"] = new_type
-        changes: dict[str, Any] = {
-            "status": "approved",
-            "decided_by": counted.decided_by if not review.is_default else principal.email,
-            "decided_at": reader.now,
-            "expires_at": approval_expiry(services, new_type, reader.now, new_duration),
-            "grant_type": new_type,
-            "request": request,
-            "reuse_key": reuse_key(request),
-        }
-        event = "grant.approved"
-    else:
-        decider = counted.decided_by or email
-        deciding = next(
-            (b for b in reviews.ballots(votes[: mine + 1])[::-1] if b.voter.email.lower() == decider), None
-        )
-        changes = {
-            "status": "denied",
-            "decided_by": decider if not review.is_default else principal.email,
-            "decided_at": reader.now,
-            "decision_reason": deciding.reason if deciding else reason,
-        }
-        event = "grant.denied"
+        return await _vote_answer(services, latest, review, record, votes, agent, reader)
+    changes, event = decide(services, grant, review, counted, ballot, votes[: mine + 1], principal.email)
     updated = await _transition(
         services, grant, expect=("pending",), changes=changes, event=event, reader=reader, refuse=_not_pending
     )
-    # One read of the review and votes for the answer and the AuthZ-JWT (issue 27: it was two);
-    # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes.
-    status = reader.status(updated)
-    review, level, now_counted, _ = await _review_state(services, updated, status, now_s, agent)
-    shown = reviews.review_json(review, updated, now_counted, level, now_s)
-    shown["approvals"] = reviews.approvals_json(updated, now_counted, review)
-    answer: dict[str, Any] = {"grant": view(updated, status), "review": shown}
-    if updated["status"] == "approved":
-        claims = reviews.jwt_claims(review, updated, now_counted)
-        answer["authz_jwt"] = await services.tokens.mint_authz(updated, claims)
+    # the votes as the decision left them (another may have come in before it)
+    votes = await services.store.grants.votes(grant_id)
+    return await _vote_answer(services, updated, review, record, votes, agent, reader)
+
+
+async def _vote_answer(
+    services: Services,
+    grant: Grant,
+    review: Review,
+    record: GrantReview | None,
+    votes: list[Any],
+    agent: Agent | None,
+    reader: Reader,
+) -> dict[str, Any]:
+    """A vote's answer: the grant, its review and approvals as GET shows them, and the AuthZ-JWT of
+    an approved grant (one tally for both)."""
+    now_s = reader.now // 1000
+    # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes
+    status = reader.status(grant)
+    _, level, counted, _ = await _counted(services, grant, record, votes, status, now_s, agent, review)
+    shown = reviews.review_json(review, grant, counted, level, now_s)
+    shown["approvals"] = reviews.approvals_json(grant, counted, review)
+    answer: dict[str, Any] = {"grant": view(grant, status), "review": shown}
+    if grant["status"] == "approved":
+        answer["authz_jwt"] = await services.tokens.mint_authz(
+            grant, reviews.jwt_claims(review, grant, counted)
+        )
     return answer
 
 

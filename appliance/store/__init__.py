@@ -59,7 +59,16 @@ from grantd.store.people import (
     SessionStore,
     WebAuthnChallengeStore,
 )
-from grantd.store.records import Agent, Delegation, Grant, GrantEvent, GrantReview, SigningKey, Vote
+from grantd.store.records import (
+    Agent,
+    Delegation,
+    Grant,
+    GrantEvent,
+    GrantReview,
+    GrantView,
+    SigningKey,
+    Vote,
+)
 from grantd.store.tlog import HostStore, ReceiptStore, TlogStore
 
 
@@ -184,6 +193,17 @@ class ChallengeStore(Protocol):
         """Delete the challenge and return its expiry (ms); None if unknown, bound to another agent
         or already taken. Exactly one of any number of concurrent takers gets it."""
 
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        """``create`` for the agent ``agents.get(ident)`` finds, only while it is active, in one
+        statement where the backend can (sign-in, issue 27): that agent's id, or None when there is
+        no such agent or it is not active (nothing is stored)."""
+
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        """``take`` for the agent ``agents.get(ident)`` finds, only while it is active, in one
+        statement where the backend can: that agent and the challenge's expiry; None when there is
+        no such active agent or the challenge is unknown, bound to another agent or taken (then
+        nothing changes). Exactly one of any number of concurrent takers gets it."""
+
 
 @runtime_checkable
 class GrantStore(Protocol):
@@ -257,6 +277,13 @@ class GrantStore(Protocol):
     async def votes(self, grant_id: str) -> builtins.list[Vote]:
         """The grant's votes in the order they were recorded."""
 
+    async def view(self, grant_id: str) -> GrantView | None:
+        """The grant with its pinned review (None: the default policy), its votes in recorded order
+        and the agent that asked for it (``agents.get_by_id(requester_id)``: None for a person's
+        request or a deleted agent), read together (one statement where the backend can:
+        ``GET /api/grants/:id``, its token and a vote need all four; issue 27). None when there is
+        no such grant."""
+
     async def reviews_and_votes(
         self, grant_ids: Sequence[str]
     ) -> tuple[dict[str, GrantReview], dict[str, builtins.list[Vote]]]:
@@ -269,6 +296,28 @@ class GrantStore(Protocol):
         ``"duplicate"`` (this e-mail already voted on it: one vote per person per grant, held by
         the database across processes) or ``"decided"`` (the grant is no longer pending). The
         decision itself is ``update_if`` on ``pending``: of concurrent final votes exactly one wins."""
+
+    async def add_deciding_vote(
+        self,
+        vote: Vote,
+        *,
+        seen: int,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow] = (),
+    ) -> tuple[str, Grant | None]:
+        """A vote that decides the grant, and the decision, in ONE transaction (D13, D14): record
+        ``vote`` exactly as ``add_vote`` does (the outcome is the first item); then, only if exactly
+        ``seen`` votes were recorded on the grant before it (the ones the caller tallied with this
+        one), apply ``update_if(grant_id, expect, changes, event, lapse, now, notices)`` in the same
+        transaction and return the updated grant as the second item. The second item is None when
+        the vote was not recorded, when other votes came first (the vote stays recorded, nothing
+        else changes: the caller tallies again and calls ``update_if``) or when the conditional
+        update finds no row (the vote stays recorded). Events: the vote's ``grant.reviewed``, then
+        ``event``."""
 
     async def escalate_if(
         self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()

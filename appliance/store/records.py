@@ -84,6 +84,11 @@ class GrantReview(TypedDict):
     escalation_level: int
 
 
+# A grant with its pinned review (None: the default policy), its votes in recorded order and the
+# agent that asked for it (None: a person's request, or a deleted agent) (``Grants.view``).
+GrantView = tuple[Grant, GrantReview | None, list[Vote], Agent | None]
+
+
 class GrantEvent(TypedDict):
     seq: int
     event: str  # grant.created | approved | denied | revoked | consumed | expired

@@ -15,6 +15,7 @@ from grantd.store.records import (
     Delegation,
     Grant,
     GrantReview,
+    GrantView,
     PasskeyCredential,
     Person,
     RegistrationUrl,
@@ -93,6 +94,23 @@ def review_row(row: Any) -> GrantReview:
             "escalation_level": int(row["escalation_level"]),
         },
     )
+
+
+def view_row(row: dict[str, Any]) -> GrantView:
+    """``Grants.view``'s answer from its row: the grant's columns and ``_review_json``,
+    ``_review_level`` (NULL: no pinned review) and ``_votes`` (a JSON array of vote rows with
+    their ``seq``, as text or parsed; put in recorded order here) and ``_agent`` (the requesting
+    agent's row as a JSON object, NULL: none), as each backend's one statement reads them."""
+    review_json, level, votes = row.pop("_review_json"), row.pop("_review_level"), row.pop("_votes")
+    agent = row.pop("_agent")
+    review = (
+        review_row({"grant_id": row["id"], "review_json": review_json, "escalation_level": level})
+        if review_json is not None
+        else None
+    )
+    found = json.loads(votes) if isinstance(votes, str) else votes
+    votes_in_order = [vote_row(v) for v in sorted(found or (), key=lambda v: v["seq"])]
+    return grant_row(row), review, votes_in_order, json.loads(agent) if isinstance(agent, str) else agent
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:

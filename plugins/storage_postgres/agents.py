@@ -227,3 +227,33 @@ class PostgresChallenges(_Part):
             )
             row = await cur.fetchone()
         return int(row["expires_at"]) if row else None
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        # One statement: the agent found and active, ended challenges dropped, the new one stored.
+        row = await self._db.one(
+            """WITH a AS (SELECT agent_id FROM agents WHERE (agent_id = %s OR email = %s) AND status = 'active' LIMIT 1),
+                    ended AS (DELETE FROM challenges WHERE expires_at < %s AND EXISTS (SELECT 1 FROM a))
+               INSERT INTO challenges (challenge, agent_id, expires_at) SELECT %s, a.agent_id, %s FROM a
+               RETURNING agent_id""",
+            (ident, ident.lower(), now, challenge, expires_at),
+        )
+        return str(row["agent_id"]) if row else None
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        # One statement and round trip where agents.get and take were two: the DELETE decides (a
+        # concurrent taker on any node waits for the row lock, then finds no row).
+        row = await self._db.one(
+            """WITH a AS (SELECT * FROM agents WHERE (agent_id = %s OR email = %s) AND status = 'active' LIMIT 1),
+                    t AS (DELETE FROM challenges c USING a WHERE c.challenge = %s AND c.agent_id = a.agent_id
+                          RETURNING c.expires_at)
+               SELECT a.*, t.expires_at AS _expires_at FROM a, t""",
+            (ident, ident.lower(), challenge),
+        )
+        if row is None:
+            return None
+        expires_at = int(row.pop("_expires_at"))
+        return cast(Agent, row), expires_at

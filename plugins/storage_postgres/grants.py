@@ -19,13 +19,23 @@ from grantd.store.records import (
     Grant,
     GrantEvent,
     GrantReview,
+    GrantView,
     Vote,
 )
-from grantd.store.rows import grant_row, page_rows, pinned_event_row, review_row, to_json, vote_row
+from grantd.store.rows import (
+    grant_row,
+    page_rows,
+    pinned_event_row,
+    review_row,
+    to_json,
+    view_row,
+    vote_row,
+)
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import (
     _add_events,
+    _Batch,
     _nul_finds_nothing,
     _on_store_loop,
     _Part,
@@ -45,9 +55,36 @@ VOTE_INSERT = (
     "ON CONFLICT (grant_id, email) DO NOTHING RETURNING seq, grant_id"
 )
 VOTE_WITH_GRANT = f"WITH v AS ({VOTE_INSERT}) SELECT g.* FROM grants g JOIN v ON g.id = v.grant_id"  # noqa: S608 - fixed text
+# A deciding vote locks the grant's row FOR UPDATE before it writes (the decision's UPDATE comes
+# in the same transaction): two of them holding FOR SHARE each would wait for the other's.
+VOTE_WITH_SEQ = (
+    f"WITH v AS ({VOTE_INSERT.replace('FOR SHARE', 'FOR UPDATE')}) "  # noqa: S608 - fixed text
+    "SELECT g.*, v.seq AS _seq FROM grants g JOIN v ON g.id = v.grant_id"
+)
+# The grant, its pinned review and its votes in one statement and one round trip (``view``).
+VIEW_SQL = """SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
+    (SELECT coalesce(json_agg(v ORDER BY v.seq), '[]'::json) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes,
+    (SELECT row_to_json(a) FROM agents a WHERE a.agent_id = g.requester_id) AS _agent
+    FROM grants g LEFT JOIN grant_reviews r ON r.grant_id = g.id WHERE g.id = %s"""
 GRANT_INSERT = (
     f"INSERT INTO grants ({_cols(GRANT_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GRANT_COLUMNS))})"  # noqa: S608 - fixed columns
 )
+
+
+def _update_sql(
+    grant_id: str, expect: Sequence[str], changes: dict[str, Any], lapse: Lapse
+) -> tuple[str, dict[str, Any]] | None:
+    """``update_if``'s conditional UPDATE … RETURNING and its values (None: nothing expected)."""
+    if not expect:
+        return None
+    cols = [c for c in changes if c in GRANT_CHANGEABLE]
+    live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
+    sets = ", ".join([*(f"{c} = %(set_{c})s" for c in cols), "version = version + 1"])
+    params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
+    params["expect"] = builtins.list(expect)
+    params["id"] = grant_id
+    sql = f"UPDATE grants SET {sets} WHERE id = %(id)s AND status = ANY(%(expect)s) AND {live} RETURNING *"  # noqa: S608 - column names from a fixed set
+    return sql, params
 
 
 class PostgresGrants(_Part):
@@ -195,21 +232,13 @@ class PostgresGrants(_Part):
     ) -> Grant | None:
         """One conditional UPDATE: a concurrent caller on any node waits for the row lock, re-checks
         the WHERE clause on the row the winner left, and gets no row."""
-        if not expect:
+        update = _update_sql(grant_id, expect, changes, lapse)
+        if update is None:
             return None
-        cols = [c for c in changes if c in GRANT_CHANGEABLE]
-        live, params = not_lapsed_sql(lapse, GRANT_COLUMNS, paramstyle=PG)
-        sets = ", ".join([*(f"{c} = %(set_{c})s" for c in cols), "version = version + 1"])
-        params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
-        params["expect"] = builtins.list(expect)
-        params["id"] = grant_id
         # Two round trips: BEGIN and the UPDATE; then the events and COMMIT (or ROLLBACK: no row).
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
-            batch.add(
-                f"UPDATE grants SET {sets} WHERE id = %(id)s AND status = ANY(%(expect)s) AND {live} RETURNING *",  # noqa: S608 - column names from a fixed set
-                params,
-            )
+            batch.add(*update)
             row = await batch.send()
             if row is None:
                 batch.plain("ROLLBACK")
@@ -290,6 +319,91 @@ class PostgresGrants(_Part):
             votes.setdefault(r["grant_id"], []).append(vote_row(r))
         return reviews, votes
 
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def view(self, grant_id: str) -> GrantView | None:
+        row = await self._db.one(VIEW_SQL, (grant_id,))
+        return view_row(row) if row else None
+
+    @_on_store_loop
+    async def add_deciding_vote(
+        self,
+        vote: Vote,
+        *,
+        seen: int,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow] = (),
+    ) -> tuple[str, Grant | None]:
+        update = _update_sql(vote["grant_id"], expect, changes, lapse)
+        values = [vote.get(c) for c in VOTE_COLUMNS]
+        evidence = VOTE_COLUMNS.index("evidence")
+        values[evidence] = to_json(values[evidence]) if values[evidence] is not None else None
+        # Three round trips where a vote and then update_if took four: BEGIN and the vote (returning
+        # its grant's row and its seq); the conditional UPDATE, which also requires that exactly
+        # ``seen`` votes committed before this one (a statement of its own: it sees every vote
+        # committed until then, as the re-read of the votes after a separate add_vote did); then
+        # both events, the outbox rows and COMMIT. The vote locks the grant's row FOR UPDATE
+        # (VOTE_WITH_SEQ): concurrent deciding votes on one grant take turns.
+        updated: Grant | None = None
+        async with self._db.batch() as batch:
+            batch.plain("BEGIN")
+            batch.add(VOTE_WITH_SEQ, [*values, vote["grant_id"]])
+            found = await batch.send()
+            if found is None:
+                batch.plain("ROLLBACK")
+                await batch.send()
+            else:
+                updated = await self._decide(batch, dict(found), vote, update, seen, event, now, notices)
+        if found is None:  # asked on another connection once this one is back in the pool
+            return await self._not_recorded(vote), None
+        return "recorded", updated
+
+    @staticmethod
+    async def _decide(
+        batch: _Batch,
+        grant: dict[str, Any],
+        vote: Vote,
+        update: tuple[str, dict[str, Any]] | None,
+        seen: int,
+        event: str,
+        now: int,
+        notices: Sequence[OutboxRow],
+    ) -> Grant | None:
+        """``add_deciding_vote`` once the vote is in: the decision if it still holds, the events, COMMIT."""
+        seq = grant.pop("_seq")
+        updated = None
+        if update is not None:
+            sql, params = update
+            batch.add(
+                sql.replace(
+                    " RETURNING *",
+                    " AND (SELECT count(*) FROM grant_votes c WHERE c.grant_id = %(id)s AND c.seq < %(seq)s)"
+                    " = %(seen)s RETURNING *",
+                ),
+                {**params, "seq": seq, "seen": seen},
+            )
+            updated = await batch.send()
+        kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+        events = [("grant.reviewed", {**grant, "vote": kept}, int(vote["at"]))]
+        if updated is not None:
+            add_notices_batch(batch, notices)
+            events.append((event, updated, now))
+        _add_events(batch, events)
+        batch.plain("COMMIT")
+        await batch.send()
+        return grant_row(dict(updated)) if updated is not None else None
+
+    async def _not_recorded(self, vote: Vote) -> str:
+        again = await self._db.one(
+            "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
+            (vote["grant_id"], vote["email"]),
+        )
+        return "duplicate" if again is not None else "decided"
+
     @_on_store_loop
     async def add_vote(self, vote: Vote) -> str:
         values = [vote.get(c) for c in VOTE_COLUMNS]
@@ -309,11 +423,7 @@ class PostgresGrants(_Part):
                 return "recorded"
             batch.plain("ROLLBACK")
             await batch.send()
-        again = await self._db.one(
-            "SELECT 1 AS x FROM grant_votes WHERE grant_id = %s AND email = %s",
-            (vote["grant_id"], vote["email"]),
-        )
-        return "duplicate" if again is not None else "decided"
+        return await self._not_recorded(vote)
 
     @_nul_finds_nothing(False)
     @_on_store_loop

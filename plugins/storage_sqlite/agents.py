@@ -200,3 +200,29 @@ class SQLiteChallenges:
                 (challenge, agent_id),
             ).fetchone()
         return int(row[0]) if row else None
+
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        async with self._db.awrite() as conn:
+            found = conn.execute(_ACTIVE_AGENT, (ident, ident.lower())).fetchone()
+            if found is None:
+                return None
+            conn.execute("DELETE FROM challenges WHERE expires_at < ?", (now,))  # index range
+            conn.execute(
+                "INSERT INTO challenges (challenge, agent_id, expires_at) VALUES (?, ?, ?)",
+                (challenge, found["agent_id"], expires_at),
+            )
+            return str(found["agent_id"])
+
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        async with self._db.awrite() as conn:  # the agent's state and the DELETE in one transaction
+            found = conn.execute(_ACTIVE_AGENT, (ident, ident.lower())).fetchone()
+            if found is None:
+                return None
+            row = conn.execute(
+                "DELETE FROM challenges WHERE challenge = ? AND agent_id = ? RETURNING expires_at",
+                (challenge, found["agent_id"]),
+            ).fetchone()
+        return (cast(Agent, dict(found)), int(row[0])) if row else None
+
+
+_ACTIVE_AGENT = "SELECT * FROM agents WHERE (agent_id = ? OR email = ?) AND status = 'active'"

@@ -14,12 +14,14 @@ from grantd.core.paging import PageRequest
 from grantd.store import Conflict, LimitReached, OwnerBound
 from grantd.store.notify import OutboxRow
 from grantd.store.records import (
+    AGENT_COLUMNS,
     GRANT_CHANGEABLE,
     GRANT_COLUMNS,
     VOTE_COLUMNS,
     Grant,
     GrantEvent,
     GrantReview,
+    GrantView,
     Vote,
 )
 from grantd.store.rows import (
@@ -29,12 +31,23 @@ from grantd.store.rows import (
     pinned_event_row,
     review_row,
     to_json,
+    view_row,
     vote_row,
 )
 from grantd.store.sql import after_sql, lapsed_sql, not_lapsed_sql, status_sql
 
 from .connection import _Database
 from .notify import add_notices
+
+# The grant, its pinned review and its votes in one statement (``view``): the votes as one JSON
+# array with their ``seq`` (view_row puts them in recorded order), read through grant_votes_grant;
+# the requesting agent as a JSON object, by its primary key.
+VOTES_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in (*VOTE_COLUMNS, "seq")))
+AGENT_JSON = "json_object({})".format(", ".join(f"'{c}', {c}" for c in AGENT_COLUMNS))
+VIEW_SQL = f"""SELECT g.*, r.review_json AS _review_json, r.escalation_level AS _review_level,
+    (SELECT json_group_array(json({VOTES_JSON})) FROM grant_votes v WHERE v.grant_id = g.id) AS _votes,
+    (SELECT {AGENT_JSON} FROM agents a WHERE a.agent_id = g.requester_id) AS _agent
+    FROM grants g LEFT JOIN grant_reviews r ON r.grant_id = g.id WHERE g.id = ?"""  # noqa: S608 - fixed columns
 
 
 def _record_event(conn: sqlite3.Connection, event: str, row: dict[str, Any], now: int) -> None:
@@ -162,6 +175,23 @@ class SQLiteGrants:
         notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         """The conditional UPDATE and its RETURNING decide between concurrent callers in any process."""
+        update = self._update_sql(grant_id=grant_id, expect=expect, changes=changes, lapse=lapse)
+        if update is None:
+            return None
+        async with self._db.awrite() as conn:
+            row = conn.execute(*update).fetchone()
+            if row is None:
+                return None
+            updated = dict(row)
+            _record_event(conn, event, updated, now)
+            add_notices(conn, notices)
+        return grant_row(updated)
+
+    @staticmethod
+    def _update_sql(
+        *, grant_id: str, expect: Sequence[str], changes: dict[str, Any], lapse: Lapse
+    ) -> tuple[str, dict[str, Any]] | None:
+        """``update_if``'s conditional UPDATE … RETURNING and its values (None: nothing expected)."""
         if not expect:
             return None
         cols = [c for c in changes if c in GRANT_CHANGEABLE]
@@ -171,17 +201,8 @@ class SQLiteGrants:
         params.update({f"set_{c}": (to_json(changes[c]) if c == "request" else changes[c]) for c in cols})
         params.update({f"expect_{i}": s for i, s in enumerate(expect)})
         params["id"] = grant_id
-        async with self._db.awrite() as conn:
-            row = conn.execute(
-                f"UPDATE grants SET {sets} WHERE id = :id AND status IN ({marks}) AND {live} RETURNING *",  # noqa: S608 - column names from a fixed set
-                params,
-            ).fetchone()
-            if row is None:
-                return None
-            updated = dict(row)
-            _record_event(conn, event, updated, now)
-            add_notices(conn, notices)
-        return grant_row(updated)
+        sql = f"UPDATE grants SET {sets} WHERE id = :id AND status IN ({marks}) AND {live} RETURNING *"  # noqa: S608 - column names from a fixed set
+        return sql, params
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
         # Each lapse term is an index range (grants_lapse on (status, expires_at), grants_status on
@@ -268,25 +289,64 @@ class SQLiteGrants:
             votes.setdefault(r["grant_id"], []).append(vote_row(r))
         return reviews, votes
 
+    async def view(self, grant_id: str) -> GrantView | None:
+        row = self._db.one(VIEW_SQL, (grant_id,))
+        return view_row(row) if row else None
+
     async def add_vote(self, vote: Vote) -> str:
+        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
+            return self._add_vote(conn, vote)[0]
+
+    @staticmethod
+    def _add_vote(conn: sqlite3.Connection, vote: Vote) -> tuple[str, int]:
+        """In the caller's write transaction: the outcome and how many votes came before it."""
         values = {c: vote.get(c) for c in VOTE_COLUMNS}
         values["evidence"] = to_json(values["evidence"]) if values["evidence"] is not None else None
         values["management"] = 1 if vote["management"] else 0
-        async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: the status read and the insert are one step
-            found = conn.execute("SELECT * FROM grants WHERE id = ?", (vote["grant_id"],)).fetchone()
-            if found is None or found["status"] != "pending":
-                return "decided"
-            try:
-                conn.execute(
-                    f"INSERT INTO grant_votes ({', '.join(VOTE_COLUMNS)}) VALUES ({', '.join(':' + c for c in VOTE_COLUMNS)})",  # noqa: S608 - fixed column list
-                    values,
-                )
-            except sqlite3.IntegrityError:
-                return "duplicate"
-            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
-            kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
-            _record_event(conn, "grant.reviewed", {**dict(found), "vote": kept}, int(vote["at"]))
-        return "recorded"
+        found = conn.execute(
+            "SELECT g.*, (SELECT count(*) FROM grant_votes v WHERE v.grant_id = g.id) AS _before FROM grants g WHERE g.id = ?",
+            (vote["grant_id"],),
+        ).fetchone()
+        if found is None or found["status"] != "pending":
+            return "decided", 0
+        try:
+            conn.execute(
+                f"INSERT INTO grant_votes ({', '.join(VOTE_COLUMNS)}) VALUES ({', '.join(':' + c for c in VOTE_COLUMNS)})",  # noqa: S608 - fixed column list
+                values,
+            )
+        except sqlite3.IntegrityError:
+            return "duplicate", 0
+        # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+        kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+        grant = dict(found)
+        before = int(grant.pop("_before"))
+        _record_event(conn, "grant.reviewed", {**grant, "vote": kept}, int(vote["at"]))
+        return "recorded", before
+
+    async def add_deciding_vote(
+        self,
+        vote: Vote,
+        *,
+        seen: int,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow] = (),
+    ) -> tuple[str, Grant | None]:
+        update = self._update_sql(grant_id=vote["grant_id"], expect=expect, changes=changes, lapse=lapse)
+        async with self._db.awrite() as conn:  # one write transaction: the vote, the decision, their events
+            outcome, before = self._add_vote(conn, vote)
+            if outcome != "recorded" or before != seen or update is None:
+                return outcome, None
+            row = conn.execute(*update).fetchone()
+            if row is None:
+                return outcome, None  # lapsed meanwhile: the vote stays, the caller refuses
+            updated = dict(row)
+            _record_event(conn, event, updated, now)
+            add_notices(conn, notices)
+        return outcome, grant_row(updated)
 
     async def escalate_if(
         self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()

@@ -54,6 +54,29 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.grants.review_of("g1")
     await store.grants.votes("g1")
     await store.grants.find_reusable("agt_a1", "rk", lapse(NOW))
+    vote = {
+        "grant_id": "g2",
+        "email": "o@example.com",
+        "voter_id": "usr_o",
+        "decision": "approve",
+        "via": "api",
+        "at": NOW,
+        "reason": None,
+        "grant_type": None,
+        "duration": None,
+        "management": False,
+    }
+    await store.grants.add_vote(vote)  # type: ignore[arg-type]
+    await store.grants.view("g2")  # GET, token and a vote: the grant, its review and votes in one
+    await store.grants.add_deciding_vote(
+        {**vote, "grant_id": "g3"},  # type: ignore[arg-type]
+        seen=0,
+        expect=("pending",),
+        changes={"status": "approved", "decided_at": NOW, "decided_by": "o@example.com"},
+        event="grant.approved",
+        lapse=lapse(NOW),
+        now=NOW,
+    )
     await store.grants.update_if(
         "g1",
         expect=("pending",),
@@ -70,6 +93,8 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.rates.count("verify:10.0.0.1", NOW)
     await store.challenges.create("c1", "agt_a1", NOW + 60_000, NOW)
     await store.challenges.take("c1", "agt_a1")
+    await store.challenges.create_for("c2", "a1@agents.example.com", NOW + 60_000, NOW)  # sign-in
+    await store.challenges.take_for("c2", "agt_a1")
 
 
 async def _scans(

@@ -20,6 +20,7 @@ from grantd.store.records import (
     Grant,
     GrantEvent,
     GrantReview,
+    GrantView,
     SigningKey,
     Vote,
 )
@@ -218,6 +219,30 @@ class MemoryChallenges:
             del self._d.challenges[challenge]
             return found[1]
 
+    def _active(self, ident: str) -> Agent | None:
+        for agent in self._d.agents.values():
+            if agent["agent_id"] == ident or agent["email"] == ident.lower():
+                return agent if agent["status"] == "active" else None
+        return None
+
+    async def create_for(self, challenge: str, ident: str, expires_at: int, now: int) -> str | None:
+        async with self._d.tx:
+            agent = self._active(ident)
+            if agent is None:
+                return None
+            self._d.challenges = {c: v for c, v in self._d.challenges.items() if v[1] >= now}
+            self._d.challenges[challenge] = (agent["agent_id"], expires_at)
+            return agent["agent_id"]
+
+    async def take_for(self, challenge: str, ident: str) -> tuple[Agent, int] | None:
+        async with self._d.tx:
+            agent = self._active(ident)
+            found = self._d.challenges.get(challenge)
+            if agent is None or found is None or found[0] != agent["agent_id"]:
+                return None
+            del self._d.challenges[challenge]
+            return copy.deepcopy(agent), found[1]
+
 
 class MemoryGrants:
     def __init__(self, data: _Data):
@@ -264,19 +289,53 @@ class MemoryGrants:
         votes = {i: copy.deepcopy(self._d.votes[i]) for i in ids if self._d.votes.get(i)}
         return reviews, votes
 
+    async def view(self, grant_id: str) -> GrantView | None:
+        grant = self._d.grants.get(grant_id)
+        if grant is None:
+            return None
+        return (
+            copy.deepcopy(grant),
+            copy.deepcopy(self._d.reviews.get(grant_id)),
+            copy.deepcopy(self._d.votes.get(grant_id, [])),
+            copy.deepcopy(self._d.agents.get(grant["requester_id"])),
+        )
+
+    def _add_vote(self, vote: Vote) -> tuple[str, int]:
+        """In the caller's critical section: the outcome and how many votes came before it."""
+        grant = self._d.grants.get(vote["grant_id"])
+        if grant is None or grant["status"] != "pending":
+            return "decided", 0
+        votes = self._d.votes.setdefault(vote["grant_id"], [])
+        if any(v["email"] == vote["email"] for v in votes):
+            return "duplicate", 0
+        kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
+        before = len(votes)
+        votes.append(copy.deepcopy(kept))  # type: ignore[arg-type]
+        # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
+        self._d.record("grant.reviewed", {**grant, "vote": dict(kept)}, int(vote["at"]))  # type: ignore[typeddict-unknown-key]
+        return "recorded", before
+
     async def add_vote(self, vote: Vote) -> str:
         async with self._d.tx:
-            grant = self._d.grants.get(vote["grant_id"])
-            if grant is None or grant["status"] != "pending":
-                return "decided"
-            votes = self._d.votes.setdefault(vote["grant_id"], [])
-            if any(v["email"] == vote["email"] for v in votes):
-                return "duplicate"
-            kept = {k: v for k, v in vote.items() if k != "evidence" or v is not None}
-            votes.append(copy.deepcopy(kept))  # type: ignore[arg-type]
-            # every vote is a grant event (D14: a leaf; live streams see it), in the vote's transaction
-            self._d.record("grant.reviewed", {**grant, "vote": dict(kept)}, int(vote["at"]))  # type: ignore[typeddict-unknown-key]
-            return "recorded"
+            return self._add_vote(vote)[0]
+
+    async def add_deciding_vote(
+        self,
+        vote: Vote,
+        *,
+        seen: int,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow] = (),
+    ) -> tuple[str, Grant | None]:
+        async with self._d.tx:  # the vote, the condition and the change in one critical section
+            outcome, before = self._add_vote(vote)
+            if outcome != "recorded" or before != seen:
+                return outcome, None
+            return outcome, self._update(vote["grant_id"], expect, changes, event, lapse, now, notices)
 
     async def escalate_if(
         self, grant_id: str, seen: int, level: int, now: int, notices: Sequence[OutboxRow] = ()
@@ -370,16 +429,28 @@ class MemoryGrants:
         notices: Sequence[OutboxRow] = (),
     ) -> Grant | None:
         async with self._d.tx:  # the condition and the change in one critical section
-            grant = self._d.grants.get(grant_id)
-            if grant is None or grant["status"] not in expect or lapse.lapsed(grant):
-                return None
-            for column, value in changes.items():
-                if column in GRANT_CHANGEABLE:
-                    grant[column] = copy.deepcopy(value)  # type: ignore[literal-required]
-            grant["version"] += 1
-            self._d.record(event, grant, now)
-            add_notices(self._d, notices)
-            return copy.deepcopy(grant)
+            return self._update(grant_id, expect, changes, event, lapse, now, notices)
+
+    def _update(
+        self,
+        grant_id: str,
+        expect: Sequence[str],
+        changes: dict[str, Any],
+        event: str,
+        lapse: Lapse,
+        now: int,
+        notices: Sequence[OutboxRow],
+    ) -> Grant | None:
+        grant = self._d.grants.get(grant_id)
+        if grant is None or grant["status"] not in expect or lapse.lapsed(grant):
+            return None
+        for column, value in changes.items():
+            if column in GRANT_CHANGEABLE:
+                grant[column] = copy.deepcopy(value)  # type: ignore[literal-required]
+        grant["version"] += 1
+        self._d.record(event, grant, now)
+        add_notices(self._d, notices)
+        return copy.deepcopy(grant)
 
     async def expire(self, lapse: Lapse, now: int, events_before: int) -> builtins.list[Grant]:
         async with self._d.tx:
