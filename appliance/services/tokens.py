@@ -25,7 +25,6 @@ here against the clock, with PyJWT's semantics).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -35,7 +34,6 @@ from enum import StrEnum
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from grantd.config import Config
 from grantd.core.clock import Clock
@@ -116,11 +114,6 @@ def check_kind(claims: dict[str, Any], header: dict[str, Any], expected: TokenKi
         raise TokenError(refusal)
 
 
-def _b64(data: bytes) -> bytes:
-    """base64url without padding (RFC 7515 §2), as PyJWT encodes segments."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=")
-
-
 def new_jti() -> str:
     return str(uuid.uuid4())
 
@@ -139,27 +132,12 @@ class Tokens:
         # Every token one key signs has the same header segment; remembering the headers of tokens
         # that verified saves PyJWT a parse per request (one entry per key; strangers cannot fill it).
         self._headers: dict[str, dict[str, Any]] = {}
-        # The encoded header of the tokens each signing key makes, per typ (a few keys in a life).
-        self._header_segments: dict[tuple[str, str], bytes] = {}
 
     # -- minting ----------------------------------------------------------------------------------
     async def _sign(self, claims: dict[str, Any], alg: str = "EdDSA", typ: str = TYP_JWT) -> str:
         key = await self.keyring.signing_key(alg)
         assert key.private is not None  # the active key always has its private half
-        if alg != "EdDSA" or not isinstance(key.private, Ed25519PrivateKey):
-            return jwt.encode(claims, key.private, algorithm=alg, headers={"kid": key.kid, "typ": typ})
-        # What jwt.encode makes, byte for byte (tests/unit/test_token_signing.py), without its
-        # per-call work: the header segment is the same for every token of a key and typ.
-        header = self._header_segments.get((key.kid, typ))
-        if header is None:
-            header = _b64(
-                json.dumps(
-                    {"alg": alg, "kid": key.kid, "typ": typ}, separators=(",", ":"), sort_keys=True
-                ).encode()
-            )
-            self._header_segments[(key.kid, typ)] = header
-        signing_input = header + b"." + _b64(json.dumps(claims, separators=(",", ":")).encode())
-        return (signing_input + b"." + _b64(key.private.sign(signing_input))).decode()
+        return jwt.encode(claims, key.private, algorithm=alg, headers={"kid": key.kid, "typ": typ})
 
     def userinfo_audience(self) -> str:
         return f"{self.issuer}/userinfo"
