@@ -21,6 +21,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import settings
+from support import ports
 from support import postgres as pg
 
 # Property tests are deterministic: the same examples every run, no example database between runs,
@@ -34,9 +35,8 @@ TESTS = Path(__file__).resolve().parent
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a server this test starts (tests/support/ports.py: why not port 0)."""
+    return ports.free_port()
 
 
 def toml_config(

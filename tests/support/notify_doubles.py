@@ -32,7 +32,6 @@ import ipaddress
 import json
 import re
 import secrets
-import socket
 import ssl
 import threading
 import time
@@ -52,11 +51,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from support.ports import free_port
+
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_port()  # outside the ephemeral range (tests/support/ports.py)
 
 
 def b64url(data: bytes) -> str:

@@ -22,13 +22,14 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from support.ports import free_port
 
 SUPERUSER = "grantd"
 
@@ -66,9 +67,7 @@ def require() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # outside the ephemeral range (tests/support/ports.py)
 
 
 class Postgres:
