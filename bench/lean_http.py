@@ -62,9 +62,23 @@ class LeanClient:
             head.append("Content-Type: application/json")
         head.extend(f"{name}: {value}" for name, value in (headers or {}).items())
         message = ("\r\n".join(head) + "\r\n\r\n").encode() + body
+        reused = self._writer is not None
         try:
             async with asyncio.timeout(TIMEOUT_S):
                 return await self._exchange(method, message)
+        except (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError) as error:
+            await self.aclose()  # the connection's state is unknown: never reuse it
+            if not reused or (isinstance(error, asyncio.IncompleteReadError) and error.partial):
+                raise
+            # A kept-alive connection the server had already closed (Node closes idle ones after
+            # 5 s: the peer between two windows), reset before any answer: the request was not
+            # read, so it is sent once more on a new connection, as HTTP clients do.
+            try:
+                async with asyncio.timeout(TIMEOUT_S):
+                    return await self._exchange(method, message)
+            except BaseException:
+                await self.aclose()
+                raise
         except BaseException:
             await self.aclose()  # the connection's state is unknown: never reuse it
             raise
