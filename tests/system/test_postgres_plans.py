@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import postgres as pg
 
 from server.test_query_plans import _hot_paths
 
@@ -25,22 +23,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[pg.Postgres]:
-    pg.require()
-    started = pg.Postgres().start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def dsn(server: pg.Postgres) -> Iterator[str]:
-    made = server.create_schema()
-    yield made
-    server.drop_schema(made)
-
-
-async def _captured(dsn: str, monkeypatch: pytest.MonkeyPatch, drop: tuple[str, ...] = ()) -> list[Any]:
+async def _captured(pg_dsn: str, monkeypatch: pytest.MonkeyPatch, drop: tuple[str, ...] = ()) -> list[Any]:
     import psycopg
 
     from grantd.plugins.storage_postgres import PostgresStore
@@ -53,9 +36,9 @@ async def _captured(dsn: str, monkeypatch: pytest.MonkeyPatch, drop: tuple[str, 
             statements.append((query, params))
         return await execute(self, query, params, **kwargs)
 
-    store = PostgresStore(dsn, pool_size=4)
+    store = PostgresStore(pg_dsn, pool_size=4)
     await store.migrate()
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         for index in drop:  # the test breaks the schema on purpose
             conn.execute(f"DROP INDEX {index}")
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", traced)
@@ -91,11 +74,11 @@ def _whole_table_reads(plan: dict[str, Any], limited: bool = False) -> list[str]
 NOT_HOT = ("DELETE FROM rate_counters WHERE (key, window_start) IN",)
 
 
-def _seq_scans(dsn: str, statements: list[tuple[str, Any]]) -> dict[str, list[str]]:
+def _seq_scans(pg_dsn: str, statements: list[tuple[str, Any]]) -> dict[str, list[str]]:
     import psycopg
 
     found: dict[str, list[str]] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SET enable_seqscan = off")  # an empty table is cheaper to scan: price that out
         for query, params in statements:
             verb = query.lstrip().split(None, 1)[0].upper()
@@ -112,32 +95,32 @@ def _seq_scans(dsn: str, statements: list[tuple[str, Any]]) -> dict[str, list[st
     return found
 
 
-async def test_hot_queries_use_indexes_on_postgres(dsn: str, monkeypatch: pytest.MonkeyPatch):
-    statements = await _captured(dsn, monkeypatch)
+async def test_hot_queries_use_indexes_on_postgres(pg_dsn: str, monkeypatch: pytest.MonkeyPatch):
+    statements = await _captured(pg_dsn, monkeypatch)
     assert len(statements) >= 10, statements  # the capture worked
-    assert await asyncio.to_thread(_seq_scans, dsn, statements) == {}
+    assert await asyncio.to_thread(_seq_scans, pg_dsn, statements) == {}
 
 
-async def test_the_postgres_check_sees_a_missing_index(dsn: str, monkeypatch: pytest.MonkeyPatch):
+async def test_the_postgres_check_sees_a_missing_index(pg_dsn: str, monkeypatch: pytest.MonkeyPatch):
     dropped = ("grants_requester_id", "grants_reuse", "grants_pending_requester")
-    statements = await _captured(dsn, monkeypatch, drop=dropped)
-    scans = await asyncio.to_thread(_seq_scans, dsn, statements)
+    statements = await _captured(pg_dsn, monkeypatch, drop=dropped)
+    scans = await asyncio.to_thread(_seq_scans, pg_dsn, statements)
     assert any("requester_id" in statement for statement in scans), scans
 
 
-async def test_rate_counters_are_unlogged_and_count_every_hit(dsn: str):
+async def test_rate_counters_are_unlogged_and_count_every_hit(pg_dsn: str):
     import psycopg
 
     from grantd.plugins.storage_postgres import PostgresStore
 
-    store = PostgresStore(dsn, pool_size=4)
+    store = PostgresStore(pg_dsn, pool_size=4)
     await store.migrate()
     try:
         counts = await asyncio.gather(*(store.rates.hit("verify:10.0.0.9", 0, 60_000, 1) for _ in range(40)))
         assert sorted(counts) == list(range(1, 41))
     finally:
         store.close()
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT relpersistence FROM pg_class WHERE relname = 'rate_counters' AND relnamespace = "
             "current_schema()::regnamespace"

@@ -7,11 +7,9 @@ shared lock each and wait for the other's."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import postgres as pg
 
 from grantd.testing.factories import NOW, grant, lapse
 
@@ -22,21 +20,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # a PostgreSQL server of its
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[pg.Postgres]:
-    pg.require()
-    started = pg.Postgres().start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def dsn(server: pg.Postgres) -> Iterator[str]:
-    made = server.create_schema()
-    yield made
-    server.drop_schema(made)
 
 
 def _vote(email: str, grant_id: str) -> Any:
@@ -54,10 +37,10 @@ def _vote(email: str, grant_id: str) -> Any:
     }
 
 
-async def test_deciding_votes_from_several_connections_decide_once_without_a_deadlock(dsn: str):
+async def test_deciding_votes_from_several_connections_decide_once_without_a_deadlock(pg_dsn: str):
     from grantd.plugins.storage_postgres import PostgresStore
 
-    stores = [PostgresStore(dsn, pool_size=4) for _ in range(2)]
+    stores = [PostgresStore(pg_dsn, pool_size=4) for _ in range(2)]
     await stores[0].migrate()
     try:
         for round_ in range(5):
