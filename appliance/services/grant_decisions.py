@@ -1,7 +1,7 @@
 """What a vote writes (D13, D14): the vote's record, and the changes and event of the decision a
 tally reached, for ``grantd.services.grants.vote`` (whether the decision goes with the vote in one
 transaction or after it); and the tally of a grant's recorded votes that its answers, its
-AuthZ-JWT and its reviewers show (``_review_state``)."""
+AuthZ-JWT and its reviewers show (``review_state``)."""
 
 from __future__ import annotations
 
@@ -82,17 +82,25 @@ async def requesting_agent(services: Services, grant: Grant) -> Agent | None:
     return await services.store.agents.get_by_id(grant["requester_id"])
 
 
-async def _review_state(
-    services: Services, grant: Grant, status: str, now_s: int, agent: Agent | None = None
+async def review_state(
+    services: Services,
+    grant: Grant,
+    status: str,
+    now_s: int,
+    known: tuple[GrantReview | None, list[Any], Agent | None] | None = None,
 ) -> tuple[Review, int, Tally | None, list[Ballot]]:
     """The pinned review, its announced escalation level, the tally of the recorded votes (None
-    when there are none) and the votes, as of now."""
+    when there are none) and the votes, as of now. ``known``: the grant's review record, votes and
+    requesting agent when the caller read them with the grant (``grants.view``); else read here."""
+    if known is not None:
+        record, votes, agent = known
+        return await count_votes(services, grant, record, votes, status, now_s, agent)
     record = await services.store.grants.review_of(grant["id"])
     votes = await services.store.grants.votes(grant["id"])
-    return await _counted(services, grant, record, votes, status, now_s, ... if agent is None else agent)
+    return await count_votes(services, grant, record, votes, status, now_s)
 
 
-async def _counted(
+async def count_votes(
     services: Services,
     grant: Grant,
     record: GrantReview | None,
@@ -102,7 +110,7 @@ async def _counted(
     agent: Agent | None | EllipsisType = ...,
     review: Review | None = None,
 ) -> tuple[Review, int, Tally | None, list[Ballot]]:
-    """``_review_state`` of a review record and votes already read (``agent``: the requesting
+    """``review_state`` of a review record and votes already read (``agent``: the requesting
     agent when the caller has read it, None for none; ``review``: the record's pinned review,
     when the caller has it)."""
     if review is None:

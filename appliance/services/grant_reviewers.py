@@ -14,8 +14,9 @@ from grantd.core.review import DEFAULT_REVIEW, NEEDS_REVIEW, Ballot, Review, Vot
 from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED, check_voter, escalation_level
 from grantd.services import review as reviews
 from grantd.services.context import Services
+from grantd.services.grant_decisions import review_state
 from grantd.services.grant_requests import parse_request
-from grantd.services.grants import Reader, _review_state, _visible_grant, requesting_agent
+from grantd.services.grants import Reader, _visible_grant, requesting_agent
 
 
 async def eligible_names(
@@ -43,7 +44,7 @@ async def reviewers(services: Services, principal: Principal, grant_id: str) -> 
     reader = Reader(services)
     now_s = reader.now // 1000
     status = reader.status(grant)
-    review, level, counted, votes = await _review_state(services, grant, status, now_s)
+    review, level, counted, votes = await review_state(services, grant, status, now_s)
     facts = reviews.grant_facts(grant, await requesting_agent(services, grant), status)
     shown = reviews.review_json(review, grant, counted, level, now_s)
     eligible = (

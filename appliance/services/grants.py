@@ -43,10 +43,10 @@ from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
 from grantd.services.grant_decisions import (
-    _counted,
-    _review_state,
+    count_votes,
     decide,
     requesting_agent,
+    review_state,
     vote_record,
 )
 from grantd.services.grant_requests import (
@@ -503,11 +503,7 @@ async def review_view(
     votes and requesting agent, when the caller read them with the grant (``grants.view``)."""
     now_s = reader.now // 1000
     status = reader.status(grant)
-    if known is None:
-        review, level, counted, _ = await _review_state(services, grant, status, now_s)
-    else:
-        record, votes, agent = known
-        review, level, counted, _ = await _counted(services, grant, record, votes, status, now_s, agent)
+    review, level, counted, _ = await review_state(services, grant, status, now_s, known)
     return {
         "review": reviews.review_json(review, grant, counted, level, now_s),
         "approvals": reviews.approvals_json(grant, counted, review),
@@ -518,11 +514,7 @@ async def mint(services: Services, grant: Grant, known: Known | None = None) -> 
     """The AuthZ-JWT of an approved grant, with the approvals, policy and quorum of D13 (``known``:
     as ``review_view``'s)."""
     now_s = services.clock.now_ms() // 1000
-    if known is None:
-        review, _, counted, _ = await _review_state(services, grant, "approved", now_s)
-    else:
-        record, votes, agent = known
-        review, _, counted, _ = await _counted(services, grant, record, votes, "approved", now_s, agent)
+    review, _, counted, _ = await review_state(services, grant, "approved", now_s, known)
     return await services.tokens.mint_authz(grant, reviews.jwt_claims(review, grant, counted))
 
 
@@ -676,7 +668,7 @@ async def _vote_answer(
     now_s = reader.now // 1000
     # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes
     status = reader.status(grant)
-    _, level, counted, _ = await _counted(services, grant, record, votes, status, now_s, agent, review)
+    _, level, counted, _ = await count_votes(services, grant, record, votes, status, now_s, agent, review)
     shown = reviews.review_json(review, grant, counted, level, now_s)
     shown["approvals"] = reviews.approvals_json(grant, counted, review)
     answer: dict[str, Any] = {"grant": view(grant, status), "review": shown}
