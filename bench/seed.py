@@ -46,9 +46,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -90,7 +90,7 @@ class Counts:
     grants: int = 0
     votes: int = 0
     events: int = 0
-    statuses: dict[str, int] | None = None
+    statuses: dict[str, int] = field(default_factory=dict)
 
 
 # -- the rows -------------------------------------------------------------------------------------------
@@ -283,17 +283,15 @@ def grant_batches(
 # -- writing ------------------------------------------------------------------------------------------------
 
 
-class _Writer:
+class _Writer(Protocol):
     """Bulk inserts into one database; ``columns`` are the table's own (read from the database)."""
 
-    def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
-        raise NotImplementedError
+    def insert(self, table: str, rows: list[dict[str, Any]]) -> None: ...
 
-    def finish(self) -> None:
-        raise NotImplementedError
+    def finish(self) -> None: ...
 
 
-class SQLiteWriter(_Writer):
+class SQLiteWriter:
     def __init__(self, path: Path):
         import sqlite3
 
@@ -322,7 +320,7 @@ class SQLiteWriter(_Writer):
         self.conn.close()
 
 
-class PostgresWriter(_Writer):
+class PostgresWriter:
     def __init__(self, dsn: str):
         import psycopg
 
@@ -381,7 +379,7 @@ def seed(
     asyncio.run(_migrate(sqlite, dsn))
     now = now if now is not None else int(time.time() * 1000)
     writer: _Writer = SQLiteWriter(sqlite) if sqlite is not None else PostgresWriter(str(dsn))
-    counts = Counts(statuses={})
+    counts = Counts()
     people = people_rows(max(1, agents // AGENTS_PER_PERSON), now)
     writer.insert("people", people)
     counts.people = len(people)
@@ -398,7 +396,7 @@ def seed(
         counts.votes += len(votes)
         counts.events += len(events)
         for g in batch:
-            counts.statuses[g["status"]] = counts.statuses.get(g["status"], 0) + 1  # type: ignore[index]
+            counts.statuses[g["status"]] = counts.statuses.get(g["status"], 0) + 1
         if progress:
             progress(f"    {counts.grants:,} grants written")
     writer.finish()
@@ -464,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"seeded {counts.people:,} people, {counts.agents:,} agents, {counts.grants:,} grants "
-        f"({', '.join(f'{k} {v:,}' for k, v in sorted((counts.statuses or {}).items()))}), "
+        f"({', '.join(f'{k} {v:,}' for k, v in sorted(counts.statuses.items()))}), "
         f"{counts.votes:,} votes, {counts.events:,} grant events in {time.monotonic() - started:.1f} s"
     )
     return 0
