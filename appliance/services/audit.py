@@ -138,17 +138,13 @@ def _grant_event_leaves(
     gid = event["grant_id"]
     ts = int(event["created_at"])
     kind = event["event"]
-    made: list[bytes] = []
-
-    def nxt() -> int:
-        return seq + len(made)
-
+    made: list[bytes] = []  # the next leaf's sequence number is seq + len(made)
     if kind == "grant.created":
         request = safe(grant.get("request") or {})
         review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
         made.append(
             L.grant_created(
-                nxt(),
+                seq + len(made),
                 ts,
                 _requester(grant, management_identity),
                 gid,
@@ -168,7 +164,7 @@ def _grant_event_leaves(
         if decided_by.startswith("policy:"):
             made.append(
                 L.grant_auto_decided(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -181,7 +177,7 @@ def _grant_event_leaves(
             # a delegation that approved at creation: no vote row was written, so log its vote here
             made.append(
                 L.grant_reviewed(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -193,7 +189,7 @@ def _grant_event_leaves(
         if kind == "grant.approved":
             made.append(
                 L.grant_approved(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -205,13 +201,18 @@ def _grant_event_leaves(
         else:
             made.append(
                 L.grant_denied(
-                    nxt(), ts, actor, gid, decided_by=decided_by, reason=grant.get("decision_reason")
+                    seq + len(made),
+                    ts,
+                    actor,
+                    gid,
+                    decided_by=decided_by,
+                    reason=grant.get("decision_reason"),
                 )
             )
     elif kind == "grant.revoked":
         made.append(
             L.grant_revoked(
-                nxt(),
+                seq + len(made),
                 ts,
                 _person(grant.get("revoked_by"), management_identity),
                 gid,
@@ -219,12 +220,12 @@ def _grant_event_leaves(
             )
         )
     elif kind == "grant.expired":
-        made.append(L.grant_expired(nxt(), ts, {"kind": "system"}, gid))
+        made.append(L.grant_expired(seq + len(made), ts, {"kind": "system"}, gid))
     elif kind == "grant.consumed":
         make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
-        made.append(make(nxt(), ts, _requester(grant, management_identity), gid))
+        made.append(make(seq + len(made), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.used":
-        made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
+        made.append(L.grant_used(seq + len(made), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
         vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
         decision = str(vote["decision"])
@@ -234,7 +235,7 @@ def _grant_event_leaves(
         webauthn = evidence.get("webauthn") if evidence is not None else None
         made.append(
             L.grant_reviewed(
-                nxt(),
+                seq + len(made),
                 ts,
                 _person(str(vote.get("email") or ""), management_identity),
                 gid,
@@ -250,7 +251,11 @@ def _grant_event_leaves(
     elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
         made.append(
             L.grant_escalated(
-                nxt(), ts, {"kind": "system"}, gid, level=int(grant["review"].get("escalation_level") or 0)
+                seq + len(made),
+                ts,
+                {"kind": "system"},
+                gid,
+                level=int(grant["review"].get("escalation_level") or 0),
             )
         )
     else:
