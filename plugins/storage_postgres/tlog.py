@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from grantd.store import Conflict
+from grantd.store.rows import from_json
 from grantd.store.tlog import AuditEvent, Host, LeafRow, NodeRow, TlogHead, TlogKey
 
 from .connection import _lock, _on_store_loop, _Part, _unique_violation
@@ -215,8 +216,8 @@ class PostgresTlog(_Part):
                 seq=int(r["seq"]),
                 kind=r["kind"],
                 grant_id=r["grant_id"],
-                actor=json.loads(r["actor"]),
-                data=json.loads(r["data"]),
+                actor=from_json(r["actor"]),
+                data=from_json(r["data"]),
                 created_at=int(r["created_at"]),
             )
             for r in rows

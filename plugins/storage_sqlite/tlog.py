@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from grantd.store import Conflict
+from grantd.store.rows import from_json
 from grantd.store.tlog import AuditEvent, Host, LeafRow, NodeRow, TlogHead, TlogKey
 
 from .connection import _Database
@@ -194,8 +195,8 @@ class SQLiteTlog:
                 seq=r["seq"],
                 kind=r["kind"],
                 grant_id=r["grant_id"],
-                actor=json.loads(r["actor"]),
-                data=json.loads(r["data"]),
+                actor=from_json(r["actor"]),
+                data=from_json(r["data"]),
                 created_at=r["created_at"],
             )
             for r in rows

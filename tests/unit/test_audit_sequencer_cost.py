@@ -4,6 +4,7 @@ same leaves as the full ones, and a step with nothing to do writes nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,6 +15,7 @@ from grantd.core.tlog import leaves as L
 from grantd.core.tlog.leaves import parse_leaf
 from grantd.services import audit as A
 from grantd.services.audit import AuditLog
+from grantd.store.rows import from_json, to_json
 from grantd.testing.factories import grant
 from grantd.testing.memory_store import MemoryStore
 
@@ -181,3 +183,29 @@ def test_leaves_appended_by_a_process_that_died_before_signing_get_signed_by_a_q
         assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 1  # ... but the leaf is signed
 
     asyncio.run(run())
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_json_values, before=st.sampled_from(["", " ", "\n"]), after=st.sampled_from(["", " ", "x", "]"])
+)
+def test_the_stores_json_reader_answers_as_json_loads(value: Any, before: str, after: str) -> None:
+    """``from_json`` (the backends' reader of stored JSON, the scanner called at once) gives what
+    ``json.loads`` gives, or raises what it raises, also for text a backend never wrote."""
+    text = before + to_json(value) + after
+    try:
+        expected: Any = ("value", json.loads(text))
+    except json.JSONDecodeError as error:
+        expected = ("error", str(error))
+    try:
+        got: Any = ("value", from_json(text))
+    except json.JSONDecodeError as error:
+        got = ("error", str(error))
+    assert repr(got) == repr(expected)  # repr: NaN equals itself there
