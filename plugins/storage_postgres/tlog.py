@@ -81,14 +81,22 @@ class PostgresTlog(_Part):
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         if not coords:
             return {}
-        levels = [c[0] for c in coords]
-        indexes = [c[1] for c in coords]
-        rows = await self._db.all(
-            "SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
-            "JOIN unnest(%s::integer[], %s::bigint[]) AS w(level, idx) ON n.level = w.level AND n.idx = w.idx",
-            (levels, indexes),
-        )
-        return {(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows}
+        leaves = [c[1] for c in coords if c[0] == 0]  # level 0: the leaf hashes (stored once, issue 23)
+        above = [c for c in coords if c[0] != 0]
+        found: dict[tuple[int, int], bytes] = {}
+        if leaves:
+            rows = await self._db.all(
+                "SELECT idx, leaf_hash FROM tlog_leaves WHERE idx = ANY(%s::bigint[])", (leaves,)
+            )
+            found.update({(0, int(r["idx"])): bytes(r["leaf_hash"]) for r in rows})
+        if above:
+            rows = await self._db.all(
+                "SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
+                "JOIN unnest(%s::integer[], %s::bigint[]) AS w(level, idx) ON n.level = w.level AND n.idx = w.idx",
+                ([c[0] for c in above], [c[1] for c in above]),
+            )
+            found.update({(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows})
+        return found
 
     @_on_store_loop
     async def append(
@@ -115,10 +123,9 @@ class PostgresTlog(_Part):
                     "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)",
                     list(leaves),
                 )
-            if nodes:
-                await cur.executemany(
-                    "INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", list(nodes)
-                )
+            above = [n for n in nodes if n[0]]  # level 0 is the leaves' hashes, just written (issue 23)
+            if above:
+                await cur.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", above)
         return True
 
     @_on_store_loop

@@ -78,11 +78,22 @@ class SQLiteTlog:
             return {}
         wanted = list(dict.fromkeys(coords))
         found: dict[tuple[int, int], bytes] = {}
-        for start in range(0, len(wanted), 400):  # SQLite's bound-parameter limit
-            part = wanted[start : start + 400]
-            clause = " OR ".join("(level = ? AND idx = ?)" for _ in part)
-            params = [v for c in part for v in c]
-            for row in self._db.conn.execute(
+        leaves = [c[1] for c in wanted if c[0] == 0]  # level 0: the leaf hashes (stored once, issue 23)
+        above = [c for c in wanted if c[0] != 0]
+        conn = self._db.conn
+        for start in range(0, len(leaves), 800):  # SQLite's bound-parameter limit
+            part = leaves[start : start + 800]
+            marks = ", ".join("?" * len(part))
+            for row in conn.execute(
+                f"SELECT idx, leaf_hash FROM tlog_leaves WHERE idx IN ({marks})",  # noqa: S608 - generated placeholders
+                part,
+            ):
+                found[(0, int(row[0]))] = bytes(row[1])
+        for start in range(0, len(above), 400):
+            chunk = above[start : start + 400]
+            clause = " OR ".join("(level = ? AND idx = ?)" for _ in chunk)
+            params = [v for c in chunk for v in c]
+            for row in conn.execute(
                 f"SELECT level, idx, hash FROM tlog_nodes WHERE {clause}",  # noqa: S608 - generated placeholders
                 params,
             ):
@@ -111,7 +122,9 @@ class SQLiteTlog:
             conn.executemany(
                 "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (?, ?, ?, ?)", leaves
             )
-            conn.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
+            conn.executemany(  # level 0 is the leaves' hashes, just written with them (issue 23)
+                "INSERT INTO tlog_nodes (level, idx, hash) VALUES (?, ?, ?)", (n for n in nodes if n[0])
+            )
         return True
 
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
