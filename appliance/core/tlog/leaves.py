@@ -283,6 +283,20 @@ def _opt(data: dict[str, Any], **values: Any) -> dict[str, Any]:
     return data
 
 
+def _opt_two(data: dict[str, Any], key: str, value: Any, other: str, other_value: Any) -> dict[str, Any]:
+    """``_opt`` of two values without building a keyword dict (the hot kinds, issue 23)."""
+    if value is not None:
+        data[key] = value
+    if other_value is not None:
+        data[other] = other_value
+    return data
+
+
+def _plain(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``value`` as a dict: itself if it is one (a leaf is encoded at once, so no copy is needed)."""
+    return value if type(value) is dict else dict(value)
+
+
 def grant_created(
     seq: int,
     ts: int,
@@ -297,11 +311,13 @@ def grant_created(
 ) -> bytes:
     """The full request as stored, its cmd_hash (D4; null for a permissions grant), its grant_type and
     the review pinned at creation (grantd.core.review.Review as a dict) that its approval must meet."""
-    data = _opt(
-        {"request": dict(request), "cmd_hash": cmd_hash, "grant_type": grant_type},
-        review=dict(review) if review is not None else None,
-        policy_hash=policy_hash,
-    )
+    # the hot kinds (every grant's created, vote and outcome) fill ``data`` without ``_opt``'s
+    # keyword dict, and copy only what is not a plain dict already (issue 23)
+    data = {"request": _plain(request), "cmd_hash": cmd_hash, "grant_type": grant_type}
+    if review is not None:
+        data["review"] = _plain(review)
+    if policy_hash is not None:
+        data["policy_hash"] = policy_hash
     return make_leaf("grant.created", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
@@ -321,14 +337,17 @@ def grant_reviewed(
 ) -> bytes:
     """One vote. ``evidence`` is ``{"webauthn": {credential_id, authenticator_data, client_data_json,
     signature}}`` for a passkey vote over the grant digest, ``{"session": sid}`` otherwise."""
-    data = _opt(
-        {"decision": decision, "via": via},
-        req=req,
-        reason=reason,
-        grant_digest=grant_digest,
-        evidence=dict(evidence) if evidence is not None else None,
-        self_approved=self_approved,
-    )
+    data: dict[str, Any] = {"decision": decision, "via": via}
+    if req is not None:
+        data["req"] = req
+    if reason is not None:
+        data["reason"] = reason
+    if grant_digest is not None:
+        data["grant_digest"] = grant_digest
+    if evidence is not None:
+        data["evidence"] = _plain(evidence)
+    if self_approved is not None:
+        data["self_approved"] = self_approved
     return make_leaf("grant.reviewed", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
@@ -375,8 +394,12 @@ def grant_approved(
         ts=ts,
         actor=actor,
         grant_id=grant_id,
-        data=_opt(
-            {"grant_type": grant_type, "decided_by": decided_by}, expires_at=expires_at, duration=duration
+        data=_opt_two(
+            {"grant_type": grant_type, "decided_by": decided_by},
+            "expires_at",
+            expires_at,
+            "duration",
+            duration,
         ),
     )
 
@@ -415,16 +438,14 @@ def grant_expired(
 
 def grant_consumed(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """The one consume of a `once` grant."""
-    return make_leaf(
-        "grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
-    )
+    data = {} if authz_jti is None else {"authz_jti": authz_jti}
+    return make_leaf("grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=data)
 
 
 def grant_used(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """A consume of a `timed` or `always` grant answering `valid`."""
-    return make_leaf(
-        "grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
-    )
+    data = {} if authz_jti is None else {"authz_jti": authz_jti}
+    return make_leaf("grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=data)
 
 
 def delegation_created(
