@@ -83,20 +83,13 @@ class PostgresTlog(_Part):
             return {}
         leaves = [c[1] for c in coords if c[0] == 0]  # level 0: the leaf hashes (stored once, issue 23)
         above = [c for c in coords if c[0] != 0]
-        found: dict[tuple[int, int], bytes] = {}
-        if leaves:
-            rows = await self._db.all(
-                "SELECT idx, leaf_hash FROM tlog_leaves WHERE idx = ANY(%s::bigint[])", (leaves,)
-            )
-            found.update({(0, int(r["idx"])): bytes(r["leaf_hash"]) for r in rows})
-        if above:
-            rows = await self._db.all(
-                "SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
-                "JOIN unnest(%s::integer[], %s::bigint[]) AS w(level, idx) ON n.level = w.level AND n.idx = w.idx",
-                ([c[0] for c in above], [c[1] for c in above]),
-            )
-            found.update({(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows})
-        return found
+        rows = await self._db.all(  # one round trip for both tables
+            "SELECT 0 AS level, idx, leaf_hash AS hash FROM tlog_leaves WHERE idx = ANY(%s::bigint[]) "
+            "UNION ALL SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
+            "JOIN unnest(%s::integer[], %s::bigint[]) AS w(level, idx) ON n.level = w.level AND n.idx = w.idx",
+            (leaves, [c[0] for c in above], [c[1] for c in above]),
+        )
+        return {(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows}
 
     @_on_store_loop
     async def append(
