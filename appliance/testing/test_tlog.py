@@ -114,6 +114,18 @@ async def test_level_0_nodes_are_the_leaf_hashes(store):
     assert (0, 5) not in found and (1, 2) not in found and (2, 1) not in found
 
 
+async def test_a_large_step_is_written_whole(store):
+    """A step of more rows than a backend writes per statement (SQLite: 200) keeps every row."""
+    assert await store.tlog.lease("p1", NOW - 1, 60_000)
+    leaves = [f"leaf {i}".encode() for i in range(451)]
+    assert await _integrate(store, "p1", leaves)
+    assert [leaf for _, leaf, _ in await store.tlog.entries(0, 451)] == leaves
+    tree = MemoryTree.of_leaves(leaves)
+    wanted = [(level, i) for level in range(10) for i in range(451 >> level)]
+    assert await store.tlog.nodes(wanted) == {c: tree.nodes[c] for c in wanted}
+    assert len(await store.tlog.grant_indexes("gr_1", 451)) == 226
+
+
 async def test_append_refuses_without_the_lease_or_on_a_stale_size(store):
     assert not await _integrate(store, "nobody", [b"a"])  # no lease at all
     assert await store.tlog.lease("p1", NOW - 1, 60_000)
