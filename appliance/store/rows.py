@@ -28,7 +28,8 @@ from grantd.store.records import (
 Row = TypeVar("Row")
 
 
-_scan = json.scanner.make_scanner(json.decoder.JSONDecoder())  # the C scanner json.loads ends in
+# the C scanner json.loads ends in (typeshed types its argument as a scanner: hence the cast)
+_scan = json.scanner.make_scanner(cast(Any, json.decoder.JSONDecoder()))
 
 
 def from_json(text: str) -> Any:
