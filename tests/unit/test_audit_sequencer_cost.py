@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -209,3 +210,70 @@ def test_the_stores_json_reader_answers_as_json_loads(value: Any, before: str, a
     except json.JSONDecodeError as error:
         got = ("error", str(error))
     assert repr(got) == repr(expected)  # repr: NaN equals itself there
+
+
+def _reference(kind: str, seq: int, actor: dict[str, Any], data: dict[str, Any]) -> bytes:
+    """A leaf as D14 defines it, encoded by the rfc8785 library: the oracle the fast paths (the
+    sequencer's mapping, ``make_leaf``, the C encoder) must match byte for byte (issue 23)."""
+    value = {"v": 1, "seq": seq, "ts": 1_700_000_000_000, "kind": kind, "grant_id": "gr_x"}
+    return rfc8785.dumps({**value, "actor": actor, "data": data})
+
+
+# a vote's evidence is logged as it is (not made ``_safe``: an assertion holds strings only)
+_leaf_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+_AGENT = {"kind": "agent", "agent_id": "agt_1", "email": "bot@agents.example.com"}
+_ALICE = {"kind": "person", "email": "alice@example.com"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=st.dictionaries(st.text(max_size=6), _values, max_size=4),
+    review=st.none() | st.dictionaries(st.text(max_size=6), _values, max_size=3),
+    expires_at=st.none() | st.integers(0, 2**53 - 1),
+    evidence=st.none() | st.dictionaries(st.text(max_size=6), _leaf_values, max_size=3),
+    grant_type=st.sampled_from(["once", "timed", "always"]),
+)
+def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
+    request: dict[str, Any],
+    review: dict[str, Any] | None,
+    expires_at: int | None,
+    evidence: dict[str, Any] | None,
+    grant_type: str,
+) -> None:
+    """Created, vote, approved and consumed events (the grant write path's) on random snapshots,
+    floats, unsafe integers and non-ASCII text included: the bytes the sequencer makes are the
+    canonical encoding of the leaf the mapping describes, built here without any of its code."""
+    request = {**request, "command": ["ls"], "cmd_hash": "sha256:ab"}
+    if review is not None:
+        review = {**review, "policy_hash": "sha256:cd"}
+    snapshot = {
+        **grant("gr_x", requester_id="agt_1", grant_type=grant_type),
+        "request": request,
+        "pinned_review": review,
+        "decided_by": "alice@example.com",
+        "expires_at": expires_at,
+    }
+    created = {"request": A._safe(request), "cmd_hash": "sha256:ab", "grant_type": grant_type}
+    if review is not None:
+        created |= {"review": A._safe(review), "policy_hash": "sha256:cd"}
+    approved: dict[str, Any] = {"grant_type": grant_type, "decided_by": "alice@example.com"}
+    if expires_at is not None:
+        approved["expires_at"] = expires_at
+    vote = {"email": "alice@example.com", "decision": "approve", "via": "link", "evidence": evidence}
+    reviewed: dict[str, Any] = {"decision": "approve", "via": "link"}
+    if evidence is not None:
+        reviewed["evidence"] = evidence
+    consumed = "grant.consumed" if grant_type == "once" else "grant.used"
+    cases = [
+        ("grant.created", snapshot, "grant.created", _AGENT, created),
+        ("grant.approved", snapshot, "grant.approved", _ALICE, approved),
+        ("grant.reviewed", {**snapshot, "vote": vote}, "grant.reviewed", _ALICE, reviewed),
+        ("grant.consumed", snapshot, consumed, _AGENT, {}),
+    ]
+    for event, state, kind, actor, data in cases:
+        made = A.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
+        assert made == [(_reference(kind, 5, actor, data), "gr_x")], event
