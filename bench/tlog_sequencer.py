@@ -97,7 +97,8 @@ async def main(count: int) -> None:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         head = await store.tlog.head()
         print(
-            f"{events} events -> {head['size']} leaves in {steps} steps: {wall:.2f} s wall, {cpu:.2f} s CPU; "
+            f"{events} events -> {head['size']} leaves in {steps} steps: {wall:.2f} s wall, {cpu:.3f} s CPU "
+            f"({cpu / events * 1e6:.1f} µs per event); "
             f"{events / wall:,.0f} events/s (wall), {events / cpu:,.0f} events/s per CPU second; "
             f"checkpoint size {(await store.tlog.latest_checkpoint() or (0, ''))[0]}"
         )

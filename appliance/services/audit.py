@@ -25,7 +25,7 @@ import os
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from grantd.core import policy
@@ -138,17 +138,13 @@ def _grant_event_leaves(
     gid = event["grant_id"]
     ts = int(event["created_at"])
     kind = event["event"]
-    made: list[bytes] = []
-
-    def nxt() -> int:
-        return seq + len(made)
-
+    made: list[bytes] = []  # the next leaf's sequence number is seq + len(made)
     if kind == "grant.created":
         request = safe(grant.get("request") or {})
         review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
         made.append(
             L.grant_created(
-                nxt(),
+                seq + len(made),
                 ts,
                 _requester(grant, management_identity),
                 gid,
@@ -168,7 +164,7 @@ def _grant_event_leaves(
         if decided_by.startswith("policy:"):
             made.append(
                 L.grant_auto_decided(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -181,7 +177,7 @@ def _grant_event_leaves(
             # a delegation that approved at creation: no vote row was written, so log its vote here
             made.append(
                 L.grant_reviewed(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -193,7 +189,7 @@ def _grant_event_leaves(
         if kind == "grant.approved":
             made.append(
                 L.grant_approved(
-                    nxt(),
+                    seq + len(made),
                     ts,
                     actor,
                     gid,
@@ -205,13 +201,18 @@ def _grant_event_leaves(
         else:
             made.append(
                 L.grant_denied(
-                    nxt(), ts, actor, gid, decided_by=decided_by, reason=grant.get("decision_reason")
+                    seq + len(made),
+                    ts,
+                    actor,
+                    gid,
+                    decided_by=decided_by,
+                    reason=grant.get("decision_reason"),
                 )
             )
     elif kind == "grant.revoked":
         made.append(
             L.grant_revoked(
-                nxt(),
+                seq + len(made),
                 ts,
                 _person(grant.get("revoked_by"), management_identity),
                 gid,
@@ -219,12 +220,12 @@ def _grant_event_leaves(
             )
         )
     elif kind == "grant.expired":
-        made.append(L.grant_expired(nxt(), ts, {"kind": "system"}, gid))
+        made.append(L.grant_expired(seq + len(made), ts, {"kind": "system"}, gid))
     elif kind == "grant.consumed":
         make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
-        made.append(make(nxt(), ts, _requester(grant, management_identity), gid))
+        made.append(make(seq + len(made), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.used":
-        made.append(L.grant_used(nxt(), ts, _requester(grant, management_identity), gid))
+        made.append(L.grant_used(seq + len(made), ts, _requester(grant, management_identity), gid))
     elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
         vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
         decision = str(vote["decision"])
@@ -234,7 +235,7 @@ def _grant_event_leaves(
         webauthn = evidence.get("webauthn") if evidence is not None else None
         made.append(
             L.grant_reviewed(
-                nxt(),
+                seq + len(made),
                 ts,
                 _person(str(vote.get("email") or ""), management_identity),
                 gid,
@@ -250,7 +251,11 @@ def _grant_event_leaves(
     elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
         made.append(
             L.grant_escalated(
-                nxt(), ts, {"kind": "system"}, gid, level=int(grant["review"].get("escalation_level") or 0)
+                seq + len(made),
+                ts,
+                {"kind": "system"},
+                gid,
+                level=int(grant["review"].get("escalation_level") or 0),
             )
         )
     else:
@@ -279,40 +284,38 @@ def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
         return leaf(_safe(event["data"])), event["grant_id"]
 
 
-class _Item(NamedTuple):  # a tuple: made for every event a step reads (issue 23)
-    at: int
-    source: int  # 0 grant events, 1 audit events (ties: grant events first)
-    seq: int
-    event: Any
-
-
 def _merge(
     grant_events: Sequence[GrantEvent], audit_events: Sequence[AuditEvent], full: tuple[bool, bool]
-) -> list[_Item]:
+) -> list[tuple[int, Any]]:
     """Both sources in one deterministic order that keeps each source's own sequence order: a merge
-    by (time, source) of the two heads. When a source filled its batch, the merge stops where that
+    by (time, source) of the two heads, as ``(source, event)`` pairs (0 grant events, 1 audit
+    events; ties: grant events first). When a source filled its batch, the merge stops where that
     source runs out (it may have more that come before the other's rest); the rest follows next
-    step, in the same order."""
-    a = [_Item(int(e["created_at"]), 0, int(e["seq"]), e) for e in grant_events]
-    b = [_Item(int(e["created_at"]), 1, int(e["seq"]), e) for e in audit_events]
-    merged: list[_Item] = []
+    step, in the same order. One source alone (the common case: grant writes) is taken as it is."""
+    if not audit_events:
+        return [(0, e) for e in grant_events]
+    if not grant_events:
+        return [(1, e) for e in audit_events]
+    a = [int(e["created_at"]) for e in grant_events]
+    b = [int(e["created_at"]) for e in audit_events]
+    merged: list[tuple[int, Any]] = []
     i = j = 0
     while i < len(a) or j < len(b):
         if i == len(a):
             if full[0]:
                 break
-            merged.append(b[j])
+            merged.append((1, audit_events[j]))
             j += 1
         elif j == len(b):
             if full[1]:
                 break
-            merged.append(a[i])
+            merged.append((0, grant_events[i]))
             i += 1
-        elif (a[i].at, 0) <= (b[j].at, 1):
-            merged.append(a[i])
+        elif a[i] <= b[j]:
+            merged.append((0, grant_events[i]))
             i += 1
         else:
-            merged.append(b[j])
+            merged.append((1, audit_events[j]))
             j += 1
     return merged
 
@@ -432,25 +435,27 @@ class AuditLog:
             size = head["size"]
             raw: list[tuple[bytes, str | None]] = []
             grant_seq, event_seq = head["grant_seq"], head["event_seq"]
-            for number, item in enumerate(items):
+            mi = self.management_identity
+            for number, (source, event) in enumerate(items):
                 if number and number % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # encoding is CPU work on the event loop: let requests in between
+                # each source's events come in ascending seq order: the last one read is the position
+                if source == 0:
+                    grant_seq = event["seq"]
+                else:
+                    event_seq = event["seq"]
                 try:
-                    if item.source == 0:
-                        raw += grant_event_leaves(item.event, size + len(raw) + 1, self.management_identity)
+                    if source == 0:
+                        raw += grant_event_leaves(event, size + len(raw) + 1, mi)
                     else:
-                        raw.append(audit_event_leaf(item.event, size + len(raw) + 1))
+                        raw.append(audit_event_leaf(event, size + len(raw) + 1))
                 except (L.LeafError, KeyError, TypeError, ValueError) as error:
                     log.error(
                         "decision log: event %s/%d cannot become a leaf (%s); not logged",
-                        "grant_events" if item.source == 0 else "audit_events",
-                        item.seq,
+                        "grant_events" if source == 0 else "audit_events",
+                        event["seq"],
                         error,
                     )
-                if item.source == 0:
-                    grant_seq = max(grant_seq, item.seq)
-                else:
-                    event_seq = max(event_seq, item.seq)
             stored = await self.store.tlog.nodes(CompactRange.coords(size))
             compact = CompactRange.load(size, lambda coords: stored)
             result = integrate(compact, [leaf for leaf, _ in raw])

@@ -7,6 +7,8 @@ returns (``grantd.store.records``), the same way in every backend.
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 from typing import Any, TypeVar, cast
 
 from grantd.store.records import (
@@ -24,6 +26,24 @@ from grantd.store.records import (
 )
 
 Row = TypeVar("Row")
+
+
+# the C scanner json.loads ends in (typeshed types its argument as a scanner: hence the cast)
+_scan = json.scanner.make_scanner(cast(Any, json.decoder.JSONDecoder()))
+
+
+def from_json(text: str) -> Any:
+    """``json.loads(text)`` for the JSON a backend stored (``to_json``'s: no whitespace around it),
+    a third cheaper: the scanner is called at once, without ``loads``' two whitespace regexes and
+    its checks (the sequencer reads every event, issue 23). Anything else (whitespace around the
+    value, text after it, not JSON at all) goes to ``json.loads``, which answers or raises as ever."""
+    try:
+        value, end = _scan(text, 0)
+    except (StopIteration, TypeError, ValueError):
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return value
 
 
 def to_json(value: Any) -> str:

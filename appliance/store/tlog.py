@@ -3,7 +3,8 @@
 The pure log (hashing, proofs, checkpoints) is ``grantd.core.tlog``; a store keeps its rows:
 
 - ``tlog_leaves(idx, leaf, leaf_hash, grant_id)``: the exact leaf bytes that were hashed;
-- ``tlog_nodes(level, idx, hash)``: every complete subtree's hash (docs/audit.md), written once;
+- ``tlog_nodes(level, idx, hash)``: every complete subtree's hash above the leaves (docs/audit.md),
+  written once; a level-0 node is its leaf's hash, kept once, in ``tlog_leaves.leaf_hash`` (issue 23);
 - ``tlog_state``: one row ``{size, grant_seq, event_seq, holder, lease_until}`` — how many leaves
   there are, the last ``grant_events`` and ``audit_events`` sequence numbers they cover, and the
   sequencer lease (one holder integrates at a time, across processes and nodes);
@@ -80,7 +81,8 @@ class TlogStore(Protocol):
         """Give the lease up (shutdown) if ``holder`` has it."""
 
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        """The stored node hashes among ``coords`` (missing ones are left out), one query."""
+        """The stored node hashes among ``coords`` (missing ones are left out), one query per table:
+        level 0 is answered from the leaves' hashes, the levels above from ``tlog_nodes``."""
 
     async def append(
         self,
@@ -95,7 +97,9 @@ class TlogStore(Protocol):
     ) -> bool:
         """Write ``leaves`` and ``nodes`` and set ``size``/``grant_seq``/``event_seq`` in one
         transaction, only if the stored size is ``expect_size`` and ``holder`` holds an unexpired
-        lease at ``now``; False (nothing written) otherwise."""
+        lease at ``now``; False (nothing written) otherwise. ``nodes`` may hold the level-0 nodes
+        (``integrate``'s rows do): they are the leaves' hashes, which a backend keeps only once,
+        with the leaves (``nodes`` answers them from there)."""
 
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
         """``(index, leaf, leaf hash)`` for ``start <= index < end``, in order."""

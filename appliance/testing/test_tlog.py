@@ -100,6 +100,32 @@ async def test_append_writes_leaves_nodes_and_position_together(store):
     assert root(20, lambda coords: everything) == MemoryTree.of_leaves(leaves + more).root()
 
 
+async def test_level_0_nodes_are_the_leaf_hashes(store):
+    """A backend keeps each leaf hash once (issue 23): the level-0 nodes ``append`` is given are
+    answered from the leaves, with the nodes above them in one call; nothing beyond the size."""
+    assert await store.tlog.lease("p1", NOW - 1, 60_000)
+    leaves = [f"leaf {i}".encode() for i in range(5)]
+    assert await _integrate(store, "p1", leaves)
+    tree = MemoryTree.of_leaves(leaves)
+    wanted = [(0, i) for i in range(7)] + [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1)]
+    found = await store.tlog.nodes(wanted)
+    assert found == {c: tree.nodes[c] for c in wanted if c in tree.nodes}
+    assert [found[(0, i)] for i in range(5)] == [h for _, _, h in await store.tlog.entries(0, 5)]
+    assert (0, 5) not in found and (1, 2) not in found and (2, 1) not in found
+
+
+async def test_a_large_step_is_written_whole(store):
+    """A step of more rows than a backend writes per statement (SQLite: 200) keeps every row."""
+    assert await store.tlog.lease("p1", NOW - 1, 60_000)
+    leaves = [f"leaf {i}".encode() for i in range(451)]
+    assert await _integrate(store, "p1", leaves)
+    assert [leaf for _, leaf, _ in await store.tlog.entries(0, 451)] == leaves
+    tree = MemoryTree.of_leaves(leaves)
+    wanted = [(level, i) for level in range(10) for i in range(451 >> level)]
+    assert await store.tlog.nodes(wanted) == {c: tree.nodes[c] for c in wanted}
+    assert len(await store.tlog.grant_indexes("gr_1", 451)) == 226
+
+
 async def test_append_refuses_without_the_lease_or_on_a_stale_size(store):
     assert not await _integrate(store, "nobody", [b"a"])  # no lease at all
     assert await store.tlog.lease("p1", NOW - 1, 60_000)

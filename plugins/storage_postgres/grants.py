@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -23,6 +22,7 @@ from grantd.store.records import (
     Vote,
 )
 from grantd.store.rows import (
+    from_json,
     grant_row,
     page_rows,
     pinned_event_row,
@@ -280,7 +280,7 @@ class PostgresGrants(_Part):
         )
         events: list[GrantEvent] = []
         for row in rows:
-            row["grant"] = json.loads(row.pop("grant_json"))
+            row["grant"] = from_json(row.pop("grant_json"))
             events.append(cast(GrantEvent, row))
         return events
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from grantd.store import Conflict
+from grantd.store.rows import from_json
 from grantd.store.tlog import AuditEvent, Host, LeafRow, NodeRow, TlogHead, TlogKey
 
 from .connection import _lock, _on_store_loop, _Part, _unique_violation
@@ -80,12 +81,13 @@ class PostgresTlog(_Part):
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         if not coords:
             return {}
-        levels = [c[0] for c in coords]
-        indexes = [c[1] for c in coords]
-        rows = await self._db.all(
-            "SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
+        leaves = [c[1] for c in coords if c[0] == 0]  # level 0: the leaf hashes (stored once, issue 23)
+        above = [c for c in coords if c[0] != 0]
+        rows = await self._db.all(  # one round trip for both tables
+            "SELECT 0 AS level, idx, leaf_hash AS hash FROM tlog_leaves WHERE idx = ANY(%s::bigint[]) "
+            "UNION ALL SELECT n.level, n.idx, n.hash FROM tlog_nodes n "
             "JOIN unnest(%s::integer[], %s::bigint[]) AS w(level, idx) ON n.level = w.level AND n.idx = w.idx",
-            (levels, indexes),
+            (leaves, [c[0] for c in above], [c[1] for c in above]),
         )
         return {(int(r["level"]), int(r["idx"])): bytes(r["hash"]) for r in rows}
 
@@ -114,10 +116,9 @@ class PostgresTlog(_Part):
                     "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)",
                     list(leaves),
                 )
-            if nodes:
-                await cur.executemany(
-                    "INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", list(nodes)
-                )
+            above = [n for n in nodes if n[0]]  # level 0 is the leaves' hashes, just written (issue 23)
+            if above:
+                await cur.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)", above)
         return True
 
     @_on_store_loop
@@ -215,8 +216,8 @@ class PostgresTlog(_Part):
                 seq=int(r["seq"]),
                 kind=r["kind"],
                 grant_id=r["grant_id"],
-                actor=json.loads(r["actor"]),
-                data=json.loads(r["data"]),
+                actor=from_json(r["actor"]),
+                data=from_json(r["data"]),
                 created_at=int(r["created_at"]),
             )
             for r in rows

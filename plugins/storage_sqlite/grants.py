@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any, cast
@@ -26,6 +25,7 @@ from grantd.store.records import (
 )
 from grantd.store.rows import (
     event_json,
+    from_json,
     grant_row,
     page_rows,
     pinned_event_row,
@@ -235,26 +235,24 @@ class SQLiteGrants:
             "WHERE seq > ? ORDER BY seq LIMIT ?",
             (seq, limit),
         ).fetchall()  # tuples, not sqlite3.Row copied into dicts: the sequencer reads every event (issue 23)
-        events: list[GrantEvent] = []
-        loads = json.loads
+        events: list[dict[str, Any]] = []
+        append = events.append
         for number, kind, grant_id, requester, created_at, text in rows:
-            grant = loads(text)
-            grant.setdefault("requester_id", grant["requester"])  # events recorded before migration 3
-            grant.setdefault("reuse_key", None)
-            events.append(
-                cast(
-                    GrantEvent,
-                    {
-                        "seq": number,
-                        "event": kind,
-                        "grant_id": grant_id,
-                        "requester": requester,
-                        "created_at": created_at,
-                        "grant": grant,
-                    },
-                )
+            grant = from_json(text)
+            if "reuse_key" not in grant or "requester_id" not in grant:  # events recorded before migration 3
+                grant.setdefault("requester_id", grant["requester"])
+                grant.setdefault("reuse_key", None)
+            append(
+                {
+                    "seq": number,
+                    "event": kind,
+                    "grant_id": grant_id,
+                    "requester": requester,
+                    "created_at": created_at,
+                    "grant": grant,
+                }
             )
-        return events
+        return cast(list[GrantEvent], events)  # one cast, not one call per event
 
     async def last_event_seq(self) -> int:
         row = self._db.one("SELECT max(seq) AS seq FROM grant_events")

@@ -377,10 +377,14 @@ def test_the_merge_of_event_sources_keeps_each_sources_order_and_never_skips_one
     grants = [g(1, 100), g(2, 90), g(3, 300)]
     audits = [g(1, 95), g(2, 400)]
     merged = _merge(grants, audits, (False, False))  # type: ignore[arg-type]
-    assert [(i.source, i.seq) for i in merged] == [(1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
+    assert [(s, e["seq"]) for s, e in merged] == [(1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
     truncated = _merge(grants, audits, (True, False))  # type: ignore[arg-type]
-    assert [(i.source, i.seq) for i in truncated] == [(1, 1), (0, 1), (0, 2), (0, 3)]
+    assert [(s, e["seq"]) for s, e in truncated] == [(1, 1), (0, 1), (0, 2), (0, 3)]
     assert _merge(grants, audits, (True, False)) == truncated  # deterministic
+    # one source alone (a full batch or not) is taken whole, in its order
+    for full in ((False, False), (True, False)):
+        assert [(s, e["seq"]) for s, e in _merge(grants, [], full)] == [(0, 1), (0, 2), (0, 3)]  # type: ignore[arg-type]
+    assert [(s, e["seq"]) for s, e in _merge([], audits, (False, True))] == [(1, 1), (1, 2)]  # type: ignore[arg-type]
 
 
 def test_delegations_and_the_grants_they_approve_are_in_the_log(srv):

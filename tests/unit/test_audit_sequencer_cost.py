@@ -4,8 +4,10 @@ same leaves as the full ones, and a step with nothing to do writes nothing."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +16,7 @@ from grantd.core.tlog import leaves as L
 from grantd.core.tlog.leaves import parse_leaf
 from grantd.services import audit as A
 from grantd.services.audit import AuditLog
+from grantd.store.rows import from_json, to_json
 from grantd.testing.factories import grant
 from grantd.testing.memory_store import MemoryStore
 
@@ -181,3 +184,96 @@ def test_leaves_appended_by_a_process_that_died_before_signing_get_signed_by_a_q
         assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 1  # ... but the leaf is signed
 
     asyncio.run(run())
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_json_values, before=st.sampled_from(["", " ", "\n"]), after=st.sampled_from(["", " ", "x", "]"])
+)
+def test_the_stores_json_reader_answers_as_json_loads(value: Any, before: str, after: str) -> None:
+    """``from_json`` (the backends' reader of stored JSON, the scanner called at once) gives what
+    ``json.loads`` gives, or raises what it raises, also for text a backend never wrote."""
+    text = before + to_json(value) + after
+    try:
+        expected: Any = ("value", json.loads(text))
+    except json.JSONDecodeError as error:
+        expected = ("error", str(error))
+    try:
+        got: Any = ("value", from_json(text))
+    except json.JSONDecodeError as error:
+        got = ("error", str(error))
+    assert repr(got) == repr(expected)  # repr: NaN equals itself there
+
+
+def _reference(kind: str, seq: int, actor: dict[str, Any], data: dict[str, Any]) -> bytes:
+    """A leaf as D14 defines it, encoded by the rfc8785 library: the oracle the fast paths (the
+    sequencer's mapping, ``make_leaf``, the C encoder) must match byte for byte (issue 23)."""
+    value = {"v": 1, "seq": seq, "ts": 1_700_000_000_000, "kind": kind, "grant_id": "gr_x"}
+    return rfc8785.dumps({**value, "actor": actor, "data": data})
+
+
+# a vote's evidence is logged as it is (not made ``_safe``: an assertion holds strings only)
+_leaf_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+_AGENT = {"kind": "agent", "agent_id": "agt_1", "email": "bot@agents.example.com"}
+_ALICE = {"kind": "person", "email": "alice@example.com"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request=st.dictionaries(st.text(max_size=6), _values, max_size=4),
+    review=st.none() | st.dictionaries(st.text(max_size=6), _values, max_size=3),
+    expires_at=st.none() | st.integers(0, 2**53 - 1),
+    evidence=st.none() | st.dictionaries(st.text(max_size=6), _leaf_values, max_size=3),
+    grant_type=st.sampled_from(["once", "timed", "always"]),
+)
+def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
+    request: dict[str, Any],
+    review: dict[str, Any] | None,
+    expires_at: int | None,
+    evidence: dict[str, Any] | None,
+    grant_type: str,
+) -> None:
+    """Created, vote, approved and consumed events (the grant write path's) on random snapshots,
+    floats, unsafe integers and non-ASCII text included: the bytes the sequencer makes are the
+    canonical encoding of the leaf the mapping describes, built here without any of its code."""
+    request = {**request, "command": ["ls"], "cmd_hash": "sha256:ab"}
+    if review is not None:
+        review = {**review, "policy_hash": "sha256:cd"}
+    snapshot = {
+        **grant("gr_x", requester_id="agt_1", grant_type=grant_type),
+        "request": request,
+        "pinned_review": review,
+        "decided_by": "alice@example.com",
+        "expires_at": expires_at,
+    }
+    created = {"request": A._safe(request), "cmd_hash": "sha256:ab", "grant_type": grant_type}
+    if review is not None:
+        created |= {"review": A._safe(review), "policy_hash": "sha256:cd"}
+    approved: dict[str, Any] = {"grant_type": grant_type, "decided_by": "alice@example.com"}
+    if expires_at is not None:
+        approved["expires_at"] = expires_at
+    vote = {"email": "alice@example.com", "decision": "approve", "via": "link", "evidence": evidence}
+    reviewed: dict[str, Any] = {"decision": "approve", "via": "link"}
+    if evidence is not None:
+        reviewed["evidence"] = evidence
+    consumed = "grant.consumed" if grant_type == "once" else "grant.used"
+    cases = [
+        ("grant.created", snapshot, "grant.created", _AGENT, created),
+        ("grant.approved", snapshot, "grant.approved", _ALICE, approved),
+        ("grant.reviewed", {**snapshot, "vote": vote}, "grant.reviewed", _ALICE, reviewed),
+        ("grant.consumed", snapshot, consumed, _AGENT, {}),
+    ]
+    for event, state, kind, actor, data in cases:
+        made = A.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
+        assert made == [(_reference(kind, 5, actor, data), "gr_x")], event

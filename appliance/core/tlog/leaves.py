@@ -10,9 +10,10 @@ milliseconds; ``seq`` is the event's ``grant_events`` sequence number.
 
 from __future__ import annotations
 
+import itertools
 import json
 import json.encoder
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +130,7 @@ def _no_floats(value: Any, where: str) -> None:
             continue
         if kind is int and -MAX_SAFE <= item <= MAX_SAFE:
             continue
-        if kind is dict and all(type(k) is str for k in item):
+        if kind is dict and _strings(item):
             stack.extend(item.values())
             continue
         if kind is list or kind is tuple:
@@ -168,6 +169,8 @@ def _int(value: Any, name: str) -> int:
 
 
 def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -> None:
+    # Exact types are tested first (the sequencer checks every event, issue 23): ``type(x) is str``
+    # is a pointer compare, ``isinstance(x, Mapping)`` an ABC check; subclasses still pass below.
     spec = KINDS.get(kind) if isinstance(kind, str) else None
     if spec is None:
         raise LeafError(f"unknown leaf kind {kind!r}")
@@ -176,19 +179,17 @@ def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -
     if type(ts) is not int or not 0 <= ts <= MAX_SAFE:
         _int(ts, "ts")
     wants_grant, required = spec
-    if wants_grant and (not isinstance(grant_id, str) or not grant_id):
-        raise LeafError(f"a {kind} leaf names its grant_id")
-    if not wants_grant and grant_id is not None:
+    if wants_grant:
+        if type(grant_id) is not str and not isinstance(grant_id, str) or not grant_id:
+            raise LeafError(f"a {kind} leaf names its grant_id")
+    elif grant_id is not None:
         raise LeafError(f"a {kind} leaf has no grant_id")
-    if not isinstance(actor, Mapping) or actor.get("kind") not in ACTOR_KINDS:
+    if type(actor) is not dict and not isinstance(actor, Mapping) or actor.get("kind") not in ACTOR_KINDS:
         raise LeafError(f"actor must be an object whose kind is one of {sorted(ACTOR_KINDS)}")
-    # key views compare without building sets (the sequencer checks every event, issue 23)
-    if not actor.keys() <= ACTOR_FIELDS:
+    # key views compare without building sets; the values' types in one pass over a set of types
+    if not actor.keys() <= ACTOR_FIELDS or not _strings(actor.values()):
         raise LeafError(f"actor members are strings among {sorted(ACTOR_FIELDS)}")
-    for value in actor.values():
-        if not isinstance(value, str):
-            raise LeafError(f"actor members are strings among {sorted(ACTOR_FIELDS)}")
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise LeafError("data must be an object")
     if not data.keys() >= required:
         raise LeafError(f"a {kind} leaf's data lacks {sorted(required - set(data))}")
@@ -196,6 +197,14 @@ def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -
         raise LeafError(f"decision must be one of {sorted(DECISIONS)}")
     if kind == "exec.receipt" and data["result"] not in RECEIPT_RESULTS:
         raise LeafError(f"result must be one of {sorted(RECEIPT_RESULTS)}")
+
+
+def _strings(values: Iterable[Any]) -> bool:
+    """All of ``values`` are strings (``str`` or a subclass); ``map`` runs the loop in C."""
+    return all(map(isinstance, values, _STR))
+
+
+_STR = itertools.repeat(str)  # endless and stateless: one object serves every call of ``_strings``
 
 
 def make_leaf(
@@ -216,8 +225,8 @@ def make_leaf(
         "seq": seq,
         "ts": ts,
         "kind": kind,
-        "actor": dict(actor),
-        "data": dict(data),
+        "actor": actor if type(actor) is dict else dict(actor),  # the encoder takes exact dicts only
+        "data": data if type(data) is dict else dict(data),  # (encoded at once: no copy needed)
     }
     if grant_id is not None:
         leaf["grant_id"] = grant_id
@@ -274,6 +283,20 @@ def _opt(data: dict[str, Any], **values: Any) -> dict[str, Any]:
     return data
 
 
+def _opt_two(data: dict[str, Any], key: str, value: Any, other: str, other_value: Any) -> dict[str, Any]:
+    """``_opt`` of two values without building a keyword dict (the hot kinds, issue 23)."""
+    if value is not None:
+        data[key] = value
+    if other_value is not None:
+        data[other] = other_value
+    return data
+
+
+def _plain(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``value`` as a dict: itself if it is one (a leaf is encoded at once, so no copy is needed)."""
+    return value if type(value) is dict else dict(value)
+
+
 def grant_created(
     seq: int,
     ts: int,
@@ -288,11 +311,13 @@ def grant_created(
 ) -> bytes:
     """The full request as stored, its cmd_hash (D4; null for a permissions grant), its grant_type and
     the review pinned at creation (grantd.core.review.Review as a dict) that its approval must meet."""
-    data = _opt(
-        {"request": dict(request), "cmd_hash": cmd_hash, "grant_type": grant_type},
-        review=dict(review) if review is not None else None,
-        policy_hash=policy_hash,
-    )
+    # the hot kinds (every grant's created, vote and outcome) fill ``data`` without ``_opt``'s
+    # keyword dict, and copy only what is not a plain dict already (issue 23)
+    data = {"request": _plain(request), "cmd_hash": cmd_hash, "grant_type": grant_type}
+    if review is not None:
+        data["review"] = _plain(review)
+    if policy_hash is not None:
+        data["policy_hash"] = policy_hash
     return make_leaf("grant.created", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
@@ -312,14 +337,17 @@ def grant_reviewed(
 ) -> bytes:
     """One vote. ``evidence`` is ``{"webauthn": {credential_id, authenticator_data, client_data_json,
     signature}}`` for a passkey vote over the grant digest, ``{"session": sid}`` otherwise."""
-    data = _opt(
-        {"decision": decision, "via": via},
-        req=req,
-        reason=reason,
-        grant_digest=grant_digest,
-        evidence=dict(evidence) if evidence is not None else None,
-        self_approved=self_approved,
-    )
+    data: dict[str, Any] = {"decision": decision, "via": via}
+    if req is not None:
+        data["req"] = req
+    if reason is not None:
+        data["reason"] = reason
+    if grant_digest is not None:
+        data["grant_digest"] = grant_digest
+    if evidence is not None:
+        data["evidence"] = _plain(evidence)
+    if self_approved is not None:
+        data["self_approved"] = self_approved
     return make_leaf("grant.reviewed", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
@@ -366,8 +394,12 @@ def grant_approved(
         ts=ts,
         actor=actor,
         grant_id=grant_id,
-        data=_opt(
-            {"grant_type": grant_type, "decided_by": decided_by}, expires_at=expires_at, duration=duration
+        data=_opt_two(
+            {"grant_type": grant_type, "decided_by": decided_by},
+            "expires_at",
+            expires_at,
+            "duration",
+            duration,
         ),
     )
 
@@ -406,16 +438,14 @@ def grant_expired(
 
 def grant_consumed(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """The one consume of a `once` grant."""
-    return make_leaf(
-        "grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
-    )
+    data = {} if authz_jti is None else {"authz_jti": authz_jti}
+    return make_leaf("grant.consumed", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=data)
 
 
 def grant_used(seq: int, ts: int, actor: Actor, grant_id: str, *, authz_jti: str | None = None) -> bytes:
     """A consume of a `timed` or `always` grant answering `valid`."""
-    return make_leaf(
-        "grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=_opt({}, authz_jti=authz_jti)
-    )
+    data = {} if authz_jti is None else {"authz_jti": authz_jti}
+    return make_leaf("grant.used", seq=seq, ts=ts, actor=actor, grant_id=grant_id, data=data)
 
 
 def delegation_created(

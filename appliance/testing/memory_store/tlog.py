@@ -51,7 +51,10 @@ class MemoryTlog:
                 self._t.state["holder"], self._t.state["lease_until"] = None, 0
 
     async def nodes(self, coords: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
-        return {c: self._t.nodes[c] for c in coords if c in self._t.nodes}
+        leaves, nodes = self._t.leaves, self._t.nodes  # level 0: the leaf hashes, kept once (issue 23)
+        found = {c: leaves[c[1]][1] for c in coords if c[0] == 0 and 0 <= c[1] < len(leaves)}
+        found.update({c: nodes[c] for c in coords if c[0] != 0 and c in nodes})
+        return found
 
     async def append(
         self,
@@ -72,7 +75,8 @@ class MemoryTlog:
                 assert index == len(self._t.leaves)
                 self._t.leaves.append((bytes(leaf), bytes(digest), grant_id))
             for level, index, digest in nodes:
-                self._t.nodes[(level, index)] = bytes(digest)
+                if level:  # level 0 is the leaves' hashes, just kept with them
+                    self._t.nodes[(level, index)] = bytes(digest)
             s["size"], s["grant_seq"], s["event_seq"] = expect_size + len(leaves), grant_seq, event_seq
             return True
 

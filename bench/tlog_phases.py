@@ -1,0 +1,100 @@
+"""Where the sequencer's CPU per event goes (issue 23): ``AuditLog.step`` on a real SQLite file, its
+phases timed per event by wrapping them (reading the grant events, making the leaves, appending,
+hashing, merging, signing). The wrappers add ~1 µs per event to the total; ``bench/tlog_sequencer.py``
+gives the clean total.
+
+    .venv/bin/python bench/tlog_phases.py [--grants 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.tlog_sequencer import grant, vote  # noqa: E402
+from grantd.core.clock import SYSTEM_CLOCK  # noqa: E402
+from grantd.core.lifecycle import grant_lapse  # noqa: E402
+from grantd.plugins.storage_sqlite import SQLiteStore  # noqa: E402
+from grantd.services import audit  # noqa: E402
+
+SPENT: dict[str, float] = {}
+
+
+def _timed(owner: Any, name: str, label: str) -> None:
+    """Replace ``owner.name`` by a wrapper adding its CPU time to ``SPENT[label]``."""
+    inner: Callable[..., Any] = getattr(owner, name)
+    if asyncio.iscoroutinefunction(inner):
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            result = await inner(*args, **kwargs)
+            SPENT[label] = SPENT.get(label, 0.0) + time.process_time() - started
+            return result
+
+        setattr(owner, name, wrapper)
+    else:
+
+        def plain(*args: Any, **kwargs: Any) -> Any:
+            started = time.process_time()
+            result = inner(*args, **kwargs)
+            SPENT[label] = SPENT.get(label, 0.0) + time.process_time() - started
+            return result
+
+        setattr(owner, name, plain)
+
+
+async def main(count: int) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        store = SQLiteStore(Path(directory) / "bench.db")
+        await store.migrate()
+        now = SYSTEM_CLOCK.now_ms()
+        lapse = grant_lapse(now, 48 * 3600)
+        for i in range(count):  # as the grants service writes them: created, the vote, the outcome
+            await store.grants.create({**grant(i, now), "status": "pending"}, ["grant.created"])  # type: ignore[arg-type,typeddict-item]
+            await store.grants.add_vote(vote(i, now))  # type: ignore[arg-type]
+            await store.grants.update_if(
+                f"gr_{i:08d}",
+                expect=("pending",),
+                changes={"status": "approved", "decided_by": "alice@example.com", "decided_at": now},
+                event="grant.approved",
+                lapse=lapse,
+                now=now,
+            )
+        log = audit.AuditLog(store, SYSTEM_CLOCK, "bench.example/grantd", "admin@example.com")
+        await log.ensure_key()
+        for owner, name, label in (
+            (store.grants, "events_after", "grant events_after"),
+            (store.tlog, "events_after", "audit events_after"),
+            (store.tlog, "append", "append"),
+            (store.tlog, "nodes", "nodes"),
+            (store.tlog, "head", "head"),
+            (audit, "grant_event_leaves", "leaves"),
+            (audit, "integrate", "integrate"),
+            (audit, "_merge", "merge"),
+            (log, "sign_pending", "sign"),
+        ):
+            _timed(owner, name, label)
+        events = count * 3
+        started = time.process_time()
+        while (await store.tlog.head())["grant_seq"] < events:
+            await log.step()
+        total = time.process_time() - started
+        print(f"{events} events: {total / events * 1e6:.1f} µs CPU per event, of which")
+        for label, spent in sorted(SPENT.items(), key=lambda item: -item[1]):
+            print(f"  {label}: {spent / events * 1e6:.2f} µs")
+        store.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--grants", type=int, default=5000)
+    asyncio.run(main(parser.parse_args().grants))
