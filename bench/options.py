@@ -111,6 +111,13 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
         help="issue 27 item 4: also run every setup with a mail channel configured whose SMTP server "
         "is down (the outbox written with each grant, the delivery worker retrying), interleaved",
     )
+    parser.add_argument(
+        "--log-apart",
+        action="store_true",
+        help="issue 23: also run every setup of this tree with [audit] sequencer = \"process\" "
+        "(variant 'apart', interleaved): its 'serving' CPU is the write path without the decision "
+        "log's integration, the same code otherwise; the tree's whole-server CPU has it inline",
+    )
     parser.add_argument("--duration", type=float, default=None, help="seconds per operation (default 10)")
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1, 2], help="server worker counts, per node (default 1 2)"

@@ -31,7 +31,7 @@ class Summary:
     workers: int
     clients: int
     op: str
-    variant: str  # "tree" or "baseline" (bench/run.py --baseline)
+    variant: str  # "tree", "baseline" (--baseline), "apart" and its "serving" part (--log-apart), ...
     rounds: int
     cpu_ms: float | None  # median server CPU ms per correct answer
     cpu_ms_all: list[float]  # every round's figure, in round order
@@ -57,6 +57,11 @@ def summarize_rounds(results: list[dict[str, Any]]) -> list[Summary]:
         groups[
             (r["storage"], r["nodes"], r["workers"], r["clients"], r["op"], r.get("variant", "tree"))
         ].append(r)
+    for key, rows in list(groups.items()):
+        if key[-1] == "apart":  # --log-apart: its serving processes alone, the write path without the log
+            groups[(*key[:-1], "serving")] = [
+                {**r, "server_cpu_ms": r.get("serving_cpu_ms"), "postgres_cpu_ms": None} for r in rows
+            ]
     summaries = []
     for (storage, nodes, workers, clients, op, variant), rows in groups.items():
         summaries.append(

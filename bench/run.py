@@ -449,6 +449,8 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
                         "baseline": " (baseline code)",
                         "peer": " (the peer's IdP)",
                         "seeded": " (seeded database)",
+                        "notify": " (mail server down)",
+                        "apart": " (log sequencer in its own process)",
                     }[variant]
                     print_table(setup, rows, f"{clients}{label}")
     print(
@@ -475,10 +477,22 @@ def print_report(facts: dict[str, Any], args: argparse.Namespace, results: list[
 def variants(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
     """The server code each setup runs, in turn within every round: --baseline first, then this tree;
     with --seeded, this tree on an empty database ("tree"), then on a seeded one ("seeded"); with
-    --notify-down, then with a mail channel whose server is down ("notify")."""
+    --notify-down, then with a mail channel whose server is down ("notify"); with --log-apart, then
+    with the decision log integrated by a process of its own ("apart")."""
     tree = [("tree", None)] + ([("seeded", None)] if args.seeded else [])
     tree += [("notify", None)] if args.notify_down else []
+    tree += [("apart", None)] if args.log_apart else []
     return ([("baseline", args.baseline)] if args.baseline else []) + tree
+
+
+def variant_config(variant: str) -> str:
+    """More configuration for a variant: the mail channel whose server is down ("notify"), the log's
+    sequencer in a process of its own ("apart": its serving CPU is the write path without the log)."""
+    if variant == "notify":
+        return notify_down_table()
+    if variant == "apart":
+        return '[audit]\nsequencer = "process"\n'
+    return ""
 
 
 @contextmanager
@@ -567,10 +581,10 @@ def main(argv: list[str] | None = None) -> int:
                         results.extend(bench_setup(setup, run_args, None, peer=True))
                     for variant, server_path in variants(args):
                         with server_code(server_path):
-                            if args.baseline or args.seeded or args.notify_down:
+                            if args.baseline or args.seeded or args.notify_down or args.log_apart:
                                 log(f"-- {variant}")
                             run_args.seed_template = template if variant == "seeded" else None
-                            run_args.extra_config = notify_down_table() if variant == "notify" else ""
+                            run_args.extra_config = variant_config(variant)
                             for result in bench_setup(setup, run_args, postgres):
                                 result.variant = variant
                                 results.append(result)
