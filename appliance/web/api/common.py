@@ -27,16 +27,24 @@ def services_of(request: Request) -> Services:
 
 def credentials_of(request: Request) -> Credentials:
     """What the request presented; the authentication chain decides what it proves. The session
-    cookie is left out when an Authorization header is present (a bearer request never uses it)."""
-    scheme, bearer = authorization_token(request.headers.get("authorization"))
-    session = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
-    return Credentials(
+    cookie is left out when an Authorization header is present (a bearer request never uses it).
+    Worked out once per request (the request's headers do not change; a malformed Authorization
+    header is a 401 each time it is asked)."""
+    ctx = request.ctx
+    known: Credentials | None = getattr(ctx, "credentials", None)
+    if known is not None:
+        return known
+    authorization = request.headers.get("authorization")
+    scheme, bearer = authorization_token(authorization)
+    credentials = Credentials(
         bearer=bearer,
-        client=getattr(request.ctx, "client_ip", None),
-        session=session,
+        client=getattr(ctx, "client_ip", None),
+        session=None if authorization else request.cookies.get(SESSION_COOKIE),
         scheme=scheme,
         proof=proof_request(request),
     )
+    ctx.credentials = credentials
+    return credentials
 
 
 def proof_request(request: Request) -> ProofRequest:
