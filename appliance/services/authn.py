@@ -16,7 +16,7 @@ import base64
 import dataclasses
 import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,14 +51,14 @@ class Credentials:
     # the binding is checked again, the proof is not (its jti is spent, its iat ages)
     proof_verified: bool = False
 
-    # What the authenticators of the chain each need of the bearer, worked out at most once per
-    # request (a frozen dataclass keeps these in its __dict__; they follow from ``bearer`` alone).
-    @cached_property
-    def digest(self) -> bytes:
-        """``token_digest`` of the bearer: the management token's comparison and the key the
-        verified identity tokens are remembered under."""
-        assert self.bearer is not None
-        return token_digest(self.bearer)
+    # What the authenticators of the chain each need of the bearer, worked out once per request
+    # (they follow from ``bearer`` alone). ``digest``: ``token_digest`` of the bearer (b"" without
+    # one), the management token's comparison and the key verified identity tokens are remembered
+    # under; every bearer needs it, so it is made with the credentials.
+    digest: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", b"" if self.bearer is None else token_digest(self.bearer))
 
     @cached_property
     def peeked(self) -> dict[str, Any] | None:
