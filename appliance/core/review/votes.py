@@ -207,6 +207,8 @@ def _in_ref(email: str, ref: str, grant: GrantFacts, people: People) -> bool:
 
 def requirement_groups(review: Review, requirement: PinnedRequirement, level: int) -> tuple[str, ...]:
     """The block's groups, widened by `add_approvers` of its policy's escalation levels reached."""
+    if not review.escalations:
+        return requirement.groups
     extra = tuple(
         ref
         for e in review.escalations
