@@ -24,7 +24,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,13 +33,14 @@ async def measure(chain_calls: int, approvals: int, repeats: int) -> dict[str, f
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from conftest import free_port, toml_config  # type: ignore[import-not-found]
     from grantd.config import load
     from grantd.core import principals
     from grantd.plugin_manager import build_plugin_manager
     from grantd.services import agents, grants
     from grantd.services.authn import Credentials
     from grantd.services.context import open_services
+
+    from conftest import free_port, toml_config  # type: ignore[import-not-found]
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "grantd.toml"
@@ -98,7 +98,9 @@ def run_one(baseline: str | None, args: argparse.Namespace) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--baseline", help="a directory holding an earlier copy of the package as grantd/")
     parser.add_argument("--interleave", metavar="DIR", help="run DIR's copy and this tree alternately")
     parser.add_argument("--rounds", type=int, default=3)

@@ -114,7 +114,7 @@ def parse_args(argv: list[str] | None = None, description: str | None = None) ->
     parser.add_argument(
         "--log-apart",
         action="store_true",
-        help="issue 23: also run every setup of this tree with [audit] sequencer = \"process\" "
+        help='issue 23: also run every setup of this tree with [audit] sequencer = "process" '
         "(variant 'apart', interleaved): its 'serving' CPU is the write path without the decision "
         "log's integration, the same code otherwise; the tree's whole-server CPU has it inline",
     )
