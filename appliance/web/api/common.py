@@ -55,16 +55,17 @@ def proof_request(request: Request) -> ProofRequest:
 
 async def principal_of(request: Request) -> Principal | None:
     """The caller, resolved once per request through the authentication chain."""
-    if not hasattr(request.ctx, "principal"):
+    ctx = request.ctx
+    if not hasattr(ctx, "principal"):
         services = services_of(request)
         credentials = credentials_of(request)
-        request.ctx.principal = await services.authn.principal(services, credentials)
-        if credentials.session is not None and request.ctx.principal is None:
-            request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
-        if request.ctx.principal is not None and request.ctx.principal.act is not None:
+        principal = ctx.principal = await services.authn.principal(services, credentials)
+        if credentials.session is not None and principal is None:
+            ctx.stale_session = True  # unknown, expired or revoked: the response clears it
+        if principal is not None and principal.act is not None:
             action = acting_action(request)  # D16: an agent acting for a person
-            policy.refuse_acting_token({"act": request.ctx.principal.act}, action)
-    return request.ctx.principal  # type: ignore[no-any-return]
+            policy.refuse_acting_token({"act": principal.act}, action)
+    return ctx.principal  # type: ignore[no-any-return]
 
 
 # D16: what a request does, in grantd.core.policy's words for tokens with ``act``, by route name
