@@ -425,9 +425,9 @@ class Tokens:
             return cached[0]
         return None
 
-    def forget_authz(self, token: str) -> None:
+    def forget_authz(self, token: str, digest: bytes | None = None) -> None:
         """A consumed once grant's token is dead: it need not take a place among the remembered."""
-        self._verified_authz.discard(token)
+        self._verified_authz.discard(token, digest)
 
     def remembers_identity(self, token: str, digest: bytes | None = None) -> bool:
         """Whether this exact token verified as an identity token before (expired or not): it is
@@ -458,7 +458,7 @@ class Tokens:
             raise TokenError("not a resource access token")
         return claims
 
-    async def verify_authz(self, token: str) -> dict[str, Any]:
+    async def verify_authz(self, token: str, digest: bytes | None = None) -> dict[str, Any]:
         """An AuthZ-JWT of ours (its audience is the grant's own, checked against the grant).
 
         Like identity tokens, verified AuthZ-JWTs are remembered by a digest of the exact string
@@ -466,13 +466,14 @@ class Tokens:
         (a revoked key ends it within the keyring's refresh bound, as it does uncached). What the
         token may do is decided by the caller from the grant, read on every request: revoked,
         consumed, lapsed or expired grants are refused as before, and consuming a once grant stays a
-        conditional write in the store (one winner)."""
-        remembered = await self._remembered(self._verified_authz, token)
+        conditional write in the store (one winner). ``digest``: ``token_digest(token)`` when the
+        caller has it (a bearer's: ``Credentials.digest``)."""
+        remembered = await self._remembered(self._verified_authz, token, digest)
         if remembered is not None:
             return dict(remembered)  # a copy: callers never share the remembered claims
         claims, header = await self._verify_with_header(token, audience=None)
         check_kind(claims, header, TokenKind.AUTHZ, "not a grant token")
-        self._verified_authz.put(token, claims, header["kid"])
+        self._verified_authz.put(token, claims, header["kid"], digest)
         return dict(claims)
 
 
@@ -562,14 +563,14 @@ class _VerifiedCache:
         self._entries.move_to_end(key)
         return entry
 
-    def discard(self, token: str) -> None:
-        self._entries.pop(self._key(token), None)
+    def discard(self, token: str, digest: bytes | None = None) -> None:
+        self._entries.pop(self._key(token) if digest is None else digest, None)
 
     def contains(self, token: str, digest: bytes | None = None) -> bool:
         return (self._key(token) if digest is None else digest) in self._entries
 
-    def put(self, token: str, claims: dict[str, Any], kid: str) -> None:
-        key = self._key(token)
+    def put(self, token: str, claims: dict[str, Any], kid: str, digest: bytes | None = None) -> None:
+        key = self._key(token) if digest is None else digest
         self._entries[key] = (claims, kid)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
