@@ -696,7 +696,7 @@ async def _vote_answer(
     answer: dict[str, Any] = {"grant": view(grant, status), "review": shown}
     if grant["status"] == "approved":
         answer["authz_jwt"] = await services.tokens.mint_authz(
-            grant, reviews.jwt_claims(review, grant, counted)
+            grant, reviews.jwt_claims(review, grant, counted, shown["approvals"])
         )
     return answer
 
