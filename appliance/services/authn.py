@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import hmac
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grantd.core import principals
@@ -26,7 +26,7 @@ from grantd.core.principals import Principal
 from grantd.dpop import DpopError
 from grantd.services import dpop
 from grantd.services.dpop import ProofRequest
-from grantd.services.tokens import TokenError, TokenKind
+from grantd.services.tokens import TokenError, TokenKind, token_digest
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -50,6 +50,21 @@ class Credentials:
     # the request's proof was verified when it began (a live stream's later credential checks):
     # the binding is checked again, the proof is not (its jti is spent, its iat ages)
     proof_verified: bool = False
+
+    # What the authenticators of the chain each need of the bearer, worked out once per request
+    # (they follow from ``bearer`` alone). ``digest``: ``token_digest`` of the bearer (b"" without
+    # one), the management token's comparison and the key verified identity tokens are remembered
+    # under; every bearer needs it, so it is made with the credentials.
+    digest: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", b"" if self.bearer is None else token_digest(self.bearer))
+
+    @cached_property
+    def peeked(self) -> dict[str, Any] | None:
+        """The bearer's unverified payload (``_peek``), only to route it to its authenticator."""
+        assert self.bearer is not None
+        return _peek(self.bearer)
 
 
 class Authenticator(Protocol):
@@ -78,21 +93,27 @@ def authorization_token(authorization: str | None) -> tuple[str, str | None]:
     return scheme.lower(), value.strip()
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
-
-
 class ManagementToken:
     name = "management-token"
 
+    def __init__(self) -> None:
+        self._expected: tuple[str, bytes] | None = None  # the configured token and its digest
+
+    def _expected_digest(self, expected: str) -> bytes:
+        """The configured token's digest, worked out once per process (again if the setting changes)."""
+        known = self._expected
+        if known is None or known[0] != expected:
+            known = self._expected = (expected, token_digest(expected))
+        return known[1]
+
     async def authenticate(self, services: Services, credentials: Credentials) -> Principal | None:
         expected = services.config.admin.management_token
-        presented = credentials.bearer if credentials.scheme == "bearer" else None
         # Compare fixed-length digests so neither content nor length leaks through timing.
         if (
-            presented is None
+            credentials.bearer is None
+            or credentials.scheme != "bearer"
             or not expected
-            or not hmac.compare_digest(_digest(presented), _digest(expected))
+            or not hmac.compare_digest(credentials.digest, self._expected_digest(expected))
         ):
             return None
         return principals.management(services.config.admin.management_identity)
@@ -115,7 +136,7 @@ class AgentIdentityToken:
         if credentials.bearer is None or credentials.bearer.count(".") != 2:
             return None
         try:
-            claims = await services.tokens.verify_identity(credentials.bearer)
+            claims = await services.tokens.verify_identity(credentials.bearer, credentials.digest)
         except TokenError as exc:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
         agent = await services.store.agents.get_by_id(claims["agent_id"])
@@ -198,9 +219,9 @@ class AccessToken:
         token = credentials.bearer
         if token is None or token.count(".") != 2 or len(token) > 8192 or credentials.scheme != "bearer":
             return None
-        if services.tokens.remembers_identity(token):
+        if services.tokens.remembers_identity(token, credentials.digest):
             return None  # an identity token verified before (the usual agent bearer): never an access token
-        peeked = _peek(token)
+        peeked = credentials.peeked
         if peeked is None or peeked.get("token_use") != "access":
             return None  # not ours to judge: the identity-token authenticator refuses what is no bearer
         try:
@@ -250,7 +271,9 @@ class ExchangedToken:
         token = credentials.bearer
         if token is None or token.count(".") != 2 or len(token) > 8192:
             return None
-        peeked = _peek(token)
+        if services.tokens.remembers_identity(token, credentials.digest):
+            return None  # an identity token verified before: its ``act`` is "agent", never an object
+        peeked = credentials.peeked
         if peeked is None or not isinstance(peeked.get("act"), dict) or "delegation_id" not in peeked:
             return None
         try:

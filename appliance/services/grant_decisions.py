@@ -9,7 +9,7 @@ from types import EllipsisType
 from typing import Any
 
 from grantd.core.fields import field_error
-from grantd.core.review import Ballot, Review, Tally, tally
+from grantd.core.review import Ballot, People, Review, Tally, tally
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.grant_requests import approval_expiry, reuse_key
@@ -77,6 +77,11 @@ def decide(
     }, "grant.denied"
 
 
+def escalation_of(record: GrantReview | None) -> int:
+    """The escalation level a grant's review record announced (0: none, or no record)."""
+    return record["escalation_level"] if record else 0
+
+
 async def requesting_agent(services: Services, grant: Grant) -> Agent | None:
     """The agent that asked for the grant (None for a person's request or a deleted agent)."""
     return await services.store.agents.get_by_id(grant["requester_id"])
@@ -109,18 +114,21 @@ async def count_votes(
     now_s: int,
     agent: Agent | None | EllipsisType = ...,
     review: Review | None = None,
+    people: People | None = None,
 ) -> tuple[Review, int, Tally | None, list[Ballot]]:
     """``review_state`` of a review record and votes already read (``agent``: the requesting
     agent when the caller has read it, None for none; ``review``: the record's pinned review,
-    when the caller has it)."""
+    when the caller has it; ``people``: ``reviews.people`` of the votes' e-mails, when the caller
+    has read them)."""
     if review is None:
         review = reviews.pinned(record)
-    level = record["escalation_level"] if record else 0
+    level = escalation_of(record)
     ballots = reviews.ballots(votes)
     if not ballots:
         return review, level, None, ballots
     if agent is ...:
         agent = await requesting_agent(services, grant)
-    people = await reviews.people(services, review, [b.voter.email for b in ballots])
+    if people is None:
+        people = await reviews.people(services, review, [b.voter.email for b in ballots])
     counted = tally(review, reviews.grant_facts(grant, agent, status), people, ballots, now_s)
     return review, level, counted, ballots

@@ -73,7 +73,7 @@ async def consume(services: Services, credentials: Credentials, grant_id: str) -
     if presented is None:
         raise unauthorized("the grant's AuthZ-JWT is required as bearer token")
     try:
-        claims = await services.tokens.verify_authz(presented)
+        claims = await services.tokens.verify_authz(presented, credentials.digest)
         matches = token_matches_grant
     except TokenError as exc:
         found = await resource_token_claims(services, presented)  # D17: an MCP resource's token
@@ -116,7 +116,7 @@ async def consume(services: Services, credentials: Credentials, grant_id: str) -
         status = reader.status(latest) if latest else "revoked"
         return {"error": UNUSABLE.get(status, "not_approved"), "status": status}
     services.events.changed()
-    services.tokens.forget_authz(presented)
+    services.tokens.forget_authz(presented, credentials.digest)
     return {"status": "consumed", "grant": reader.view(updated)}
 
 

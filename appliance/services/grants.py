@@ -31,7 +31,9 @@ from grantd.core.review import (
     AUTO_APPROVE,
     AUTO_DENY,
     Ballot,
+    People,
     Review,
+    Tally,
     Voter,
     cast_vote,
     evaluate,
@@ -45,6 +47,7 @@ from grantd.services.delegations import covering_delegation
 from grantd.services.grant_decisions import (
     count_votes,
     decide,
+    escalation_of,
     requesting_agent,
     review_state,
     vote_record,
@@ -568,12 +571,14 @@ async def vote(
     )
     if not visible:
         raise not_found("grant not found")  # D6: who may not see it learns nothing
+    counting = people  # whom the answer's tally counts as GET's does (review_state's people)
     if review.is_default:
         if not policy.may_decide(principal, agent, services.admin_emails):
             raise forbidden(f"not authorized to {verb}")
         # The default policy's approvers are exactly those grantd.core.policy lets decide (owner or
         # approver by their bound person id, an administrator, the management token).
-        people = replace(people, admins=people.admins | {email})
+        if email not in people.admins:
+            people = replace(people, admins=people.admins | {email})
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     grant_type = grant_type_field(body, None) if decision == "approve" else None
     duration = (
@@ -632,7 +637,12 @@ async def vote(
     services.events.changed()
     if decided is not None:
         # Every vote is those read and this one (nothing came between; a decided grant takes no more).
-        return await _vote_answer(services, decided, review, record, [*recorded, recording], agent, reader)
+        # The deciding tally is the answer's when it counted with the people GET counts with (the
+        # same votes, review, agent and time; the decision changes no fact a count depends on).
+        votes = [*recorded, recording]
+        if counting is people:
+            return await _vote_answer(services, decided, review, record, votes, agent, reader, result.tally)
+        return await _vote_answer(services, decided, review, record, votes, agent, reader, people=counting)
     # Finalisation: the votes up to and including this one, re-checked against today's facts (the
     # agent's owner and approver, group members, administrators) by the same tally.
     again = await services.store.grants.view(grant_id)
@@ -644,7 +654,9 @@ async def vote(
     people = await reviews.people(services, review, [v["email"] for v in votes])
     counted = tally(review, facts, people, reviews.ballots(votes[: mine + 1]), now_s)
     if counted.status == "pending":
-        return await _vote_answer(services, latest, review, record, votes, agent, reader)
+        # no vote after this one: the finalising tally is the answer's (same votes, people, time)
+        known = counted if mine == len(votes) - 1 else ...
+        return await _vote_answer(services, latest, review, record, votes, agent, reader, known)
     changes, event = decide(services, grant, review, counted, ballot, votes[: mine + 1], principal.email)
     updated = await _transition(
         services, grant, expect=("pending",), changes=changes, event=event, reader=reader, refuse=_not_pending
@@ -662,19 +674,29 @@ async def _vote_answer(
     votes: list[Any],
     agent: Agent | None,
     reader: Reader,
+    tallied: Tally | EllipsisType = ...,
+    people: People | None = None,
 ) -> dict[str, Any]:
     """A vote's answer: the grant, its review and approvals as GET shows them, and the AuthZ-JWT of
-    an approved grant (one tally for both)."""
+    an approved grant (one tally for both; ``tallied``: that tally, when the caller made it of
+    these ``votes`` at ``reader.now`` with the people ``count_votes`` reads; ``people``: those
+    people, when the caller has them)."""
     now_s = reader.now // 1000
     # a grant approved at reader.now is "approved" then (no lapse yet), the status mint() assumes
     status = reader.status(grant)
-    _, level, counted, _ = await count_votes(services, grant, record, votes, status, now_s, agent, review)
+    counted: Tally | None
+    if tallied is ...:
+        _, level, counted, _ = await count_votes(
+            services, grant, record, votes, status, now_s, agent, review, people
+        )
+    else:
+        level, counted = escalation_of(record), tallied
     shown = reviews.review_json(review, grant, counted, level, now_s)
     shown["approvals"] = reviews.approvals_json(grant, counted, review)
     answer: dict[str, Any] = {"grant": view(grant, status), "review": shown}
     if grant["status"] == "approved":
         answer["authz_jwt"] = await services.tokens.mint_authz(
-            grant, reviews.jwt_claims(review, grant, counted)
+            grant, reviews.jwt_claims(review, grant, counted, shown["approvals"])
         )
     return answer
 

@@ -244,10 +244,13 @@ def _ms(seconds: int | None) -> int | None:
     return None if seconds is None else seconds * 1000
 
 
-def jwt_claims(review: Review, grant: Grant, counted: Tally | None) -> dict[str, Any]:
-    """What the AuthZ-JWT adds (D13): approvals [{sub, at, via, req}], policy {ids, hash}, quorum."""
+def jwt_claims(
+    review: Review, grant: Grant, counted: Tally | None, shown: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """What the AuthZ-JWT adds (D13): approvals [{sub, at, via, req}], policy {ids, hash}, quorum.
+    ``shown``: ``approvals_json(grant, counted, review)``, when the caller made it for its answer."""
     approvals = []
-    for item in approvals_json(grant, counted, review):
+    for item in approvals_json(grant, counted, review) if shown is None else shown:
         if "kind" in item:
             approvals.append(
                 {

@@ -398,10 +398,11 @@ class Tokens:
             self._headers[segment] = header
         return claims, header
 
-    async def verify_identity(self, token: str) -> dict[str, Any]:
+    async def verify_identity(self, token: str, digest: bytes | None = None) -> dict[str, Any]:
         """An agent identity token's claims. Verified tokens are remembered for their lifetime (an
-        agent reuses one token for an hour); the caller still checks the agent on every request."""
-        remembered = await self._remembered(self._verified, token)
+        agent reuses one token for an hour); the caller still checks the agent on every request.
+        ``digest``: ``token_digest(token)`` when the caller has it."""
+        remembered = await self._remembered(self._verified, token, digest)
         if remembered is not None:
             return remembered
         claims, header = await self._verify_with_header(token, audience=self.agent_audience)
@@ -413,23 +414,25 @@ class Tokens:
         self._verified.put(token, claims, header["kid"])
         return claims
 
-    async def _remembered(self, cache: _VerifiedCache, token: str) -> dict[str, Any] | None:
+    async def _remembered(
+        self, cache: _VerifiedCache, token: str, digest: bytes | None = None
+    ) -> dict[str, Any] | None:
         """The claims of a token verified before, not expired by the clock, whose key is still
         published (a revoked key ends remembered tokens within the keyring's refresh bound, as it
         ends the others); None otherwise."""
-        cached = cache.get(token, self.clock.now_s())
+        cached = cache.get(token, self.clock.now_s(), digest)
         if cached is not None and await self.keyring.verification_key(cached[1]) is not None:
             return cached[0]
         return None
 
-    def forget_authz(self, token: str) -> None:
+    def forget_authz(self, token: str, digest: bytes | None = None) -> None:
         """A consumed once grant's token is dead: it need not take a place among the remembered."""
-        self._verified_authz.discard(token)
+        self._verified_authz.discard(token, digest)
 
-    def remembers_identity(self, token: str) -> bool:
+    def remembers_identity(self, token: str, digest: bytes | None = None) -> bool:
         """Whether this exact token verified as an identity token before (expired or not): it is
         then no other kind of token, so other authenticators can pass it on without parsing it."""
-        return self._verified.contains(token)
+        return self._verified.contains(token, digest)
 
     async def verify_access(self, token: str) -> dict[str, Any]:
         """An OAuth access token's claims (signature, issuer, expiry, kind); the caller checks the
@@ -455,7 +458,7 @@ class Tokens:
             raise TokenError("not a resource access token")
         return claims
 
-    async def verify_authz(self, token: str) -> dict[str, Any]:
+    async def verify_authz(self, token: str, digest: bytes | None = None) -> dict[str, Any]:
         """An AuthZ-JWT of ours (its audience is the grant's own, checked against the grant).
 
         Like identity tokens, verified AuthZ-JWTs are remembered by a digest of the exact string
@@ -463,13 +466,14 @@ class Tokens:
         (a revoked key ends it within the keyring's refresh bound, as it does uncached). What the
         token may do is decided by the caller from the grant, read on every request: revoked,
         consumed, lapsed or expired grants are refused as before, and consuming a once grant stays a
-        conditional write in the store (one winner)."""
-        remembered = await self._remembered(self._verified_authz, token)
+        conditional write in the store (one winner). ``digest``: ``token_digest(token)`` when the
+        caller has it (a bearer's: ``Credentials.digest``)."""
+        remembered = await self._remembered(self._verified_authz, token, digest)
         if remembered is not None:
             return dict(remembered)  # a copy: callers never share the remembered claims
         claims, header = await self._verify_with_header(token, audience=None)
         check_kind(claims, header, TokenKind.AUTHZ, "not a grant token")
-        self._verified_authz.put(token, claims, header["kid"])
+        self._verified_authz.put(token, claims, header["kid"], digest)
         return dict(claims)
 
 
@@ -528,6 +532,13 @@ def _check_claim_shapes(claims: dict[str, Any], now_s: int) -> None:
         raise TokenError("token not valid yet")
 
 
+def token_digest(token: str) -> bytes:
+    """SHA-256 of a presented token's exact string: the key its verification is remembered under,
+    and what the management token is compared by (fixed length: neither content nor length leaks
+    through the comparison's time). Computed once per request (``authn.Credentials.digest``)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
 class _VerifiedCache:
     """Bounded LRU of verified identity tokens, keyed by a digest of the token."""
 
@@ -537,11 +548,12 @@ class _VerifiedCache:
 
     @staticmethod
     def _key(token: str) -> bytes:
-        return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        return token_digest(token)
 
-    def get(self, token: str, now_s: int) -> tuple[dict[str, Any], str] | None:
-        """(claims, kid) of a remembered token that has not expired."""
-        key = self._key(token)
+    def get(self, token: str, now_s: int, digest: bytes | None = None) -> tuple[dict[str, Any], str] | None:
+        """(claims, kid) of a remembered token that has not expired (``digest``: ``token_digest(token)``
+        when the caller has it)."""
+        key = self._key(token) if digest is None else digest
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -551,14 +563,14 @@ class _VerifiedCache:
         self._entries.move_to_end(key)
         return entry
 
-    def discard(self, token: str) -> None:
-        self._entries.pop(self._key(token), None)
+    def discard(self, token: str, digest: bytes | None = None) -> None:
+        self._entries.pop(self._key(token) if digest is None else digest, None)
 
-    def contains(self, token: str) -> bool:
-        return self._key(token) in self._entries
+    def contains(self, token: str, digest: bytes | None = None) -> bool:
+        return (self._key(token) if digest is None else digest) in self._entries
 
-    def put(self, token: str, claims: dict[str, Any], kid: str) -> None:
-        key = self._key(token)
+    def put(self, token: str, claims: dict[str, Any], kid: str, digest: bytes | None = None) -> None:
+        key = self._key(token) if digest is None else digest
         self._entries[key] = (claims, kid)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:

@@ -537,3 +537,58 @@ approve = 2
             assert [a["via"] for a in r.json()["review"]["approvals"]] == ["delegation", "web"]
     finally:
         server.stop()
+
+
+def _shown_by_get_and_token(srv: InProcessServer, token: str, grant_id: str) -> tuple[dict[str, Any], Any]:
+    """The grant's review and approvals as GET shows them, and the AuthZ-JWT claims D13 adds as the
+    token route mints them (None while it is not approved)."""
+    with srv.client(token) as agent:
+        shown = agent.get(f"/api/grants/{grant_id}").json()
+        minted = agent.post(f"/api/grants/{grant_id}/token")
+    review = {**shown["review"], "approvals": shown["approvals"]}
+    if minted.status_code != 200:
+        return review, None
+    found = claims(minted.json()["authz_jwt"])
+    return review, {k: found[k] for k in ("approvals", "policy", "quorum")}
+
+
+def test_a_votes_answer_is_what_get_and_the_token_route_show(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
+    """A vote's answer reuses the tally that decided it (or the finalising one) where the inputs
+    are the same: its review, approvals and AuthZ-JWT claims are exactly GET's and the token
+    route's, for the default policy's owner (counted as an approver only to decide), the management
+    token and an administrator, and under a policy's quorum (a first vote, then the deciding one)."""
+    _, token = bot
+
+    def check(answer: httpx.Response, grant_id: str) -> None:
+        assert answer.status_code == 200, answer.text
+        review, minted = _shown_by_get_and_token(srv, token, grant_id)
+        assert answer.json()["review"] == review
+        if minted is None:
+            assert "authz_jwt" not in answer.json()
+        else:
+            found = claims(answer.json()["authz_jwt"])
+            assert {k: found[k] for k in ("approvals", "policy", "quorum")} == minted
+
+    for decide in ("owner", "management", "deny"):
+        grant = request_grant(srv, token, target_host=f"staging-{decide}", grant_type="always")
+        path = f"/api/grants/{grant['id']}"
+        if decide == "owner":
+            with person(srv, OWNER) as owner:
+                check(owner.post(path + "/approve", json={"grant_type": "once"}), grant["id"])
+        elif decide == "management":
+            with srv.admin() as admin:
+                check(admin.post(path + "/approve", json={"via": "tui"}), grant["id"])
+        else:
+            with srv.admin() as admin:
+                check(admin.post(path + "/deny", json={"reason": "no"}), grant["id"])
+
+    grant = prod_root(srv, token)
+    path = f"/api/grants/{grant['id']}"
+    with person(srv, SRE[6]) as first:
+        check(first.post(path + "/review", json={"decision": "approve", "reason": "ok"}), grant["id"])
+    with person(srv, SRE[7]) as second:
+        answer = second.post(path + "/approve", json={})
+        assert answer.json()["grant"]["status"] == "approved"
+        check(answer, grant["id"])

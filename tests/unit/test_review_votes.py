@@ -9,7 +9,7 @@ import tomllib
 from dataclasses import replace
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from grantd.core.review import (
@@ -523,3 +523,46 @@ def test_the_denial_that_decided_names_the_decider():
     ]
     final = tally(review, facts(), PEOPLE, votes, CREATED + 60)
     assert final.status == "denied" and final.decided_by == "carol@example.com"
+
+
+ESCALATED_BALLOTS = st.lists(
+    st.tuples(
+        st.sampled_from(["boss@example.com", "alice@example.com", "sec@example.com", OWNER, ADMIN]),
+        st.sampled_from(["approve", "approve", "deny"]),
+        st.sampled_from([None, "once", "timed", "always"]),
+        st.sampled_from([None, 60, 3600, 99999]),
+    ),
+    max_size=6,
+)
+
+
+@given(
+    st.one_of(BALLOTS, ESCALATED_BALLOTS),
+    st.sampled_from(["prod", "staging", "default"]),
+    st.sampled_from([60, 20 * 60, 50 * 60]),
+)
+@example(
+    [("boss@example.com", "approve", None, None), ("sec@example.com", "deny", None, None)], "prod", 50 * 60
+)
+@example([("alice@example.com", "approve", "once", 60), (OWNER, "approve", None, None)], "prod", 60)
+def test_cast_vote_judges_each_ballot_once_and_tallies_exactly_as_tally_does(drawn, which, after):
+    """cast_vote judges the recorded votes and the ballot once and counts those judgements twice
+    (before and after the ballot): the tallies it returns are ``tally``'s of the same votes, and a
+    refusal is ``check_voter``'s (at every escalation level)."""
+    from grantd.core.review.votes import check_voter
+
+    review = {"prod": PROD, "staging": STAGING, "default": DEFAULT_REVIEW}[which]
+    grant, now, votes = facts(), CREATED + after, []
+    level = escalation_level(review, grant.created_at, now)
+    for b in _ballots(drawn):
+        result = cast_vote(review, grant, PEOPLE, votes, b, now)
+        before = tally(review, grant, PEOPLE, votes, now)
+        if result.accepted:
+            votes.append(b)
+            assert result.tally == tally(review, grant, PEOPLE, votes, now)
+            assert check_voter(review, grant, PEOPLE, b, level) is None
+        else:
+            assert result.tally == before
+            judged = check_voter(review, grant, PEOPLE, b, level)
+            if before.status == "pending" and not any(v.voter.email == b.voter.email for v in votes):
+                assert result.refusal == judged

@@ -207,6 +207,8 @@ def _in_ref(email: str, ref: str, grant: GrantFacts, people: People) -> bool:
 
 def requirement_groups(review: Review, requirement: PinnedRequirement, level: int) -> tuple[str, ...]:
     """The block's groups, widened by `add_approvers` of its policy's escalation levels reached."""
+    if not review.escalations:
+        return requirement.groups
     extra = tuple(
         ref
         for e in review.escalations
@@ -236,6 +238,15 @@ def check_voter(
     review: Review, grant: GrantFacts, people: People, ballot: Ballot, level: int
 ) -> Refusal | None:
     """May this ballot count? The same checks for approve and deny, at the vote and at finalisation."""
+    judged = _judge(review, grant, people, ballot, level)
+    return judged if isinstance(judged, Refusal) else None
+
+
+def _judge(
+    review: Review, grant: GrantFacts, people: People, ballot: Ballot, level: int
+) -> Refusal | tuple[int, ...]:
+    """``check_voter``'s refusal, or the indexes of the requirements the ballot may count for
+    (``eligible_for``, never empty): the one judgement of a ballot that the checks and the count share."""
     voter, email = ballot.voter, ballot.voter.email.lower()
     if voter.agent:
         return Refusal(AGENTS_NEVER_VOTE)
@@ -250,14 +261,15 @@ def check_voter(
         return Refusal(OWNER_EXCLUDED)
     if "approver" in review.forbid and grant.approver is not None and email == grant.approver.lower():
         return Refusal(APPROVER_EXCLUDED)
-    if not eligible_for(review, grant, people, email, level):
+    eligible = eligible_for(review, grant, people, email, level)
+    if not eligible:
         return Refusal(NOT_ELIGIBLE)
     needs_reason = review.require_reason or (
         self_vote and not review.is_default
     )  # opted-in self approval says why
     if needs_reason and not (ballot.reason or "").strip():
         return Refusal(REASON_REQUIRED)
-    return None
+    return eligible
 
 
 def _same_person(a: Voter, b: Voter) -> bool:
@@ -312,14 +324,20 @@ def _effective(review: Review, grant: GrantFacts, approvals: Sequence[Ballot]) -
 def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Ballot], now: int) -> Tally:
     """Count the recorded votes that still hold (re-checked against today's facts)."""
     level = escalation_level(review, grant.created_at, now)
+    return _count(review, grant, votes, [_judge(review, grant, people, b, level) for b in votes])
+
+
+def _count(
+    review: Review, grant: GrantFacts, votes: Sequence[Ballot], judged: Sequence[Refusal | tuple[int, ...]]
+) -> Tally:
+    """``tally`` of ``votes`` each judged (``_judge``, in the same order) against the same facts."""
     kept: list[tuple[Ballot, tuple[int, ...]]] = []
     dropped: list[tuple[Ballot, str]] = []
-    for ballot in votes:
-        refusal = check_voter(review, grant, people, ballot, level)
-        if refusal is not None:
-            dropped.append((ballot, refusal.reason))
+    for ballot, judgement in zip(votes, judged, strict=True):
+        if isinstance(judgement, Refusal):
+            dropped.append((ballot, judgement.reason))
         else:
-            kept.append((ballot, eligible_for(review, grant, people, ballot.voter.email, level)))
+            kept.append((ballot, judgement))
     approvers = [(b, e) for b, e in kept if b.decision == APPROVE]
     deniers = [(b, e) for b, e in kept if b.decision == DENY]
     assignment = _assign([e for _, e in approvers], [r.approve for r in review.requirements])
@@ -356,8 +374,12 @@ def tally(review: Review, grant: GrantFacts, people: People, votes: Sequence[Bal
 def cast_vote(
     review: Review, grant: GrantFacts, people: People, votes: Sequence[Ballot], ballot: Ballot, now: int
 ) -> VoteResult:
-    """The one function that decides every vote (approve, deny, review, batch, TUI, pages, delegations)."""
-    before = tally(review, grant, people, votes, now)
+    """The one function that decides every vote (approve, deny, review, batch, TUI, pages, delegations).
+    Every recorded vote and the ballot are judged once: the tallies before and after the ballot
+    count the same judgements (``tally``'s, against the same facts and escalation level)."""
+    level = escalation_level(review, grant.created_at, now)
+    judged = [_judge(review, grant, people, b, level) for b in votes]
+    before = _count(review, grant, votes, judged)
     if grant.status != PENDING or before.status != PENDING:
         return VoteResult(False, Refusal(ALREADY_DECIDED), before)
     if ballot.voter.agent:
@@ -373,10 +395,10 @@ def cast_vote(
         raise ValueError(f"grant_type must be once, timed or always, not {ballot.grant_type!r}")
     if ballot.decision == DENY and (ballot.grant_type is not None or ballot.duration is not None):
         ballot = replace(ballot, grant_type=None, duration=None)  # overrides shape an approval only
-    refusal = check_voter(review, grant, people, ballot, escalation_level(review, grant.created_at, now))
-    if refusal is not None:
-        return VoteResult(False, refusal, before)
-    return VoteResult(True, None, tally(review, grant, people, [*votes, ballot], now))
+    judgement = _judge(review, grant, people, ballot, level)
+    if isinstance(judgement, Refusal):
+        return VoteResult(False, judgement, before)
+    return VoteResult(True, None, _count(review, grant, [*votes, ballot], [*judged, judgement]))
 
 
 def eligible_people(

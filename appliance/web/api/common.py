@@ -27,16 +27,24 @@ def services_of(request: Request) -> Services:
 
 def credentials_of(request: Request) -> Credentials:
     """What the request presented; the authentication chain decides what it proves. The session
-    cookie is left out when an Authorization header is present (a bearer request never uses it)."""
-    scheme, bearer = authorization_token(request.headers.get("authorization"))
-    session = None if request.headers.get("authorization") else request.cookies.get(SESSION_COOKIE)
-    return Credentials(
+    cookie is left out when an Authorization header is present (a bearer request never uses it).
+    Worked out once per request (the request's headers do not change; a malformed Authorization
+    header is a 401 each time it is asked)."""
+    ctx = request.ctx
+    known: Credentials | None = getattr(ctx, "credentials", None)
+    if known is not None:
+        return known
+    authorization = request.headers.get("authorization")
+    scheme, bearer = authorization_token(authorization)
+    credentials = Credentials(
         bearer=bearer,
-        client=getattr(request.ctx, "client_ip", None),
-        session=session,
+        client=getattr(ctx, "client_ip", None),
+        session=None if authorization else request.cookies.get(SESSION_COOKIE),
         scheme=scheme,
         proof=proof_request(request),
     )
+    ctx.credentials = credentials
+    return credentials
 
 
 def proof_request(request: Request) -> ProofRequest:
@@ -47,16 +55,17 @@ def proof_request(request: Request) -> ProofRequest:
 
 async def principal_of(request: Request) -> Principal | None:
     """The caller, resolved once per request through the authentication chain."""
-    if not hasattr(request.ctx, "principal"):
+    ctx = request.ctx
+    if not hasattr(ctx, "principal"):
         services = services_of(request)
         credentials = credentials_of(request)
-        request.ctx.principal = await services.authn.principal(services, credentials)
-        if credentials.session is not None and request.ctx.principal is None:
-            request.ctx.stale_session = True  # unknown, expired or revoked: the response clears it
-        if request.ctx.principal is not None and request.ctx.principal.act is not None:
+        principal = ctx.principal = await services.authn.principal(services, credentials)
+        if credentials.session is not None and principal is None:
+            ctx.stale_session = True  # unknown, expired or revoked: the response clears it
+        if principal is not None and principal.act is not None:
             action = acting_action(request)  # D16: an agent acting for a person
-            policy.refuse_acting_token({"act": request.ctx.principal.act}, action)
-    return request.ctx.principal  # type: ignore[no-any-return]
+            policy.refuse_acting_token({"act": principal.act}, action)
+    return ctx.principal  # type: ignore[no-any-return]
 
 
 # D16: what a request does, in grantd.core.policy's words for tokens with ``act``, by route name
