@@ -102,13 +102,20 @@ async def _create(
     conns: Connections, agent: AgentCred, grant_type: str, host: str, retries: int
 ) -> tuple[AgentCred, str]:
     """One pending grant. `retries`: the peer's file store sometimes reads a grant while another
-    request writes it and answers 500 (peer-facts: its create fails under load); set-up of the
-    peer tries again, grantd's never does."""
+    request writes it and answers 500, or drops the connection without an answer (peer-facts: its
+    create fails under load); set-up of the peer tries again (a pool grant made twice is one pending
+    grant more, nothing else), grantd's never does."""
     for attempt in range(retries + 1):
-        async with conns.one() as http:
-            answer = await http.post(
-                "/api/grants", json=grant_body(grant_type, host), headers=bearer(agent.token)
-            )
+        try:
+            async with conns.one() as http:
+                answer = await http.post(
+                    "/api/grants", json=grant_body(grant_type, host), headers=bearer(agent.token)
+                )
+        except (ConnectionResetError, asyncio.IncompleteReadError):
+            if attempt == retries:
+                raise
+            await asyncio.sleep(0.05)
+            continue
         if answer.status_code < 500 or attempt == retries:
             break
         await asyncio.sleep(0.05)
