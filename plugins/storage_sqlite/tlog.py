@@ -27,17 +27,24 @@ def _record(conn: sqlite3.Connection, event: AuditEvent) -> None:
     )
 
 
-_ROWS = 200  # rows per INSERT: 800 bound parameters at most, under any build's limit (999)
+_ROWS = 128  # rows per INSERT at most: 512 bound parameters at most, under any build's limit (999)
 
 
 def _insert(conn: sqlite3.Connection, head: str, width: int, rows: Sequence[Sequence[object]]) -> None:
-    """Insert ``rows`` with multi-row ``VALUES`` statements, ``_ROWS`` at a time: one statement step
-    per 200 rows instead of one per row (``executemany``), ~0.4 µs less per row (issue 23: the
-    sequencer writes a leaf and a node per event)."""
+    """Insert ``rows`` with multi-row ``VALUES`` statements: one statement step per many rows instead
+    of one per row (``executemany``), ~0.4 µs less per row (issue 23: the sequencer writes a leaf and
+    a node per event). Only statements of 128, 64, 32, …, 1 rows are made (what is left after the
+    full ones goes by its binary digits): a step's size varies with the load, and a text per size
+    would fill the connection's statement cache (128 texts) and push out the request path's own
+    statements, which then compile again. So at most eight texts per table."""
     one = "(" + ", ".join("?" * width) + ")"
-    for start in range(0, len(rows), _ROWS):
-        part = rows[start : start + _ROWS]
-        conn.execute(head + ", ".join([one] * len(part)), [value for row in part for value in row])
+    start, size = 0, _ROWS
+    while start < len(rows):
+        while size > len(rows) - start:
+            size //= 2
+        part = rows[start : start + size]
+        conn.execute(head + ", ".join([one] * size), [value for row in part for value in row])
+        start += size
 
 
 def _key_row(row: dict[str, object]) -> TlogKey:
