@@ -13,6 +13,16 @@ from grantd.store.rows import fold
 
 BUSY_TIMEOUT_MS = 10_000
 CHECKPOINT_INTERVAL = 0.5  # seconds between WAL checkpoints of a serving process
+# Under a steady stream of writes a PASSIVE checkpoint copies the log into the database but never
+# finds it fully copied with no writer in between, so the log never starts over and the -wal file
+# grows without end (7.8 GB in a few minutes of the bench's writes), and it never shrinks. Past
+# WAL_RESTART_BYTES the checkpointer waits up to RESTART_WAIT_MS for readers and writers to step
+# aside and copies the whole log (RESTART), so the next writer starts the log over; a log started
+# over keeps at most WAL_SIZE_LIMIT bytes of file (reused, not allocated again). Not at every
+# checkpoint: restarting every 0.5 s made writers wait (+8-15 % CPU per write answer, measured).
+WAL_RESTART_BYTES = 512 * 1024 * 1024
+WAL_SIZE_LIMIT = 256 * 1024 * 1024
+RESTART_WAIT_MS = 200
 COMPANIONS = ("-wal", "-shm")
 
 
@@ -61,6 +71,7 @@ class _Database:
         # hot in either; the rest come from the OS page cache. Peak RSS -4 MiB per process, CPU per
         # answer unchanged within the bench's noise (issue 14, docs/performance.md).
         conn.execute("PRAGMA cache_size = -512")
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.create_function("grantd_fold", 1, fold, deterministic=True)
         return conn

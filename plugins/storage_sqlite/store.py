@@ -30,7 +30,14 @@ if TYPE_CHECKING:
 
 from .agents import SQLiteAgents, SQLiteChallenges
 from .ciba import SQLiteCiba
-from .connection import BUSY_TIMEOUT_MS, CHECKPOINT_INTERVAL, COMPANIONS, _Database
+from .connection import (
+    BUSY_TIMEOUT_MS,
+    CHECKPOINT_INTERVAL,
+    COMPANIONS,
+    RESTART_WAIT_MS,
+    WAL_RESTART_BYTES,
+    _Database,
+)
 from .delegations import SQLiteDelegations
 from .grants import SQLiteGrants
 from .keys import SQLiteKeys
@@ -46,6 +53,13 @@ from .people import (
 )
 from .rates import SQLiteRates
 from .tlog import SQLiteHosts, SQLiteReceipts, SQLiteTlog
+
+
+def _size(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except OSError:
+        return 0
 
 
 class SQLiteStore:
@@ -152,10 +166,18 @@ class SQLiteStore:
 
     def _checkpoint_loop(self) -> None:
         conn = self._db.connect(0)
+        wal = Path(f"{self.path}-wal")
         try:
             while not self._stop_checkpoints.wait(CHECKPOINT_INTERVAL):
                 try:
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    if _size(wal) > WAL_RESTART_BYTES:  # see WAL_RESTART_BYTES: bound the -wal file
+                        conn.execute(f"PRAGMA busy_timeout = {RESTART_WAIT_MS}")
+                        try:
+                            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                        finally:
+                            conn.execute("PRAGMA busy_timeout = 0")
+                    else:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error:
                     continue  # busy with another process's checkpoint: next round
         finally:
