@@ -180,7 +180,7 @@ def _check(kind: Any, seq: Any, ts: Any, grant_id: Any, actor: Any, data: Any) -
         _int(ts, "ts")
     wants_grant, required = spec
     if wants_grant:
-        if type(grant_id) is not str and not isinstance(grant_id, str) or not grant_id:
+        if not isinstance(grant_id, str) or not grant_id:
             raise LeafError(f"a {kind} leaf names its grant_id")
     elif grant_id is not None:
         raise LeafError(f"a {kind} leaf has no grant_id")
@@ -207,6 +207,12 @@ def _strings(values: Iterable[Any]) -> bool:
 _STR = itertools.repeat(str)  # endless and stateless: one object serves every call of ``_strings``
 
 
+def _plain(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``value`` as a dict for the encoder (it takes exact dicts only): itself if it is one (a leaf is
+    encoded at once, so no copy is needed)."""
+    return value if type(value) is dict else dict(value)
+
+
 def make_leaf(
     kind: str,
     *,
@@ -225,8 +231,8 @@ def make_leaf(
         "seq": seq,
         "ts": ts,
         "kind": kind,
-        "actor": actor if type(actor) is dict else dict(actor),  # the encoder takes exact dicts only
-        "data": data if type(data) is dict else dict(data),  # (encoded at once: no copy needed)
+        "actor": _plain(actor),
+        "data": _plain(data),
     }
     if grant_id is not None:
         leaf["grant_id"] = grant_id
@@ -281,20 +287,6 @@ Actor = Mapping[str, str]
 def _opt(data: dict[str, Any], **values: Any) -> dict[str, Any]:
     data.update({k: v for k, v in values.items() if v is not None})
     return data
-
-
-def _opt_two(data: dict[str, Any], key: str, value: Any, other: str, other_value: Any) -> dict[str, Any]:
-    """``_opt`` of two values without building a keyword dict (the hot kinds, issue 23)."""
-    if value is not None:
-        data[key] = value
-    if other_value is not None:
-        data[other] = other_value
-    return data
-
-
-def _plain(value: Mapping[str, Any]) -> dict[str, Any]:
-    """``value`` as a dict: itself if it is one (a leaf is encoded at once, so no copy is needed)."""
-    return value if type(value) is dict else dict(value)
 
 
 def grant_created(
@@ -388,20 +380,12 @@ def grant_approved(
     expires_at: int | None = None,
     duration: int | None = None,
 ) -> bytes:
-    return make_leaf(
-        "grant.approved",
-        seq=seq,
-        ts=ts,
-        actor=actor,
-        grant_id=grant_id,
-        data=_opt_two(
-            {"grant_type": grant_type, "decided_by": decided_by},
-            "expires_at",
-            expires_at,
-            "duration",
-            duration,
-        ),
-    )
+    data: dict[str, Any] = {"grant_type": grant_type, "decided_by": decided_by}
+    if expires_at is not None:
+        data["expires_at"] = expires_at
+    if duration is not None:
+        data["duration"] = duration
+    return make_leaf("grant.approved", seq=seq, ts=ts, actor=actor, data=data, grant_id=grant_id)
 
 
 def grant_denied(
