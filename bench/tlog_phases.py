@@ -20,9 +20,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.tlog_sequencer import grant, vote  # noqa: E402
+from bench.tlog_sequencer import write_decided_grants  # noqa: E402
 from grantd.core.clock import SYSTEM_CLOCK  # noqa: E402
-from grantd.core.lifecycle import grant_lapse  # noqa: E402
 from grantd.plugins.storage_sqlite import SQLiteStore  # noqa: E402
 from grantd.services import audit  # noqa: E402
 
@@ -56,19 +55,7 @@ async def main(count: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = SQLiteStore(Path(directory) / "bench.db")
         await store.migrate()
-        now = SYSTEM_CLOCK.now_ms()
-        lapse = grant_lapse(now, 48 * 3600)
-        for i in range(count):  # as the grants service writes them: created, the vote, the outcome
-            await store.grants.create({**grant(i, now), "status": "pending"}, ["grant.created"])  # type: ignore[arg-type,typeddict-item]
-            await store.grants.add_vote(vote(i, now))  # type: ignore[arg-type]
-            await store.grants.update_if(
-                f"gr_{i:08d}",
-                expect=("pending",),
-                changes={"status": "approved", "decided_by": "alice@example.com", "decided_at": now},
-                event="grant.approved",
-                lapse=lapse,
-                now=now,
-            )
+        await write_decided_grants(store, count)
         log = audit.AuditLog(store, SYSTEM_CLOCK, "bench.example/grantd", "admin@example.com")
         await log.ensure_key()
         for owner, name, label in (

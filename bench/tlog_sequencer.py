@@ -69,23 +69,29 @@ def vote(i: int, now: int) -> dict:
     }
 
 
+async def write_decided_grants(store: SQLiteStore, count: int) -> None:
+    """``count`` grants, each with its grant.created, grant.reviewed (the vote) and grant.approved
+    events, as the grants service writes them, each in its own transaction."""
+    now = SYSTEM_CLOCK.now_ms()
+    lapse = grant_lapse(now, 48 * 3600)
+    for i in range(count):
+        await store.grants.create({**grant(i, now), "status": "pending"}, ["grant.created"])  # type: ignore[arg-type,typeddict-item]
+        await store.grants.add_vote(vote(i, now))  # type: ignore[arg-type]
+        await store.grants.update_if(
+            f"gr_{i:08d}",
+            expect=("pending",),
+            changes={"status": "approved", "decided_by": "alice@example.com", "decided_at": now},
+            event="grant.approved",
+            lapse=lapse,
+            now=now,
+        )
+
+
 async def main(count: int) -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = SQLiteStore(Path(directory) / "bench.db")
         await store.migrate()
-        now = SYSTEM_CLOCK.now_ms()
-        lapse = grant_lapse(now, 48 * 3600)
-        for i in range(count):  # as the grants service writes them: created, the vote, the outcome
-            await store.grants.create({**grant(i, now), "status": "pending"}, ["grant.created"])  # type: ignore[arg-type,typeddict-item]
-            await store.grants.add_vote(vote(i, now))  # type: ignore[arg-type]
-            await store.grants.update_if(
-                f"gr_{i:08d}",
-                expect=("pending",),
-                changes={"status": "approved", "decided_by": "alice@example.com", "decided_at": now},
-                event="grant.approved",
-                lapse=lapse,
-                now=now,
-            )
+        await write_decided_grants(store, count)
         events = count * 3
         log = AuditLog(store, SYSTEM_CLOCK, "bench.example/grantd", "admin@example.com")
         await log.ensure_key()
