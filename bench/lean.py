@@ -25,30 +25,19 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
 
 async def measure(chain_calls: int, approvals: int, repeats: int) -> dict[str, float]:
-    sys.path.insert(0, str(HERE.parent / "tests"))
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from in_process import temp_services  # bench/, beside this file
 
-    from grantd.config import load
     from grantd.core import principals
-    from grantd.plugin_manager import build_plugin_manager
     from grantd.services import agents, grants
     from grantd.services.authn import Credentials
-    from grantd.services.context import open_services
-
-    from conftest import free_port, toml_config  # type: ignore[import-not-found]
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "grantd.toml"
-        path.write_text(toml_config(free_port(), storage=f'plugin = "sqlite"\npath = "{tmp}/g.db"'))
-        (Path(tmp) / "management-token").write_text("m" * 32 + "\n")
-        config = load(path)
-        services = await open_services(config, build_plugin_manager(config))
-        admin = principals.management(config.admin.management_identity)
+        services = await temp_services(Path(tmp), "m" * 32)
+        admin = principals.management(services.config.admin.management_identity)
         public = (
             Ed25519PrivateKey.generate()
             .public_key()

@@ -7,23 +7,17 @@
 import asyncio
 import base64
 import json
-import sys
 import tempfile
 import time
 import timeit
 from pathlib import Path
 
 import jwt
+from in_process import temp_services  # bench/, beside this file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from grantd.client_address import client_address
-from grantd.config import load
-from grantd.plugin_manager import build_plugin_manager
 from grantd.services import tokens as T
 from grantd.services.authn import _peek
-from grantd.services.context import open_services
-
-from conftest import free_port, toml_config
 
 
 def t(f, n=5000):
@@ -32,11 +26,7 @@ def t(f, n=5000):
 
 async def main():
     with tempfile.TemporaryDirectory() as tmp:
-        p = Path(tmp) / "grantd.toml"
-        p.write_text(toml_config(free_port(), storage=f'plugin = "sqlite"\npath = "{tmp}/g.db"'))
-        (Path(tmp) / "management-token").write_text("x" * 32 + "\n")
-        config = load(p)
-        services = await open_services(config, build_plugin_manager(config))
+        services = await temp_services(Path(tmp), "x" * 32)
         tok = services.tokens
         grant = {
             "id": "d70e5148-ab1f-404a-9ec6-a62c7752996d",

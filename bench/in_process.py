@@ -1,0 +1,29 @@
+"""In-process services for the benches that time service calls without a server (bench/lean.py,
+bench/levers.py): the test suite's own configuration (tests/conftest.py) on a fresh SQLite file.
+grantd is imported when called, so a bench that chose which copy of the package to run
+(``bench/lean.py --baseline``) gets that one."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+
+
+async def temp_services(directory: Path, management_token: str) -> Any:
+    """grantd's services on ``directory``/g.db; the caller closes ``services.store``."""
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    from grantd.config import load
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services.context import open_services
+
+    from conftest import free_port, toml_config  # type: ignore[import-not-found]
+
+    path = directory / "grantd.toml"
+    path.write_text(toml_config(free_port(), storage=f'plugin = "sqlite"\npath = "{directory}/g.db"'))
+    (directory / "management-token").write_text(management_token + "\n")
+    config = load(path)
+    return await open_services(config, build_plugin_manager(config))
