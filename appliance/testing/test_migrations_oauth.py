@@ -12,6 +12,7 @@ from grantd.plugins import storage_sqlite
 from grantd.plugins.storage_sqlite import SQLiteStore
 
 from .factories import HOUR, NOW, device_code, first_page, guest_session, refresh_token, sha
+from .migrated import postgres_migrated_to, sqlite_migrated_to
 from .postgres import schemas as postgres_server
 
 pytestmark = pytest.mark.anyio
@@ -51,12 +52,7 @@ async def test_sqlite_migration_6_upgrades_a_people_database(tmp_path):
     store = SQLiteStore(path)
     try:
         with store._db.write():
-            store._db.conn.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
-            )
-            for version, name, migration in storage_sqlite.MIGRATIONS[:5]:
-                migration(store.db)
-                store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            sqlite_migrated_to(store, 5)
             store._db.conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)", OLD_SESSION)
             store._db.conn.execute("INSERT INTO signing_keys VALUES ('ed_old', 'EdDSA', 'P', '{}', 1, NULL)")
         assert store.schema_version() == 5
@@ -80,20 +76,13 @@ async def test_sqlite_migration_6_upgrades_a_people_database(tmp_path):
 
 
 async def test_postgres_migration_3_upgrades_a_people_database():
-    from grantd.plugins import storage_postgres
     from grantd.plugins.storage_postgres import PostgresStore
 
     server = postgres_server()
     dsn = server.create_schema()
     store = PostgresStore(dsn)
     try:
-        released = storage_postgres.MIGRATIONS[:2]
-        saved = list(storage_postgres.MIGRATIONS)
-        storage_postgres.MIGRATIONS[:] = released
-        try:
-            assert await store.migrate() == [1, 2]
-        finally:
-            storage_postgres.MIGRATIONS[:] = saved
+        await postgres_migrated_to(store, 2)
 
         async def seed() -> None:
             async with store._db.tx() as cur:
@@ -129,12 +118,7 @@ async def test_sqlite_migration_7_adds_the_device_client_address(tmp_path):
     store = SQLiteStore(tmp_path / "grantd.db")
     try:
         with store._db.write():
-            store._db.conn.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
-            )
-            for version, name, migration in storage_sqlite.MIGRATIONS[:6]:
-                migration(store.db)
-                store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            sqlite_migrated_to(store, 6)
             store._db.conn.execute("INSERT INTO device_codes VALUES (?,?,?,?,?,?,?,?,?,?,?)", OLD_DEVICE)
         assert await store.migrate() == [
             v for v, _, _ in storage_sqlite.MIGRATIONS if v >= 7
@@ -152,12 +136,7 @@ async def test_postgres_migration_4_adds_the_device_client_address():
     dsn = server.create_schema()
     store = PostgresStore(dsn)
     try:
-        saved = list(storage_postgres.MIGRATIONS)
-        storage_postgres.MIGRATIONS[:] = saved[:3]
-        try:
-            assert await store.migrate() == [1, 2, 3]
-        finally:
-            storage_postgres.MIGRATIONS[:] = saved
+        await postgres_migrated_to(store, 3)
 
         async def seed() -> None:
             async with store._db.tx() as cur:
@@ -166,7 +145,9 @@ async def test_postgres_migration_4_adds_the_device_client_address():
                 )
 
         await store._db.loop.run(seed())
-        assert await store.migrate() == [v for v, _, _ in saved if v >= 4]  # 4 and every later one
+        assert await store.migrate() == [
+            v for v, _, _ in storage_postgres.MIGRATIONS if v >= 4
+        ]  # 4 and every later one
         await _check_device_address(store)
     finally:
         store.close()

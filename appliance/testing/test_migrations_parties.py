@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from grantd.plugins import storage_sqlite
 from grantd.plugins.storage_sqlite import SQLiteStore
 from grantd.store import LimitReached, OwnerBound
 
 from .factories import NOW, grant, lapse, person
+from .migrated import postgres_migrated_to, sqlite_migrated_to
 from .postgres import schemas as postgres_server
 
 pytestmark = pytest.mark.anyio
@@ -91,12 +91,7 @@ async def test_sqlite_migration_9_binds_existing_agents(tmp_path):
     try:
         with store._db.write():
             conn = store._db.conn
-            conn.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
-            )
-            for version, name, migration in storage_sqlite.MIGRATIONS[:6]:
-                migration(store.db)
-                conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            sqlite_migrated_to(store, 6)
             for person_id, email in PEOPLE:
                 conn.execute(
                     "INSERT INTO people VALUES (?, ?, 'x', 0, 'active', ?, ?)", (person_id, email, NOW, NOW)
@@ -121,19 +116,13 @@ async def test_sqlite_migration_9_binds_existing_agents(tmp_path):
 
 
 async def test_postgres_migration_6_binds_existing_agents():
-    from grantd.plugins import storage_postgres
     from grantd.plugins.storage_postgres import PostgresStore
 
     server = postgres_server()
     dsn = server.create_schema()
     store = PostgresStore(dsn)
     try:
-        saved = list(storage_postgres.MIGRATIONS)
-        storage_postgres.MIGRATIONS[:] = saved[:3]
-        try:
-            assert await store.migrate() == [1, 2, 3]
-        finally:
-            storage_postgres.MIGRATIONS[:] = saved
+        await postgres_migrated_to(store, 3)
 
         async def seed() -> None:
             async with store._db.tx() as cur:

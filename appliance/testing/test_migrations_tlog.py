@@ -10,10 +10,10 @@ import pytest
 
 from grantd.core.tlog.merkle import CompactRange, MemoryTree, root
 from grantd.core.tlog.sequencer import integrate
-from grantd.plugins import storage_sqlite
 from grantd.plugins.storage_sqlite import SQLiteStore
 
 from .factories import NOW
+from .migrated import postgres_migrated_to, sqlite_migrated_to
 from .postgres import schemas as postgres_server
 
 pytestmark = pytest.mark.anyio
@@ -57,12 +57,7 @@ async def test_sqlite_migration_14_keeps_each_leaf_hash_once(tmp_path):
     try:
         with store._db.write():
             conn = store._db.conn
-            conn.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
-            )
-            for version, name, migration in storage_sqlite.MIGRATIONS[:13]:
-                migration(store.db)
-                conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            sqlite_migrated_to(store, 13)
             leaves, nodes = _old_rows()
             conn.executemany(
                 "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (?, ?, ?, ?)", leaves
@@ -79,19 +74,13 @@ async def test_sqlite_migration_14_keeps_each_leaf_hash_once(tmp_path):
 
 
 async def test_postgres_migration_12_keeps_each_leaf_hash_once():
-    from grantd.plugins import storage_postgres
     from grantd.plugins.storage_postgres import PostgresStore
 
     server = postgres_server()
     dsn = server.create_schema()
     store = PostgresStore(dsn)
     try:
-        saved = list(storage_postgres.MIGRATIONS)
-        storage_postgres.MIGRATIONS[:] = saved[:11]
-        try:
-            assert await store.migrate() == list(range(1, 12))
-        finally:
-            storage_postgres.MIGRATIONS[:] = saved
+        await postgres_migrated_to(store, 11)
         leaves, nodes = _old_rows()
 
         async def seed() -> None:

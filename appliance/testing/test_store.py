@@ -15,6 +15,7 @@ from grantd.plugins.storage_sqlite import SQLiteStore
 from grantd.store import StoreError
 
 from .factories import NOW, agent, first_page, grant, key, lapse
+from .migrated import sqlite_migrated_to
 
 pytestmark = pytest.mark.anyio
 
@@ -153,12 +154,7 @@ async def test_sqlite_migration_3_upgrades_a_released_database(tmp_path):
     store = SQLiteStore(path)
     try:
         with store._db.write():
-            store._db.conn.execute(
-                "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT, applied_at INTEGER)"
-            )
-            for version, name, migration in storage_sqlite.MIGRATIONS[:2]:
-                migration(store.db)
-                store._db.conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 0)", (version, name))
+            sqlite_migrated_to(store, 2)
         conn.execute("INSERT INTO signing_keys VALUES ('old', 'EdDSA', 'PRIVATE', '{}', 1, 2)")
         conn.execute("INSERT INTO signing_keys VALUES ('new', 'EdDSA', 'PRIVATE', '{}', 3, NULL)")
         bot = agent("bot")
