@@ -354,3 +354,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(SYSTEM_TIER) or "[postgres" in item.nodeid:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[pg.Postgres]:
+    """A private PostgreSQL server for the module (tests/support/postgres.py)."""
+    pg.require()
+    started = pg.Postgres().start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def pg_dsn(own_postgres: pg.Postgres) -> Iterator[str]:
+    """A fresh schema on it, dropped after the test."""
+    made = own_postgres.create_schema()
+    yield made
+    own_postgres.drop_schema(made)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,21 +21,6 @@ from grantd.store import Conflict
 from grantd.testing.factories import NOW, grant, lapse
 
 pytest.importorskip("psycopg")
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[pg.Postgres]:
-    pg.require()
-    started = pg.Postgres().start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def dsn(server: pg.Postgres) -> Iterator[str]:
-    made = server.create_schema()
-    yield made
-    server.drop_schema(made)
 
 
 def _open(dsn: str, pool_size: int = 4) -> Any:
@@ -85,9 +69,9 @@ def _events(store: Any) -> list[Any]:
 
 
 def test_calls_on_the_serving_loop_use_its_own_connections_and_close_closes_them_there(
-    server: pg.Postgres, dsn: str
+    own_postgres: pg.Postgres, pg_dsn: str
 ) -> None:
-    store = _open(dsn)
+    store = _open(pg_dsn)
     app_name = store._db.app_name
 
     async def serve() -> None:
@@ -102,13 +86,13 @@ def test_calls_on_the_serving_loop_use_its_own_connections_and_close_closes_them
         store.close()  # synchronous, from within the loop: as after_server_stop calls it
 
     asyncio.run(serve())
-    assert _gone(server, app_name)  # every connection closed for real
+    assert _gone(own_postgres, app_name)  # every connection closed for real
     store.close()  # twice is harmless
 
 
-def test_a_store_used_from_other_loops_still_works_after_serving_elsewhere(dsn: str) -> None:
+def test_a_store_used_from_other_loops_still_works_after_serving_elsewhere(pg_dsn: str) -> None:
     """The CLI's several asyncio.run and tests call from loops that are not the serving one."""
-    store = _open(dsn)
+    store = _open(pg_dsn)
     try:
         asyncio.run(store.migrate())
 
@@ -127,8 +111,10 @@ def test_a_store_used_from_other_loops_still_works_after_serving_elsewhere(dsn: 
         store.close()
 
 
-def test_exactly_one_of_concurrent_transitions_wins_on_the_serving_loop_and_across_stores(dsn: str) -> None:
-    store, other = _open(dsn, pool_size=6), _open(dsn, pool_size=6)
+def test_exactly_one_of_concurrent_transitions_wins_on_the_serving_loop_and_across_stores(
+    pg_dsn: str,
+) -> None:
+    store, other = _open(pg_dsn, pool_size=6), _open(pg_dsn, pool_size=6)
     try:
         asyncio.run(store.migrate())
 
@@ -157,8 +143,8 @@ def test_exactly_one_of_concurrent_transitions_wins_on_the_serving_loop_and_acro
         other.close()
 
 
-def test_a_conflict_or_a_lost_race_leaves_nothing_behind_and_the_connections_usable(dsn: str) -> None:
-    store = _open(dsn, pool_size=1)  # one connection: a transaction left open would show at once
+def test_a_conflict_or_a_lost_race_leaves_nothing_behind_and_the_connections_usable(pg_dsn: str) -> None:
+    store = _open(pg_dsn, pool_size=1)  # one connection: a transaction left open would show at once
     try:
         asyncio.run(store.migrate())
 
@@ -195,7 +181,7 @@ def test_a_conflict_or_a_lost_race_leaves_nothing_behind_and_the_connections_usa
             store.close()
 
         asyncio.run(serve())
-        reader = _open(dsn)
+        reader = _open(pg_dsn)
         try:
             assert [e["event"] for e in _events(reader)] == ["grant.created", "grant.denied"]
         finally:
@@ -204,8 +190,8 @@ def test_a_conflict_or_a_lost_race_leaves_nothing_behind_and_the_connections_usa
         store.close()
 
 
-def test_broken_connections_are_replaced(server: pg.Postgres, dsn: str) -> None:
-    store = _open(dsn, pool_size=2)
+def test_broken_connections_are_replaced(own_postgres: pg.Postgres, pg_dsn: str) -> None:
+    store = _open(pg_dsn, pool_size=2)
     try:
         asyncio.run(store.migrate())
 
@@ -213,7 +199,7 @@ def test_broken_connections_are_replaced(server: pg.Postgres, dsn: str) -> None:
             store.serving()
             await store.grants.create(grant("g1"), [])
             await asyncio.gather(store.grants.get("g1"), store.grants.get("g1"))
-            assert _terminate(server, store._db.app_name) >= 2  # the database restarted, say
+            assert _terminate(own_postgres, store._db.app_name) >= 2  # the database restarted, say
             await asyncio.sleep(0.2)
             failures = 0
             for _ in range(6):
@@ -233,9 +219,9 @@ def test_broken_connections_are_replaced(server: pg.Postgres, dsn: str) -> None:
 
 
 def test_events_of_another_node_wake_the_serving_loop_at_once_also_after_the_listener_reconnects(
-    server: pg.Postgres, dsn: str
+    own_postgres: pg.Postgres, pg_dsn: str
 ) -> None:
-    store, other = _open(dsn), _open(dsn)
+    store, other = _open(pg_dsn), _open(pg_dsn)
     try:
         asyncio.run(store.migrate())
 
@@ -252,15 +238,15 @@ def test_events_of_another_node_wake_the_serving_loop_at_once_also_after_the_lis
             store.serving()
             await store.grants.wait_for_events(30)  # connected: returns at once (anything may have happened)
             assert await woken_by("g1") < 5
-            assert _sessions(server, store._db.app_name, "LISTEN%"), "the serving loop listens"
-            assert _terminate(server, store._db.app_name, "LISTEN%") == 1
+            assert _sessions(own_postgres, store._db.app_name, "LISTEN%"), "the serving loop listens"
+            assert _terminate(own_postgres, store._db.app_name, "LISTEN%") == 1
             await store.grants.wait_for_events(30)  # the lost connection wakes it (the hub looks, then polls)
             await store.grants.wait_for_events(30)  # and so does the new one, within LISTEN_RETRY
             assert await woken_by("g2") < 5
             store.close()
 
         asyncio.run(serve())
-        assert _gone(server, store._db.app_name)
+        assert _gone(own_postgres, store._db.app_name)
     finally:
         store.close()
         other.close()
