@@ -547,13 +547,14 @@ class _VerifiedCache:
         self._entries: OrderedDict[bytes, tuple[dict[str, Any], str]] = OrderedDict()
 
     @staticmethod
-    def _key(token: str) -> bytes:
-        return token_digest(token)
+    def _key(token: str, digest: bytes | None) -> bytes:
+        """The entry's key: ``digest`` (``token_digest(token)``) when the caller has it."""
+        return token_digest(token) if digest is None else digest
 
     def get(self, token: str, now_s: int, digest: bytes | None = None) -> tuple[dict[str, Any], str] | None:
         """(claims, kid) of a remembered token that has not expired (``digest``: ``token_digest(token)``
         when the caller has it)."""
-        key = self._key(token) if digest is None else digest
+        key = self._key(token, digest)
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -564,13 +565,13 @@ class _VerifiedCache:
         return entry
 
     def discard(self, token: str, digest: bytes | None = None) -> None:
-        self._entries.pop(self._key(token) if digest is None else digest, None)
+        self._entries.pop(self._key(token, digest), None)
 
     def contains(self, token: str, digest: bytes | None = None) -> bool:
-        return (self._key(token) if digest is None else digest) in self._entries
+        return self._key(token, digest) in self._entries
 
     def put(self, token: str, claims: dict[str, Any], kid: str, digest: bytes | None = None) -> None:
-        key = self._key(token) if digest is None else digest
+        key = self._key(token, digest)
         self._entries[key] = (claims, kid)
         self._entries.move_to_end(key)
         while len(self._entries) > self.max_entries:
