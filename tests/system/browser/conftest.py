@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.chromium import close_within
 
 from conftest import ROOT, Server, make_server, unique_email
 
@@ -102,11 +103,35 @@ def playwright_instance() -> Iterator[Any]:
         yield p
 
 
+class Browsers:
+    """The module's Chromium, launched when first needed and again if it had to be killed
+    (``close_within``: a close Chromium never answered)."""
+
+    def __init__(self, playwright: Any):
+        self.playwright = playwright
+        self._browser: Any = None
+
+    def current(self) -> Any:
+        if self._browser is None or not self._browser.is_connected():
+            self._browser = self.playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
+        return self._browser
+
+    def new_context(self, **options: Any) -> Any:
+        return self.current().new_context(**options)
+
+    def close(self) -> None:
+        if self._browser is not None and self._browser.is_connected():
+            close_within(self._browser.close, "the browser")
+        self._browser = None
+
+
 @pytest.fixture(scope="module")
-def browser(playwright_instance: Any) -> Iterator[Any]:
-    browser = playwright_instance.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-    yield browser
-    browser.close()
+def browser(playwright_instance: Any) -> Iterator[Browsers]:
+    browsers = Browsers(playwright_instance)
+    yield browsers
+    browsers.close()
 
 
 @dataclass
@@ -201,7 +226,7 @@ class Person:
 
 
 @pytest.fixture
-def new_person(browser: Any) -> Iterator[Any]:
+def new_person(browser: Browsers) -> Iterator[Any]:
     """``new_person(server, email=None, viewport=DESKTOP)``: a fresh browser context with a virtual
     authenticator (nothing registered yet)."""
     made: list[Person] = []
@@ -222,7 +247,7 @@ def new_person(browser: Any) -> Iterator[Any]:
     yield make
     for person in made:
         errors = [line for line in person.console if line.startswith(("pageerror", "error: Refused"))]
-        person.context.close()
+        close_within(person.context.close, "a browser context")
         assert not errors, errors  # no script errors, nothing the CSP refused
 
 
