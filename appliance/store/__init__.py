@@ -381,9 +381,10 @@ class RateStore(Protocol):
     async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
         """Add one to the counter of ``(key, window_start)`` (creating it at 1) and return the new
         count. Exactly one increment per call: N concurrent calls in any number of processes or
-        nodes return 1..N, each once — decide it inside the database (one
-        ``INSERT ... ON CONFLICT DO UPDATE SET count = count + 1 RETURNING count``), never by
-        reading then writing. The counter may be dropped once ``window_start + window_ms <= now``;
+        nodes return 1..N, each once — decide it in one step every process and node sees: inside
+        the database (one ``INSERT ... ON CONFLICT DO UPDATE SET count = count + 1 RETURNING
+        count``), or under a lock they all share (SQLite's table in shared memory beside its file),
+        never by an unguarded read then write. Counters need not survive a crash. The counter may be dropped once ``window_start + window_ms <= now``;
         drop ended windows cheaply as you go (an index on the end time), so counters of addresses
         seen once do not pile up."""
 

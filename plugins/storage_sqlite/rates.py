@@ -1,24 +1,53 @@
-"""Abuse-limit counters on SQLite (``grantd.store.Rates``)."""
+"""Abuse-limit counters on SQLite (``grantd.store.Rates``): in the shared-memory table beside the
+file (``counter_table``), and in the database's ``rate_counters`` when that table is full."""
 
 from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
 
 from grantd.store import RATE_SWEEP_EVERY_MS
 
 from .connection import _Database
+from .counter_table import CounterTable
 
 
 class SQLiteRates:
     def __init__(self, db: _Database):
         self._db = db
         self._swept_at: int | None = None  # `now` of this process's last drop of ended windows
+        self._table: CounterTable | None = None  # opened at the first hit (commands never count)
+
+    def _counters(self) -> CounterTable | None:
+        if self._table is None and self._db.path != ":memory:":
+            self._table = CounterTable(Path(self._db.path + "-limits"), self._database_until)
+        return self._table
+
+    def close(self) -> None:
+        if self._table is not None:
+            self._table.close()
+            self._table = None
 
     async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
-        # The upsert and its RETURNING decide the count inside the write lock: concurrent hits in
-        # any process each get a different count. Ended windows go in the same transaction (an
-        # index range on ends_at), at most once a second per process (issue 27: a statement less per
-        # counted request; a window that ended is dropped at most a second later, counts are unchanged).
+        table = self._counters()
+        if table is None:  # an in-memory database: one process, its own counters
+            return self._database_hit(key, window_start, window_ms, now)
+        return table.hit(key, window_start, window_ms, now, self._database_hit, self._database_count)
+
+    async def count(self, key: str, window_start: int) -> int:
+        table = self._counters()
+        if table is None:
+            return self._database_count(key, window_start)
+        return table.count(key, window_start, self._database_count)
+
+    # -- the database's counters (a full table; an in-memory database) -----------------------------
+    def _database_hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
+        # The upsert and its RETURNING decide the count inside the write lock. Ended windows go in
+        # the same transaction, at most once a second per process. Synchronous (SQLite's busy
+        # handler may block this thread): it runs under the counter table's lock, which no await
+        # may split, and only when that table is full for this key.
         sweep = self._swept_at is None or not 0 <= now - self._swept_at < RATE_SWEEP_EVERY_MS
-        async with self._db.awrite() as conn:
+        with self._db.write() as conn:
             if sweep:
                 conn.execute("DELETE FROM rate_counters WHERE ends_at <= ?", (now,))
                 self._swept_at = now
@@ -29,8 +58,16 @@ class SQLiteRates:
             ).fetchone()
         return int(row[0])
 
-    async def count(self, key: str, window_start: int) -> int:
+    def _database_count(self, key: str, window_start: int) -> int:
         row = self._db.one(
             "SELECT count FROM rate_counters WHERE key = ? AND window_start = ?", (key, window_start)
         )
         return int(row["count"]) if row else 0
+
+    def _database_until(self) -> int:
+        """When the database's live counters end (0: none), so that a new table continues them."""
+        try:
+            row = self._db.one("SELECT max(ends_at) AS until FROM rate_counters")
+        except sqlite3.OperationalError:  # not migrated yet: no counters
+            return 0
+        return int(row["until"] or 0) if row else 0

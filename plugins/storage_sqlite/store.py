@@ -184,6 +184,7 @@ class SQLiteStore:
             conn.close()
 
     def close(self) -> None:
+        self.rates.close()
         self._stop_checkpoints.set()
         if self._checkpointer is not None:
             self._checkpointer.join(timeout=5)

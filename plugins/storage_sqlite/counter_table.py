@@ -1,0 +1,140 @@
+"""The abuse-limit counters of D12 in a table of shared memory beside the SQLite file.
+
+Why: a counted request (verify, sign-in, a grant request, ``/token``) wrote its counter in the
+database: a write transaction of ~15-30 µs that also queued behind (and held up) every grant write
+for SQLite's one write lock, and made every other process re-read its page cache. Counters need
+no durability (a window lasts a minute; PostgreSQL keeps them UNLOGGED), only exactness across
+every process that opens the file. So they live in ``<database>-limits``: a fixed table of slots
+mapped into every process (``mmap``), changed only under an exclusive ``fcntl`` lock on that file,
+which the kernel releases if a process dies. A hit is one lock, a hash and one or two slots read
+and written: ~3-5 µs (docs/performance.md).
+
+Layout: a header (magic, a random hashing key, the latest ``now`` any hit saw, the end of the
+last counter kept in the database), then ``SLOTS`` slots of (key digest, window start, window end,
+count). A key's digest is a keyed BLAKE2b, so no caller can aim keys at another's slots; a key
+lives in one of ``PROBE`` slots from its home slot; a slot whose window ended is free.
+
+Exactness when the table is full: if all ``PROBE`` slots of a key hold live counters of other
+keys (tens of thousands of addresses within one window), the hit is counted in the database's
+``rate_counters`` table as before, still under the table's lock, and the header remembers until
+when such counters live; a key that later finds a free slot starts from its database count. So
+no flood of addresses can reset anyone's counter.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import mmap
+import os
+import secrets
+import struct
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from grantd.store.files import FILE_MODE, check_private
+
+MAGIC = b"grantd-limits-1\0"
+HEADER = struct.Struct("<16s16sqq")  # magic, hashing key, latest now, database counters live until
+SLOT = struct.Struct("<16sqqq")  # key digest, window start, window end, count
+HEADER_SIZE = 64
+SLOTS = 1 << 16  # 2.5 MiB of file; the pages never touched take no memory
+PROBE = 32
+_NOW_AT = 32  # offset of "latest now" in the header
+_FALLBACK_AT = 40  # offset of "database counters live until"
+_ANY = struct.Struct("<q")
+
+# the database's own counters (the table is full, or they were counted before this file existed)
+DatabaseHit = Callable[[str, int, int, int], int]  # (key, window start, window ms, now) -> count
+DatabaseCount = Callable[[str, int], int]
+
+
+class CounterTable:
+    def __init__(self, path: Path, database_until: Callable[[], int]):
+        """``database_until``: when the database's live counters end (read once, when this call
+        creates the file: counters counted there before it existed keep counting)."""
+        self._slots = SLOTS  # read at opening: the tests that fill a table make it smaller
+        size = HEADER_SIZE + self._slots * SLOT.size
+        check_private(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.fchmod(fd, FILE_MODE)
+            fcntl.lockf(fd, fcntl.LOCK_EX)
+            try:
+                if os.fstat(fd).st_size != size or os.pread(fd, len(MAGIC), 0) != MAGIC:
+                    os.ftruncate(fd, 0)  # a new file, or one of another layout: counters start over
+                    os.ftruncate(fd, size)
+                    header = HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until())
+                    os.pwrite(fd, header, 0)
+                self._map = mmap.mmap(fd, size)
+            finally:
+                fcntl.lockf(fd, fcntl.LOCK_UN)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._secret = bytes(self._map[16:32])
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self._fd)
+
+    @contextmanager
+    def _locked(self) -> Iterator[mmap.mmap]:
+        fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        try:
+            yield self._map
+        finally:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+
+    def _digest(self, key: str) -> tuple[bytes, int]:
+        digest = hashlib.blake2b(key.encode(), digest_size=16, key=self._secret).digest()
+        return digest, int.from_bytes(digest[:8], "little") % self._slots
+
+    def hit(
+        self,
+        key: str,
+        window_start: int,
+        window_ms: int,
+        now: int,
+        database: DatabaseHit,
+        count: DatabaseCount,
+    ) -> int:
+        digest, home = self._digest(key)
+        unpack, pack, slots = SLOT.unpack_from, SLOT.pack_into, self._slots
+        with self._locked() as table:
+            if _ANY.unpack_from(table, _NOW_AT)[0] < now:
+                _ANY.pack_into(table, _NOW_AT, now)
+            free = -1
+            for probe in range(PROBE):
+                at = HEADER_SIZE + ((home + probe) % slots) * SLOT.size
+                held, start, end, counted = unpack(table, at)
+                if end > now:
+                    if held == digest and start == window_start:
+                        pack(table, at, digest, start, end, counted + 1)
+                        return counted + 1
+                elif free < 0:
+                    free = at
+            database_until = _ANY.unpack_from(table, _FALLBACK_AT)[0]
+            if free < 0:  # every slot of this key is live: count it in the database
+                counted = database(key, window_start, window_ms, now)
+                if database_until < window_start + window_ms:
+                    _ANY.pack_into(table, _FALLBACK_AT, window_start + window_ms)
+                return counted
+            before = count(key, window_start) if database_until > now else 0
+            pack(table, free, digest, window_start, window_start + window_ms, before + 1)
+            return before + 1
+
+    def count(self, key: str, window_start: int, count: DatabaseCount) -> int:
+        digest, home = self._digest(key)
+        with self._locked() as table:
+            latest = _ANY.unpack_from(table, _NOW_AT)[0]
+            for probe in range(PROBE):
+                at = HEADER_SIZE + ((home + probe) % self._slots) * SLOT.size
+                held, start, end, counted = SLOT.unpack_from(table, at)
+                if held == digest and start == window_start and end > latest:
+                    return int(counted)
+            if _ANY.unpack_from(table, _FALLBACK_AT)[0] > latest:
+                return count(key, window_start)
+            return 0
