@@ -57,24 +57,53 @@ class CounterTable:
         self._slots = SLOTS  # read at opening: the tests that fill a table make it smaller
         size = HEADER_SIZE + self._slots * SLOT.size
         check_private(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        try:
-            os.fchmod(fd, FILE_MODE)
-            fcntl.lockf(fd, fcntl.LOCK_EX)
+        for _ in range(5):  # another process may replace the file between our open and our lock
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE)
             try:
-                if os.fstat(fd).st_size != size or os.pread(fd, len(MAGIC), 0) != MAGIC:
-                    os.ftruncate(fd, 0)  # a new file, or one of another layout: counters start over
-                    os.ftruncate(fd, size)
-                    header = HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until())
-                    os.pwrite(fd, header, 0)
-                self._map = mmap.mmap(fd, size)
-            finally:
-                fcntl.lockf(fd, fcntl.LOCK_UN)
-        except BaseException:
+                os.fchmod(fd, FILE_MODE)
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+                try:
+                    mapped = self._map_locked(fd, path, size, database_until)
+                finally:
+                    fcntl.lockf(fd, fcntl.LOCK_UN)
+            except BaseException:
+                os.close(fd)
+                raise
+            if mapped is not None:
+                self._fd, self._map = fd, mapped
+                self._secret = bytes(mapped[16:32])
+                return
             os.close(fd)
-            raise
-        self._fd = fd
-        self._secret = bytes(self._map[16:32])
+        raise OSError(f"{path}: replaced again and again while opening it")
+
+    @staticmethod
+    def _map_locked(fd: int, path: Path, size: int, database_until: Callable[[], int]) -> mmap.mmap | None:
+        """The table of the file ``fd`` (locked), made when it is new; None when ``path`` is now
+        another file (look again). A file of another layout (another grantd version) is replaced by
+        a new one under its name, never shrunk: a process that maps it would die of SIGBUS."""
+        found = os.fstat(fd)
+        try:
+            if os.stat(path).st_ino != found.st_ino:
+                return None
+        except FileNotFoundError:
+            return None
+        if found.st_size == 0:  # new: nobody maps an empty file
+            os.ftruncate(fd, size)
+            os.pwrite(fd, HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until()), 0)
+        elif found.st_size != size or os.pread(fd, len(MAGIC), 0) != MAGIC:
+            fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
+            new = os.open(
+                fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, FILE_MODE
+            )
+            try:
+                os.fchmod(new, FILE_MODE)
+                os.ftruncate(new, size)
+                os.pwrite(new, HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until()), 0)
+            finally:
+                os.close(new)
+            os.replace(fresh, path)
+            return None
+        return mmap.mmap(fd, size)
 
     def close(self) -> None:
         self._map.close()

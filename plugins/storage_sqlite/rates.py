@@ -3,13 +3,16 @@ file (``counter_table``), and in the database's ``rate_counters`` when that tabl
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
-from grantd.store import RATE_SWEEP_EVERY_MS
+from grantd.store import RATE_SWEEP_EVERY_MS, StoreError
 
 from .connection import _Database
 from .counter_table import CounterTable
+
+log = logging.getLogger(__name__)
 
 
 class SQLiteRates:
@@ -17,10 +20,19 @@ class SQLiteRates:
         self._db = db
         self._swept_at: int | None = None  # `now` of this process's last drop of ended windows
         self._table: CounterTable | None = None  # opened at the first hit (commands never count)
+        self._no_table = db.path == ":memory:"  # an in-memory database: one process, its own counters
 
     def _counters(self) -> CounterTable | None:
-        if self._table is None and self._db.path != ":memory:":
-            self._table = CounterTable(Path(self._db.path + "-limits"), self._database_until)
+        """The shared table, or None: then the database counts (exact as well, only dearer). A
+        table that cannot be opened (its file is another user's, loose, or not a file) is said
+        once in the log, and never used: a file someone else may write could move counters."""
+        if self._table is None and not self._no_table:
+            path = Path(self._db.path + "-limits")
+            try:
+                self._table = CounterTable(path, self._database_until)
+            except (OSError, ValueError, StoreError) as exc:
+                self._no_table = True
+                log.warning("abuse-limit counters: cannot use %s (%s); counting in the database", path, exc)
         return self._table
 
     def close(self) -> None:
@@ -30,7 +42,7 @@ class SQLiteRates:
 
     async def hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:
         table = self._counters()
-        if table is None:  # an in-memory database: one process, its own counters
+        if table is None:
             return self._database_hit(key, window_start, window_ms, now)
         return table.hit(key, window_start, window_ms, now, self._database_hit, self._database_count)
 

@@ -80,3 +80,34 @@ async def test_a_loose_file_is_made_private_and_one_of_another_layout_starts_ove
         assert await again.rates.hit("k", 0, 60_000, 2) == 2
     finally:
         again.close()
+
+
+async def test_a_file_of_another_layout_is_replaced_under_its_name_while_mapped_ones_go_on(
+    store, tmp_path, monkeypatch
+):
+    assert await store.rates.hit("k", 0, 60_000, 1) == 1  # this process maps the table of 65,536 slots
+    monkeypatch.setattr(counter_table, "SLOTS", counter_table.PROBE)
+    other = SQLiteStore(tmp_path / "g.db")  # "another version": another layout under the same name
+    try:
+        assert await other.rates.hit("k", 0, 60_000, 2) == 1  # a new table, the counters start over
+        assert (
+            tmp_path / "g.db-limits"
+        ).stat().st_size == counter_table.HEADER_SIZE + 32 * counter_table.SLOT.size
+        # the first process's map was not shrunk under it (that would be SIGBUS): it goes on counting
+        assert await store.rates.hit("k", 0, 60_000, 3) == 2
+    finally:
+        other.close()
+    assert not list(tmp_path.glob("*.new"))
+
+
+async def test_a_table_that_cannot_be_opened_leaves_the_counting_to_the_database(tmp_path, caplog):
+    (tmp_path / "g.db-limits").mkdir()  # not a file
+    store = SQLiteStore(tmp_path / "g.db")
+    await store.migrate()
+    try:
+        assert [await store.rates.hit("k", 0, 60_000, 1) for _ in range(2)] == [1, 2]
+        assert database_count(store, "k") == 2
+        assert await store.rates.count("k", 0) == 2
+        assert "cannot use" in caplog.text and "g.db-limits" in caplog.text
+    finally:
+        store.close()
