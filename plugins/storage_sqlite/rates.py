@@ -12,7 +12,7 @@ from grantd.store import RATE_SWEEP_EVERY_MS, StoreError
 from .connection import _Database
 from .counter_table import CounterTable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("grantd")  # configured by grantd.logs (it does not propagate to the root)
 
 
 class SQLiteRates:
