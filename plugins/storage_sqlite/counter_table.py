@@ -23,14 +23,16 @@ no flood of addresses can reset anyone's counter.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import hashlib
 import mmap
 import os
 import secrets
+import sqlite3
 import struct
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from grantd.store.files import FILE_MODE, check_private
@@ -44,6 +46,7 @@ PROBE = 32
 _NOW_AT = 32  # offset of "latest now" in the header
 _FALLBACK_AT = 40  # offset of "database counters live until"
 _ANY = struct.Struct("<q")
+LOCK_WAIT_S = 10.0  # as long as a write waits for SQLite's lock (connection.BUSY_TIMEOUT_MS)
 
 # the database's own counters (the table is full, or they were counted before this file existed)
 DatabaseHit = Callable[[str, int, int, int], int]  # (key, window start, window ms, now) -> count
@@ -109,19 +112,34 @@ class CounterTable:
         self._map.close()
         os.close(self._fd)
 
-    @contextmanager
-    def _locked(self) -> Iterator[mmap.mmap]:
-        fcntl.lockf(self._fd, fcntl.LOCK_EX)
-        try:
-            yield self._map
-        finally:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+    async def _lock(self) -> mmap.mmap:
+        """The table's lock, waited for with ``asyncio.sleep``: a holder descheduled (or stopped)
+        in the middle of its few microseconds must not freeze this process's event loop in the
+        kernel. The caller changes the table and unlocks without awaiting in between, so no other
+        task of this process (``fcntl`` locks are per process) can come in."""
+        delay, deadline = 0.0001, 0.0
+        while True:
+            try:
+                fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self._map
+            except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another process holds it
+                now = time.monotonic()
+                deadline = deadline or now + LOCK_WAIT_S
+                if now > deadline:
+                    raise sqlite3.OperationalError(
+                        f"abuse-limit counters are locked (waited {LOCK_WAIT_S:.0f} s)"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.001)
+
+    def _unlock(self) -> None:
+        fcntl.lockf(self._fd, fcntl.LOCK_UN)
 
     def _digest(self, key: str) -> tuple[bytes, int]:
         digest = hashlib.blake2b(key.encode(), digest_size=16, key=self._secret).digest()
         return digest, int.from_bytes(digest[:8], "little") % self._slots
 
-    def hit(
+    async def hit(
         self,
         key: str,
         window_start: int,
@@ -132,7 +150,8 @@ class CounterTable:
     ) -> int:
         digest, home = self._digest(key)
         unpack, pack, slots = SLOT.unpack_from, SLOT.pack_into, self._slots
-        with self._locked() as table:
+        table = await self._lock()
+        try:
             if _ANY.unpack_from(table, _NOW_AT)[0] < now:
                 _ANY.pack_into(table, _NOW_AT, now)
             free = -1
@@ -154,10 +173,13 @@ class CounterTable:
             before = count(key, window_start) if database_until > now else 0
             pack(table, free, digest, window_start, window_start + window_ms, before + 1)
             return before + 1
+        finally:
+            self._unlock()
 
-    def count(self, key: str, window_start: int, count: DatabaseCount) -> int:
+    async def count(self, key: str, window_start: int, count: DatabaseCount) -> int:
         digest, home = self._digest(key)
-        with self._locked() as table:
+        table = await self._lock()
+        try:
             latest = _ANY.unpack_from(table, _NOW_AT)[0]
             for probe in range(PROBE):
                 at = HEADER_SIZE + ((home + probe) % self._slots) * SLOT.size
@@ -167,3 +189,5 @@ class CounterTable:
             if _ANY.unpack_from(table, _FALLBACK_AT)[0] > latest:
                 return count(key, window_start)
             return 0
+        finally:
+            self._unlock()

@@ -44,13 +44,13 @@ class SQLiteRates:
         table = self._counters()
         if table is None:
             return self._database_hit(key, window_start, window_ms, now)
-        return table.hit(key, window_start, window_ms, now, self._database_hit, self._database_count)
+        return await table.hit(key, window_start, window_ms, now, self._database_hit, self._database_count)
 
     async def count(self, key: str, window_start: int) -> int:
         table = self._counters()
         if table is None:
             return self._database_count(key, window_start)
-        return table.count(key, window_start, self._database_count)
+        return await table.count(key, window_start, self._database_count)
 
     # -- the database's counters (a full table; an in-memory database) -----------------------------
     def _database_hit(self, key: str, window_start: int, window_ms: int, now: int) -> int:

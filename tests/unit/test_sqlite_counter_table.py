@@ -5,9 +5,12 @@ starts over. (Exactness across processes: the contract's test_processes.)"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,39 @@ async def test_a_table_that_cannot_be_opened_leaves_the_counting_to_the_database
     finally:
         grantd_log.removeHandler(caplog.handler)
         store.close()
+
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(30)
+"""
+
+
+async def test_a_process_stuck_holding_the_table_does_not_freeze_the_event_loop(store, tmp_path):
+    assert await store.rates.hit("k", 0, 60_000, 1) == 1  # the table exists
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "g.db-limits")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            for _ in range(30):
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        waiting = asyncio.ensure_future(store.rates.hit("k", 0, 60_000, 2))
+        await tick()  # the loop runs while the hit waits for the lock
+        assert ticks == 30 and not waiting.done()
+        holder.kill()  # a dead holder's lock is released by the kernel
+        holder.wait()
+        assert await asyncio.wait_for(waiting, 5) == 2
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
