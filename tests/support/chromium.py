@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable
-from pathlib import Path
+
+from conftest import ROOT
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.server import process_tree  # noqa: E402 - the bench's /proc walk, one copy
 
 CLOSE_WITHIN_S = 30.0
 
@@ -26,36 +33,16 @@ class ChromiumHung(UserWarning):
     """Chromium did not answer a close in time and was killed."""
 
 
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        parent = int(stat.rsplit(")", 1)[1].split()[1])  # after "(comm)": state, then the parent's pid
-        found.setdefault(parent, []).append(int(entry))
-    return found
-
-
 def chromium_pids(root: int | None = None) -> list[int]:
     """The Chromium processes below ``root`` (default: this process; Playwright's driver is its
     child and Chromium the driver's)."""
-    children = _children()
-    below, todo = [], [os.getpid() if root is None else root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            below.append(child)
-            todo.append(child)
     pids = []
-    for pid in below:
+    for pid in process_tree(os.getpid() if root is None else root):
         try:
             if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("chromium"):
                 pids.append(pid)
         except OSError:
-            continue
+            continue  # ended meanwhile
     return pids
 
 
