@@ -53,6 +53,11 @@ DatabaseHit = Callable[[str, int, int, int], int]  # (key, window start, window 
 DatabaseCount = Callable[[str, int], int]
 
 
+def _new_header(database_until: Callable[[], int]) -> bytes:
+    """A new table's header: a new hashing key, no hit seen yet, the database's live counters."""
+    return HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until())
+
+
 class CounterTable:
     def __init__(self, path: Path, database_until: Callable[[], int]):
         """``database_until``: when the database's live counters end (read once, when this call
@@ -92,7 +97,7 @@ class CounterTable:
             return None
         if found.st_size == 0:  # new: nobody maps an empty file
             os.ftruncate(fd, size)
-            os.pwrite(fd, HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until()), 0)
+            os.pwrite(fd, _new_header(database_until), 0)
         elif found.st_size != size or os.pread(fd, len(MAGIC), 0) != MAGIC:
             fresh = path.with_name(f"{path.name}.{os.getpid()}.new")
             new = os.open(
@@ -101,7 +106,7 @@ class CounterTable:
             try:
                 os.fchmod(new, FILE_MODE)
                 os.ftruncate(new, size)
-                os.pwrite(new, HEADER.pack(MAGIC, secrets.token_bytes(16), 0, database_until()), 0)
+                os.pwrite(new, _new_header(database_until), 0)
             finally:
                 os.close(new)
             os.replace(fresh, path)
