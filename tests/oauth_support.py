@@ -181,6 +181,7 @@ class MetadataServer:
         self.document: dict[str, Any] = {}
         self.hits = 0
         self.hosts: list[str] = []
+        self.paths: list[str] = []  # of the requests ``hits`` counts
         self.callbacks: list[str] = []
         owner = self
 
@@ -197,6 +198,7 @@ class MetadataServer:
                     return
                 owner.hits += 1
                 owner.hosts.append(self.headers.get("Host", ""))
+                owner.paths.append(self.path)
                 if owner.mode == "redirect":
                     self.send_response(302)
                     self.send_header("Location", f"http://127.0.0.1:{owner.port}/elsewhere")
