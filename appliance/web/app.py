@@ -55,8 +55,8 @@ APP_NAME = "grantd"
 
 class GrantdApp(Sanic):
     """Sanic, whose ``stop`` goes through the process's stopper when it has one
-    (``grantd.web.processes.Stopper``): Sanic's own signal handler calls ``app.stop()``, and can do
-    so before the stopper has taken the signals over, where a plain stop can be lost."""
+    (``grantd.web.stopping.Stopper``): a plain ``loop.stop()`` while Sanic still starts can be used
+    up by one of its ``run_until_complete`` calls, and the server then serves on."""
 
     def stop(self, terminate: bool = True, unregister: bool = False) -> None:
         stopper = self.ctx.stopper if isinstance(self.ctx, ProcessState) else None

@@ -49,6 +49,7 @@ from grantd.web.children import die_with_parent as _die_with_parent
 from grantd.web.children import log_failure as _log_failure
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
+from grantd.web.stopping import EarlyStop, Stopper
 
 log = logging.getLogger(LOGGER)
 
@@ -59,20 +60,6 @@ ORPHAN_CHECK_EVERY = 1.0  # seconds: a process whose first process is gone stops
 MAX_RESTARTS = 5  # replaced crashed processes per RESTART_WINDOW before the server gives up
 RESTART_WINDOW = 60.0
 READY = b"r"
-
-
-class EarlyStop:
-    """Holds SIGTERM/SIGINT from the end of the checks until the server's own handlers exist: the
-    default action would kill this process while it starts the others; a held signal stops the
-    start instead."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._hold)
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        self.requested = True
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -228,128 +215,6 @@ def _describe(code: int) -> str:
     return f"code {code}"
 
 
-class Stopper:
-    """SIGTERM/SIGINT stop one single-process Sanic server, however early they come; a second
-    signal calls ``on_second`` (kill at once).
-
-    Sanic's own handler calls ``app.stop()``, i.e. ``loop.stop()``. Under uvloop, a stop that lands
-    while Sanic still runs the after-start listeners (inside ``loop.run_until_complete``) is used
-    up by that call, and the server then serves for ever: seen in CI when SIGTERM came the moment a
-    server became ready. So the stop is repeated every ``RETRY`` s until Sanic's shutdown has begun
-    (the first before-stop listener says so). Sanic installs its handler just before the
-    after-start listeners, where ours replace it; a signal in between reaches ``app.stop``, which
-    is therefore this stopper's too.
-
-    A stop that lands while the after-start listeners still run (a plugin's, or the storage's) is
-    held until the last of them has returned (issue 20 item 2): ``loop.stop()`` inside that
-    ``run_until_complete`` ended it with "Event loop stopped before Future completed", and the
-    stop became a failed start (exit 1, no graceful shutdown).
-
-    The signals are taken with ``signal.signal``, not ``loop.add_signal_handler``: uvloop hears a
-    signal only while the loop runs (its self-pipe is the wakeup fd only then); one that lands
-    between two of Sanic's ``run_until_complete`` calls (after the after-start listeners, before
-    ``run_forever``: "Worker ready" is logged there) was parked in the loop and never acted on, so
-    the server served on (1 of 60 CI runs signalled near "ready"). A Python handler runs between
-    any two bytecodes whether or not the loop runs, and hands the stop to the loop with
-    ``call_soon_threadsafe``, which the loop runs as soon as it runs again. A signal parked by
-    Sanic's own uvloop handler before ours were in place is flushed out (``_wake_the_loop``)."""
-
-    RETRY = 0.25
-
-    def __init__(
-        self, app: Any, *, early: EarlyStop | None = None, grace: float = 0.0, on_second: Any = None
-    ):
-        self.app = app
-        self.early = early
-        self.grace = grace
-        self.on_second = on_second
-        self.signals = 0
-        self.requested = False
-        self.shutting_down = False
-        self.started = False  # every after-start listener has returned
-        self.loop: Any = None
-        state_of(
-            app
-        ).stopper = self  # grantd.web.app.GrantdApp.stop, which Sanic's own signal handler calls, asks us
-        # Priorities: take the signals before any other after-start listener runs, learn when the
-        # last one has returned, and learn that the shutdown began before any other before-stop
-        # listener awaits.
-        app.after_server_start(self._take_signals, priority=10_000)
-        app.after_server_start(self._after_start_done, priority=-10_000)
-        app.before_server_stop(self._shutdown_began, priority=10_000)
-
-    async def _take_signals(self, app: Any) -> None:
-        import asyncio
-
-        self.loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._os_signal)
-        _wake_the_loop()
-        if self.early is not None and self.early.requested:  # the loop's handlers replace its hold
-            log.info("stop signal received while starting: stopping")
-            self.stop()
-
-    async def _after_start_done(self, app: Any) -> None:
-        self.started = True
-        if self.requested:  # held while the after-start listeners ran
-            self._stop_until_it_stops()
-
-    async def _shutdown_began(self, app: Any) -> None:
-        self.shutting_down = True
-
-    def _os_signal(self, signum: int, frame: Any) -> None:
-        """The process's handler (between two bytecodes of the main thread, the loop running or
-        not): a second signal acts at once, the first is handed to the loop."""
-        self.signals += 1
-        if self.signals > 1:
-            if self.on_second is not None:
-                self.on_second(signum)
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
-            self.loop.call_soon_threadsafe(self.on_signal, signum)
-
-    def on_signal(self, signum: int) -> None:
-        """The first stop signal, on the loop."""
-        log.info(
-            "received %s: stopping (in-flight requests get %s s)", signal.Signals(signum).name, self.grace
-        )
-        self.stop()
-
-    def stop_asked(self) -> None:
-        """``app.stop()``: Sanic's handler of a signal that came before ours were in place, or code
-        that stops the app."""
-        if not self.requested:
-            log.info("stop requested: stopping (in-flight requests get %s s)", self.grace)
-        self.stop()
-
-    def stop(self) -> None:
-        """Stop the server (also when not asked by a signal: the group stops itself this way)."""
-        if self.requested:
-            return  # already repeating until the shutdown begins (or held until the start is done)
-        self.requested = True
-        if self.started:
-            self._stop_until_it_stops()
-
-    def _stop_until_it_stops(self) -> None:
-        import asyncio
-
-        if self.shutting_down:
-            return
-        Sanic.stop(self.app, terminate=False)
-        (self.loop or asyncio.get_event_loop()).call_later(self.RETRY, self._stop_until_it_stops)
-
-
-def _wake_the_loop() -> None:
-    """A null byte on the running uvloop's self-pipe (the signal wakeup fd): the loop then acts on
-    any signal its own handler parked while it was not running (Sanic registers one just before
-    the after-start listeners). The loop ignores the byte itself."""
-    fd = signal.set_wakeup_fd(-1)
-    signal.set_wakeup_fd(fd, warn_on_full_buffer=False)
-    if fd != -1:
-        with contextlib.suppress(OSError):  # a full pipe already wakes the loop
-            os.write(fd, b"\0")
-
-
 def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
     """The first process's part: watch the others while serving, take the stop signals, stop the
     others with this server and wait for them."""
@@ -395,11 +260,12 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     import asyncio
 
     _die_with_parent(parent)
+    early = EarlyStop()
     app = create_app_from_path(config_path)
     state_of(app).inline_sequencer = not separate_sequencer(state_of(app).config)
     sock = socket.socket(fileno=fd)
-    app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
-    stopper = Stopper(app, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
+    app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
+    stopper = Stopper(app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
 
     @app.after_server_start
     async def say_ready(app: Sanic) -> None:
@@ -454,7 +320,8 @@ def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
     @app.after_server_start
     async def start_watching(app: Sanic) -> None:
         # Started here, once this process's stop signals are handled (Stopper takes them first): a
-        # SIGTERM before that ends this process at once, and no child of it is running yet.
+        # SIGTERM before that was held and stops the start (grantd.web.stopping), with no child of
+        # this process running yet.
         sequencer.start()
         state_of(app).sequencer_watch = asyncio.get_running_loop().create_task(
             watch(), name="grantd-sequencer-watch"
@@ -479,7 +346,7 @@ def serve(config: Config, *, checked: bool = False) -> None:
         log.warning("the bundle serves in one process; [server] workers = %d is ignored", workers)
     assert config.path is not None
     metrics_dir = metrics_api.prepare_process_dir(config, multiprocess=not single)
-    early = None if single else EarlyStop()
+    early = EarlyStop()
     group = None
     sequencer = SequencerProcess(str(config.path)) if separate_sequencer(config) else None
     grace = float(config.server.graceful_shutdown_timeout)
@@ -495,13 +362,13 @@ def serve(config: Config, *, checked: bool = False) -> None:
                 single_process=True,
                 access_log=False,
                 motd=False,
+                register_sys_signals=False,
             )
-            Stopper(app, grace=grace)
+            Stopper(app, early=early, grace=grace)
         else:
-            assert early is not None
             sock = listen_socket(config.server.host, config.server.port)
             group = ProcessGroup(str(config.path), sock, workers - 1, grace)
-            app.prepare(sock=sock, single_process=True, access_log=False, motd=False)
+            app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
             attach(app, group, early)
         log.info(
             "grantd listening on http://%s:%s (issuer %s, %d process%s)",
@@ -511,7 +378,7 @@ def serve(config: Config, *, checked: bool = False) -> None:
             1 if single else workers,
             "" if single else "es",
         )
-        if early is not None and early.requested:
+        if early.requested:
             log.info("stopped before the server started")
             return
         if group is not None:

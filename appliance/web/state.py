@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # only types: these modules import this one
     from grantd.services.context import Services
     from grantd.sp.login import SpLogin
     from grantd.web.api.metrics import Metrics
-    from grantd.web.processes import Stopper
+    from grantd.web.stopping import Stopper
 
 
 @dataclass(eq=False)
