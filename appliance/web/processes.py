@@ -49,7 +49,7 @@ from grantd.web.children import die_with_parent as _die_with_parent
 from grantd.web.children import log_failure as _log_failure
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
-from grantd.web.stopping import EarlyStop, Stopper
+from grantd.web.stopping import EarlyStop, Stopper, exit_now
 
 log = logging.getLogger(LOGGER)
 
@@ -221,9 +221,8 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
     import asyncio
 
     def kill_all(signum: int) -> None:
-        log.warning("second stop signal: killing every server process now")
         group.kill()
-        os._exit(128 + signum)
+        exit_now(signum)
 
     stopper = Stopper(app, early=early, grace=group.grace, on_second=kill_all)
 
@@ -368,7 +367,9 @@ def serve(config: Config, *, checked: bool = False) -> None:
         else:
             sock = listen_socket(config.server.host, config.server.port)
             group = ProcessGroup(str(config.path), sock, workers - 1, grace)
-            app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
+            app.prepare(
+                sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False
+            )
             attach(app, group, early)
         log.info(
             "grantd listening on http://%s:%s (issuer %s, %d process%s)",

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from sanic import Sanic
@@ -58,7 +60,7 @@ def keep_sanic_from_ignoring_stop_signals() -> None:
         return current(signum, handler)
 
     signal_func.keeps_stop_signals = True  # type: ignore[attr-defined]
-    runners.signal_func = signal_func
+    setattr(runners, "signal_func", signal_func)  # noqa: B010 - a module global of Sanic's, typed as signal.signal
 
 
 class EarlyStop:
@@ -73,12 +75,21 @@ class EarlyStop:
             signal.signal(signum, self._hold)
 
     def _hold(self, signum: int, frame: Any) -> None:
+        if self.requested:  # a second one: the start (a long migration, a slow plugin) is not waited for
+            exit_now(signum)
         self.requested = True
+
+
+def exit_now(signum: int) -> None:
+    """A second stop signal: this process ends at once (the processes it started get SIGTERM from the
+    kernel, ``PR_SET_PDEATHSIG``). What it wrote is safe: every write is a database transaction."""
+    log.warning("second stop signal: exiting now, without waiting for in-flight requests")
+    os._exit(128 + signum)
 
 
 class Stopper:
     """SIGTERM/SIGINT stop one single-process Sanic server (``app.prepare(...,
-    register_sys_signals=False)``); a second signal calls ``on_second`` (kill at once).
+    register_sys_signals=False)``); a second signal calls ``on_second`` (by default ``exit_now``).
 
     The first after-start listener takes the signals over from ``early`` (and stops at once if it
     held one). A stop that comes while the after-start listeners still run (a plugin's, or the
@@ -88,7 +99,9 @@ class Stopper:
 
     RETRY = 0.25
 
-    def __init__(self, app: Any, *, early: EarlyStop, grace: float = 0.0, on_second: Any = None):
+    def __init__(
+        self, app: Any, *, early: EarlyStop, grace: float = 0.0, on_second: Callable[[int], None] = exit_now
+    ):
         self.app = app
         self.early = early
         self.grace = grace
@@ -129,9 +142,8 @@ class Stopper:
         """The process's handler (between two bytecodes of the main thread, the loop running or
         not): a second signal acts at once, the first is handed to the loop."""
         self.signals += 1
-        if self.signals > 1:
-            if self.on_second is not None:
-                self.on_second(signum)
+        if self.signals > 1 or self.early.requested:  # a second one (the first may have been held)
+            self.on_second(signum)
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
             self.loop.call_soon_threadsafe(self.on_signal, signum)

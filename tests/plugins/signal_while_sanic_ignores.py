@@ -23,7 +23,12 @@ def _wrap(inner):  # type: ignore[no-untyped-def]
     def signal_func(signum, handler):  # type: ignore[no-untyped-def]
         global _sent
         result = inner(signum, handler)
-        if signum == signal.SIGTERM and handler == signal.SIG_IGN and not _sent and "--ready-fd" not in sys.argv:
+        if (
+            signum == signal.SIGTERM
+            and handler == signal.SIG_IGN
+            and not _sent
+            and "--ready-fd" not in sys.argv
+        ):
             _sent = True
             logging.getLogger("grantd").warning("test plugin: SIGTERM sent where Sanic ignores it")
             os.kill(os.getpid(), signal.SIGTERM)

@@ -566,7 +566,9 @@ def test_sigterm_near_ready_is_never_lost_in_many_tries(tmp_path: Path, workers:
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_while_sanic_sets_the_stop_signals_to_ignored_is_not_lost(tmp_path: Path, workers: int) -> None:
+def test_sigterm_while_sanic_sets_the_stop_signals_to_ignored_is_not_lost(
+    tmp_path: Path, workers: int
+) -> None:
     """Stop 15: Sanic's start-up sets SIGTERM and SIGINT to SIG_IGN before it would install its own
     handlers; a SIGTERM in between was discarded by the kernel and the server served on (1 start in
     about 200 in CI). A plugin sends one from exactly there: the server stops, gracefully."""
@@ -599,6 +601,81 @@ def test_sigterm_while_sanic_sets_the_stop_signals_to_ignored_is_not_lost(tmp_pa
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def _popen_serve(srv: Server, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*srv.command, "serve", "--config", str(srv.config_path)],
+        cwd=srv.directory,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=srv.env,
+        start_new_session=True,
+    )
+
+
+def _ends_at_once(srv: Server, proc: subprocess.Popen[bytes]) -> None:
+    """A second SIGTERM: the process exits well within the grace (128 + 15), nothing of it is left."""
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(GRACE)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a second SIGTERM did not end the server within {GRACE} s:\n{srv.log()}")
+    assert time.monotonic() - sent < GRACE / 2, srv.log()
+    assert code == 128 + signal.SIGTERM, srv.log()
+    assert "second stop signal: exiting now" in srv.log(), srv.log()
+    assert _group_gone(proc.pid), f"processes left behind:\n{srv.log()}"
+    assert not _listening_sockets(srv.port), srv.log()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_sigterm_while_starting_ends_the_process_at_once(tmp_path: Path, workers: int) -> None:
+    """The first stop signal while the server starts is held until it runs (a stop, not a half-made
+    start); the start may be long (a migration, a slow plugin), and a second one does not wait for it."""
+    srv = make_server(tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["slow_start"]\n')
+    with open(srv.log_path, "wb") as log:
+        proc = _popen_serve(srv, log)
+        try:
+            _wait_for(
+                lambda: list(srv.directory.glob("slow-start-*")), 60, "the start never reached the plugin"
+            )
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            assert proc.poll() is None, f"the first SIGTERM was not held:\n{srv.log()}"
+            _ends_at_once(srv, proc)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def _ask_slowly(srv: Server) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the server is stopped under it
+        httpx.get(f"{srv.url}/slow-route/sleep", timeout=30)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_sigterm_while_requests_drain_ends_the_server_at_once(tmp_path: Path, workers: int) -> None:
+    """The first SIGTERM gives in-flight requests the grace; a second one does not wait for them, in
+    any of the server's processes."""
+    srv = make_server(tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["slow_route"]\n')
+    with open(srv.log_path, "wb") as log:
+        proc = _popen_serve(srv, log)
+        try:
+            _wait_ready(srv)
+            if workers > 1:
+                _wait_for_log(srv, "all 2 server processes serving")
+            threading.Thread(target=_ask_slowly, args=(srv,), daemon=True).start()
+            _wait_for(lambda: list(srv.directory.glob("slow-route-*")), 10, "the slow request never arrived")
+            proc.send_signal(signal.SIGTERM)
+            _wait_for_log(srv, "received SIGTERM: stopping")
+            assert proc.poll() is None, f"nothing waited for the in-flight request:\n{srv.log()}"
+            _ends_at_once(srv, proc)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
