@@ -83,7 +83,7 @@ class EarlyStop:
 def exit_now(signum: int) -> None:
     """A second stop signal: this process ends at once (the processes it started get SIGTERM from the
     kernel, ``PR_SET_PDEATHSIG``). What it wrote is safe: every write is a database transaction."""
-    log.warning("second stop signal: exiting now, without waiting for in-flight requests")
+    log.warning("second stop signal: exiting now, without a graceful stop")
     os._exit(128 + signum)
 
 
