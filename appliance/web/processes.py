@@ -314,7 +314,16 @@ def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
     async def watch() -> None:
         while True:
             await asyncio.sleep(SUPERVISE_EVERY)
-            sequencer.check()
+            dead = sequencer.check()
+            services = state_of(app).services
+            audit = services.audit if services is not None else None
+            if dead is not None and audit is not None:
+                # a killed sequencer (kill -9, the OOM killer) still holds the lease for up to 5 s:
+                # hand it back, so that its replacement integrates at once
+                try:
+                    await audit.release_for_dead(dead)
+                except Exception as exc:  # the database is away: the lease runs out by itself
+                    log.warning("decision log: could not hand back the dead sequencer's lease (%s)", exc)
 
     @app.after_server_start
     async def start_watching(app: Sanic) -> None:

@@ -8,8 +8,9 @@ processes run none of it. Nothing else changes: the events are still written in 
 transaction (a kill -9 loses none), the store's lease still makes one sequencer the winner across
 processes and nodes (each node's sequencer process competes for it), and a checkpoint still follows
 an event within about a second. The first server process watches this one and starts another if
-it exits (``SequencerProcess``); it gets SIGTERM with the server processes, releases the lease and
-ends; it also ends when the first process dies (``PR_SET_PDEATHSIG``, and a check every second).
+it exits (``SequencerProcess``) and hands back the lease a killed one still held; it gets SIGTERM
+with the server processes, releases the lease and ends; it also ends when the first process dies
+(``PR_SET_PDEATHSIG``, and a check every second).
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ class SequencerProcess:
         self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL)  # noqa: S603 - our own interpreter and module
         log.debug("started the decision log's sequencer process (pid %d)", self.proc.pid)
 
-    def check(self) -> None:
-        """Start another if it exited (bounded, so a sequencer that cannot start is not a loop)."""
+    def check(self) -> int | None:
+        """Start another if it exited (bounded, so a sequencer that cannot start is not a loop); the
+        pid of the one that exited, or None."""
         if self.stopping or self.gave_up or self.proc is None or self.proc.poll() is None:
-            return
+            return None
+        dead = self.proc.pid
         now = time.monotonic()
         while self._restarts and now - self._restarts[0] > RESTART_WINDOW:
             self._restarts.popleft()
@@ -73,7 +76,7 @@ class SequencerProcess:
                 MAX_RESTARTS,
                 RESTART_WINDOW,
             )
-            return
+            return dead
         self._restarts.append(now)
         log.warning(
             "the decision log's sequencer process (pid %d) exited with %s; starting another",
@@ -81,6 +84,7 @@ class SequencerProcess:
             self.proc.returncode,
         )
         self.start()
+        return dead
 
     def stop(self, grace: float) -> None:
         """SIGTERM, then wait up to ``grace`` seconds (it releases its lease), then kill."""

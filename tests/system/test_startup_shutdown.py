@@ -355,6 +355,17 @@ def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp
         )
         [replacement] = _wait_for(lambda: _children(srv.proc.pid, sequencer=True), 30, srv.log())
         assert replacement != sequencer
+        # the dead one's lease (up to 5 s left) is handed back at once, not waited out
+        killed = time.monotonic()
+        _wait_for(
+            lambda: (
+                (pg.server_sql(srv.directory, "SELECT holder FROM tlog_state")[0][0] or "").split(":")[1:2]
+                != [str(sequencer)]
+            ),
+            10,
+            srv.log(),
+        )
+        assert time.monotonic() - killed < 2.5, "the lease was waited out, not handed back"
         with httpx.Client(timeout=5) as http:  # it integrates: a new leaf reaches a signed checkpoint
             before = int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1])
             key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOzjWPjkUeKLmFMzgC9mwF4dJuWZ8uMq2m8S3QVl0hX1"
@@ -366,7 +377,7 @@ def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp
             assert r.status_code == 201, r.text
             _wait_for(
                 lambda: int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1]) > before,
-                5,
+                10,
                 srv.log(),
             )
     finally:

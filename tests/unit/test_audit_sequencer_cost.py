@@ -277,3 +277,42 @@ def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
     for event, state, kind, actor, data in cases:
         made = A.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
         assert made == [(_reference(kind, 5, actor, data), "gr_x")], event
+
+
+def test_a_dead_sequencers_lease_is_handed_back_and_no_one_elses():
+    """``release_for_dead``: the first server process reaped its sequencer process (kill -9): that
+    holder's lease is released at once, so the replacement need not wait it out. A live holder (another
+    pid, or the same pid on another host) is never released."""
+
+    async def run() -> None:
+        store = MemoryStore()
+        await store.migrate()
+        clock = ManualClock()
+        dead = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        await dead.ensure_key()
+        await store.grants.create(grant("gr_a"), ["grant.created"])
+        assert await dead.step() == 1
+        host, pid, _ = dead.holder.split(":")
+        watcher = AuditLog(store, clock, "test/grantd", "admin@example.com")
+
+        assert not await watcher.release_for_dead(int(pid) + 1)  # another process: kept
+        assert (await store.tlog.head())["holder"] == dead.holder
+        assert await watcher.release_for_dead(int(pid))
+        assert (await store.tlog.head())["holder"] is None
+
+        replacement = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        replacement.holder = f"{host}:{int(pid) + 7}:00000000"  # a process of its own
+        await store.grants.create(grant("gr_b"), ["grant.created"])
+        assert await replacement.step() == 1  # at once, its predecessor's lease not waited out
+        assert not await watcher.release_for_dead(int(pid))  # the dead one's pid: nothing to release
+        assert (await store.tlog.head())["holder"] == replacement.holder
+
+        other_host = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        other_host.holder = f"elsewhere-{host}:{pid}:00000000"
+        clock.advance((A.LEASE_MS + 1) / 1000)
+        await store.grants.create(grant("gr_c"), ["grant.created"])
+        assert await other_host.step() == 1
+        assert not await watcher.release_for_dead(int(pid))  # the same pid on another host: kept
+        assert (await store.tlog.head())["holder"] == other_host.holder
+
+    asyncio.run(run())
