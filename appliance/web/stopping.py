@@ -50,7 +50,12 @@ def keep_sanic_from_ignoring_stop_signals() -> None:
     Sanic release no longer has it, the start fails here, loudly, instead of losing stops again."""
     from sanic.server import runners
 
-    current = runners.signal_func  # AttributeError: Sanic changed; see the docstring
+    current = getattr(runners, "signal_func", None)
+    if current is None:
+        raise RuntimeError(
+            "this Sanic release has no sanic.server.runners.signal_func: grantd cannot keep its start-up "
+            "from ignoring SIGTERM (grantd.web.stopping); install the Sanic version grantd was tested with"
+        )
     if getattr(current, "keeps_stop_signals", False):
         return
 
