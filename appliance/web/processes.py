@@ -264,7 +264,12 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     state_of(app).inline_sequencer = not separate_sequencer(state_of(app).config)
     sock = socket.socket(fileno=fd)
     app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
-    stopper = Stopper(app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
+    # A second signal is expected here, not a hurry: a terminal's Ctrl-C or systemd's stop signals
+    # every process of the group, and the first process then sends its own SIGTERM. Only the first
+    # process's second signal kills (it kills this one too).
+    stopper = Stopper(
+        app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT), on_second=lambda signum: None
+    )
 
     @app.after_server_start
     async def say_ready(app: Sanic) -> None:

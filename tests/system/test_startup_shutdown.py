@@ -689,6 +689,28 @@ def test_a_second_sigterm_while_requests_drain_ends_the_server_at_once(tmp_path:
                 proc.wait(5)
 
 
+def test_one_sigterm_to_the_whole_group_is_one_graceful_stop(tmp_path: Path) -> None:
+    """systemd's stop (``KillMode=control-group``) and a terminal's Ctrl-C signal every process of the
+    server, and the first process then sends the others its own SIGTERM: for them that second signal
+    is expected, not a second stop request. Every process stops gracefully (exit 0); none "exits now"."""
+    srv = make_server(tmp_path / "srv", workers=2)
+    with open(srv.log_path, "wb") as log:
+        proc = _popen_serve(srv, log)
+        try:
+            _wait_ready(srv)
+            _wait_for_log(srv, "all 2 server processes serving")
+            os.killpg(proc.pid, signal.SIGTERM)
+            code = proc.wait(ALLOWED + 10)
+            assert code == 0, srv.log()
+            assert "second stop signal" not in srv.log(), srv.log()
+            assert "exited with" not in srv.log(), srv.log()  # no process of the group ended otherwise
+            assert _group_gone(proc.pid), f"processes left behind:\n{srv.log()}"
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigterm_while_after_start_listeners_run_is_not_lost(tmp_path: Path, workers: int) -> None:
     """The race of issue 20 item 2 made certain: a plugin's after-start listener sleeps, and SIGTERM
