@@ -93,6 +93,7 @@ class ProcessGroup:
     peers: list[_Peer] = field(default_factory=list)
     stopping: bool = False
     failed: str | None = None  # why the group stopped on its own (a process that could not start)
+    reaped: list[int] = field(default_factory=list)  # pids of exited processes not yet seen to (``attach``)
     _restarts: deque[float] = field(default_factory=deque)
     _stop_at: float | None = None
 
@@ -142,6 +143,7 @@ class ProcessGroup:
                 continue
             os.close(peer.ready_fd)
             metrics_api.process_gone(peer.proc.pid)
+            self.reaped.append(peer.proc.pid)
             if not peer.ready:
                 return f"server process {peer.index} (pid {peer.proc.pid}) exited with {_describe(code)} while starting"
             now = time.monotonic()
@@ -229,6 +231,8 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
     async def watch(app: Any) -> None:
         while not group.stopping:
             why = group.check()
+            while group.reaped:  # an inline sequencer's lease the dead process may hold
+                await hand_back_lease(app, group.reaped.pop())
             if why is not None:
                 group.failed = why
                 log.error("%s; stopping", why)
@@ -311,6 +315,20 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
+async def hand_back_lease(app: Any, pid: int) -> None:
+    """A process this one just reaped (a server process running the log inline, or the sequencer
+    process) may have held the decision log's lease: a kill -9 or the OOM killer gave it no chance to
+    give it up, and it would last up to 5 s more. Hand it back, so that another integrates at once."""
+    services = state_of(app).services
+    audit = services.audit if services is not None else None
+    if audit is None:
+        return
+    try:
+        await audit.release_for_dead(pid)
+    except Exception as exc:  # the database is away: the lease runs out by itself
+        log.warning("decision log: could not hand back the lease of process %d (%s)", pid, exc)
+
+
 def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
     """The first process starts the sequencer process once its server started (and its stop signals
     are handled), replaces it if it exits, and stops it after the server (``serve``'s ``finally``)."""
@@ -320,15 +338,8 @@ def watch_sequencer(app: Sanic, sequencer: SequencerProcess) -> None:
         while True:
             await asyncio.sleep(SUPERVISE_EVERY)
             dead = sequencer.check()
-            services = state_of(app).services
-            audit = services.audit if services is not None else None
-            if dead is not None and audit is not None:
-                # a killed sequencer (kill -9, the OOM killer) still holds the lease for up to 5 s:
-                # hand it back, so that its replacement integrates at once
-                try:
-                    await audit.release_for_dead(dead)
-                except Exception as exc:  # the database is away: the lease runs out by itself
-                    log.warning("decision log: could not hand back the dead sequencer's lease (%s)", exc)
+            if dead is not None:
+                await hand_back_lease(app, dead)
 
     @app.after_server_start
     async def start_watching(app: Sanic) -> None:

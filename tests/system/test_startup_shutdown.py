@@ -338,6 +338,44 @@ def _children(pid: int, *, sequencer: bool = False) -> list[int]:
     return found
 
 
+def test_a_killed_server_process_hands_back_the_logs_lease_at_once(tmp_path: Path) -> None:
+    """The default sequencer runs inline, in every server process; the one holding the lease may be
+    killed (kill -9, the OOM killer) and cannot give it up. The first process reaps it and hands the
+    lease back, so a new event is in a signed checkpoint at once, not when the lease runs out. The
+    lease is pinned on the other process for a minute here, so that waiting it out cannot pass."""
+    srv = make_server(tmp_path / "srv", workers=2)
+    srv.start()
+    try:
+        assert srv.proc is not None
+        _wait_for_log(srv, "all 2 server processes serving")
+        [peer] = _children(srv.proc.pid)
+        _wait_for(lambda: httpx.get(f"{srv.url}/api/audit/checkpoint").status_code == 200, 10, srv.log())
+        pg.server_sql(
+            srv.directory,
+            "UPDATE tlog_state SET holder = ?, lease_until = ?",
+            (f"{socket.gethostname()}:{peer}:0badcafe", int(time.time() * 1000) + 60_000),
+        )
+        os.kill(peer, signal.SIGKILL)
+        _wait_for(lambda: "starting another" in srv.log(), 10, srv.log())
+        with httpx.Client(timeout=5) as http:
+            before = int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1])
+            key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOzjWPjkUeKLmFMzgC9mwF4dJuWZ8uMq2m8S3QVl0hX1"
+            r = http.post(
+                f"{srv.url}/api/hosts",
+                json={"host": "h1", "publicKey": key},
+                headers={"Authorization": f"Bearer {srv.token}"},
+            )
+            assert r.status_code == 201, r.text
+            _wait_for(
+                lambda: int(http.get(f"{srv.url}/api/audit/checkpoint").text.split("\n")[1]) > before,
+                10,
+                srv.log(),
+            )
+    finally:
+        code = srv.stop()
+    assert code == 0, srv.log()
+
+
 def test_the_log_is_integrated_by_a_process_of_its_own_replaced_when_it_dies(tmp_path: Path) -> None:
     """``[audit] sequencer = "process"`` (issue 23): the server processes do none of the log's work;
     one more process does, is replaced if it dies, and stops with the server."""
