@@ -306,4 +306,3 @@ def test_kill_9_under_load_loses_no_acknowledged_write(
         )
     finally:
         srv.stop()
-    assert time.monotonic() - started < 60
