@@ -516,9 +516,9 @@ class AuditLog:
             log.debug("decision log: could not release the lease", exc_info=True)
 
     async def release_for_dead(self, pid: int) -> bool:
-        """Give up the lease of a sequencer of this host that is known to be dead (``pid``: a process
-        its parent has just reaped): a replacement takes over at its next step instead of after up to
-        ``LEASE_MS``. A holder's id is ``host:pid:nonce``; a holder of another host or pid keeps its
+        """Give up the lease held by a process of this host that is known to be dead (``pid``: a
+        server process running the log inline, or the sequencer process, that its parent has just
+        reaped): another takes over at its next step instead of after up to ``LEASE_MS``. A holder's id is ``host:pid:nonce``; a holder of another host or pid keeps its
         lease. Called in the same loop turn as the reaping, before any process could have reused the
         pid and taken the lease (a replacement needs hundreds of ms to start). Were a live holder ever
         released, it would cost a lease change, never a fork: ``append`` writes only for the holder

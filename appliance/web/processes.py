@@ -49,7 +49,7 @@ from grantd.web.children import die_with_parent as _die_with_parent
 from grantd.web.children import log_failure as _log_failure
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
-from grantd.web.stopping import EarlyStop, Stopper, exit_now
+from grantd.web.stopping import EarlyStop, Stopper, exit_now, expected_twice
 
 log = logging.getLogger(LOGGER)
 
@@ -226,7 +226,8 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
         group.kill()
         exit_now(signum)
 
-    stopper = Stopper(app, early=early, grace=group.grace, on_second=kill_all)
+    early.on_second = kill_all  # the group exists now
+    stopper = Stopper(app, early=early, grace=group.grace)
 
     async def watch(app: Any) -> None:
         while not group.stopping:
@@ -263,17 +264,12 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     import asyncio
 
     _die_with_parent(parent)
-    early = EarlyStop()
+    early = EarlyStop(on_second=expected_twice)
     app = create_app_from_path(config_path)
     state_of(app).inline_sequencer = not separate_sequencer(state_of(app).config)
     sock = socket.socket(fileno=fd)
     app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
-    # A second signal is expected here, not a hurry: a terminal's Ctrl-C or systemd's stop signals
-    # every process of the group, and the first process then sends its own SIGTERM. Only the first
-    # process's second signal kills (it kills this one too).
-    stopper = Stopper(
-        app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT), on_second=lambda signum: None
-    )
+    stopper = Stopper(app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
 
     @app.after_server_start
     async def say_ready(app: Sanic) -> None:

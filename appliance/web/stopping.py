@@ -68,23 +68,6 @@ def keep_sanic_from_ignoring_stop_signals() -> None:
     setattr(runners, "signal_func", signal_func)  # noqa: B010 - a module global of Sanic's, typed as signal.signal
 
 
-class EarlyStop:
-    """Holds SIGTERM/SIGINT from the end of the checks until the server's loop runs (``Stopper``
-    takes them over then): the default action would end this process in the middle of its start
-    (its other processes or the sequencer half started); a held signal stops the start instead."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        keep_sanic_from_ignoring_stop_signals()
-        for signum in STOP_SIGNALS:
-            signal.signal(signum, self._hold)
-
-    def _hold(self, signum: int, frame: Any) -> None:
-        if self.requested:  # a second one: the start (a long migration, a slow plugin) is not waited for
-            exit_now(signum)
-        self.requested = True
-
-
 def exit_now(signum: int) -> None:
     """A second stop signal: this process ends at once (the processes it started get SIGTERM from the
     kernel, ``PR_SET_PDEATHSIG``). What it wrote is safe: every write is a database transaction."""
@@ -92,9 +75,36 @@ def exit_now(signum: int) -> None:
     os._exit(128 + signum)
 
 
+def expected_twice(signum: int) -> None:
+    """A second stop signal to one of the *other* server processes of a group is expected, not a
+    hurry: systemd's control-group stop and a terminal's Ctrl-C signal every process of the group,
+    and the first process then sends its own SIGTERM. Only the first process's second signal kills
+    (and it kills these too)."""
+
+
+class EarlyStop:
+    """This process's stop signals, from the end of the checks to its end. Until the server's loop
+    runs (``Stopper`` takes them over then) a signal is held: the default action would end this
+    process in the middle of its start (its other processes or the sequencer half started); a held
+    signal stops the start instead. ``on_second``: what a second signal does, whenever it comes."""
+
+    def __init__(self, on_second: Callable[[int], None] = exit_now) -> None:
+        self.requested = False
+        self.on_second = on_second
+        keep_sanic_from_ignoring_stop_signals()
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._hold)
+
+    def _hold(self, signum: int, frame: Any) -> None:
+        if self.requested:  # a second one: the start (a long migration, a slow plugin) is not waited for
+            self.on_second(signum)
+            return
+        self.requested = True
+
+
 class Stopper:
     """SIGTERM/SIGINT stop one single-process Sanic server (``app.prepare(...,
-    register_sys_signals=False)``); a second signal calls ``on_second`` (by default ``exit_now``).
+    register_sys_signals=False)``); a second signal calls ``early.on_second``.
 
     The first after-start listener takes the signals over from ``early`` (and stops at once if it
     held one). A stop that comes while the after-start listeners still run (a plugin's, or the
@@ -104,13 +114,10 @@ class Stopper:
 
     RETRY = 0.25
 
-    def __init__(
-        self, app: Any, *, early: EarlyStop, grace: float = 0.0, on_second: Callable[[int], None] = exit_now
-    ):
+    def __init__(self, app: Any, *, early: EarlyStop, grace: float = 0.0):
         self.app = app
         self.early = early
         self.grace = grace
-        self.on_second = on_second
         self.signals = 0
         self.requested = False
         self.shutting_down = False
@@ -148,7 +155,7 @@ class Stopper:
         not): a second signal acts at once, the first is handed to the loop."""
         self.signals += 1
         if self.signals > 1 or self.early.requested:  # a second one (the first may have been held)
-            self.on_second(signum)
+            self.early.on_second(signum)
             return
         with contextlib.suppress(RuntimeError):  # the loop is closed: the process is ending anyway
             self.loop.call_soon_threadsafe(self.on_signal, signum)
