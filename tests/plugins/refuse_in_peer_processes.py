@@ -1,6 +1,6 @@
 """A plugin that cannot load in the other server processes of a ``workers`` > 1 server (those
 ``grantd serve`` starts as ``python -m grantd.web.processes``), and loads in the first: how
-tests/system/test_startup_shutdown.py makes one process fail while it starts."""
+tests/system/test_server_processes.py makes one process fail while it starts."""
 
 import sys
 

@@ -1,5 +1,5 @@
 """A plugin that sends SIGTERM to the first server process from inside Sanic's "Worker ready" log
-call (tests/system/test_startup_shutdown.py). That call sits between the last ``run_until_complete`` of
+call (tests/system/test_stop_signals.py). That call sits between the last ``run_until_complete`` of
 the start and ``run_forever``: the event loop is not running, the moment where uvloop parked a
 signal and the server then served on (grantd.web.stopping.Stopper). Only the first process
 (``grantd serve``, not one of the processes it starts) signals itself, once."""

@@ -1,4 +1,4 @@
-"""A plugin whose after-start listener takes a while (tests/system/test_startup_shutdown.py): it writes
+"""A plugin whose after-start listener takes a while (tests/system/test_stop_signals.py): it writes
 ``after-start-PID`` beside the config when it begins, then sleeps ``SLEEP`` s. A stop signal that
 lands in that sleep is one that lands while Sanic still runs its after-start listeners, the moment
 where a stop used to be used up (grantd.web.stopping.Stopper)."""

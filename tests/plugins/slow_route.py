@@ -1,4 +1,4 @@
-"""A plugin with a route that takes ``SLEEP`` s to answer (tests/system/test_startup_shutdown.py): an
+"""A plugin with a route that takes ``SLEEP`` s to answer (tests/system/test_stop_signals.py): an
 in-flight request that a graceful stop waits for, up to ``graceful_shutdown_timeout``. The handler
 writes ``slow-route-PID`` beside the config when it begins."""
 

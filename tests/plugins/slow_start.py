@@ -1,4 +1,4 @@
-"""A plugin that makes the start slow (tests/system/test_startup_shutdown.py): while the app is made
+"""A plugin that makes the start slow (tests/system/test_stop_signals.py): while the app is made
 it writes ``slow-start-PID`` beside the config and sleeps ``SLEEP`` s, as a long migration or a slow
 plugin would. A stop signal then is held until the server runs (grantd.web.stopping.EarlyStop); a
 second one ends the process at once."""
