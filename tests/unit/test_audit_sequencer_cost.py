@@ -116,14 +116,30 @@ class _Counting:
         grants.events_after = counted_reads  # type: ignore[method-assign]
 
 
+def _log(store: MemoryStore, clock: ManualClock) -> AuditLog:
+    """One sequencer (one process's) of the log in ``store``."""
+    return AuditLog(store, clock, "test/grantd", "admin@example.com")
+
+
+async def _a_log_with_one_event() -> tuple[MemoryStore, ManualClock, AuditLog]:
+    """A store with a log key and one grant event not integrated yet, and a sequencer of it."""
+    store = MemoryStore()
+    await store.migrate()
+    clock = ManualClock()
+    log = _log(store, clock)
+    await log.ensure_key()
+    await store.grants.create(grant("gr_a"), ["grant.created"])
+    return store, clock, log
+
+
 def test_a_quiet_step_takes_no_lease_and_another_holders_live_lease_costs_one_read():
     async def run() -> None:
         store = MemoryStore()
         await store.migrate()
         clock = ManualClock()
         counts = _Counting(store)
-        first = AuditLog(store, clock, "test/grantd", "admin@example.com")
-        other = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        first = _log(store, clock)
+        other = _log(store, clock)
         await first.ensure_key()
         await store.grants.create(grant("gr_a"), ["grant.created"])
         assert await first.step() == 1 and counts.leases == 1
@@ -165,12 +181,7 @@ def test_leaves_appended_by_a_process_that_died_before_signing_get_signed_by_a_q
     through the full step, which signs what is stored but unsigned."""
 
     async def run() -> None:
-        store = MemoryStore()
-        await store.migrate()
-        clock = ManualClock()
-        dead = AuditLog(store, clock, "test/grantd", "admin@example.com")
-        await dead.ensure_key()
-        await store.grants.create(grant("gr_a"), ["grant.created"])
+        store, clock, dead = await _a_log_with_one_event()
 
         async def no_signing() -> None:
             return None
@@ -179,7 +190,7 @@ def test_leaves_appended_by_a_process_that_died_before_signing_get_signed_by_a_q
         assert await dead.step() == 1
         assert await store.tlog.latest_checkpoint() is None
         clock.advance((A.LEASE_MS + 1) / 1000)
-        survivor = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        survivor = _log(store, clock)
         assert await survivor.step() == 0  # nothing new to integrate ...
         assert (await store.tlog.latest_checkpoint() or (0, ""))[0] == 1  # ... but the leaf is signed
 
@@ -285,29 +296,24 @@ def test_a_dead_sequencers_lease_is_handed_back_and_no_one_elses():
     pid, or the same pid on another host) is never released."""
 
     async def run() -> None:
-        store = MemoryStore()
-        await store.migrate()
-        clock = ManualClock()
-        dead = AuditLog(store, clock, "test/grantd", "admin@example.com")
-        await dead.ensure_key()
-        await store.grants.create(grant("gr_a"), ["grant.created"])
+        store, clock, dead = await _a_log_with_one_event()
         assert await dead.step() == 1
         host, pid, _ = dead.holder.split(":")
-        watcher = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        watcher = _log(store, clock)
 
         assert not await watcher.release_for_dead(int(pid) + 1)  # another process: kept
         assert (await store.tlog.head())["holder"] == dead.holder
         assert await watcher.release_for_dead(int(pid))
         assert (await store.tlog.head())["holder"] is None
 
-        replacement = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        replacement = _log(store, clock)
         replacement.holder = f"{host}:{int(pid) + 7}:00000000"  # a process of its own
         await store.grants.create(grant("gr_b"), ["grant.created"])
         assert await replacement.step() == 1  # at once, its predecessor's lease not waited out
         assert not await watcher.release_for_dead(int(pid))  # the dead one's pid: nothing to release
         assert (await store.tlog.head())["holder"] == replacement.holder
 
-        other_host = AuditLog(store, clock, "test/grantd", "admin@example.com")
+        other_host = _log(store, clock)
         other_host.holder = f"elsewhere-{host}:{pid}:00000000"
         clock.advance((A.LEASE_MS + 1) / 1000)
         await store.grants.create(grant("gr_c"), ["grant.created"])
