@@ -248,14 +248,15 @@ def _grant_event_leaves(
                 evidence=evidence,
             )
         )
-    elif kind == "grant.escalated" and isinstance(grant.get("review"), dict):
+    elif kind == "grant.escalated" and "escalation_level" in grant:
+        # the level reached, as the event announces it (an event's grant holds its columns, not its review)
         made.append(
             L.grant_escalated(
                 seq + len(made),
                 ts,
                 {"kind": "system"},
                 gid,
-                level=int(grant["review"].get("escalation_level") or 0),
+                level=int(grant["escalation_level"]),
             )
         )
     else:

@@ -363,6 +363,19 @@ def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) 
         assert timed_out["status"] == "denied" and timed_out["decision_reason"] == "no quorum before timeout"
         assert timed_out["decided_by"] is None and timed_out["approvals"] == []
         assert sweep() == 0
+        # D14: each escalation is a leaf, and a log whose grant the system denied for its pinned
+        # timeout verifies (exit 0): the timeout is the denial's basis, as a deny vote or rule is
+        from server.test_audit_leaves_wired import leaves_until, verified
+
+        def denied(leaves: list[Any]) -> bool:
+            return any(x.kind == "grant.denied" and x.grant_id == other["id"] for x in leaves)
+
+        note, leaves = leaves_until(server, denied)
+        levels = [
+            x.data["level"] for x in leaves if x.kind == "grant.escalated" and x.grant_id == other["id"]
+        ]
+        assert levels == [1, 2]
+        verified(server, note, [x.raw for x in leaves])
     finally:
         server.stop()
 

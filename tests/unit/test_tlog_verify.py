@@ -580,3 +580,40 @@ def test_without_a_hash_reference_an_earlier_checkpoint_narrows_the_bad_leaf_dow
     edited[2] = edited[2].replace(b'"ls"', b'"rm"')
     result = verify_log(note, [log.vkey], state, edited)  # before the saved head: no narrowing
     assert (result.code, result.bad_index, result.exact) == (CRYPTO, 0, False)
+
+
+def _timing_out(log: Log, gid: str, on_timeout: str, denied_after_ms: int) -> int:
+    """A grant pinned to a policy with a 60 s ``pending_ttl`` that the system denies ``denied_after_ms``
+    after its creation for "no quorum before timeout"; the denial's index."""
+    review = {**DEFAULT_REVIEW.as_dict(), "policy_ids": ["db"], "pending_ttl": 60, "on_timeout": on_timeout}
+    log.add(L.grant_created, AGENT, gid, request={}, cmd_hash=None, grant_type="once", review=review)
+    created_ts = 1764140000000 + log.seq
+    log.seq += 1
+    log.leaves.append(
+        L.grant_denied(
+            log.seq,
+            created_ts + denied_after_ms,
+            SYSTEM,
+            gid,
+            decided_by="",
+            reason="no quorum before timeout",
+        )
+    )
+    return len(log.leaves) - 1
+
+
+def test_a_denial_for_its_pinned_timeout_is_a_basis_only_when_the_policy_says_so_and_the_time_has_come():
+    """D13's ``on_timeout = "deny"``: the system denies a grant without a vote once its pinned
+    ``pending_ttl`` has passed; the verifier accepts that (exit 0), and only that."""
+    log = a_busy_log()
+    log.add(L.policy_loaded, SYSTEM, policy_hash="sha256:01", policy_ids=["db"])
+    _timing_out(log, "g_timeout", "deny", 61_000)
+    assert _semantic(log).code == 0, _semantic(log).reason
+    early = _timing_out(log, "g_early", "deny", 30_000)
+    result = _semantic(log)
+    assert (result.code, result.bad_index) == (SEMANTIC, early) and "before its pinned" in result.reason
+    log = a_busy_log()
+    log.add(L.policy_loaded, SYSTEM, policy_hash="sha256:01", policy_ids=["db"])
+    expiring = _timing_out(log, "g_expire", "expire", 61_000)
+    result = _semantic(log)
+    assert (result.code, result.bad_index) == (SEMANTIC, expiring) and "does not have" in result.reason

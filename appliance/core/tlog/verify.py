@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grantd.core.review.evaluate import review_from_dict
+from grantd.core.review.votes import TIMEOUT_REASON, timeout_at
 from grantd.core.tlog.export import Export
 from grantd.core.tlog.leaves import Leaf, LeafError, parse_leaf
 from grantd.core.tlog.merkle import (
@@ -141,11 +142,25 @@ def default_approval_check(history: GrantHistory, approved: Leaf) -> str | None:
     return None
 
 
-def _denial_basis(history: GrantHistory) -> str | None:
-    """A denial needs a basis too: a deny rule's decision or a deny vote."""
+def _denial_basis(history: GrantHistory, denied: Leaf) -> str | None:
+    """A denial needs a basis too: a deny rule's decision, a deny vote, or its pinned policy's
+    timeout (``on_timeout = "deny"``: the system denies it once ``pending_ttl`` has passed, D13)."""
     if history.auto is not None and history.auto.data.get("decision") == "deny":
         return None
     if any(v.data.get("decision") == "deny" for v in history.votes):
+        return None
+    if denied.data.get("reason") == TIMEOUT_REASON and denied.actor.get("kind") == "system":
+        review = history.created.data.get("review") if history.created else None
+        try:
+            pinned = review_from_dict(review) if isinstance(review, dict) else None
+        except (KeyError, TypeError, ValueError):
+            return "its pinned review cannot be read"
+        if pinned is None or pinned.on_timeout != "deny" or pinned.pending_ttl is None:
+            return "denied for a timeout its pinned policy does not have"
+        assert history.created is not None
+        ends = timeout_at(pinned, history.created.ts // 1000)  # the sweep counts whole seconds
+        if ends is None or denied.ts // 1000 < ends:
+            return "denied for a timeout before its pinned pending_ttl had passed"
         return None
     return "denied without a deny vote or rule"
 
@@ -230,7 +245,7 @@ class _Semantics:
                 if problem:
                     return f"grant {leaf.grant_id}: {problem}"
             if leaf.kind == "grant.denied" and not leaf.data.get("backfilled"):
-                problem = _denial_basis(history)
+                problem = _denial_basis(history, leaf)
                 if problem:
                     return f"grant {leaf.grant_id}: {problem}"
             history.outcome = leaf.kind.removeprefix("grant.")
