@@ -692,11 +692,16 @@ async def _vote_answer(
     else:
         level, counted = escalation_of(record), tallied
     shown = reviews.review_json(review, grant, counted, level, now_s)
-    shown["approvals"] = reviews.approvals_json(grant, counted, review)
-    answer: dict[str, Any] = {"grant": view(grant, status), "review": shown}
+    approvals = reviews.approvals_json(grant, counted, review)
+    # the grant as GET shows it (D13: grant JSON has review and approvals); the top-level review
+    # also carries the approvals, as it always has (the TUI and older clients read them there)
+    answer: dict[str, Any] = {
+        "grant": {**view(grant, status), "review": shown, "approvals": approvals},
+        "review": {**shown, "approvals": approvals},
+    }
     if grant["status"] == "approved":
         answer["authz_jwt"] = await services.tokens.mint_authz(
-            grant, reviews.jwt_claims(review, grant, counted, shown["approvals"])
+            grant, reviews.jwt_claims(review, grant, counted, approvals)
         )
     return answer
 

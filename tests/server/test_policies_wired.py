@@ -548,6 +548,12 @@ approve = 2
                 and r.json()["grant"]["decided_by"] == "ops2@deleg.example"
             )
             assert [a["via"] for a in r.json()["review"]["approvals"]] == ["delegation", "web"]
+            # D13: the answer's grant is grant JSON as GET shows it, with its review and approvals
+            with server.admin() as admin:
+                shown = admin.get(f"/api/grants/{two['id']}").json()
+            answered = r.json()["grant"]
+            assert answered["approvals"] == shown["approvals"] == r.json()["review"]["approvals"]
+            assert answered["review"]["requirements"] == shown["review"]["requirements"]
     finally:
         server.stop()
 
