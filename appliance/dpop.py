@@ -6,7 +6,9 @@ It sits outside grantd.core's package (like grantd.receipts) so that the target 
 verifier for the server and the hosts. It uses the standard library and `cryptography` only.
 
 Decisions (docs/protocols.md):
-- `alg` is exactly ``EdDSA`` and `jwk` an OKP Ed25519 public key: agents hold enrolled Ed25519 keys
+- `alg` is ``EdDSA`` or RFC 9864's fully specified ``Ed25519`` (the same signature; oauth4webapi and
+  other current clients send the latter for Ed25519 keys, beyond.md §6), and `jwk` an OKP Ed25519
+  public key: agents hold enrolled Ed25519 keys
   and a proof counts only when its key is that key, so ES256 (or anything else) could never match
   and is refused up front.
 - `htu` is compared with the URL the server itself makes from its configured issuer and the
@@ -33,7 +35,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 PROOF_TYP = "dpop+jwt"
-PROOF_ALG = "EdDSA"
+PROOF_ALG = "EdDSA"  # what grantd's own proofs say
+PROOF_ALGS = ("EdDSA", "Ed25519")  # what a proof may say (discovery lists them in this order)
 MAX_PROOF_BYTES = 8 * 1024
 MAX_JTI = 256
 DEFAULT_MAX_AGE = 60  # seconds a proof is accepted after its iat
@@ -255,8 +258,8 @@ def verify_proof(
     header = _json_part(parts[0], "header")
     if header.get("typ") != PROOF_TYP:
         raise DpopError(f"the proof's typ must be {PROOF_TYP}")
-    if header.get("alg") != PROOF_ALG:
-        raise DpopError(f"the proof's alg must be {PROOF_ALG}")
+    if header.get("alg") not in PROOF_ALGS:
+        raise DpopError("the proof's alg must be EdDSA or Ed25519")
     if "crit" in header:
         raise DpopError("the proof names critical header parameters grantd does not understand")
     key, x = _public_key(header.get("jwk"))

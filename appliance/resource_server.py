@@ -91,12 +91,14 @@ class ResourceServer:
         return f"{parts.scheme}://{parts.netloc}{self.metadata_path}"
 
     def metadata(self) -> dict[str, Any]:
+        from grantd.dpop import PROOF_ALGS  # the one list; imported here, as for bound tokens
+
         doc: dict[str, Any] = {
             "resource": self.resource,
             "authorization_servers": [self.issuer],
             "scopes_supported": [s for s in self.scopes if s not in self.grant_scopes],
             "bearer_methods_supported": ["header"],
-            "dpop_signing_alg_values_supported": ["EdDSA"],
+            "dpop_signing_alg_values_supported": list(PROOF_ALGS),
         }
         if self.name:
             doc["resource_name"] = self.name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grantd.dpop import PROOF_ALGS
 from grantd.oauth import exchange
 from grantd.oauth.ciba import DETAIL_TYPE, GRANT_TYPE
 
@@ -19,7 +20,7 @@ def agent_protocol_metadata(issuer: str, agent_dpop: str) -> tuple[dict[str, Any
         "authorization_details_types_supported": [DETAIL_TYPE],
     }
     if agent_dpop != "off":
-        members["dpop_signing_alg_values_supported"] = ["EdDSA"]
+        members["dpop_signing_alg_values_supported"] = list(PROOF_ALGS)
     return members, [GRANT_TYPE, exchange.GRANT_TYPE]
 
 

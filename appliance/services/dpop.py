@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grantd.core.errors import Problem
-from grantd.dpop import DpopError, DpopProof, Nonces, expected_htu, thumbprint_of_ssh_key, verify_proof
+from grantd.dpop import (
+    PROOF_ALGS,
+    DpopError,
+    DpopProof,
+    Nonces,
+    expected_htu,
+    thumbprint_of_ssh_key,
+    verify_proof,
+)
 from grantd.store import Conflict
 
 if TYPE_CHECKING:
@@ -108,7 +116,9 @@ def agent_jkt(public_key_line: str) -> str | None:
 async def _challenge_headers(services: Services, error: DpopError | None, description: str) -> dict[str, str]:
     code = error.error if error is not None else "invalid_token"
     safe = description.replace("\\", "").replace('"', "'")
-    headers = {"WWW-Authenticate": f'DPoP error="{code}", error_description="{safe}", algs="EdDSA"'}
+    headers = {
+        "WWW-Authenticate": f'DPoP error="{code}", error_description="{safe}", algs="{" ".join(PROOF_ALGS)}"'
+    }
     nonce = await current_nonce(services)
     if nonce is not None:
         headers["DPoP-Nonce"] = nonce

@@ -265,7 +265,7 @@ def test_discovery_advertises_ciba_and_dpop(srv):
     assert doc["backchannel_user_code_parameter_supported"] is False
     assert CIBA in doc["grant_types_supported"]
     assert "urn:ietf:params:oauth:grant-type:token-exchange" in doc["grant_types_supported"]
-    assert doc["dpop_signing_alg_values_supported"] == ["EdDSA"]
+    assert doc["dpop_signing_alg_values_supported"] == ["EdDSA", "Ed25519"]
     assert "grantd_command" in doc["authorization_details_types_supported"]
 
 
