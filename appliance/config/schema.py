@@ -311,7 +311,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "authenticate_per_address": Key(
             int,
             300,
-            "Challenge requests, and authenticate requests, per client address per minute.",
+            "Failed challenge requests, and failed authenticate requests, per client address per minute "
+            "(a valid agent is never refused because of other callers' failures from its address).",
             minimum=0,
         ),
         "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
@@ -366,8 +367,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "passkey_per_address": Key(
             int,
             60,
-            "Passkey sign-in options, sign-in verifications and registration verifications per client "
-            "address per minute (each counted on its own, apart from the agents' counters).",
+            "Passkey sign-in options, failed sign-in verifications and failed registration verifications "
+            "per client address per minute (each counted on its own, apart from the agents' counters; a "
+            "valid passkey is never refused because of other callers' failures from its address).",
             minimum=0,
         ),
         "device_code_per_address": Key(
@@ -396,8 +398,10 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "token_per_address": Key(
             int,
             300,
-            "Requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials and "
-            "device polls alike) per client address per minute.",
+            "Failed requests to the OAuth token endpoint (POST /token: code, refresh, client_credentials, "
+            "exchange and polls alike; a pending poll is no failure) per client address per minute, and "
+            "failed introspections apart: a valid credential is never refused because of other callers' "
+            "failures from its address.",
             minimum=0,
         ),
     },

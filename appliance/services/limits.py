@@ -8,7 +8,9 @@ with ``Retry-After`` (seconds until the window ends) and a detail naming the lim
 
 What is counted where:
 
-- challenge and authenticate: per client address, then per agent (each route its own counter);
+- challenge and authenticate: per agent, every attempt (each route its own counter); per client
+  address, the failed ones only (``failed``);
+- the OAuth token endpoint: per client address, the failed requests only (``failed``);
 - agent enrolment: per client address;
 - grant requests: per agent, plus a bound on the agent's pending grants (counted, not rated);
 - grant verification: per client address;
@@ -23,6 +25,11 @@ What is counted where:
   The tarpit slows, it does not cap: parallel connections wait their second each (a cap would let
   a guesser lock the real token out again); what makes guessing hopeless is the management
   token's length (at least 16 characters, `grantd config init` makes a random one).
+
+Where a request presents a credential, its client address is charged only for failures (D12: a
+valid credential is never refused because of other callers' failures from the same address): the
+request is handled whatever the address's count; a success is neither counted nor refused; a failure
+is counted, and answered 429 instead of its own error once the address is over its budget.
 
 Client addresses are counted by ``grantd.client_address.limit_key``: IPv4 addresses one by one
 (IPv4-mapped IPv6 ones as IPv4), IPv6 addresses per ``limits.ipv6_prefix`` network (default /64),
@@ -138,18 +145,18 @@ class Limits:
             raise too_many(rule.what, retry_after)
 
     # -- where the limits apply -------------------------------------------------------------------
-    async def sign_in(
-        self, services: Services, address: str | None, body: dict[str, Any], *, step: str
-    ) -> None:
-        """A challenge (``step="challenge"``) or authenticate request: per address, then per agent.
-        The agent is resolved from ``agent_id``/``id`` (its id or e-mail, so both names share one
-        counter); an unknown or malformed one is only counted per address (it gets 404/400)."""
-        by_address, by_agent = (
-            (self.challenge_address, self.challenge_agent)
-            if step == "challenge"
-            else (self.authenticate_address, self.authenticate_agent)
-        )
-        await self.hit(by_address, address)
+    async def failed(self, rule: Rule, subject: str | None) -> None:
+        """A request that presented a credential failed (its own 4xx error is on its way): count it
+        against ``subject`` (its client address) and answer 429 instead once it is over ``rule``'s
+        budget. Successes are never counted against an address (D12, see the module's text)."""
+        await self.hit(rule, subject)
+
+    async def sign_in(self, services: Services, body: dict[str, Any], *, step: str) -> None:
+        """A challenge (``step="challenge"``) or authenticate request, before it is handled: per
+        agent, every attempt. The agent is resolved from ``agent_id``/``id`` (its id or e-mail, so
+        both names share one counter); an unknown or malformed one is counted only as a failure of
+        its address (``sign_in_failed``: it gets 404/400)."""
+        by_agent = self.challenge_agent if step == "challenge" else self.authenticate_agent
         if by_agent.limit <= 0:
             return
         ident = body.get("agent_id") if body.get("agent_id") is not None else body.get("id")
@@ -157,6 +164,12 @@ class Limits:
             agent = await services.store.agents.get(ident.strip())
             if agent is not None:
                 await self.hit(by_agent, agent["agent_id"])
+
+    async def sign_in_failed(self, address: str | None, *, step: str) -> None:
+        """A challenge or authenticate request failed (an unknown agent, a bad signature, ...)."""
+        await self.failed(
+            self.challenge_address if step == "challenge" else self.authenticate_address, address
+        )
 
     async def enrol(self, address: str | None) -> None:
         await self.hit(self.enroll_address, address)

@@ -157,7 +157,10 @@ _STEPS = ("login-options", "login-verify", "register-verify")
 
 
 async def limit(services: Services, address: str | None, step: str) -> None:
-    """Count one passkey attempt of ``address`` at ``step`` (one of ``_STEPS``); 429 over the limit."""
+    """Count one passkey attempt of ``address`` at ``step`` (one of ``_STEPS``); 429 over the limit.
+    Sign-in options count every attempt (they make a challenge, with or without an e-mail); the
+    verifications count their failures only (D12: a valid passkey is never refused because of other
+    callers' failures from the same address)."""
     assert step in _STEPS
     rule = Rule(
         f"passkey-{step}.address", services.config.limits.passkey_per_address, "too many passkey attempts"

@@ -82,39 +82,101 @@ def clocked(tmp_path: Path) -> Iterator[Callable[..., InProcessServer]]:
 # -- counted limits, one by one ------------------------------------------------------------------------
 
 
-def test_challenge_is_limited_per_client_address(clocked, tmp_path):
+def test_challenge_is_limited_per_client_address_on_its_failures(clocked, tmp_path):
     srv = clocked(authenticate_per_address=3)
     agent = signed_in(srv, tmp_path / "keys")  # from 127.0.0.1: its own counter
+    unknown = {"agent_id": "nobody@example.com"}
     with srv.client() as http:
         for _ in range(3):
+            assert (
+                http.post("/api/agent/challenge", json=unknown, headers=from_("203.0.113.1")).status_code
+                == 404
+            )
+        r = http.post("/api/agent/challenge", json=unknown, headers=from_("203.0.113.1"))
+        retry_after = assert_limited(r, "too many authentication attempts; retry in")
+        # malformed requests are failures too
+        assert (
+            http.post("/api/agent/challenge", content=b"{", headers=from_("203.0.113.1")).status_code == 429
+        )
+        # a known agent's challenge is no failure: neither counted nor refused (D12)
+        for _ in range(5):
             assert (
                 http.post(
                     "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
                 ).status_code
                 == 200
             )
-        r = http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1"))
-        retry_after = assert_limited(r, "too many authentication attempts; retry in")
-        # unknown agents count too: the address is what is limited
         assert (
-            http.post(
-                "/api/agent/challenge", json={"agent_id": "nobody@example.com"}, headers=from_("203.0.113.1")
-            ).status_code
-            == 429
+            http.post("/api/agent/challenge", json=unknown, headers=from_("203.0.113.2")).status_code == 404
         )
+        srv.clock.advance(retry_after)  # the window ends: the address may fail again
         assert (
-            http.post(
-                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.2")
-            ).status_code
-            == 200
+            http.post("/api/agent/challenge", json=unknown, headers=from_("203.0.113.1")).status_code == 404
         )
-        srv.clock.advance(retry_after)  # the window ends: the address may try again
-        assert (
+
+
+def test_a_valid_credential_is_never_refused_for_other_callers_failures(clocked, tmp_path):
+    """D12: behind one NAT, another caller's failures shut the address out for failures only: an
+    agent's valid signature at authenticate, and its valid client assertion at /token, still pass
+    from that address (and a wrong one from it is 429)."""
+    import uuid
+
+    import jwt
+
+    srv = clocked(authenticate_per_address=3, token_per_address=3)
+    agent = signed_in(srv, tmp_path / "keys")
+    nat = from_("198.51.100.60")
+    with srv.client() as http:
+        codes = [
             http.post(
-                "/api/agent/challenge", json={"agent_id": agent.email}, headers=from_("203.0.113.1")
+                "/api/agent/authenticate",
+                json={"agent_id": f"nobody{i}@example.com", "challenge": "0" * 64, "signature": "AAAA"},
+                headers=nat,
             ).status_code
-            == 200
+            for i in range(5)
+        ]
+        assert codes == [404, 404, 404, 429, 429]
+        challenge = http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=nat)
+        assert challenge.status_code == 200, challenge.text
+        nonce = challenge.json()["challenge"]
+        wrong = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": nonce, "signature": agent.sign_raw("other")},
+            headers=nat,
         )
+        assert_limited(wrong, "too many authentication attempts")
+        nonce = http.post("/api/agent/challenge", json={"agent_id": agent.email}, headers=nat).json()[
+            "challenge"
+        ]
+        right = http.post(
+            "/api/agent/authenticate",
+            json={"agent_id": agent.email, "challenge": nonce, "signature": agent.sign_raw(nonce)},
+            headers=nat,
+        )
+        assert right.status_code == 200, right.text
+        # /token: failed client authentications from the address, then a valid client assertion
+        form = {"grant_type": "client_credentials", "client_id": "nobody"}
+        codes = [http.post("/token", data=form, headers=nat).status_code for _ in range(5)]
+        assert codes[:3] == [401, 401, 401] and codes[3:] == [429, 429]
+        now = srv.clock.now_s()
+        claims = {
+            "iss": agent.email,
+            "sub": agent.email,
+            "aud": f"{srv.url}/token",
+            "iat": now,
+            "exp": now + 120,
+            "jti": uuid.uuid4().hex,
+        }
+        valid = http.post(
+            "/token",
+            data={
+                "grant_type": "client_credentials",
+                "client_assertion": jwt.encode(claims, agent.private_key(), algorithm="EdDSA"),
+                "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+            },
+            headers=nat,
+        )
+        assert valid.status_code == 200, valid.text
 
 
 def test_challenge_and_authenticate_are_limited_per_agent(clocked, tmp_path):

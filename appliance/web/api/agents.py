@@ -4,6 +4,7 @@ from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
 from grantd.core import policy
+from grantd.core.errors import Problem
 from grantd.core.principals import Kind
 from grantd.services import agents, sessions
 from grantd.web.api.common import body_of, principal_of, proof_request, services_of
@@ -26,17 +27,27 @@ async def enroll(request: Request) -> HTTPResponse:
 @bp.post("/api/agent/challenge")
 @bp.post("/api/auth/challenge", name="challenge_alias")
 async def challenge(request: Request) -> HTTPResponse:
-    services, body = services_of(request), body_of(request)
-    await services.limits.sign_in(services, request.ctx.client_ip, body, step="challenge")
-    return json({"challenge": await agents.issue_challenge(services, body)})
+    services = services_of(request)
+    try:
+        body = body_of(request)
+        await services.limits.sign_in(services, body, step="challenge")
+        return json({"challenge": await agents.issue_challenge(services, body)})
+    except Problem:  # D12: only failures are charged to the address (a valid agent is never refused)
+        await services.limits.sign_in_failed(request.ctx.client_ip, step="challenge")
+        raise
 
 
 @bp.post("/api/agent/authenticate")
 @bp.post("/api/auth/authenticate", name="authenticate_alias")
 async def authenticate(request: Request) -> HTTPResponse:
-    services, body = services_of(request), body_of(request)
-    await services.limits.sign_in(services, request.ctx.client_ip, body, step="authenticate")
-    return json(await agents.authenticate(services, body, proof_request(request)))
+    services = services_of(request)
+    try:
+        body = body_of(request)
+        await services.limits.sign_in(services, body, step="authenticate")
+        return json(await agents.authenticate(services, body, proof_request(request)))
+    except Problem:  # D12: only failures are charged to the address (a valid credential is never refused)
+        await services.limits.sign_in_failed(request.ctx.client_ip, step="authenticate")
+        raise
 
 
 @bp.get("/api/me")

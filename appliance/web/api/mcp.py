@@ -6,7 +6,7 @@ from __future__ import annotations
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
-from grantd.core.errors import unauthorized
+from grantd.core.errors import Problem, unauthorized
 from grantd.oauth import mcp_grants, resources
 from grantd.oauth.errors import OAuthError
 from grantd.services import sessions
@@ -56,16 +56,22 @@ async def authorize_poll(request: Request, secret: str) -> HTTPResponse:
 async def introspect_endpoint(request: Request) -> HTTPResponse:
     """RFC 7662: a configured resource asks about a token (HTTP Basic: its URI and credential)."""
     services = services_of(request)
-    await services.limits.hit(  # D12: per client address, the budget of /token
-        Rule(
-            "introspect.address", services.config.limits.token_per_address, "too many introspection requests"
-        ),
-        getattr(request.ctx, "client_ip", None),
-    )
     try:
         resource = resources.authenticate_resource(services.config, request.headers.get("authorization"))
         params = params_of(request)
         answer = await resources.introspect(services, resource, params.get("token"))
-    except OAuthError as exc:
+    except (OAuthError, Problem) as exc:
+        # D12: per client address, the budget of /token, charged for failed requests only (a resource
+        # with its valid credential is never refused because of other callers' failures)
+        await services.limits.failed(
+            Rule(
+                "introspect.address",
+                services.config.limits.token_per_address,
+                "too many introspection requests",
+            ),
+            getattr(request.ctx, "client_ip", None),
+        )
+        if isinstance(exc, Problem):
+            raise
         return oauth_error(exc)
     return json(answer, headers=NO_STORE)

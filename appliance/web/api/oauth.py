@@ -26,6 +26,7 @@ from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.oauth.exchange import GRANT_TYPE as EXCHANGE_GRANT
 from grantd.services import sessions
 from grantd.services.authn import access_token_holder
+from grantd.services.context import Services
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.tokens import TokenError
@@ -274,11 +275,6 @@ async def consent(request: Request) -> HTTPResponse:
 @bp.post("/token", name="token")
 async def token_endpoint(request: Request) -> HTTPResponse:
     services = services_of(request)
-    # D12: per client address (a 429 problem with Retry-After, like every limit)
-    await services.limits.hit(
-        Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
-        getattr(request.ctx, "client_ip", None),
-    )
     try:
         params = params_of(request)
         await count_metadata_fetch(request, params.get("client_id"), basic=True)
@@ -291,8 +287,30 @@ async def token_endpoint(request: Request) -> HTTPResponse:
                 services, params, request.headers.get("authorization"), proof_request(request)
             )
     except OAuthError as exc:
+        if exc.error not in NOT_A_FAILURE:
+            await _token_failed(services, request)
         return oauth_error(exc)
+    except Problem:
+        await _token_failed(services, request)
+        raise
     return json(answer, headers={**NO_STORE, **CORS})
+
+
+async def _token_failed(services: Services, request: Request) -> None:
+    """D12: /token is limited per client address on its failed requests only (429 problem+json with
+    Retry-After, like every limit): a valid credential is never refused because of other callers'
+    failures from the same address."""
+    await services.limits.failed(
+        Rule("token.address", services.config.limits.token_per_address, "too many token requests"),
+        getattr(request.ctx, "client_ip", None),
+    )
+
+
+# The answers of /token that are no failure of the caller: a poll before the decision (RFC 8628,
+# CIBA), the person's refusal, a request that lapsed, a DPoP nonce to retry with.
+NOT_A_FAILURE = frozenset(
+    {"authorization_pending", "slow_down", "access_denied", "expired_token", "use_dpop_nonce"}
+)
 
 
 @bp.post("/revoke", name="revoke")

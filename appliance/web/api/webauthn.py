@@ -28,6 +28,7 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from grantd.core.errors import Problem
 from grantd.core.fields import email_field
 from grantd.services import sessions
 from grantd.web.api.common import (
@@ -108,11 +109,14 @@ async def register_options(request: Request) -> HTTPResponse:
 
 @bp.post("/api/webauthn/register/verify")
 async def register_verify(request: Request) -> HTTPResponse:
-    services, body = services_of(request), body_of(request)
-    await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
-    person, credential, value, _ = await _passkeys().register_verify(
-        services, body, _user_agent(request), _binding_cookie(request)
-    )
+    services = services_of(request)
+    try:
+        person, credential, value, _ = await _passkeys().register_verify(
+            services, body_of(request), _user_agent(request), _binding_cookie(request)
+        )
+    except Problem:  # D12: only failures are charged to the address (a valid passkey is never refused)
+        await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
+        raise
     return await _signed_in(request, person, credential, value)
 
 
@@ -127,11 +131,14 @@ async def login_options(request: Request) -> HTTPResponse:
 
 @bp.post("/api/webauthn/login/verify")
 async def login_verify(request: Request) -> HTTPResponse:
-    services, body = services_of(request), body_of(request)
-    await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
-    person, credential, value, _ = await _passkeys().login_verify(
-        services, body, _user_agent(request), _binding_cookie(request)
-    )
+    services = services_of(request)
+    try:
+        person, credential, value, _ = await _passkeys().login_verify(
+            services, body_of(request), _user_agent(request), _binding_cookie(request)
+        )
+    except Problem:  # D12: only failures are charged to the address (a valid passkey is never refused)
+        await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
+        raise
     return await _signed_in(request, person, credential, value)
 
 
