@@ -305,6 +305,9 @@ def _backup_schema_version(source: Path) -> int:
     return int(row[0])
 
 
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
 class _SQLiteBackend:
     """The ``sqlite`` storage backend: opens an SQLiteStore; ``check_config`` says, without creating
     anything, what would stop it (``grantd config validate`` and ``serve`` alike, D18)."""
@@ -323,6 +326,10 @@ class _SQLiteBackend:
                 return [f"storage.path: {file} is a directory, not a database file"]
             if not os.access(file, os.R_OK | os.W_OK):
                 return [f"storage.path: {file} must be readable and writable by this user"]
+            with file.open("rb") as opened:
+                header = opened.read(len(SQLITE_HEADER))
+            if header and header != SQLITE_HEADER:  # an empty file is a new database to SQLite
+                return [f"storage.path: {file} is not an SQLite database (file is not a database)"]
             return []
         directory = file.parent
         while not directory.exists() and directory != directory.parent:

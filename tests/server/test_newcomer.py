@@ -211,6 +211,7 @@ STORAGE_CASES = {
     "postgres without a dsn": "storage.dsn: missing",
     "a database path under a file": "cannot open the SQLite database",
     "a PostgreSQL that cannot be reached": "cannot connect to PostgreSQL",
+    "a database path naming a file that is no database": "file is not a database",
 }
 BAD_CONFIGS = [
     (
@@ -255,6 +256,11 @@ BAD_CONFIGS = [
         '[storage]\npath = "token/grantd.db"\n',
         ["storage.path: cannot create"],
     ),
+    (
+        "a database path naming a file that is no database",
+        '[storage]\npath = "token"\n',
+        ["storage.path: " + "{tmp}/token is not an SQLite database"],
+    ),
 ]
 
 
@@ -281,6 +287,7 @@ def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp
     assert validated.returncode == 1, validated.stdout
     listed = [line.strip()[2:] for line in validated.stderr.splitlines() if line.strip().startswith("- ")]
     for problem in problems:
+        problem = problem.replace("{tmp}", str(tmp_path))
         assert any(line.startswith(problem) for line in listed), (problem, validated.stderr)
     assert f"({len(listed)} problem" in validated.stderr
 
