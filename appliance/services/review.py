@@ -172,8 +172,10 @@ def named_in_groups(review: Review, people_now: People, email: str, level: int) 
 
 
 def rule_approval(grant: Grant) -> dict[str, Any] | None:
+    """A rule's decision as ``approvals`` show it (D13: ``{kind: "rule", rule, reason}``, for an
+    approve rule and a deny rule alike), or None when no rule decided the grant."""
     decided_by = grant.get("decided_by") or ""
-    if not decided_by.startswith(RULE_PREFIX) or grant.get("status") == "denied":
+    if not decided_by.startswith(RULE_PREFIX):
         return None
     return {
         "kind": "rule",

@@ -159,6 +159,9 @@ def test_a_deny_rule_beats_an_approve_rule_and_says_why(
     assert grant["status"] == "denied" and grant["decided_by"] == "policy:no-rm"
     assert grant["decision_reason"] == "rm -rf is never pre-approved nor reviewed"
     assert "authz_jwt" not in grant
+    # D13: a rule decision, deny or approve, shows as {kind: "rule", rule, reason} in approvals
+    (shown,) = grant["approvals"]
+    assert (shown["kind"], shown["rule"], shown["reason"]) == ("rule", "no-rm", grant["decision_reason"])
 
 
 def test_an_approve_rule_approves_at_once_with_its_reason(
