@@ -579,7 +579,10 @@ async def vote(
         # approver by their bound person id, an administrator, the management token).
         if email not in people.admins:
             people = replace(people, admins=people.admins | {email})
-    reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
+    # an empty reason is no reason: under require_reason it is 403 "reason required" (D13), not a 400
+    given = body.get("reason")
+    blank = isinstance(given, str) and not given.strip()
+    reason = None if blank else string_field(body, "reason", required=False, max_len=MAX_REASON)
     grant_type = grant_type_field(body, None) if decision == "approve" else None
     duration = (
         seconds_field(body, "duration", services.config.grants.max_duration)

@@ -55,6 +55,15 @@ forbid = ["owner", "approver"]
 id = "sre"
 groups = ["sre"]
 approve = 2
+
+[[policies]]
+id = "why"
+match.target_host = ["why-*"]
+require_reason = true
+[[policies.require]]
+id = "sre-why"
+groups = ["sre"]
+approve = 1
 """
 
 
@@ -162,6 +171,20 @@ def test_a_deny_rule_beats_an_approve_rule_and_says_why(
     # D13: a rule decision, deny or approve, shows as {kind: "rule", rule, reason} in approvals
     (shown,) = grant["approvals"]
     assert (shown["kind"], shown["rule"], shown["reason"]) == ("rule", "no-rm", grant["decision_reason"])
+
+
+def test_an_empty_reason_where_one_is_required_is_no_reason(
+    srv: InProcessServer, bot: tuple[dict[str, Any], str]
+) -> None:
+    """D13: under require_reason a vote without a reason is 403 "reason required"; an empty or blank
+    reason is no reason (not a 400 about the field)."""
+    grant = request_grant(srv, bot[1], target_host="why-1")
+    with person(srv, SRE[6]) as sre:
+        for body in ({}, {"reason": ""}, {"reason": "   "}):
+            r = sre.post(f"/api/grants/{grant['id']}/approve", json=body)
+            assert r.status_code == 403 and problem(r)["reason"] == "reason required", (body, r.text)
+        r = sre.post(f"/api/grants/{grant['id']}/approve", json={"reason": "CHG-42"})
+        assert r.status_code == 200 and r.json()["grant"]["status"] == "approved", r.text
 
 
 def test_an_approve_rule_approves_at_once_with_its_reason(
