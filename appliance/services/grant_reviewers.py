@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from grantd.core import policy
+from grantd.core.errors import not_found
 from grantd.core.fields import field_error, identifier_field
 from grantd.core.principals import Kind, Principal, management
 from grantd.core.review import DEFAULT_REVIEW, NEEDS_REVIEW, Ballot, Review, Voter, eligible_people, evaluate
@@ -146,6 +147,12 @@ async def evaluate_policies(services: Services, principal: Principal, body: dict
     email = agent["email"] if agent is not None else requester.strip().lower()
     if agent is None and "@" not in email:
         raise field_error("requester", "requester must be an agent's e-mail or id, or a person's e-mail")
+    if (
+        agent is None
+        and email != services.config.admin.management_identity.lower()
+        and await services.store.people.get(email) is None
+    ):
+        raise not_found("agent not found")  # D2: an unknown agent is 404 (a person may be named too)
     request, requester_id = await parse_request(
         services, management(services.config.admin.management_identity), {**body, "requester": email}
     )

@@ -310,6 +310,11 @@ def test_evaluate_shows_the_outcome_and_creates_nothing(
         approved = admin.post("/api/policies/evaluate", json={**body, "command": ["journalctl"]}).json()
         assert approved["outcome"] == "auto_approve" and approved["rules_matched"] == ["journal-ro"]
         assert admin.post("/api/policies/evaluate", json={"target_host": "x"}).status_code == 400
+        # D2: an unknown agent is 404; a person may be named as the requester
+        unknown = admin.post("/api/policies/evaluate", json={**body, "requester": "nobody@example.com"})
+        assert unknown.status_code == 404 and problem(unknown)["detail"] == "agent not found", unknown.text
+        as_person = admin.post("/api/policies/evaluate", json={**body, "requester": SRE[0]})
+        assert as_person.status_code == 200, as_person.text
     assert srv.call(srv.services.store.grants.last_event_seq()) == before  # nothing created
     with person(srv, SRE[8]) as sre:  # not an administrator
         assert sre.post("/api/policies/evaluate", json=body).status_code == 403
