@@ -704,7 +704,8 @@ async def enrol_host(
 
 async def add_receipt(services: Services, body: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """``POST /api/audit/receipts {receipt}`` (D14): a host's signed receipt becomes a leaf, once.
-    Unknown host → 403; a receipt that does not verify → 401; the same receipt again → not new."""
+    Unknown host → 403; a receipt that does not verify → 401; a grant this server never had → 404;
+    the same receipt again → not new."""
     token = body.get("receipt")
     if not isinstance(token, str) or not token:
         raise bad_request("receipt must be a compact JWS", field="receipt")
@@ -722,6 +723,11 @@ async def add_receipt(services: Services, body: Mapping[str, Any]) -> tuple[dict
     except BadReceipt as error:
         raise unauthorized(str(error)) from None
     claims = receipt.claims
+    if await services.store.grants.get(str(claims["grant_id"])) is None:
+        # D2: an unknown grant is 404. A receipt names a grant of this issuer; one for a grant that
+        # never existed here is refused rather than logged, so an enrolled host cannot fill the log
+        # with runs of grants nobody asked for (elevate drops a receipt refused for good)
+        raise not_found("grant not found")
     data: dict[str, Any] = {
         "receipt": token,
         "host": host,

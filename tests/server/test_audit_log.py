@@ -22,6 +22,8 @@ from grantd.core.tlog.note import Verifier, open_checkpoint
 from grantd.core.tlog.receipts import build_receipt, host_public_key_line
 from grantd.core.tlog.verify import verify_log
 
+from conftest import problem
+
 AUDITOR = "auditor@example.com"
 
 
@@ -254,12 +256,14 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
             == 403
         )
 
-    def receipt(signing_key: Ed25519PrivateKey, name: str = host, result: str = "exited") -> str:
+    def receipt(
+        signing_key: Ed25519PrivateKey, name: str = host, result: str = "exited", grant_id: str = grant["id"]
+    ) -> str:
         return build_receipt(
             signing_key,
             host=name,
             audience=srv.url,
-            grant_id=grant["id"],
+            grant_id=grant_id,
             authz_jti="jti-1",
             cmd_hash=grant["request"]["cmd_hash"],
             run_as="root",
@@ -288,6 +292,14 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
         )
         assert http.post("/api/audit/receipts", json={"receipt": "not.a.jws"}).status_code == 401
         assert http.post("/api/audit/receipts", json={"receipt": 5}).status_code == 400
+        # D2: a grant this server never had is 404, signed by an enrolled host or not; nothing logged
+        for result in ("exited", "refused"):
+            unknown = http.post(
+                "/api/audit/receipts", json={"receipt": receipt(key, result=result, grant_id="nope")}
+            )
+            assert unknown.status_code == 404 and problem(unknown)["detail"] == "grant not found", (
+                unknown.text
+            )
     time.sleep(0.3)
     note, size = checkpoint(srv, 1)
     entries = all_entries(srv, size)
