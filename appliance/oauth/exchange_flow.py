@@ -9,14 +9,20 @@ this module verifies the subject token, checks the delegation is live, authentic
 - The result: ``{sub: delegator, act: {sub: agent[, act: ...]}, delegation_id, aud, exp}`` with
   ``exp`` at most 15 minutes ahead and never after the delegation ends; bound to the agent's key
   (``cnf.jkt``) when the request carried a DPoP proof.
+- A ``resource`` (or ``audience``) other than grantd itself must name a configured MCP resource
+  (``invalid_target`` otherwise, D17); the token for it is an RFC 9068 ``at+jwt`` with ``aud`` = the
+  resource, the same ``act`` and ``delegation_id``, ``client_id`` = the agent and the ``scope``
+  asked for (the resource's scopes without a grant behind them by default; a grant-gated scope is
+  ``invalid_scope``: a delegation is no person's grant). /introspect knows it while the delegation
+  is active.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from grantd.oauth import exchange
-from grantd.oauth.errors import invalid_grant
+from grantd.oauth import exchange, resources
+from grantd.oauth.errors import OAuthError, invalid_grant
 from grantd.oauth.token import agent_client
 from grantd.services.dpop import ProofRequest
 from grantd.services.tokens import TokenError, TokenKind
@@ -35,6 +41,13 @@ async def token(services: Services, params: dict[str, str], proof: ProofRequest 
     issuer = services.issuer
     request = exchange.parse_request(params)
     agent, jkt = await agent_client(services, params, (issuer, f"{issuer}/token"), proof)
+    # D17: a resource (or audience) other than grantd itself must name a configured resource
+    resource = (
+        resources.find(services.config, request.audience)
+        if request.audience is not None and request.audience.rstrip("/") != issuer.rstrip("/")
+        else None
+    )
+    scope = _scope_for(resource, request.scope) if resource is not None else None
     try:
         subject, kind = await services.tokens.verify_kind(
             request.subject_token, TokenKind.DELEGATION, TokenKind.EXCHANGED
@@ -59,17 +72,38 @@ async def token(services: Services, params: dict[str, str], proof: ProofRequest 
         issuer=issuer,
         now=now,
         delegation_end=None if end is None else int(end) // 1000,
-        audience=request.audience,
+        audience=resource.resource if resource is not None else None,
     )
     if jkt is not None:
         claims["cnf"] = {"jkt": jkt}
-    issued = await services.tokens.mint_kind(claims, TokenKind.EXCHANGED)
-    return {
-        "access_token": issued,
+    answer: dict[str, Any] = {
         "issued_token_type": exchange.ACCESS_TOKEN_TYPE,
         "token_type": "DPoP" if jkt else "Bearer",
         "expires_in": int(claims["exp"]) - now,
     }
+    if resource is None:
+        answer["access_token"] = await services.tokens.mint_kind(claims, TokenKind.EXCHANGED)
+    else:  # D17: a resource's tokens are RFC 9068 at+jwt with aud = the resource, act kept (D16)
+        assert scope is not None
+        answer["access_token"] = await services.tokens.mint_exchanged_resource_access(claims, scope=scope)
+        answer["scope"] = scope
+    return answer
+
+
+def _scope_for(resource: resources.Resource, requested: str | None) -> str:
+    """The scope of an exchanged token for ``resource``: the requested scopes (all of the resource's
+    scopes without a grant behind them when none is asked for). A grant-gated scope needs a person's
+    grant (D17), which a delegation is not: ``invalid_scope``."""
+    open_scopes = [s for s in resource.scopes if s not in resource.grant_scopes]
+    wanted = requested.split() if requested else open_scopes
+    for name in wanted:
+        if name in resource.grant_scopes:
+            raise OAuthError("invalid_scope", f"scope {name!r} needs a person's grant, not a delegation")
+        if name not in resource.scopes:
+            raise OAuthError("invalid_scope", f"scope {name!r} is not a scope of {resource.resource}")
+    if not wanted:
+        raise OAuthError("invalid_scope", f"{resource.resource} has no scope a delegation may hold")
+    return " ".join(dict.fromkeys(wanted))
 
 
 __all__ = ["delegation_token", "token"]

@@ -168,11 +168,18 @@ def authenticate_resource(config: Config, authorization: str | None) -> Resource
 
 async def token_live(services: Services, claims: dict[str, Any]) -> bool:
     """A verified resource token still speaks for someone: the person active with the token's
-    e-mail, its family live (an agent's: the agent active with that e-mail), and its grant (if any) still usable (approved, not revoked, consumed
-    or expired)."""
+    e-mail, its family live (an agent's: the agent active with that e-mail; a delegate's from a token
+    exchange: its delegation active), and its grant (if any) still usable (approved, not revoked,
+    consumed or expired)."""
     if claims.get("act") == "agent":  # an agent's token from CIBA (grantd.oauth.mcp_ciba)
         agent = await services.store.agents.get_by_id(str(claims["agent_id"]))
         if agent is None or agent["status"] != "active" or agent["email"] != claims["sub"]:
+            return False
+    elif isinstance(claims.get("act"), dict):  # a delegate's, from a token exchange: its delegation
+        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
+        if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
+            return False
+        if delegation["delegator"] != claims["sub"]:
             return False
     else:
         person, _ = await access_token_holder(services, claims)

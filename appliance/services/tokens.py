@@ -211,6 +211,16 @@ class Tokens:
             typ=TYP_ACCESS,
         )
 
+    async def mint_exchanged_resource_access(self, exchanged: dict[str, Any], *, scope: str) -> str:
+        """An RFC 9068 access token for an MCP resource from a token exchange (D16, D17): the
+        exchange's claims (``sub`` = the delegator, ``act`` = the actor chain, ``delegation_id``,
+        ``aud`` = the resource, ``exp``; ``cnf`` when bound), with ``typ`` at+jwt, ``token_use``
+        access, ``client_id`` = the acting agent and the ``scope`` granted."""
+        return await self._sign(
+            {**exchanged, "token_use": "access", "client_id": exchanged["act"]["sub"], "scope": scope},
+            typ=TYP_ACCESS,
+        )
+
     async def mint_id_token(
         self,
         person: Person,
@@ -454,7 +464,12 @@ class Tokens:
             and isinstance(claims.get("grant_id"), str)
             and "person_id" not in claims
         )
-        if not (person or agent):
+        exchanged = (  # a delegate's, from a token exchange: for a person, through a delegation
+            isinstance(claims.get("act"), dict)
+            and isinstance(claims.get("delegation_id"), str)
+            and "person_id" not in claims
+        )
+        if not (person or agent or exchanged):
             raise TokenError("not a resource access token")
         return claims
 
