@@ -169,7 +169,17 @@ SCHEMAS: dict[str, Schema] = {
             "sub": STRING,
             "email": STRING,
             "name": STRING,
-            "act": {"type": "string", "enum": ["agent", "management", "human", "person", "client"]},
+            "act": {
+                "oneOf": [
+                    {"type": "string", "enum": ["agent", "management", "human", "person", "client"]},
+                    {
+                        "type": "object",
+                        "required": ["sub"],
+                        "properties": {"sub": STRING, "act": {"type": "object"}},
+                        "description": "an exchanged token's actor chain (RFC 8693, D16)",
+                    },
+                ]
+            },
             "kind": {"type": "string", "enum": ["agent", "person", "management", "client", "guest"]},
             "id": STRING,
             "agent_id": nullable(STRING),

@@ -105,7 +105,11 @@ def test_a_revoked_delegation_ends_exchange_and_exchanged_tokens(srv, world):
     d = delegate(srv, world["person"], world["agent"])
     token = exchange(srv, world["agent"], d["delegation_token"]).json()["access_token"]
     with srv.client(token) as http:
-        assert http.get("/api/me").status_code == 200
+        me = http.get("/api/me")
+        assert me.status_code == 200
+        # D16: no path drops act; /api/me names the person and the agent acting for them
+        assert me.json()["email"] == world["person"]["email"]
+        assert me.json()["act"] == {"sub": world["agent"].email}
     with srv.admin() as http:
         assert http.delete(f"/api/delegations/{d['id']}").status_code == 200
     assert exchange(srv, world["agent"], d["delegation_token"]).json()["error"] == "invalid_grant"

@@ -53,7 +53,8 @@ async def authenticate(request: Request) -> HTTPResponse:
 @bp.get("/api/me")
 async def me(request: Request) -> HTTPResponse:
     """Who the presented credential is: an agent, the management token, or a signed-in person
-    (``act: "human"``, the peer's word for people; ``name`` from the person record), or a guest of
+    (``act: "human"``, the peer's word for people; ``name`` from the person record; a person through
+    an exchanged token: ``act`` is its RFC 8693 actor chain, D16), or a guest of
     SP login (``kind: "guest"``, with the ``idp`` that vouched for them, D9)."""
     principal = policy.identify(await principal_of(request))
     if principal.kind is Kind.GUEST:
@@ -77,7 +78,8 @@ async def me(request: Request) -> HTTPResponse:
                 "sub": principal.email,
                 "email": principal.email,
                 "name": person["name"] if person else principal.email,
-                "act": "human",
+                # D16: an exchanged token's actor chain ({sub: agent[, act: ...]}) is never dropped
+                "act": principal.act if principal.act is not None else "human",
                 "kind": principal.kind.value,
                 "id": principal.id,
                 "admin": principal.admin,
