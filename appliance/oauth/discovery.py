@@ -16,7 +16,6 @@ def agent_protocol_metadata(issuer: str, agent_dpop: str) -> tuple[dict[str, Any
         "backchannel_authentication_endpoint": f"{issuer}/bc-authorize",
         "backchannel_token_delivery_modes_supported": ["poll", "ping"],
         "backchannel_user_code_parameter_supported": False,
-        "backchannel_authentication_request_signing_alg_values_supported": [],
         "authorization_details_types_supported": [DETAIL_TYPE],
     }
     if agent_dpop != "off":

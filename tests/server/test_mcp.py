@@ -85,11 +85,13 @@ def test_authorization_server_metadata_names_what_mcp_clients_need(srv: InProces
     assert "mcp_tool_call" in doc["authorization_details_types_supported"]
     assert {"tools:read", "other:read"} <= set(doc["scopes_supported"])
     assert "tools:deploy" not in doc["scopes_supported"]  # grant-gated: asked for when challenged
-    extended = ("scopes_supported", "authorization_details_types_supported")  # RFC 8414 adds MCP's
-    assert all(doc[k] == v for k, v in oidc.items() if k not in extended)
-    assert set(oidc["authorization_details_types_supported"]) < set(
-        doc["authorization_details_types_supported"]
-    )
+    # D17: the same members as the OpenID configuration, with the same values, plus its own
+    assert all(doc[k] == v for k, v in oidc.items())
+    assert set(doc) - set(oidc) == {
+        "client_id_metadata_document_supported",
+        "introspection_endpoint",
+        "introspection_endpoint_auth_methods_supported",
+    }
     # dynamic client registration is not offered (D17: off unless enabled; grantd has none)
     assert "registration_endpoint" not in doc
     # (/register is the page where people register: it takes no POST)

@@ -14,7 +14,7 @@ from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.web.api.common import services_of
 from grantd.web.api.oauth import CORS, NO_STORE, oauth_error, params_of
-from grantd.web.api.wellknown import discovery
+from grantd.web.api.wellknown import metadata
 
 bp = Blueprint("mcp")
 
@@ -24,18 +24,12 @@ async def authorization_server_metadata(request: Request) -> HTTPResponse:
     """RFC 8414: the OpenID configuration's members, plus what MCP clients look for."""
     services = services_of(request)
     issuer = services.issuer
-    doc = discovery(issuer, services.config.tokens.agent_dpop)
-    doc["scopes_supported"] = [*doc["scopes_supported"], *resources.all_scopes(services.config)]
+    doc = metadata(services)  # the OpenID configuration's members with the same values (D17)
     doc.update(
         {
             "client_id_metadata_document_supported": True,
             "introspection_endpoint": f"{issuer}/introspect",
             "introspection_endpoint_auth_methods_supported": ["client_secret_basic"],
-            # grantd_command (CIBA, D16) and mcp_tool_call (D17); DPoP algorithms as the OpenID document says
-            "authorization_details_types_supported": [
-                *doc.get("authorization_details_types_supported", []),
-                resources.MCP_TOOL_CALL,
-            ],
         }
     )
     return json(doc, headers={"Cache-Control": "public, max-age=3600", **CORS})

@@ -5,7 +5,9 @@ from typing import Any
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json
 
+from grantd.oauth import resources
 from grantd.oauth.discovery import agent_protocol_metadata
+from grantd.services.context import Services
 from grantd.web.api.common import services_of
 
 bp = Blueprint("wellknown")
@@ -22,11 +24,20 @@ async def jwks(request: Request) -> HTTPResponse:
 
 @bp.get("/.well-known/openid-configuration")
 async def openid_configuration(request: Request) -> HTTPResponse:
-    services = services_of(request)
-    return json(
-        discovery(services.issuer, services.config.tokens.agent_dpop),
-        headers={"Cache-Control": "public, max-age=3600", **CORS},
-    )
+    return json(metadata(services_of(request)), headers={"Cache-Control": "public, max-age=3600", **CORS})
+
+
+def metadata(services: Services) -> dict[str, Any]:
+    """What both discovery documents say, with the same values: the OpenID configuration, the MCP
+    resources' scopes (those without a grant behind them) and the `mcp_tool_call` details type (D17:
+    RFC 8414's document has the same members, plus its own; grantd.web.api.mcp adds those)."""
+    doc = discovery(services.issuer, services.config.tokens.agent_dpop)
+    doc["scopes_supported"] = [*doc["scopes_supported"], *resources.all_scopes(services.config)]
+    doc["authorization_details_types_supported"] = [
+        *doc.get("authorization_details_types_supported", []),
+        resources.MCP_TOOL_CALL,
+    ]
+    return doc
 
 
 def discovery(issuer: str, agent_dpop: str) -> dict[str, Any]:
@@ -55,7 +66,7 @@ def discovery(issuer: str, agent_dpop: str) -> dict[str, Any]:
             "client_secret_post",
             "private_key_jwt",
         ],
-        "token_endpoint_auth_signing_alg_values_supported": ["EdDSA"],
+        "token_endpoint_auth_signing_alg_values_supported": ["EdDSA", "Ed25519"],
         "revocation_endpoint_auth_methods_supported": ["none", "client_secret_basic", "client_secret_post"],
         "code_challenge_methods_supported": ["S256"],
         "scopes_supported": ["openid", "email", "profile", "offline_access"],
