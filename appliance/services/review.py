@@ -233,6 +233,11 @@ def review_json(
                 "denials": list(state.denials) if state else [],
             }
         )
+    if requirements and grant.get("delegation_id") and grant.get("decided_by"):
+        if not any(r["approvals"] for r in requirements):
+            # a delegation that approved at creation, under the default policy: its one vote fills the
+            # requirement, as approvals_json shows it (no vote row is written for it)
+            requirements[0]["approvals"] = [str(grant["decided_by"]).lower()]
     return {
         "policy_ids": list(review.policy_ids),
         "policy_hash": review.policy_hash,

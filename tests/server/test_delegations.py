@@ -30,6 +30,9 @@ def test_a_covered_request_is_approved_at_once_by_the_delegator(server: Server, 
     assert grant["status"] == "approved" and grant["decided_by"] == "admin@example.com"
     assert grant["approved_automatically"] is True and grant["auto_approval_kind"] == "delegation"
     assert grant["delegation_id"] == d["id"]
+    # D13: the delegation counts as one vote, in approvals and in the requirement it fills
+    assert [(a["sub"], a["via"]) for a in grant["approvals"]] == [("admin@example.com", "delegation")]
+    assert grant["review"]["requirements"][0]["approvals"] == ["admin@example.com"]
     with server.client(agent.token) as http:
         token = http.post(f"/api/grants/{grant['id']}/token").json()["authz_jwt"]
         assert (
