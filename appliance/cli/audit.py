@@ -118,7 +118,26 @@ async def _fetch(url: str, auth: httpx.Auth | None, state_size: int | None) -> d
             r = await http.get("/api/audit/proof/consistency", params={"from": state_size, "to": size})
             if r.status_code == 200:
                 proof = [base64.b64decode(h) for h in r.json()["hashes"]]
-        return {"note": note, "size": size, "leaves": leaves, "hashes": hashes, "proof": proof}
+        return {
+            "note": note,
+            "size": size,
+            "leaves": leaves,
+            "hashes": hashes,
+            "proof": proof,
+            "issuer": await _issuer(http, url),
+        }
+
+
+async def _issuer(http: httpx.AsyncClient, url: str) -> str:
+    """The server's issuer as its discovery document names it: the audience the hosts' receipts are
+    signed for, whichever spelling of the server's address (127.0.0.1, localhost, a proxy's name)
+    the auditor gave as ``--url``; ``url`` itself when the document cannot be read."""
+    try:
+        r = await http.get("/.well-known/openid-configuration")
+        issuer = r.json().get("issuer") if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        issuer = None
+    return issuer.rstrip("/") if isinstance(issuer, str) and issuer else url
 
 
 def _detail(response: httpx.Response) -> str:
@@ -193,7 +212,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 claimed_leaf_hashes=fetched["hashes"]
                 if len(fetched["hashes"]) == len(fetched["leaves"])
                 else None,
-                audience=url,
+                audience=fetched["issuer"],
             )
     except (AuditError, httpx.HTTPError) as error:
         print(f"grantd audit verify: {error}", file=sys.stderr)

@@ -310,6 +310,41 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
     assert any(leaf.kind == "host.enrolled" and leaf.data["host"] == host for leaf in kinds)
     result = verify_log(note, vkeys(srv), None, [e["leaf"].encode() for e in entries], audience=srv.url)
     assert result.code == 0, result.reason
+    # `grantd audit verify` checks the receipts against the server's issuer, however the auditor
+    # spells its address (localhost for 127.0.0.1 here)
+    import subprocess
+
+    from conftest import GRANTD
+
+    other_spelling = srv.url.replace("127.0.0.1", "localhost")
+    assert other_spelling != srv.url
+    token_file = tmp_path_of(srv) / "audit-token"
+    token_file.write_text(srv.token)
+    token_file.chmod(0o600)
+    verified = subprocess.run(
+        [
+            *GRANTD,
+            "audit",
+            "verify",
+            "--url",
+            other_spelling,
+            "--key",
+            vkeys(srv)[0],
+            "--state",
+            str(tmp_path_of(srv) / "audit-state.json"),
+            "--token-file",
+            str(token_file),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def tmp_path_of(srv: InProcessServer) -> Path:
+    return Path(srv.config_path).parent
 
 
 def test_a_rotated_log_key_signs_and_the_old_one_stays_listed(tmp_path):
