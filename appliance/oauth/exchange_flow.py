@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from grantd.oauth import exchange, resources
-from grantd.oauth.errors import OAuthError, invalid_grant
+from grantd.oauth.errors import invalid_grant
 from grantd.oauth.token import agent_client
 from grantd.services.dpop import ProofRequest
 from grantd.services.tokens import TokenError, TokenKind
@@ -47,7 +47,11 @@ async def token(services: Services, params: dict[str, str], proof: ProofRequest 
         if request.audience is not None and request.audience.rstrip("/") != issuer.rstrip("/")
         else None
     )
-    scope = _scope_for(resource, request.scope) if resource is not None else None
+    scope = (
+        resources.scope_without_grant(resource, request.scope, "a delegation")
+        if resource is not None
+        else None
+    )
     try:
         subject, kind = await services.tokens.verify_kind(
             request.subject_token, TokenKind.DELEGATION, TokenKind.EXCHANGED
@@ -88,22 +92,6 @@ async def token(services: Services, params: dict[str, str], proof: ProofRequest 
         answer["access_token"] = await services.tokens.mint_exchanged_resource_access(claims, scope=scope)
         answer["scope"] = scope
     return answer
-
-
-def _scope_for(resource: resources.Resource, requested: str | None) -> str:
-    """The scope of an exchanged token for ``resource``: the requested scopes (all of the resource's
-    scopes without a grant behind them when none is asked for). A grant-gated scope needs a person's
-    grant (D17), which a delegation is not: ``invalid_scope``."""
-    open_scopes = [s for s in resource.scopes if s not in resource.grant_scopes]
-    wanted = requested.split() if requested else open_scopes
-    for name in wanted:
-        if name in resource.grant_scopes:
-            raise OAuthError("invalid_scope", f"scope {name!r} needs a person's grant, not a delegation")
-        if name not in resource.scopes:
-            raise OAuthError("invalid_scope", f"scope {name!r} is not a scope of {resource.resource}")
-    if not wanted:
-        raise OAuthError("invalid_scope", f"{resource.resource} has no scope a delegation may hold")
-    return " ".join(dict.fromkeys(wanted))
 
 
 __all__ = ["delegation_token", "token"]

@@ -87,6 +87,23 @@ def all_scopes(config: Config) -> list[str]:
     return list(seen)
 
 
+def scope_without_grant(resource: Resource, requested: str | None, holder: str) -> str:
+    """The scope of a token for ``resource`` that no person's grant stands behind (an agent's own,
+    by client credentials; a delegate's, by token exchange): the requested scopes, by default every
+    scope of the resource without a grant behind it. A grant-gated scope needs a person's grant
+    (D17: CIBA or the code flow), and ``holder`` (who asks, for the message) has none: ``invalid_scope``."""
+    open_scopes = [s for s in resource.scopes if s not in resource.grant_scopes]
+    wanted = requested.split() if requested else open_scopes
+    for name in wanted:
+        if name in resource.grant_scopes:
+            raise OAuthError("invalid_scope", f"scope {name!r} needs a person's grant, not {holder}")
+        if name not in resource.scopes:
+            raise OAuthError("invalid_scope", f"scope {name!r} is not a scope of {resource.resource}")
+    if not wanted:
+        raise OAuthError("invalid_scope", f"{resource.resource} has no scope {holder} may hold")
+    return " ".join(dict.fromkeys(wanted))
+
+
 async def mint(
     services: Services,
     person: Person,
@@ -218,6 +235,7 @@ __all__ = [
     "invalid_target",
     "mint",
     "resources_of",
+    "scope_without_grant",
     "token_live",
 ]
 

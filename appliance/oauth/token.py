@@ -17,7 +17,10 @@
 - ``client_credentials``: an agent authenticates with an RFC 7523 JWT assertion signed (EdDSA) by
   its enrolled Ed25519 key: ``iss`` = ``sub`` = its e-mail or agent_id, ``aud`` = ``{issuer}/token``,
   ``exp`` at most 5 minutes ahead, ``jti`` single use (``store.onetime`` kind ``jti``). The answer is
-  the agent's identity token (the one /api/agent/authenticate gives), so D11 holds.
+  the agent's identity token (the one /api/agent/authenticate gives), so D11 holds. With a
+  ``resource`` (a configured one, else ``invalid_target``, D17) it is the agent's own RFC 9068 token
+  for that resource, with the scopes no person's grant stands behind (grant-gated ones come
+  through CIBA).
 - ``urn:ietf:params:oauth:grant-type:device_code``: ``grantd.oauth.device.exchange``.
 """
 
@@ -54,7 +57,10 @@ log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 # grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707)
-NO_RESOURCE_GRANTS = ("refresh_token", "client_credentials", DEVICE_GRANT)
+NO_RESOURCE_GRANTS = (
+    "refresh_token",
+    DEVICE_GRANT,
+)  # a resource's token: code, client credentials, CIBA, exchange
 ASSERTION_ALGS = ("EdDSA", "Ed25519")  # Ed25519: RFC 9864's fully specified name (oauth4webapi sends it)
 
 
@@ -167,7 +173,7 @@ async def exchange(
 ) -> dict[str, Any]:
     grant_type = param(params, "grant_type", required=True)
     if grant_type in NO_RESOURCE_GRANTS and param(params, "resource") is not None:
-        raise resources.invalid_target("a token for a resource comes from the authorization code grant only")
+        raise resources.invalid_target("a token for a resource does not come from this grant type")
     if grant_type == "client_credentials":
         return await client_credentials(services, params, proof)
     client = await authenticate_client(services, params, authorization)
@@ -390,12 +396,43 @@ async def client_credentials(
     """An agent's identity token for an RFC 7523 client assertion (module docstring); DPoP-bound
     to the agent's key when the request carries a proof made with it (D16)."""
     agent, jkt = await agent_client(services, params, (f"{services.issuer}/token",), proof)
+    named = param(params, "resource")
+    if named is not None:  # D17: a configured resource's token (invalid_target for any other)
+        return await _agent_resource_token(
+            services, agent, resources.find(services.config, named), params, jkt
+        )
     token, ttl = await services.tokens.mint_identity(agent, jkt=jkt)
     return {
         "access_token": token,
         "token_type": "DPoP" if jkt else "Bearer",
         "expires_in": ttl,
         "agent_id": agent["agent_id"],
+    }
+
+
+async def _agent_resource_token(
+    services: Services, agent: Agent, resource: resources.Resource, params: dict[str, str], jkt: str | None
+) -> dict[str, Any]:
+    """An agent's own RFC 9068 token for a resource (client credentials with ``resource``): ``sub``
+    = its e-mail, ``act: "agent"``, ``agent_id``, the scopes without a grant behind them (a
+    grant-gated scope comes through CIBA, D16/D17); DPoP-bound when the request was."""
+    scope = resources.scope_without_grant(resource, param(params, "scope"), "an agent's own token")
+    ttl = int(services.config.oauth.access_token_ttl)
+    claims: dict[str, Any] = {
+        "client_id": agent["agent_id"],
+        "scope": scope,
+        "auth_time": services.clock.now_s(),
+    }
+    if jkt is not None:
+        claims["cnf"] = {"jkt": jkt}
+    token = await services.tokens.mint_agent_resource_access(
+        agent, resource=resource.resource, claims=claims, ttl=ttl
+    )
+    return {
+        "access_token": token,
+        "token_type": "DPoP" if jkt else "Bearer",
+        "expires_in": ttl,
+        "scope": scope,
     }
 
 

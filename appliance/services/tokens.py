@@ -191,9 +191,10 @@ class Tokens:
     async def mint_agent_resource_access(
         self, agent: Agent, *, resource: str, claims: dict[str, Any], ttl: int
     ) -> str:
-        """An RFC 9068 access token for an MCP resource that an agent got through CIBA (D16, D17):
-        ``sub`` = the agent's e-mail, ``act: "agent"``, ``agent_id``; ``claims``: client_id, scope,
-        grant_id, authorization_details, auth_time (grantd.oauth.mcp_ciba)."""
+        """An RFC 9068 access token for an MCP resource that an agent got through CIBA (D16, D17), or
+        by client credentials for the scopes without a grant behind them: ``sub`` = the agent's
+        e-mail, ``act: "agent"``, ``agent_id``; ``claims``: client_id, scope, auth_time and, behind
+        a grant, grant_id and authorization_details (grantd.oauth.mcp_ciba); cnf when bound."""
         now = self.clock.now_s()
         return await self._sign(
             {
@@ -458,10 +459,10 @@ class Tokens:
         if typ_of(header) != TYP_ACCESS or claims.get("token_use") != "access":
             raise TokenError("not a resource access token")
         person = isinstance(claims.get("person_id"), str) and isinstance(claims.get("sid"), str)
-        agent = (  # an agent's, from CIBA: always behind a grant
+        agent = (  # an agent's: from CIBA behind a grant, or its own by client credentials (no grant)
             claims.get("act") == "agent"
             and isinstance(claims.get("agent_id"), str)
-            and isinstance(claims.get("grant_id"), str)
+            and isinstance(claims.get("grant_id", ""), str)
             and "person_id" not in claims
         )
         exchanged = (  # a delegate's, from a token exchange: for a person, through a delegation

@@ -396,7 +396,8 @@ def test_the_consent_page_shows_the_redirect_host_the_resource_and_warns_for_loo
 
 
 def test_other_grants_never_yield_a_resource_token(srv: InProcessServer) -> None:
-    for grant in ("refresh_token", "client_credentials", "urn:ietf:params:oauth:grant-type:device_code"):
+    # (client credentials give an agent its own resource token: tests/server/test_mcp_ciba.py)
+    for grant in ("refresh_token", "urn:ietf:params:oauth:grant-type:device_code"):
         answer = httpx.post(
             f"{srv.url}/token",
             data={"grant_type": grant, "resource": RESOURCE, "client_id": "grantd-cli", "refresh_token": "x"},

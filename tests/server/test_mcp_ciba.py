@@ -373,3 +373,39 @@ def test_a_dpop_proof_authenticates_but_does_not_bind_a_resource_grant(srv, agen
     assert answer["token_type"] == "Bearer"
     assert "cnf" not in jwt.decode(answer["access_token"], options={"verify_signature": False})
     assert consume(srv, grant["id"], answer["access_token"]).json()["status"] == "consumed"
+
+
+def test_an_agent_gets_its_own_resource_token_by_client_credentials_for_the_open_scopes(srv, agent):
+    """D17: `resource` at /token names a configured resource (else invalid_target), client credentials
+    included: the agent's own at+jwt for that resource holds the scopes no grant stands behind; a
+    grant-gated one is invalid_scope (it comes through CIBA, as above)."""
+
+    def token(**params: Any) -> httpx.Response:
+        body = {"grant_type": "client_credentials", **assertion(srv, agent, f"{srv.url}/token"), **params}
+        with srv.client() as http:
+            return http.post("/token", data=body)
+
+    r = token(resource=RESOURCE)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["scope"] == "tools:read" and answer["token_type"] == "Bearer"
+    assert jwt.get_unverified_header(answer["access_token"])["typ"] == "at+jwt"
+    claims = jwt.decode(answer["access_token"], options={"verify_signature": False})
+    assert (claims["aud"], claims["sub"], claims["act"]) == (RESOURCE, agent.email, "agent")
+    assert "grant_id" not in claims
+    found = introspect(srv, answer["access_token"])
+    assert found["active"] is True and found["scope"] == "tools:read", found
+    # grantd's own /api never takes it
+    with srv.client() as http:
+        assert (
+            http.get("/api/me", headers={"Authorization": f"Bearer {answer['access_token']}"}).status_code
+            == 401
+        )
+    assert error_of(token(resource=RESOURCE, scope="tools:deploy")) == "invalid_scope"
+    assert error_of(token(resource="https://unknown.example.com/mcp")) == "invalid_target"
+    other = token(resource=OTHER_RESOURCE)
+    assert other.status_code == 200 and other.json()["scope"] == "other:read", other.text
+    assert introspect(srv, other.json()["access_token"]) == {"active": False}  # not this resource's
+    # without a resource: the agent's identity token, as before
+    plain = token()
+    assert plain.status_code == 200 and "scope" not in plain.json(), plain.text
