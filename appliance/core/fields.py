@@ -132,11 +132,20 @@ def json_body(raw: bytes | None, *, required: bool = True) -> dict[str, Any]:
 
 
 def string_field(
-    body: dict[str, Any], name: str, *, required: bool = True, max_len: int = 255, identifier: bool = False
+    body: dict[str, Any],
+    name: str,
+    *,
+    required: bool = True,
+    max_len: int = 255,
+    identifier: bool = False,
+    blank_is_absent: bool = False,
 ) -> str | None:
-    """A non-empty string of at most ``max_len`` characters; ``null`` means absent. An
-    ``identifier`` refuses every control and format character (D12); free text keeps tab and newline."""
+    """A non-empty string of at most ``max_len`` characters; ``null`` means absent, and so does an
+    empty or blank string with ``blank_is_absent``. An ``identifier`` refuses every control and
+    format character (D12); free text keeps tab and newline."""
     value = body.get(name)
+    if blank_is_absent and isinstance(value, str) and not value.strip():
+        value = None
     if value is None:
         if required:
             raise field_error(name, f"{name} is required")

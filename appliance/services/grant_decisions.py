@@ -16,6 +16,14 @@ from grantd.services.grant_requests import approval_expiry, reuse_key
 from grantd.store.records import Agent, Grant, GrantReview
 
 
+def via_of(body: dict[str, Any], *, session: bool) -> str:
+    """How a vote arrived (its record's ``via``): a browser session is ``web``; a bearer caller may
+    say ``tui``; else ``api``."""
+    if session:
+        return "web"
+    return "tui" if body.get("via") == "tui" else "api"
+
+
 def vote_record(grant_id: str, ballot: Ballot, evidence: dict[str, Any] | None = None) -> Any:
     return {
         "evidence": evidence,

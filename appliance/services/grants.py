@@ -529,13 +529,6 @@ def _refused(reason: str, status: str) -> Problem:
     return Problem(403, reason, extra={"reason": reason})
 
 
-def via_of(principal: Principal, body: dict[str, Any], *, session: bool) -> str:
-    """How a vote arrived: a browser session is ``web``; a bearer caller may say ``tui``."""
-    if session:
-        return "web"
-    return "tui" if body.get("via") == "tui" else "api"
-
-
 async def vote(
     services: Services,
     principal: Principal,
@@ -579,10 +572,8 @@ async def vote(
         # approver by their bound person id, an administrator, the management token).
         if email not in people.admins:
             people = replace(people, admins=people.admins | {email})
-    # an empty reason is no reason: under require_reason it is 403 "reason required" (D13), not a 400
-    given = body.get("reason")
-    blank = isinstance(given, str) and not given.strip()
-    reason = None if blank else string_field(body, "reason", required=False, max_len=MAX_REASON)
+    # a blank reason is no reason: under require_reason it is 403 "reason required" (D13), not a 400
+    reason = string_field(body, "reason", required=False, max_len=MAX_REASON, blank_is_absent=True)
     grant_type = grant_type_field(body, None) if decision == "approve" else None
     duration = (
         seconds_field(body, "duration", services.config.grants.max_duration)

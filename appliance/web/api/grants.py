@@ -14,7 +14,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.fields import field_error
 from grantd.core.principals import Principal
-from grantd.services import grant_reviewers, grant_tokens, grants
+from grantd.services import grant_decisions, grant_reviewers, grant_tokens, grants
 from grantd.services.context import Services
 from grantd.services.events import stream_owner
 from grantd.services.grants import Operation
@@ -69,7 +69,7 @@ async def _vote(
 ) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
     body = body_of(request, required=required)
-    via = grants.via_of(principal, body, session=credentials_of(request).session is not None)
+    via = grant_decisions.via_of(body, session=credentials_of(request).session is not None)
     return json(await operation(services_of(request), principal, grant_id, body, via))
 
 
