@@ -40,6 +40,8 @@ class Principal:
     dpop_jkt: str | None = None
     # D16: the `act` claim of an exchanged token (an agent acting for this person), None otherwise.
     act: dict[str, object] | None = None
+    # D16: the delegation that exchanged token stands on (with ``act``), None otherwise.
+    delegation_id: str | None = None
 
     @property
     def is_agent(self) -> bool:

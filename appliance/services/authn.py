@@ -298,7 +298,11 @@ class ExchangedToken:
             await check_binding(services, credentials, claims, actor["public_key"])
         elif credentials.scheme == "dpop":
             raise await dpop.token_refusal(services, "this token is not DPoP-bound: send it as Bearer")
-        return dataclasses.replace(principals.for_person(person, services.admin_emails), act=act)
+        return dataclasses.replace(
+            principals.for_person(person, services.admin_emails),
+            act=act,
+            delegation_id=str(claims["delegation_id"]),
+        )
 
 
 class AuthnChain:

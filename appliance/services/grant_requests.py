@@ -169,6 +169,12 @@ async def parse_request(
     if principal is not None and principal.dpop_jkt is not None:
         # D16: requested with a DPoP-bound token, so its AuthZ-JWT is bound to that key (cnf.jkt)
         request["cnf"] = {"jkt": principal.dpop_jkt}
+    if principal is not None and principal.act is not None:
+        # D16: requested with an exchanged token (an agent acting for this person): no path drops
+        # act. The grant keeps the actor chain and the delegation it stands on, and so does its
+        # AuthZ-JWT (and the decision log's grant.created leaf, which holds the request)
+        request["act"] = principal.act
+        request["delegation"] = {"id": principal.delegation_id, "delegator": principal.email}
     return request, requester_id
 
 
@@ -184,6 +190,8 @@ def reuse_key(request: dict[str, Any]) -> str:
     ]
     if request.get("cnf"):
         parts.append(request["cnf"])  # a bound request never reuses an unbound grant (nor another key's)
+    if request.get("act"):
+        parts.append({"act": request["act"]})  # an agent acting for the person is another requester
     return hashlib.sha256(json.dumps(parts, separators=(",", ":")).encode()).hexdigest()
 
 

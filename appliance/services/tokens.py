@@ -339,8 +339,8 @@ class Tokens:
             claims["cmd_hash"] = request["cmd_hash"]
         if request.get("run_as"):
             claims["run_as"] = request["run_as"]
-        for extension in ("authorization_details", "execution_context"):
-            if extension in request:
+        for extension in ("authorization_details", "execution_context", "act", "delegation"):
+            if extension in request:  # act, delegation: requested with an exchanged token (D16)
                 claims[extension] = request[extension]
         if grant.get("delegation_id"):
             claims["delegation_id"] = grant["delegation_id"]

@@ -203,6 +203,11 @@ SCHEMAS: dict[str, Schema] = {
             "run_as": STRING,
             "authorization_details": array(ANY_OBJECT),
             "execution_context": ANY_OBJECT,
+            "act": {**ANY_OBJECT, "description": "requested with an exchanged token: its actor chain (D16)"},
+            "delegation": {
+                **ANY_OBJECT,
+                "description": "requested with an exchanged token: {id, delegator} of its delegation (D16)",
+            },
         },
         ("requester", "target_host", "audience", "grant_type"),
     ),

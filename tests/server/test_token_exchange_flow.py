@@ -233,3 +233,26 @@ def test_other_tokens_are_not_subject_tokens(srv, world):
     agent = world["agent"]
     identity = sign_in(srv, agent)  # type: ignore[arg-type]
     assert exchange(srv, agent, identity).json()["error"] == "invalid_grant"
+
+
+def test_a_grant_requested_with_an_exchanged_token_keeps_act_to_its_authz_jwt(srv, world):
+    """D16: no path drops act. The grant keeps the actor chain and the delegation it stands on, its
+    AuthZ-JWT carries both (sub = the person it was requested for)."""
+    person, agent = world["person"], world["agent"]
+    d = delegate(srv, person, agent, duration=3600)
+    token = exchange(srv, agent, d["delegation_token"]).json()["access_token"]
+    body = {"target_host": "web-1", "audience": "escapes", "command": ["uptime"], "grant_type": "once"}
+    with srv.client(token) as http:
+        created = http.post("/api/grants", json=body)
+        assert created.status_code == 201, created.text
+        grant = created.json()
+        assert grant["requester"] == person["email"]
+        assert grant["request"]["act"] == {"sub": agent.email}
+        assert grant["request"]["delegation"] == {"id": d["id"], "delegator": person["email"]}
+        assert http.get(f"/api/grants/{grant['id']}").json()["request"]["act"] == {"sub": agent.email}
+    with srv.admin() as http:
+        approved = http.post(f"/api/grants/{grant['id']}/approve", json={})
+    assert approved.status_code == 200, approved.text
+    authz = claims(approved.json()["authz_jwt"])
+    assert authz["sub"] == person["email"] and authz["act"] == {"sub": agent.email}
+    assert authz["delegation"] == {"id": d["id"], "delegator": person["email"]}
