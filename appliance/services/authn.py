@@ -259,6 +259,22 @@ async def access_token_holder(services: Services, claims: dict[str, Any]) -> tup
     return person, ""
 
 
+async def exchanged_holder(services: Services, token: str) -> tuple[dict[str, Any], Person]:
+    """An exchanged token's claims and the person it acts for (D16), or ``TokenError`` saying why
+    not. The one rule for the API (``ExchangedToken``) and /userinfo: a token exchange issued it,
+    for grantd itself (``aud`` = the issuer), its delegation is live and its person active."""
+    claims, _ = await services.tokens.verify_kind(token, TokenKind.EXCHANGED)
+    if claims.get("aud") != services.issuer:
+        raise TokenError("this exchanged token is for another audience")
+    delegation = await services.store.delegations.get(str(claims["delegation_id"]))
+    if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
+        raise TokenError("its delegation is revoked or expired")
+    person = await services.store.people.get(str(claims["sub"]))
+    if person is None or person["status"] != "active":
+        raise TokenError("the person is unknown or disabled")
+    return claims, person
+
+
 class ExchangedToken:
     """A token a token exchange issued (D16): the person it names, acting through the agent(s) in
     ``act``; only for grantd itself (``aud`` = the issuer), only while the delegation is live and
@@ -277,19 +293,9 @@ class ExchangedToken:
         if peeked is None or not isinstance(peeked.get("act"), dict) or "delegation_id" not in peeked:
             return None
         try:
-            claims, _ = await services.tokens.verify_kind(token, TokenKind.EXCHANGED)
+            claims, person = await exchanged_holder(services, token)
         except TokenError as exc:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
-        if claims.get("aud") != services.issuer:
-            raise unauthorized(
-                "invalid token: this exchanged token is for another audience", invalid_token=True
-            )
-        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
-        if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
-            raise unauthorized("invalid token: its delegation is revoked or expired", invalid_token=True)
-        person = await services.store.people.get(str(claims["sub"]))
-        if person is None or person["status"] != "active":
-            raise unauthorized("invalid token: the person is unknown or disabled", invalid_token=True)
         act = claims["act"]
         if claims.get("cnf") is not None:
             actor = await services.store.agents.get(str(act.get("sub")))

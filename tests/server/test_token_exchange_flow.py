@@ -256,3 +256,19 @@ def test_a_grant_requested_with_an_exchanged_token_keeps_act_to_its_authz_jwt(sr
     authz = claims(approved.json()["authz_jwt"])
     assert authz["sub"] == person["email"] and authz["act"] == {"sub": agent.email}
     assert authz["delegation"] == {"id": d["id"], "delegator": person["email"]}
+
+
+def test_userinfo_answers_an_exchanged_token_with_its_act(srv, world):
+    """beyond.md §6: /userinfo accepts act tokens; D16: it keeps their act."""
+    person, agent = world["person"], world["agent"]
+    d = delegate(srv, person, agent, duration=3600)
+    token = exchange(srv, agent, d["delegation_token"]).json()["access_token"]
+    with httpx.Client(base_url=srv.url, timeout=10) as http:
+        r = http.get("/userinfo", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 200, r.text
+        assert r.json()["sub"] == person["email"] and r.json()["act"] == {"sub": agent.email}
+    with srv.admin() as http:
+        assert http.delete(f"/api/delegations/{d['id']}").status_code == 200
+    with httpx.Client(base_url=srv.url, timeout=10) as http:
+        r = http.get("/userinfo", headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 401 and r.json()["error"] == "invalid_token", r.text

@@ -13,6 +13,7 @@ import json as jsonlib
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
+import jwt
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json, redirect
 
@@ -25,7 +26,7 @@ from grantd.oauth.ciba import GRANT_TYPE as CIBA_GRANT
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.oauth.exchange import GRANT_TYPE as EXCHANGE_GRANT
 from grantd.services import sessions
-from grantd.services.authn import access_token_holder
+from grantd.services.authn import access_token_holder, exchanged_holder
 from grantd.services.context import Services
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
@@ -350,6 +351,8 @@ async def _userinfo(request: Request) -> HTTPResponse:
             )
         # D12: like every bearer, a refused one counts against the address (429 once over its
         # budget); a valid one is always accepted. Access tokens are signed: no tarpit needed here.
+        if _is_exchanged(presented):
+            return await _exchanged_userinfo(services, presented)
         try:
             claims = await services.tokens.verify_access(presented)
         except TokenError as exc:
@@ -378,6 +381,35 @@ async def _userinfo(request: Request) -> HTTPResponse:
         info["email_verified"] = True
     if "profile" in scopes:
         info["name"] = person["name"] or person["email"]
+    return json(info, headers={**NO_STORE, **CORS})
+
+
+def _is_exchanged(token: str) -> bool:
+    """A token exchange's token (D16): its ``act`` is an object, and it names its delegation."""
+    try:
+        peeked = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return False
+    return isinstance(peeked.get("act"), dict) and "delegation_id" in peeked
+
+
+async def _exchanged_userinfo(services: Services, token: str) -> HTTPResponse:
+    """/userinfo for an exchanged token: the person it acts for, and its actor chain (D16: no path
+    drops act). Such a token has no scopes: the e-mail and name it may read on the API are shown.
+    A DPoP-bound one needs its proof, which /userinfo (Bearer only) does not take."""
+    try:
+        claims, person = await exchanged_holder(services, token)
+    except TokenError as exc:
+        raise invalid_token(str(exc)) from None
+    if claims.get("cnf") is not None:
+        raise invalid_token("a DPoP-bound token is not accepted at /userinfo")
+    info = {
+        "sub": person["email"],
+        "email": person["email"],
+        "email_verified": True,
+        "name": person["name"] or person["email"],
+        "act": claims["act"],
+    }
     return json(info, headers={**NO_STORE, **CORS})
 
 
