@@ -316,6 +316,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             minimum=0,
         ),
         "enroll_per_address": Key(int, 600, "Agent enrolments per client address per minute.", minimum=0),
+        "enroll_per_principal": Key(
+            int,
+            120,
+            "Agent enrolments per enrolling principal (a person, an administrator, the management token) "
+            "per minute, counted once it has authenticated (nobody else can spend its budget).",
+            minimum=0,
+        ),
         "failed_bearer_per_address": Key(
             int,
             50,
@@ -364,6 +371,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "streams_per_process": Key(
             int, 1000, "Open event streams per server process (all principals).", minimum=0
         ),
+        "passkey_per_person": Key(
+            int,
+            30,
+            "Passkey sign-ins per person per minute, counted once the passkey verified (nobody else can "
+            "spend the person's budget; a registration is bounded by its single-use link).",
+            minimum=0,
+        ),
         "passkey_per_address": Key(
             int,
             60,
@@ -394,6 +408,15 @@ SCHEMA: dict[str, dict[str, Key]] = {
             "usually owns a whole /64); IPv4 addresses, and IPv4-mapped IPv6 addresses, count one by one.",
             minimum=32,
             maximum=128,
+        ),
+        "token_per_client": Key(
+            int,
+            600,
+            "Requests to the OAuth token endpoint (and to /bc-authorize) per authenticated client per minute: "
+            "an agent (client assertion) or a confidential client (its secret), counted once it has "
+            "authenticated, so nobody else can spend its budget. Public clients (no secret) are limited per "
+            "address only.",
+            minimum=0,
         ),
         "token_per_address": Key(
             int,

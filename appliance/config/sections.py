@@ -121,6 +121,7 @@ class LimitsSection:
     authenticate_per_agent: int
     authenticate_per_address: int
     enroll_per_address: int
+    enroll_per_principal: int
     failed_bearer_per_address: int
     grants_per_agent: int
     pending_per_agent: int
@@ -131,10 +132,12 @@ class LimitsSection:
     streams_per_owner: int
     streams_per_process: int
     passkey_per_address: int
+    passkey_per_person: int
     device_code_per_address: int
     sp_login_per_address: int
     ipv6_prefix: int
     token_per_address: int
+    token_per_client: int
 
 
 @dataclass(frozen=True)

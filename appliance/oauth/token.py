@@ -181,6 +181,8 @@ async def exchange(
         client = await refresh_token_client(services, params)
     if client is None:
         raise invalid_request("client_id is required")
+    if not client.public:  # D12: per identity, once its secret proved it (a public client is anyone)
+        await services.limits.token_request(client.client_id)
     if grant_type == "authorization_code":
         return await authorization_code(services, client, params)
     if grant_type == "refresh_token":
@@ -518,6 +520,7 @@ async def agent_client(
         )
     except Conflict:
         raise invalid_client("client_assertion was already used (jti replay)") from None
+    await services.limits.token_request(str(agent["agent_id"]))  # D12: per identity, once authenticated
     return agent, jkt
 
 

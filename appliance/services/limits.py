@@ -11,7 +11,9 @@ What is counted where:
 - challenge and authenticate: per agent, every attempt (each route its own counter); per client
   address, the failed ones only (``failed``);
 - the OAuth token endpoint: per client address, the failed requests only (``failed``);
-- agent enrolment: per client address;
+- agent enrolment: per client address, and per enrolling principal once it has authenticated;
+- /token: per authenticated client (an agent, a confidential client), once it has authenticated;
+- passkey sign-in and registration: per person, once the passkey verified;
 - grant requests: per agent, plus a bound on the agent's pending grants (counted, not rated);
 - grant verification: per client address;
 - refused bearer tokens (the authentication chain, ``grantd.services.authn``): per client
@@ -104,6 +106,9 @@ class Limits:
         self.authenticate_address = Rule("authenticate.address", limits.authenticate_per_address, auth)
         self.authenticate_agent = Rule("authenticate.agent", limits.authenticate_per_agent, auth)
         self.enroll_address = Rule("enroll.address", limits.enroll_per_address, "too many enrolments")
+        self.enroll_principal = Rule("enroll.principal", limits.enroll_per_principal, "too many enrolments")
+        self.token_client = Rule("token.client", limits.token_per_client, "too many token requests")
+        self.passkey_person = Rule("passkey.person", limits.passkey_per_person, "too many passkey sign-ins")
         self.grants_agent = Rule("grants.agent", limits.grants_per_agent, "too many grant requests")
         self.verify_address = Rule(
             "verify.address", limits.verify_per_address, "too many verification requests"
@@ -171,8 +176,18 @@ class Limits:
             self.challenge_address if step == "challenge" else self.authenticate_address, address
         )
 
-    async def enrol(self, address: str | None) -> None:
+    async def enrol(self, address: str | None, principal: Principal) -> None:
+        """An enrolment by an authenticated ``principal``: per address and per principal."""
         await self.hit(self.enroll_address, address)
+        await self.hit(self.enroll_principal, principal.id)
+
+    async def token_request(self, client: str) -> None:
+        """A /token request whose client authenticated (an agent's id, a confidential client's id)."""
+        await self.hit(self.token_client, client)
+
+    async def passkey_verified(self, person_id: str) -> None:
+        """A passkey sign-in or registration verified for ``person_id`` (before its session starts)."""
+        await self.hit(self.passkey_person, person_id)
 
     async def verify(self, address: str | None) -> None:
         await self.hit(self.verify_address, address)

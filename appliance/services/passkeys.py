@@ -527,6 +527,7 @@ async def login_verify(
         raise unauthorized("unknown passkey")
     _active(person)
     used = await _verified_assertion(services, credential, challenge, stored, user_verified=False)
+    await services.limits.passkey_verified(person["person_id"])  # D12: per identity, once verified
     value, session = await sessions.start(services, person, user_agent, credential_id=used["credential_id"])
     return person, used, value, session
 

@@ -21,13 +21,16 @@ import pytest
 from inproc import InProcessServer
 from support import postgres as pg
 
-from conftest import Server, make_server, problem, sign_in, signed_in, ssh_keygen
+from conftest import Server, enroll, make_server, problem, sign_in, signed_in, ssh_keygen
 from grants_support import grant_body, request_grant
 
 ALL_OFF = {
     "authenticate_per_agent": 0,
     "authenticate_per_address": 0,
     "enroll_per_address": 0,
+    "enroll_per_principal": 0,
+    "token_per_client": 0,
+    "passkey_per_person": 0,
     "failed_bearer_per_address": 0,
     "grants_per_agent": 0,
     "pending_per_agent": 0,
@@ -207,6 +210,63 @@ def test_challenge_and_authenticate_are_limited_per_agent(clocked, tmp_path):
         assert http.post("/api/agent/challenge", json={"agent_id": other.email}).status_code == 200
         srv.clock.advance(60)
     sign_in(srv, agent)  # a fresh window: the agent signs in again
+
+
+def test_enrolment_and_token_requests_are_limited_per_authenticated_identity(clocked, tmp_path):
+    """D12, per identity: enrolments per enrolling principal and /token requests per agent, counted
+    once the identity authenticated, from any address; another identity is not affected, and a
+    caller who cannot authenticate as it cannot spend its budget."""
+    import uuid
+
+    import jwt
+
+    srv = clocked(enroll_per_principal=2, token_per_client=2)
+    with srv.admin() as http:
+        codes = []
+        for i in range(3):
+            _, public = ssh_keygen(tmp_path / "keys", name=f"p{i}")
+            codes.append(
+                http.post(
+                    "/api/agent/enroll",
+                    json={"email": f"pbot{i}@example.com", "name": "bot", "publicKey": public},
+                    headers=from_(f"192.0.2.{20 + i}"),  # every one from another address
+                )
+            )
+        assert [r.status_code for r in codes[:2]] == [201, 201]
+        assert_limited(codes[2], "too many enrolments")
+    srv.clock.advance(60)  # a fresh window for the management token's enrolments below
+    agent = enroll(srv, tmp_path / "agent")
+    other = enroll(srv, tmp_path / "other")
+
+    def token(who: Any, address: str, key: Any = None) -> httpx.Response:
+        now = srv.clock.now_s()
+        claims = {
+            "iss": who.email,
+            "sub": who.email,
+            "aud": f"{srv.url}/token",
+            "iat": now,
+            "exp": now + 60,
+            "jti": uuid.uuid4().hex,
+        }
+        assertion = jwt.encode(claims, key or who.private_key(), algorithm="EdDSA")
+        with srv.client() as client:
+            return client.post(
+                "/token",
+                data={
+                    "grant_type": "client_credentials",
+                    "client_assertion": assertion,
+                    "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+                },
+                headers=from_(address),
+            )
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    forged = [token(agent, f"198.51.100.{i}", Ed25519PrivateKey.generate()).status_code for i in range(4)]
+    assert forged == [401, 401, 401, 401]  # someone else's failures never spend the agent's budget
+    assert [token(agent, f"198.51.100.{10 + i}").status_code for i in range(2)] == [200, 200]
+    assert_limited(token(agent, "198.51.100.20"), "too many token requests")
+    assert token(other, "198.51.100.20").status_code == 200
 
 
 def test_enrolment_is_limited_per_client_address(clocked, tmp_path):
@@ -450,14 +510,17 @@ def test_defaults_are_documented():
         "authenticate_per_agent": 120,
         "authenticate_per_address": 300,
         "enroll_per_address": 600,
+        "enroll_per_principal": 120,
         "failed_bearer_per_address": 50,
         "grants_per_agent": 120,
         "pending_per_agent": 100,
         "verify_per_address": 6000,
         "streams_per_principal": 8,
         "streams_per_process": 1000,
+        "passkey_per_person": 30,
         "passkey_per_address": 60,
         "device_code_per_address": 30,
+        "token_per_client": 600,
         "token_per_address": 300,
         "sp_login_per_address": 60,
         "ipv6_prefix": 64,

@@ -19,7 +19,7 @@ async def enroll(request: Request) -> HTTPResponse:
     principal = policy.may_enrol_agents(
         await principal_of(request)
     )  # admins, or a person for themselves (D8)
-    await services.limits.enrol(request.ctx.client_ip)
+    await services.limits.enrol(request.ctx.client_ip, principal)
     agent = await agents.enroll(services, principal, body_of(request))
     return json(agents.public_view(agent), status=201)
 
