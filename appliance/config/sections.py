@@ -131,13 +131,13 @@ class LimitsSection:
     streams_per_principal: int
     streams_per_owner: int
     streams_per_process: int
-    passkey_per_address: int
     passkey_per_person: int
+    passkey_per_address: int
     device_code_per_address: int
     sp_login_per_address: int
     ipv6_prefix: int
-    token_per_address: int
     token_per_client: int
+    token_per_address: int
 
 
 @dataclass(frozen=True)
