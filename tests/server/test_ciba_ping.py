@@ -78,8 +78,13 @@ def set_ciba(srv: InProcessServer, agent: Agent, value: object) -> tuple[int, di
 
 
 def test_a_ping_after_the_decision_then_the_token(srv, agent, receiver):
+    with srv.admin() as http:  # an agent's CIBA delivery shows on its admin record, poll by default
+        assert http.get(f"/api/admin/agents/{agent.agent_id}").json()["ciba"] == {"mode": "poll"}
     status, answer = set_ciba(srv, agent, {"mode": "ping", "notification_endpoint": receiver.url})
     assert status == 200 and answer["ciba"] == {"mode": "ping", "notification_endpoint": receiver.url}, answer
+    with srv.admin() as http:
+        shown = http.get(f"/api/admin/agents/{agent.email}").json()["ciba"]
+        assert shown == {"mode": "ping", "notification_endpoint": receiver.url}
     r = bc_authorize(srv, agent)
     assert r.status_code == 400 and r.json()["error"] == "invalid_request"  # ping needs the client's token
     ack = bc_authorize(srv, agent, client_notification_token="cnt-secret-1").json()

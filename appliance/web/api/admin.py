@@ -29,7 +29,14 @@ async def create_agent(request: Request) -> HTTPResponse:
 async def get_agent(request: Request, ident: str) -> HTTPResponse:
     policy.may_manage_agents(await principal_of(request))
     services = services_of(request)
-    return json(await agents.described(services, await agents.find_agent(services, ident)))
+    agent = await agents.find_agent(services, ident)
+    # D16: the agent's CIBA delivery mode, as PUT set it
+    return json(
+        {
+            **await agents.described(services, agent),
+            "ciba": await ciba_ping.agent_ciba(services, agent["agent_id"]),
+        }
+    )
 
 
 @bp.put("/api/admin/agents/<ident:str>", unquote=True)
@@ -37,12 +44,13 @@ async def update_agent(request: Request, ident: str) -> HTTPResponse:
     principal = policy.may_manage_agents(await principal_of(request))
     services = services_of(request)
     body = body_of(request)
-    ciba = None
+    found = await agents.find_agent(services, ident)
     if "ciba" in body:  # D16: the agent's CIBA delivery mode (grantd.oauth.ciba_ping)
-        found = await agents.find_agent(services, ident)
         ciba = await ciba_ping.set_agent_ciba(services, found["agent_id"], body.pop("ciba"))
+    else:
+        ciba = await ciba_ping.agent_ciba(services, found["agent_id"])
     answer = await agents.described(services, await agents.update(services, principal, ident, body))
-    return json(answer if ciba is None else {**answer, "ciba": ciba})
+    return json({**answer, "ciba": ciba})
 
 
 @bp.delete("/api/admin/agents/<ident:str>", unquote=True)
