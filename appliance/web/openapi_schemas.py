@@ -82,6 +82,14 @@ SCHEMAS: dict[str, Schema] = {
                         "type": "boolean",
                         "description": "neither owner nor approver can decide: its grants wait for an administrator",
                     },
+                    "ciba": obj(
+                        {
+                            "mode": {"type": "string", "enum": ["poll", "ping"]},
+                            "notification_endpoint": {"type": "string", "format": "uri"},
+                        },
+                        ("mode",),
+                        description="its CIBA delivery (D16), in GET and PUT /api/admin/agents/:id",
+                    ),
                 },
                 (
                     "publicKey",
