@@ -444,6 +444,7 @@ OPERATIONS: tuple[Op, ...] = (
         BEARER,
         "PolicyEvaluateBody",
         ok={200: Ok(ref("PolicyEvaluation"))},
+        errors=(404,),  # an unknown requester (D2)
         tag="grants",
     ),
     Op(
