@@ -30,7 +30,7 @@ from grantd.core.fields import (
 )
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import page, page_request
-from grantd.core.principals import Principal, person_is_admin
+from grantd.core.principals import Kind, Principal, person_is_admin
 from grantd.services.context import Services
 from grantd.store import Conflict
 from grantd.store.records import Delegation
@@ -161,10 +161,25 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
 
 async def list_delegations(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
     rows, has_more = await services.store.delegations.list(
-        party=None if principal.admin else principal.email, page=page_request(args)
+        party=None if principal.admin else principal.email,
+        page=page_request(args),
+        since=await _born(services, principal),
     )
     lapse = services.delegation_lapse()
     return page(rows, has_more, lambda d: view(d, lapse.status_of(d)))
+
+
+async def _born(services: Services, principal: Principal) -> int | None:
+    """When the caller's person or agent record was created (None: an administrator, who sees every
+    delegation). D11: parties are bound to the principal, not the e-mail, so a person or agent
+    created later with an e-mail that named an earlier one inherits nothing of its delegations."""
+    if principal.admin:
+        return None
+    if principal.kind is Kind.AGENT:
+        agent = await services.store.agents.get_by_id(principal.id)
+        return int(agent["created_at"]) if agent is not None else None
+    person = await services.store.people.get(principal.id) if principal.is_person else None
+    return int(person["created_at"]) if person is not None else None
 
 
 async def _visible(
@@ -177,6 +192,9 @@ async def _visible(
     delegation = await services.store.delegations.get(delegation_id)
     if delegation is None or not may(principal, delegation):
         raise not_found("delegation not found")
+    born = await _born(services, principal)
+    if born is not None and delegation["created_at"] < born:
+        raise not_found("delegation not found")  # an earlier holder of the caller's e-mail's (D11)
     return delegation
 
 

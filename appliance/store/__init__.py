@@ -356,8 +356,12 @@ class DelegationStore(Protocol):
 
     async def get(self, delegation_id: str) -> Delegation | None: ...
 
-    async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
-        """Newest first; ``party`` (None = all) limits to delegations it is delegator or delegate of."""
+    async def list(
+        self, *, party: str | None, page: PageRequest, since: int | None = None
+    ) -> tuple[list[Delegation], bool]:
+        """Newest first; ``party`` (None = all) limits to delegations it is delegator or delegate of,
+        ``since`` to those created at or after it (D11: a person or agent created later with an
+        e-mail that named an earlier one inherits nothing of it)."""
 
     async def revoke(self, delegation_id: str, by: str, now: int) -> Delegation | None:
         """Active -> revoked (``revoked_by``, ``revoked_at``). Exactly one concurrent caller wins."""

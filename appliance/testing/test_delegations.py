@@ -45,6 +45,19 @@ async def test_list_by_party_newest_first_with_paging(store):
     assert not more and {d["id"] for d in everyone} == {"a0", "a1", "a2", "a3", "a4", "b0", "c0"}
 
 
+async def test_list_since_leaves_out_what_was_made_before(store):
+    """D11: a person created later with an e-mail that named an earlier one inherits nothing: the
+    list of a party can start at the time that party was created."""
+    for i in range(4):
+        await store.delegations.create(
+            delegation(f"d{i}", delegator="alice@example.com", delegate="x@e.com", created_at=NOW + i)
+        )
+    pages = await walk(lambda p: store.delegations.list(party="alice@example.com", page=p, since=NOW + 2), 1)
+    assert [d["id"] for page in pages for d in page] == ["d3", "d2"]
+    found, more = await store.delegations.list(party=None, page=first_page(10), since=NOW + 4)
+    assert (found, more) == ([], False)
+
+
 async def test_revoke_has_exactly_one_winner(store):
     await store.delegations.create(delegation("d1"))
     results = await asyncio.gather(

@@ -53,12 +53,17 @@ class PostgresDelegations(_Part):
 
     @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
-    async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
+    async def list(
+        self, *, party: str | None, page: PageRequest, since: int | None = None
+    ) -> tuple[list[Delegation], bool]:
         where = ["TRUE"]
         params: dict[str, Any] = {}
         if party is not None:
             where.append("(delegator = %(party)s OR delegate = %(party)s)")
             params["party"] = party
+        if since is not None:
+            where.append("created_at >= %(since)s")
+            params["since"] = since
         after_sql(page, "id", where, params, paramstyle=PG)
         rows = await self._db.all(
             f"SELECT * FROM delegations WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT %(limit)s",  # noqa: S608 - fixed clauses

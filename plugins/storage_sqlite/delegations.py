@@ -49,12 +49,17 @@ class SQLiteDelegations:
         row = self._db.one("SELECT * FROM delegations WHERE id = ?", (delegation_id,))
         return delegation_row(row) if row else None
 
-    async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
+    async def list(
+        self, *, party: str | None, page: PageRequest, since: int | None = None
+    ) -> tuple[list[Delegation], bool]:
         where = ["1 = 1"]
         params: dict[str, Any] = {}
         if party is not None:
             where.append("(delegator = :party OR delegate = :party)")
             params["party"] = party
+        if since is not None:
+            where.append("created_at >= :since")
+            params["since"] = since
         after_sql(page, "id", where, params)
         rows = self._db.all(
             f"SELECT * FROM delegations WHERE {' AND '.join(where)} ORDER BY created_at DESC, id DESC LIMIT :limit",  # noqa: S608 - fixed clauses

@@ -271,12 +271,23 @@ def test_delegations_of_and_to_a_deleted_person_never_approve_for_a_newcomer(srv
     assert request_grant(srv, bot_token, audience="before")["status"] == "approved"
     for person in (owner, delegate):
         assert _admin(srv, "DELETE", f"/api/admin/users/{person['email']}").status_code == 200
+    srv.clock.advance(1)  # the newcomers come later than the delegations (the test's clock stands still)
     create_person(srv, owner["email"])
     _, newcomer = signed_in_person(srv, delegate["email"])
     assert request_grant(srv, bot_token, audience="after")["status"] == "pending"
     with newcomer:
         r = newcomer.post("/api/grants", json={**COMMAND, "audience": "after"})
-    assert r.status_code == 201 and r.json()["status"] == "pending", r.text
+        assert r.status_code == 201 and r.json()["status"] == "pending", r.text
+        # nor do they see, validate or delete them: they inherit nothing (D11)
+        assert newcomer.get("/api/delegations").json()["data"] == []
+        validated = newcomer.post(
+            f"/api/delegations/{named.json()['id']}/validate",
+            json={"delegate": delegate["email"], "audience": "x"},
+        )
+        assert validated.status_code == 404, validated.text
+    with cookie_client(srv, start_session(srv, owner["email"])) as again:
+        assert again.get("/api/delegations").json()["data"] == []
+        assert again.delete(f"/api/delegations/{made.json()['id']}").status_code == 404
 
 
 class _Provider:

@@ -501,11 +501,14 @@ class MemoryDelegations:
     async def get(self, delegation_id: str) -> Delegation | None:
         return copy.deepcopy(self._d.delegations.get(delegation_id))
 
-    async def list(self, *, party: str | None, page: PageRequest) -> tuple[list[Delegation], bool]:
+    async def list(
+        self, *, party: str | None, page: PageRequest, since: int | None = None
+    ) -> tuple[list[Delegation], bool]:
         rows = [
             d
             for d in self._d.delegations.values()
-            if party is None or party in (d["delegator"], d["delegate"])
+            if (party is None or party in (d["delegator"], d["delegate"]))
+            and (since is None or d["created_at"] >= since)
         ]
         return _newest_first(rows, "id", page)
 
