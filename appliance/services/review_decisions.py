@@ -22,7 +22,7 @@ from typing import Any
 from grantd.core import policy
 from grantd.core.errors import Problem, bad_request, forbidden
 from grantd.core.principals import Principal, for_person
-from grantd.core.review_digest import grant_digest, review_challenge
+from grantd.core.review_digest import digest_fields, grant_digest, review_challenge
 from grantd.services import grants, review_links
 from grantd.services.context import Services
 from grantd.store import Conflict
@@ -162,7 +162,16 @@ async def decide(
             "nonce": kept["nonce"],
         }
     }
-    vote_body: dict[str, Any] = {k: body[k] for k in ("reason", "grant_type", "duration") if k in body}
+    # The assertion signed this decision: the grant type and duration of the digest. A body that asks
+    # for others would make the vote wider (or other) than its evidence says: 400, nothing recorded.
+    signed = digest_fields(grant)
+    for name in ("grant_type", "duration"):
+        if body.get(name) is not None and body[name] != signed[name]:
+            raise bad_request(
+                f"a review link decides the request as the passkey signed it: {name} cannot be changed here",
+                field=name,
+            )
+    vote_body: dict[str, Any] = {"reason": body["reason"]} if "reason" in body else {}
     return await grants.vote(
         services, me, link["grant_id"], vote_body, decision=decision, via="web", evidence=evidence
     )

@@ -140,6 +140,22 @@ def test_an_assertion_without_user_verification_is_refused(srv, sink):
     assert decide(browser, token, "deny").json()["grant"]["status"] == "denied"
 
 
+def test_a_review_link_decides_the_request_as_the_passkey_signed_it(srv, sink):
+    """The assertion signs the digest's grant type and duration: a vote from the link that asks
+    for another type or duration (wider than what was signed) is 400 and records nothing."""
+    browser, _, grant, token = pending_grant_with_link(srv, sink)
+    for override in ({"grant_type": "always"}, {"duration": 2_592_000}):
+        refused = decide(browser, token, **override)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["field"] == next(iter(override)), refused.text
+        assert status_of(srv, grant["id"]) == "pending"
+        assert srv.call(srv.services.store.grants.votes(grant["id"])) == []
+    same = decide(browser, token, grant_type=grant["request"]["grant_type"], reason="as asked")
+    assert same.status_code == 200, same.text
+    assert same.json()["grant"]["status"] == "approved"
+    assert same.json()["grant"]["request"]["grant_type"] == grant["request"]["grant_type"]
+
+
 def test_an_assertion_is_for_one_grant_and_one_use(srv, sink):
     browser, email, first, first_token = pending_grant_with_link(srv, sink)
     _, agent_token = enrol_agent(srv, owner=email)
