@@ -15,7 +15,10 @@ from grantd.services.grants import _visible_grant
 from grantd.store.notify import OutboxRow
 
 TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")  # ntfy's topic rule
-STATUS_SHOWN = {"dropped": "digested"}  # held back by per_approver_limit, then sent in a digest
+# D15's statuses are pending, sent and failed: a notice held back by per_approver_limit is pending
+# (it waits for the digest), and one that went out in the digest is sent; ``digest`` says which.
+STATUS_SHOWN = {"held": "pending", "dropped": "sent"}
+DIGEST_SHOWN = {"held": "held", "dropped": "sent"}
 
 
 def notice_view(row: OutboxRow) -> dict[str, Any]:
@@ -29,6 +32,8 @@ def notice_view(row: OutboxRow) -> dict[str, Any]:
         "at": row["sent_at"] if row["sent_at"] is not None else row["created_at"],
         "created_at": row["created_at"],
     }
+    if row["status"] in DIGEST_SHOWN:
+        view["digest"] = DIGEST_SHOWN[row["status"]]
     if row["error"]:
         view["error"] = row["error"]
     return view

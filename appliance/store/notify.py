@@ -144,8 +144,9 @@ class NotifyStore(Protocol):
         on ``channel`` were written at or after ``since`` and not held (``per_approver_limit``)."""
 
     async def release_held(self, before: int, limit: int) -> builtins.list[OutboxRow]:
-        """Mark at most ``limit`` held rows written before ``before`` as ``dropped`` (they go into
-        a digest) and return them; exactly one caller gets each row."""
+        """The window of a (recipient, channel) ends when its oldest held row was written before
+        ``before``: mark every held row of at most ``limit`` such pairs ``dropped`` (they go into one
+        digest per pair, D15) and return them; exactly one caller gets each row."""
 
     async def add_link(self, link: ReviewLink, now: int) -> None:
         """Store a review link (and drop links that expired more than LINKS_KEPT_MS before ``now``)."""

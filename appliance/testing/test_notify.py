@@ -156,20 +156,23 @@ async def test_recent_counts_pending_kinds_not_held(store):
 
 
 async def test_release_held_hands_each_row_once(store):
+    """D15: when a (recipient, channel)'s window ends (its oldest held row is due) everything held
+    for it goes into one digest, newer held rows too; a pair with nothing due stays held; each row
+    goes to exactly one of concurrent callers."""
     await store.notify.add([notice(f"h{i}", status="held", created_at=NOW + i) for i in range(6)])
+    await store.notify.add(
+        [
+            notice(f"b{i}", status="held", recipient="bob@example.com", created_at=NOW + 5 + i)
+            for i in range(2)
+        ]
+    )
     first, second = await asyncio.gather(
         store.notify.release_held(NOW + 4, 10), store.notify.release_held(NOW + 4, 10)
     )
-    assert sorted(r["id"] for r in first + second) == ["h0", "h1", "h2", "h3"]
+    assert sorted(r["id"] for r in first + second) == ["h0", "h1", "h2", "h3", "h4", "h5"]
     statuses = {r["id"]: r["status"] for r in await store.notify.for_grant("g1")}
-    assert statuses == {
-        "h0": "dropped",
-        "h1": "dropped",
-        "h2": "dropped",
-        "h3": "dropped",
-        "h4": "held",
-        "h5": "held",
-    }
+    assert statuses == {**{f"h{i}": "dropped" for i in range(6)}, "b0": "held", "b1": "held"}
+    assert [r["id"] for r in await store.notify.release_held(NOW + 6, 10)] == ["b0", "b1"]
 
 
 async def test_prefs_are_replaced(store):

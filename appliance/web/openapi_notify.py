@@ -29,7 +29,12 @@ NOTIFY_SCHEMAS: dict[str, Schema] = {
             "recipient": STRING,
             "kind": {"type": "string", "enum": ["review_requested", "escalated", "resolved", "digest"]},
             "level": INT,
-            "status": {"type": "string", "enum": ["pending", "sent", "failed", "held", "digested"]},
+            "status": {"type": "string", "enum": ["pending", "sent", "failed"]},
+            "digest": {
+                "type": "string",
+                "enum": ["held", "sent"],
+                "description": "over per_approver_limit: held for the digest (status pending), sent in it (status sent)",
+            },
             "attempts": INT,
             "at": MS,
             "created_at": MS,

@@ -106,9 +106,9 @@ class PostgresNotify(_Part):
     @_on_store_loop
     async def release_held(self, before: int, limit: int) -> builtins.list[OutboxRow]:
         rows = await self._db.all(
-            """UPDATE notify_outbox SET status = 'dropped' WHERE id IN (
-                   SELECT id FROM notify_outbox WHERE status = 'held' AND created_at < %s
-                   ORDER BY created_at, id LIMIT %s FOR UPDATE SKIP LOCKED) AND status = 'held' RETURNING *""",
+            """UPDATE notify_outbox SET status = 'dropped' WHERE status = 'held' AND (recipient, channel) IN (
+                   SELECT recipient, channel FROM notify_outbox WHERE status = 'held' AND created_at < %s
+                   ORDER BY created_at, id LIMIT %s) RETURNING *""",
             (before, limit),
         )
         found = [outbox_row(dict(r)) for r in rows]

@@ -101,9 +101,9 @@ class SQLiteNotify:
     async def release_held(self, before: int, limit: int) -> builtins.list[OutboxRow]:
         async with self._db.awrite() as conn:
             rows = conn.execute(
-                """UPDATE notify_outbox SET status = 'dropped' WHERE id IN (
-                       SELECT id FROM notify_outbox WHERE status = 'held' AND created_at < ?
-                       ORDER BY created_at, id LIMIT ?) AND status = 'held' RETURNING *""",
+                """UPDATE notify_outbox SET status = 'dropped' WHERE status = 'held' AND (recipient, channel) IN (
+                       SELECT recipient, channel FROM notify_outbox WHERE status = 'held' AND created_at < ?
+                       ORDER BY created_at, id LIMIT ?) RETURNING *""",
                 (before, limit),
             ).fetchall()
         found = [outbox_row(dict(r)) for r in rows]

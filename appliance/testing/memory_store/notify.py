@@ -87,10 +87,19 @@ class MemoryNotify:
 
     async def release_held(self, before: int, limit: int) -> builtins.list[OutboxRow]:
         async with self._d.tx:
-            held = sorted(
+            due = sorted(
                 (r for r in self._d.outbox.values() if r["status"] == "held" and r["created_at"] < before),
                 key=lambda r: (r["created_at"], r["id"]),
             )[:limit]
+            groups = {(r["recipient"], r["channel"]) for r in due}
+            held = sorted(
+                (
+                    r
+                    for r in self._d.outbox.values()
+                    if r["status"] == "held" and (r["recipient"], r["channel"]) in groups
+                ),
+                key=lambda r: (r["created_at"], r["id"]),
+            )
             for row in held:
                 row["status"] = "dropped"
             return copy.deepcopy(held)
