@@ -27,6 +27,7 @@ from grantd.core.fields import (
     field_error,
     identifier_field,
     seconds_field,
+    string_field,
 )
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import page, page_request
@@ -233,20 +234,29 @@ async def covering_delegation(
     return None
 
 
+async def _names_delegate(services: Services, given: str, delegate: str) -> bool:
+    """``given`` names the delegation's delegate: its e-mail, or (an agent) its agent_id (D1)."""
+    if given.strip().lower() == delegate:
+        return True
+    agent = await services.store.agents.get_by_id(given.strip()) if given.startswith("agt_") else None
+    return agent is not None and agent["email"] == delegate
+
+
 async def validate(
     services: Services, principal: Principal, delegation_id: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     delegation = await _visible(services, principal, delegation_id, policy.may_validate_delegation)
+    # D7: {delegate, audience, scope?}; the first two name what is asked about, so both are required
+    delegate = string_field(body, "delegate", max_len=254)
+    audience = string_field(body, "audience")
+    scope = body.get("scope")
     status = services.delegation_lapse().status_of(delegation)
     answer: dict[str, Any] = {"valid": False, "delegation": view(delegation, status)}
-    delegate = body.get("delegate")
-    audience = body.get("audience")
-    scope = body.get("scope")
     if status != "active":
         answer["error"] = f"delegation {status}"
-    elif isinstance(delegate, str) and delegate.strip().lower() != delegation["delegate"]:
+    elif not await _names_delegate(services, str(delegate), delegation["delegate"]):
         answer["error"] = "delegate does not match"
-    elif isinstance(audience, str) and delegation["audience"] not in ("*", audience):
+    elif delegation["audience"] not in ("*", audience):
         answer["error"] = "audience does not match"
     elif (
         isinstance(scope, str)

@@ -142,7 +142,6 @@ MORE_OPERATIONS: tuple[Op, ...] = (
         "Does a delegation cover this?",
         BEARER,
         "DelegationCheck",
-        False,
         ok={200: Ok(ref("DelegationValidity"))},
         tag="delegations",
     ),

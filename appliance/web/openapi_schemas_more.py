@@ -124,7 +124,14 @@ MORE_SCHEMAS: dict[str, Schema] = {
         },
         ("delegate", "audience"),
     ),
-    "DelegationCheck": obj({"delegate": STRING, "audience": STRING, "scope": STRING}),
+    "DelegationCheck": obj(
+        {
+            "delegate": {"type": "string", "description": "its e-mail, or an agent's agent_id (D1)"},
+            "audience": STRING,
+            "scope": STRING,
+        },
+        ("delegate", "audience"),
+    ),
     "DelegationValidity": obj({"valid": BOOL, "delegation": ref("Delegation"), "error": STRING}, ("valid",)),
     # people (D8)
     "Person": obj(

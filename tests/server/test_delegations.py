@@ -164,13 +164,22 @@ def test_list_validate_and_delete_rules(server: Server, agent: Agent, tmp_path: 
             json={"delegate": agent.email, "audience": "escapes", "scope": "db:read"},
         ).json()
         assert ok["valid"] is True and ok["delegation"]["id"] == d["id"]
+        asked = {"delegate": agent.email, "audience": "escapes"}
         for body, error in (
-            ({"delegate": other.email}, "delegate"),
-            ({"audience": "grantd"}, "audience"),
-            ({"scope": "db:write"}, "scope"),
+            ({**asked, "delegate": other.email}, "delegate"),
+            ({**asked, "audience": "grantd"}, "audience"),
+            ({**asked, "scope": "db:write"}, "scope"),
         ):
             answer = http.post(f"/api/delegations/{d['id']}/validate", json=body).json()
             assert answer["valid"] is False and error in answer["error"]
+        # D1: the delegate may be named by its agent_id too
+        by_id = http.post(f"/api/delegations/{d['id']}/validate", json={**asked, "delegate": agent.agent_id})
+        assert by_id.json()["valid"] is True, by_id.text
+        # D7/D2: the body and both names are required (a missing one is no "anything")
+        for body in ({}, {"delegate": agent.email}, {"audience": "escapes"}):
+            missing = http.post(f"/api/delegations/{d['id']}/validate", json=body)
+            assert missing.status_code == 400, (body, missing.text)
+        assert http.post(f"/api/delegations/{d['id']}/validate").status_code == 400
         assert http.post("/api/delegations/missing/validate", json={}).status_code == 404
     with server.client() as http:
         assert http.get("/api/delegations").status_code == 401

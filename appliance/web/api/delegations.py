@@ -40,6 +40,9 @@ async def validate(request: Request, delegation_id: str) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
     return json(
         await delegations.validate(
-            services_of(request), principal, delegation_id, body_of(request, required=False)
+            services_of(request),
+            principal,
+            delegation_id,
+            body_of(request),  # D7/D2: a required body
         )
     )
