@@ -28,11 +28,12 @@ from grantd.store import Conflict, LimitReached
 from grantd.store.records import Agent
 
 AGENT_STATUSES = ("active", "disabled")
+AGENT_ID_PREFIX = "agt_"  # D1: an agent_id is agt_ + 22 url-safe characters
 UPDATABLE = {"name", "owner", "approver", "status", "isActive", "publicKey", "public_key"}
 
 
 def new_agent_id() -> str:
-    return "agt_" + secrets.token_urlsafe(16)[:22]
+    return AGENT_ID_PREFIX + secrets.token_urlsafe(16)[:22]
 
 
 def public_view(agent: Agent) -> dict[str, Any]:
@@ -193,6 +194,20 @@ async def enroll(services: Services, principal: Principal, body: dict[str, Any])
             f"{owner} already owns {bound} agents (limits.agents_per_person): delete some first",
             PENDING_RETRY_AFTER,
         ) from None
+
+
+async def agent_or_email_field(
+    services: Services, body: dict[str, Any], name: str, *, required: bool = True
+) -> str | None:
+    """A field that names an agent or a person by e-mail, where an agent may also be named by its
+    ``agent_id`` (D1): the e-mail (an unknown agent_id is 404 ``agent not found``)."""
+    value = body.get(name)
+    if isinstance(value, str) and value.strip().startswith(AGENT_ID_PREFIX):
+        agent = await services.store.agents.get_by_id(value.strip())
+        if agent is None:
+            raise not_found("agent not found")
+        return str(agent["email"])
+    return email_field(body, name, required=required)
 
 
 async def find_agent(services: Services, ident: str) -> Agent:

@@ -32,6 +32,7 @@ from grantd.core.fields import (
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal, person_is_admin
+from grantd.services.agents import agent_or_email_field
 from grantd.services.context import Services
 from grantd.store import Conflict
 from grantd.store.records import Delegation
@@ -112,7 +113,7 @@ async def create(services: Services, principal: Principal, body: dict[str, Any])
         delegator = email_field(body, "delegator", required=False) or principal.email
     else:
         delegator = principal.email
-    delegate = email_field(body, "delegate")
+    delegate = await agent_or_email_field(services, body, "delegate")  # D1: or the agent's agent_id
     assert delegate is not None
     audience = identifier_field(body, "audience", required=True)
     scopes = body.get("scopes")

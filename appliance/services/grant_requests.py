@@ -17,7 +17,6 @@ from grantd.core.errors import unauthorized
 from grantd.core.fields import (
     MAX_TEXT,
     check_identifier,
-    email_field,
     field_error,
     identifier_field,
     seconds_field,
@@ -25,6 +24,7 @@ from grantd.core.fields import (
 )
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.principals import Principal
+from grantd.services.agents import agent_or_email_field
 from grantd.services.context import Services
 
 MAX_REASON = 1000
@@ -107,7 +107,7 @@ async def _requester(
         return principal.email, principal.id
     if principal is None and not services.config.grants.allow_unauthenticated:
         raise unauthorized("a grant request needs an agent token or a session")
-    email = email_field(body, "requester")
+    email = await agent_or_email_field(services, body, "requester")  # D1: or the agent's agent_id
     assert email is not None
     agent = await services.store.agents.get(email)
     return email, agent["agent_id"] if agent is not None else email

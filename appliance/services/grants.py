@@ -42,6 +42,7 @@ from grantd.core.review import (
 from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
 from grantd.services import notify
 from grantd.services import review as reviews
+from grantd.services.agents import agent_or_email_field
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
 from grantd.services.grant_decisions import (
@@ -401,7 +402,7 @@ async def list_grants(services: Services, principal: Principal, args: Any) -> di
             raise field_error("status", f"status must be one of {', '.join(STATUSES)} (or used)")
     requester = args.get("requester") or None
     if requester is not None:
-        requester = requester.strip().lower()
+        requester = await agent_or_email_field(services, {"requester": requester.strip()}, "requester")
         if principal.is_agent and requester != principal.email:
             raise forbidden("an agent may list only its own grants")
     request = page_request(args)

@@ -212,3 +212,28 @@ def test_owner_and_approver_may_decide_others_may_not() -> None:
     }
     for principal, allowed in cases.items():
         assert policy.may_decide(principal, agent, admins) is allowed, principal
+
+
+def test_an_agent_is_named_by_its_agent_id_as_well_as_its_email(server: Server, agent: Agent) -> None:
+    """D1: every route that takes an agent identifier accepts the agent_id or the e-mail: a
+    delegation's delegate, a grant's requester (the management token asks for someone), the
+    requester filter of the grant list; an unknown agent_id is 404."""
+    d = delegate(server, agent, delegate=agent.agent_id)
+    assert d["delegate"] == agent.email
+    with server.admin() as http:
+        made = http.post(
+            "/api/grants",
+            json={
+                "requester": agent.agent_id,
+                "target_host": "web-1",
+                "audience": "escapes",
+                "command": ["id"],
+            },
+        )
+        assert made.status_code == 201 and made.json()["requester"] == agent.email, made.text
+        listed = http.get("/api/grants", params={"requester": agent.agent_id}).json()["data"]
+        assert listed and {g["requester"] for g in listed} == {agent.email}
+        unknown = http.get("/api/grants", params={"requester": "agt_" + "x" * 22})
+        assert unknown.status_code == 404 and problem(unknown)["detail"] == "agent not found"
+    with server.client(agent.token) as http:  # an agent lists its own grants by either name
+        assert http.get("/api/grants", params={"requester": agent.agent_id}).status_code == 200
