@@ -18,7 +18,7 @@ the e-mail the IdP asserts equal to the one the login started with (an IdP is on
 domain that named it). Then the browser gets a guest session (``sessions.start_guest``).
 
 Every failure is a ``LoginError`` carrying a readable message (the specification's where it has
-one); the routes turn it into problem+json (``begin``) or a redirect to ``/?error=<code>``
+one); the routes turn it into problem+json (``begin``) or a redirect to ``/?error=<message>``
 (``finish``). The code is one of ``LOGIN_ERRORS`` (issue 19: the home page shows only the fixed
 message of a known code, never text from the query, so nobody can put words on our origin with a
 link); a message outside the table (none today) goes out as ``login_failed``, the generic one.
@@ -130,16 +130,25 @@ _CODE_OF = {message: code for code, message in LOGIN_ERRORS.items()}
 
 
 def error_code(message: str) -> str:
-    """The ``/?error=`` code of a login failure's message (``login_failed`` for one not in the table)."""
+    """The code of a login failure's message (``login_failed`` for one not in the table)."""
     return _CODE_OF.get(message, GENERIC_ERROR)
 
 
-def error_message(code: str | None) -> str | None:
-    """What the home page shows for ``?error=code``: a fixed message, the generic one for an unknown
-    code, None without one. Never the query's own text."""
-    if code is None:
+def error_query(message: str) -> str:
+    """What ``/?error=`` carries for a login failure: its readable message as the table words it
+    (D9: the specification's error table), the generic one for a message not in the table."""
+    return LOGIN_ERRORS[error_code(message)]
+
+
+def error_message(value: str | None) -> str | None:
+    """What the home page shows for ``?error=``: a message of the table (given as itself or by its
+    code), the generic one for anything else, None without one. Never text the table does not hold,
+    so a crafted link cannot make our origin say its words (issue 19)."""
+    if value is None:
         return None
-    return LOGIN_ERRORS.get(code, LOGIN_ERRORS[GENERIC_ERROR])
+    if value in _CODE_OF:
+        return value
+    return LOGIN_ERRORS.get(value, LOGIN_ERRORS[GENERIC_ERROR])
 
 
 class LoginError(Exception):

@@ -6,7 +6,7 @@ enabled = false`` (the default) every one of them answers 404.
   e-mail, 403 the domain's DDISA record says ``mode=deny``, 404 "could not discover IdP for this
   email domain", 503 the IdP cannot be reached or its discovery document is unusable (retry later).
 - ``GET /api/callback?code&state`` (or ``?error``) → 303 to the flow's ``returnTo`` (default ``/``)
-  with the guest session cookie; every failure → 303 to ``/?error=<code>`` (``grantd.sp.login.LOGIN_ERRORS``).
+  with the guest session cookie; every failure → 303 to ``/?error=<message>`` (``grantd.sp.login.LOGIN_ERRORS``).
 - ``/.well-known/oauth-client-metadata``, ``/.well-known/auth.md``, ``/.well-known/grantd.json``
   (= ``/.well-known/service.json``): public, CORS ``*``, cached an hour.
 """
@@ -34,7 +34,7 @@ from grantd.sp.login import (
     SpLogin,
     client_id_of,
     client_metadata,
-    error_code,
+    error_query,
 )
 from grantd.web.api.common import body_of, services_of, set_session_cookie
 from grantd.web.state import state_of
@@ -96,9 +96,10 @@ async def login(request: Request) -> HTTPResponse:
 
 
 def _failed(request: Request, message: str) -> HTTPResponse:
-    """To the home page with the failure's code (grantd.sp.login.LOGIN_ERRORS), never its text."""
+    """To the home page with the failure's readable message as the fixed table words it (D9;
+    grantd.sp.login.LOGIN_ERRORS), never other text."""
     response = redirect(
-        "/?error=" + quote(error_code(message), safe=""), status=303, headers={"Cache-Control": "no-store"}
+        "/?error=" + quote(error_query(message), safe=""), status=303, headers={"Cache-Control": "no-store"}
     )
     response.add_cookie(
         FLOW_COOKIE, "", path=CALLBACK_PATH, max_age=0, httponly=True, samesite="Lax", secure=_secure(request)
@@ -193,7 +194,7 @@ The IdP of `alice@example.com` is named by the TXT record `_ddisa.example.com`:
    `scope={scope}`, `login_hint` = your e-mail). It sends you back to `{issuer}{callback}`.
 3. The callback checks the state, exchanges the code, verifies the ID token (signature against the
    IdP's JWKS, `iss` = the IdP, `aud` = `{client_id}`, nonce, expiry) and sets the session cookie
-   `grantd_session`. On failure you land on `{issuer}/?error=<code>` (the page shows that code's fixed message).
+   `grantd_session`. On failure you land on `{issuer}/?error=<message>` (a fixed message of the error table).
 
 Then `GET {issuer}/api/me` answers `{{"sub", "email", "name", "act": "human", "kind": "guest",
 "idp"}}` and `POST {issuer}/api/logout` ends the session.
