@@ -142,8 +142,8 @@ async def parse_request(
             raise field_error("permissions", "permissions must be non-empty strings")
         for permission in permissions:
             check_identifier("permissions", permission)
-    if not command and not permissions:
-        raise field_error("command", "a grant needs a command or permissions")
+    if command is None and permissions is None:
+        permissions = []  # D6: a "permissions" grant, for the audience on the host (its list may be empty)
     reason = string_field(body, "reason", required=False, max_len=MAX_REASON)
     run_as = identifier_field(body, "run_as", required=False, max_len=64)
     if run_as is not None and not _RUN_AS.fullmatch(run_as):
