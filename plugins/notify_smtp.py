@@ -3,7 +3,8 @@
 Transport: ``starttls = true`` (the default: port 587, STARTTLS required, not merely tried) or
 ``tls = true`` (implicit TLS, port 465); the server's certificate is checked against the system's
 CAs or ``ca_file``. Neither is allowed only for a loopback host (a relay on the same machine):
-otherwise the password and the notices would cross the network in clear. ``password`` comes only
+otherwise the password and the notices would cross the network in clear. For a loopback host the
+default is STARTTLS when the server offers it, plain otherwise (a local MTA often offers none). ``password`` comes only
 from ``file:PATH`` or ``env:NAME`` and is never logged or shown.
 
 The mail is built with ``email.message.EmailMessage`` (its headers refuse CR/LF: no header
@@ -58,7 +59,7 @@ class SmtpChannel:
     id: str
     host: str
     port: int
-    starttls: bool
+    starttls: bool | None  # None: STARTTLS when the (loopback) server offers it
     tls: bool
     sender: str
     username: str | None = None
@@ -114,7 +115,7 @@ class SmtpChannel:
             password=self.password,
             use_tls=self.tls,
             start_tls=self.starttls,
-            tls_context=self._tls_context() if (self.tls or self.starttls) else None,
+            tls_context=self._tls_context() if (self.tls or self.starttls is not False) else None,
             timeout=self.timeout,
         )
         try:
@@ -147,7 +148,12 @@ class SmtpChannel:
 def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> SmtpChannel:
     read = TableReader(table)
     host = read.string("host", required=True) or ""
-    starttls = read.boolean("starttls", "tls" not in table or table.get("tls") is False)
+    # STARTTLS required by default; to a loopback relay only if it offers it (None: a local MTA often
+    # does not, and nothing crosses the network there). An explicit setting wins either way.
+    no_tls = "tls" not in table or table.get("tls") is False
+    starttls: bool | None = read.boolean("starttls", no_tls)
+    if "starttls" not in table and no_tls and host and is_loopback_host(host):
+        starttls = None
     tls = read.boolean("tls", False)
     if starttls and tls:
         read.problems.append(

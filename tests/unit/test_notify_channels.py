@@ -788,3 +788,37 @@ def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_gran
         sink.stop()
     received = sink.messages[0].message
     assert received["In-Reply-To"] is None and "grantd-digest" in received["Message-ID"]
+
+
+def test_smtp_to_a_loopback_relay_uses_starttls_when_offered_and_plain_otherwise(tmp_path):
+    """A loopback relay (a local MTA) gets STARTTLS when it offers it, plain mail otherwise; any other
+    host needs it (or implicit TLS); an explicit setting wins."""
+    from grantd.plugins.notify_smtp import make_channel
+
+    def channel(host: str, **extra: object) -> object:
+        table = {"id": "mail", "type": "smtp", "host": host, "from": "grantd@example.com", **extra}
+        return make_channel(table, lambda ref: "")
+
+    assert channel("127.0.0.1").starttls is None  # type: ignore[attr-defined]
+    assert channel("mail.example.com").starttls is True  # type: ignore[attr-defined]
+    assert channel("127.0.0.1", starttls=True).starttls is True  # type: ignore[attr-defined]
+    assert channel("127.0.0.1", starttls=False).starttls is False  # type: ignore[attr-defined]
+    assert channel("127.0.0.1", tls=True).starttls is False  # type: ignore[attr-defined]
+    plain = SmtpSink(tmp_path).start()  # a relay that offers no STARTTLS: the mail goes plain
+    try:
+        (mail,) = build(
+            [
+                {
+                    "id": "mail",
+                    "type": "smtp",
+                    "host": "127.0.0.1",
+                    "port": plain.port,
+                    "from": "grantd@example.com",
+                }
+            ],
+            tmp_path,
+        )
+        assert run(mail.send(ctx(), notice(channel=mail), ALICE)) == DeliveryResult.sent()
+    finally:
+        plain.stop()
+    assert len(plain.messages) == 1 and not plain.messages[0].tls
