@@ -32,7 +32,8 @@ from grantd.store.notify import OutboxRow
 log = logging.getLogger("grantd.notify")
 
 LEASE_MS = 120_000  # longer than any channel's send may take (their timeouts are at most 120 s)
-BATCH = 20
+BATCH = 20  # deliveries under way at once per process
+PER_CHANNEL = 5  # of them on one channel: a channel that hangs holds up at most these places
 BACKOFF_FIRST_MS = 5_000
 BACKOFF_MAX_MS = 900_000
 MAX_ERROR = 300
@@ -48,12 +49,23 @@ class DeliveryWorker:
         self.services = services
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.woken = asyncio.Event()
+        # Deliveries under way: each row is its own task, so a channel that hangs until its timeout
+        # holds up only its own rows, never the others' (at most BATCH at once per process).
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self.sending: dict[str, int] = {}  # channel id -> its deliveries under way (at most PER_CHANNEL)
 
     def wake(self) -> None:
         self.woken.set()
 
     async def run_forever(self) -> None:
         interval = self.services.config.notify.poll_ms / 1000
+        try:
+            await self._loop(interval)
+        finally:  # the server stops: deliveries under way end with it (their leases let others retry)
+            for task in list(self.in_flight):
+                task.cancel()
+
+    async def _loop(self, interval: float) -> None:
         while True:
             self.woken.clear()
             try:
@@ -67,14 +79,45 @@ class DeliveryWorker:
                 pass
 
     async def run_once(self) -> int:
-        """Release due digests, claim due rows and deliver them; how many rows were handled."""
+        """Release due digests, claim due rows (as many as there is room for, none of a channel with
+        PER_CHANNEL under way) and start delivering each; how many deliveries were started."""
         services = self.services
         now = services.clock.now_ms()
         await self._digests(now)
-        rows = await services.store.notify.claim(self.id, now, LEASE_MS, BATCH)
-        if rows:
-            await asyncio.gather(*(self._deliver(r) for r in rows))
-        return len(rows)
+        room = BATCH - len(self.in_flight)
+        if room <= 0:
+            return 0  # woken again when a delivery ends
+        busy = [c for c, n in self.sending.items() if n >= PER_CHANNEL]
+        rows = await services.store.notify.claim(self.id, now, LEASE_MS, room, busy)
+        started = 0
+        for row in rows:
+            channel = row["channel"]
+            if self.sending.get(channel, 0) >= PER_CHANNEL:
+                # this claim brought more of one channel than it may have under way: the rest goes
+                # back unattempted, still due, for when that channel has a place again
+                await services.store.notify.finish(
+                    row["id"],
+                    self.id,
+                    status="pending",
+                    attempts=row["attempts"],
+                    next_at=row["next_at"],
+                    error=row["error"],
+                    at=row["sent_at"],  # type: ignore[arg-type]
+                )
+                continue
+            self.sending[channel] = self.sending.get(channel, 0) + 1
+            task = asyncio.get_running_loop().create_task(self._deliver(row), name="notify-send")
+            self.in_flight.add(task)
+            task.add_done_callback(lambda done, channel=channel: self._delivered(done, channel))
+            started += 1
+        return started
+
+    def _delivered(self, task: asyncio.Task[None], channel: str) -> None:
+        self.in_flight.discard(task)
+        self.sending[channel] -= 1
+        if not task.cancelled() and task.exception() is not None:
+            log.error("notification delivery failed", exc_info=task.exception())
+        self.woken.set()  # a place is free: claim more
 
     async def _digests(self, now: int) -> None:
         windows = {r.window for r in self.services.config.notify.routes if r.limit}

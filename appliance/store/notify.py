@@ -118,9 +118,12 @@ class NotifyStore(Protocol):
     async def add(self, rows: Sequence[OutboxRow]) -> None:
         """Insert outbox rows not written with a grant change (digests)."""
 
-    async def claim(self, worker: str, now: int, lease_ms: int, limit: int) -> builtins.list[OutboxRow]:
+    async def claim(
+        self, worker: str, now: int, lease_ms: int, limit: int, busy: Sequence[str] = ()
+    ) -> builtins.list[OutboxRow]:
         """Lease at most ``limit`` due rows to ``worker`` (module docstring), oldest ``next_at``
-        first, and return them as leased."""
+        first, none of the channels in ``busy`` (the worker has enough of theirs under way), and
+        return them as leased."""
 
     async def finish(
         self,

@@ -259,3 +259,16 @@ async def test_a_votes_evidence_is_kept(store):
     assert await store.grants.add_vote(plain) == "recorded"
     first, second = await store.grants.votes("g1")
     assert first["evidence"] == evidence and second.get("evidence") is None
+
+
+async def test_claim_leaves_the_busy_channels_rows_alone(store):
+    """A worker with enough of a channel's deliveries under way claims none of its rows: the other
+    channels' notices are not held up behind a channel that hangs."""
+    await store.notify.add(
+        [notice(f"s{i}", channel="stuck", created_at=NOW + i) for i in range(3)]
+        + [notice(f"m{i}", channel="mail", created_at=NOW + 10 + i) for i in range(2)]
+    )
+    claimed = await store.notify.claim("w1", NOW + 100, 60_000, 10, ["stuck"])
+    assert [r["id"] for r in claimed] == ["m0", "m1"]
+    rest = await store.notify.claim("w1", NOW + 100, 60_000, 10)
+    assert [r["id"] for r in rest] == ["s0", "s1", "s2"]

@@ -52,16 +52,18 @@ class PostgresNotify(_Part):
                 await add_notices(cur, rows)
 
     @_on_store_loop
-    async def claim(self, worker: str, now: int, lease_ms: int, limit: int) -> builtins.list[OutboxRow]:
+    async def claim(
+        self, worker: str, now: int, lease_ms: int, limit: int, busy: Sequence[str] = ()
+    ) -> builtins.list[OutboxRow]:
         # FOR UPDATE SKIP LOCKED: concurrent claimers on any node take disjoint rows without waiting;
         # the outer WHERE re-checks the lease on the row as committed.
         rows = await self._db.all(
             """UPDATE notify_outbox SET claimed_by = %(worker)s, claimed_until = %(until)s WHERE id IN (
                    SELECT id FROM notify_outbox WHERE status = 'pending' AND next_at <= %(now)s
-                   AND (claimed_until IS NULL OR claimed_until <= %(now)s)
+                   AND (claimed_until IS NULL OR claimed_until <= %(now)s) AND channel <> ALL(%(busy)s)
                    ORDER BY next_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
                AND status = 'pending' AND (claimed_until IS NULL OR claimed_until <= %(now)s) RETURNING *""",
-            {"worker": worker, "until": now + lease_ms, "now": now, "limit": limit},
+            {"worker": worker, "until": now + lease_ms, "now": now, "limit": limit, "busy": list(busy)},
         )
         found = [outbox_row(dict(r)) for r in rows]
         found.sort(key=lambda r: (r["next_at"], r["id"]))

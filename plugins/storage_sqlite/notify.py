@@ -43,23 +43,26 @@ class SQLiteNotify:
             async with self._db.awrite() as conn:
                 add_notices(conn, rows)
 
-    async def claim(self, worker: str, now: int, lease_ms: int, limit: int) -> builtins.list[OutboxRow]:
+    async def claim(
+        self, worker: str, now: int, lease_ms: int, limit: int, busy: Sequence[str] = ()
+    ) -> builtins.list[OutboxRow]:
         # BEGIN IMMEDIATE serialises writers across processes; the UPDATE re-checks the lease in its
         # WHERE clause, so two claimers never get the same row.
+        skip = f" AND channel NOT IN ({', '.join('?' * len(busy))})" if busy else ""
         due = self._db.one(
-            """SELECT 1 AS x FROM notify_outbox WHERE status = 'pending' AND next_at <= ?
-               AND (claimed_until IS NULL OR claimed_until <= ?) LIMIT 1""",
-            (now, now),
+            f"""SELECT 1 AS x FROM notify_outbox WHERE status = 'pending' AND next_at <= ?
+               AND (claimed_until IS NULL OR claimed_until <= ?){skip} LIMIT 1""",  # noqa: S608 - placeholders
+            (now, now, *busy),
         )
         if due is None:
             return []
         async with self._db.awrite() as conn:
             rows = conn.execute(
-                """UPDATE notify_outbox SET claimed_by = ?, claimed_until = ? WHERE id IN (
+                f"""UPDATE notify_outbox SET claimed_by = ?, claimed_until = ? WHERE id IN (
                        SELECT id FROM notify_outbox WHERE status = 'pending' AND next_at <= ?
-                       AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY next_at, id LIMIT ?)
-                   AND status = 'pending' AND (claimed_until IS NULL OR claimed_until <= ?) RETURNING *""",
-                (worker, now + lease_ms, now, now, limit, now),
+                       AND (claimed_until IS NULL OR claimed_until <= ?){skip} ORDER BY next_at, id LIMIT ?)
+                   AND status = 'pending' AND (claimed_until IS NULL OR claimed_until <= ?) RETURNING *""",  # noqa: S608 - placeholders
+                (worker, now + lease_ms, now, now, *busy, limit, now),
             ).fetchall()
         found = [outbox_row(dict(r)) for r in rows]
         found.sort(key=lambda r: (r["next_at"], r["id"]))

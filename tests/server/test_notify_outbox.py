@@ -280,3 +280,51 @@ def test_a_grant_that_expires_pending_is_resolved_for_those_told(srv, sink):
     assert mails[1].message["Subject"].startswith("[grantd] Decided (expired)")
     kinds = [r["kind"] for r in rows_of(srv, grant["id"]) if r["recipient"] == owner["email"]]
     assert kinds == ["review_requested", "resolved"]
+
+
+def test_a_channel_that_hangs_holds_up_only_its_own_notices(tmp_path, sink):
+    """Each notice is its own delivery: a mail server that accepts connections and never answers
+    (each attempt runs to the channel's timeout) delays none of the other channel's notices."""
+    import socket
+    import threading
+
+    from inproc import InProcessServer
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    held: list[socket.socket] = []
+
+    def accept_and_say_nothing() -> None:
+        while True:
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept_and_say_nothing, daemon=True).start()
+    sink.start()
+    hanging = f"""
+[[notify.channels]]
+id = "stuck"
+type = "smtp"
+host = "127.0.0.1"
+port = {silent.getsockname()[1]}
+starttls = false
+from = "grantd@example.com"
+timeout = 8
+"""
+    srv = InProcessServer(tmp_path / "srv", extra=CHANNELS.format(port=sink.port) + hanging).start()
+    try:
+        owner = create_person(srv, fresh("owner"))
+        _, token = enrol_agent(srv, owner=owner["email"])
+        for i in range(25):  # more than one worker's batch, each notice on both channels
+            request_grant(srv, token, command=["ls", str(i)])
+        started = time.monotonic()
+        wait_for(lambda: len(mails_to(sink, owner["email"])) == 25, seconds=6)
+        assert time.monotonic() - started < 6  # not one stuck attempt's 8 s timeout per batch
+    finally:
+        srv.stop()
+        silent.close()
+        for conn in held:
+            conn.close()

@@ -28,7 +28,9 @@ class MemoryNotify:
         async with self._d.tx:
             add_notices(self._d, rows)
 
-    async def claim(self, worker: str, now: int, lease_ms: int, limit: int) -> builtins.list[OutboxRow]:
+    async def claim(
+        self, worker: str, now: int, lease_ms: int, limit: int, busy: Sequence[str] = ()
+    ) -> builtins.list[OutboxRow]:
         async with self._d.tx:
             due = sorted(
                 (
@@ -37,6 +39,7 @@ class MemoryNotify:
                     if r["status"] == "pending"
                     and r["next_at"] <= now
                     and (r["claimed_until"] is None or r["claimed_until"] <= now)
+                    and r["channel"] not in busy
                 ),
                 key=lambda r: (r["next_at"], r["id"]),
             )[:limit]
