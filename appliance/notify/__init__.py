@@ -83,6 +83,7 @@ def check_channels(
     problems: list[str] = []
     built: list[NotificationChannel] = []
     seen: set[str] = set()
+    kinds_seen: set[str] = set()
     for index, table in enumerate(tables):
         at = f"{where}[{index}]"
         if not isinstance(table, Mapping):
@@ -104,6 +105,11 @@ def check_channels(
                 f"{', '.join(sorted(types)) or 'none'}"
             )
             continue
+        if kind == "webpush" and kind in kinds_seen:
+            # browsers subscribe with one application server key (GET /api/push/vapid): a second
+            # webpush channel's pushes would be refused by every push service
+            problems.append(f"{at}.type: a second webpush channel (browsers subscribe with one VAPID key)")
+        kinds_seen.add(kind)
         channel_type = types[kind]
         allowed = (*COMMON_KEYS, *channel_type.keys)
         unknown = [key for key in table if key not in allowed]

@@ -822,3 +822,22 @@ def test_smtp_to_a_loopback_relay_uses_starttls_when_offered_and_plain_otherwise
     finally:
         plain.stop()
     assert len(plain.messages) == 1 and not plain.messages[0].tls
+
+
+def test_a_second_webpush_channel_is_refused(tmp_path):
+    """Browsers subscribe with the one key GET /api/push/vapid publishes: a second webpush channel
+    (another key) could never deliver, so config validate and serve refuse it."""
+    tables = [
+        {
+            "id": f"push{i}",
+            "type": "webpush",
+            "vapid_private_key": vapid_pem(tmp_path, f"vapid{i}.pem"),
+            "subject": "mailto:ops@example.com",
+            "allowed_push_hosts": ["fcm.googleapis.com"],
+        }
+        for i in range(2)
+    ]
+    found = problems(tables, tmp_path)
+    assert found == [
+        "notify.channels[1].type: a second webpush channel (browsers subscribe with one VAPID key)"
+    ]
