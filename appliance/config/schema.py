@@ -134,7 +134,13 @@ SCHEMA: dict[str, dict[str, Key]] = {
             int, 1_048_576, "Largest accepted request body; larger bodies get 413.", minimum=1024
         ),
         "request_timeout": Key(int, 60, "Seconds a client may take to send a request.", minimum=1),
-        "graceful_shutdown_timeout": Key(int, 10, "Seconds in-flight requests get after SIGTERM.", minimum=0),
+        "graceful_shutdown_timeout": Key(
+            int,
+            10,
+            "Seconds grantd takes at most to stop after SIGTERM or SIGINT: in-flight requests get all "
+            "but the last half second, which is kept for ending the processes.",
+            minimum=0,
+        ),
         "trusted_proxies": Key(
             list,
             [],

@@ -16,6 +16,7 @@ person and channel when their window has passed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -108,11 +109,11 @@ class DeliveryWorker:
             self.sending[channel] = self.sending.get(channel, 0) + 1
             task = asyncio.get_running_loop().create_task(self._deliver(row), name="notify-send")
             self.in_flight.add(task)
-            task.add_done_callback(lambda done, channel=channel: self._delivered(done, channel))
+            task.add_done_callback(functools.partial(self._delivered, channel=channel))
             started += 1
         return started
 
-    def _delivered(self, task: asyncio.Task[None], channel: str) -> None:
+    def _delivered(self, task: asyncio.Task[None], *, channel: str) -> None:
         self.in_flight.discard(task)
         self.sending[channel] -= 1
         if not task.cancelled() and task.exception() is not None:

@@ -35,6 +35,7 @@ from grantd.web.api import audit as audit_api
 from grantd.web.api import metrics as metrics_api
 from grantd.web.api.common import clear_stale_session_cookie
 from grantd.web.state import ProcessState, state_of
+from grantd.web.stopping import drain_time
 from grantd.web.views import error_page
 
 log = logging.getLogger(LOGGER)
@@ -181,7 +182,7 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         {
             "REQUEST_MAX_SIZE": config.server.max_body_bytes,
             "REQUEST_TIMEOUT": config.server.request_timeout,
-            "GRACEFUL_SHUTDOWN_TIMEOUT": config.server.graceful_shutdown_timeout,
+            "GRACEFUL_SHUTDOWN_TIMEOUT": drain_time(config.server.graceful_shutdown_timeout),
             "ACCESS_LOG": False,  # our own access line below carries the request id
             "MOTD": False,
             "TOUCHUP": not is_frozen(),

@@ -11,9 +11,10 @@ Sanic's own workers, which also share one socket). The first process also looks 
 - **Crash.** One that exits later is logged and replaced (at most ``MAX_RESTARTS`` a minute; more is
   a crash loop and stops the server).
 - **Stop.** SIGTERM or SIGINT to the first process: every other process gets SIGTERM (Sanic's
-  graceful stop: in-flight requests get ``graceful_shutdown_timeout``, event streams end; a process
-  still importing just ends), the first one stops the same way, and whatever still runs
-  ``graceful_shutdown_timeout + 1`` s after the signal is killed. A second signal kills at once.
+  graceful stop: in-flight requests get ``graceful_shutdown_timeout`` less half a second, event
+  streams end; a process still importing just ends), the first one stops the same way, and
+  whatever still runs ``graceful_shutdown_timeout`` s after the signal is killed, so the server
+  ends within its grace (D18; ``grantd.web.stopping.drain_time``). A second signal kills at once.
 - **The first process dies** (SIGKILL, OOM): the others get SIGTERM from the kernel
   (``PR_SET_PDEATHSIG``) and also notice it within a second, so no orphan keeps the port.
 
@@ -49,12 +50,11 @@ from grantd.web.children import die_with_parent as _die_with_parent
 from grantd.web.children import log_failure as _log_failure
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
-from grantd.web.stopping import EarlyStop, Stopper, exit_now, expected_twice
+from grantd.web.stopping import EarlyStop, Stopper, drain_time, exit_now, expected_twice, kill_after
 
 log = logging.getLogger(LOGGER)
 
 BACKLOG = 100  # Sanic's default listen backlog
-KILL_MARGIN = 1.0  # seconds after the grace before whatever still runs is killed
 SUPERVISE_EVERY = 0.5  # seconds between looks at the other processes
 ORPHAN_CHECK_EVERY = 1.0  # seconds: a process whose first process is gone stops
 MAX_RESTARTS = 5  # replaced crashed processes per RESTART_WINDOW before the server gives up
@@ -193,7 +193,7 @@ class ProcessGroup:
         """Until every other process has ended: the grace from the stop signal, then they are killed."""
         self.stop()
         assert self._stop_at is not None
-        deadline = self._stop_at + self.grace + KILL_MARGIN
+        deadline = self._stop_at + kill_after(self.grace)
         for peer in self.peers:
             try:
                 peer.proc.wait(max(0.0, deadline - time.monotonic()))
@@ -202,7 +202,7 @@ class ProcessGroup:
                     "server process %d (pid %d) still running %s s after the stop signal: killing it",
                     peer.index,
                     peer.proc.pid,
-                    self.grace + KILL_MARGIN,
+                    kill_after(self.grace),
                 )
                 peer.proc.kill()
                 peer.proc.wait()
@@ -227,7 +227,7 @@ def attach(app: Any, group: ProcessGroup, early: EarlyStop) -> None:
         exit_now(signum)
 
     early.on_second = kill_all  # the group exists now
-    stopper = Stopper(app, early=early, grace=group.grace)
+    stopper = Stopper(app, early=early, grace=drain_time(group.grace))
 
     async def watch(app: Any) -> None:
         while not group.stopping:
@@ -384,7 +384,7 @@ def serve(config: Config, *, checked: bool = False) -> None:
                 motd=False,
                 register_sys_signals=False,
             )
-            Stopper(app, early=early, grace=grace)
+            Stopper(app, early=early, grace=drain_time(grace))
         else:
             sock = listen_socket(config.server.host, config.server.port)
             group = ProcessGroup(str(config.path), sock, workers - 1, grace)
@@ -412,5 +412,5 @@ def serve(config: Config, *, checked: bool = False) -> None:
         if group is not None:
             group.wait()
         if sequencer is not None:
-            sequencer.stop(grace + KILL_MARGIN)
+            sequencer.stop(kill_after(grace))
         metrics_api.remove_process_dir(metrics_dir)

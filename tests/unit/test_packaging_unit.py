@@ -74,7 +74,7 @@ def test_the_unit_is_hardened() -> None:
 
 
 def test_systemd_waits_longer_than_grantd_takes_to_stop() -> None:
-    """grantd stops within graceful_shutdown_timeout + 1 s (tests/system/test_stop_signals.py)."""
+    """grantd stops within graceful_shutdown_timeout (tests/system/test_stop_signals.py)."""
     stop = int(service()["TimeoutStopSec"][0])
     assert stop >= SCHEMA["server"]["graceful_shutdown_timeout"].default + 3
 
