@@ -84,6 +84,7 @@ def check_channels(
     built: list[NotificationChannel] = []
     seen: set[str] = set()
     kinds_seen: set[str] = set()
+    second_push: list[str] = []
     for index, table in enumerate(tables):
         at = f"{where}[{index}]"
         if not isinstance(table, Mapping):
@@ -106,9 +107,7 @@ def check_channels(
             )
             continue
         if kind == "webpush" and kind in kinds_seen:
-            # browsers subscribe with one application server key (GET /api/push/vapid): a second
-            # webpush channel's pushes would be refused by every push service
-            problems.append(f"{at}.type: a second webpush channel (browsers subscribe with one VAPID key)")
+            second_push.append(at)  # reported after the table's own problems
         kinds_seen.add(kind)
         channel_type = types[kind]
         allowed = (*COMMON_KEYS, *channel_type.keys)
@@ -151,6 +150,11 @@ def check_channels(
             continue
         if len(problems) == count:  # a type that ignored an inline secret still gets no channel
             built.append(channel)
+    # browsers subscribe with one application server key (GET /api/push/vapid): a second webpush
+    # channel's pushes would be refused by every push service
+    problems += [
+        f"{at}.type: a second webpush channel (browsers subscribe with one VAPID key)" for at in second_push
+    ]
     return built, list(dict.fromkeys(problems))  # an inline secret is found twice: before build and by it
 
 

@@ -531,6 +531,7 @@ def test_webpush_tables_need_a_p256_key_from_a_file_and_a_contact_subject(tmp_pa
     assert "notify.channels[1].vapid_private_key: VAPID needs a P-256 (prime256v1) key" in found
     assert "notify.channels[2].vapid_private_key: not a P-256 private key" in found
     assert "notify.channels[2].allowed_push_hosts: 'https://fcm.googleapis.com/' is not a host name" in found
+    assert "notify.channels[1].type: a second webpush channel" in found  # and after its own problems
     raw = secret_file(tmp_path, "raw", "3Uqw5dIk1rw3vSAq9eFWQXn6-FO1WjHe_tfSuAYzsQA")  # a base64url raw key
     (channel,) = build(
         [{"id": "p", "type": "webpush", "vapid_private_key": raw, "subject": "mailto:a@example.com"}],
