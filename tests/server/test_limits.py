@@ -66,6 +66,25 @@ def assert_limited(r: httpx.Response, detail: str) -> int:
     return retry_after
 
 
+def client_credentials(srv: InProcessServer, agent: Any, address: str, key: Any = None) -> httpx.Response:
+    """POST /token with the agent's client assertion (signed with ``key``, by default its own) from
+    ``address``."""
+    import uuid
+
+    import jwt
+
+    now = srv.clock.now_s()
+    claims = {"iss": agent.email, "sub": agent.email, "aud": f"{srv.url}/token", "iat": now, "exp": now + 60}
+    assertion = jwt.encode({**claims, "jti": uuid.uuid4().hex}, key or agent.private_key(), algorithm="EdDSA")
+    form = {
+        "grant_type": "client_credentials",
+        "client_assertion": assertion,
+        "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
+    }
+    with srv.client() as http:
+        return http.post("/token", data=form, headers=from_(address))
+
+
 @pytest.fixture
 def clocked(tmp_path: Path) -> Iterator[Callable[..., InProcessServer]]:
     """In-process servers (ManualClock at .clock) with the given limits, everything else off."""
@@ -122,9 +141,6 @@ def test_a_valid_credential_is_never_refused_for_other_callers_failures(clocked,
     """D12: behind one NAT, another caller's failures shut the address out for failures only: an
     agent's valid signature at authenticate, and its valid client assertion at /token, still pass
     from that address (and a wrong one from it is 429)."""
-    import uuid
-
-    import jwt
 
     srv = clocked(authenticate_per_address=3, token_per_address=3)
     agent = signed_in(srv, tmp_path / "keys")
@@ -161,24 +177,7 @@ def test_a_valid_credential_is_never_refused_for_other_callers_failures(clocked,
         form = {"grant_type": "client_credentials", "client_id": "nobody"}
         codes = [http.post("/token", data=form, headers=nat).status_code for _ in range(5)]
         assert codes[:3] == [401, 401, 401] and codes[3:] == [429, 429]
-        now = srv.clock.now_s()
-        claims = {
-            "iss": agent.email,
-            "sub": agent.email,
-            "aud": f"{srv.url}/token",
-            "iat": now,
-            "exp": now + 120,
-            "jti": uuid.uuid4().hex,
-        }
-        valid = http.post(
-            "/token",
-            data={
-                "grant_type": "client_credentials",
-                "client_assertion": jwt.encode(claims, agent.private_key(), algorithm="EdDSA"),
-                "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-            },
-            headers=nat,
-        )
+        valid = client_credentials(srv, agent, "198.51.100.60")
         assert valid.status_code == 200, valid.text
 
 
@@ -216,9 +215,6 @@ def test_enrolment_and_token_requests_are_limited_per_authenticated_identity(clo
     """D12, per identity: enrolments per enrolling principal and /token requests per agent, counted
     once the identity authenticated, from any address; another identity is not affected, and a
     caller who cannot authenticate as it cannot spend its budget."""
-    import uuid
-
-    import jwt
 
     srv = clocked(enroll_per_principal=2, token_per_client=2)
     with srv.admin() as http:
@@ -238,35 +234,19 @@ def test_enrolment_and_token_requests_are_limited_per_authenticated_identity(clo
     agent = enroll(srv, tmp_path / "agent")
     other = enroll(srv, tmp_path / "other")
 
-    def token(who: Any, address: str, key: Any = None) -> httpx.Response:
-        now = srv.clock.now_s()
-        claims = {
-            "iss": who.email,
-            "sub": who.email,
-            "aud": f"{srv.url}/token",
-            "iat": now,
-            "exp": now + 60,
-            "jti": uuid.uuid4().hex,
-        }
-        assertion = jwt.encode(claims, key or who.private_key(), algorithm="EdDSA")
-        with srv.client() as client:
-            return client.post(
-                "/token",
-                data={
-                    "grant_type": "client_credentials",
-                    "client_assertion": assertion,
-                    "client_assertion_type": "urn:ietf:params:oauth:client-assertion-type:jwt-bearer",
-                },
-                headers=from_(address),
-            )
-
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    forged = [token(agent, f"198.51.100.{i}", Ed25519PrivateKey.generate()).status_code for i in range(4)]
+    forged = [
+        client_credentials(srv, agent, f"198.51.100.{i}", Ed25519PrivateKey.generate()).status_code
+        for i in range(4)
+    ]
     assert forged == [401, 401, 401, 401]  # someone else's failures never spend the agent's budget
-    assert [token(agent, f"198.51.100.{10 + i}").status_code for i in range(2)] == [200, 200]
-    assert_limited(token(agent, "198.51.100.20"), "too many token requests")
-    assert token(other, "198.51.100.20").status_code == 200
+    assert [client_credentials(srv, agent, f"198.51.100.{10 + i}").status_code for i in range(2)] == [
+        200,
+        200,
+    ]
+    assert_limited(client_credentials(srv, agent, "198.51.100.20"), "too many token requests")
+    assert client_credentials(srv, other, "198.51.100.20").status_code == 200
 
 
 def test_enrolment_is_limited_per_client_address(clocked, tmp_path):

@@ -134,7 +134,10 @@ def flow(srv: Server, tmp: Path, secrets: Secrets) -> Path:
         did = delegation.json()["id"]
         assert admin.get("/api/delegations").status_code == 200
         assert (
-            admin.post(f"/api/delegations/{did}/validate", json={"delegate": agent.email}).status_code == 200
+            admin.post(
+                f"/api/delegations/{did}/validate", json={"delegate": agent.email, "audience": "other"}
+            ).status_code
+            == 200
         )
         assert admin.delete(f"/api/delegations/{did}").status_code == 200
         # errors: unknown grant, malformed JSON, a bad token in a query string and a body

@@ -214,6 +214,15 @@ def test_a_second_sigterm_while_starting_ends_the_process_at_once(tmp_path: Path
         _ends_at_once(srv, proc)
 
 
+def _a_slow_request_in_flight(srv: Server, workers: int) -> None:
+    """The server (with the slow_route plugin) serving, and a request that takes a minute under way."""
+    wait_ready(srv)
+    if workers > 1:
+        wait_for_log(srv, "all 2 server processes serving")
+    threading.Thread(target=_ask_slowly, args=(srv,), daemon=True).start()
+    wait_for(lambda: list(srv.directory.glob("slow-route-*")), 10, "the slow request never arrived")
+
+
 def _ask_slowly(srv: Server) -> None:
     with contextlib.suppress(httpx.HTTPError):  # the server is stopped under it
         httpx.get(f"{srv.url}/slow-route/sleep", timeout=30)
@@ -225,11 +234,7 @@ def test_a_second_sigterm_while_requests_drain_ends_the_server_at_once(tmp_path:
     any of the server's processes."""
     srv = make_server(tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["slow_route"]\n')
     with serve_process(srv) as proc:
-        wait_ready(srv)
-        if workers > 1:
-            wait_for_log(srv, "all 2 server processes serving")
-        threading.Thread(target=_ask_slowly, args=(srv,), daemon=True).start()
-        wait_for(lambda: list(srv.directory.glob("slow-route-*")), 10, "the slow request never arrived")
+        _a_slow_request_in_flight(srv, workers)
         proc.send_signal(signal.SIGTERM)
         wait_for_log(srv, "received SIGTERM: stopping")
         assert proc.poll() is None, f"nothing waited for the in-flight request:\n{srv.log()}"
@@ -307,11 +312,7 @@ def test_a_request_in_flight_gets_the_grace_and_the_server_ends_within_it(
     and the old budget (the whole grace to requests, a kill one second after) took 3.3-4 s."""
     srv = make_server(tmp_path / "srv", workers=workers, extra='[plugins]\nmodules = ["slow_route"]\n')
     with serve_process(srv) as proc:
-        wait_ready(srv)
-        if workers > 1:
-            wait_for_log(srv, "all 2 server processes serving")
-        threading.Thread(target=_ask_slowly, args=(srv,), daemon=True).start()
-        wait_for(lambda: list(srv.directory.glob("slow-route-*")), 10, "the slow request never arrived")
+        _a_slow_request_in_flight(srv, workers)
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(GRACE + 10)

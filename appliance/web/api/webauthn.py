@@ -109,15 +109,7 @@ async def register_options(request: Request) -> HTTPResponse:
 
 @bp.post("/api/webauthn/register/verify")
 async def register_verify(request: Request) -> HTTPResponse:
-    services = services_of(request)
-    try:
-        person, credential, value, _ = await _passkeys().register_verify(
-            services, body_of(request), _user_agent(request), _binding_cookie(request)
-        )
-    except Problem:  # D12: only failures are charged to the address (a valid passkey is never refused)
-        await _passkeys().limit(services, request.ctx.client_ip, "register-verify")
-        raise
-    return await _signed_in(request, person, credential, value)
+    return await _verified(request, "register-verify")
 
 
 @bp.post("/api/webauthn/login/options")
@@ -131,13 +123,20 @@ async def login_options(request: Request) -> HTTPResponse:
 
 @bp.post("/api/webauthn/login/verify")
 async def login_verify(request: Request) -> HTTPResponse:
-    services = services_of(request)
+    return await _verified(request, "login-verify")
+
+
+async def _verified(request: Request, step: str) -> HTTPResponse:
+    """A passkey registration or sign-in verified: the person signed in. D12: only a failure is
+    charged to the client address, so a valid passkey is never refused for others' failures."""
+    services, passkeys = services_of(request), _passkeys()
+    verify = passkeys.register_verify if step == "register-verify" else passkeys.login_verify
     try:
-        person, credential, value, _ = await _passkeys().login_verify(
+        person, credential, value, _ = await verify(
             services, body_of(request), _user_agent(request), _binding_cookie(request)
         )
-    except Problem:  # D12: only failures are charged to the address (a valid passkey is never refused)
-        await _passkeys().limit(services, request.ctx.client_ip, "login-verify")
+    except Problem:
+        await passkeys.limit(services, request.ctx.client_ip, step)
         raise
     return await _signed_in(request, person, credential, value)
 
