@@ -56,11 +56,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(LOGGER)
 
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-# grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707)
-NO_RESOURCE_GRANTS = (
-    "refresh_token",
-    DEVICE_GRANT,
-)  # a resource's token: code, client credentials, CIBA, exchange
+# grants that never yield a resource's token (D17): a ``resource`` there is invalid_target (RFC 8707);
+# the code grant, client credentials, CIBA and token exchange do
+NO_RESOURCE_GRANTS = ("refresh_token", DEVICE_GRANT)
 ASSERTION_ALGS = ("EdDSA", "Ed25519")  # Ed25519: RFC 9864's fully specified name (oauth4webapi sends it)
 
 

@@ -32,7 +32,7 @@ from grantd.core.fields import (
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal, person_is_admin
-from grantd.services.agents import agent_or_email_field
+from grantd.services.agents import AGENT_ID_PREFIX, agent_or_email_field
 from grantd.services.context import Services
 from grantd.store import Conflict
 from grantd.store.records import Delegation
@@ -165,13 +165,13 @@ async def list_delegations(services: Services, principal: Principal, args: Any) 
     rows, has_more = await services.store.delegations.list(
         party=None if principal.admin else principal.email,
         page=page_request(args),
-        since=await _born(services, principal),
+        since=await _caller_created_at(services, principal),
     )
     lapse = services.delegation_lapse()
     return page(rows, has_more, lambda d: view(d, lapse.status_of(d)))
 
 
-async def _born(services: Services, principal: Principal) -> int | None:
+async def _caller_created_at(services: Services, principal: Principal) -> int | None:
     """When the caller's person or agent record was created (None: an administrator, who sees every
     delegation). D11: parties are bound to the principal, not the e-mail, so a person or agent
     created later with an e-mail that named an earlier one inherits nothing of its delegations."""
@@ -194,8 +194,8 @@ async def _visible(
     delegation = await services.store.delegations.get(delegation_id)
     if delegation is None or not may(principal, delegation):
         raise not_found("delegation not found")
-    born = await _born(services, principal)
-    if born is not None and delegation["created_at"] < born:
+    since = await _caller_created_at(services, principal)
+    if since is not None and delegation["created_at"] < since:
         raise not_found("delegation not found")  # an earlier holder of the caller's e-mail's (D11)
     return delegation
 
@@ -239,7 +239,8 @@ async def _names_delegate(services: Services, given: str, delegate: str) -> bool
     """``given`` names the delegation's delegate: its e-mail, or (an agent) its agent_id (D1)."""
     if given.strip().lower() == delegate:
         return True
-    agent = await services.store.agents.get_by_id(given.strip()) if given.startswith("agt_") else None
+    named = given.strip()
+    agent = await services.store.agents.get_by_id(named) if named.startswith(AGENT_ID_PREFIX) else None
     return agent is not None and agent["email"] == delegate
 
 

@@ -10,10 +10,11 @@ What is counted where:
 
 - challenge and authenticate: per agent, every attempt (each route its own counter); per client
   address, the failed ones only (``failed``);
-- the OAuth token endpoint: per client address, the failed requests only (``failed``);
+- /token (and /introspect apart): per client address, the failed requests only (``failed``); per
+  authenticated client (an agent, a confidential client; /bc-authorize too), once it authenticated;
 - agent enrolment: per client address, and per enrolling principal once it has authenticated;
-- /token: per authenticated client (an agent, a confidential client), once it has authenticated;
-- passkey sign-in and registration: per person, once the passkey verified;
+- passkey sign-in: options per client address; verifications per client address on failure only,
+  and per person once the passkey verified (a registration is bounded by its single-use link);
 - grant requests: per agent, plus a bound on the agent's pending grants (counted, not rated);
 - grant verification: per client address;
 - refused bearer tokens (the authentication chain, ``grantd.services.authn``): per client
