@@ -17,6 +17,10 @@ import random
 import socket
 
 LOWEST = 10_000
+# Ports browsers refuse to connect to (Chromium's restricted list, net/base/port_util.cc; Firefox's
+# is a superset below 10000): a browser test on one fails with net::ERR_UNSAFE_PORT. Of that list
+# only 10080 (amanda) lies in the range drawn from here.
+BROWSER_UNSAFE = frozenset({10080})
 
 
 def _ephemeral_start() -> int:
@@ -50,7 +54,7 @@ def free_port() -> int:
         _candidates = itertools.cycle(ports)
     for _ in range(5_000):
         port = next(_candidates)
-        if port in _handed_out:
+        if port in _handed_out or port in BROWSER_UNSAFE:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
