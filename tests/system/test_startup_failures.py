@@ -17,7 +17,7 @@ from support.serving import run_serve
 
 from grantd.web.app import describe_startup_error
 
-from conftest import make_server
+from conftest import Server, make_server
 
 BANNERS = ("grantd: serving", "listening on")
 
@@ -67,19 +67,25 @@ def _without_root_bypass() -> list[str]:
     return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
 
 
-@pg.sqlite_only("SQLite's database directory without write permission (PostgreSQL has no file here)")
-@pytest.mark.parametrize("log_format", ["text", "json"])
-def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: str) -> None:
-    srv = make_server(tmp_path / "srv", log_format=log_format)
+def _serve_with_database_directory(srv: Server, mode: int) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``grantd serve`` with its SQLite file in a directory of ``mode`` (as a user root's bypass does
+    not help): its result, and that directory."""
     data = srv.directory / "data"
-    data.mkdir(mode=0o500)
+    data.mkdir(mode=mode)
     srv.config_path.write_text(
         srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"')
     )
     try:
-        result = run_serve(srv, wrap=_without_root_bypass())
+        return run_serve(srv, wrap=_without_root_bypass()), data
     finally:
         data.chmod(0o700)
+
+
+@pg.sqlite_only("SQLite's database directory without write permission (PostgreSQL has no file here)")
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: str) -> None:
+    srv = make_server(tmp_path / "srv", log_format=log_format)
+    result, data = _serve_with_database_directory(srv, 0o500)
     line = assert_one_line_failure(
         result, contains="cannot open the SQLite database", json_format=log_format == "json"
     )
@@ -89,15 +95,7 @@ def test_a_read_only_database_directory_is_one_line(tmp_path: Path, log_format: 
 @pg.sqlite_only("SQLite's database directory without read permission (PostgreSQL has no file here)")
 def test_an_unreadable_database_directory_is_one_line(tmp_path: Path) -> None:
     srv = make_server(tmp_path / "srv")
-    data = srv.directory / "data"
-    data.mkdir(mode=0o000)
-    srv.config_path.write_text(
-        srv.config_path.read_text().replace('path = "grantd.db"', 'path = "data/grantd.db"')
-    )
-    try:
-        result = run_serve(srv, wrap=_without_root_bypass())
-    finally:
-        data.chmod(0o700)
+    result, data = _serve_with_database_directory(srv, 0o000)
     line = assert_one_line_failure(result, contains="cannot open the SQLite database")
     assert "Permission denied" in line and str(data) in line
 
