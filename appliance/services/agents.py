@@ -203,11 +203,20 @@ async def agent_or_email_field(
     ``agent_id`` (D1): the e-mail (an unknown agent_id is 404 ``agent not found``)."""
     value = body.get(name)
     if isinstance(value, str) and value.strip().startswith(AGENT_ID_PREFIX):
-        agent = await services.store.agents.get_by_id(value.strip())
-        if agent is None:
+        email = await email_of_agent_id(services, value)
+        if email is None:
             raise not_found("agent not found")
-        return str(agent["email"])
+        return email
     return email_field(body, name, required=required)
+
+
+async def email_of_agent_id(services: Services, value: str) -> str | None:
+    """The e-mail of the agent whose ``agent_id`` ``value`` is (D1), None when it names none."""
+    named = value.strip()
+    if not named.startswith(AGENT_ID_PREFIX):
+        return None
+    agent = await services.store.agents.get_by_id(named)
+    return str(agent["email"]) if agent is not None else None
 
 
 async def find_agent(services: Services, ident: str) -> Agent:

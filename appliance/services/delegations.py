@@ -32,7 +32,7 @@ from grantd.core.fields import (
 from grantd.core.lifecycle import GRANT_TYPES
 from grantd.core.paging import page, page_request
 from grantd.core.principals import Kind, Principal, person_is_admin
-from grantd.services.agents import AGENT_ID_PREFIX, agent_or_email_field
+from grantd.services.agents import agent_or_email_field, email_of_agent_id
 from grantd.services.context import Services
 from grantd.store import Conflict
 from grantd.store.records import Delegation
@@ -237,11 +237,7 @@ async def covering_delegation(
 
 async def _names_delegate(services: Services, given: str, delegate: str) -> bool:
     """``given`` names the delegation's delegate: its e-mail, or (an agent) its agent_id (D1)."""
-    if given.strip().lower() == delegate:
-        return True
-    named = given.strip()
-    agent = await services.store.agents.get_by_id(named) if named.startswith(AGENT_ID_PREFIX) else None
-    return agent is not None and agent["email"] == delegate
+    return given.strip().lower() == delegate or await email_of_agent_id(services, given) == delegate
 
 
 async def validate(
