@@ -6,11 +6,9 @@ returns (``grantd.store.records``), the same way in every backend.
 
 from __future__ import annotations
 
-import json
-import json.decoder
-import json.scanner
 from typing import Any, TypeVar, cast
 
+from grantd.core import json_codec
 from grantd.store.records import (
     PERSON_COLUMNS,
     VOTE_COLUMNS,
@@ -28,27 +26,15 @@ from grantd.store.records import (
 Row = TypeVar("Row")
 
 
-# the C scanner json.loads ends in (typeshed types its argument as a scanner: hence the cast)
-_scan = json.scanner.make_scanner(cast(Any, json.decoder.JSONDecoder()))
-
-
 def from_json(text: str) -> Any:
-    """``json.loads(text)`` for the JSON a backend stored (``to_json``'s: no whitespace around it),
-    a third cheaper: the scanner is called at once, without ``loads``' two whitespace regexes and
-    its checks (the sequencer reads every event, issue 23). Anything else (whitespace around the
-    value, text after it, not JSON at all) goes to ``json.loads``, which answers or raises as ever."""
-    try:
-        value, end = _scan(text, 0)
-    except (StopIteration, TypeError, ValueError):
-        return json.loads(text)
-    if end != len(text):
-        return json.loads(text)
-    return value
+    """The value of JSON a backend stored (``grantd.core.json_codec.loads``: orjson, with
+    ``json.loads``' answers and errors for anything orjson refuses)."""
+    return json_codec.loads(text)
 
 
 def to_json(value: Any) -> str:
     """The JSON text a backend stores (compact: the same bytes in every backend)."""
-    return json.dumps(value, separators=(",", ":"))
+    return json_codec.dumps(value)
 
 
 def event_json(row: dict[str, Any], columns: Any) -> str:
@@ -78,12 +64,12 @@ def page_rows(rows: list[Row], limit: int) -> tuple[list[Row], bool]:
 
 
 def key_row(row: dict[str, Any]) -> SigningKey:
-    row["public_jwk"] = json.loads(row["public_jwk"])
+    row["public_jwk"] = from_json(row["public_jwk"])
     return cast(SigningKey, row)
 
 
 def grant_row(row: dict[str, Any]) -> Grant:
-    row["request"] = json.loads(row["request"]) if isinstance(row["request"], str) else row["request"]
+    row["request"] = from_json(row["request"]) if isinstance(row["request"], str) else row["request"]
     return cast(Grant, row)
 
 
@@ -99,7 +85,7 @@ def vote_row(row: Any) -> Vote:
     vote = {c: row.get(c) for c in VOTE_COLUMNS}
     vote["management"] = bool(vote["management"])
     if isinstance(vote["evidence"], str):
-        vote["evidence"] = json.loads(vote["evidence"])
+        vote["evidence"] = from_json(vote["evidence"])
     if vote["evidence"] is None:
         del vote["evidence"]  # only a vote from a review link has evidence (D15)
     return cast(Vote, vote)
@@ -110,7 +96,7 @@ def review_row(row: Any) -> GrantReview:
         GrantReview,
         {
             "grant_id": row["grant_id"],
-            "review": json.loads(row["review_json"]),
+            "review": from_json(row["review_json"]),
             "escalation_level": int(row["escalation_level"]),
         },
     )
@@ -128,13 +114,13 @@ def view_row(row: dict[str, Any]) -> GrantView:
         if review_json is not None
         else None
     )
-    found = json.loads(votes) if isinstance(votes, str) else votes
+    found = from_json(votes) if isinstance(votes, str) else votes
     votes_in_order = [vote_row(v) for v in sorted(found or (), key=lambda v: v["seq"])]
-    return grant_row(row), review, votes_in_order, json.loads(agent) if isinstance(agent, str) else agent
+    return grant_row(row), review, votes_in_order, from_json(agent) if isinstance(agent, str) else agent
 
 
 def delegation_row(row: dict[str, Any]) -> Delegation:
-    row["scopes"] = json.loads(row["scopes"])
+    row["scopes"] = from_json(row["scopes"])
     return cast(Delegation, row)
 
 
@@ -146,7 +132,7 @@ def person_row(row: Any) -> Person:
 
 def credential_row(row: Any) -> PasskeyCredential:
     credential = dict(row)
-    credential["transports"] = json.loads(credential["transports"])
+    credential["transports"] = from_json(credential["transports"])
     credential["backed_up"] = bool(credential["backed_up"])
     return cast(PasskeyCredential, credential)
 

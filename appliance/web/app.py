@@ -18,6 +18,7 @@ from sanic.response import HTTPResponse, json
 
 from grantd.client_address import client_address, shared_address_warning
 from grantd.config import Config
+from grantd.core import json_codec
 from grantd.core.clock import SYSTEM_CLOCK, Clock
 from grantd.core.errors import Problem
 from grantd.logs import ACCESS_LOGGER, LOGGER, log_config
@@ -177,6 +178,8 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
         env_prefix=None,
         request_class=GrantdRequest,
         ctx=ProcessState(config, pm),
+        dumps=json_codec.dumps_bytes,  # every JSON answer (orjson; issue 27)
+        loads=json_codec.loads_strict,  # every JSON body: json.loads' answers and errors, NaN refused
     )
     app.config.update(
         {
