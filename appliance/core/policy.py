@@ -279,8 +279,9 @@ def may_validate_delegation(principal: Principal, delegation: Mapping[str, Any])
 
 # What a token in which someone acts for someone else may never do: it reads, it never decides,
 # reviews, delegates or administers (D16). The wiring asks `refuse_acting_token` on those routes.
-ACTIONS = frozenset({"read", "request", "approve", "deny", "review", "delegate", "admin"})
-REFUSED_TO_ACTORS = frozenset({"approve", "deny", "review", "delegate", "admin"})
+# "manage": any other change (the account's passkeys, sessions, agents, settings; a revocation).
+ACTIONS = frozenset({"read", "request", "approve", "deny", "review", "delegate", "admin", "manage"})
+REFUSED_TO_ACTORS = frozenset({"approve", "deny", "review", "delegate", "admin", "manage"})
 
 
 def may_act_with_token(claims: Mapping[str, Any], action: str) -> bool:
@@ -294,7 +295,8 @@ def may_act_with_token(claims: Mapping[str, Any], action: str) -> bool:
 def refuse_acting_token(claims: Mapping[str, Any], action: str) -> None:
     """403 when a token that carries an actor tries to approve, deny, review, delegate or administer."""
     if not may_act_with_token(claims, action):
-        raise forbidden(f"a token in which an agent acts for someone (act) may not {action}")
+        what = "change anything but its grant requests" if action == "manage" else action
+        raise forbidden(f"a token in which an agent acts for someone (act) may not {what}")
 
 
 def _auditor(principal: Principal, auditors: frozenset[str]) -> bool:

@@ -69,7 +69,10 @@ async def principal_of(request: Request) -> Principal | None:
 
 
 # D16: what a request does, in grantd.core.policy's words for tokens with ``act``, by route name
-# (``blueprint.handler``): deciding, delegating and administering; any other route reads or requests.
+# (``blueprint.handler``): deciding, delegating and administering are refused by name; besides reading
+# (GET, HEAD), a token with ``act`` may only do what requesting a grant needs (``ACTING_MAY``); every
+# other change (the person's passkeys, sessions, agents, notification settings, a revocation) is
+# ``manage``, refused: an agent acting for a person never administers the person's account.
 ACTING_ROUTES = {
     "grants.approve": "approve",
     "grants.deny": "deny",
@@ -81,13 +84,24 @@ ACTING_ROUTES = {
     "oauth.consent": "approve",
     "audit.hosts": "admin",
 }
+ACTING_MAY = frozenset(
+    {
+        "grants.create",  # request a grant (its request records the actor: D16)
+        "grants.token",  # fetch the AuthZ-JWT of a grant it may read
+        "grants.consume",
+        "grants.verify",
+        "grants.evaluate_policies",  # a dry run: decides nothing
+        "delegations.validate",
+        "oauth.userinfo_post",
+    }
+)
 ADMIN_BLUEPRINTS = ("admin", "people_admin")
 
 
 def acting_action(request: Request) -> str:
     """The action a request is for a token with ``act`` (D16): approve, deny, review, delegate or
     admin by its route (an unknown route: admin, so a new route is refused until it is named),
-    else read (GET/HEAD) or request."""
+    else read (GET/HEAD), request (``ACTING_MAY``) or manage (any other change)."""
     route = getattr(request, "route", None)
     name = str(getattr(route, "name", "") or "").split(".", 1)[-1]
     if not name:
@@ -96,7 +110,9 @@ def acting_action(request: Request) -> str:
         return "admin"
     if name in ACTING_ROUTES:
         return ACTING_ROUTES[name]
-    return "read" if request.method in ("GET", "HEAD") else "request"
+    if request.method in ("GET", "HEAD"):
+        return "read"
+    return "request" if name in ACTING_MAY else "manage"
 
 
 def set_session_cookie(response: BaseHTTPResponse, services: Services, value: str) -> None:
