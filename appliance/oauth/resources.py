@@ -23,7 +23,7 @@ from urllib.parse import unquote
 from grantd.config.mcp import canonical_resource
 from grantd.oauth.errors import OAuthError, invalid_client
 from grantd.services import grants
-from grantd.services.authn import access_token_holder
+from grantd.services.authn import resource_token_holder_live
 from grantd.services.tokens import TokenError
 
 if TYPE_CHECKING:
@@ -143,6 +143,7 @@ INTROSPECTED = (
     "act",
     "grant_id",
     "authorization_details",
+    "cnf",  # RFC 9449 §6.2: a DPoP-bound token's key thumbprint, so the resource can demand the proof
 )
 
 
@@ -184,24 +185,10 @@ def authenticate_resource(config: Config, authorization: str | None) -> Resource
 
 
 async def token_live(services: Services, claims: dict[str, Any]) -> bool:
-    """A verified resource token still speaks for someone: the person active with the token's
-    e-mail, its family live (an agent's: the agent active with that e-mail; a delegate's from a token
-    exchange: its delegation active), and its grant (if any) still usable (approved, not revoked,
-    consumed or expired)."""
-    if claims.get("act") == "agent":  # an agent's token from CIBA (grantd.oauth.mcp_ciba)
-        agent = await services.store.agents.get_by_id(str(claims["agent_id"]))
-        if agent is None or agent["status"] != "active" or agent["email"] != claims["sub"]:
-            return False
-    elif isinstance(claims.get("act"), dict):  # a delegate's, from a token exchange: its delegation
-        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
-        if delegation is None or services.delegation_lapse().status_of(delegation) != "active":
-            return False
-        if delegation["delegator"] != claims["sub"]:
-            return False
-    else:
-        person, _ = await access_token_holder(services, claims)
-        if person is None:
-            return False
+    """A verified resource token still speaks for someone (``resource_token_holder_live``) and its
+    grant (if any) is still usable (approved, not revoked, consumed or expired)."""
+    if not await resource_token_holder_live(services, claims):
+        return False
     grant_id = claims.get("grant_id")
     if grant_id is None:
         return True
@@ -219,7 +206,9 @@ async def introspect(services: Services, resource: Resource, token: str | None) 
         return {"active": False}
     if not await token_live(services, claims):
         return {"active": False}
-    answer: dict[str, Any] = {"active": True, "token_type": "Bearer"}
+    cnf = claims.get("cnf")
+    bound = isinstance(cnf, dict) and isinstance(cnf.get("jkt"), str)
+    answer: dict[str, Any] = {"active": True, "token_type": "DPoP" if bound else "Bearer"}
     answer.update({name: claims[name] for name in INTROSPECTED if name in claims})
     answer["username"] = claims["sub"]
     return answer

@@ -259,6 +259,25 @@ async def access_token_holder(services: Services, claims: dict[str, Any]) -> tup
     return person, ""
 
 
+async def resource_token_holder_live(services: Services, claims: dict[str, Any]) -> bool:
+    """A verified resource token (D17) still speaks for someone: the person active with the token's
+    e-mail and its family live (``access_token_holder``); an agent's token from CIBA: the agent
+    active with that e-mail; a delegate's from a token exchange: its delegation active. The one rule
+    for /introspect and for consume with such a token."""
+    if claims.get("act") == "agent":  # an agent's token from CIBA (grantd.oauth.mcp_ciba)
+        agent = await services.store.agents.get_by_id(str(claims["agent_id"]))
+        return agent is not None and agent["status"] == "active" and agent["email"] == claims["sub"]
+    if isinstance(claims.get("act"), dict):  # a delegate's, from a token exchange: its delegation
+        delegation = await services.store.delegations.get(str(claims["delegation_id"]))
+        return (
+            delegation is not None
+            and services.delegation_lapse().status_of(delegation) == "active"
+            and delegation["delegator"] == claims["sub"]
+        )
+    person, _ = await access_token_holder(services, claims)
+    return person is not None
+
+
 async def exchanged_holder(services: Services, token: str) -> tuple[dict[str, Any], Person]:
     """An exchanged token's claims and the person it acts for (D16), or ``TokenError`` saying why
     not. The one rule for the API (``ExchangedToken``) and /userinfo: a token exchange issued it,

@@ -9,11 +9,11 @@ from typing import Any
 import jwt
 
 from grantd.core import policy
-from grantd.core.errors import Problem, bad_request, forbidden, not_found, unauthorized
+from grantd.core.errors import Problem, forbidden, not_found, unauthorized
 from grantd.core.principals import Principal
 from grantd.dpop import DpopError
 from grantd.services import dpop
-from grantd.services.authn import Credentials
+from grantd.services.authn import Credentials, resource_token_holder_live
 from grantd.services.context import Services
 from grantd.services.dpop import ProofRequest
 from grantd.services.grants import UNUSABLE, Reader, _visible_view, mint
@@ -79,9 +79,11 @@ async def consume(services: Services, credentials: Credentials, grant_id: str) -
         found = await resource_token_claims(services, presented)  # D17: an MCP resource's token
         if found is None:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
+        if not await resource_token_holder_live(services, found):  # what /introspect calls inactive
+            raise unauthorized("invalid token: it was revoked", invalid_token=True) from None
         claims, matches = found, resource_token_matches_grant
-    if claims.get("grant_id") != grant_id:
-        raise bad_request("the token belongs to another grant")
+    if claims.get("grant_id") != grant_id:  # D2: credentials that do not allow the action
+        raise forbidden("the token belongs to another grant")
     grant = await services.store.grants.get(grant_id)
     if grant is None:
         raise not_found("grant not found")

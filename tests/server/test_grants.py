@@ -417,7 +417,7 @@ def test_consume_checks_the_bearer(server: Server, agent: Agent) -> None:
     token_a = approve(server, a["id"])["authz_jwt"]
     approve(server, b["id"])
     r = consume(server, b["id"], token_a)
-    assert r.status_code == 400 and "another grant" in problem(r)["detail"]
+    assert r.status_code == 403 and "another grant" in problem(r)["detail"]
     with server.client() as http:
         assert http.post(f"/api/grants/{a['id']}/consume").status_code == 401
     r = consume(server, a["id"], agent.token)  # an identity token is not a grant token

@@ -246,7 +246,7 @@ def test_an_agent_resource_token_is_good_only_for_its_own_grant_and_agent(srv, a
     other_grant = grant_of(srv, other)
     decide(srv, other_grant["id"])
     # another agent's grant, named by this agent's token: refused, and that grant stays approved
-    assert consume(srv, other_grant["id"], token).status_code == 400  # the token names its own grant
+    assert consume(srv, other_grant["id"], token).status_code == 403  # the token names its own grant (D2)
     own = consume(srv, other_grant["id"], poll(srv, other, r2.json()["auth_req_id"]).json()["access_token"])
     assert own.json()["status"] == "consumed"  # its own agent's token consumes it
     # disabling the agent ends its token at /introspect
@@ -406,6 +406,31 @@ def test_an_agent_gets_its_own_resource_token_by_client_credentials_for_the_open
     other = token(resource=OTHER_RESOURCE)
     assert other.status_code == 200 and other.json()["scope"] == "other:read", other.text
     assert introspect(srv, other.json()["access_token"]) == {"active": False}  # not this resource's
+    # bound by a DPoP proof (D16): introspection says so (RFC 9449 §6.2), so a resource that only
+    # introspects still demands the proof
+    import uuid
+
+    from grantd.dpop import make_proof, thumbprint_of_ssh_key
+
+    proof = make_proof(
+        agent.private_key(),
+        method="POST",
+        url=f"{srv.url}/token",
+        iat=srv.clock.now_s(),
+        jti=str(uuid.uuid4()),
+    )
+    body = {
+        "grant_type": "client_credentials",
+        "resource": RESOURCE,
+        **assertion(srv, agent, f"{srv.url}/token"),
+    }
+    with srv.client() as http:
+        bound = http.post("/token", data=body, headers={"DPoP": proof})
+    assert bound.status_code == 200 and bound.json()["token_type"] == "DPoP", bound.text
+    seen = introspect(srv, bound.json()["access_token"])
+    assert seen["active"] is True and seen["token_type"] == "DPoP", seen
+    assert seen["cnf"] == {"jkt": thumbprint_of_ssh_key(agent.public_key)}, seen
+    assert introspect(srv, answer["access_token"])["token_type"] == "Bearer"
     # without a resource: the agent's identity token, as before
     plain = token()
     assert plain.status_code == 200 and "scope" not in plain.json(), plain.text

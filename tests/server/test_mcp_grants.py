@@ -154,8 +154,8 @@ def test_a_resource_token_consumes_only_its_own_grant(world: tuple[InProcessServ
     token2 = token_for(srv, second["location"], verifier2, client2)["access_token"]
     other_id = jwt.decode(token2, options={"verify_signature": False})["grant_id"]
     assert other_id != grant_id
-    refused = consume(srv, other_id, token)  # a grant the token does not carry
-    assert refused.status_code == 400, refused.text
+    refused = consume(srv, other_id, token)  # a grant the token does not carry (D2: 403)
+    assert refused.status_code == 403, refused.text
     # a token without a grant (tools:read only) consumes nothing
     plain_client = docs.client(f"/g/{next(_serial)}.json")
     v3, c3 = pkce()
@@ -163,7 +163,7 @@ def test_a_resource_token_consumes_only_its_own_grant(world: tuple[InProcessServ
         authorize_params(plain_client, CALLBACK, c3, scope="tools:read", resource=RESOURCE, nonce=None)
     )
     plain = exchange(srv, code, v3, client_id=plain_client, redirect_uri=CALLBACK, resource=RESOURCE).json()
-    assert consume(srv, grant_id, plain["access_token"]).status_code == 400
+    assert consume(srv, grant_id, plain["access_token"]).status_code == 403
     # a resource token is still no bearer anywhere else at grantd
     elsewhere = httpx.get(
         f"{srv.url}/api/grants/{grant_id}", headers={"Authorization": f"Bearer {token}"}, timeout=10
@@ -171,6 +171,26 @@ def test_a_resource_token_consumes_only_its_own_grant(world: tuple[InProcessServ
     assert elsewhere.status_code == 401
     assert consume(srv, grant_id, token).json()["status"] == "consumed"
     assert consume(srv, other_id, token2).json()["status"] == "consumed"
+
+
+def test_a_token_whose_family_ended_consumes_nothing(world: tuple[InProcessServer, DocumentServer]) -> None:
+    """A replayed code ends the token's family (RFC 6749 §4.1.2): /introspect calls the token
+    inactive, and consume with it is refused the same way, so the gated tool does not run."""
+    srv, docs = world
+    admin = Person(srv, admin=True)
+    answer, verifier, _, client_id = consent(srv, docs, admin, "tools:deploy")
+    code = query_of(answer["location"])["code"]
+    first = exchange(srv, code, verifier, client_id=client_id, redirect_uri=CALLBACK, resource=RESOURCE)
+    token = first.json()["access_token"]
+    grant_id = jwt.decode(token, options={"verify_signature": False})["grant_id"]
+    assert introspect(srv, token)["active"] is True
+    replay = exchange(srv, code, verifier, client_id=client_id, redirect_uri=CALLBACK, resource=RESOURCE)
+    assert replay.status_code == 400 and replay.json()["error"] == "invalid_grant"
+    assert introspect(srv, token) == {"active": False}
+    refused = consume(srv, grant_id, token)
+    assert refused.status_code == 401 and "revoked" in refused.json()["detail"], refused.text
+    with srv.admin() as http:
+        assert http.get(f"/api/grants/{grant_id}").json()["status"] == "approved"  # not consumed
 
 
 POLICY = """

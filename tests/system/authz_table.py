@@ -70,7 +70,7 @@ POST /api/grants/:grant_id/deny                | 401 | 401 | 401 | 401 | 401 | 4
 POST /api/grants/:grant_id/review              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 403 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/revoke              | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 200 | 404 | 200 | 200 | 200 | 404 | 403
 POST /api/grants/:grant_id/token               | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 404 | 404 | 403 | 404 | 403 | 403 | 403 | 404 | 403
-POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 400 | 400 | 401 | 401 | 401 | 401 | 401 | 401 | 401
+POST /api/grants/:grant_id/consume             | 401 | 401 | 401 | 401 | 200 revoked | 200 revoked | 200 revoked | 200 valid | 200 consumed | 403 | 403 | 401 | 401 | 401 | 401 | 401 | 401 | 401
 POST /api/grants/verify                        | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 valid | 200 valid | 200 valid | 200 valid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid | 200 invalid
 POST /api/grants/batch                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 op:403 | 200 op:404 | 200 op:404 | 200 op:ok | 200 op:404 | 200 op:ok | 200 op:ok | 200 op:ok | 200 op:404 | 403
 GET /api/grants/events                         | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 401 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 403
@@ -286,7 +286,7 @@ def render_doc() -> str:
         "(tests/system/test_authz_matrix.py) and fails when an answer differs, or when the server has a route",
         "this table does not list.",
         "",
-        "Rules (spec/decisions.md D2, D6, D7, D11): no credential -> 401 with `WWW-Authenticate: Bearer`;",
+        "Rules (decisions D2, D6, D7, D11): no credential -> 401 with `WWW-Authenticate: Bearer`;",
         "an invalid, expired or forged token, or the token of a disabled, deleted, re-enrolled or",
         "re-keyed agent -> 401; a valid credential without the right -> 403; a grant or delegation the",
         "caller may not see -> 404 (it learns nothing, not even that it exists). Public routes ignore",
