@@ -88,8 +88,14 @@ async def resolve(services: Services, token: str, *, action: str | None = None) 
 
 
 def check_person(link: ReviewLink, principal: Principal) -> None:
-    """403 unless the signed-in person is the one the link was sent to."""
-    if principal.email.lower() != link["email"] and principal.id != link["person_id"]:
+    """403 unless the signed-in person is the one the link was sent to: by their id when the link
+    names one (D11: a person created later with the same e-mail inherits nothing), else (sent to an
+    address no person had yet) by the e-mail."""
+    if link["person_id"] is not None:
+        same = principal.id == link["person_id"]
+    else:
+        same = principal.email.lower() == link["email"]
+    if not same:
         raise forbidden(f"this link was sent to {link['email']}")
 
 

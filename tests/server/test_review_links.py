@@ -189,6 +189,20 @@ def test_another_person_403_forged_404_expired_410(srv, sink):
     assert status_of(srv, grant["id"]) == "pending"
 
 
+def test_a_person_created_later_with_the_same_e_mail_gets_nothing_from_an_old_link(srv, sink):
+    """D11: the link is bound to the person it was sent to, by id: after that person is deleted, a new
+    person with the same e-mail is refused (the options would name the grant's host and command)."""
+    _, email, grant, token = pending_grant_with_link(srv, sink)
+    with srv.admin() as http:
+        assert http.delete(f"/api/admin/users/{email}").status_code == 200
+    newcomer = PasskeyBrowser(srv.url, srv.url)
+    assert newcomer.register(make_registration(srv, email)).status_code == 200
+    answer = newcomer.request("POST", f"/r/{token}/options", json_body={})
+    assert answer.status_code in (403, 404), answer.text
+    assert grant["request"]["target_host"] not in answer.text
+    assert newcomer.request("GET", f"/r/{token}").status_code in (403, 404)
+
+
 def test_a_deny_link_denies_once_and_never_approves(srv, sink):
     from grantd.services import review_links
 
