@@ -338,13 +338,13 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             access_log.info(
                 "%s %s %s %sms",
                 request.method,
-                request.path,
+                logged_path(request.path),
                 response.status,
                 duration,
                 extra={
                     "request_id": request_id,
                     "method": request.method,
-                    "path": request.path,
+                    "path": logged_path(request.path),
                     "status": response.status,
                     "duration_ms": duration,
                     "remote": getattr(request.ctx, "client_ip", request.ip),
@@ -378,13 +378,28 @@ def create_app(config: Config, pm: pluggy.PluginManager | None = None, clock: Cl
             log.error(
                 "unhandled error on %s %s",
                 request.method,
-                request.path,
+                logged_path(request.path),
                 exc_info=exc,
                 extra={"request_id": request_id},
             )
         return problem_response(problem, request_id)
 
     return app
+
+
+# Paths whose segment after the prefix is a secret (a review or deny link's token, D15; an MCP
+# consent's poll secret, D17): the logs show the route, never the secret. (Query strings, where
+# registration tokens, codes and user codes travel, are never logged: ``request.path`` has none.)
+_SECRET_PATH = re.compile(r"^(/r/|/authorize/poll/)[^/]+")
+
+
+def logged_path(path: str) -> str:
+    """``path`` as the logs may show it: a secret segment replaced by ``[secret]``."""
+    return (
+        _SECRET_PATH.sub(r"\1[secret]", path, count=1)
+        if path.startswith(("/r/", "/authorize/poll/"))
+        else path
+    )
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop) -> None:

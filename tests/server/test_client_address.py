@@ -171,3 +171,23 @@ def test_trusted_proxies_configured_never_warn(server_factory):
         assert http.get("/healthz", headers={"X-Forwarded-For": "198.51.100.7"}).status_code == 200
     _access_lines(srv, "/healthz")
     assert "server.trusted_proxies is empty" not in srv.log()
+
+
+def test_the_access_log_never_shows_a_links_secret(server_factory):
+    """A review or deny link's token (D15) and an MCP consent's poll secret (D17) are credentials in
+    the path: the access log shows the route with ``[secret]`` in their place, never the value."""
+    from grantd.web.app import logged_path
+
+    srv = server_factory(log_format="json")
+    srv.start()
+    secret = "qGiClAwsVoL139x7v5QQ909cZ5ekwWRQMqIO8D7r7Sg"
+    with srv.client() as http:
+        http.get(f"/r/{secret}")
+        http.post(f"/r/{secret}/deny")
+        http.post(f"/r/{secret}/options")
+        http.get(f"/authorize/poll/{secret}")
+    for path in ("/r/[secret]", "/r/[secret]/deny", "/r/[secret]/options", "/authorize/poll/[secret]"):
+        assert _access_lines(srv, path)
+    assert secret not in srv.log()
+    assert logged_path("/api/grants/x") == "/api/grants/x"
+    assert logged_path("/rx/abc") == "/rx/abc"
