@@ -269,7 +269,17 @@ async def needs_consent(services: Services, req: AuthorizationRequest, person: P
     if "consent" in req.prompt or always_asks(req.client):
         return True
     consent = await services.store.consents.get(person["person_id"], req.client.client_id)
-    return consent is None or not set(req.scopes) <= set(consent["scope"].split())
+    return consent is None or not set(consented_scopes(req, req.scopes)) <= set(consent["scope"].split())
+
+
+def consented_scopes(req: AuthorizationRequest, scopes: Any) -> list[str]:
+    """How allowed scopes are remembered: as they are, and for a resource (D17) as
+    ``scope@resource``, so what a person allowed for one resource never covers another that reuses
+    the scope's name (the consent page named that one resource). No two can meet: grantd's own
+    (OpenID) scopes hold no ``@``, and each resource's names end in ``@`` and its own URI."""
+    if req.resource is None:
+        return list(scopes)
+    return [f"{scope}@{req.resource}" for scope in scopes]
 
 
 CONSENT_TICKET_TTL_S = 600
@@ -334,7 +344,7 @@ async def remember_consent(services: Services, req: AuthorizationRequest, person
         {
             "person_id": person["person_id"],
             "client_id": req.client.client_id,
-            "scope": " ".join(s for s in req.scopes if s not in gated),
+            "scope": " ".join(consented_scopes(req, [s for s in req.scopes if s not in gated])),
             "created_at": now,
             "updated_at": now,
         }

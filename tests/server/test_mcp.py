@@ -218,6 +218,42 @@ def test_cimd_allowed_domains_closes_the_door_to_other_hosts(tmp_path: Path, doc
         srv.stop()
 
 
+THIRD_RESOURCE = "https://third.example.com/mcp"
+
+
+def test_a_remembered_consent_covers_only_the_resource_it_was_given_for(tmp_path: Path) -> None:
+    """D17: a resource's tokens are for it alone, and the consent page named that one resource: a
+    second resource that reuses the scope's name asks again, while the first does not."""
+    cert, key = prepare(tmp_path)
+    docs = DocumentServer(cert, key)
+    third = f"""
+[[mcp.resources]]
+resource = "{THIRD_RESOURCE}"
+name = "Third tools"
+scopes = ["tools:read"]
+credential = "file:other-secret"
+"""
+    srv = InProcessServer(tmp_path, extra=mcp_config(third)).start()
+    try:
+        person, client_id = Person(srv), new_client(docs)
+
+        def ask(resource: str) -> httpx.Response:
+            return person.authorize(
+                authorize_params(client_id, CALLBACK, scope="tools:read", resource=resource, nonce=None)
+            )
+
+        person.code_for(
+            authorize_params(client_id, CALLBACK, scope="tools:read", resource=RESOURCE, nonce=None)
+        )
+        assert ask(RESOURCE).status_code == 302  # remembered for RESOURCE
+        elsewhere = ask(THIRD_RESOURCE)
+        assert elsewhere.status_code == 200 and "data-consent" in elsewhere.text
+        assert THIRD_RESOURCE in elsewhere.text
+    finally:
+        srv.stop()
+        docs.close()
+
+
 @pytest.mark.slow
 def test_a_slow_metadata_host_meets_the_overall_deadline(tmp_path: Path) -> None:
     """A document host that answers slowly is cut off by the 5 s deadline of every outbound fetch
