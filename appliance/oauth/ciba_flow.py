@@ -149,23 +149,23 @@ async def token(services: Services, params: dict[str, str], proof: ProofRequest 
     assert auth_req_id is not None
     key = _hash(auth_req_id)
     now = services.clock.now_ms()
-    record = await services.store.ciba.poll(key, now)
-    if record is None or record["agent_id"] != agent["agent_id"]:
+    record = await services.store.ciba.poll(key, now, agent["agent_id"])  # another's: None, unrecorded
+    if record is None:
         raise invalid_grant("auth_req_id is unknown or was issued to another client")
     if record["redeemed_at"] is not None:
         raise invalid_grant("auth_req_id was redeemed already (single use)")
     if record["expires_at"] <= now:
         raise OAuthError("expired_token", "the authentication request expired; start a new one")
+    last = record["last_polled_at"]  # too soon is too soon whatever the decision (D16)
+    if last is not None and now - last < record["poll_interval"] * 1000:
+        await services.store.ciba.slow_down(key, record["poll_interval"] + SLOW_DOWN_STEP)
+        raise OAuthError(
+            "slow_down", f"poll at most every {record['poll_interval'] + SLOW_DOWN_STEP} s from now on"
+        )
     grant = await services.store.grants.get(record["grant_id"])
     reader = grants.Reader(services)
     status = reader.status(grant) if grant is not None else "revoked"
     if status == "pending":
-        last = record["last_polled_at"]
-        if last is not None and now - last < record["poll_interval"] * 1000:
-            await services.store.ciba.slow_down(key, record["poll_interval"] + SLOW_DOWN_STEP)
-            raise OAuthError(
-                "slow_down", f"poll at most every {record['poll_interval'] + SLOW_DOWN_STEP} s from now on"
-            )
         raise OAuthError("authorization_pending", "the request waits for a decision")
     if status == "denied":
         assert grant is not None

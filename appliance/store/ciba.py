@@ -52,9 +52,10 @@ class CibaStore(Protocol):
         """Insert. ``Conflict("auth_req_hash")`` on a duplicate. May drop requests that expired
         before ``created_at``."""
 
-    async def poll(self, auth_req_hash: str, now: int) -> CibaRequest | None:
+    async def poll(self, auth_req_hash: str, now: int, agent_id: str) -> CibaRequest | None:
         """The request as it was before this poll, and record the poll (``last_polled_at = now``).
-        None if unknown. Expired and redeemed requests are returned as they are."""
+        None, recording nothing, if unknown or another agent's (D16: another client's poll must not
+        make its owner's next poll "too soon"). Expired and redeemed requests are returned as they are."""
 
     async def slow_down(self, auth_req_hash: str, interval: int) -> None:
         """Raise ``poll_interval`` to ``interval``; never lowers it. Nothing if unknown."""

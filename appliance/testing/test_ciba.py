@@ -39,9 +39,11 @@ async def test_ciba_create_poll_and_conflict(store):
     with pytest.raises(Conflict) as caught:
         await store.ciba.create(ciba_request("r1"))
     assert caught.value.field == "auth_req_hash"
-    assert await store.ciba.poll(sha("r1"), NOW + 10) == first  # as it was before this poll
-    assert (await store.ciba.poll(sha("r1"), NOW + 20))["last_polled_at"] == NOW + 10
-    assert await store.ciba.poll(sha("nope"), NOW) is None
+    assert await store.ciba.poll(sha("r1"), NOW + 10, "agt_a") == first  # as it was before this poll
+    assert (await store.ciba.poll(sha("r1"), NOW + 20, "agt_a"))["last_polled_at"] == NOW + 10
+    assert await store.ciba.poll(sha("nope"), NOW, "agt_a") is None
+    # another agent's poll finds nothing and records nothing
+    assert await store.ciba.poll(sha("r1"), NOW + 15, "agt_b") is None
     assert await store.ciba.for_grant("g-r1") == [{**first, "last_polled_at": NOW + 20}]
     assert await store.ciba.for_grant("g-none") == []
 
@@ -50,7 +52,7 @@ async def test_ciba_slow_down_only_raises(store):
     await store.ciba.create(ciba_request("r1"))
     await store.ciba.slow_down(sha("r1"), 10)
     await store.ciba.slow_down(sha("r1"), 7)
-    assert (await store.ciba.poll(sha("r1"), NOW))["poll_interval"] == 10
+    assert (await store.ciba.poll(sha("r1"), NOW, "agt_a"))["poll_interval"] == 10
     await store.ciba.slow_down(sha("unknown"), 10)  # nothing, no error
 
 
@@ -60,7 +62,7 @@ async def test_ciba_redeem_once_and_never_after_expiry(store):
     redeemed = await store.ciba.redeem(sha("r1"), NOW + 5)
     assert redeemed is not None and redeemed["redeemed_at"] == NOW + 5
     assert await store.ciba.redeem(sha("r1"), NOW + 6) is None  # single use
-    assert (await store.ciba.poll(sha("r1"), NOW + 7))["redeemed_at"] == NOW + 5
+    assert (await store.ciba.poll(sha("r1"), NOW + 7, "agt_a"))["redeemed_at"] == NOW + 5
     assert await store.ciba.redeem(sha("r2"), NOW + 600_000) is None  # expired: expires_at == now
     assert await store.ciba.redeem(sha("unknown"), NOW) is None
 
@@ -74,8 +76,8 @@ async def test_ciba_redeem_has_exactly_one_winner(store):
 async def test_ciba_expired_requests_are_swept_by_the_next_create(store):
     await store.ciba.create(ciba_request("old", expires_at=NOW + 1000))
     await store.ciba.create(ciba_request("new", created_at=NOW + 1000))
-    assert await store.ciba.poll(sha("old"), NOW) is None
-    assert await store.ciba.poll(sha("new"), NOW + 1000) is not None
+    assert await store.ciba.poll(sha("old"), NOW, "agt_a") is None
+    assert await store.ciba.poll(sha("new"), NOW + 1000, "agt_a") is not None
 
 
 async def test_ciba_clients_set_replace_and_forget(store):

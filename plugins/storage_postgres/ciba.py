@@ -29,9 +29,11 @@ class PostgresCiba(_Part):
 
     @_nul_finds_nothing(None)
     @_on_store_loop
-    async def poll(self, auth_req_hash: str, now: int) -> CibaRequest | None:
+    async def poll(self, auth_req_hash: str, now: int, agent_id: str) -> CibaRequest | None:
         async with self._db.tx() as cur:
-            await cur.execute(f"{_SELECT} WHERE auth_req_hash = %s FOR UPDATE", (auth_req_hash,))
+            await cur.execute(
+                f"{_SELECT} WHERE auth_req_hash = %s AND agent_id = %s FOR UPDATE", (auth_req_hash, agent_id)
+            )
             row = await cur.fetchone()
             if row is None:
                 return None

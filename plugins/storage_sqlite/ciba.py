@@ -26,10 +26,11 @@ class SQLiteCiba:
                 raise Conflict("auth_req_hash") from None
         return cast(CibaRequest, row)
 
-    async def poll(self, auth_req_hash: str, now: int) -> CibaRequest | None:
+    async def poll(self, auth_req_hash: str, now: int, agent_id: str) -> CibaRequest | None:
         async with self._db.awrite() as conn:
             row = conn.execute(
-                "SELECT * FROM ciba_requests WHERE auth_req_hash = ?", (auth_req_hash,)
+                "SELECT * FROM ciba_requests WHERE auth_req_hash = ? AND agent_id = ?",
+                (auth_req_hash, agent_id),
             ).fetchone()
             if row is None:
                 return None

@@ -161,6 +161,12 @@ def test_slow_down_adds_five_seconds_and_the_first_poll_is_never_too_soon(srv, a
     assert poll(srv, agent, ack["auth_req_id"]).json()["error"] == "slow_down"
     srv.clock.advance(16)
     assert poll(srv, agent, ack["auth_req_id"]).json()["error"] == "authorization_pending"
+    # too soon is too soon once it is decided too; the interval is now 15 s
+    decide(srv, pending_grant(srv, agent)["id"])
+    srv.clock.advance(11)
+    assert poll(srv, agent, ack["auth_req_id"]).json()["error"] == "slow_down"
+    srv.clock.advance(21)
+    assert "access_token" in poll(srv, agent, ack["auth_req_id"]).json()
 
 
 def test_denied_is_access_denied_with_who(srv, agent):
@@ -181,6 +187,8 @@ def test_unknown_and_another_clients_auth_req_id_are_invalid_grant(srv, agent, t
     ack = bc_authorize(srv, agent).json()
     other = enroll(srv, tmp_path / "other")  # type: ignore[arg-type]
     assert poll(srv, other, ack["auth_req_id"]).json()["error"] == "invalid_grant"
+    # another client's poll is not the owner's: its first poll is still never too soon (D16)
+    assert poll(srv, agent, ack["auth_req_id"]).json()["error"] == "authorization_pending"
     assert poll(srv, agent, "nope").json()["error"] == "invalid_grant"
 
 

@@ -65,12 +65,20 @@ def test_an_agent_without_a_browser_gets_the_grant_through_ciba_and_uses_it_once
         (grant,) = http.get("/api/grants", params={"requester": agent.email}).json()["data"]
     assert grant["request"]["authorization_details"][0]["tool"] == "deploy"
     decide(srv, grant["id"])
+    srv.clock.advance(6)  # a poll sooner than the interval is slow_down, decided or not (D16)
     answer = poll(srv, agent, auth_req_id)
     assert answer.status_code == 200, answer.text
     token = answer.json()["access_token"]
     claims = jwt.decode(token, options={"verify_signature": False})
     assert claims["aud"] == app.resource and claims["act"] == "agent" and claims["sub"] == agent.email
 
+    # a call the SDK refuses (no MCP session) uses up nothing: the grant is used as the tool runs
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "deploy", "arguments": {}}}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    sessionless = httpx.post(app.resource, json=call, headers=headers, timeout=10)
+    assert sessionless.status_code == 400, sessionless.text
+    with srv.admin() as http:
+        assert http.get(f"/api/grants/{grant['id']}").json()["status"] == "approved"
     assert asyncio.run(deploy(app.resource, token, "web")) == "deployed web"
     assert app.deployed == ["web"]
     with srv.admin() as http:
@@ -83,13 +91,7 @@ def test_an_agent_without_a_browser_gets_the_grant_through_ciba_and_uses_it_once
     leaves = list(_leaves(raised.value))
     assert any(isinstance(e, MCPError) and "error response" in str(e) for e in leaves), leaves
     assert app.deployed == ["web"]
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "deploy", "arguments": {}}}
-    refused = httpx.post(
-        app.resource,
-        json=call,
-        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
-        timeout=10,
-    )
+    refused = httpx.post(app.resource, json=call, headers=headers, timeout=10)
     assert refused.status_code == 403, refused.text
     challenge = refused.headers["www-authenticate"]
     assert 'error="insufficient_scope"' in challenge and "tools:deploy" in challenge

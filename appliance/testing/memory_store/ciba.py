@@ -26,10 +26,10 @@ class MemoryCiba:
             self._d.ciba_requests[row["auth_req_hash"]] = row
         return copy.deepcopy(row)
 
-    async def poll(self, auth_req_hash: str, now: int) -> CibaRequest | None:
+    async def poll(self, auth_req_hash: str, now: int, agent_id: str) -> CibaRequest | None:
         async with self._d.tx:
             found = self._d.ciba_requests.get(auth_req_hash)
-            if found is None:
+            if found is None or found["agent_id"] != agent_id:
                 return None
             before = copy.deepcopy(found)
             found["last_polled_at"] = now
