@@ -6,6 +6,7 @@ import difflib
 import importlib
 import importlib.metadata
 import inspect
+import json
 import os
 import re
 import stat
@@ -200,10 +201,19 @@ def declared_sections(pm: pluggy.PluginManager) -> tuple[ConfigSection, ...]:
     return tuple(declared)
 
 
+# `grantd serve --host/--port` overrides [server] for its run: the table it runs with, as JSON, for
+# every process of that server that reads the file again (the other server processes, the decision
+# log's sequencer), so all of them listen, issue and sign with the same issuer as the banner's.
+SERVE_SERVER_ENV = "GRANTD_SERVE_SERVER_TABLE"
+
+
 def load_with_plugins(path: str | os.PathLike[str]) -> Config:
     """The config file checked with the sections its plugins declare (the server's processes; the
-    CLI's ``load`` knows only the built-in ones)."""
+    CLI's ``load`` knows only the built-in ones), with ``grantd serve``'s overrides of [server]."""
     p, raw = read_toml(path)
+    overridden = os.environ.get(SERVE_SERVER_ENV)
+    if overridden:
+        raw = {**raw, "server": json.loads(overridden)}
     return validate(raw, p, declared_sections(build_plugin_manager(_plugins_only(raw, p))))
 
 

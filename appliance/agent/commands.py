@@ -342,6 +342,30 @@ def _run_ciba(
     )
 
 
+def _pending_hint(
+    grant: dict[str, Any], argv: list[str], settings: dict[str, Any], args: Any, config: str | None
+) -> str:
+    """What to do next without --wait. A timed or always grant is reused by the next ``grantd run``
+    of the same command once approved; a once grant never is (the next run asks again), so it is
+    run by handing its token to elevate."""
+    gid = shown(grant["id"])
+    found = grant.get("request")
+    request: dict[str, Any] = found if isinstance(found, dict) else {}
+    if (request.get("grant_type") or grant.get("grant_type") or "once") != "once":
+        return (
+            f"grantd: run the same command again once it is approved, or wait for it: grantd grant wait {gid}"
+        )
+    prefix = elevate_prefix(settings, args.elevate_command)[0]
+    elevate = shlex.join(
+        [*prefix, "elevate", *(["--config", config] if config else []), "--grant-stdin", "--"]
+    )
+    return (
+        f"grantd: a once grant is used by one run and a new `grantd run` asks again; once it is approved:\n"
+        f"  grantd grant wait {gid} && grantd grant token {gid} | {elevate} {shown(shlex.join(argv))}\n"
+        f"(or run with --wait, which waits and runs it)"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     argv = _command_of(args)
     if not argv:
@@ -378,10 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 emit(args, data, "")
                 if not args.json:
                     print(approval_hint(api.issuer, grant["id"]), file=sys.stderr)
-                    print(
-                        f"grantd: run again when it is approved, or: grantd grant wait {shown(grant['id'])}",
-                        file=sys.stderr,
-                    )
+                    print(_pending_hint(grant, argv, settings, args, elevate_config), file=sys.stderr)
                 return EXIT_PENDING
             info(
                 args,

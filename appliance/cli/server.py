@@ -124,6 +124,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if generated:  # the generated development issuer follows too, keeping its form
             raw_server["issuer"] = development_issuer(str(raw_server["host"]), int(raw_server["port"]))
         config = _revalidate(config, {"server": raw_server})
+        from grantd.plugin_manager import SERVE_SERVER_ENV
+
+        os.environ[SERVE_SERVER_ENV] = json.dumps(raw_server)  # every process of this server reads it
     from grantd.web.app import describe_startup_error, preflight
     from grantd.web.processes import serve
 
@@ -143,9 +146,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         fmt, f"enroll an agent: {readme_path()}, 'Sign in an agent with curl and ssh-keygen'", event="banner"
     )
     program, on_path = grantd_program()
+    # --host/--port moved the issuer away from the file's: the console (which reads the file) is told
+    overridden = f" --url {issuer}" if args.host or args.port else ""
     _say(
         fmt,
-        f"decide grants live: {program} tui --config {config.path}  (events: {issuer}/api/grants/events)",
+        f"decide grants live: {program} tui --config {config.path}{overridden} --management-token"
+        f"  (or as a person, signed in with a passkey: without --management-token)",
         event="banner",
     )
     if not on_path:
@@ -296,7 +302,8 @@ def cmd_config_secret(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(f"wrote a new secret (URL-safe: A-Z a-z 0-9 - _) to {path.resolve()}, mode 0600")
     print(
-        f'name it in the config as client_secret = "file:{path}" and give the client the same file\'s content'
+        f'name it in the config as client_secret = "file:{path}" (an OAuth client) or credential = '
+        f'"file:{path}" (an MCP resource, [[mcp.resources]]) and give the client the same file\'s content'
     )
     return EXIT_OK
 

@@ -101,11 +101,10 @@ class SequencerProcess:
 
 
 async def _run(config_path: str, parent: int) -> None:
-    from grantd.config import load
-    from grantd.plugin_manager import build_plugin_manager
+    from grantd.plugin_manager import build_plugin_manager, load_with_plugins
     from grantd.services.context import open_services
 
-    config = load(config_path)
+    config = load_with_plugins(config_path)  # the server's own view: its plugins, serve's overrides
     services = await open_services(config, build_plugin_manager(config))
     audit = services.audit
     assert audit is not None

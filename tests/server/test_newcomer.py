@@ -95,6 +95,10 @@ def test_run_prints_the_approval_link_on_the_issuer_not_on_the_address_it_used(l
     assert link is not None, result.stderr
     assert link[1] == issuer_of(localhost_server)  # not http://127.0.0.1:PORT, where passkeys fail
     assert localhost_server.url not in result.stderr
+    # a once grant is never reused by a new run: the hint says how to run this one (not "run again")
+    gid = link[2]
+    assert f"grantd grant token {gid} | " in result.stderr and "--grant-stdin -- echo issuer" in result.stderr
+    assert "--wait" in result.stderr and "run again" not in result.stderr
 
     as_json = agent.run("run", "--json", "--", *argv)
     assert as_json.returncode == 75, as_json.stderr
@@ -387,6 +391,63 @@ def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
     before = "\n".join(ours[:at])
     assert "grantd: serving http://localhost:" in before and "first administrator admin@localhost" in before
     assert f"{ROOT / 'README.md'}, 'Sign in an agent with curl and ssh-keygen'" in before
+
+
+def test_a_port_given_to_serve_is_the_issuer_of_every_server_process(tmp_path):
+    """`grantd serve --port P` on the generated development config: every process (two workers, so
+    the other one re-reads the file) issues with http://localhost:P, the issuer the banner prints,
+    not the one the file was written with."""
+    import signal
+    import time
+
+    import httpx
+
+    from conftest import free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    env["PYTHONPATH"] = str(ROOT)
+    first = subprocess.run(
+        [*GRANTD, "config", "init", "--path", str(tmp_path / "grantd.toml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert first.returncode == 0, first.stderr
+    text = (tmp_path / "grantd.toml").read_text()
+    assert 'issuer = "http://localhost:8000"' in text  # the generated development issuer
+    (tmp_path / "grantd.toml").write_text(text.replace("# workers = 1\n", "workers = 2\n", 1))
+    port = free_port()
+    proc = subprocess.Popen(
+        [*GRANTD, "serve", "--config", str(tmp_path / "grantd.toml"), "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        issuers: set[str] = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(issuers) < 1:
+            try:
+                issuers.add(
+                    httpx.get(f"http://127.0.0.1:{port}/.well-known/openid-configuration", timeout=2).json()[
+                        "issuer"
+                    ]
+                )
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        for _ in range(40):  # new connections land on either worker
+            with httpx.Client(timeout=5) as http:
+                issuers.add(
+                    http.get(f"http://127.0.0.1:{port}/.well-known/openid-configuration").json()["issuer"]
+                )
+        assert issuers == {f"http://localhost:{port}"}, issuers
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
 
 
 def test_building_grantd_gives_no_setuptools_warnings(tmp_path):

@@ -180,10 +180,15 @@ def test_serve_banner_names_a_grantd_that_runs_and_follows_the_port(tmp_path: Pa
     first = _banner(tmp_path, "--port", str(port), path_env="/usr/bin:/bin")
     assert f"serving http://localhost:{port} " in first
     # grantd is not on PATH: the banner gives the full path and how to put it there
-    assert f"{program.absolute()} tui --config {tmp_path / 'grantd.toml'}" in first
+    assert (
+        f"{program.absolute()} tui --config {tmp_path / 'grantd.toml'} --url http://localhost:{port} "
+        "--management-token" in first
+    )
     assert f'export PATH="{program.parent.absolute()}:$PATH"' in first
     # the next run on another port: the generated development issuer follows the port
     other = free_port()
     again = _banner(tmp_path, "--port", str(other), path_env=f"{program.parent}:/usr/bin:/bin")
     assert f"serving http://localhost:{other} " in again
     assert "grantd tui --config" in again and "not on PATH" not in again
+    # the file still names the first port's issuer: the console is pointed at this run's
+    assert f"--url http://localhost:{other} --management-token" in again
