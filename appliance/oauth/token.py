@@ -39,7 +39,8 @@ from jwt.algorithms import OKPAlgorithm
 
 from grantd.dpop import DpopError
 from grantd.logs import LOGGER
-from grantd.oauth import device, resources
+from grantd.oauth import ciba, device, resources
+from grantd.oauth import exchange as exchange_rules
 from grantd.oauth.authorize import CODE_KEEP_S
 from grantd.oauth.errors import OAuthError, invalid_client, invalid_grant, invalid_request
 from grantd.oauth.issue import issue_tokens, secret_hash, start_family, wants_refresh
@@ -191,7 +192,8 @@ async def exchange(
         return await device.exchange(services, client, params)
     raise OAuthError(
         "unsupported_grant_type",
-        f"grant_type must be authorization_code, refresh_token, client_credentials or {DEVICE_GRANT}",
+        "grant_type must be authorization_code, refresh_token, client_credentials, "
+        f"{DEVICE_GRANT}, {ciba.GRANT_TYPE} or {exchange_rules.GRANT_TYPE}",
     )
 
 
