@@ -15,7 +15,11 @@
   ``grantd[mcp]``); it never consumes a grant (it sees every request, not which tool is called);
 - ``tool_guard(app, tools={tool: scope})``: ASGI middleware that answers a ``tools/call`` of a
   listed tool with 403 ``insufficient_scope`` unless the token carries the scope, and consumes a
-  ``once`` grant behind it.
+  ``once`` grant behind it — unless ``grant_middleware`` consumes it;
+- ``grant_middleware(tools)``: the SDK's server middleware (``MCPServer(middleware=[...])``) that
+  consumes a listed tool's grant when the SDK has accepted the call and is about to run the tool,
+  so a request the SDK refuses (no session, an unknown one, a malformed message) uses up nothing;
+  ``tool_guard`` then only checks (and answers 403 for a grant this resource already used).
 
 A client of grantd's HTTP interface: it imports nothing of the server (tests/unit/test_layers.py).
 """
@@ -78,6 +82,8 @@ class ResourceServer:
         self._proofs: dict[str, float] = {}  # DPoP proofs seen (``<jkt>:<jti>`` -> until when): one use each
         self._lock: asyncio.Lock | None = None
         self._lock_loop: Any = None
+        self._consumed_later: set[str] = set()  # tools whose grants grant_middleware consumes
+        self._used: dict[str, float] = {}  # once grants this resource consumed -> until when (token exp)
 
     # -- RFC 9728 ---------------------------------------------------------------------------------
     @property
@@ -164,8 +170,10 @@ class ResourceServer:
         dpop: str | None = None,
         method: str = "POST",
         url: str | None = None,
+        use_grant: bool = True,
     ) -> dict[str, Any]:
-        """The token's claims (module docstring), or ``Refused``."""
+        """The token's claims (module docstring), or ``Refused``. ``use_grant=False``: a grant-gated
+        scope is checked (the token carries a grant this resource has not used up) but not used."""
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN or token.count(".") != 2:
             raise Refused("invalid_token", "malformed token")
         try:
@@ -204,7 +212,10 @@ class ResourceServer:
                 " ".join(sorted(granted | set(wanted))),
             )
         if any(s in self.grant_scopes for s in wanted):
-            await self._use_grant(token, claims, wanted)
+            if use_grant:
+                await self._use_grant(token, claims, wanted)
+            else:
+                self._check_grant(claims, wanted)
         return claims
 
     def _check_dpop(
@@ -257,8 +268,29 @@ class ResourceServer:
             raise Refused("insufficient_scope", "the grant could not be checked at grantd", scope) from None
         if "error" in body or body.get("status") not in ("consumed", "valid"):
             raise Refused("insufficient_scope", "the grant is used up, revoked or expired", scope)
+        if body.get("status") == "consumed":
+            now = time.time()
+            self._used = {g: until for g, until in self._used.items() if until > now}  # expired: forget
+            self._used[grant_id] = float(claims.get("exp", now)) + LEEWAY_S
+
+    def _check_grant(self, claims: dict[str, Any], wanted: list[str]) -> None:
+        """What ``_use_grant`` refuses without asking grantd: no grant, or one this resource used."""
+        scope = " ".join(wanted)
+        grant_id = claims.get("grant_id")
+        if not isinstance(grant_id, str):
+            raise Refused("insufficient_scope", "this needs a person's grant", scope)
+        if grant_id in self._used:
+            raise Refused("insufficient_scope", "the grant is used up, revoked or expired", scope)
 
     # -- the official MCP Python SDK ------------------------------------------------------------------
+    def grant_middleware(self, tools: Mapping[str, str]) -> Any:
+        """The SDK's server middleware that uses a listed tool's grant as the tool is about to run
+        (module docstring): ``MCPServer(..., middleware=[rs.grant_middleware({"deploy": "tools:deploy"})])``.
+        Refused (the grant was used meanwhile, revoked, expired) the call ends in a JSON-RPC error
+        and the tool does not run."""
+        self._consumed_later.update(tools)
+        return _grant_middleware(self, dict(tools))
+
     def token_verifier(self) -> Any:
         """An object the SDK takes as its ``TokenVerifier`` (``MCPServer(token_verifier=..., auth=...)``)."""
         from mcp.server.auth.provider import AccessToken
@@ -327,10 +359,17 @@ class ResourceServer:
             needed = _needed_scopes(body, tools)
             if needed:
                 token = _bearer(scope)
+                # a grant grant_middleware uses as the tool runs is only checked here
+                later = {t: s for t, s in tools.items() if t in outer._consumed_later}
+                checked = _needed_scopes(body, later)
+                used = _needed_scopes(body, {t: s for t, s in tools.items() if t not in later})
                 try:
                     if token is None:
                         raise Refused("invalid_token", "a bearer token is required")
-                    await outer.verify(token, scopes=needed)
+                    if checked:
+                        await outer.verify(token, scopes=checked, use_grant=False)
+                    if used:
+                        await outer.verify(token, scopes=used)
                 except Refused as exc:
                     await _refuse(send, exc, outer.challenge(exc.error, exc.scope, exc.description))
                     return
@@ -348,12 +387,36 @@ class ResourceServer:
         return guarded
 
 
+def _grant_middleware(outer: ResourceServer, tools: Mapping[str, str]) -> Any:
+    async def middleware(ctx: Any, call_next: Any) -> Any:
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        scope = tools.get(str(params.get("name"))) if ctx.method == "tools/call" else None
+        if scope is not None and scope in outer.grant_scopes:
+            from mcp.shared.exceptions import MCPError
+
+            headers = getattr(getattr(ctx, "request", None), "headers", None)  # the HTTP request's
+            token = _bearer_of(headers.get("authorization")) if headers is not None else None
+            try:
+                if token is None:
+                    raise Refused("invalid_token", "a bearer token is required")
+                await outer.verify(token, scopes=[scope])  # consumes a once grant, now
+            except Refused as exc:
+                raise MCPError(-32001, f"{exc.error}: {exc.description}") from None
+        return await call_next(ctx)
+
+    return middleware
+
+
 def _bearer(scope: dict[str, Any]) -> str | None:
     for name, value in scope.get("headers", []):
         if name.lower() == b"authorization":
-            text = value.decode("latin-1")
-            if text[:7].lower() == "bearer ":
-                return text[7:].strip()
+            return _bearer_of(value.decode("latin-1"))
+    return None
+
+
+def _bearer_of(text: str | None) -> str | None:
+    if text is not None and text[:7].lower() == "bearer ":
+        return text[7:].strip()
     return None
 
 

@@ -77,8 +77,12 @@ class McpApp:
         self.rs = ResourceServer(
             issuer, self.resource, scopes=["tools:read", "tools:deploy"], grant_scopes=["tools:deploy"]
         )
+        tools = {"deploy": "tools:deploy"}
         server = MCPServer(
-            "Deploy tools", token_verifier=self.rs.token_verifier(), auth=self.rs.auth_settings()
+            "Deploy tools",
+            token_verifier=self.rs.token_verifier(),
+            auth=self.rs.auth_settings(),
+            middleware=[self.rs.grant_middleware(tools)],  # the grant is used as the tool runs
         )
 
         @server.tool()
@@ -90,7 +94,7 @@ class McpApp:
             self.deployed.append(service)
             return f"deployed {service}"
 
-        app = self.rs.tool_guard(server.streamable_http_app(), {"deploy": "tools:deploy"})
+        app = self.rs.tool_guard(server.streamable_http_app(), tools)
         self.server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         )
