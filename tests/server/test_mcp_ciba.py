@@ -408,24 +408,20 @@ def test_an_agent_gets_its_own_resource_token_by_client_credentials_for_the_open
     assert introspect(srv, other.json()["access_token"]) == {"active": False}  # not this resource's
     # bound by a DPoP proof (D16): introspection says so (RFC 9449 §6.2), so a resource that only
     # introspects still demands the proof
-    import uuid
+    from grantd.dpop import thumbprint_of_ssh_key
 
-    from grantd.dpop import make_proof, thumbprint_of_ssh_key
+    from server.test_dpop_api import proof
 
-    proof = make_proof(
-        agent.private_key(),
-        method="POST",
-        url=f"{srv.url}/token",
-        iat=srv.clock.now_s(),
-        jti=str(uuid.uuid4()),
-    )
-    body = {
-        "grant_type": "client_credentials",
-        "resource": RESOURCE,
-        **assertion(srv, agent, f"{srv.url}/token"),
-    }
     with srv.client() as http:
-        bound = http.post("/token", data=body, headers={"DPoP": proof})
+        bound = http.post(
+            "/token",
+            data={
+                "grant_type": "client_credentials",
+                "resource": RESOURCE,
+                **assertion(srv, agent, f"{srv.url}/token"),
+            },
+            headers={"DPoP": proof(srv, agent, "POST", "/token")},
+        )
     assert bound.status_code == 200 and bound.json()["token_type"] == "DPoP", bound.text
     seen = introspect(srv, bound.json()["access_token"])
     assert seen["active"] is True and seen["token_type"] == "DPoP", seen
