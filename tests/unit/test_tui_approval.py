@@ -173,7 +173,9 @@ def test_column_widths_share_the_room_and_the_command_keeps_a_minimum() -> None:
     assert narrow["host"] == 17 and wide["host"] == 17
     assert narrow["action"] >= ACTION_MIN and wide["action"] >= 40
     tiny = column_widths(40, 1, needed)
-    assert tiny["action"] == ACTION_MIN and tiny["requester"] == 12 and tiny["host"] == 10
+    assert tiny["action"] == ACTION_MIN and tiny["requester"] == 12 and tiny["host"] == len("Target host")
+    # a short host name never cuts the column's header ("Target hos" at 100 columns)
+    assert column_widths(100, 1, {"requester": 20, "host": 5, "reason": 10})["host"] == len("Target host")
 
 
 def test_confirm_root_asks_before_approving_a_root_command_and_only_then() -> None:

@@ -40,8 +40,9 @@ SORTABLE = tuple(c for c in COLUMNS if c.key != "new")
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 FIXED = ("new", "age", "status", "type")
 # (least, most) width of the columns sized to their content: the target host is shrunk last.
+# The least is never below the header's own length ("Target host" was cut to "Target hos").
 REQUESTER = (12, 26)
-HOST = (10, 24)
+HOST = (len("Target host"), 24)
 ACTION_MIN = 16
 REASON = (12, 40)  # shown when the command keeps REASON_FROM columns
 REASON_FROM = 40
