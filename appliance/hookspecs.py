@@ -22,7 +22,7 @@ from grantd.elevate.hookspecs import PROJECT
 from grantd.elevate.hookspecs import elevate_verify as elevate_verify
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     import httpx
     from sanic import Sanic
@@ -215,10 +215,14 @@ class ChannelType:
 @dataclass(frozen=True)
 class ChannelContext:
     """What grantd hands ``send``: ``issuer`` (its own URL, no trailing slash) and ``now()``, seconds
-    since the epoch by grantd's clock (VAPID ``exp``, webhook timestamps; never ``time.time()``)."""
+    since the epoch by grantd's clock (VAPID ``exp``, webhook timestamps; never ``time.time()``).
+    ``spend_signature(header)``: a channel that signs what it sends with a secret its callbacks are
+    signed with too (a webhook's ``X-Grantd-Signature``) hands grantd each header before sending, so
+    that the message itself, posted back, is refused as a replay instead of counting as a callback."""
 
     issuer: str
     now: Callable[[], int]
+    spend_signature: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass(frozen=True)

@@ -141,10 +141,13 @@ class WebhookChannel:
 
     async def send(self, ctx: ChannelContext, notice: Notice, recipient: Recipient) -> DeliveryResult:
         body = self.body(notice, recipient)
+        signature = sign(self.secret, body, ctx.now())
+        if ctx.spend_signature is not None:  # this very message, posted back, is no deny callback
+            await ctx.spend_signature(signature)
         headers = {
             "Content-Type": "application/json",
             "User-Agent": "grantd (notify)",
-            HEADER: sign(self.secret, body, ctx.now()),
+            HEADER: signature,
         }
         try:
             async with httpx.AsyncClient(

@@ -176,7 +176,11 @@ class DeliveryWorker:
             deny_link=deny_link,
             level=row["level"] or None,
         )
-        context = ChannelContext(services.issuer, lambda: services.clock.now_ms() // 1000)
+        context = ChannelContext(
+            services.issuer,
+            lambda: services.clock.now_ms() // 1000,
+            functools.partial(links.spend_signature, services),
+        )
         person = await services.store.people.get(row["recipient"])
         name = person["name"] if person is not None else None
         person_id = row["person_id"]

@@ -183,7 +183,7 @@ async def _check_signed(services: Services, channel_id: str, signature: str | No
     timestamp within 300 s, each signature once (kept in the store: refused on every node). 401
     otherwise, with the reason (never the expected value)."""
     from grantd.core.errors import unauthorized
-    from grantd.notify.signature import WINDOW_S, SignatureError, verify
+    from grantd.notify.signature import SignatureError, sign, verify
 
     channel = services.notify_channels.get(channel_id)
     secret = getattr(channel, "secret", None)
@@ -191,17 +191,13 @@ async def _check_signed(services: Services, channel_id: str, signature: str | No
         raise forbidden("the channel this link was sent through is no longer configured")
     now_s = services.clock.now_ms() // 1000
     try:
-        verify(secret, signature, body, now=now_s)
+        at = verify(secret, signature, body, now=now_s)
     except SignatureError as refused:
         raise unauthorized(refused.reason) from None
-    assert signature is not None
-    now = services.clock.now_ms()
-    try:
-        await services.store.onetime.put(
-            "chat_signature", review_links.token_hash(signature), {}, now + 2 * WINDOW_S * 1000, now
-        )
-    except Conflict:
-        raise unauthorized("signature already used (a replay)") from None
+    # spent in its canonical form, whatever the header's spelling (case, order, extra v1 values),
+    # the same form grantd spends for what it sends (notify_delivery: a notice posted back is a replay)
+    if not await review_links.spend_signature(services, sign(secret, body, at)):
+        raise unauthorized("signature already used (a replay)")
 
 
 async def deny_from_chat(

@@ -15,7 +15,9 @@ from typing import Any
 
 from grantd.core.errors import Problem, forbidden, not_found
 from grantd.core.principals import Principal
+from grantd.notify.signature import WINDOW_S as SIGNATURE_WINDOW_S
 from grantd.services.context import Services
+from grantd.store import Conflict
 from grantd.store.notify import OutboxRow, ReviewLink
 
 TOKEN_BYTES = 32
@@ -87,6 +89,21 @@ async def resolve(services: Services, token: str, *, action: str | None = None) 
     return link
 
 
+async def spend_signature(services: Services, signature: str) -> bool:
+    """Mark a chat signature (``X-Grantd-Signature`` in its canonical form, ``notify.signature.sign``'s)
+    used: False if it was already, on any node. What grantd signs and sends is spent before it is
+    sent, so a notice posted back unchanged is a replay, never a deny; a callback is spent as it
+    is accepted, so it denies once."""
+    now = services.clock.now_ms()
+    try:
+        await services.store.onetime.put(
+            "chat_signature", token_hash(signature), {}, now + 2 * SIGNATURE_WINDOW_S * 1000, now
+        )
+    except Conflict:
+        return False
+    return True
+
+
 def check_person(link: ReviewLink, principal: Principal) -> None:
     """403 unless the signed-in person is the one the link was sent to: by their id when the link
     names one (D11: a person created later with the same e-mail inherits nothing), else (sent to an
@@ -99,4 +116,4 @@ def check_person(link: ReviewLink, principal: Principal) -> None:
         raise forbidden(f"this link was sent to {link['email']}")
 
 
-__all__ = ["check_person", "create", "for_notice", "resolve", "token_hash"]
+__all__ = ["check_person", "create", "for_notice", "resolve", "spend_signature", "token_hash"]

@@ -277,6 +277,13 @@ def test_a_chat_deny_must_be_signed_once_within_the_window(tmp_path):
             mac = hmac.new(key.encode(), str(at).encode() + b"." + body, hashlib.sha256).hexdigest()
             return {"X-Grantd-Signature": f"t={at},v1={mac}", "Content-Type": "application/json"}
 
+        # grantd's own message posted back, with grantd's own signature, is no callback: a replay
+        own = {
+            "X-Grantd-Signature": posted["headers"]["x-grantd-signature"],
+            "Content-Type": "application/json",
+        }
+        reflected = httpx.post(deny["url"], content=posted["body"], headers=own)
+        assert reflected.status_code == 401 and "replay" in reflected.json()["detail"], reflected.text
         body = jsonlib.dumps({"action": "deny", "user": "U123"}).encode()
         now = srv.clock.now_ms() // 1000
         assert httpx.post(deny["url"], content=body).status_code == 401  # unsigned
@@ -293,6 +300,11 @@ def test_a_chat_deny_must_be_signed_once_within_the_window(tmp_path):
         assert first.status_code == 200 and first.json()["grant"]["status"] == "denied"
         replay = httpx.post(deny["url"], content=body, headers=good)
         assert replay.status_code == 401 and "replay" in replay.json()["detail"]
+        # the same signature spelled otherwise (upper-case hex, a second v1) is the same signature
+        at, mac = good["X-Grantd-Signature"].split(",v1=")
+        for spelling in (f"{at},v1={mac.upper()}", f"{at},v1={'0' * 64},v1={mac}"):
+            again = httpx.post(deny["url"], content=body, headers={**good, "X-Grantd-Signature": spelling})
+            assert again.status_code == 401 and "replay" in again.json()["detail"], spelling
         later = signed(body, now + 1)
         assert httpx.post(deny["url"], content=body, headers=later).status_code == 410  # used once
     finally:

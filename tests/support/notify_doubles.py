@@ -408,5 +408,5 @@ class WebhookReceiver(_HttpDouble):
         if self.status is not None:
             return self.status, {"error": "told to fail"}
         with self.lock:
-            self.received.append({"path": path, "headers": headers, "json": json.loads(body)})
+            self.received.append({"path": path, "headers": headers, "json": json.loads(body), "body": body})
         return 200, {"ok": True}
