@@ -250,7 +250,7 @@ async def resolve(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     try:
         infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout=3.0)
-    except (OSError, TimeoutError) as exc:
+    except (OSError, TimeoutError, UnicodeError) as exc:  # UnicodeError: a label IDNA refuses (empty, > 63)
         raise MetadataError(f"cannot resolve {host}") from exc
     addresses = []
     for info in infos:

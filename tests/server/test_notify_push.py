@@ -140,6 +140,21 @@ def test_push_endpoints_are_checked_against_ssrf(tmp_path, push, endpoint, why):
         server.stop()
 
 
+def test_a_host_name_dns_cannot_hold_is_400_not_500(tmp_path, push):
+    """A 300-character label matches ``*.push.example.com`` but no resolver takes it (IDNA refuses
+    labels over 63): 400 naming the endpoint, never a 500 with a traceback in the log."""
+    server = _server(tmp_path / "long", '["*.push.example.com"]', False)
+    try:
+        _, browser = signed_in_person(server, fresh("p"))
+        sub = push.subscribe()
+        sub["endpoint"] = f"https://{'a' * 300}.push.example.com/x"
+        r = browser.post("/api/push/subscriptions", json=sub, headers={"Origin": server.url})
+        assert r.status_code == 400 and r.json()["field"] == "endpoint", r.text
+        assert "Traceback" not in server.log() and "unhandled error" not in server.log()
+    finally:
+        server.stop()
+
+
 @pytest.mark.parametrize(
     "keys",
     [{"p256dh": "AAAA", "auth": "AAAAAAAAAAAAAAAAAAAAAA"}, {"p256dh": None, "auth": "x"}, "nope"],
