@@ -74,6 +74,9 @@ def approvers_of(claims: dict[str, Any]) -> Approvers:
         if entry.get("kind", "person") == "rule":
             if entry["rule"] not in rules:
                 rules.append(entry["rule"])
+        elif entry["sub"].startswith(POLICY_PREFIX):  # a rule written as {sub: "policy:<id>"} (no kind)
+            if (rule := entry["sub"][len(POLICY_PREFIX) :]) not in rules:
+                rules.append(rule)
         elif (sub := entry["sub"].strip().lower()) not in people:
             people.append(sub)
     voters = len(people)

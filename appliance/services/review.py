@@ -259,8 +259,13 @@ def jwt_claims(
     approvals = []
     for item in approvals_json(grant, counted, review) if shown is None else shown:
         if "kind" in item:
+            # D13's rule entry ({kind, rule, reason}) with the {sub, at, via, req} every entry has:
+            # grantd elevate reads kind and rule (a rule-approved grant runs only where
+            # allowed_approvers holds policy:<rule id> or policy:*), other verifiers sub and via
             approvals.append(
                 {
+                    "kind": "rule",
+                    "rule": item["rule"],
                     "sub": f"{RULE_PREFIX}{item['rule']}",
                     "at": _s(item["at"]),
                     "via": "rule",

@@ -196,6 +196,20 @@ def test_an_approve_rule_approves_at_once_with_its_reason(
     assert grant["approvals"][0]["kind"] == "rule" and grant["approvals"][0]["rule"] == "journal-ro"
     token_claims = claims(grant["authz_jwt"])
     assert token_claims["decided_by"] == "policy:journal-ro" and token_claims["approvals"][0]["via"] == "rule"
+    # the token as grantd elevate reads it (D13): a rule, no person; the opt-in decides on each host
+    from grantd.elevate.approvals import approval_reasons, approvers_of
+
+    assert (
+        token_claims["approvals"][0]["kind"] == "rule"
+        and token_claims["approvals"][0]["rule"] == "journal-ro"
+    )
+    found = approvers_of(token_claims)
+    assert found.rules == ("journal-ro",) and found.people == ()
+    for allowed in (["policy:journal-ro"], ["policy:*"]):
+        assert approval_reasons(token_claims, {"allowed_approvers": allowed}) == [], allowed
+    assert approval_reasons(token_claims, {"allowed_approvers": ["*"]})[0].startswith(
+        "rule-approved grant not allowed"
+    )
     # above the rule's max_grant_type: not pre-approved, the default policy reviews it
     timed = request_grant(srv, bot[1], command=["journalctl", "-f"], grant_type="timed", duration=60)
     assert timed["status"] == "pending" and timed["review"]["policy_ids"] == []

@@ -286,6 +286,18 @@ def test_a_rule_approved_grant_without_the_approvals_claim_needs_the_opt_in_too(
     )
 
 
+def test_a_rule_written_as_a_policy_sub_is_a_rule_not_a_person(issuer, tmp_path):
+    """Tokens of grantd before stop 17 wrote a rule's approval as {sub: "policy:<id>", via: "rule"}
+    without kind: still a rule (the opt-in runs it; "*" alone refuses), never a person no list allows."""
+    entry = {"sub": f"policy:{RULE}", "at": 1, "via": "rule", "req": None, "reason": "pre-approved"}
+    token = issuer.token(ARGV, decided_by=f"policy:{RULE}", approvals=[entry])
+    ran(host(issuer, tmp_path, allowed_approvers=[f"policy:{RULE}"]), token)
+    ran(host(issuer, tmp_path / "b", allowed_approvers=["policy:*"]), token)
+    assert (
+        refused(host(issuer, tmp_path / "c", allowed_approvers=["*"]), token)["error"] == "policy_not_allowed"
+    )
+
+
 def test_a_rule_entry_beside_a_persons_decision_needs_the_opt_in(issuer, tmp_path):
     target = host(issuer, tmp_path, allowed_approvers=[ALICE])
     line = refused(target, issuer.token(ARGV, decided_by=ALICE, approvals=[rule_entry(), vote(ALICE)]))
