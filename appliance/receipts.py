@@ -10,7 +10,10 @@ and, optionally, ``reason`` (why refused) and ``audit_line_sha256``. Numbers are
 The host key is an Ed25519 key whose public half is enrolled as an OpenSSH ``ssh-ed25519`` line
 (grantd.sshkeys reads it). A receipt authenticates itself: the server finds the host by ``iss``
 (unknown → ``UnknownHost``, 403) and checks the signature with its enrolled key (bad → ``BadReceipt``,
-401). ``receipt_key`` is what makes a repeat add nothing: ``(grant_id, authz_jti, result)``.
+401). ``receipt_key`` is what makes a repeat add nothing: ``(grant_id, authz_jti, result, digest
+of every claim)``: the same receipt sent twice (a spool flushed after a post that did arrive) is one
+leaf, while every attempt is its own receipt (each run of a timed or always grant, each refusal:
+their times differ).
 ``iat`` is not held against the server's clock: a spooled receipt arrives late by design.
 
 It sits outside grantd.core so that the target hosts' `grantd elevate` may import it (lazily, only when it
@@ -20,6 +23,8 @@ sends a receipt: tests/unit/test_layers.py); grantd.core.tlog.receipts names it 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -55,7 +60,7 @@ class Receipt:
     claims: dict[str, Any]
 
     @property
-    def key(self) -> tuple[str, str, str]:
+    def key(self) -> tuple[str, str, str, str]:
         return receipt_key(self.claims)
 
     @property
@@ -63,9 +68,12 @@ class Receipt:
         return str(self.claims["result"])
 
 
-def receipt_key(claims: Mapping[str, Any]) -> tuple[str, str, str]:
-    """What makes two receipts the same one (a repeat adds no leaf)."""
-    return (str(claims["grant_id"]), str(claims["authz_jti"]), str(claims["result"]))
+def receipt_key(claims: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """What makes two receipts the same one (a repeat adds no leaf): all their claims alike."""
+    digest = hashlib.sha256(
+        json.dumps(dict(claims), sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    return (str(claims["grant_id"]), str(claims["authz_jti"]), str(claims["result"]), digest)
 
 
 def host_public_key_line(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:

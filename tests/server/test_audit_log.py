@@ -257,7 +257,12 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
         )
 
     def receipt(
-        signing_key: Ed25519PrivateKey, name: str = host, result: str = "exited", grant_id: str = grant["id"]
+        signing_key: Ed25519PrivateKey,
+        name: str = host,
+        result: str = "exited",
+        grant_id: str = grant["id"],
+        exit_code: int = 0,
+        started_at: int = 1,
     ) -> str:
         return build_receipt(
             signing_key,
@@ -268,9 +273,9 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
             cmd_hash=grant["request"]["cmd_hash"],
             run_as="root",
             result=result,
-            exit_code=0,
-            started_at=1,
-            ended_at=2,
+            exit_code=exit_code,
+            started_at=started_at,
+            ended_at=started_at + 1,
             duration_ms=1000,
             issued_at=int(time.time()),
         )
@@ -280,6 +285,11 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
         first = http.post("/api/audit/receipts", json={"receipt": good})
         assert first.status_code == 201, first.text
         assert http.post("/api/audit/receipts", json={"receipt": good}).status_code == 200
+        # D14: a receipt per attempt: another run of the same token (a timed or always grant's) is
+        # another receipt, logged too, however alike its grant, jti and result
+        later = receipt(key, exit_code=1, started_at=5)
+        assert http.post("/api/audit/receipts", json={"receipt": later}).status_code == 201
+        assert http.post("/api/audit/receipts", json={"receipt": later}).status_code == 200
         assert (
             http.post(
                 "/api/audit/receipts", json={"receipt": receipt(Ed25519PrivateKey.generate())}
@@ -307,6 +317,7 @@ def test_hosts_enrol_and_receipts_are_logged_once(srv):
     assert [leaf.kind for leaf in kinds if leaf.kind == "exec.receipt" and leaf.data["receipt"] == good] == [
         "exec.receipt"
     ]
+    assert len([leaf for leaf in kinds if leaf.kind == "exec.receipt" and leaf.data["receipt"] == later]) == 1
     assert any(leaf.kind == "host.enrolled" and leaf.data["host"] == host for leaf in kinds)
     result = verify_log(note, vkeys(srv), None, [e["leaf"].encode() for e in entries], audience=srv.url)
     assert result.code == 0, result.reason
