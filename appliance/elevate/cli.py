@@ -237,7 +237,7 @@ def _elevate(
     attempt.authz_jti = audit.record["jti"] or ""
     attempt.cmd_hash = audit.record["cmd_hash"]
     attempt.run_as = audit.record["run_as"]
-    outbox.append(Outbox(cfg))
+    outbox.append(Outbox(cfg, quiet=True))
     now = time.time()
     check_times(claims, cfg.leeway, now)
     check_shape(claims)

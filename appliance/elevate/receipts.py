@@ -113,8 +113,19 @@ def _audience(token: str) -> str | None:
 class Outbox:
     """Posting receipts and the spool behind it."""
 
-    def __init__(self, cfg: ElevateConfig):
+    def __init__(self, cfg: ElevateConfig, *, quiet: bool = False):
         self.cfg = cfg
+        # quiet (an attempt's outbox): warnings are not printed (a refusal's stderr is its one JSON
+        # line, D10; a run's is the command's own): the audit line's "receipt" says what became of
+        # the receipt ("rejected", "lost: spool full", ...); ``--flush-receipts`` prints them
+        self.quiet = quiet
+        self.warnings: list[str] = []
+
+    def _warn(self, text: str) -> None:
+        if self.quiet:
+            self.warnings.append(text)
+        else:
+            _warn(text)
 
     # -- one receipt -----------------------------------------------------------------------------
 
@@ -134,7 +145,7 @@ class Outbox:
             return "delivered"
         if status in _KEEP or status >= 500 or status < 400:
             return "keep"
-        _warn(f"the issuer refused a receipt for good (HTTP {status}); it is dropped")
+        self._warn(f"the issuer refused a receipt for good (HTTP {status}); it is dropped")
         return "rejected"
 
     def send(
@@ -151,7 +162,7 @@ class Outbox:
         try:
             token = self._build(attempt, result, exit_code, reason)
         except (Stop, ValueError, OSError) as exc:
-            _warn(f"no receipt: {exc}")
+            self._warn(f"no receipt: {exc}")
             return f"lost: {exc}"
         with contextlib.suppress(Stop, OSError):
             self.flush(limit=FLUSH_PER_ATTEMPT)
@@ -272,7 +283,7 @@ class Outbox:
             if name in names:
                 return "spooled"
             if len(names) >= MAX_SPOOLED:
-                _warn(f"receipt spool {path} holds {MAX_SPOOLED} receipts: this one is dropped")
+                self._warn(f"receipt spool {path} holds {MAX_SPOOLED} receipts: this one is dropped")
                 return "lost: spool full"
             tmp = os.path.join(path, f".{name}.{os.getpid()}.tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -283,7 +294,7 @@ class Outbox:
                 os.close(fd)
             os.replace(tmp, os.path.join(path, name))
         except (Stop, OSError) as exc:
-            _warn(f"cannot spool the receipt: {exc}")
+            self._warn(f"cannot spool the receipt: {exc}")
             return f"lost: {exc}"
         return "spooled"
 
@@ -339,8 +350,7 @@ class Outbox:
             os.close(dir_fd)
         return counts
 
-    @staticmethod
-    def _read(dir_fd: int, name: str) -> str | None:
+    def _read(self, dir_fd: int, name: str) -> str | None:
         """A spooled receipt, only from a regular root-owned file nobody else may read or write."""
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
@@ -349,7 +359,7 @@ class Outbox:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-                _warn(f"spooled receipt {name} is not a root-owned 0600 file: left alone")
+                self._warn(f"spooled receipt {name} is not a root-owned 0600 file: left alone")
                 return None
             return os.read(fd, MAX_RECEIPT_BYTES + 1).decode("ascii", "replace").strip() or None
         finally:

@@ -385,6 +385,11 @@ def test_an_unenrolled_host_keeps_its_receipts_and_a_bad_signature_drops_them(is
     assert elevate(target, ARGV, token=issuer.fake.token(ARGV)).returncode == 0
     assert issuer.answers[-1] == 401 and exits(target)[-1]["receipt"] == "rejected"
     assert spooled(tmp_path / "t") == []
+    # a refusal whose receipt the issuer rejects: stderr is still the refusal's one JSON line (D10)
+    refusal = elevate(target, ["echo", "other"], token=issuer.fake.token(ARGV))
+    assert refusal.returncode == 5 and issuer.answers[-1] == 401
+    lines = refusal.stderr.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["error"] == "cmd_hash_mismatch", refusal.stderr
 
 
 def test_a_spool_with_bad_modes_is_refused_and_the_run_still_ends_the_same(issuer, tmp_path):
