@@ -222,7 +222,7 @@ class ChannelContext:
 
     issuer: str
     now: Callable[[], int]
-    spend_signature: Callable[[str], Awaitable[None]] | None = None
+    spend_signature: Callable[[str], Awaitable[object]] | None = None
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,7 @@ class _Semantics:
         self.credentials: dict[str, Leaf] = {}  # credential id -> its person.credential_added leaf
         self.grants: dict[str, GrantHistory] = {}
         self.hosts: dict[str, str] = {}  # host -> enrolled key line (the latest)
-        self.receipts: set[tuple[str, str, str]] = set()
+        self.receipts: set[tuple[str, str, str, str]] = set()
         self.last_seq = -1
         self.live = False  # a leaf not marked backfilled has been seen
         self.loaded: set[str] | None = None  # the policy ids of the newest policy.loaded leaf
