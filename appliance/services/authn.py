@@ -207,6 +207,17 @@ def _peek(token: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def names_a_delegation(claims: dict[str, Any] | None) -> bool:
+    """The shape of a token exchange's token (D16): its ``act`` is an object and it names its
+    delegation. Only routes a bearer (``exchanged_holder`` verifies it)."""
+    return claims is not None and isinstance(claims.get("act"), dict) and "delegation_id" in claims
+
+
+def looks_exchanged(token: str) -> bool:
+    """``names_a_delegation`` of a bearer's unverified payload."""
+    return names_a_delegation(_peek(token))
+
+
 class AccessToken:
     """A person's OAuth access token as an API bearer: only ``token_use: "access"`` with ``aud`` =
     ``tokens.agent_audience`` (clients with API access); the person must still be active and, when
@@ -308,8 +319,7 @@ class ExchangedToken:
             return None
         if services.tokens.remembers_identity(token, credentials.digest):
             return None  # an identity token verified before: its ``act`` is "agent", never an object
-        peeked = credentials.peeked
-        if peeked is None or not isinstance(peeked.get("act"), dict) or "delegation_id" not in peeked:
+        if not names_a_delegation(credentials.peeked):
             return None
         try:
             claims, person = await exchanged_holder(services, token)

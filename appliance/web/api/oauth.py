@@ -13,7 +13,6 @@ import json as jsonlib
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-import jwt
 from sanic import Blueprint, Request
 from sanic.response import HTTPResponse, json, redirect
 
@@ -26,7 +25,7 @@ from grantd.oauth.ciba import GRANT_TYPE as CIBA_GRANT
 from grantd.oauth.errors import OAuthError, invalid_request, invalid_token
 from grantd.oauth.exchange import GRANT_TYPE as EXCHANGE_GRANT
 from grantd.services import sessions
-from grantd.services.authn import access_token_holder, exchanged_holder
+from grantd.services.authn import access_token_holder, exchanged_holder, looks_exchanged
 from grantd.services.context import Services
 from grantd.services.limits import Rule
 from grantd.services.sessions import SESSION_COOKIE
@@ -351,7 +350,7 @@ async def _userinfo(request: Request) -> HTTPResponse:
             )
         # D12: like every bearer, a refused one counts against the address (429 once over its
         # budget); a valid one is always accepted. Access tokens are signed: no tarpit needed here.
-        if _is_exchanged(presented):
+        if looks_exchanged(presented):
             return await _exchanged_userinfo(services, presented)
         try:
             claims = await services.tokens.verify_access(presented)
@@ -382,15 +381,6 @@ async def _userinfo(request: Request) -> HTTPResponse:
     if "profile" in scopes:
         info["name"] = person["name"] or person["email"]
     return json(info, headers={**NO_STORE, **CORS})
-
-
-def _is_exchanged(token: str) -> bool:
-    """A token exchange's token (D16): its ``act`` is an object, and it names its delegation."""
-    try:
-        peeked = jwt.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
-        return False
-    return isinstance(peeked.get("act"), dict) and "delegation_id" in peeked
 
 
 async def _exchanged_userinfo(services: Services, token: str) -> HTTPResponse:
