@@ -8,19 +8,19 @@ encoded, and the decision log's sequencer decodes each event and encodes each le
 
 What differs from ``json`` and how it is kept out of sight:
 
-- orjson writes non-ASCII characters as UTF-8, the standard library (by default) as ``\\uXXXX``
-  escapes: both are the same JSON text to every reader. Stored JSON is only ever read back by
-  ``loads`` (never compared as text), so old rows and new rows read alike.
+- orjson writes a non-ASCII character as UTF-8 (``é`` as the bytes C3 A9), the standard library by
+  default as an escape (``\\u00e9``): the same JSON text to every reader. Stored JSON is only
+  ever read back by ``loads`` (never compared as text), so old rows and new rows read alike.
 - orjson refuses what is not plain JSON data the way the standard library would write it: strings
   with lone surrogates (not UTF-8), integers beyond 64 bits, non-string keys. Those go to the
   standard library, which writes them exactly as before; so nothing that was accepted is refused.
 - orjson also writes some types the standard library refuses (dataclasses, datetimes, UUIDs,
-  enums). Dataclasses, datetimes and subclasses are passed through to ``default`` (so they fail as
-  they did); the callers give only plain values (leaves are checked by type before they are
+  enums). Dataclasses and datetimes are passed through to ``default`` (so they fail as they
+  did); the callers give only plain values (leaves are checked by type before they are
   encoded: ``grantd.core.tlog.leaves``).
 - orjson writes NaN and ±Infinity as ``null`` (they are not JSON, RFC 8259; the standard library
   writes ``NaN``, which a JSON parser such as JavaScript's refuses). None reaches a writer: request
-  bodies are read by ``loads_strict``, which refuses them.
+  bodies are read with ``strict``, which refuses them.
 - ``loads`` sends what orjson refuses (NaN, lone surrogate escapes, text that is not UTF-8) to the
   standard library, which answers or raises exactly as ``json.loads`` always did. orjson reads an
   integer beyond 64 bits as a float (a silent change of value), so text with a run of 19 or more
@@ -75,28 +75,28 @@ _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= i <= 0x39 else i for i in range(256))
 _LONG_RUN = b"0" * 19
 
 
-def loads(text: str | bytes) -> Any:
-    """``json.loads``: the same values, the same errors."""
+def _exact_in_orjson(text: str | bytes) -> bool:
+    """No run of 19 digits anywhere: every integer in it is one orjson reads exactly."""
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    if _LONG_RUN in raw.translate(_DIGITS_AS_ZERO):
-        return json.loads(text)
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
+    return _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO)
 
 
 def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads_strict(text: str | bytes) -> Any:
-    """A request body: ``loads``, but NaN and ±Infinity (which ``json.loads`` takes and RFC 8259 does
-    not) are refused with a ValueError, so they never reach a record or an answer."""
-    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    if _LONG_RUN not in raw.translate(_DIGITS_AS_ZERO):
+def loads(text: str | bytes, *, strict: bool = False) -> Any:
+    """``json.loads``: the same values, the same errors. ``strict`` (a request body): NaN and
+    ±Infinity, which ``json.loads`` takes and RFC 8259 does not, are a ValueError as well, so they
+    never reach a record or an answer."""
+    if _exact_in_orjson(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:
-            pass
-    return json.loads(text, parse_constant=_not_json)
+            pass  # the standard library answers, or raises its own error
+    return json.loads(text, parse_constant=_not_json) if strict else json.loads(text)
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``loads(text, strict=True)``: Sanic's reader of every JSON request body."""
+    return loads(text, strict=True)
