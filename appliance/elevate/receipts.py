@@ -119,12 +119,9 @@ class Outbox:
         # line, D10; a run's is the command's own): the audit line's "receipt" says what became of
         # the receipt ("rejected", "lost: spool full", ...); ``--flush-receipts`` prints them
         self.quiet = quiet
-        self.warnings: list[str] = []
 
     def _warn(self, text: str) -> None:
-        if self.quiet:
-            self.warnings.append(text)
-        else:
+        if not self.quiet:
             _warn(text)
 
     # -- one receipt -----------------------------------------------------------------------------

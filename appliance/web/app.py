@@ -395,11 +395,7 @@ _SECRET_PATH = re.compile(r"^(/r/|/authorize/poll/)[^/]+")
 
 def logged_path(path: str) -> str:
     """``path`` as the logs may show it: a secret segment replaced by ``[secret]``."""
-    return (
-        _SECRET_PATH.sub(r"\1[secret]", path, count=1)
-        if path.startswith(("/r/", "/authorize/poll/"))
-        else path
-    )
+    return _SECRET_PATH.sub(r"\1[secret]", path, count=1)
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop) -> None:
