@@ -16,6 +16,17 @@ import pytest
 
 from conftest import GRANTD, ROOT, Server
 
+
+def clean_env() -> dict[str, str]:
+    """The environment without GRANTD_* settings, as a newcomer's shell has it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+
+
+def grantd(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """One `grantd` command run to its end in ``cwd``, its output captured."""
+    return subprocess.run([*GRANTD, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=60)
+
+
 # -- item 3: what `grantd config validate` accepts, `grantd serve` starts (D18) ----------------------
 
 BASE = """version = 1
@@ -105,15 +116,8 @@ def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp
         text = text.replace('"file:token"', '"file:missing-token"')
     path = tmp_path / "grantd.toml"
     path.write_text(text)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
-    validated = subprocess.run(
-        [*GRANTD, "config", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-    )
+    env = clean_env()
+    validated = grantd(tmp_path, env, "config", "validate", str(path))
     assert validated.returncode == 1, validated.stdout
     listed = [line.strip()[2:] for line in validated.stderr.splitlines() if line.strip().startswith("- ")]
     for problem in problems:
@@ -121,14 +125,7 @@ def test_config_validate_refuses_what_serve_refuses_and_lists_it_all_at_once(tmp
         assert any(line.startswith(problem) for line in listed), (problem, validated.stderr)
     assert f"({len(listed)} problem" in validated.stderr
 
-    served = subprocess.run(
-        [*GRANTD, "serve", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-    )
+    served = grantd(tmp_path, env, "serve", "--config", str(path))
     assert served.returncode == 1, served.stderr
     assert "grantd: serving" not in served.stderr and "Traceback" not in served.stderr, served.stderr
     if name in STORAGE_CASES:
@@ -149,15 +146,8 @@ def test_config_validate_accepts_what_serve_starts(tmp_path):
     path = tmp_path / "grantd.toml"
     port = free_port()
     path.write_text(BASE.format(port=port) + OIDC.format(kind="oidc", secret="secret"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
-    validated = subprocess.run(
-        [*GRANTD, "config", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env=env,
-        timeout=60,
-    )
+    env = clean_env()
+    validated = grantd(tmp_path, env, "config", "validate", str(path))
     assert validated.returncode == 0, validated.stderr
     srv = Server(tmp_path, port, "t" * 32, GRANTD, env)
     srv.start()
@@ -179,7 +169,7 @@ def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
     from conftest import free_port
 
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    env = clean_env()
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.Popen(
         [*GRANTD, "serve", "--port", str(port)],
@@ -230,16 +220,9 @@ def test_a_port_given_to_serve_is_the_issuer_of_every_server_process(tmp_path):
 
     from conftest import free_port
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANTD_")}
+    env = clean_env()
     env["PYTHONPATH"] = str(ROOT)
-    first = subprocess.run(
-        [*GRANTD, "config", "init", "--path", str(tmp_path / "grantd.toml")],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    first = grantd(tmp_path, env, "config", "init", "--path", str(tmp_path / "grantd.toml"))
     assert first.returncode == 0, first.stderr
     text = (tmp_path / "grantd.toml").read_text()
     assert 'issuer = "http://localhost:8000"' in text  # the generated development issuer

@@ -17,18 +17,22 @@ import pytest
 from inproc import InProcessServer
 from support import postgres as pg
 
+from grantd.store.records import Grant
+from grantd.testing.factories import grant
+
 from conftest import Server, make_server, signed_in, ssh_keygen
 
 # -- event streams -------------------------------------------------------------------------------------
 
 
-def _grant_record(i: int, now: int) -> dict[str, Any]:
-    return {
-        "id": f"g{i:06d}",
-        "type": "command",
-        "requester": "bot@example.com",
-        "requester_id": "agt_bot",
-        "request": {
+def _grant_record(i: int, now: int) -> Grant:
+    """A pending grant of about 1.5 KB (the contract suite's factory, a long command and reason)."""
+    return grant(
+        f"g{i:06d}",
+        requester="bot@example.com",
+        requester_id="agt_bot",
+        created_at=now,
+        request={
             "command": ["systemctl", "restart", f"svc-{i}", *["--flag"] * 20],
             "audience": "escapes",
             "target_host": "web-1",
@@ -36,20 +40,7 @@ def _grant_record(i: int, now: int) -> dict[str, Any]:
             "reason": "r" * 600,
             "requester": "bot@example.com",
         },
-        "grant_type": "once",
-        "status": "pending",
-        "created_at": now,
-        "decided_by": None,
-        "decided_at": None,
-        "expires_at": None,
-        "used_at": None,
-        "decision_reason": None,
-        "delegation_id": None,
-        "revoked_by": None,
-        "revoked_at": None,
-        "reuse_key": None,
-        "version": 1,
-    }
+    )
 
 
 def populate_events(directory: Path, count: int) -> None:
@@ -62,7 +53,7 @@ def populate_events(directory: Path, count: int) -> None:
             await store.migrate()
             now = int(time.time() * 1000)
             for i in range(count):
-                await store.grants.create(_grant_record(i, now), ["grant.created"])  # type: ignore[arg-type]
+                await store.grants.create(_grant_record(i, now), ["grant.created"])
         finally:
             store.close()
 

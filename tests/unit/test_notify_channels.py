@@ -57,6 +57,18 @@ def build(tables: list[dict[str, Any]], tmp_path: Path) -> tuple[Any, ...]:
     return build_channels(build_plugin_manager(None), tables, base_dir=tmp_path)
 
 
+def local_smtp(port: int, channel_id: str = "mail", **keys: Any) -> dict[str, Any]:
+    """An smtp channel's table for the SmtpSink on 127.0.0.1:``port``, with ``keys`` added."""
+    return {
+        "id": channel_id,
+        "type": "smtp",
+        "host": "127.0.0.1",
+        "port": port,
+        "from": "grantd@example.com",
+        **keys,
+    }
+
+
 def problems(tables: list[dict[str, Any]], tmp_path: Path) -> list[str]:
     with pytest.raises(ConfigError) as caught:
         build(tables, tmp_path)
@@ -202,17 +214,13 @@ def test_smtp_sends_real_mail_over_starttls_with_auth_and_threads_a_grant(tmp_pa
     try:
         (channel,) = build(
             [
-                {
-                    "id": "mail",
-                    "type": "smtp",
-                    "host": "127.0.0.1",
-                    "port": sink.port,
-                    "ca_file": str(sink.ca_file),
-                    "username": "grantd",
-                    "password": secret_file(tmp_path, "smtp-password", "s3cret-pass"),
-                    "from": "grantd@example.com",
-                    "reply_to": "ops@example.com",
-                }
+                local_smtp(
+                    sink.port,
+                    ca_file=str(sink.ca_file),
+                    username="grantd",
+                    password=secret_file(tmp_path, "smtp-password", "s3cret-pass"),
+                    reply_to="ops@example.com",
+                )
             ],
             tmp_path,
         )
@@ -240,16 +248,12 @@ def test_smtp_wrong_password_is_a_failure_not_worth_retrying(tmp_path):
     try:
         (channel,) = build(
             [
-                {
-                    "id": "mail",
-                    "type": "smtp",
-                    "host": "127.0.0.1",
-                    "port": sink.port,
-                    "ca_file": str(sink.ca_file),
-                    "username": "grantd",
-                    "password": secret_file(tmp_path, "pw", "wrong-password"),
-                    "from": "grantd@example.com",
-                }
+                local_smtp(
+                    sink.port,
+                    ca_file=str(sink.ca_file),
+                    username="grantd",
+                    password=secret_file(tmp_path, "pw", "wrong-password"),
+                )
             ],
             tmp_path,
         )
@@ -264,15 +268,7 @@ def test_smtp_refuses_a_server_whose_certificate_it_cannot_verify(tmp_path):
     sink = SmtpSink(tmp_path, tls=True).start()
     try:
         (channel,) = build(
-            [
-                {
-                    "id": "mail",
-                    "type": "smtp",
-                    "host": "127.0.0.1",
-                    "port": sink.port,
-                    "from": "grantd@example.com",
-                }
-            ],
+            [local_smtp(sink.port)],
             tmp_path,
         )  # no ca_file: the system's CAs
         result = run(channel.send(ctx(), notice(channel=channel), ALICE))
@@ -284,16 +280,7 @@ def test_smtp_refuses_a_server_whose_certificate_it_cannot_verify(tmp_path):
 def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path):
     sink = SmtpSink()
     (channel,) = build(
-        [
-            {
-                "id": "mail",
-                "type": "smtp",
-                "host": "127.0.0.1",
-                "port": sink.port,
-                "starttls": False,
-                "from": "grantd@example.com",
-            }
-        ],
+        [local_smtp(sink.port, starttls=False)],
         tmp_path,
     )
     down = run(channel.send(ctx(), notice(channel=channel), ALICE))
@@ -311,16 +298,7 @@ def test_smtp_builds_no_mail_while_its_server_is_down_and_still_refuses_a_bad_ad
     it, so the retries of every notice while it is down cost a refused connection only."""
     sink = SmtpSink()
     (channel,) = build(
-        [
-            {
-                "id": "mail",
-                "type": "smtp",
-                "host": "127.0.0.1",
-                "port": sink.port,
-                "starttls": False,
-                "from": "grantd@example.com",
-            }
-        ],
+        [local_smtp(sink.port, starttls=False)],
         tmp_path,
     )
     built: list[str] = []

@@ -18,7 +18,18 @@ from grantd.notify import EndpointRefused
 from grantd.notify.message import render, topic_for
 from grantd.plugins.notify_webpush import host_allowed
 
-from unit.test_notify_channels import ALICE, GRANT, LINK, build, ctx, notice, problems, run, secret_file
+from unit.test_notify_channels import (
+    ALICE,
+    GRANT,
+    LINK,
+    build,
+    ctx,
+    local_smtp,
+    notice,
+    problems,
+    run,
+    secret_file,
+)
 
 # -- webpush ------------------------------------------------------------------------------------
 
@@ -244,16 +255,7 @@ def test_a_digest_goes_through_push_without_a_topic_and_by_mail_outside_the_gran
     sink = SmtpSink().start()
     try:
         (mail,) = build(
-            [
-                {
-                    "id": "m",
-                    "type": "smtp",
-                    "host": "127.0.0.1",
-                    "port": sink.port,
-                    "starttls": False,
-                    "from": "grantd@example.com",
-                }
-            ],
+            [local_smtp(sink.port, "m", starttls=False)],
             tmp_path,
         )
         assert run(mail.send(ctx(), digest, ALICE)).status == "sent"
