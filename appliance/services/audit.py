@@ -117,8 +117,9 @@ def _as_is(value: Any) -> Any:
 
 def grant_event_leaves(
     event: GrantEvent, seq: int, management_identity: str
-) -> list[tuple[bytes, str | None]]:
-    """The leaves of one grant event, each with its grant id; ``seq`` is the first leaf's sequence
+) -> list[tuple[bytes, str | None, int | None]]:
+    """The leaves of one grant event, each with its grant id and the grant's ``created_at`` (the key
+    ``store.tlog`` finds a grant's leaves by); ``seq`` is the first leaf's sequence
     number (the log's: index + 1). An approval or denial made by a vote without a ``grant.reviewed``
     event of its own is logged as that vote followed by the outcome, so the log shows its basis.
 
@@ -133,7 +134,7 @@ def grant_event_leaves(
 
 def _grant_event_leaves(
     event: GrantEvent, seq: int, management_identity: str, safe: Any
-) -> list[tuple[bytes, str | None]]:
+) -> list[tuple[bytes, str | None, int | None]]:
     grant: Mapping[str, Any] = event["grant"]
     gid = event["grant_id"]
     ts = int(event["created_at"])
@@ -262,7 +263,8 @@ def _grant_event_leaves(
     else:
         # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
         log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
-    return [(leaf, gid) for leaf in made]
+    created = grant.get("created_at")
+    return [(leaf, gid, created) for leaf in made]
 
 
 def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
@@ -434,7 +436,7 @@ class AuditLog:
         added = 0
         if items:
             size = head["size"]
-            raw: list[tuple[bytes, str | None]] = []
+            raw: list[tuple[bytes, str | None, int | None]] = []
             grant_seq, event_seq = head["grant_seq"], head["event_seq"]
             mi = self.management_identity
             for number, (source, event) in enumerate(items):
@@ -449,7 +451,9 @@ class AuditLog:
                     if source == 0:
                         raw += grant_event_leaves(event, size + len(raw) + 1, mi)
                     else:
-                        raw.append(audit_event_leaf(event, size + len(raw) + 1))
+                        leaf, gid = audit_event_leaf(event, size + len(raw) + 1)
+                        # a grant's created_at is not at hand here (receipts: rare leaves)
+                        raw.append((leaf, gid, None))
                 except (L.LeafError, KeyError, TypeError, ValueError) as error:
                     log.error(
                         "decision log: event %s/%d cannot become a leaf (%s); not logged",
@@ -459,8 +463,11 @@ class AuditLog:
                     )
             stored = await self.store.tlog.nodes(CompactRange.coords(size))
             compact = CompactRange.load(size, lambda coords: stored)
-            result = integrate(compact, [leaf for leaf, _ in raw])
-            rows = [(i, leaf, digest, raw[i - size][1]) for i, leaf, digest in result.leaf_rows]
+            result = integrate(compact, [made[0] for made in raw])
+            rows = [
+                (i, leaf, digest, gid, created)
+                for (i, leaf, digest), (_, gid, created) in zip(result.leaf_rows, raw, strict=True)
+            ]
             if not await self.store.tlog.append(
                 holder=self.holder,
                 now=self.clock.now_ms(),
@@ -563,13 +570,17 @@ class AuditLog:
         read = await self._reader(consistency_ranges(old, new))
         return make_consistency_proof(old, new, read)
 
-    async def grant_entries(self, grant_id: str) -> tuple[str | None, list[dict[str, Any]]]:
+    async def grant_entries(
+        self, grant_id: str, created_at: int | None
+    ) -> tuple[str | None, list[dict[str, Any]]]:
+        """The leaves of a grant (``created_at``: its own, None when there is no such grant) with
+        their proofs against the latest checkpoint."""
         latest = await self.store.tlog.latest_checkpoint()
         if latest is None:
             return None, []
         size, note = latest
         found = []
-        for index in await self.store.tlog.grant_indexes(grant_id, size):
+        for index in await self.store.tlog.grant_indexes(grant_id, size, created_at):
             leaf = (await self.store.tlog.entries(index, index + 1))[0][1]
             proof = await self.inclusion(index, size)
             found.append(
@@ -664,7 +675,7 @@ async def read_grant(services: Services, principal: Principal | None, grant_id: 
     )
     if not policy.may_read_grant_audit(principal, grant, auditors):
         raise forbidden("you may read the log of your own grants only")
-    note, entries = await log_of(services).grant_entries(grant_id)
+    note, entries = await log_of(services).grant_entries(grant_id, grant["created_at"] if grant else None)
     if grant is None and not entries:
         raise not_found("no such grant")
     return {"grant_id": grant_id, "checkpoint": note or "", "entries": entries}

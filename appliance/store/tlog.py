@@ -2,7 +2,10 @@
 
 The pure log (hashing, proofs, checkpoints) is ``grantd.core.tlog``; a store keeps its rows:
 
-- ``tlog_leaves(idx, leaf, leaf_hash, grant_id)``: the exact leaf bytes that were hashed;
+- ``tlog_leaves(idx, leaf, leaf_hash, grant_id, grant_created)``: the exact leaf bytes that were
+  hashed, and the grant they are about with its ``created_at`` (the key a grant's leaves are found
+  by: it grows with time, so a step's index inserts land together at the newest end instead of
+  on a random page each, as a key of random grant ids did; issue 23);
 - ``tlog_nodes(level, idx, hash)``: every complete subtree's hash above the leaves (docs/audit.md),
   written once; a level-0 node is its leaf's hash, kept once, in ``tlog_leaves.leaf_hash`` (issue 23);
 - ``tlog_state``: one row ``{size, grant_seq, event_seq, holder, lease_until}`` — how many leaves
@@ -65,7 +68,9 @@ class Host(TypedDict):
     created_at: int
 
 
-LeafRow = tuple[int, bytes, bytes, str | None]  # (index, leaf, leaf hash, grant id)
+# (index, leaf, leaf hash, grant id, the grant's created_at); the last two None for a leaf of no
+# grant, the last one None for a leaf whose grant's created_at the sequencer does not have at hand
+LeafRow = tuple[int, bytes, bytes, str | None, int | None]
 NodeRow = tuple[int, int, bytes]  # (level, index, hash)
 
 
@@ -104,8 +109,10 @@ class TlogStore(Protocol):
     async def entries(self, start: int, end: int) -> list[tuple[int, bytes, bytes]]:
         """``(index, leaf, leaf hash)`` for ``start <= index < end``, in order."""
 
-    async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
-        """Indexes (< ``below``) of the leaves of one grant, in order."""
+    async def grant_indexes(self, grant_id: str, below: int, created_at: int | None) -> list[int]:
+        """Indexes (< ``below``) of the leaves of one grant, in order: those appended with this
+        grant id and ``created_at`` (the grant's own, None when there is no such grant) and those
+        appended with this grant id and no ``created_at``."""
 
     async def add_checkpoint(self, size: int, note: str, now: int) -> bool:
         """Keep a signed note; False if one of that size is already kept (it is not replaced)."""

@@ -1,6 +1,8 @@
 """Migration "the decision log keeps each leaf hash once" (issue 23) on a log written before it:
 its level-0 rows in ``tlog_nodes`` go, the same nodes are answered (level 0 from the leaves), the
-root is the same and the log grows on. SQLite (migration 14) and PostgreSQL (migration 12)."""
+root is the same and the log grows on. SQLite (migration 14) and PostgreSQL (migration 12). And
+"a grant's leaves are found by its creation time" (SQLite 15, PostgreSQL 13): the leaves written
+before it are still found by their grant id, beside the new ones."""
 
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ async def _check_migrated(store: Any) -> None:
         holder="p1",
         now=NOW,
         expect_size=head["size"],
-        leaves=[(i, leaf, digest, None) for i, leaf, digest in step.leaf_rows],
+        leaves=[(i, leaf, digest, None, None) for i, leaf, digest in step.leaf_rows],
         nodes=step.node_rows,
         grant_seq=0,
         event_seq=0,
@@ -101,6 +103,82 @@ async def test_postgres_migration_12_keeps_each_leaf_hash_once():
         assert await store._db.loop.run(level_0_rows()) == 0
         await _check_migrated(store)
         assert await store._db.loop.run(level_0_rows()) == 0
+    finally:
+        store.close()
+        server.drop_schema(dsn)
+
+
+# -- "a grant's leaves are found by its creation time" (SQLite 15, PostgreSQL 13) ------------------------
+
+
+async def _append_one(store: Any, grant_id: str, created_at: int) -> None:
+    assert await store.tlog.lease("p1", NOW - 1, 60_000)
+    head = await store.tlog.head()
+    stored = await store.tlog.nodes(CompactRange.coords(head["size"]))
+    step = integrate(CompactRange.load(head["size"], lambda coords: stored), [b"after"])
+    assert await store.tlog.append(
+        holder="p1",
+        now=NOW,
+        expect_size=head["size"],
+        leaves=[(i, leaf, digest, grant_id, created_at) for i, leaf, digest in step.leaf_rows],
+        nodes=step.node_rows,
+        grant_seq=0,
+        event_seq=0,
+    )
+
+
+def _rows_by_grant() -> tuple[list[tuple[int, bytes, bytes, Any]], list[tuple[int, int, bytes]]]:
+    """Old rows whose even leaves are about grant gr_1, the odd ones about no grant."""
+    leaves, nodes = _old_rows()
+    return [(i, leaf, digest, "gr_1" if i % 2 == 0 else None) for i, leaf, digest, _ in leaves], nodes
+
+
+async def test_sqlite_migration_15_finds_old_and_new_leaves_of_a_grant(tmp_path):
+    store = SQLiteStore(tmp_path / "grantd.db")
+    try:
+        with store._db.write():
+            conn = store._db.conn
+            sqlite_migrated_to(store, 14)
+            leaves, nodes = _rows_by_grant()
+            conn.executemany(
+                "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (?, ?, ?, ?)", leaves
+            )
+            conn.executemany("INSERT INTO tlog_nodes (level, idx, hash) VALUES (?, ?, ?)", nodes)
+            conn.execute("UPDATE tlog_state SET size = ?", (len(LEAVES),))
+        assert 15 in await store.migrate()
+        await _append_one(store, "gr_1", NOW)
+        assert await store.tlog.grant_indexes("gr_1", 12, NOW) == [0, 2, 4, 6, 8, 10, 11]
+        assert await store.tlog.grant_indexes("gr_1", 12, None) == [0, 2, 4, 6, 8, 10]
+    finally:
+        store.close()
+
+
+async def test_postgres_migration_13_finds_old_and_new_leaves_of_a_grant():
+    from grantd.plugins.storage_postgres import PostgresStore
+
+    server = postgres_server()
+    dsn = server.create_schema()
+    store = PostgresStore(dsn)
+    try:
+        await postgres_migrated_to(store, 12)
+        leaves, nodes = _rows_by_grant()
+
+        async def seed() -> None:
+            async with store._db.tx() as cur:
+                await cur.executemany(
+                    "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)", leaves
+                )
+                await cur.executemany(
+                    "INSERT INTO tlog_nodes (level, idx, hash) VALUES (%s, %s, %s)",
+                    [n for n in nodes if n[0]],
+                )
+                await cur.execute("UPDATE tlog_state SET size = %s", (len(LEAVES),))
+
+        await store._db.loop.run(seed())
+        assert 13 in await store.migrate()
+        await _append_one(store, "gr_1", NOW)
+        assert await store.tlog.grant_indexes("gr_1", 12, NOW) == [0, 2, 4, 6, 8, 10, 11]
+        assert await store.tlog.grant_indexes("gr_1", 12, None) == [0, 2, 4, 6, 8, 10]
     finally:
         store.close()
         server.drop_schema(dsn)

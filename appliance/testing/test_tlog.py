@@ -38,6 +38,11 @@ def _key(kid: str, at: int = NOW) -> TlogKey:
     )
 
 
+def _grant_of(index: int) -> tuple[str | None, int | None]:
+    """Every even leaf is about grant gr_1 (created at NOW), every odd one about no grant."""
+    return ("gr_1", NOW) if index % 2 == 0 else (None, None)
+
+
 async def _integrate(
     store, holder: str, leaves: list[bytes], *, grant_seq: int = 0, event_seq: int = 0
 ) -> bool:
@@ -45,7 +50,7 @@ async def _integrate(
     stored = await store.tlog.nodes(CompactRange.coords(head["size"]))
     compact = CompactRange.load(head["size"], lambda coords: stored)
     step = integrate(compact, leaves)
-    rows = [(i, leaf, digest, "gr_1" if i % 2 == 0 else None) for i, leaf, digest in step.leaf_rows]
+    rows = [(i, leaf, digest, *_grant_of(i)) for i, leaf, digest in step.leaf_rows]
     return await store.tlog.append(
         holder=holder,
         now=NOW,
@@ -90,14 +95,40 @@ async def test_append_writes_leaves_nodes_and_position_together(store):
         (3, b"leaf 3"),
         (4, b"leaf 4"),
     ]
-    assert await store.tlog.grant_indexes("gr_1", 7) == [0, 2, 4, 6]
-    assert await store.tlog.grant_indexes("gr_1", 5) == [0, 2, 4]
+    assert await store.tlog.grant_indexes("gr_1", 7, NOW) == [0, 2, 4, 6]
+    assert await store.tlog.grant_indexes("gr_1", 5, NOW) == [0, 2, 4]
     more = [f"leaf {i}".encode() for i in range(7, 20)]
     assert await _integrate(store, "p1", more, grant_seq=30, event_seq=3)
     everything = {
         c: h for c, h in (await store.tlog.nodes([(lv, i) for lv in range(6) for i in range(21)])).items()
     }
     assert root(20, lambda coords: everything) == MemoryTree.of_leaves(leaves + more).root()
+
+
+async def test_a_grants_leaves_are_found_by_its_id_and_creation_time(store):
+    """A grant's leaves: those appended with its id and its created_at, and those with its id and no
+    created_at (leaves of the log before the key had the time, receipts); a leaf of another grant
+    with the same id and another created_at is not one of them."""
+    assert await store.tlog.lease("p1", NOW - 1, 60_000)
+    keys = [("gr_1", NOW), ("gr_2", NOW), ("gr_1", None), (None, None), ("gr_1", NOW + 5), ("gr_1", NOW)]
+    head = await store.tlog.head()
+    step = integrate(CompactRange(0, []), [f"leaf {i}".encode() for i in range(len(keys))])
+    rows = [(i, leaf, digest, *keys[i]) for i, leaf, digest in step.leaf_rows]
+    assert await store.tlog.append(
+        holder="p1",
+        now=NOW,
+        expect_size=head["size"],
+        leaves=rows,
+        nodes=step.node_rows,
+        grant_seq=6,
+        event_seq=0,
+    )
+    assert await store.tlog.grant_indexes("gr_1", 6, NOW) == [0, 2, 5]
+    assert await store.tlog.grant_indexes("gr_1", 5, NOW) == [0, 2]
+    assert await store.tlog.grant_indexes("gr_1", 6, NOW + 5) == [2, 4]
+    assert await store.tlog.grant_indexes("gr_1", 6, None) == [2]  # no such grant: the leaves without a time
+    assert await store.tlog.grant_indexes("gr_2", 6, NOW) == [1]
+    assert await store.tlog.grant_indexes("gr_3", 6, NOW) == []
 
 
 async def test_level_0_nodes_are_the_leaf_hashes(store):
@@ -123,7 +154,7 @@ async def test_a_large_step_is_written_whole(store):
     tree = MemoryTree.of_leaves(leaves)
     wanted = [(level, i) for level in range(10) for i in range(451 >> level)]
     assert await store.tlog.nodes(wanted) == {c: tree.nodes[c] for c in wanted}
-    assert len(await store.tlog.grant_indexes("gr_1", 451)) == 226
+    assert len(await store.tlog.grant_indexes("gr_1", 451, NOW)) == 226
 
 
 async def test_append_refuses_without_the_lease_or_on_a_stale_size(store):
@@ -133,7 +164,7 @@ async def test_append_refuses_without_the_lease_or_on_a_stale_size(store):
     head = await store.tlog.head()
     compact = CompactRange(0, [])
     step = integrate(compact, [b"a"])
-    rows = [(i, leaf, digest, None) for i, leaf, digest in step.leaf_rows]
+    rows = [(i, leaf, digest, None, None) for i, leaf, digest in step.leaf_rows]
     assert await store.tlog.append(
         holder="p1",
         now=NOW,

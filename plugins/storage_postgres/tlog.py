@@ -113,7 +113,8 @@ class PostgresTlog(_Part):
                 return False
             if leaves:
                 await cur.executemany(
-                    "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES (%s, %s, %s, %s)",
+                    "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id, grant_created) "
+                    "VALUES (%s, %s, %s, %s, %s)",
                     list(leaves),
                 )
             above = [n for n in nodes if n[0]]  # level 0 is the leaves' hashes, just written (issue 23)
@@ -130,11 +131,15 @@ class PostgresTlog(_Part):
         return [(int(r["idx"]), bytes(r["leaf"]), bytes(r["leaf_hash"])) for r in rows]
 
     @_on_store_loop
-    async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
+    async def grant_indexes(self, grant_id: str, below: int, created_at: int | None) -> list[int]:
         if "\x00" in grant_id:
             return []
+        # two index searches (migration 13): by the grant's created_at, and among the leaves without one
         rows = await self._db.all(
-            "SELECT idx FROM tlog_leaves WHERE grant_id = %s AND idx < %s ORDER BY idx", (grant_id, below)
+            "SELECT idx FROM tlog_leaves WHERE grant_created = %s AND grant_id = %s AND idx < %s "
+            "UNION ALL SELECT idx FROM tlog_leaves WHERE grant_created IS NULL AND grant_id = %s AND idx < %s "
+            "ORDER BY idx",
+            (created_at, grant_id, below, grant_id, below),
         )
         return [int(r["idx"]) for r in rows]
 

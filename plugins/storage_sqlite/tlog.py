@@ -139,7 +139,12 @@ class SQLiteTlog:
             ).rowcount
             if moved != 1:
                 return False
-            _insert(conn, "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id) VALUES ", 4, leaves)
+            _insert(
+                conn,
+                "INSERT INTO tlog_leaves (idx, leaf, leaf_hash, grant_id, grant_created) VALUES ",
+                5,
+                leaves,
+            )
             # level 0 is the leaves' hashes, just written with them (issue 23)
             _insert(conn, "INSERT INTO tlog_nodes (level, idx, hash) VALUES ", 3, [n for n in nodes if n[0]])
         return True
@@ -151,9 +156,13 @@ class SQLiteTlog:
         ).fetchall()
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
-    async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
+    async def grant_indexes(self, grant_id: str, below: int, created_at: int | None) -> list[int]:
+        # two index searches (migration 15): by the grant's created_at, and among the leaves without one
         rows = self._db.conn.execute(
-            "SELECT idx FROM tlog_leaves WHERE grant_id = ? AND idx < ? ORDER BY idx", (grant_id, below)
+            "SELECT idx FROM tlog_leaves WHERE grant_created = ? AND grant_id = ? AND idx < ? "
+            "UNION ALL SELECT idx FROM tlog_leaves WHERE grant_created IS NULL AND grant_id = ? AND idx < ? "
+            "ORDER BY idx",
+            (created_at, grant_id, below, grant_id, below),
         ).fetchall()
         return [int(r[0]) for r in rows]
 

@@ -95,6 +95,7 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.challenges.take("c1", "agt_a1")
     await store.challenges.create_for("c2", "a1@agents.example.com", NOW + 60_000, NOW)  # sign-in
     await store.challenges.take_for("c2", "agt_a1")
+    await store.tlog.grant_indexes("g1", 10, NOW)  # GET /api/audit/grants/:id: a grant's leaves
 
 
 async def _scans(

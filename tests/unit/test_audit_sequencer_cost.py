@@ -287,7 +287,7 @@ def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
     ]
     for event, state, kind, actor, data in cases:
         made = A.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
-        assert made == [(_reference(kind, 5, actor, data), "gr_x")], event
+        assert made == [(_reference(kind, 5, actor, data), "gr_x", state["created_at"])], event
 
 
 def test_a_dead_sequencers_lease_is_handed_back_and_no_one_elses():

@@ -13,7 +13,7 @@ from grantd.store.tlog import AuditEvent, Host, LeafRow, NodeRow, TlogHead, Tlog
 class _TlogData:
     def __init__(self) -> None:
         self.state: TlogHead = TlogHead(size=0, grant_seq=0, event_seq=0, holder=None, lease_until=0)
-        self.leaves: list[tuple[bytes, bytes, str | None]] = []
+        self.leaves: list[tuple[bytes, bytes, str | None, int | None]] = []
         self.nodes: dict[tuple[int, int], bytes] = {}
         self.checkpoints: dict[int, str] = {}
         self.keys: list[TlogKey] = []  # oldest first
@@ -71,9 +71,9 @@ class MemoryTlog:
             s = self._t.state
             if s["size"] != expect_size or s["holder"] != holder or s["lease_until"] <= now:
                 return False
-            for index, leaf, digest, grant_id in leaves:
+            for index, leaf, digest, grant_id, grant_created in leaves:
                 assert index == len(self._t.leaves)
-                self._t.leaves.append((bytes(leaf), bytes(digest), grant_id))
+                self._t.leaves.append((bytes(leaf), bytes(digest), grant_id, grant_created))
             for level, index, digest in nodes:
                 if level:  # level 0 is the leaves' hashes, just kept with them
                     self._t.nodes[(level, index)] = bytes(digest)
@@ -86,8 +86,12 @@ class MemoryTlog:
             for i in range(max(start, 0), min(end, len(self._t.leaves)))
         ]
 
-    async def grant_indexes(self, grant_id: str, below: int) -> list[int]:
-        return [i for i, (_, _, g) in enumerate(self._t.leaves[:below]) if g == grant_id]
+    async def grant_indexes(self, grant_id: str, below: int, created_at: int | None) -> list[int]:
+        return [
+            i
+            for i, (_, _, g, created) in enumerate(self._t.leaves[:below])
+            if g == grant_id and created in (None, created_at)
+        ]
 
     async def add_checkpoint(self, size: int, note: str, now: int) -> bool:
         async with self._d.tx:
