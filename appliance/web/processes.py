@@ -48,6 +48,7 @@ from grantd.web.api import metrics as metrics_api
 from grantd.web.app import StartupError, create_app_from_path, describe_startup_error, is_frozen, preflight
 from grantd.web.children import die_with_parent as _die_with_parent
 from grantd.web.children import log_failure as _log_failure
+from grantd.web.heap import freeze_after_start
 from grantd.web.sequencer import SequencerProcess
 from grantd.web.state import state_of
 from grantd.web.stopping import EarlyStop, Stopper, drain_time, exit_now, expected_twice, kill_after
@@ -267,6 +268,7 @@ def serve_peer(config_path: str, fd: int, ready_fd: int, parent: int) -> None:
     early = EarlyStop(on_second=expected_twice)
     app = create_app_from_path(config_path)
     state_of(app).inline_sequencer = not separate_sequencer(state_of(app).config)
+    freeze_after_start(app)
     sock = socket.socket(fileno=fd)
     app.prepare(sock=sock, single_process=True, access_log=False, motd=False, register_sys_signals=False)
     stopper = Stopper(app, early=early, grace=float(app.config.GRACEFUL_SHUTDOWN_TIMEOUT))
@@ -372,6 +374,7 @@ def serve(config: Config, *, checked: bool = False) -> None:
     grace = float(config.server.graceful_shutdown_timeout)
     try:
         app = create_app_from_path(str(config.path))
+        freeze_after_start(app)
         if sequencer is not None:
             state_of(app).inline_sequencer = False
             watch_sequencer(app, sequencer)

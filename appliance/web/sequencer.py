@@ -103,12 +103,14 @@ class SequencerProcess:
 async def _run(config_path: str, parent: int) -> None:
     from grantd.plugin_manager import build_plugin_manager, load_with_plugins
     from grantd.services.context import open_services
+    from grantd.web.heap import freeze_start_up_heap
 
     config = load_with_plugins(config_path)  # the server's own view: its plugins, serve's overrides
     services = await open_services(config, build_plugin_manager(config))
     audit = services.audit
     assert audit is not None
     services.store.serving()
+    freeze_start_up_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
