@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -44,13 +45,19 @@ def _grant_of(index: int) -> tuple[str | None, int | None]:
 
 
 async def _integrate(
-    store, holder: str, leaves: list[bytes], *, grant_seq: int = 0, event_seq: int = 0
+    store,
+    holder: str,
+    leaves: list[bytes],
+    *,
+    grant_seq: int = 0,
+    event_seq: int = 0,
+    grant_of: Callable[[int], tuple[str | None, int | None]] = _grant_of,
 ) -> bool:
     head = await store.tlog.head()
     stored = await store.tlog.nodes(CompactRange.coords(head["size"]))
     compact = CompactRange.load(head["size"], lambda coords: stored)
     step = integrate(compact, leaves)
-    rows = [(i, leaf, digest, *_grant_of(i)) for i, leaf, digest in step.leaf_rows]
+    rows = [(i, leaf, digest, *grant_of(i)) for i, leaf, digest in step.leaf_rows]
     return await store.tlog.append(
         holder=holder,
         now=NOW,
@@ -111,18 +118,8 @@ async def test_a_grants_leaves_are_found_by_its_id_and_creation_time(store):
     with the same id and another created_at is not one of them."""
     assert await store.tlog.lease("p1", NOW - 1, 60_000)
     keys = [("gr_1", NOW), ("gr_2", NOW), ("gr_1", None), (None, None), ("gr_1", NOW + 5), ("gr_1", NOW)]
-    head = await store.tlog.head()
-    step = integrate(CompactRange(0, []), [f"leaf {i}".encode() for i in range(len(keys))])
-    rows = [(i, leaf, digest, *keys[i]) for i, leaf, digest in step.leaf_rows]
-    assert await store.tlog.append(
-        holder="p1",
-        now=NOW,
-        expect_size=head["size"],
-        leaves=rows,
-        nodes=step.node_rows,
-        grant_seq=6,
-        event_seq=0,
-    )
+    leaves = [f"leaf {i}".encode() for i in range(len(keys))]
+    assert await _integrate(store, "p1", leaves, grant_seq=6, grant_of=keys.__getitem__)
     assert await store.tlog.grant_indexes("gr_1", 6, NOW) == [0, 2, 5]
     assert await store.tlog.grant_indexes("gr_1", 5, NOW) == [0, 2]
     assert await store.tlog.grant_indexes("gr_1", 6, NOW + 5) == [2, 4]
