@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import signal
 import socket
@@ -14,8 +13,9 @@ import time
 
 import httpx
 import pytest
+from serve_support import serve_in, stop_serving
 
-from conftest import GRANTD, ROOT, enroll, free_port
+from conftest import ROOT, enroll, free_port
 
 
 def test_health_and_readiness(server):
@@ -26,19 +26,8 @@ def test_health_and_readiness(server):
 
 def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_once(tmp_path):
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("GRANTD_CONFIG", None)
-    proc = subprocess.Popen(
-        [*GRANTD, "serve", "--port", str(port)], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
-    )
+    proc, lines = serve_in(tmp_path, port)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         token = (tmp_path / "management-token").read_text().strip()
         assert oct((tmp_path / "management-token").stat().st_mode & 0o777) == "0o600"
         config = (tmp_path / "grantd.toml").read_text()
@@ -49,8 +38,7 @@ def test_first_start_without_config_writes_a_dev_config_and_prints_the_token_onc
         assert r.status_code == 200
         assert (tmp_path / "grantd.db").exists()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=20)
+        stderr = stop_serving(proc, lines)
     assert stderr.count(token) == 1, "the token is printed exactly once"
     assert str(tmp_path / "management-token") in stderr
     assert f"http://localhost:{port}" in stderr  # the dev issuer: passkeys need a name, not an IP address

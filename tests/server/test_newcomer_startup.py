@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from serve_support import serve_in, stop_serving
 
 from conftest import GRANTD, ROOT, Server
 
@@ -162,35 +163,10 @@ def test_config_validate_accepts_what_serve_starts(tmp_path):
 
 
 def test_the_first_start_prints_the_management_token_last_in_a_frame(tmp_path):
-    import signal
-    import threading
-    import time
-
     from conftest import free_port
 
-    port = free_port()
-    env = clean_env()
-    env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.Popen(
-        [*GRANTD, "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    assert proc.stderr is not None
-    threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("listening on" in line for line in lines):
-            time.sleep(0.05)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(20)
-        time.sleep(0.2)
+    proc, lines = serve_in(tmp_path, free_port(), clean_env())
+    stop_serving(proc, lines)
     token = (tmp_path / "management-token").read_text().strip()
     text = "".join(lines)
     assert text.count(token) == 1, text

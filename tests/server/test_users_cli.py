@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
 import subprocess
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from serve_support import serve_in, stop_serving
 
-from conftest import GRANTD, ROOT, Server, free_port
+from conftest import Server, free_port
 
 LINK = re.compile(r"(http://(?:localhost|127\.0\.0\.1):\d+)/register\?token=([A-Za-z0-9_-]{43})")
 
@@ -118,50 +115,6 @@ def test_users_help_is_the_dispatchers(srv: Server) -> None:
 # -- the first admin in a minute ------------------------------------------------------------------------
 
 
-def _serve(directory: Path, port: int) -> tuple[subprocess.Popen[str], list[str]]:
-    """`grantd serve --port P` in ``directory`` (no config given); returns once it is ready, with a
-    list that a reader thread fills with its stderr lines (the banner first)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("GRANTD_CONFIG", None)
-    proc = subprocess.Popen(
-        [*GRANTD, "serve", "--port", str(port)],
-        cwd=directory,
-        env=env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    lines: list[str] = []
-    assert proc.stderr is not None
-
-    def read(stream: Any = proc.stderr) -> None:
-        for line in stream:
-            lines.append(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    else:
-        proc.kill()
-        raise AssertionError("".join(lines))
-    while time.monotonic() < deadline and not any("listening" in line for line in lines):
-        time.sleep(0.05)  # the banner (printed before the server starts) has been read
-    return proc, lines
-
-
-def _stop(proc: subprocess.Popen[str], lines: list[str]) -> str:
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(20)
-    time.sleep(0.2)  # the reader thread reaches the end of the pipe
-    return "".join(lines)
-
-
 def _add_passkey(directory: Path, email: str) -> None:
     """A passkey for the first admin, written to the database as a registration would (server stopped)."""
     from grantd.config import load
@@ -198,7 +151,7 @@ def _add_passkey(directory: Path, email: str) -> None:
 @pytest.mark.slow
 def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tmp_path: Path) -> None:
     port = free_port()
-    proc, lines = _serve(tmp_path, port)
+    proc, lines = serve_in(tmp_path, port)
     try:
         token = (tmp_path / "management-token").read_text().strip()
         banner = "".join(lines)
@@ -217,14 +170,14 @@ def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tm
             ]
         assert 'first_admin = "admin@localhost"' in (tmp_path / "grantd.toml").read_text()
     finally:
-        output = _stop(proc, lines)
+        output = stop_serving(proc, lines)
     first_token = match[2]
     assert output.count(first_token) == 1, "the link is printed once, on the terminal, never in a log line"
     for path in tmp_path.iterdir():  # nor in any file: config, database, WAL
         assert first_token.encode() not in path.read_bytes(), path
 
     # the next start, still without a passkey: a fresh link, the old one gone
-    proc, lines = _serve(tmp_path, port)
+    proc, lines = serve_in(tmp_path, port)
     try:
         second = LINK.search("".join(lines))
         assert second and second[2] != first_token
@@ -235,10 +188,10 @@ def test_first_start_makes_the_first_admin_and_prints_their_registration_link(tm
             assert [r["status"] for r in regs] == ["pending"]
             assert http.delete(f"/api/admin/registration-urls/{first_token}").status_code == 404
     finally:
-        _stop(proc, lines)
+        stop_serving(proc, lines)
 
     # once the admin has a passkey, no more links
     _add_passkey(tmp_path, "admin@localhost")
-    proc, lines = _serve(tmp_path, port)
-    output = _stop(proc, lines)
+    proc, lines = serve_in(tmp_path, port)
+    output = stop_serving(proc, lines)
     assert "register your passkey" not in output and not LINK.search(output)
