@@ -267,9 +267,11 @@ def _grant_event_leaves(
     return [(leaf, gid, created) for leaf in made]
 
 
-def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
+def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None, None]:
     """An audit event carries its leaf's kind, actor and data as they are (made ``_safe`` only when
-    the leaf's check refuses them as they are: the same bytes, one walk, as for grant events)."""
+    the leaf's check refuses them as they are: the same bytes, one walk, as for grant events). With
+    its grant id and, unlike a grant event's leaves, no grant ``created_at``: the event does not
+    hold it, and these leaves (receipts) are rare enough for the store's index by grant id alone."""
 
     def leaf(data: Any) -> bytes:
         return L.make_leaf(
@@ -282,9 +284,9 @@ def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None]:
         )
 
     try:
-        return leaf(event["data"]), event["grant_id"]
+        return leaf(event["data"]), event["grant_id"], None
     except L.LeafError:
-        return leaf(_safe(event["data"])), event["grant_id"]
+        return leaf(_safe(event["data"])), event["grant_id"], None
 
 
 def _merge(
@@ -451,9 +453,7 @@ class AuditLog:
                     if source == 0:
                         raw += grant_event_leaves(event, size + len(raw) + 1, mi)
                     else:
-                        leaf, gid = audit_event_leaf(event, size + len(raw) + 1)
-                        # a grant's created_at is not at hand here (receipts: rare leaves)
-                        raw.append((leaf, gid, None))
+                        raw.append(audit_event_leaf(event, size + len(raw) + 1))
                 except (L.LeafError, KeyError, TypeError, ValueError) as error:
                     log.error(
                         "decision log: event %s/%d cannot become a leaf (%s); not logged",

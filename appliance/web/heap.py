@@ -21,7 +21,9 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-AFTER_START_PRIORITY = -5_000  # after every other after-start listener (grantd's and plugins')
+# after grantd's and plugins' own after-start listeners (priority 0: the services' background tasks
+# are started), before the stopper's marker that the last one has returned (-10_000, web.stopping)
+AFTER_START_PRIORITY = -5_000
 
 
 def freeze_start_up_heap() -> None:

@@ -77,7 +77,7 @@ def test_audit_event_leaves_equal_those_made_safe_first(data: dict[str, Any]) ->
         "data": data,
         "created_at": 1_700_000_000_000,
     }
-    leaf, _ = A.audit_event_leaf(event, 9)  # type: ignore[arg-type]
+    leaf, _, _ = A.audit_event_leaf(event, 9)  # type: ignore[arg-type]
     expected = L.make_leaf(
         "agent.disabled", seq=9, ts=1_700_000_000_000, actor={"kind": "system"}, data=A._safe(data)
     )
