@@ -198,9 +198,11 @@ SCHEMA: dict[str, dict[str, Key]] = {
         ),
         "sequencer_interval_ms": Key(
             int,
-            200,
+            500,
             "How often the sequencer looks for new events to put into the log and sign a checkpoint "
-            "for (milliseconds; one process holds the sequencer lease at a time).",
+            "for (milliseconds; one process holds the sequencer lease at a time). A new event is in a "
+            "signed checkpoint within about this long plus one step; a longer interval makes larger "
+            "steps, which cost less per event (docs/performance.md).",
             minimum=10,
             maximum=10_000,
         ),

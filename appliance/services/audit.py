@@ -344,7 +344,7 @@ class AuditLog:
     """One process's view of the log: its sequencer and the readers the routes use."""
 
     def __init__(
-        self, store: Store, clock: Any, origin: str, management_identity: str, interval_ms: int = 200
+        self, store: Store, clock: Any, origin: str, management_identity: str, interval_ms: int = 500
     ):
         self.store = store
         self.clock = clock
@@ -413,7 +413,7 @@ class AuditLog:
     async def step(self) -> int:
         """One integration (if this process holds the lease); the number of leaves added.
 
-        What a step costs when there is nothing to do (issue 23: a quiet server steps 5 times a
+        What a step costs when there is nothing to do (issue 23: a quiet server steps twice a
         second): a process that sees another's live lease reads one row; the holder (or anyone,
         once the lease ran out) reads the head and the two event sources, and takes or renews the
         lease (a write, once half of it is gone) only when there are events to integrate or leaves

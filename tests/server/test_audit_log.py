@@ -113,7 +113,7 @@ def test_every_grant_event_is_in_a_signed_checkpoint_within_a_second(srv):
         if grant_leaves(entries, grant["id"]) == expected or time.monotonic() - started > 3:
             break
         time.sleep(0.05)
-    # D14: "within about 1 s" (the sequencer steps every 200 ms); 2 s of slack for a machine
+    # D14: "within about 1 s" (this server steps every 50 ms, the default 500); 2 s of slack for a machine
     # running the whole suite on two workers
     assert time.monotonic() - started < 2.0
     cp = open_checkpoint(
