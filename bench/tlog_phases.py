@@ -59,7 +59,8 @@ async def main(count: int) -> None:
         log = audit.AuditLog(store, SYSTEM_CLOCK, "bench.example/grantd", "admin@example.com")
         await log.ensure_key()
         for owner, name, label in (
-            (store.grants, "events_after", "grant events_after"),
+            (store.grants, "event_rows_after", "grant event rows"),
+            (audit, "grant_event", "decoding"),
             (store.tlog, "events_after", "audit events_after"),
             (store.tlog, "append", "append"),
             (store.tlog, "nodes", "nodes"),

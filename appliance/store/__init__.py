@@ -64,6 +64,7 @@ from grantd.store.records import (
     Delegation,
     Grant,
     GrantEvent,
+    GrantEventRow,
     GrantReview,
     GrantView,
     SigningKey,
@@ -268,6 +269,12 @@ class GrantStore(Protocol):
 
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
         """Events with ``seq`` greater than ``seq``, in order, at most ``limit``."""
+
+    async def event_rows_after(self, seq: int, limit: int) -> builtins.list[GrantEventRow]:
+        """``events_after`` with each snapshot left as its stored JSON text: ``[grant_event(row) for
+        row in event_rows_after(seq, limit)] == events_after(seq, limit)`` (``grantd.store.rows``).
+        For the decision log's sequencer, which reads up to a thousand events a step and decodes
+        each just before it makes its leaves, so the decoded snapshots never pile up (issue 23)."""
 
     async def last_event_seq(self) -> int: ...
 

@@ -98,6 +98,11 @@ class GrantEvent(TypedDict):
     created_at: int
 
 
+# A grant event as stored, its snapshot still JSON text: (seq, event, grant_id, requester, created_at,
+# grant_json) (``Grants.event_rows_after``; ``grantd.store.rows.grant_event`` makes the GrantEvent).
+GrantEventRow = tuple[int, str, str, str, int, str]
+
+
 class Delegation(TypedDict):
     id: str
     delegator: str

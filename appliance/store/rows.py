@@ -14,6 +14,8 @@ from grantd.store.records import (
     VOTE_COLUMNS,
     Delegation,
     Grant,
+    GrantEvent,
+    GrantEventRow,
     GrantReview,
     GrantView,
     PasskeyCredential,
@@ -30,6 +32,27 @@ def from_json(text: str) -> Any:
     """The value of JSON a backend stored (``grantd.core.json_codec.loads``: orjson, with
     ``json.loads``' answers and errors for anything orjson refuses)."""
     return json_codec.loads(text)
+
+
+def grant_event(row: GrantEventRow) -> GrantEvent:
+    """The event of a stored row ``(seq, event, grant_id, requester, created_at, grant_json)``, its
+    snapshot decoded (every backend's ``events_after``, and the decision log's sequencer one row at
+    a time: ``Grants.event_rows_after``)."""
+    seq, event, grant_id, requester, created_at, text = row
+    grant = from_json(text)
+    if (
+        "reuse_key" not in grant or "requester_id" not in grant
+    ):  # SQLite events recorded before its migration 3
+        grant.setdefault("requester_id", grant["requester"])
+        grant.setdefault("reuse_key", None)
+    return {
+        "seq": seq,
+        "event": event,
+        "grant_id": grant_id,
+        "requester": requester,
+        "created_at": created_at,
+        "grant": grant,
+    }
 
 
 def to_json(value: Any) -> str:

@@ -6,6 +6,8 @@ import asyncio
 
 import pytest
 
+from grantd.store.rows import grant_event
+
 from .factories import HOUR, NOW, first_page, grant, lapse, walk
 
 pytestmark = pytest.mark.anyio
@@ -38,6 +40,20 @@ async def test_events_after_orders_and_limits(store):
     assert seqs == sorted(seqs) and len(set(seqs)) == 5
     assert [e["grant_id"] for e in await store.grants.events_after(seqs[1], 2)] == ["g2", "g3"]
     assert await store.grants.events_after(seqs[-1], 10) == []
+
+
+async def test_event_rows_are_the_events_with_their_snapshots_as_stored_text(store):
+    """``event_rows_after`` is ``events_after`` with each snapshot left undecoded (the decision
+    log's sequencer decodes each row just before it makes its leaves)."""
+    for i in range(4):
+        await store.grants.create(grant(f"r{i}"), ["grant.created"])
+    every = await store.grants.events_after(0, 100)
+    rows = await store.grants.event_rows_after(0, 100)
+    assert all(isinstance(row[5], str) for row in rows)
+    assert [grant_event(row) for row in rows] == every
+    after = every[1]["seq"]
+    assert [grant_event(row) for row in await store.grants.event_rows_after(after, 2)] == every[2:4]
+    assert await store.grants.event_rows_after(every[-1]["seq"], 10) == []
 
 
 async def test_find_reusable_honours_lapse(store):

@@ -17,12 +17,13 @@ from grantd.store.records import (
     VOTE_COLUMNS,
     Grant,
     GrantEvent,
+    GrantEventRow,
     GrantReview,
     GrantView,
     Vote,
 )
 from grantd.store.rows import (
-    from_json,
+    grant_event,
     grant_row,
     page_rows,
     pinned_event_row,
@@ -273,16 +274,20 @@ class PostgresGrants(_Part):
             await _record_events(cur, [("grant.expired", row, now) for row in rows])
         return [grant_row(r) for r in rows]
 
-    @_on_store_loop
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
+        return [grant_event(row) for row in await self.event_rows_after(seq, limit)]
+
+    @_on_store_loop
+    async def event_rows_after(self, seq: int, limit: int) -> builtins.list[GrantEventRow]:
         rows = await self._db.all(
-            "SELECT * FROM grant_events WHERE seq > %s ORDER BY seq LIMIT %s", (seq, limit)
+            "SELECT seq, event, grant_id, requester, created_at, grant_json FROM grant_events "
+            "WHERE seq > %s ORDER BY seq LIMIT %s",
+            (seq, limit),
         )
-        events: list[GrantEvent] = []
-        for row in rows:
-            row["grant"] = from_json(row.pop("grant_json"))
-            events.append(cast(GrantEvent, row))
-        return events
+        return [
+            (r["seq"], r["event"], r["grant_id"], r["requester"], r["created_at"], r["grant_json"])
+            for r in rows
+        ]
 
     @_on_store_loop
     async def last_event_seq(self) -> int:

@@ -19,13 +19,14 @@ from grantd.store.records import (
     VOTE_COLUMNS,
     Grant,
     GrantEvent,
+    GrantEventRow,
     GrantReview,
     GrantView,
     Vote,
 )
 from grantd.store.rows import (
     event_json,
-    from_json,
+    grant_event,
     grant_row,
     page_rows,
     pinned_event_row,
@@ -230,29 +231,16 @@ class SQLiteGrants:
         return [grant_row(r) for r in rows]
 
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
-        rows = self._db.conn.execute(
+        return [grant_event(row) for row in await self.event_rows_after(seq, limit)]
+
+    async def event_rows_after(self, seq: int, limit: int) -> builtins.list[GrantEventRow]:
+        cursor = self._db.conn.cursor()
+        cursor.row_factory = None  # plain tuples, not sqlite3.Row: the sequencer reads every event (issue 23)
+        return cursor.execute(
             "SELECT seq, event, grant_id, requester, created_at, grant_json FROM grant_events "
             "WHERE seq > ? ORDER BY seq LIMIT ?",
             (seq, limit),
-        ).fetchall()  # tuples, not sqlite3.Row copied into dicts: the sequencer reads every event (issue 23)
-        events: list[dict[str, Any]] = []
-        append = events.append
-        for number, kind, grant_id, requester, created_at, text in rows:
-            grant = from_json(text)
-            if "reuse_key" not in grant or "requester_id" not in grant:  # events recorded before migration 3
-                grant.setdefault("requester_id", grant["requester"])
-                grant.setdefault("reuse_key", None)
-            append(
-                {
-                    "seq": number,
-                    "event": kind,
-                    "grant_id": grant_id,
-                    "requester": requester,
-                    "created_at": created_at,
-                    "grant": grant,
-                }
-            )
-        return cast(list[GrantEvent], events)  # one cast, not one call per event
+        ).fetchall()
 
     async def last_event_seq(self) -> int:
         row = self._db.one("SELECT max(seq) AS seq FROM grant_events")

@@ -429,20 +429,25 @@ def test_the_merge_of_event_sources_keeps_each_sources_order_and_never_skips_one
     filled its batch, stop where it ends (its next events may come before the other's rest)."""
     from grantd.services.audit import _merge
 
-    def g(seq: int, at: int) -> dict[str, Any]:
-        return {"seq": seq, "created_at": at}
+    grants = [(1, 100), (2, 90), (3, 300)]  # (seq, created_at)
+    audits = [(1, 95), (2, 400)]
 
-    grants = [g(1, 100), g(2, 90), g(3, 300)]
-    audits = [g(1, 95), g(2, 400)]
-    merged = _merge(grants, audits, (False, False))  # type: ignore[arg-type]
-    assert [(s, e["seq"]) for s, e in merged] == [(1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
-    truncated = _merge(grants, audits, (True, False))  # type: ignore[arg-type]
-    assert [(s, e["seq"]) for s, e in truncated] == [(1, 1), (0, 1), (0, 2), (0, 3)]
-    assert _merge(grants, audits, (True, False)) == truncated  # deterministic
+    def merge(
+        a: list[tuple[int, int]], b: list[tuple[int, int]], full: tuple[bool, bool]
+    ) -> list[tuple[int, int]]:
+        """(source, seq) in the merged order."""
+        order = _merge([t for _, t in a], [t for _, t in b], full)
+        return [(source, (a, b)[source][position][0]) for source, position in order]
+
+    merged = merge(grants, audits, (False, False))
+    assert merged == [(1, 1), (0, 1), (0, 2), (0, 3), (1, 2)]
+    truncated = merge(grants, audits, (True, False))
+    assert truncated == [(1, 1), (0, 1), (0, 2), (0, 3)]
+    assert merge(grants, audits, (True, False)) == truncated  # deterministic
     # one source alone (a full batch or not) is taken whole, in its order
     for full in ((False, False), (True, False)):
-        assert [(s, e["seq"]) for s, e in _merge(grants, [], full)] == [(0, 1), (0, 2), (0, 3)]  # type: ignore[arg-type]
-    assert [(s, e["seq"]) for s, e in _merge([], audits, (False, True))] == [(1, 1), (1, 2)]  # type: ignore[arg-type]
+        assert merge(grants, [], full) == [(0, 1), (0, 2), (0, 3)]
+    assert merge([], audits, (False, True)) == [(1, 1), (1, 2)]
 
 
 def test_delegations_and_the_grants_they_approve_are_in_the_log(srv):

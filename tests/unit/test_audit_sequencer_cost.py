@@ -102,7 +102,7 @@ class _Counting:
         self.leases = 0
         self.reads = 0
         tlog, grants = store.tlog, store.grants
-        lease, grant_events = tlog.lease, grants.events_after
+        lease, grant_events = tlog.lease, grants.event_rows_after
 
         async def counted_lease(*args: Any, **kwargs: Any) -> bool:
             self.leases += 1
@@ -113,7 +113,7 @@ class _Counting:
             return await grant_events(*args, **kwargs)
 
         tlog.lease = counted_lease  # type: ignore[method-assign]
-        grants.events_after = counted_reads  # type: ignore[method-assign]
+        grants.event_rows_after = counted_reads  # type: ignore[method-assign]
 
 
 def _log(store: MemoryStore, clock: ManualClock) -> AuditLog:

@@ -19,12 +19,13 @@ from grantd.store.records import (
     Delegation,
     Grant,
     GrantEvent,
+    GrantEventRow,
     GrantReview,
     GrantView,
     SigningKey,
     Vote,
 )
-from grantd.store.rows import pinned_event_row
+from grantd.store.rows import pinned_event_row, to_json
 from grantd.store.tlog import agent_event, delegation_event, jwt_key_event
 
 from .data import _Data, _newest_first
@@ -465,6 +466,13 @@ class MemoryGrants:
 
     async def events_after(self, seq: int, limit: int) -> builtins.list[GrantEvent]:
         return copy.deepcopy([e for e in self._d.events if e["seq"] > seq][:limit])
+
+    async def event_rows_after(self, seq: int, limit: int) -> builtins.list[GrantEventRow]:
+        return [
+            (e["seq"], e["event"], e["grant_id"], e["requester"], e["created_at"], to_json(e["grant"]))
+            for e in self._d.events
+            if e["seq"] > seq
+        ][:limit]
 
     async def last_event_seq(self) -> int:
         return self._d.events[-1]["seq"] if self._d.events else 0
