@@ -41,6 +41,9 @@ from grantd.core.tlog.merkle import (
     inclusion_proof,
     inclusion_ranges,
     range_nodes,
+    stored_coords,
+    stored_nodes,
+    with_low_levels,
 )
 from grantd.core.tlog.merkle import consistency_proof as make_consistency_proof
 from grantd.core.tlog.note import (
@@ -407,7 +410,7 @@ class AuditLog:
     # nodes
     async def _reader(self, ranges: Sequence[tuple[int, int]]) -> Any:
         coords = sorted({c for a, b in ranges for c in range_nodes(a, b)})
-        found = await self.store.tlog.nodes(coords)
+        found = with_low_levels(await self.store.tlog.nodes(stored_coords(coords)), coords)
         return lambda wanted: found
 
     # the sequencer
@@ -469,7 +472,8 @@ class AuditLog:
                         grant_seq if source == 0 else event_seq,
                         error,
                     )
-            stored = await self.store.tlog.nodes(CompactRange.coords(size))
+            peaks = CompactRange.coords(size)
+            stored = with_low_levels(await self.store.tlog.nodes(stored_coords(peaks)), peaks)
             compact = CompactRange.load(size, lambda coords: stored)
             result = integrate(compact, [made[0] for made in raw])
             rows = [
@@ -481,7 +485,7 @@ class AuditLog:
                 now=self.clock.now_ms(),
                 expect_size=size,
                 leaves=rows,
-                nodes=result.node_rows,
+                nodes=stored_nodes(result.node_rows),
                 grant_seq=grant_seq,
                 event_seq=event_seq,
             ):

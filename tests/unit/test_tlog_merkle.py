@@ -294,3 +294,58 @@ def test_proofs_verify_and_need_few_reads_for_large_sizes(size, data):
     merkle.verify_consistency(m, size, merkle.root(m, read), root, merkle.consistency_proof(m, size, read))
     bound = 2 * size.bit_length() ** 2
     assert max(reads) <= bound
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=12), min_size=1, max_size=150), st.data())
+def test_a_store_keeping_only_leaf_hashes_and_the_upper_levels_answers_every_proof(leaves, data):
+    """What the sequencer writes (``stored_nodes``: levels 1..3 dropped), read back as the service
+    reads it (``stored_coords``, then ``with_low_levels``), in random batches reloading the compact
+    range each time: the same roots and proofs as the whole tree, and only level 0 and levels from
+    ``STORED_FROM`` up are ever asked of the store."""
+    store: dict[tuple[int, int], bytes] = {}
+    asked: set[tuple[int, int]] = set()
+
+    def read(coords):
+        found = merkle.with_low_levels(_ask(store, asked, merkle.stored_coords(coords)), coords)
+        return {c: found[c] for c in coords if c in found}
+
+    size = 0
+    while size < len(leaves):
+        batch = data.draw(st.integers(min_value=1, max_value=len(leaves) - size))
+        compact = CompactRange.load(size, read)
+        new = compact.extend(merkle.leaf_hash(x) for x in leaves[size : size + batch])
+        for level, index, digest in new:
+            if level == 0:
+                store[(0, index)] = digest  # the leaf hash, stored with the leaf
+        for level, index, digest in merkle.stored_nodes(new):
+            assert level >= merkle.STORED_FROM
+            store[(level, index)] = digest
+        size += batch
+        assert compact.root() == ref_mth(leaves[:size])
+    n = len(leaves)
+    assert merkle.root(n, read) == ref_mth(leaves)
+    i = data.draw(st.integers(min_value=0, max_value=n - 1))
+    assert merkle.inclusion_proof(i, n, read) == ref_path(i, leaves)
+    m = data.draw(st.integers(min_value=0, max_value=n))
+    assert merkle.consistency_proof(m, n, read) == ([] if m in (0, n) else ref_proof(m, leaves))
+    assert all(level == 0 or level >= merkle.STORED_FROM for level, _ in asked)
+
+
+def _ask(
+    store: dict[tuple[int, int], bytes], asked: set[tuple[int, int]], coords: list[tuple[int, int]]
+) -> dict[tuple[int, int], bytes]:
+    """The store's answer to ``coords``, remembering what was asked."""
+    asked.update(coords)
+    return {c: store[c] for c in coords if c in store}
+
+
+def test_a_low_node_whose_leaf_hashes_are_missing_stays_missing():
+    """A level-2 node needs its four leaf hashes; with one gone it is not made up, and the proof that
+    needs it fails (``ProofError``), as a missing stored node does."""
+    found = {(0, i): TREE.nodes[(0, i)] for i in range(8) if i != 5}
+    nodes = merkle.with_low_levels(found, [(2, 0), (2, 1)])
+    assert nodes[(2, 0)] == TREE.nodes[(2, 0)]
+    assert (2, 1) not in nodes
+    with pytest.raises(ProofError):
+        merkle.root(8, lambda coords: merkle.with_low_levels(found, coords))

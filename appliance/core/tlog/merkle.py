@@ -3,12 +3,14 @@
 Hashes: a leaf is ``SHA-256(0x00 || leaf)``, an inner node ``SHA-256(0x01 || left || right)``; the
 tree of n leaves splits at k, the largest power of two smaller than n (RFC 9162 §2.1.1).
 
-What a store keeps (one table, ``tlog_nodes(level, index, hash)``): the hash of every *complete*
-subtree, i.e. the node at ``(level, index)`` is the root of leaves ``[index·2^level, (index+1)·2^level)``;
-level 0 holds the leaf hashes. A node is written once, when its last leaf arrives, and never changes;
-about 2n rows for n leaves. From these alone the root of any size and every proof is computed with
-O(log n) reads (``range_nodes`` says which): the tree of RFC 9162 only ever needs ranges that split
-into aligned complete subtrees. ``CompactRange`` is the sequencer's state: the complete subtrees along
+What a store keeps: the hash of *complete* subtrees, i.e. the node at ``(level, index)`` is the root
+of leaves ``[index·2^level, (index+1)·2^level)``; level 0 is the leaf hashes (kept with the leaves),
+levels from ``STORED_FROM`` up are ``tlog_nodes(level, index, hash)`` rows, and the few levels
+between are hashed again from the leaf hashes when needed (``stored_coords``, ``with_low_levels``).
+A node is written once, when its last leaf arrives, and never changes; about n/8 node rows for n
+leaves. From these the root of any size and every proof is computed with O(log n) reads
+(``range_nodes`` says which): the tree of RFC 9162 only ever needs ranges that split into aligned
+complete subtrees. ``CompactRange`` is the sequencer's state: the complete subtrees along
 the right edge (one per set bit of the size), from which appending a batch yields the new nodes to
 store and the new root without reading or rehashing anything else.
 """
@@ -221,6 +223,50 @@ def verify_consistency(
         raise ProofError(f"the consistency proof does not lead to the old root of size {old_size}")
     if sr != new_root:
         raise ProofError(f"the consistency proof does not lead to the new root of size {new_size}")
+
+
+# -- what a store keeps: leaf hashes, and the nodes from STORED_FROM up ---------------------------------
+
+# A store keeps the leaf hashes (level 0) and the complete subtrees from this level up; a node of
+# levels 1..3 is hashed again from its at most 8 leaf hashes whenever it is needed (issue 23: the
+# sequencer writes one node row per 8 leaves instead of about one per leaf; a proof or a root reads
+# at most 14 more leaf hashes for it). Rows of lower levels that a store already holds are not read.
+STORED_FROM = 4
+
+
+def stored_coords(coords: Iterable[Coord]) -> list[Coord]:
+    """What to read from a store to answer ``coords``: a node below ``STORED_FROM`` is asked for as
+    the leaf hashes under it."""
+    wanted: set[Coord] = set()
+    for level, index in coords:
+        if 0 < level < STORED_FROM:
+            first = index << level
+            wanted.update((0, i) for i in range(first, first + (1 << level)))
+        else:
+            wanted.add((level, index))
+    return sorted(wanted)
+
+
+def with_low_levels(found: Mapping[Coord, bytes], coords: Iterable[Coord]) -> dict[Coord, bytes]:
+    """``found`` (a store's answer to ``stored_coords(coords)``) with the nodes of ``coords`` below
+    ``STORED_FROM`` hashed from their leaf hashes; a node whose leaves are missing stays missing."""
+    nodes = dict(found)
+    for level, index in coords:
+        if 0 < level < STORED_FROM:
+            first = index << level
+            try:
+                hashes = [found[(0, i)] for i in range(first, first + (1 << level))]
+            except KeyError:
+                continue  # the caller reports the node as missing (``ProofError``)
+            while len(hashes) > 1:
+                hashes = [node_hash(hashes[i], hashes[i + 1]) for i in range(0, len(hashes), 2)]
+            nodes[(level, index)] = hashes[0]
+    return nodes
+
+
+def stored_nodes(nodes: Iterable[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+    """The new nodes a store writes: level 0 goes with the leaves, levels 1..3 are not kept."""
+    return [node for node in nodes if node[0] >= STORED_FROM]
 
 
 # -- the sequencer's state and an in-memory tree --------------------------------------------------------
