@@ -273,7 +273,7 @@ class GrantStore(Protocol):
     async def event_rows_after(self, seq: int, limit: int) -> builtins.list[GrantEventRow]:
         """``events_after`` with each snapshot left as its stored JSON text: ``[grant_event(row) for
         row in event_rows_after(seq, limit)] == events_after(seq, limit)`` (``grantd.store.rows``).
-        For the decision log's sequencer, which reads up to a thousand events a step and decodes
+        For the decision log's sequencer, which reads thousands of events a step and decodes
         each just before it makes its leaves, so the decoded snapshots never pile up (issue 23)."""
 
     async def last_event_seq(self) -> int: ...

@@ -40,9 +40,8 @@ def grant_event(row: GrantEventRow) -> GrantEvent:
     a time: ``Grants.event_rows_after``)."""
     seq, event, grant_id, requester, created_at, text = row
     grant = from_json(text)
-    if (
-        "reuse_key" not in grant or "requester_id" not in grant
-    ):  # SQLite events recorded before its migration 3
+    # SQLite's events recorded before its migration 3 lack these two
+    if "reuse_key" not in grant or "requester_id" not in grant:
         grant.setdefault("requester_id", grant["requester"])
         grant.setdefault("reuse_key", None)
     return {
