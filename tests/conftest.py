@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import socket
@@ -211,6 +212,20 @@ def server_factory(tmp_path: Path) -> Iterator[Any]:
     yield factory
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture
+def grantd_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog`` listening on grantd's own logger, from WARNING up. That logger does not propagate
+    to the root once a server's logging was configured in this process (``grantd.logs``; another
+    test of the same worker may have done it), so the root's capture alone would miss it."""
+    logger = logging.getLogger("grantd")
+    caplog.set_level(logging.WARNING, logger="grantd")
+    logger.addHandler(caplog.handler)
+    try:
+        yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ starts over. (Exactness across processes: the contract's test_processes.)"""
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import stat
 import subprocess
@@ -104,22 +103,16 @@ async def test_a_file_of_another_layout_is_replaced_under_its_name_while_mapped_
     assert not list(tmp_path.glob("*.new"))
 
 
-async def test_a_table_that_cannot_be_opened_leaves_the_counting_to_the_database(tmp_path, caplog):
+async def test_a_table_that_cannot_be_opened_leaves_the_counting_to_the_database(tmp_path, grantd_log):
     (tmp_path / "g.db-limits").mkdir()  # not a file
     store = SQLiteStore(tmp_path / "g.db")
     await store.migrate()
-    # grantd's logger does not propagate to the root once a server's logging was configured in this
-    # process (another test may have done it), so caplog listens on it directly
-    grantd_log = logging.getLogger("grantd")
-    caplog.set_level(logging.WARNING, logger="grantd")
-    grantd_log.addHandler(caplog.handler)
     try:
         assert [await store.rates.hit("k", 0, 60_000, 1) for _ in range(2)] == [1, 2]
         assert database_count(store, "k") == 2
         assert await store.rates.count("k", 0) == 2
-        assert "cannot use" in caplog.text and "g.db-limits" in caplog.text
+        assert "cannot use" in grantd_log.text and "g.db-limits" in grantd_log.text
     finally:
-        grantd_log.removeHandler(caplog.handler)
         store.close()
 
 
