@@ -144,6 +144,14 @@ def test_invalid_leaves_are_refused(build):
         build()
 
 
+@pytest.mark.parametrize("value", [{1: "x"}, {"a": "b", 2: 3}, {"a": {1: "x"}}, [{1: "x"}]])
+def test_object_keys_that_are_not_strings_are_named_flat_or_nested(value):
+    """The float check's walk refuses a key that is not a string, and so does its one-loop path for
+    a flat object (most leaves' data), with the same message."""
+    with pytest.raises(LeafError, match="object keys are strings"):
+        L._no_floats(value, "leaf.data")
+
+
 def test_stored_bytes_must_be_exactly_a_canonical_valid_leaf():
     raw = L.grant_revoked(3, 4, ALICE, "g", reason="x")
     value = json.loads(raw)

@@ -100,8 +100,9 @@ def _no_floats(value: Any, where: str) -> None:
     """Integers in the safe range, strings, booleans, null, lists and string-keyed objects only. The
     common case is one iterative pass over exact types (the sequencer checks every event, issue 23);
     anything unusual goes to ``_no_floats_at``, which names where the problem is. Most leaves'
-    ``data`` is a flat object of strings and small integers: one loop over its values settles it."""
-    if type(value) is dict:
+    ``data`` is a flat object of strings and small integers: one loop over its values settles it
+    (after the keys, as the walk checks every object's)."""
+    if type(value) is dict and _strings(value):
         for item in value.values():
             kind = type(item)
             if not (
