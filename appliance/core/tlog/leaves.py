@@ -220,8 +220,8 @@ def make_leaf(
         "seq": seq,
         "ts": ts,
         "kind": kind,
-        "actor": actor if type(actor) is dict else dict(actor),  # ``_plain``, inlined: every leaf
-        "data": data if type(data) is dict else dict(data),
+        "actor": _plain(actor),
+        "data": _plain(data),
     }
     if grant_id is not None:
         leaf["grant_id"] = grant_id
