@@ -36,6 +36,7 @@ from grantd.core.review.evaluate import loaded_policy_hash
 from grantd.core.tlog import leaves as L
 from grantd.core.tlog.merkle import (
     CompactRange,
+    NodeReader,
     ProofError,
     consistency_ranges,
     inclusion_proof,
@@ -411,7 +412,9 @@ class AuditLog:
         return [v.vkey for v in await self.verifiers()]
 
     # nodes
-    async def _reader(self, ranges: Sequence[tuple[int, int]]) -> Any:
+    async def _reader(self, ranges: Sequence[tuple[int, int]]) -> NodeReader:
+        """The stored nodes the ranges need, read at once (the levels a store does not keep hashed
+        again from their leaf hashes): for the sequencer's compact range, checkpoints and proofs."""
         coords = sorted({c for a, b in ranges for c in range_nodes(a, b)})
         found = with_low_levels(await self.store.tlog.nodes(stored_coords(coords)), coords)
         return lambda wanted: found
@@ -475,9 +478,7 @@ class AuditLog:
                         grant_seq if source == 0 else event_seq,
                         error,
                     )
-            peaks = CompactRange.coords(size)
-            stored = with_low_levels(await self.store.tlog.nodes(stored_coords(peaks)), peaks)
-            compact = CompactRange.load(size, lambda coords: stored)
+            compact = CompactRange.load(size, await self._reader([(0, size)] if size else []))
             result = integrate(compact, [made[0] for made in raw])
             rows = [
                 (i, leaf, digest, gid, created)
