@@ -23,7 +23,7 @@ if __package__ in (None, ""):
 from bench.tlog_sequencer import write_decided_grants  # noqa: E402
 from grantd.core.clock import SYSTEM_CLOCK  # noqa: E402
 from grantd.plugins.storage_sqlite import SQLiteStore  # noqa: E402
-from grantd.services import audit  # noqa: E402
+from grantd.services import audit, audit_leaves  # noqa: E402
 
 SPENT: dict[str, float] = {}
 
@@ -60,12 +60,12 @@ async def main(count: int) -> None:
         await log.ensure_key()
         for owner, name, label in (
             (store.grants, "event_rows_after", "grant event rows"),
-            (audit, "grant_event", "decoding"),
+            (audit_leaves, "grant_event", "decoding (within leaves)"),
             (store.tlog, "events_after", "audit events_after"),
             (store.tlog, "append", "append"),
             (store.tlog, "nodes", "nodes"),
             (store.tlog, "head", "head"),
-            (audit, "grant_event_leaves", "leaves"),
+            (audit, "row_leaves", "leaves"),
             (audit, "integrate", "integrate"),
             (audit, "_merge", "merge"),
             (log, "sign_pending", "sign"),

@@ -97,6 +97,17 @@ def loads(text: str | bytes, *, strict: bool = False) -> Any:
     return json.loads(text, parse_constant=_not_json) if strict else json.loads(text)
 
 
+def loads_unscanned(text: str | bytes) -> Any:
+    """``loads`` without the scan for a run of 19 digits (0.7 µs of a grant's snapshot; 5 % of the
+    decision log's sequencer in the server, issue 23): exactly ``loads``' value, except that an
+    integer beyond 64 bits comes back as a float. Only for a caller that refuses every float it
+    meets and then reads the text again with ``loads`` (``grantd.services.audit.row_leaves``)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def loads_strict(text: str | bytes) -> Any:
     """``loads(text, strict=True)``: Sanic's reader of every JSON request body."""
     return loads(text, strict=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import logging
 import os
 import secrets
@@ -58,10 +59,9 @@ from grantd.core.tlog.note import (
 )
 from grantd.core.tlog.receipts import BadReceipt, UnknownHost, check_host_name, receipt_host, verify_receipt
 from grantd.core.tlog.sequencer import integrate, next_checkpoint
+from grantd.services.audit_leaves import audit_event_leaf, row_leaves
 from grantd.sshkeys import KeyFormatError, parse_public_key
 from grantd.store import Conflict, Store
-from grantd.store.records import GrantEvent
-from grantd.store.rows import grant_event
 from grantd.store.tlog import AuditEvent, Host, TlogKey
 
 if TYPE_CHECKING:
@@ -83,218 +83,6 @@ def origin_of(issuer: str, configured: str | None) -> str:
     if configured:
         return configured
     return f"{urlsplit(issuer).netloc}/grantd"
-
-
-# -- events -> leaves (one rule, here) -------------------------------------------------------------------
-
-
-def _person(email: str | None, management_identity: str) -> dict[str, str]:
-    if not email:
-        return {"kind": "system"}
-    if email.startswith("policy:"):
-        return {"kind": "system", "name": email}
-    if email.lower() == management_identity.lower():
-        return {"kind": "management", "email": email}
-    return {"kind": "person", "email": email}
-
-
-def _requester(grant: Mapping[str, Any], management_identity: str) -> dict[str, str]:
-    requester_id = str(grant.get("requester_id") or "")
-    if requester_id.startswith("agt_"):
-        return {"kind": "agent", "agent_id": requester_id, "email": str(grant["requester"])}
-    return _person(str(grant.get("requester") or ""), management_identity)
-
-
-def _safe(value: Any) -> Any:
-    """JSON values a leaf can carry: floats (none are expected) become strings, so one odd request
-    field can never stop the log."""
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, dict):
-        return {str(k): _safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_safe(v) for v in value]
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > L.MAX_SAFE:
-        return str(value)
-    return value
-
-
-def _as_is(value: Any) -> Any:
-    return value
-
-
-def grant_event_leaves(
-    event: GrantEvent, seq: int, management_identity: str
-) -> list[tuple[bytes, str | None, int | None]]:
-    """The leaves of one grant event, each with its grant id and the grant's ``created_at`` (the key
-    ``store.tlog`` finds a grant's leaves by); ``seq`` is the first leaf's sequence
-    number (the log's: index + 1). An approval or denial made by a vote without a ``grant.reviewed``
-    event of its own is logged as that vote followed by the outcome, so the log shows its basis.
-
-    The request and the review are tried as they are first (the leaf's own check walks them once);
-    only when that check refuses them are they made ``_safe`` and tried again. For values ``_safe``
-    leaves unchanged the bytes are the same either way (issue 23: one walk instead of two)."""
-    try:
-        return _grant_event_leaves(event, seq, management_identity, _as_is)
-    except L.LeafError:
-        return _grant_event_leaves(event, seq, management_identity, _safe)
-
-
-def _grant_event_leaves(
-    event: GrantEvent, seq: int, management_identity: str, safe: Any
-) -> list[tuple[bytes, str | None, int | None]]:
-    grant: Mapping[str, Any] = event["grant"]
-    gid = event["grant_id"]
-    ts = int(event["created_at"])
-    kind = event["event"]
-    made: list[bytes] = []  # the next leaf's sequence number is seq + len(made)
-    if kind == "grant.created":
-        request = safe(grant.get("request") or {})
-        review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
-        made.append(
-            L.grant_created(
-                seq + len(made),
-                ts,
-                _requester(grant, management_identity),
-                gid,
-                request=request,
-                cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
-                grant_type=str(grant["grant_type"]),
-                review=safe(review) if isinstance(review, dict) else None,
-                policy_hash=str(review["policy_hash"])
-                if isinstance(review, dict) and review.get("policy_hash")
-                else None,
-            )
-        )
-    elif kind in ("grant.approved", "grant.denied"):
-        decided_by = str(grant.get("decided_by") or "")
-        actor = _person(decided_by, management_identity)
-        decision = "approve" if kind == "grant.approved" else "deny"
-        if decided_by.startswith("policy:"):
-            made.append(
-                L.grant_auto_decided(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decision=decision,
-                    rule=decided_by.removeprefix("policy:"),
-                    reason=str(grant.get("decision_reason") or ""),
-                )
-            )
-        elif grant.get("delegation_id"):
-            # a delegation that approved at creation: no vote row was written, so log its vote here
-            made.append(
-                L.grant_reviewed(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decision=decision,
-                    via="delegation",
-                )
-            )
-        # else: a vote decided it, and every vote is a grant.reviewed event of its own (logged before)
-        if kind == "grant.approved":
-            made.append(
-                L.grant_approved(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    grant_type=str(grant["grant_type"]),
-                    decided_by=decided_by,
-                    expires_at=grant.get("expires_at"),
-                )
-            )
-        else:
-            made.append(
-                L.grant_denied(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decided_by=decided_by,
-                    reason=grant.get("decision_reason"),
-                )
-            )
-    elif kind == "grant.revoked":
-        made.append(
-            L.grant_revoked(
-                seq + len(made),
-                ts,
-                _person(grant.get("revoked_by"), management_identity),
-                gid,
-                reason=grant.get("decision_reason"),
-            )
-        )
-    elif kind == "grant.expired":
-        made.append(L.grant_expired(seq + len(made), ts, {"kind": "system"}, gid))
-    elif kind == "grant.consumed":
-        make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
-        made.append(make(seq + len(made), ts, _requester(grant, management_identity), gid))
-    elif kind == "grant.used":
-        made.append(L.grant_used(seq + len(made), ts, _requester(grant, management_identity), gid))
-    elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
-        vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
-        decision = str(vote["decision"])
-        # A vote cast with a passkey over the grant's digest (a review link, D15) carries the
-        # assertion: an auditor can check offline that this person's key approved this command.
-        evidence = vote.get("evidence") if isinstance(vote.get("evidence"), dict) else None
-        webauthn = evidence.get("webauthn") if evidence is not None else None
-        made.append(
-            L.grant_reviewed(
-                seq + len(made),
-                ts,
-                _person(str(vote.get("email") or ""), management_identity),
-                gid,
-                decision=decision,
-                via=str(vote.get("via") or "api"),
-                reason=str(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
-                grant_digest=str(webauthn["grant_digest"])
-                if isinstance(webauthn, dict) and webauthn.get("grant_digest")
-                else None,
-                evidence=evidence,
-            )
-        )
-    elif kind == "grant.escalated" and "escalation_level" in grant:
-        # the level reached, as the event announces it (an event's grant holds its columns, not its review)
-        made.append(
-            L.grant_escalated(
-                seq + len(made),
-                ts,
-                {"kind": "system"},
-                gid,
-                level=int(grant["escalation_level"]),
-            )
-        )
-    else:
-        # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
-        log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
-    created = grant.get("created_at")
-    return [(leaf, gid, created) for leaf in made]
-
-
-def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None, None]:
-    """An audit event carries its leaf's kind, actor and data as they are (made ``_safe`` only when
-    the leaf's check refuses them as they are: the same bytes, one walk, as for grant events). With
-    its grant id and, unlike a grant event's leaves, no grant ``created_at``: the event does not
-    hold it, and these leaves (receipts) are rare enough for the store's index by grant id alone."""
-
-    def leaf(data: Any) -> bytes:
-        return L.make_leaf(
-            event["kind"],
-            seq=seq,
-            ts=int(event["created_at"]),
-            actor=event["actor"],
-            data=data,
-            grant_id=event["grant_id"],
-        )
-
-    try:
-        return leaf(event["data"]), event["grant_id"], None
-    except L.LeafError:
-        return leaf(_safe(event["data"])), event["grant_id"], None
 
 
 def _merge(
@@ -334,6 +122,31 @@ def _merge(
 
 
 # -- the log --------------------------------------------------------------------------------------------
+
+_pauses = 0  # steps running in this process with the collector paused (each AuditLog's, interleaved)
+_paused_here = False  # whether a step paused it (it stays off if it was off already)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Any:
+    """A step makes a few container objects per event (the decoded snapshot, the leaf's parts, the
+    rows), all freed by reference counting, none in a cycle; but each 700 of them start a young
+    collection, and the rows a step holds until its append survive into older generations, which
+    are then walked again: 5 % of the sequencer's CPU in the server (py-spy, issue 23). So the cycle
+    collector is off while a step runs; garbage with cycles made meanwhile (by requests between a
+    step's yields, when the log runs inline) is collected after it."""
+    global _pauses, _paused_here
+    if _pauses == 0 and gc.isenabled():
+        gc.disable()
+        _paused_here = True
+    _pauses += 1
+    try:
+        yield
+    finally:
+        _pauses -= 1
+        if _pauses == 0 and _paused_here:
+            _paused_here = False
+            gc.enable()
 
 
 def _key_record(signer: Signer, now: int) -> TlogKey:
@@ -421,6 +234,12 @@ class AuditLog:
 
     # the sequencer
     async def step(self) -> int:
+        """One integration (if this process holds the lease); the number of leaves added. Python's
+        cycle collector is paused for the step (``_collector_paused``)."""
+        with _collector_paused():
+            return await self._step()
+
+    async def _step(self) -> int:
         """One integration (if this process holds the lease); the number of leaves added.
 
         What a step costs when there is nothing to do (issue 23: a quiet server steps twice a
@@ -466,7 +285,7 @@ class AuditLog:
                     if source == 0:
                         row = grant_rows[position]
                         grant_seq = row[0]
-                        raw += grant_event_leaves(grant_event(row), size + len(raw) + 1, mi)
+                        raw += row_leaves(row, size + len(raw) + 1, mi)
                     else:
                         event = audit_events[position]
                         event_seq = event["seq"]

@@ -34,12 +34,13 @@ def from_json(text: str) -> Any:
     return json_codec.loads(text)
 
 
-def grant_event(row: GrantEventRow) -> GrantEvent:
+def grant_event(row: GrantEventRow, *, scanned: bool = True) -> GrantEvent:
     """The event of a stored row ``(seq, event, grant_id, requester, created_at, grant_json)``, its
     snapshot decoded (every backend's ``events_after``, and the decision log's sequencer one row at
-    a time: ``Grants.event_rows_after``)."""
+    a time: ``Grants.event_rows_after``). ``scanned=False``: by ``json_codec.loads_unscanned``
+    (an integer beyond 64 bits as a float), for the sequencer's first attempt only."""
     seq, event, grant_id, requester, created_at, text = row
-    grant = from_json(text)
+    grant = from_json(text) if scanned else json_codec.loads_unscanned(text)
     # SQLite's events recorded before its migration 3 lack these two
     if "reuse_key" not in grant or "requester_id" not in grant:
         grant.setdefault("requester_id", grant["requester"])

@@ -15,8 +15,9 @@ from grantd.core.clock import ManualClock
 from grantd.core.tlog import leaves as L
 from grantd.core.tlog.leaves import parse_leaf
 from grantd.services import audit as A
+from grantd.services import audit_leaves as AL
 from grantd.services.audit import AuditLog
-from grantd.store.rows import from_json, to_json
+from grantd.store.rows import from_json, grant_event, to_json
 from grantd.testing.factories import grant
 from grantd.testing.memory_store import MemoryStore
 
@@ -59,8 +60,8 @@ def test_leaves_made_from_values_as_they_are_equal_those_made_safe_first(
     if isinstance(review, dict):
         review["policy_hash"] = "sha256:ab"
     event = _event("grant.created", snapshot)
-    made = A.grant_event_leaves(event, 3, "admin@example.com")  # type: ignore[arg-type]
-    safe_first = A._grant_event_leaves(event, 3, "admin@example.com", A._safe)  # type: ignore[arg-type]
+    made = AL.grant_event_leaves(event, 3, "admin@example.com")  # type: ignore[arg-type]
+    safe_first = AL._grant_event_leaves(event, 3, "admin@example.com", AL._SAFE)  # type: ignore[arg-type]
     assert made == safe_first
     parse_leaf(made[0][0])  # and it is a canonical, valid leaf
 
@@ -77,9 +78,9 @@ def test_audit_event_leaves_equal_those_made_safe_first(data: dict[str, Any]) ->
         "data": data,
         "created_at": 1_700_000_000_000,
     }
-    leaf, _, _ = A.audit_event_leaf(event, 9)  # type: ignore[arg-type]
+    leaf, _, _ = AL.audit_event_leaf(event, 9)  # type: ignore[arg-type]
     expected = L.make_leaf(
-        "agent.disabled", seq=9, ts=1_700_000_000_000, actor={"kind": "system"}, data=A._safe(data)
+        "agent.disabled", seq=9, ts=1_700_000_000_000, actor={"kind": "system"}, data=AL._safe(data)
     )
     assert leaf == expected
 
@@ -87,11 +88,98 @@ def test_audit_event_leaves_equal_those_made_safe_first(data: dict[str, Any]) ->
 def test_a_float_where_the_leaf_wants_an_integer_is_still_refused():
     snapshot = {**grant("gr_x", status="approved"), "decided_by": "alice@example.com", "expires_at": 1.5}
     try:
-        A.grant_event_leaves(_event("grant.approved", snapshot), 1, "admin@example.com")  # type: ignore[arg-type]
+        AL.grant_event_leaves(_event("grant.approved", snapshot), 1, "admin@example.com")  # type: ignore[arg-type]
     except L.LeafError as error:
         assert "expires_at" in str(error)
     else:
         raise AssertionError("a float expires_at became a leaf")
+
+
+# what a stored snapshot's fields may hold, also where grantd never writes it: a string field a
+# number (one beyond 64 bits too, which orjson reads as a float), an integer field a float
+_big = st.integers(2**64, 10**22) | st.integers(-(10**22), -(2**63) - 1)  # floats to orjson
+_odd = (
+    st.none()
+    | _big
+    | st.integers(-5, 5)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([True, [], {}, "", "x", "policy:night"])
+)
+_texts = st.sampled_from(["alice@example.com", "admin@example.com", "agt_1", "once", "api"]) | _odd
+_GRANT_KINDS = [
+    "grant.created",
+    "grant.approved",
+    "grant.denied",
+    "grant.revoked",
+    "grant.expired",
+    "grant.consumed",
+    "grant.used",
+    "grant.reviewed",
+    "grant.escalated",
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    kind=st.sampled_from(_GRANT_KINDS),
+    texts=st.fixed_dictionaries(
+        {
+            k: _texts
+            for k in (
+                "grant_type",
+                "decided_by",
+                "requester_id",
+                "decision_reason",
+                "revoked_by",
+                "delegation_id",
+            )
+        }
+    ),
+    vote=st.fixed_dictionaries({k: _texts for k in ("decision", "email", "via", "reason")}),
+    numbers=st.fixed_dictionaries(
+        {k: st.integers(0, 2**53) | _odd for k in ("expires_at", "escalation_level")}
+    ),
+    created_at=st.integers(0, 2**53) | _odd,
+    request=st.dictionaries(st.text(max_size=6), _values | _big, max_size=3),
+)
+def test_a_row_decoded_without_the_digit_scan_gives_the_leaves_of_the_scanned_decoding(
+    kind: str,
+    texts: dict[str, Any],
+    vote: dict[str, Any],
+    numbers: dict[str, Any],
+    created_at: Any,
+    request: dict[str, Any],
+) -> None:
+    """``row_leaves`` (the sequencer's: orjson without the scan for 19 digits, values as they are)
+    makes exactly what the scanned decoding makes, or fails as it fails, for any snapshot: integers
+    beyond 64 bits (read as floats without the scan) wherever they are, and fields of the wrong type."""
+    snapshot = {
+        **grant("gr_x"),
+        **texts,
+        **numbers,
+        "created_at": created_at,
+        "requester": "bot@agents.example.com",
+        "request": {**request, "command": ["ls"]},
+        "vote": vote,
+    }
+    row = (7, kind, "gr_x", "bot@agents.example.com", 1_700_000_000_000, json.dumps(snapshot))
+
+    def outcome(make: Any) -> Any:
+        try:
+            return ("leaves", make())
+        except (KeyError, TypeError, ValueError) as error:  # what the step logs and skips
+            return ("refused", type(error))
+
+    scanned = outcome(lambda: AL.grant_event_leaves(grant_event(row), 3, "admin@example.com"))
+    assert outcome(lambda: AL.row_leaves(row, 3, "admin@example.com")) == scanned
+
+
+def test_a_revoker_that_is_not_a_string_is_logged_as_one_instead_of_stopping_the_log():
+    """A snapshot's ``revoked_by`` went to ``_person`` unconverted: a number there raised an
+    AttributeError, which the step does not skip, so every later step failed on the same event."""
+    snapshot = {**grant("gr_x", status="revoked"), "revoked_by": 12345}
+    [(leaf, _, _)] = AL.grant_event_leaves(_event("grant.revoked", snapshot), 1, "admin@example.com")  # type: ignore[arg-type]
+    assert parse_leaf(leaf).actor == {"kind": "person", "email": "12345"}
 
 
 class _Counting:
@@ -268,9 +356,9 @@ def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
         "decided_by": "alice@example.com",
         "expires_at": expires_at,
     }
-    created = {"request": A._safe(request), "cmd_hash": "sha256:ab", "grant_type": grant_type}
+    created = {"request": AL._safe(request), "cmd_hash": "sha256:ab", "grant_type": grant_type}
     if review is not None:
-        created |= {"review": A._safe(review), "policy_hash": "sha256:cd"}
+        created |= {"review": AL._safe(review), "policy_hash": "sha256:cd"}
     approved: dict[str, Any] = {"grant_type": grant_type, "decided_by": "alice@example.com"}
     if expires_at is not None:
         approved["expires_at"] = expires_at
@@ -286,7 +374,7 @@ def test_the_sequencers_leaves_are_the_rfc8785_encoding_of_their_mapping(
         ("grant.consumed", snapshot, consumed, _AGENT, {}),
     ]
     for event, state, kind, actor, data in cases:
-        made = A.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
+        made = AL.grant_event_leaves(_event(event, state), 5, "admin@example.com")  # type: ignore[arg-type]
         assert made == [(_reference(kind, 5, actor, data), "gr_x", state["created_at"])], event
 
 
