@@ -101,7 +101,7 @@ def loads_unscanned(text: str | bytes) -> Any:
     """``loads`` without the scan for a run of 19 digits (0.7 µs of a grant's snapshot; 5 % of the
     decision log's sequencer in the server, issue 23): exactly ``loads``' value, except that an
     integer beyond 64 bits comes back as a float. Only for a caller that refuses every float it
-    meets and then reads the text again with ``loads`` (``grantd.services.audit.row_leaves``)."""
+    meets and then reads the text again with ``loads`` (``grantd.services.audit_leaves.row_leaves``)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:

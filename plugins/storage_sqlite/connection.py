@@ -75,7 +75,7 @@ class _Database:
         # ...but a write transaction that dirties more pages than that (the decision log's sequencer
         # writes up to 4,000 leaves in one step: ~2.5 MiB of new pages) would spill them to the WAL
         # before its commit, and write many of them there again at the commit: twice the page
-        # writes, 5 % of the sequencer's CPU in the server (issue 23, docs/performance.md). Dirty
+        # writes, 6 % of the sequencer's CPU in the server (issue 23, docs/performance.md). Dirty
         # pages are kept up to SPILL_AFTER_PAGES (16 MiB of 4 KiB pages), so such a step writes each
         # page once; an unbounded transaction (a purge of old events) still spills past that, so its
         # memory stays bounded. Clean pages are freed back to ``cache_size`` as before.
