@@ -240,7 +240,7 @@ class AuditLog:
             return await self._step()
 
     async def _step(self) -> int:
-        """One integration (if this process holds the lease); the number of leaves added.
+        """``step`` itself, the collector already paused.
 
         What a step costs when there is nothing to do (issue 23: a quiet server steps twice a
         second): a process that sees another's live lease reads one row; the holder (or anyone,

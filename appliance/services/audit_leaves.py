@@ -130,6 +130,7 @@ def _grant_event_leaves(
     ts = int(event["created_at"])
     kind = event["event"]
     text = read.text
+    created = read.stamp(grant.get("created_at"))  # first: a refusal comes before anything is logged
     made: list[bytes] = []  # the next leaf's sequence number is seq + len(made)
     if kind == "grant.created":
         request = read.value(grant.get("request") or {})
@@ -254,7 +255,6 @@ def _grant_event_leaves(
     else:
         # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
         log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
-    created = read.stamp(grant.get("created_at"))
     return [(leaf, gid, created) for leaf in made]
 
 
