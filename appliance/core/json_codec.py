@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 _PLAIN = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
-_SORTED = _PLAIN | orjson.OPT_SORT_KEYS
+_SORTED_STRICT = _PLAIN | orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 
 
 def _refuse(value: Any) -> Any:
@@ -60,10 +60,11 @@ def dumps(value: Any) -> str:
 
 
 def dumps_sorted(value: Any) -> bytes | None:
-    """Compact JSON with sorted keys as UTF-8 bytes, or None when orjson refuses the value (the
-    caller decides what then: ``grantd.core.tlog.leaves.canonical`` asks the rfc8785 library)."""
+    """Compact JSON with sorted keys as UTF-8 bytes, or None when orjson refuses the value, an
+    integer outside RFC 8785's safe range ±(2^53 − 1) included (the caller decides what then:
+    ``grantd.core.tlog.leaves.canonical`` asks the rfc8785 library)."""
     try:
-        return orjson.dumps(value, default=_refuse, option=_SORTED)
+        return orjson.dumps(value, default=_refuse, option=_SORTED_STRICT)
     except TypeError:
         return None
 

@@ -267,7 +267,8 @@ class AuditLog:
         if renew and not await self.store.tlog.lease(self.holder, now, LEASE_MS):
             return 0  # (a holder renews once half its lease is gone, not at every step: one write less)
         order = _merge(
-            [int(row[4]) for row in grant_rows],
+            # times are compared only when both sources have events (grant writes alone: none read)
+            [int(row[4]) for row in grant_rows] if audit_events else range(len(grant_rows)),
             [int(e["created_at"]) for e in audit_events],
             (len(grant_rows) >= BATCH, len(audit_events) >= BATCH),
         )
@@ -301,7 +302,7 @@ class AuditLog:
             result = integrate(compact, [made[0] for made in raw])
             rows = [
                 (i, leaf, digest, gid, created)
-                for (i, leaf, digest), (_, gid, created) in zip(result.leaf_rows, raw, strict=True)
+                for i, ((leaf, gid, created), digest) in enumerate(zip(raw, result.hashes, strict=True), size)
             ]
             if not await self.store.tlog.append(
                 holder=self.holder,

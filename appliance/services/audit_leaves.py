@@ -12,7 +12,7 @@ from typing import Any
 
 from grantd.core.tlog import leaves as L
 from grantd.store.records import GrantEvent, GrantEventRow
-from grantd.store.rows import grant_event
+from grantd.store.rows import grant_event, snapshot_of
 from grantd.store.tlog import AuditEvent
 
 log = logging.getLogger("grantd.audit")
@@ -68,7 +68,9 @@ def _number_as_is(value: Any) -> int:
 
 
 def _stamp_as_is(value: Any) -> Any:
-    return value if value is None else _number_as_is(value)
+    if value is None or type(value) is int:
+        return value
+    raise L.LeafError(f"{type(value).__name__} where a snapshot holds an integer")
 
 
 @dataclass(frozen=True)
@@ -83,24 +85,28 @@ class _Reading:
     value: Callable[[Any], Any]  # the request, the pinned review
     text: Callable[[Any], str]  # a field that holds a string
     number: Callable[[Any], int]  # a field that holds an integer
-    stamp: Callable[[Any], Any]  # the grant's created_at, the key its leaves are found by
+    stamp: Callable[[Any], Any]  # an integer or null: the grant's created_at, expires_at
+    vouched: bool  # every value the write path's leaves carry is read with its exact type (make_leaf's)
 
 
-_AS_IS = _Reading(_as_is, _text_as_is, _number_as_is, _stamp_as_is)
-_SAFE = _Reading(_safe, str, int, _as_is)
+_AS_IS = _Reading(_as_is, _text_as_is, _number_as_is, _stamp_as_is, vouched=True)
+_SAFE = _Reading(_safe, str, int, _as_is, vouched=False)
 
 
 def row_leaves(
     row: GrantEventRow, seq: int, management_identity: str
 ) -> list[tuple[bytes, str | None, int | None]]:
-    """``grant_event_leaves`` of a stored row (the sequencer's way). The snapshot is first decoded
-    without ``json_codec.loads``' scan for a run of 19 digits (5 % of the sequencer's CPU in the
-    server, issue 23) and tried as it is: an integer beyond 64 bits, read as a float there, is refused
-    wherever it would reach a leaf (a float in the leaf's data, or where a field holds a string or
-    an integer), and then the row is decoded again with the scan and made into leaves exactly as
-    before. So the bytes are always those of the scanned decoding (tests/unit/test_audit_sequencer_cost.py)."""
+    """``grant_event_leaves`` of a stored row (the sequencer's way), its snapshot decoded straight
+    from the row. The snapshot is first decoded without ``json_codec.loads``' scan for a run of 19
+    digits (5 % of the sequencer's CPU in the server, issue 23) and tried as it is: an integer beyond
+    64 bits, read as a float there, is refused wherever it would reach a leaf (a float in the leaf's
+    data, or where a field holds a string or an integer), and then the row is decoded again with the
+    scan and made into leaves exactly as before. So the bytes are always those of the scanned
+    decoding (tests/unit/test_audit_sequencer_cost.py)."""
+    _, kind, grant_id, _, created_at, text = row
     try:
-        return _grant_event_leaves(grant_event(row, scanned=False), seq, management_identity, _AS_IS)
+        snapshot = snapshot_of(text, scanned=False)
+        return _leaves(kind, snapshot, grant_id, int(created_at), seq, management_identity, _AS_IS)
     except L.LeafError:
         return grant_event_leaves(grant_event(row), seq, management_identity)
 
@@ -116,146 +122,175 @@ def grant_event_leaves(
     The snapshot's values are tried as they are first (``_AS_IS``: the leaf's own check walks the
     request and the review once); only when a check refuses them are they made safe (``_SAFE``) and
     tried again. For values ``_safe`` leaves unchanged the bytes are the same either way."""
-    try:
-        return _grant_event_leaves(event, seq, management_identity, _AS_IS)
-    except L.LeafError:
-        return _grant_event_leaves(event, seq, management_identity, _SAFE)
-
-
-def _grant_event_leaves(
-    event: GrantEvent, seq: int, management_identity: str, read: _Reading
-) -> list[tuple[bytes, str | None, int | None]]:
-    grant: Mapping[str, Any] = event["grant"]
-    gid = event["grant_id"]
+    kind, grant, grant_id = event["event"], event["grant"], event["grant_id"]
     ts = int(event["created_at"])
-    kind = event["event"]
-    text = read.text
+    try:
+        return _leaves(kind, grant, grant_id, ts, seq, management_identity, _AS_IS)
+    except L.LeafError:
+        return _leaves(kind, grant, grant_id, ts, seq, management_identity, _SAFE)
+
+
+def _leaves(
+    kind: str,
+    grant: Mapping[str, Any],
+    gid: str,
+    ts: int,
+    seq: int,
+    management_identity: str,
+    read: _Reading,
+) -> list[tuple[bytes, str | None, int | None]]:
     created = read.stamp(grant.get("created_at"))  # first: a refusal comes before anything is logged
-    made: list[bytes] = []  # the next leaf's sequence number is seq + len(made)
-    if kind == "grant.created":
-        request = read.value(grant.get("request") or {})
-        review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
-        made.append(
-            L.grant_created(
-                seq + len(made),
-                ts,
-                _requester(grant, management_identity, text),
-                gid,
-                request=request,
-                cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
-                grant_type=text(grant["grant_type"]),
-                review=read.value(review) if isinstance(review, dict) else None,
-                policy_hash=text(review["policy_hash"])
-                if isinstance(review, dict) and review.get("policy_hash")
-                else None,
-            )
-        )
-    elif kind in ("grant.approved", "grant.denied"):
-        decided_by = text(grant.get("decided_by") or "")
-        actor = _person(decided_by, management_identity)
-        decision = "approve" if kind == "grant.approved" else "deny"
-        if decided_by.startswith("policy:"):
-            made.append(
-                L.grant_auto_decided(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decision=decision,
-                    rule=decided_by.removeprefix("policy:"),
-                    reason=text(grant.get("decision_reason") or ""),
-                )
-            )
-        elif grant.get("delegation_id"):
-            # a delegation that approved at creation: no vote row was written, so log its vote here
-            made.append(
-                L.grant_reviewed(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decision=decision,
-                    via="delegation",
-                )
-            )
-        # else: a vote decided it, and every vote is a grant.reviewed event of its own (logged before)
-        if kind == "grant.approved":
-            made.append(
-                L.grant_approved(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    grant_type=text(grant["grant_type"]),
-                    decided_by=decided_by,
-                    expires_at=grant.get("expires_at"),
-                )
-            )
-        else:
-            made.append(
-                L.grant_denied(
-                    seq + len(made),
-                    ts,
-                    actor,
-                    gid,
-                    decided_by=decided_by,
-                    reason=grant.get("decision_reason"),
-                )
-            )
-    elif kind == "grant.revoked":
-        made.append(
-            L.grant_revoked(
-                seq + len(made),
-                ts,
-                _person(text(grant.get("revoked_by") or ""), management_identity),
-                gid,
-                reason=grant.get("decision_reason"),
-            )
-        )
-    elif kind == "grant.expired":
-        made.append(L.grant_expired(seq + len(made), ts, {"kind": "system"}, gid))
-    elif kind == "grant.consumed":
-        make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
-        made.append(make(seq + len(made), ts, _requester(grant, management_identity, text), gid))
-    elif kind == "grant.used":
-        made.append(L.grant_used(seq + len(made), ts, _requester(grant, management_identity, text), gid))
-    elif kind == "grant.reviewed" and isinstance(grant.get("vote"), dict):
-        vote = grant["vote"]  # every vote, final or not, is recorded with its own event (D13, D14)
-        decision = text(vote["decision"])
-        # A vote cast with a passkey over the grant's digest (a review link, D15) carries the
-        # assertion: an auditor can check offline that this person's key approved this command.
-        evidence = vote.get("evidence") if isinstance(vote.get("evidence"), dict) else None
-        webauthn = evidence.get("webauthn") if evidence is not None else None
-        made.append(
-            L.grant_reviewed(
-                seq + len(made),
-                ts,
-                _person(text(vote.get("email") or ""), management_identity),
-                gid,
-                decision=decision,
-                via=text(vote.get("via") or "api"),
-                reason=text(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
-                grant_digest=text(webauthn["grant_digest"])
-                if isinstance(webauthn, dict) and webauthn.get("grant_digest")
-                else None,
-                evidence=evidence,
-            )
-        )
-    elif kind == "grant.escalated" and "escalation_level" in grant:
-        # the level reached, as the event announces it (an event's grant holds its columns, not its review)
-        made.append(
-            L.grant_escalated(
-                seq + len(made),
-                ts,
-                {"kind": "system"},
-                gid,
-                level=read.number(grant["escalation_level"]),
-            )
-        )
-    else:
+    make = _BY_KIND.get(kind)
+    made = make(grant, gid, ts, seq, management_identity, read) if make is not None else None
+    if made is None:
         # Never jam the log on an event it cannot read: say so loudly; the grant row and its event stay.
         log.error("decision log: grant event %s of %s has no leaf mapping; not logged", kind, gid)
+        return []
+    if len(made) == 1:  # most events: one leaf, without a comprehension's frame
+        return [(made[0], gid, created)]
     return [(leaf, gid, created) for leaf in made]
+
+
+# One function per grant event kind: (snapshot, grant id, event time, first leaf's seq, the
+# management identity, how values are read) -> the event's leaves, or None when the snapshot lacks
+# what its kind is logged from. Each reads its fields in the order it uses them, so the first
+# refusal is always the same one.
+_Made = list[bytes] | None
+
+
+def _created(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    request = read.value(grant.get("request") or {})
+    review = grant.get("pinned_review")  # the policy review pinned at creation (D13), if any
+    return [
+        L.grant_created(
+            seq,
+            ts,
+            _requester(grant, mi, read.text),
+            gid,
+            request=request,
+            cmd_hash=request.get("cmd_hash") if isinstance(request, dict) else None,
+            grant_type=read.text(grant["grant_type"]),
+            review=read.value(review) if isinstance(review, dict) else None,
+            policy_hash=read.text(review["policy_hash"])
+            if isinstance(review, dict) and review.get("policy_hash")
+            else None,
+            vouched=read.vouched,
+        )
+    ]
+
+
+def _basis(
+    grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading, decision: str
+) -> tuple[list[bytes], str, dict[str, str]]:
+    """What an approval or denial was based on, when no vote event of its own logged it: a rule
+    (``grant.auto_decided``) or a delegation that approved at creation (its vote, logged here); a
+    vote's ``grant.reviewed`` event was logged before. With who decided, as text and as an actor."""
+    decided_by = read.text(grant.get("decided_by") or "")
+    actor = _person(decided_by, mi)
+    if decided_by.startswith("policy:"):
+        rule = decided_by.removeprefix("policy:")
+        reason = read.text(grant.get("decision_reason") or "")
+        return (
+            [L.grant_auto_decided(seq, ts, actor, gid, decision=decision, rule=rule, reason=reason)],
+            decided_by,
+            actor,
+        )
+    if grant.get("delegation_id"):
+        return [L.grant_reviewed(seq, ts, actor, gid, decision=decision, via="delegation")], decided_by, actor
+    return [], decided_by, actor
+
+
+def _approved(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    made, decided_by, actor = _basis(grant, gid, ts, seq, mi, read, "approve")
+    made.append(
+        L.grant_approved(
+            seq + len(made),
+            ts,
+            actor,
+            gid,
+            grant_type=read.text(grant["grant_type"]),
+            decided_by=decided_by,
+            expires_at=read.stamp(grant.get("expires_at")),
+            vouched=read.vouched,
+        )
+    )
+    return made
+
+
+def _denied(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    made, decided_by, actor = _basis(grant, gid, ts, seq, mi, read, "deny")
+    made.append(
+        L.grant_denied(
+            seq + len(made), ts, actor, gid, decided_by=decided_by, reason=grant.get("decision_reason")
+        )
+    )
+    return made
+
+
+def _revoked(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    actor = _person(read.text(grant.get("revoked_by") or ""), mi)
+    return [L.grant_revoked(seq, ts, actor, gid, reason=grant.get("decision_reason"))]
+
+
+def _expired(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    return [L.grant_expired(seq, ts, {"kind": "system"}, gid)]
+
+
+def _consumed(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    make = L.grant_consumed if grant.get("grant_type") == "once" else L.grant_used
+    return [make(seq, ts, _requester(grant, mi, read.text), gid, vouched=read.vouched)]
+
+
+def _used(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    return [L.grant_used(seq, ts, _requester(grant, mi, read.text), gid, vouched=read.vouched)]
+
+
+def _reviewed(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    vote = grant.get("vote")  # every vote, final or not, is recorded with its own event (D13, D14)
+    if not isinstance(vote, dict):
+        return None
+    text = read.text
+    decision = text(vote["decision"])
+    # A vote cast with a passkey over the grant's digest (a review link, D15) carries the
+    # assertion: an auditor can check offline that this person's key approved this command.
+    evidence = vote.get("evidence") if isinstance(vote.get("evidence"), dict) else None
+    webauthn = evidence.get("webauthn") if evidence is not None else None
+    return [
+        L.grant_reviewed(
+            seq,
+            ts,
+            _person(text(vote.get("email") or ""), mi),
+            gid,
+            decision=decision,
+            via=text(vote.get("via") or "api"),
+            reason=text(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
+            grant_digest=text(webauthn["grant_digest"])
+            if isinstance(webauthn, dict) and webauthn.get("grant_digest")
+            else None,
+            evidence=evidence,
+            vouched=read.vouched,
+        )
+    ]
+
+
+def _escalated(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, read: _Reading) -> _Made:
+    if "escalation_level" not in grant:
+        return None
+    # the level reached, as the event announces it (an event's grant holds its columns, not its review)
+    return [L.grant_escalated(seq, ts, {"kind": "system"}, gid, level=read.number(grant["escalation_level"]))]
+
+
+_BY_KIND: dict[str, Callable[[Mapping[str, Any], str, int, int, str, _Reading], _Made]] = {
+    "grant.created": _created,
+    "grant.approved": _approved,
+    "grant.denied": _denied,
+    "grant.revoked": _revoked,
+    "grant.expired": _expired,
+    "grant.consumed": _consumed,
+    "grant.used": _used,
+    "grant.reviewed": _reviewed,
+    "grant.escalated": _escalated,
+}
 
 
 def audit_event_leaf(event: AuditEvent, seq: int) -> tuple[bytes, str | None, None]:

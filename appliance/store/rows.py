@@ -34,17 +34,12 @@ def from_json(text: str) -> Any:
     return json_codec.loads(text)
 
 
-def grant_event(row: GrantEventRow, *, scanned: bool = True) -> GrantEvent:
+def grant_event(row: GrantEventRow) -> GrantEvent:
     """The event of a stored row ``(seq, event, grant_id, requester, created_at, grant_json)``, its
-    snapshot decoded (every backend's ``events_after``, and the decision log's sequencer one row at
-    a time: ``Grants.event_rows_after``). ``scanned=False``: by ``json_codec.loads_unscanned``
-    (an integer beyond 64 bits as a float), for the sequencer's first attempt only."""
+    snapshot decoded (every backend's ``events_after``, and the decision log's sequencer when a
+    snapshot's values must be made safe: ``grantd.services.audit_leaves``)."""
     seq, event, grant_id, requester, created_at, text = row
-    grant = from_json(text) if scanned else json_codec.loads_unscanned(text)
-    # SQLite's events recorded before its migration 3 lack these two
-    if "reuse_key" not in grant or "requester_id" not in grant:
-        grant.setdefault("requester_id", grant["requester"])
-        grant.setdefault("reuse_key", None)
+    grant = snapshot_of(text)
     return {
         "seq": seq,
         "event": event,
@@ -53,6 +48,19 @@ def grant_event(row: GrantEventRow, *, scanned: bool = True) -> GrantEvent:
         "created_at": created_at,
         "grant": grant,
     }
+
+
+def snapshot_of(text: str, *, scanned: bool = True) -> Any:
+    """A grant event's stored snapshot decoded (``grant_event``'s; the decision log's sequencer's
+    straight from the row, ``grantd.services.audit_leaves.row_leaves``). ``scanned=False``: by
+    ``json_codec.loads_unscanned`` (an integer beyond 64 bits as a float), for the sequencer's first
+    attempt only."""
+    grant = from_json(text) if scanned else json_codec.loads_unscanned(text)
+    # SQLite's events recorded before its migration 3 lack these two
+    if "reuse_key" not in grant or "requester_id" not in grant:
+        grant.setdefault("requester_id", grant["requester"])
+        grant.setdefault("reuse_key", None)
+    return grant
 
 
 def to_json(value: Any) -> str:

@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,7 +62,9 @@ def test_leaves_made_from_values_as_they_are_equal_those_made_safe_first(
         review["policy_hash"] = "sha256:ab"
     event = _event("grant.created", snapshot)
     made = AL.grant_event_leaves(event, 3, "admin@example.com")  # type: ignore[arg-type]
-    safe_first = AL._grant_event_leaves(event, 3, "admin@example.com", AL._SAFE)  # type: ignore[arg-type]
+    safe_first = AL._leaves(
+        "grant.created", snapshot, "gr_x", event["created_at"], 3, "admin@example.com", AL._SAFE
+    )
     assert made == safe_first
     parse_leaf(made[0][0])  # and it is a canonical, valid leaf
 
@@ -135,12 +138,18 @@ _GRANT_KINDS = [
             )
         }
     ),
-    vote=st.fixed_dictionaries({k: _texts for k in ("decision", "email", "via", "reason")}),
+    vote=st.fixed_dictionaries(
+        {k: _texts for k in ("decision", "email", "via", "reason")},
+        optional={"evidence": st.dictionaries(st.text(max_size=6), _values | _big, max_size=3) | _odd},
+    ),
     numbers=st.fixed_dictionaries(
         {k: st.integers(0, 2**53) | _odd for k in ("expires_at", "escalation_level")}
     ),
     created_at=st.integers(0, 2**53) | _odd,
     request=st.dictionaries(st.text(max_size=6), _values | _big, max_size=3),
+    review=st.none()
+    | _odd
+    | st.dictionaries(st.sampled_from(["policy_hash", "p", "é"]), _values | _big, max_size=3),
 )
 def test_a_row_decoded_without_the_digit_scan_gives_the_leaves_of_the_scanned_decoding(
     kind: str,
@@ -149,10 +158,13 @@ def test_a_row_decoded_without_the_digit_scan_gives_the_leaves_of_the_scanned_de
     numbers: dict[str, Any],
     created_at: Any,
     request: dict[str, Any],
+    review: Any,
 ) -> None:
-    """``row_leaves`` (the sequencer's: orjson without the scan for 19 digits, values as they are)
-    makes exactly what the scanned decoding makes, or fails as it fails, for any snapshot: integers
-    beyond 64 bits (read as floats without the scan) wherever they are, and fields of the wrong type."""
+    """``row_leaves`` (the sequencer's: orjson without the scan for 19 digits, values as they are,
+    the checks its exact-type reading vouches for left out: ``make_leaf(vouched=True)``) makes
+    exactly what the scanned decoding makes, or fails as it fails, for any snapshot: integers
+    beyond 64 bits (read as floats without the scan) wherever they are, and fields of the wrong
+    type. And every leaf it makes is a canonical, valid leaf."""
     snapshot = {
         **grant("gr_x"),
         **texts,
@@ -160,6 +172,7 @@ def test_a_row_decoded_without_the_digit_scan_gives_the_leaves_of_the_scanned_de
         "created_at": created_at,
         "requester": "bot@agents.example.com",
         "request": {**request, "command": ["ls"]},
+        "pinned_review": review,
         "vote": vote,
     }
     row = (7, kind, "gr_x", "bot@agents.example.com", 1_700_000_000_000, json.dumps(snapshot))
@@ -171,7 +184,105 @@ def test_a_row_decoded_without_the_digit_scan_gives_the_leaves_of_the_scanned_de
             return ("refused", type(error))
 
     scanned = outcome(lambda: AL.grant_event_leaves(grant_event(row), 3, "admin@example.com"))
-    assert outcome(lambda: AL.row_leaves(row, 3, "admin@example.com")) == scanned
+    made = outcome(lambda: AL.row_leaves(row, 3, "admin@example.com"))
+    assert made == scanned
+    if made[0] == "leaves":
+        for leaf, _, _ in made[1]:
+            parse_leaf(leaf)
+
+
+_ODD_VALUES = [1.5, 2**53, 2**70, -(2**70), True, [1.5], {"x": [2**60]}, "é", None, ""]
+_VALID_VOTE = {"decision": "approve", "email": "alice@example.com", "via": "link", "reason": None}
+
+
+@pytest.mark.parametrize(
+    "kind", ["grant.created", "grant.reviewed", "grant.approved", "grant.consumed", "grant.used"]
+)
+def test_every_leaf_the_sequencer_makes_is_valid_whatever_one_field_holds(kind: str) -> None:
+    """The write path's kinds, whose leaves ``make_leaf`` makes vouched for by the sequencer's exact-type
+    reading: each field those leaves read holds, in turn, a float, an integer outside the safe
+    range or beyond 64 bits, a boolean, a nested float, non-ASCII text, null or an empty string
+    (everything else valid). Whatever comes out is exactly what the scanned decoding makes, and
+    every leaf of it is a canonical, valid leaf (``parse_leaf``)."""
+    base = {
+        **grant("gr_x", requester_id="agt_1", decided_by="alice@example.com"),
+        "request": {"command": ["ls"], "cmd_hash": "sha256:ab"},
+        "pinned_review": {"policy_hash": "sha256:cd", "policies": ["p"]},
+        "vote": dict(_VALID_VOTE, evidence={"webauthn": {"grant_digest": "sha256:ef"}}),
+    }
+    fields = [k for k in base if k not in ("id", "vote")] + [f"vote.{k}" for k in (*_VALID_VOTE, "evidence")]
+    for field in fields:
+        for odd in _ODD_VALUES:
+            snapshot = json.loads(json.dumps(base))
+            if field.startswith("vote."):
+                snapshot["vote"][field.removeprefix("vote.")] = odd
+            else:
+                snapshot[field] = odd
+            row = (7, kind, "gr_x", "bot@agents.example.com", 1_700_000_000_000, json.dumps(snapshot))
+            try:
+                made = AL.row_leaves(row, 3, "admin@example.com")
+            except (KeyError, TypeError, ValueError, AttributeError):
+                with pytest.raises((KeyError, TypeError, ValueError, AttributeError)):
+                    AL.grant_event_leaves(grant_event(row), 3, "admin@example.com")
+                continue
+            assert made == AL.grant_event_leaves(grant_event(row), 3, "admin@example.com"), (field, odd)
+            for leaf, _, _ in made:
+                parse_leaf(leaf)
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"seq": -1}, "seq"),
+        ({"seq": 2**53}, "seq"),
+        ({"ts": 1.5}, "ts"),
+        ({"seq": True}, "seq"),
+        ({"grant_id": ""}, "grant_id"),
+        ({"grant_id": None}, "grant_id"),
+        ({"data": {"decision": "maybe", "via": "api"}}, "decision"),
+        ({"data": {"decision": "approve", "via": "api", "n": 2**53}}, "safe integer range"),
+        ({"data": {"decision": "approve", "via": "api", "n": -(2**60)}}, "safe integer range"),
+    ],
+)
+def test_a_vouched_leaf_still_checks_what_no_reading_can_vouch_for(change: dict[str, Any], refused: str):
+    """``make_leaf(vouched=True)`` leaves out the actor's and the data's type checks (the caller read
+    them with exact types), never the sequence number, the time, the grant id, a decision or the
+    range of integers."""
+    leaf: dict[str, Any] = {
+        "seq": 1,
+        "ts": 1_700_000_000_000,
+        "actor": {"kind": "person", "email": "alice@example.com"},
+        "data": {"decision": "approve", "via": "api"},
+        "grant_id": "gr_x",
+    }
+    parse_leaf(L.make_leaf("grant.reviewed", **leaf, vouched=True))
+    with pytest.raises(L.LeafError, match=refused):
+        L.make_leaf("grant.reviewed", **{**leaf, **change}, vouched=True)
+
+
+def test_a_vouched_leaf_walks_the_nested_values_it_is_given():
+    """The request, the review and a vote's evidence come from the snapshot as they are: the kind's
+    function walks them for floats and unsafe integers when the caller vouches for the rest."""
+    with pytest.raises(L.LeafError, match="integers"):
+        L.grant_created(
+            1, 1, _AGENT, "gr_x", request={"a": [{"b": 1.5}]}, cmd_hash=None, grant_type="once", vouched=True
+        )
+    with pytest.raises(L.LeafError, match="safe integer range"):
+        L.grant_created(
+            1,
+            1,
+            _AGENT,
+            "gr_x",
+            request={},
+            cmd_hash=None,
+            grant_type="once",
+            review={"n": [2**60]},
+            vouched=True,
+        )
+    with pytest.raises(L.LeafError, match="integers"):
+        L.grant_reviewed(
+            1, 1, _ALICE, "gr_x", decision="approve", via="link", evidence={"x": 0.5}, vouched=True
+        )
 
 
 def test_a_revoker_that_is_not_a_string_is_logged_as_one_instead_of_stopping_the_log():

@@ -116,4 +116,11 @@ def test_a_body_reads_as_json_loads_reads_it_but_for_nan(text: str) -> None:
 def test_sorted_gives_way_when_orjson_refuses() -> None:
     assert json_codec.dumps_sorted({"b": 1, "a": [True, None]}) == b'{"a":[true,null],"b":1}'
     assert json_codec.dumps_sorted({"n": 2**70}) is None
+    # RFC 8785's safe range, as the decision log's leaves want it (make_leaf relies on the refusal)
+    assert (
+        json_codec.dumps_sorted({"n": [2**53 - 1, -(2**53 - 1)]})
+        == b'{"n":[9007199254740991,-9007199254740991]}'
+    )
+    assert json_codec.dumps_sorted({"n": 2**53}) is None
+    assert json_codec.dumps_sorted({"n": -(2**53)}) is None
     assert json_codec.dumps_sorted({"s": "\ud800"}) is None

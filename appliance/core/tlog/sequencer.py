@@ -23,10 +23,17 @@ from grantd.core.tlog.note import Checkpoint, InconsistentCheckpoint, Signer, si
 
 @dataclass(frozen=True)
 class Step:
-    leaf_rows: list[tuple[int, bytes, bytes]]  # (index, leaf, leaf hash) for tlog_leaves
+    first: int  # the first new leaf's index
+    leaves: Sequence[bytes]
+    hashes: list[bytes]  # each leaf's hash, in the same order
     node_rows: list[tuple[int, int, bytes]]  # (level, index, hash) for tlog_nodes
     size: int
     root: bytes
+
+    @property
+    def leaf_rows(self) -> list[tuple[int, bytes, bytes]]:
+        """(index, leaf, leaf hash) for tlog_leaves."""
+        return list(zip(range(self.first, self.size), self.leaves, self.hashes, strict=True))
 
 
 def integrate(compact: CompactRange, leaves: Sequence[bytes]) -> Step:
@@ -37,8 +44,7 @@ def integrate(compact: CompactRange, leaves: Sequence[bytes]) -> Step:
     sha256 = hashlib.sha256
     hashes = [sha256(b"\x00" + leaf).digest() for leaf in leaves]  # leaf_hash, inlined
     nodes = working.extend(hashes)
-    rows = list(zip(range(first, first + len(hashes)), leaves, hashes, strict=True))
-    return Step(rows, nodes, working.size, working.root())
+    return Step(first, leaves, hashes, nodes, working.size, working.root())
 
 
 def next_checkpoint(signer: Signer, size: int, previous: Checkpoint | None, read: NodeReader) -> str:
