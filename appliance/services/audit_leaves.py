@@ -80,7 +80,9 @@ class _Reading:
     an integer field refused unless it is one. Made safe (``_SAFE``, when that refused the event):
     the request and the review ``_safe``, the fields converted by ``str`` and ``int``. For an event
     the first accepts, both make the same bytes (issue 23: one walk instead of two; and a snapshot
-    decoded without the 19-digit scan can be tried as it is: ``row_leaves``)."""
+    decoded without the 19-digit scan can be tried as it is: ``row_leaves``). Because the first
+    reads every value of the write path's leaves with its exact type, it tells ``make_leaf`` so
+    (``vouched``), which then leaves out the type checks already made."""
 
     value: Callable[[Any], Any]  # the request, the pinned review
     text: Callable[[Any], str]  # a field that holds a string
