@@ -60,7 +60,7 @@ async def main(count: int) -> None:
         await log.ensure_key()
         for owner, name, label in (
             (store.grants, "event_rows_after", "grant event rows"),
-            (audit_leaves, "grant_event", "decoding (within leaves)"),
+            (audit_leaves, "snapshot_of", "decoding (within leaves)"),
             (store.tlog, "events_after", "audit events_after"),
             (store.tlog, "append", "append"),
             (store.tlog, "nodes", "nodes"),
