@@ -267,8 +267,7 @@ class AuditLog:
         if renew and not await self.store.tlog.lease(self.holder, now, LEASE_MS):
             return 0  # (a holder renews once half its lease is gone, not at every step: one write less)
         order = _merge(
-            # times are compared only when both sources have events (grant writes alone: none read)
-            [int(row[4]) for row in grant_rows] if audit_events else range(len(grant_rows)),
+            [int(row[4]) for row in grant_rows],
             [int(e["created_at"]) for e in audit_events],
             (len(grant_rows) >= BATCH, len(audit_events) >= BATCH),
         )

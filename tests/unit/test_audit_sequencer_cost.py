@@ -221,8 +221,8 @@ def test_every_leaf_the_sequencer_makes_is_valid_whatever_one_field_holds(kind: 
             row = (7, kind, "gr_x", "bot@agents.example.com", 1_700_000_000_000, json.dumps(snapshot))
             try:
                 made = AL.row_leaves(row, 3, "admin@example.com")
-            except (KeyError, TypeError, ValueError, AttributeError):
-                with pytest.raises((KeyError, TypeError, ValueError, AttributeError)):
+            except (KeyError, TypeError, ValueError):  # what the step logs and skips
+                with pytest.raises((KeyError, TypeError, ValueError)):
                     AL.grant_event_leaves(grant_event(row), 3, "admin@example.com")
                 continue
             assert made == AL.grant_event_leaves(grant_event(row), 3, "admin@example.com"), (field, odd)
