@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
 import pytest
 import rfc8785
 from hypothesis import given, settings
@@ -195,20 +196,22 @@ _ODD_VALUES = [1.5, 2**53, 2**70, -(2**70), True, [1.5], {"x": [2**60]}, "é", N
 _VALID_VOTE = {"decision": "approve", "email": "alice@example.com", "via": "link", "reason": None}
 
 
+@pytest.mark.parametrize("evidence", [{"webauthn": {"grant_digest": "sha256:ef"}}, None])
 @pytest.mark.parametrize(
     "kind", ["grant.created", "grant.reviewed", "grant.approved", "grant.consumed", "grant.used"]
 )
-def test_every_leaf_the_sequencer_makes_is_valid_whatever_one_field_holds(kind: str) -> None:
+def test_every_leaf_the_sequencer_makes_is_valid_whatever_one_field_holds(kind: str, evidence: Any) -> None:
     """The write path's kinds, whose leaves ``make_leaf`` makes vouched for by the sequencer's exact-type
-    reading: each field those leaves read holds, in turn, a float, an integer outside the safe
-    range or beyond 64 bits, a boolean, a nested float, non-ASCII text, null or an empty string
-    (everything else valid). Whatever comes out is exactly what the scanned decoding makes, and
-    every leaf of it is a canonical, valid leaf (``parse_leaf``)."""
+    and typed readings: each field those leaves read holds, in turn, a float, an integer outside
+    the safe range or beyond 64 bits, a boolean, a nested float, non-ASCII text, null or an empty
+    string (everything else valid; a vote with a passkey's evidence, which the typed reading leaves
+    to the next, and one without). Whatever comes out is exactly what the scanned decoding makes,
+    and every leaf of it is a canonical, valid leaf (``parse_leaf``)."""
     base = {
         **grant("gr_x", requester_id="agt_1", decided_by="alice@example.com"),
         "request": {"command": ["ls"], "cmd_hash": "sha256:ab"},
         "pinned_review": {"policy_hash": "sha256:cd", "policies": ["p"]},
-        "vote": dict(_VALID_VOTE, evidence={"webauthn": {"grant_digest": "sha256:ef"}}),
+        "vote": dict(_VALID_VOTE, evidence=evidence),
     }
     fields = [k for k in base if k not in ("id", "vote")] + [f"vote.{k}" for k in (*_VALID_VOTE, "evidence")]
     for field in fields:
@@ -228,6 +231,70 @@ def test_every_leaf_the_sequencer_makes_is_valid_whatever_one_field_holds(kind: 
             assert made == AL.grant_event_leaves(grant_event(row), 3, "admin@example.com"), (field, odd)
             for leaf, _, _ in made:
                 parse_leaf(leaf)
+
+
+def _typed(kind: str, snapshot: dict[str, Any]) -> Any:
+    try:
+        return AL._TYPED[kind](json.dumps(snapshot), "gr_x", 1_700_000_000_000, 3, "admin@example.com")
+    except msgspec.DecodeError:
+        return "refused"
+
+
+_PLAIN_VOTE = {
+    "decision": "deny",
+    "email": "Admin@example.com",
+    "via": "tui",
+    "reason": "no",
+    "evidence": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("grant.approved", {}),
+        ("grant.approved", {"decided_by": None, "expires_at": None, "created_at": None}),
+        ("grant.reviewed", {}),
+        (
+            "grant.reviewed",
+            {"vote": dict(_PLAIN_VOTE, email=None, via=None, reason=None, decision="approve")},
+        ),
+    ],
+)
+def test_the_typed_reading_takes_the_plain_events_of_an_approval(kind: str, change: dict[str, Any]) -> None:
+    """The typed reading (half of an approval's leaf cost, issue 23) really takes the two events
+    every plain approval writes, and makes the leaves of the careful reading."""
+    snapshot = {**grant("gr_x", decided_by="alice@example.com"), "vote": _PLAIN_VOTE, **change}
+    made = _typed(kind, snapshot)
+    row = (7, kind, "gr_x", "bot@agents.example.com", 1_700_000_000_000, json.dumps(snapshot))
+    assert made not in (None, "refused")
+    assert [made] == AL.grant_event_leaves(grant_event(row), 3, "admin@example.com")
+
+
+@pytest.mark.parametrize(
+    ("kind", "change"),
+    [
+        ("grant.approved", {"decided_by": "policy:night"}),  # the rule's leaf comes first
+        ("grant.approved", {"delegation_id": "dlg_1"}),  # the delegation's vote comes first
+        ("grant.approved", {"expires_at": 1.0}),
+        ("grant.approved", {"grant_type": 1}),
+        ("grant.approved", {"created_at": True}),
+        ("grant.approved", {"expires_at": 2**53}),  # refused by the encoder's range
+        ("grant.reviewed", {"vote": dict(_PLAIN_VOTE, evidence={"webauthn": {"grant_digest": "d"}})}),
+        ("grant.reviewed", {"vote": dict(_PLAIN_VOTE, email=["x"])}),
+        ("grant.reviewed", {"vote": None}),
+        ("grant.reviewed", {"vote": dict(_PLAIN_VOTE, decision="maybe")}),
+    ],
+)
+def test_the_typed_reading_leaves_every_other_shape_to_the_next(kind: str, change: dict[str, Any]) -> None:
+    """Anything but the plain shapes is left to the readings after it (which log it with its basis,
+    walk its evidence, or refuse it), never logged otherwise."""
+    snapshot = {**grant("gr_x", decided_by="alice@example.com"), "vote": _PLAIN_VOTE, **change}
+    try:
+        made = _typed(kind, snapshot)
+    except L.LeafError:
+        made = "refused"
+    assert made in (None, "refused")
 
 
 @pytest.mark.parametrize(
