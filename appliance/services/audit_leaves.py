@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from grantd.core.review.evaluate import RULE_PREFIX
 from grantd.core.tlog import leaves as L
 from grantd.store.records import GrantEvent, GrantEventRow
 from grantd.store.rows import grant_event, snapshot_of
@@ -23,7 +24,7 @@ log = logging.getLogger("grantd.audit")
 def _person(email: str | None, management_identity: str) -> dict[str, str]:
     if not email:
         return {"kind": "system"}
-    if email.startswith("policy:"):
+    if email.startswith(RULE_PREFIX):
         return {"kind": "system", "name": email}
     if email.lower() == management_identity.lower():
         return {"kind": "management", "email": email}
@@ -91,6 +92,14 @@ class _Reading:
     number: Callable[[Any], int]  # a field that holds an integer
     stamp: Callable[[Any], Any]  # an integer or null: the grant's created_at, expires_at
     vouched: bool  # every value the write path's leaves carry is read with its exact type (make_leaf's)
+
+
+_VIA = "api"  # a vote recorded without its channel
+
+
+def _denial_reason(decision: str, reason: Any) -> Any:
+    """A vote's reason is logged with a denial only, and an empty one not at all."""
+    return reason if decision == "deny" and reason else None
 
 
 _AS_IS = _Reading(_as_is, _text_as_is, _number_as_is, _stamp_as_is, vouched=True)
@@ -170,8 +179,8 @@ def _typed_reviewed(text: str, gid: str, ts: int, seq: int, mi: str) -> _Typed:
         _person(vote.email or "", mi),
         gid,
         decision=decision,
-        via=vote.via or "api",
-        reason=vote.reason if decision == "deny" and vote.reason else None,
+        via=vote.via or _VIA,
+        reason=_denial_reason(decision, vote.reason),
         vouched=True,
     )
     return leaf, gid, event.created_at
@@ -180,7 +189,7 @@ def _typed_reviewed(text: str, gid: str, ts: int, seq: int, mi: str) -> _Typed:
 def _typed_approved(text: str, gid: str, ts: int, seq: int, mi: str) -> _Typed:
     approval = _APPROVAL.decode(text)
     decided_by = approval.decided_by or ""
-    if decided_by.startswith("policy:"):
+    if decided_by.startswith(RULE_PREFIX):
         return None  # a rule's decision logs its rule first: ``_approved``
     leaf = L.grant_approved(
         seq,
@@ -277,8 +286,8 @@ def _basis(
     vote's ``grant.reviewed`` event was logged before. With who decided, as text and as an actor."""
     decided_by = read.text(grant.get("decided_by") or "")
     actor = _person(decided_by, mi)
-    if decided_by.startswith("policy:"):
-        rule = decided_by.removeprefix("policy:")
+    if decided_by.startswith(RULE_PREFIX):
+        rule = decided_by.removeprefix(RULE_PREFIX)
         reason = read.text(grant.get("decision_reason") or "")
         return (
             [L.grant_auto_decided(seq, ts, actor, gid, decision=decision, rule=rule, reason=reason)],
@@ -345,6 +354,7 @@ def _reviewed(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, re
     # assertion: an auditor can check offline that this person's key approved this command.
     evidence = vote.get("evidence") if isinstance(vote.get("evidence"), dict) else None
     webauthn = evidence.get("webauthn") if evidence is not None else None
+    reason = _denial_reason(decision, vote.get("reason"))
     return [
         L.grant_reviewed(
             seq,
@@ -352,8 +362,8 @@ def _reviewed(grant: Mapping[str, Any], gid: str, ts: int, seq: int, mi: str, re
             _person(text(vote.get("email") or ""), mi),
             gid,
             decision=decision,
-            via=text(vote.get("via") or "api"),
-            reason=text(vote["reason"]) if decision == "deny" and vote.get("reason") else None,
+            via=text(vote.get("via") or _VIA),
+            reason=text(reason) if reason is not None else None,
             grant_digest=text(webauthn["grant_digest"])
             if isinstance(webauthn, dict) and webauthn.get("grant_digest")
             else None,

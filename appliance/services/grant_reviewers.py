@@ -12,6 +12,7 @@ from grantd.core.errors import not_found
 from grantd.core.fields import field_error, identifier_field
 from grantd.core.principals import Kind, Principal, management
 from grantd.core.review import DEFAULT_REVIEW, NEEDS_REVIEW, Ballot, Review, Voter, eligible_people, evaluate
+from grantd.core.review.evaluate import RULE_PREFIX
 from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED, check_voter, escalation_level
 from grantd.services import review as reviews
 from grantd.services.context import Services
@@ -126,8 +127,8 @@ async def approval_panel(services: Services, principal: Principal, grant_id: str
         ],
         "rule": reviews.rule_approval(grant)
         or (
-            {"rule": decided_by[len(reviews.RULE_PREFIX) :], "reason": grant.get("decision_reason")}
-            if status == "denied" and decided_by.startswith(reviews.RULE_PREFIX)
+            {"rule": decided_by[len(RULE_PREFIX) :], "reason": grant.get("decision_reason")}
+            if status == "denied" and decided_by.startswith(RULE_PREFIX)
             else None
         ),
         "reason_required": review.require_reason,

@@ -25,12 +25,10 @@ from grantd.core.review import (
     next_escalation_at,
     review_from_dict,
 )
-from grantd.core.review.evaluate import Evaluation, pin
+from grantd.core.review.evaluate import RULE_PREFIX, Evaluation, pin
 from grantd.core.review.votes import eligible_for
 from grantd.services.context import Services
 from grantd.store.records import Agent, Grant, GrantReview, Vote
-
-RULE_PREFIX = "policy:"
 
 
 def review_config(services: Services) -> ReviewConfig | None:

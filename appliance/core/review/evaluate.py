@@ -22,6 +22,7 @@ from grantd.core.review.matching import RequestFacts
 from grantd.core.review.model import Escalation, Policy, ReviewConfig, Rule
 
 GRANT_TYPE_RANK = {"once": 0, "timed": 1, "always": 2}
+RULE_PREFIX = "policy:"  # a rule's decision is recorded as decided by "policy:<rule id>"
 AUTO_APPROVE, AUTO_DENY, NEEDS_REVIEW = "auto_approve", "auto_deny", "needs_review"
 DEFAULT_REQUIREMENT_ID = "default"
 DEFAULT_GROUPS = ("@owner", "@approver", "@admins")
@@ -225,7 +226,7 @@ class Evaluation:
 
     @property
     def decided_by(self) -> str | None:
-        return f"policy:{self.rules_matched[0]}" if self.outcome != NEEDS_REVIEW else None
+        return f"{RULE_PREFIX}{self.rules_matched[0]}" if self.outcome != NEEDS_REVIEW else None
 
     @property
     def policy_hash(self) -> str:
