@@ -30,7 +30,7 @@ from grantd.services.tokens import TokenError, TokenKind, token_digest
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
-    from grantd.store.records import Person
+    from grantd.store.records import Agent, Person
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,16 @@ class Credentials:
     # one), the management token's comparison and the key verified identity tokens are remembered
     # under; every bearer needs it, so it is made with the credentials.
     digest: bytes = field(init=False, repr=False, compare=False)
+    # Agents read earlier in this request, by id, as they were then (a route that reads the grant
+    # before the chain runs gets its requesting agent in the same statement, issue 27): the
+    # identity-token authenticator checks the bearer's agent from here instead of reading it again.
+    # Still D11's read of the agent as it is now, made in this request; never kept across requests,
+    # nor by ``dataclasses.replace`` (not an init field: a live stream's later checks read again).
+    agents_read: dict[str, Agent] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "digest", b"" if self.bearer is None else token_digest(self.bearer))
+        object.__setattr__(self, "agents_read", {})
 
     @cached_property
     def peeked(self) -> dict[str, Any] | None:
@@ -139,7 +146,9 @@ class AgentIdentityToken:
             claims = await services.tokens.verify_identity(credentials.bearer, credentials.digest)
         except TokenError as exc:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
-        agent = await services.store.agents.get_by_id(claims["agent_id"])
+        agent = credentials.agents_read.get(claims["agent_id"]) or await services.store.agents.get_by_id(
+            claims["agent_id"]
+        )
         # D11: the token dies with its agent: disabled, deleted, re-enrolled (another agent_id
         # behind the same e-mail) or re-keyed (another key generation).
         if (

@@ -4,6 +4,7 @@ Split from ``grantd.services.grants``, whose reading and state rules it uses."""
 
 from __future__ import annotations
 
+from types import EllipsisType
 from typing import Any
 
 import jwt
@@ -18,11 +19,14 @@ from grantd.services.context import Services
 from grantd.services.dpop import ProofRequest
 from grantd.services.grants import UNUSABLE, Reader, _visible_view, mint
 from grantd.services.tokens import TokenError
-from grantd.store.records import Grant
+from grantd.store.records import Grant, GrantView
 
 
-async def token(services: Services, principal: Principal, grant_id: str) -> dict[str, Any]:
-    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
+async def token(
+    services: Services, principal: Principal, grant_id: str, read: GrantView | None | EllipsisType = ...
+) -> dict[str, Any]:
+    """``read``: ``grants.view_ahead``'s answer, when the route read the grant before authenticating."""
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id, read)
     if not policy.may_fetch_grant_token(principal, grant):
         raise forbidden("only the requester may fetch the grant's token")
     reader = Reader(services)

@@ -25,7 +25,6 @@ from grantd.core.fields import (
     string_field,
 )
 from grantd.core.lifecycle import Lapse
-from grantd.core.paging import PageRequest, page, page_request
 from grantd.core.principals import Kind, Principal
 from grantd.core.review import (
     AUTO_APPROVE,
@@ -42,7 +41,7 @@ from grantd.core.review import (
 from grantd.core.review.votes import ALREADY_DECIDED, ALREADY_REVIEWED
 from grantd.services import notify
 from grantd.services import review as reviews
-from grantd.services.agents import agent_or_email_field
+from grantd.services.authn import Credentials
 from grantd.services.context import Services
 from grantd.services.delegations import covering_delegation
 from grantd.services.grant_decisions import (
@@ -145,9 +144,33 @@ async def _visible_grant(services: Services, principal: Principal, grant_id: str
 Known = tuple[GrantReview | None, list[Vote], Agent | None]
 
 
-async def _visible_view(services: Services, principal: Principal, grant_id: str) -> GrantView:
-    """``_visible_grant`` with the grant's review and votes, read with it (one statement)."""
+async def view_ahead(
+    services: Services, credentials: Credentials, grant_id: str
+) -> GrantView | None | EllipsisType:
+    """The grant's ``view``, read before the authentication chain when the bearer is an identity
+    token verified before (issue 27: GET and the token route, an agent polling its own grant). The
+    view carries the requesting agent as it is now; when that agent is the bearer's, the chain
+    checks it from there (``Credentials.agents_read``) instead of reading it in a statement of its
+    own. D11 is kept: the agent is read in this request, and the chain still verifies the token and
+    refuses a disabled, re-enrolled or re-keyed agent first. ``...`` for any other bearer (or none):
+    the route reads after the chain, as before, so an unknown token costs no grant read."""
+    if credentials.bearer is None:
+        return ...
+    agent_id = services.tokens.remembered_agent_id(credentials.bearer, credentials.digest)
+    if agent_id is None:
+        return ...
     found = await services.store.grants.view(grant_id)
+    if found is not None and found[3] is not None and found[3]["agent_id"] == agent_id:
+        credentials.agents_read[agent_id] = found[3]
+    return found
+
+
+async def _visible_view(
+    services: Services, principal: Principal, grant_id: str, read: GrantView | None | EllipsisType = ...
+) -> GrantView:
+    """``_visible_grant`` with the grant's review and votes, read with it (one statement); ``read``:
+    ``view_ahead``'s answer when the route read it before authenticating."""
+    found = await services.store.grants.view(grant_id) if read is ... else read
     if found is None or not (
         await may_see(services, principal, found[0], found[3])
         or await _named_reviewer(services, principal, found[0], found[1:])
@@ -179,6 +202,12 @@ async def _named_reviewer(
     return reviews.may_review(
         review, facts, people, email, services.clock.now_ms() // 1000, any(v["email"] == email for v in votes)
     )
+
+
+async def visible(services: Services, principal: Principal, grant: Grant) -> bool:
+    """Who sees a grant: its requester, who may decide it by default, and the approvers its pinned
+    policy names (or who voted on it, D13). The event stream asks this per event."""
+    return await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)
 
 
 # -- operations ---------------------------------------------------------------------------------
@@ -325,136 +354,18 @@ async def create(
     return answer, 201
 
 
-async def get(services: Services, principal: Principal, grant_id: str) -> tuple[dict[str, Any], str]:
+async def get(
+    services: Services, principal: Principal, grant_id: str, read: GrantView | None | EllipsisType = ...
+) -> tuple[dict[str, Any], str]:
+    """``read``: ``view_ahead``'s answer, when the route read the grant before authenticating."""
     reader = Reader(services)
-    grant, record, votes, agent = await _visible_view(services, principal, grant_id)
+    grant, record, votes, agent = await _visible_view(services, principal, grant_id, read)
     status = reader.status(grant)
     answer = view(grant, status)
     answer.update(await review_view(services, grant, reader, (record, votes, agent)))
     shown = answer["review"]
     extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json.dumps(shown['requirements'])}"
     return answer, etag(grant, status, extra)
-
-
-async def views_with_review(services: Services, rows: list[Grant], reader: Reader) -> list[dict[str, Any]]:
-    """List items with the grant JSON's ``review`` and ``approvals`` (D13), as ``GET /api/grants/:id``
-    answers them: the page's pinned reviews and votes in one batched read; the agent (for the
-    tally's exclusions) is read once per requester among the grants that have votes."""
-    found_reviews, found_votes = await services.store.grants.reviews_and_votes([r["id"] for r in rows])
-    now_s = reader.now // 1000
-    agents: dict[str, Agent | None] = {}
-    out = []
-    for row in rows:
-        status = reader.status(row)
-        record = found_reviews.get(row["id"])
-        review = reviews.pinned(record)
-        ballots = reviews.ballots(found_votes.get(row["id"], []))
-        counted = None
-        if ballots:
-            if row["requester_id"] not in agents:
-                agents[row["requester_id"]] = await requesting_agent(services, row)
-            people = await reviews.people(services, review, [b.voter.email for b in ballots])
-            counted = tally(
-                review, reviews.grant_facts(row, agents[row["requester_id"]], status), people, ballots, now_s
-            )
-        level = record["escalation_level"] if record else 0
-        out.append(
-            {
-                **view(row, status),
-                "review": reviews.review_json(review, row, counted, level, now_s),
-                "approvals": reviews.approvals_json(row, counted, review),
-            }
-        )
-    return out
-
-
-REVIEWABLE_SCAN = 1000  # pending pinned reviews read per list to find those naming the caller (D13)
-
-
-async def reviewable_ids(services: Services, principal: Principal) -> tuple[str, ...]:
-    """The pending grants whose pinned policy names this person an approver through a group (at
-    the escalation level announced so far): one read of the pending reviews, at most
-    ``REVIEWABLE_SCAN`` of them, oldest first. The lists (GET /api/grants, the inbox) add them to
-    the person's scope; a grant beyond that bound is still reachable by id and in the stream."""
-    if not principal.is_person or principal.admin or reviews.review_config(services) is None:
-        return ()
-    email = principal.email.lower()
-    found = []
-    for record in await services.store.grants.pending_reviews(REVIEWABLE_SCAN):
-        review = reviews.pinned(record)
-        people = await reviews.people(services, review, [email])
-        if reviews.named_in_groups(review, people, email, record["escalation_level"]):
-            found.append(record["grant_id"])
-    return tuple(found)
-
-
-async def visible(services: Services, principal: Principal, grant: Grant) -> bool:
-    """Who sees a grant: its requester, who may decide it by default, and the approvers its pinned
-    policy names (or who voted on it, D13). The event stream asks this per event."""
-    return await may_see(services, principal, grant) or await _named_reviewer(services, principal, grant)
-
-
-async def list_grants(services: Services, principal: Principal, args: Any) -> dict[str, Any]:
-    status = args.get("status") or None
-    if status is not None:
-        status = STATUS_ALIASES.get(status, status)
-        if status not in STATUSES:
-            raise field_error("status", f"status must be one of {', '.join(STATUSES)} (or used)")
-    requester = args.get("requester") or None
-    if requester is not None:
-        requester = await agent_or_email_field(services, {"requester": requester.strip()}, "requester")
-        if principal.is_agent and requester != principal.email:
-            raise forbidden("an agent may list only its own grants")
-    request = page_request(args)
-    decidable = (
-        ()
-        if principal.admin or principal.is_agent
-        else tuple(await services.store.agents.decidable_by(principal.id))
-    )
-    scope = policy.grant_list_scope(principal, decidable)
-    reader = Reader(services)
-    also = await reviewable_ids(services, principal) if scope.requester_ids is not None else ()
-    rows, has_more = await services.store.grants.list(
-        lapse=reader.lapse,
-        page=request,
-        status=status,
-        requester=requester,
-        requester_ids=scope.requester_ids,
-        also_ids=also,
-    )
-    listed = page(rows, has_more, lambda r: r)
-    listed["data"] = await views_with_review(services, rows, reader)
-    return listed
-
-
-async def inbox(services: Services, principal: Principal, limit: int) -> dict[str, Any]:
-    """The grants waiting for this person's decision (those of the agents they own or approve; all
-    of them for an administrator), at most ``limit``, and the latest decided ones they could see:
-    the /grants page. The same scope as GET /api/grants (``policy.grant_list_scope``)."""
-    decidable = () if principal.admin else tuple(await services.store.agents.decidable_by(principal.id))
-    scope = policy.grant_list_scope(principal, decidable).requester_ids
-    also = await reviewable_ids(services, principal) if scope is not None else ()
-    reader = Reader(services)
-    pending: list[Grant] = []
-    more = False
-    recent: list[Grant] = []
-    if scope is None or scope or also:
-        pending, more = await services.store.grants.list(
-            lapse=reader.lapse,
-            page=PageRequest(limit, None),
-            status="pending",
-            requester_ids=scope,
-            also_ids=also,
-        )
-        latest, _ = await services.store.grants.list(
-            lapse=reader.lapse, page=PageRequest(20, None), requester_ids=scope
-        )
-        recent = [g for g in latest if reader.status(g) != "pending"][:10]
-    return {
-        "pending": await views_with_review(services, pending, reader),
-        "more_pending": more,
-        "recent": [reader.view(g) for g in recent],
-    }
 
 
 def _not_pending(status: str) -> Problem:

@@ -445,6 +445,14 @@ class Tokens:
         then no other kind of token, so other authenticators can pass it on without parsing it."""
         return self._verified.contains(token, digest)
 
+    def remembered_agent_id(self, token: str, digest: bytes | None = None) -> str | None:
+        """The agent a remembered identity token names (expired or not), else None. Only a hint of
+        which agent the authentication chain will read for this bearer (a route reads it ahead, in
+        its own statement); the chain still verifies the token and checks that agent (D11)."""
+        entry = self._verified.peek(token, digest)
+        agent_id = entry[0].get("agent_id") if entry is not None else None
+        return agent_id if isinstance(agent_id, str) else None
+
     async def verify_access(self, token: str) -> dict[str, Any]:
         """An OAuth access token's claims (signature, issuer, expiry, kind); the caller checks the
         audience, the person and the family."""
@@ -582,6 +590,10 @@ class _VerifiedCache:
 
     def discard(self, token: str, digest: bytes | None = None) -> None:
         self._entries.pop(self._key(token, digest), None)
+
+    def peek(self, token: str, digest: bytes | None = None) -> tuple[dict[str, Any], str] | None:
+        """(claims, kid) of a remembered token, expired or not, without touching its place."""
+        return self._entries.get(self._key(token, digest))
 
     def contains(self, token: str, digest: bytes | None = None) -> bool:
         return self._key(token, digest) in self._entries

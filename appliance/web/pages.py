@@ -24,7 +24,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.paging import PageRequest
 from grantd.oauth import authorize
-from grantd.services import agents, grant_reviewers, grants, people
+from grantd.services import agents, grant_lists, grant_reviewers, grants, people
 from grantd.services.context import Services
 from grantd.services.sessions import SESSION_COOKIE
 from grantd.services.sessions import own as own_sessions
@@ -190,7 +190,7 @@ async def account(request: Request, viewer: Viewer) -> HTTPResponse:
 @bp.get("/grants")
 @page()
 async def grants_page(request: Request, viewer: Viewer) -> HTTPResponse:
-    data = await grants.inbox(services_of(request), viewer.principal, LIST_LIMIT)
+    data = await grant_lists.inbox(services_of(request), viewer.principal, LIST_LIMIT)
     if request.args.get("part") == "list":  # the live list's refresh: just the lists, same rendering
         return render("_grant_lists.html", viewer=viewer, **data)
     return render("grants.html", viewer=viewer, title="Grants", **data)

@@ -14,7 +14,7 @@ from grantd.core import policy
 from grantd.core.errors import Problem
 from grantd.core.fields import field_error
 from grantd.core.principals import Principal
-from grantd.services import grant_decisions, grant_reviewers, grant_tokens, grants
+from grantd.services import grant_decisions, grant_lists, grant_reviewers, grant_tokens, grants
 from grantd.services.context import Services
 from grantd.services.events import stream_owner
 from grantd.services.grants import Operation
@@ -39,7 +39,7 @@ async def create(request: Request) -> HTTPResponse:
 @bp.get("/api/grants")
 async def list_grants(request: Request) -> HTTPResponse:
     principal = policy.require(await principal_of(request))
-    return json(await grants.list_grants(services_of(request), principal, request.args))
+    return json(await grant_lists.list_grants(services_of(request), principal, request.args))
 
 
 def _matches(if_none_match: str, tag: str) -> bool:
@@ -50,8 +50,10 @@ def _matches(if_none_match: str, tag: str) -> bool:
 
 @bp.get("/api/grants/<grant_id:str>", unquote=True)
 async def get_grant(request: Request, grant_id: str) -> HTTPResponse:
+    services = services_of(request)
+    read = await grants.view_ahead(services, credentials_of(request), grant_id)
     principal = policy.require(await principal_of(request))
-    grant, tag = await grants.get(services_of(request), principal, grant_id)
+    grant, tag = await grants.get(services, principal, grant_id, read)
     headers = {"ETag": tag, "Cache-Control": "no-cache"}
     if_none_match = request.headers.get("if-none-match")
     if if_none_match and _matches(if_none_match, tag):
@@ -107,9 +109,11 @@ async def revoke(request: Request, grant_id: str) -> HTTPResponse:
 
 @bp.post("/api/grants/<grant_id:str>/token", unquote=True)
 async def token(request: Request, grant_id: str) -> HTTPResponse:
+    services = services_of(request)
+    read = await grants.view_ahead(services, credentials_of(request), grant_id)
     principal = policy.require(await principal_of(request))
     body_of(request, required=False)  # malformed JSON is still a 400
-    return json(await grant_tokens.token(services_of(request), principal, grant_id))
+    return json(await grant_tokens.token(services, principal, grant_id, read))
 
 
 @bp.post("/api/grants/<grant_id:str>/consume", unquote=True)
