@@ -10,14 +10,13 @@ answer that matches what actually happened. Every change tells the event hub (``
 from __future__ import annotations
 
 import hashlib
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from types import EllipsisType
 from typing import Any
 
-from grantd.core import policy
+from grantd.core import json_codec, policy
 from grantd.core.errors import Problem, forbidden, not_found
 from grantd.core.fields import (
     field_error,
@@ -364,7 +363,8 @@ async def get(
     answer = view(grant, status)
     answer.update(await review_view(services, grant, reader, (record, votes, agent)))
     shown = answer["review"]
-    extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json.dumps(shown['requirements'])}"
+    # orjson (grantd.core.json_codec): the tag is opaque, its text only has to change with what it covers
+    extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json_codec.dumps(shown['requirements'])}"
     return answer, etag(grant, status, extra)
 
 
