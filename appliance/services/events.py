@@ -77,6 +77,7 @@ class GrantEventHub:
         self.last_seq = 0
         self.closing = False
         self._wake = asyncio.Event()
+        self._subscribed = asyncio.Event()  # set while this process has an open stream
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -128,6 +129,7 @@ class GrantEventHub:
             )
         sub = Subscription(principal_id, owner)
         self.subscribers.add(sub)
+        self._subscribed.set()
         self.open_per_principal[principal_id] += 1
         self.open_per_owner[owner] += 1
         try:
@@ -160,6 +162,15 @@ class GrantEventHub:
 
     async def _run(self) -> None:
         while not self.closing:
+            if not self.subscribers:
+                # No open stream in this process: nothing to deliver, so sleep until one opens
+                # instead of waking for every write of every process (issue 27: each write cost a
+                # turn of this loop in every process, with its tasks and timers, for nobody; on
+                # PostgreSQL each NOTIFY as well). ``subscription`` reads where the events stand
+                # when the first stream opens; a write since then has left ``_wake`` set.
+                self._subscribed.clear()
+                await self._subscribed.wait()
+                continue
             try:
                 await self._wait()
             except Exception:  # the store's wake-up failed: fall back to the poll interval

@@ -364,7 +364,9 @@ async def get(
     answer.update(await review_view(services, grant, reader, (record, votes, agent)))
     shown = answer["review"]
     # orjson (grantd.core.json_codec): the tag is opaque, its text only has to change with what it covers
-    extra = f"{len(answer['approvals'])}:{shown['escalation_level']}:{json_codec.dumps(shown['requirements'])}"
+    extra = (
+        f"{len(answer['approvals'])}:{shown['escalation_level']}:{json_codec.dumps(shown['requirements'])}"
+    )
     return answer, etag(grant, status, extra)
 
 
