@@ -478,3 +478,41 @@ async def test_a_use_is_an_event_only_while_the_grant_is_usable(store):
     )
     assert again is None
     assert [e["event"] for e in await store.grants.events_after(start, 10)] == ["grant.used", "grant.revoked"]
+
+
+async def test_writes_after_a_refused_one_still_work(store):
+    """A write refused inside a transaction (here: an agent whose e-mail is taken, a Conflict) must
+    leave the next writes working. On PostgreSQL, psycopg's rollback of a failed transaction
+    deallocates every statement prepared on that connection, also those a backend prepared itself
+    for its one-round-trip writes; a backend that still believed them prepared answered the next
+    grant write with an error (a 500 at the HTTP level). The same below for a conditional update
+    that finds nothing to change (a rolled-back write of its own)."""
+    from grantd.store import Conflict
+
+    from .factories import agent
+
+    for i in range(8):  # enough uses of each statement for a driver to prepare them
+        await store.agents.create(agent(f"a{i}"), frozenset())
+        await store.grants.create(grant(f"g{i}"), ["grant.created"])
+    for round_ in range(3):
+        with pytest.raises(Conflict):
+            await store.agents.create(agent(f"dup{round_}", email="a0@agents.example.com"), frozenset())
+        await store.grants.create(grant(f"after{round_}"), ["grant.created"])
+        assert (await store.grants.get(f"after{round_}"))["status"] == "pending"
+
+
+async def test_writes_after_a_conditional_update_that_changed_nothing_still_work(store):
+    """See above: a conditional update whose expectation fails (a grant consumed twice, say)."""
+    from .factories import agent
+
+    for i in range(8):
+        await store.agents.create(agent(f"a{i}"), frozenset())
+        await store.grants.create(grant(f"g{i}"), ["grant.created"])
+        await store.grants.get(f"g{i}")
+    changes = {"status": "revoked", "revoked_by": "amir@example.com", "revoked_at": NOW}
+    for round_ in range(3):
+        kwargs = {"changes": changes, "event": "grant.revoked", "lapse": lapse(NOW), "now": NOW}
+        assert await store.grants.update_if("g0", expect=["approved"], **kwargs) is None
+        await store.grants.create(grant(f"after{round_}"), ["grant.created"])
+        await store.agents.create(agent(f"b{round_}"), frozenset())
+        assert await store.grants.update_if(f"after{round_}", expect=["pending"], **kwargs) is not None

@@ -18,7 +18,7 @@ from grantd.store.records import (
 )
 from grantd.store.rows import event_json
 
-from .constants import _TUPLES_OK, CHANNEL, CLOSE_TIMEOUT, CONNECT_TIMEOUT, EVENTS_LOCK, P, R
+from .constants import _IDLE, _TUPLES_OK, CHANNEL, CLOSE_TIMEOUT, CONNECT_TIMEOUT, EVENTS_LOCK, P, R
 from .loop import _LoopThread
 from .pool import _Notifications, _Pool
 
@@ -50,6 +50,11 @@ def _preparable(sql: str) -> tuple[str, str, tuple[Any, ...]]:
     return found
 
 
+# Results after which psycopg deallocates every statement prepared on the connection
+# (psycopg._preparing.PrepareManager._should_discard), those of ``_Batch`` included.
+_CLEARS_PREPARED = re.compile(r"^(?:DROP|ALTER|ROLLBACK|DISCARD ALL|DEALLOCATE ALL)\b")
+
+
 class _Batch:
     """Statements sent together, in one round trip, and run by the server in order: the values are
     bound client-side (psycopg's ClientCursor quotes them), which a single message of several
@@ -62,6 +67,7 @@ class _Batch:
         self._prepared = prepared
         self._parts: list[str] = []
         self._values: list[Any] = []
+        self.untrusted = False  # what is prepared on the connection is not known: do not reuse it
 
     def add(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> None:
         name, prepare, keys = _preparable(sql)
@@ -84,10 +90,14 @@ class _Batch:
         self._parts, self._values = [], []
         cur = self.cur
         await cur.execute("; ".join(parts), values)
+        cleared = bool(_CLEARS_PREPARED.match(cur.statusmessage or ""))
         while cur.nextset():
-            pass
+            cleared = cleared or bool(_CLEARS_PREPARED.match(cur.statusmessage or ""))
         result = cur.pgresult
-        return await cur.fetchone() if result is not None and result.status == _TUPLES_OK else None
+        row = await cur.fetchone() if result is not None and result.status == _TUPLES_OK else None
+        if cleared and not await _recount_prepared(cur.connection, self._prepared):
+            self.untrusted = True
+        return row
 
 
 class _Part:
@@ -205,11 +215,18 @@ class _Database:
         """One transaction: committed when the block ends, rolled back if it raises."""
         pool = self._here()
         conn = await pool.get(wait)
+        discard = False
         try:
             async with conn.transaction(), conn.cursor() as cur:
                 yield cur
+        except Exception:
+            discard = not await _recount_prepared(conn, pool.prepared.get(conn))
+            raise
+        except BaseException:
+            discard = True  # cancelled: what is still prepared there is not known
+            raise
         finally:
-            pool.put(conn)
+            pool.put(conn, discard=discard)
 
     @asynccontextmanager
     async def statement(self) -> AsyncIterator[psycopg.AsyncCursor[dict[str, Any]]]:
@@ -235,8 +252,9 @@ class _Database:
         failed = True
         try:
             async with psycopg.AsyncClientCursor(conn) as cur:
-                yield _Batch(cur, pool.prepared.setdefault(conn, set()))
-            failed = False
+                batch = _Batch(cur, pool.prepared.setdefault(conn, set()))
+                yield batch
+            failed = batch.untrusted
         finally:
             pool.put(conn, discard=failed)
 
@@ -281,6 +299,26 @@ class _Database:
             self.loop.run_sync(self.aclose(), CLOSE_TIMEOUT + 5)
         finally:
             self.loop.stop()
+
+
+async def _recount_prepared(conn: psycopg.AsyncConnection[Any], known: set[str] | None) -> bool:
+    """Keep the batches' record of what is prepared on ``conn`` (``_Batch``) true after psycopg
+    may have dropped it. psycopg deallocates every statement prepared on a connection (DEALLOCATE
+    ALL, when it had prepared some of its own) after a result it takes for a rollback: its own
+    rollback of a failed transaction (``_Database.tx``), or a ROLLBACK a batch sent. The batches'
+    statements went with them, and the next batch executed one that no longer existed (a 500).
+    One read of the catalog, on those paths only. False: not known (do not reuse the connection)."""
+    if not known:
+        return True
+    if conn.closed or conn.pgconn.transaction_status != _IDLE:
+        return False
+    try:
+        cur = await conn.execute("SELECT name FROM pg_prepared_statements")
+        still = {row["name"] for row in await cur.fetchall()}
+    except Exception:  # noqa: BLE001 - the connection is not trusted any more either way
+        return False
+    known &= still
+    return True
 
 
 async def _lock(cur: psycopg.AsyncCursor[Any], key: int) -> None:
