@@ -27,8 +27,8 @@ from conftest import problem
 AUDITOR = "auditor@example.com"
 
 
-def start(directory: Path) -> InProcessServer:
-    srv = InProcessServer(directory)
+def start(directory: Path, storage: str | None = None) -> InProcessServer:
+    srv = InProcessServer(directory, storage=storage)
     text = srv.config_path.read_text().replace("[admin]\n", f'[admin]\nauditors = ["{AUDITOR}"]\n', 1)
     text += "\n[audit]\nsequencer_interval_ms = 50\n"
     srv.config_path.write_text(text)
@@ -389,7 +389,9 @@ def test_the_log_is_a_separate_key_from_the_jwt_keys(srv):
 
 
 def test_an_edited_leaf_row_is_named_by_the_verifier(tmp_path):
-    server = start(tmp_path / "edit")
+    # SQLite whatever the suite's storage: the test edits the file's leaf row itself
+    directory = tmp_path / "edit"
+    server = start(directory, storage=f'plugin = "sqlite"\npath = "{directory}/grantd.db"')
     try:
         approved_once_grant(server)
         note, size = checkpoint(server, 4)

@@ -248,12 +248,14 @@ def stop_suite_server() -> None:
 def storage_for(directory: Path) -> str | None:
     """The ``[storage]`` lines for a test server in ``directory``: None (the caller's SQLite default)
     unless the switch says postgres; then a fresh database, its DSN in ``directory/postgres-dsn``
-    (0600), referenced as ``file:`` the way an operator writes it."""
+    (0600), referenced as ``file:`` the way an operator writes it. A server started again in the
+    same directory keeps its database, as it keeps its SQLite file ``grantd.db``."""
     if suite_storage() != "postgres":
         return None
     dsn_file = directory / "postgres-dsn"
-    dsn_file.write_text(suite_server().create_database() + "\n")
-    dsn_file.chmod(0o600)
+    if not dsn_file.exists():
+        dsn_file.write_text(suite_server().create_database() + "\n")
+        dsn_file.chmod(0o600)
     return f'plugin = "postgres"\ndsn = "file:postgres-dsn"\npool_size = {TEST_POOL_SIZE}'
 
 
