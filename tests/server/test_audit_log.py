@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from inproc import InProcessServer
 from people_support import cookie_client, create_person, enrol_agent, fresh, start_session
+from support import postgres as pg
 
 from grantd.core.tlog.leaves import parse_leaf
 from grantd.core.tlog.merkle import leaf_hash, verify_inclusion
@@ -27,8 +28,8 @@ from conftest import problem
 AUDITOR = "auditor@example.com"
 
 
-def start(directory: Path, storage: str | None = None) -> InProcessServer:
-    srv = InProcessServer(directory, storage=storage)
+def start(directory: Path) -> InProcessServer:
+    srv = InProcessServer(directory)
     text = srv.config_path.read_text().replace("[admin]\n", f'[admin]\nauditors = ["{AUDITOR}"]\n', 1)
     text += "\n[audit]\nsequencer_interval_ms = 50\n"
     srv.config_path.write_text(text)
@@ -388,10 +389,9 @@ def test_the_log_is_a_separate_key_from_the_jwt_keys(srv):
     )
 
 
+@pg.sqlite_only("edits a leaf row in the SQLite file of the server")
 def test_an_edited_leaf_row_is_named_by_the_verifier(tmp_path):
-    # SQLite whatever the suite's storage: the test edits the file's leaf row itself
-    directory = tmp_path / "edit"
-    server = start(directory, storage=f'plugin = "sqlite"\npath = "{directory}/grantd.db"')
+    server = start(tmp_path / "edit")
     try:
         approved_once_grant(server)
         note, size = checkpoint(server, 4)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from inproc import InProcessServer
+from support import postgres as pg
 
 from authz_world import NO_LIMITS, World, build_world, new_public_key
 from conftest import problem
@@ -115,20 +116,8 @@ def _traced(w: World, bearer: str, path: str) -> tuple[int, list[str]]:
     return status, [s for s in seen if "FROM agents" in s or "FROM grants" in s]
 
 
-@pytest.fixture(scope="module")
-def sqlite_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    """SQLite whatever the suite's storage: its statements are what is traced."""
-    directory = tmp_path_factory.mktemp("ahead-sqlite")
-    storage = f'plugin = "sqlite"\npath = "{directory}/grantd.db"'
-    srv = InProcessServer(directory, extra=NO_LIMITS, storage=storage).start()
-    try:
-        yield build_world(srv)
-    finally:
-        srv.stop()
-
-
-def test_an_agent_polling_its_own_grant_costs_one_statement(sqlite_world: World) -> None:
-    world = sqlite_world
+@pg.sqlite_only("traces the statements of the SQLite store (PostgreSQL's: the same store method, `view`)")
+def test_an_agent_polling_its_own_grant_costs_one_statement(world: World) -> None:
     agent = world.signed_in("ahead-one")
     grant_id = world.grant(agent, command=["uptime"])["id"]
     assert _answers(world, agent.token, grant_id)[0] == 200  # remembered from here on
