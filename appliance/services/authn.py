@@ -146,9 +146,9 @@ class AgentIdentityToken:
             claims = await services.tokens.verify_identity(credentials.bearer, credentials.digest)
         except TokenError as exc:
             raise unauthorized(f"invalid token: {exc}", invalid_token=True) from None
-        agent = credentials.agents_read.get(claims["agent_id"]) or await services.store.agents.get_by_id(
-            claims["agent_id"]
-        )
+        agent = credentials.agents_read.get(claims["agent_id"])
+        if agent is None:
+            agent = await services.store.agents.get_by_id(claims["agent_id"])
         # D11: the token dies with its agent: disabled, deleted, re-enrolled (another agent_id
         # behind the same e-mail) or re-keyed (another key generation).
         if (
