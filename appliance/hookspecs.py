@@ -270,11 +270,19 @@ class DeliveryResult:
     """What one ``send`` achieved: ``sent``; ``failed`` (``retryable``: a later attempt may work:
     a timeout, a 5xx, a 429; not: the service refused the message for good); ``gone`` (the
     recipient's address no longer exists: a push service's 404/410; grantd removes it).
-    ``error`` is shown to operators: never a secret or a response body."""
+    ``error`` is shown to operators: never a secret or a response body.
+
+    ``channel_down`` (``DeliveryResult.down``): a retryable failure of the channel's service as a
+    whole, not of this notice: it refused or dropped the connection, timed out, or answered what
+    it would answer any notice (a webhook's 503). The delivery worker then rests the channel: its
+    other notices wait, unattempted, until one probe gets through (grantd.services.notify_delivery).
+    A channel whose notices go to different services (Web Push: one per subscription) never says
+    it."""
 
     status: str  # sent | failed | gone
     retryable: bool = False
     error: str | None = None
+    channel_down: bool = False
 
     @classmethod
     def sent(cls) -> DeliveryResult:
@@ -283,6 +291,10 @@ class DeliveryResult:
     @classmethod
     def failed(cls, error: str, *, retryable: bool) -> DeliveryResult:
         return cls("failed", retryable, error)
+
+    @classmethod
+    def down(cls, error: str) -> DeliveryResult:
+        return cls("failed", True, error, channel_down=True)
 
     @classmethod
     def gone(cls, error: str) -> DeliveryResult:

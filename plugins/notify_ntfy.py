@@ -78,11 +78,13 @@ class NtfyChannel:
             ) as http:
                 response = await http.post(self.url, json=self.body(notice, topic), headers=headers)
         except httpx.HTTPError as exc:
-            return DeliveryResult.failed(f"ntfy server unreachable ({type(exc).__name__})", retryable=True)
+            return DeliveryResult.down(f"ntfy server unreachable ({type(exc).__name__})")
         if response.status_code == 200:
             return DeliveryResult.sent()
-        retryable = response.status_code == 429 or response.status_code >= 500
-        return DeliveryResult.failed(f"ntfy server answered {response.status_code}", retryable=retryable)
+        error = f"ntfy server answered {response.status_code}"
+        if response.status_code == 429 or response.status_code >= 500:
+            return DeliveryResult.down(error)  # one server for every topic: it would answer them all alike
+        return DeliveryResult.failed(error, retryable=False)
 
 
 def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> NtfyChannel:

@@ -139,9 +139,8 @@ class SmtpChannel:
                 f"the mail server answered {exc.code} ({type(exc).__name__})", retryable=400 <= exc.code < 500
             )
         except (aiosmtplib.SMTPException, OSError, ssl.SSLError) as exc:
-            return DeliveryResult.failed(
-                f"cannot reach the mail server ({type(exc).__name__})", retryable=True
-            )
+            # the connection, TLS or the session failed: every notice would fail alike now
+            return DeliveryResult.down(f"cannot reach the mail server ({type(exc).__name__})")
         return DeliveryResult.sent()
 
 

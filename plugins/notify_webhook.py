@@ -155,11 +155,13 @@ class WebhookChannel:
             ) as http:
                 response = await http.post(self.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
-            return DeliveryResult.failed(f"webhook unreachable ({type(exc).__name__})", retryable=True)
+            return DeliveryResult.down(f"webhook unreachable ({type(exc).__name__})")
         if 200 <= response.status_code < 300:
             return DeliveryResult.sent()
-        retryable = response.status_code in (408, 429) or response.status_code >= 500
-        return DeliveryResult.failed(f"webhook answered {response.status_code}", retryable=retryable)
+        error = f"webhook answered {response.status_code}"
+        if response.status_code in (408, 429) or response.status_code >= 500:
+            return DeliveryResult.down(error)  # one URL for every notice: it would answer them all alike
+        return DeliveryResult.failed(error, retryable=False)
 
 
 def make_channel(table: dict[str, Any], read_secret: Callable[[str], str]) -> WebhookChannel:

@@ -3,7 +3,7 @@ authentication chain and the plugins. Built once per process by ``open_services`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,8 @@ class Services:
     # the [[notify.channels]] by id (grantd.notify.configured_channels; D15)
     notify_channels: dict[str, Any] = field(default_factory=dict)
     # wakes this process's notification delivery worker (grantd.services.notify_delivery) when set
-    notify_wake: Callable[[], None] = field(default=lambda: None)
+    # (given the channels of the rows written, or None: any)
+    notify_wake: Callable[[Iterable[str] | None], None] = field(default=lambda channels: None)
 
     @property
     def issuer(self) -> str:

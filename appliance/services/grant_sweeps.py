@@ -32,7 +32,7 @@ async def sweep_expired(services: Services) -> list[Grant]:
         notices = [n for g in undecided for n in await notify.resolved(services, g, now)]
         if notices:
             await services.store.notify.add(notices)
-            notify.wake(services)
+            notify.wake(services, notices)
     await sweep_reviews(services)  # also without policies now: grants pinned before a reload still time out
     return expired
 

@@ -335,7 +335,7 @@ async def create(
         await services.store.grants.add_vote(vote_record(stored["id"], delegated_vote))
     services.events.changed()
     if notices:
-        notify.wake(services)
+        notify.wake(services, notices)
     answer = reader.view(stored)
     if delegation is not None:
         answer.update(approved_automatically=True, auto_approval_kind="delegation")
@@ -406,7 +406,7 @@ async def _transition(
         raise refuse(reader.status(latest) if latest else "revoked")
     services.events.changed()
     if notices:
-        notify.wake(services)
+        notify.wake(services, notices)
     return updated
 
 
@@ -533,7 +533,7 @@ async def vote(
             notices=notices,
         )
         if decided is not None and notices:
-            notify.wake(services)
+            notify.wake(services, notices)
     else:
         outcome = await services.store.grants.add_vote(recording)
     if outcome != "recorded":

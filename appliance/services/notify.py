@@ -238,9 +238,10 @@ def digests(held: Sequence[OutboxRow], now: int) -> list[OutboxRow]:
     ]
 
 
-def wake(services: Services) -> None:
-    """Tell this process's delivery worker that rows were written (it also polls)."""
-    services.notify_wake()
+def wake(services: Services, rows: Sequence[OutboxRow] | None = None) -> None:
+    """Tell this process's delivery worker that ``rows`` were written (it also polls); ``None``:
+    rows of any channel may have been."""
+    services.notify_wake(None if rows is None else {r["channel"] for r in rows})
 
 
 __all__ = ["digests", "escalated", "requested", "resolved", "row", "wake"]

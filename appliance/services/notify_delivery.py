@@ -11,6 +11,13 @@ channel's ``send``. ``sent``: done. ``failed`` and retryable: tried again after 
 service's 404/410): ``failed``, and the person's subscription is removed. An error is recorded as
 the channel words it (never a secret). Held rows (``per_approver_limit``) become one digest per
 person and channel when their window has passed.
+
+A channel whose service is down (``DeliveryResult.down``: the mail server refuses connections, a
+webhook answers 503) *rests* in this process: its notices are not claimed (nor rendered, nor given
+a review link, nor failed) for REST_FIRST_MS, then one notice probes it; while probes fail the rest
+doubles up to REST_MAX_MS, and the first answer from the service ends it. Notices wait unattempted
+meanwhile, so an outage neither spends their attempts nor costs the serving processes a delivery
+per notice (issue 27: that cost tripled the CPU of a grant while a mail server was down).
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from grantd.hookspecs import ChannelContext, DeliveryResult, Recipient
@@ -38,6 +47,14 @@ PER_CHANNEL = 5  # of them on one channel: a channel that hangs holds up at most
 BACKOFF_FIRST_MS = 5_000
 BACKOFF_MAX_MS = 900_000
 MAX_ERROR = 300
+REST_FIRST_MS = 5_000  # how long a channel whose service is down rests before a probe
+REST_MAX_MS = 60_000  # the longest rest: a service that is back is used again within a minute
+
+
+@dataclass(frozen=True)
+class _Rest:
+    until: int  # no notice of the channel is claimed before this (ms); after it, one probe at a time
+    length: int
 
 
 def backoff_ms(attempts: int) -> int:
@@ -54,9 +71,46 @@ class DeliveryWorker:
         # holds up only its own rows, never the others' (at most BATCH at once per process).
         self.in_flight: set[asyncio.Task[None]] = set()
         self.sending: dict[str, int] = {}  # channel id -> its deliveries under way (at most PER_CHANNEL)
+        self.resting: dict[str, _Rest] = {}  # channel id -> its rest, while its service is down
 
-    def wake(self) -> None:
+    def wake(self, channels: Iterable[str] | None = None) -> None:
+        """Rows were written; ``channels``: theirs, when known. Rows only of channels that rest now
+        are not looked for (the poll finds them when the rest ends)."""
+        if channels is not None and self.resting:
+            now = self.services.clock.now_ms()
+            if all(self._room_on(channel, now) == 0 for channel in channels):
+                return
         self.woken.set()
+
+    def _room_on(self, channel: str, now: int) -> int:
+        """How many deliveries ``channel`` may have under way: none while it rests, one (the probe)
+        once its rest is over, PER_CHANNEL while its service answers."""
+        rest = self.resting.get(channel)
+        if rest is None:
+            return PER_CHANNEL
+        return 0 if now < rest.until else 1
+
+    def _heard(self, channel: str, result: DeliveryResult, now: int) -> None:
+        """What a delivery's result says of its channel's service. A rest ends only with a notice
+        the service took (``sent``, or ``gone`` from a push service): other failures may have been
+        decided before the service was asked (an opted-out person, a missing topic)."""
+        rest = self.resting.get(channel)
+        if not result.channel_down:
+            if rest is not None and result.status in ("sent", "gone"):
+                del self.resting[channel]
+                log.info("notification channel %s answers again: its waiting notices are sent", channel)
+            return
+        if rest is not None and now < rest.until:
+            return  # a delivery that began before the rest did: the rest stands as it is
+        length = REST_FIRST_MS if rest is None else min(REST_MAX_MS, rest.length * 2)
+        self.resting[channel] = _Rest(now + length, length)
+        if rest is None:
+            log.warning(
+                "notification channel %s is down (%s): its notices wait; probing it every %d s at most",
+                channel,
+                result.error,
+                REST_MAX_MS // 1000,
+            )
 
     async def run_forever(self) -> None:
         interval = self.services.config.notify.poll_ms / 1000
@@ -88,14 +142,15 @@ class DeliveryWorker:
         room = BATCH - len(self.in_flight)
         if room <= 0:
             return 0  # woken again when a delivery ends
-        busy = [c for c, n in self.sending.items() if n >= PER_CHANNEL]
+        busy = [c for c in {*self.sending, *self.resting} if self.sending.get(c, 0) >= self._room_on(c, now)]
         rows = await services.store.notify.claim(self.id, now, LEASE_MS, room, busy)
         started = 0
         for row in rows:
             channel = row["channel"]
-            if self.sending.get(channel, 0) >= PER_CHANNEL:
-                # this claim brought more of one channel than it may have under way: the rest goes
-                # back unattempted, still due, for when that channel has a place again
+            if self.sending.get(channel, 0) >= self._room_on(channel, now):
+                # this claim brought more of one channel than it may have under way (or a probe's
+                # worth of a channel that rested): the rest goes back unattempted, still due, for
+                # when that channel has a place again
                 await services.store.notify.finish(
                     row["id"],
                     self.id,
@@ -143,6 +198,7 @@ class DeliveryWorker:
             result = DeliveryResult.failed(f"the channel failed ({type(exc).__name__})", retryable=True)
         attempts = row["attempts"] + 1
         now = services.clock.now_ms()
+        self._heard(row["channel"], result, now)
         if result.status == "sent":
             status, next_at = "sent", now
         elif result.retryable and attempts < services.config.notify.max_attempts:

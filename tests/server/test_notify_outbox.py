@@ -114,22 +114,51 @@ def test_a_grant_without_channels_writes_no_rows(tmp_path):
 
 @pytest.mark.slow
 def test_a_mail_server_that_is_down_neither_slows_nor_fails_requests_and_mail_comes_later(srv, sink):
+    """The first notice finds the mail server down; the channel then rests (its later notices wait
+    unattempted, nothing spent on them) until a probe gets through, and every mail comes."""
     owner = create_person(srv, fresh("owner"))
     _, token = enrol_agent(srv, owner=owner["email"])
+    first = request_grant(srv, token, command=["ls", "first"])
+    mine = lambda ids: [r for i in ids for r in rows_of(srv, i) if r["recipient"] == owner["email"]]  # noqa: E731
+    (tried,) = wait_for(lambda: [r for r in mine([first["id"]]) if r["attempts"] == 1])
+    assert tried["status"] == "pending" and "cannot reach the mail server" in (tried["error"] or "")
     started = time.monotonic()
-    grants = [request_grant(srv, token, command=["ls", str(i)]) for i in range(5)]  # 201 each (asserted)
-    elapsed = time.monotonic() - started
-    assert elapsed < 2.5, elapsed  # five grants while the mail server refuses connections
-    ids = {g["id"] for g in grants}
-    mine = lambda: [r for i in ids for r in rows_of(srv, i) if r["recipient"] == owner["email"]]  # noqa: E731
-    wait_for(lambda: all(r["attempts"] == 1 for r in mine()))
-    failed = mine()
-    assert {r["status"] for r in failed} == {"pending"}  # to be retried
-    assert all("cannot reach the mail server" in (r["error"] or "") for r in failed)
+    later = [request_grant(srv, token, command=["ls", str(i)]) for i in range(5)]  # 201 each (asserted)
+    assert time.monotonic() - started < 2.5  # five grants while the mail server refuses connections
+    time.sleep(0.5)  # ten of the worker's polls (poll_ms = 50): the channel rests, nothing is tried
+    waiting = mine([g["id"] for g in later])
+    assert len(waiting) == 5 and all(r["status"] == "pending" and r["attempts"] == 0 for r in waiting)
     sink.start()
-    srv.clock.advance(6)  # the first retry is due 5 s after the failed attempt
+    srv.clock.advance(6)  # the rest (5 s) is over: a probe gets through, and the rest follow
+    wait_for(lambda: len(mails_to(sink, owner["email"])) == 6, 15)
+    wait_for(lambda: all(r["status"] == "sent" for r in mine([first["id"]] + [g["id"] for g in later])))
+    assert all(r["attempts"] == 1 for r in mine([g["id"] for g in later]))  # no attempt spent while it rested
+
+
+def test_a_channel_that_stays_down_is_probed_by_one_notice_at_a_time_less_and_less_often(srv, sink):
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    ids = [request_grant(srv, token, command=["ls", "first"])["id"]]
+    attempts = lambda: sum(r["attempts"] for i in ids for r in rows_of(srv, i))  # noqa: E731 - every recipient's
+    wait_for(lambda: attempts() >= 1)  # found down: the channel rests 5 s
+    time.sleep(0.3)
+    tried = attempts()  # the first grant's notices (its owner's, the administrator's) claimed at once
+    ids += [request_grant(srv, token, command=["ls", str(i)])["id"] for i in range(4)]
+    srv.clock.advance(6)
+    wait_for(lambda: attempts() == tried + 1)  # one probe, not the ten due notices: still down, rests 10 s
+    time.sleep(0.5)
+    assert attempts() == tried + 1
+    srv.clock.advance(6)  # 6 s into a rest of 10 s
+    time.sleep(0.5)
+    assert attempts() == tried + 1
+    srv.clock.advance(5)
+    wait_for(lambda: attempts() == tried + 2)  # the next probe
+    time.sleep(0.3)
+    assert attempts() == tried + 2
+    sink.start()
+    srv.clock.advance(21)  # the rest (20 s) is over: the probe gets through, then every notice
     wait_for(lambda: len(mails_to(sink, owner["email"])) == 5, 15)
-    wait_for(lambda: all(r["status"] == "sent" and r["attempts"] == 2 for r in mine()))
+    wait_for(lambda: all(r["status"] == "sent" for i in ids for r in rows_of(srv, i)))
 
 
 def test_who_may_read_a_grants_notifications(srv, sink):

@@ -261,6 +261,7 @@ def test_smtp_wrong_password_is_a_failure_not_worth_retrying(tmp_path):
     finally:
         sink.stop()
     assert result.status == "failed" and not result.retryable and "535" in (result.error or "")
+    assert not result.channel_down  # the server answered: it is up, the setting is wrong
     assert "wrong-password" not in (result.error or "") and not sink.messages
 
 
@@ -275,6 +276,7 @@ def test_smtp_refuses_a_server_whose_certificate_it_cannot_verify(tmp_path):
     finally:
         sink.stop()
     assert result.status == "failed" and result.retryable and not sink.messages
+    assert result.channel_down  # no session can start: every notice would fail alike
 
 
 def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path):
@@ -284,7 +286,7 @@ def test_smtp_sink_down_is_retryable_and_the_mail_goes_once_it_is_back(tmp_path)
         tmp_path,
     )
     down = run(channel.send(ctx(), notice(channel=channel), ALICE))
-    assert down.status == "failed" and down.retryable
+    assert down.status == "failed" and down.retryable and down.channel_down  # the worker rests the channel
     sink.start()
     try:
         assert run(channel.send(ctx(), notice(channel=channel), ALICE)).status == "sent"
@@ -405,6 +407,7 @@ def test_ntfy_without_a_topic_or_with_a_wrong_token_fails_for_good(tmp_path, ntf
     )
     result = run(channel.send(ctx(), notice(channel=channel), Recipient("a@example.com", topic="alice")))
     assert result.status == "failed" and not result.retryable and "401" in (result.error or "")
+    assert not result.channel_down
     assert "tk_wrong" not in repr(channel) and not ntfy.published
 
 
@@ -509,11 +512,40 @@ def test_webhook_receiver_refuses_a_wrong_secret_and_failures_say_whether_to_ret
     assert refused.status == "failed" and not refused.retryable and receiver.refused == ["bad signature"]
     stale = run(hook(tmp_path, receiver).send(ctx(offset=-3600), notice(), ALICE))  # a clock an hour behind
     assert stale.status == "failed" and receiver.refused[-1] == "stale"
+    assert not refused.channel_down and not stale.channel_down
     receiver.status = 503
-    assert run(hook(tmp_path, receiver).send(ctx(), notice(), ALICE)).retryable is True
+    unavailable = run(hook(tmp_path, receiver).send(ctx(), notice(), ALICE))
+    assert unavailable.retryable is True and unavailable.channel_down  # one URL: every notice alike
     receiver.status = 400
-    assert run(hook(tmp_path, receiver).send(ctx(), notice(), ALICE)).retryable is False
+    bad = run(hook(tmp_path, receiver).send(ctx(), notice(), ALICE))
+    assert bad.retryable is False and not bad.channel_down
     assert not receiver.received
+
+
+def test_an_http_channel_whose_service_refuses_connections_says_it_is_down(tmp_path):
+    """Nothing listens: a webhook's or an ntfy server's refused connection fails every notice
+    alike, so the result says the channel is down (the delivery worker rests it)."""
+    gone = WebhookReceiver(secret=SECRET).start()
+    origin = gone.origin
+    gone.stop()
+    chat = build(
+        [
+            {
+                "id": "chat",
+                "type": "webhook",
+                "url": f"{origin}/hook",
+                "secret": secret_file(tmp_path, "s", SECRET),
+            }
+        ],
+        tmp_path,
+    )[0]
+    phone = build([{"id": "phone", "type": "ntfy", "url": origin}], tmp_path)[0]
+    for result in (
+        run(chat.send(ctx(), notice(), ALICE)),
+        run(phone.send(ctx(), notice(channel=phone), Recipient("a@example.com", topic="alice"))),
+    ):
+        assert result.status == "failed" and result.retryable and result.channel_down, result
+        assert "unreachable" in (result.error or "")
 
 
 def test_the_plugin_guides_worked_channel_type_loads_builds_and_sends(tmp_path):
