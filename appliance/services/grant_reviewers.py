@@ -25,7 +25,7 @@ async def eligible_names(
     services: Services, review: Review, facts: Any, now_s: int, votes: list[Ballot]
 ) -> list[list[dict[str, str]]]:
     """For each requirement, who may still vote for it now, with their names."""
-    people = await reviews.people(services, review, await reviews.admin_people(services, review))
+    people = await reviews.people_with_admins(services, review)
     lists = eligible_people(review, facts, people, now_s, votes)
     named: dict[str, str] = {}
     out = []

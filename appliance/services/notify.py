@@ -159,7 +159,7 @@ async def requested(services: Services, grant: Grant, review: Review, agent: Age
         return []
     now = grant["created_at"]
     facts = reviews.grant_facts(grant, agent, "pending")
-    people = await reviews.people(services, review, await reviews.admin_people(services, review))
+    people = await reviews.people_with_admins(services, review)
     emails = {e for each in eligible_people(review, facts, people, now // 1000) for e in each}
     recipients = await _reachable(services, emails)
     return await _rows_for(
@@ -175,7 +175,7 @@ async def escalated(
     if not services.notify_channels or not reached:
         return []
     facts = reviews.grant_facts(grant, agent, "pending")
-    people = await reviews.people(services, review, await reviews.admin_people(services, review))
+    people = await reviews.people_with_admins(services, review)
     emails = _refs((ref for e in reached for ref in (*e.notify, *e.add_approvers)), facts, people)
     recipients = await _reachable(services, emails)
     return await _rows_for(

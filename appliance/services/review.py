@@ -9,7 +9,7 @@ the facts handed in are in seconds, the votes' ``at`` in milliseconds as every o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from grantd.core.review import (
@@ -86,42 +86,40 @@ def grant_facts(grant: Grant, agent: Agent | None, status: str) -> GrantFacts:
     )
 
 
+def _names_admins(review: Review) -> bool:
+    return any("@admins" in r.groups for r in review.requirements) or any(
+        "@admins" in e.add_approvers for e in review.escalations
+    )
+
+
+def _members(services: Services) -> Mapping[str, frozenset[str]]:
+    config = services.config.extra.get("review")
+    return config.members if isinstance(config, ReviewConfig) else {}
+
+
 async def people(services: Services, review: Review, emails: Iterable[str]) -> People:
     """Group members from today's config, and the administrators among ``emails`` (admin.emails,
     the management identity, people marked admin): the voters whose eligibility is checked."""
-    config = services.config.extra.get("review")
-    members = config.members if isinstance(config, ReviewConfig) else {}
     admins = set(services.admin_emails)
-    if any("@admins" in r.groups for r in review.requirements) or any(
-        "@admins" in e.add_approvers for e in review.escalations
-    ):
+    if _names_admins(review):
         for email in {e.lower() for e in emails} - admins:
             person = await services.store.people.get(email)
             if person is not None and person["admin"] and person["status"] == "active":
                 admins.add(email)
-    return People(members=members, admins=frozenset(admins))
+    return People(members=_members(services), admins=frozenset(admins))
 
 
-ADMIN_SCAN = 2000  # people records read to find administrators for `@admins` in a reviewers list
+ADMIN_SCAN = 2000  # administrators read for `@admins` in a reviewers list or a grant's notices
 
 
-async def admin_people(services: Services, review: Review) -> list[str]:
-    """The e-mails of people marked admin (for lists of who may approve under `@admins`; bounded)."""
-    if not any("@admins" in r.groups for r in review.requirements) and not any(
-        "@admins" in e.add_approvers for e in review.escalations
-    ):
-        return []
-    from grantd.core.paging import Cursor, PageRequest
-
-    found: list[str] = []
-    cursor: Cursor | None = None
-    while len(found) < ADMIN_SCAN:
-        rows, more = await services.store.people.list(PageRequest(200, cursor))
-        found.extend(p["email"] for p in rows if p["admin"] and p["status"] == "active")
-        if not more or not rows:
-            break
-        cursor = Cursor(rows[-1]["created_at"], rows[-1]["person_id"])
-    return found
+async def people_with_admins(services: Services, review: Review) -> People:
+    """``people`` with every administrator, for whom may approve at all (a grant's notices, its
+    reviewers list): the active people marked admin, read once (bounded) when the review names
+    `@admins`."""
+    admins = set(services.admin_emails)
+    if _names_admins(review):
+        admins.update(await services.store.people.admins(ADMIN_SCAN))
+    return People(members=_members(services), admins=frozenset(admins))
 
 
 def ballot_of(vote: Vote) -> Ballot:

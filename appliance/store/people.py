@@ -34,6 +34,11 @@ class PersonStore(Protocol):
         """Newest first by (created_at, person_id); ``search`` is a case-insensitive substring of
         the e-mail or the name (matched literally: ``%`` and ``_`` are not wildcards)."""
 
+    async def admins(self, limit: int) -> builtins.list[str]:
+        """The e-mails of the active people marked admin, oldest first by (created_at, person_id),
+        at most ``limit``. Its cost follows the administrators, not everyone stored: a grant's
+        notices and reviewers ask it (issue 27, item 5)."""
+
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         """Apply ``changes`` (name, admin, status, updated_at). None if the person is gone."""
 

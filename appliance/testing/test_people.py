@@ -141,6 +141,28 @@ async def test_people_search_pages(store):
     assert [p["person_id"] for page in pages for p in page] == [f"usr_match{i}" for i in range(4, -1, -1)]
 
 
+async def test_admins_are_the_active_administrators_oldest_first_and_bounded(store):
+    await store.people.create(person("zed", created_at=NOW + 3, admin=True))
+    await store.people.create(person("amy", created_at=NOW + 1, admin=True))
+    await store.people.create(person("bob", created_at=NOW + 1, admin=True))  # a tie: by person_id
+    await store.people.create(person("off", created_at=NOW, admin=True, status="disabled"))
+    await store.people.create(person("joe", created_at=NOW))
+    assert await store.people.admins(10) == ["amy@example.com", "bob@example.com", "zed@example.com"]
+    assert await store.people.admins(2) == ["amy@example.com", "bob@example.com"]
+    # what an update changes, the next answer shows (a partial index must follow its rows)
+    await store.people.update("usr_amy", {"status": "disabled", "updated_at": NOW + 5})
+    await store.people.update("usr_joe", {"admin": True, "updated_at": NOW + 5})
+    await store.people.update("usr_off", {"status": "active", "updated_at": NOW + 5})
+    assert await store.people.admins(10) == [
+        "joe@example.com",
+        "off@example.com",
+        "bob@example.com",
+        "zed@example.com",
+    ]
+    await store.people.delete("usr_bob", NOW + 6)
+    assert await store.people.admins(10) == ["joe@example.com", "off@example.com", "zed@example.com"]
+
+
 async def test_person_update(store):
     await store.people.create(person("alice"))
     updated = await store.people.update(

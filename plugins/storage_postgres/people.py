@@ -58,6 +58,14 @@ class PostgresPeople(_Part):
         )
         return person_row(row) if row else None
 
+    @_on_store_loop
+    async def admins(self, limit: int) -> builtins.list[str]:
+        rows = await self._db.all(  # the partial index people_admins (schema 0014) holds exactly these rows
+            "SELECT email FROM people WHERE admin AND status = 'active' ORDER BY created_at, person_id LIMIT %s",
+            (limit,),
+        )
+        return [r["email"] for r in rows]
+
     @_nul_finds_nothing(lambda: ([], False))
     @_on_store_loop
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:

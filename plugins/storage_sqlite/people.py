@@ -114,6 +114,13 @@ class SQLitePeople:
         found, more = page_rows(rows, page.limit)
         return [person_row(r) for r in found], more
 
+    async def admins(self, limit: int) -> builtins.list[str]:
+        rows = self._db.all(  # the partial index people_admins (schema 0016) holds exactly these rows
+            "SELECT email FROM people WHERE admin = 1 AND status = 'active' ORDER BY created_at, person_id LIMIT ?",
+            (limit,),
+        )
+        return [r["email"] for r in rows]
+
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         cols = [c for c in PERSON_CHANGEABLE if c in changes]
         values = {f"set_{c}": (bool(changes[c]) if c == "admin" else changes[c]) for c in cols}

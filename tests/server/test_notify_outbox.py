@@ -83,6 +83,23 @@ def test_the_owner_gets_a_mail_with_a_review_link_and_no_command(srv, sink):
     wait_for(lambda: rows_of(srv, grant["id"])[0]["status"] == "sent")
 
 
+def test_people_marked_admin_are_told_and_a_disabled_one_is_not(srv, sink):
+    """The default policy's `@admins` (D13): the active people marked admin, found among many who
+    are not (store.people.admins, issue 27), are eligible and get the notice."""
+    sink.start()
+    for _ in range(30):
+        create_person(srv, fresh("person"))
+    on, off = create_person(srv, fresh("admin"), admin=True), create_person(srv, fresh("admin"), admin=True)
+    with srv.admin() as http:
+        assert http.patch(f"/api/admin/users/{off['email']}", json={"status": "disabled"}).status_code == 200
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    grant = request_grant(srv, token, command=["ls"])
+    told = {r["recipient"] for r in rows_of(srv, grant["id"])}
+    assert on["email"] in told and owner["email"] in told and off["email"] not in told
+    wait_for(lambda: mails_to(sink, on["email"]))
+
+
 def test_a_decision_sends_a_resolved_notice_in_the_same_thread(srv, sink):
     sink.start()
     owner, browser = signed_in_person(srv, fresh("owner"))

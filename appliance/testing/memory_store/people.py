@@ -44,6 +44,11 @@ class MemoryPeople:
         ]
         return _newest_first(rows, "person_id", page)
 
+    async def admins(self, limit: int) -> builtins.list[str]:
+        found = [p for p in self._d.people.values() if p["admin"] and p["status"] == "active"]
+        found.sort(key=lambda p: (p["created_at"], p["person_id"]))
+        return [p["email"] for p in found[:limit]]
+
     async def update(self, person_id: str, changes: dict[str, Any]) -> Person | None:
         async with self._d.tx:
             person = self._d.people.get(person_id)
