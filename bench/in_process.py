@@ -1,5 +1,6 @@
 """In-process services for the benches that time service calls without a server (bench/lean.py,
-bench/levers.py): the test suite's own configuration (tests/conftest.py) on a fresh SQLite file.
+bench/levers.py, bench/notify_people.py, bench/pending_bound.py): the test suite's own
+configuration (tests/conftest.py) on a fresh SQLite file.
 grantd is imported when called, so a bench that chose which copy of the package to run
 (``bench/lean.py --baseline``) gets that one."""
 
@@ -12,8 +13,9 @@ from typing import Any
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
-async def temp_services(directory: Path, management_token: str) -> Any:
-    """grantd's services on ``directory``/g.db; the caller closes ``services.store``."""
+async def temp_services(directory: Path, management_token: str = "m" * 32, extra: str = "") -> Any:
+    """grantd's services on ``directory``/g.db (``extra``: more TOML tables); the caller closes
+    ``services.store``."""
     if str(TESTS) not in sys.path:
         sys.path.insert(0, str(TESTS))
     from grantd.config import load
@@ -23,7 +25,31 @@ async def temp_services(directory: Path, management_token: str) -> Any:
     from conftest import free_port, toml_config  # type: ignore[import-not-found]
 
     path = directory / "grantd.toml"
-    path.write_text(toml_config(free_port(), storage=f'plugin = "sqlite"\npath = "{directory}/g.db"'))
+    path.write_text(
+        toml_config(free_port(), storage=f'plugin = "sqlite"\npath = "{directory}/g.db"', extra=extra)
+    )
     (directory / "management-token").write_text(management_token + "\n")
     config = load(path)
     return await open_services(config, build_plugin_manager(config))
+
+
+async def enrolled_agent(services: Any, email: str, **fields: str) -> tuple[Any, Any]:
+    """A new agent enrolled by the management token (a fresh Ed25519 key; ``fields``: owner,
+    approver): its record, and the principal its identity token would give."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from grantd.core import principals
+    from grantd.services import agents
+
+    admin = principals.management(services.config.admin.management_identity)
+    public = (
+        Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
+    agent = await agents.enroll(
+        services, admin, {"email": email, "name": "bench", "publicKey": public, **fields}
+    )
+    return agent, principals.agent(agent["agent_id"], agent["email"])

@@ -27,26 +27,17 @@ from pathlib import Path
 
 
 async def measure(chain_calls: int, approvals: int, repeats: int) -> dict[str, float]:
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from in_process import temp_services  # bench/, beside this file
+    from in_process import enrolled_agent, temp_services  # bench/, beside this file
 
     from grantd.core import principals
-    from grantd.services import agents, grants
+    from grantd.services import grants
     from grantd.services.authn import Credentials
 
     with tempfile.TemporaryDirectory() as tmp:
-        services = await temp_services(Path(tmp), "m" * 32)
+        # the grants are made by the service directly, many at once: no bound on one agent's pending grants
+        services = await temp_services(Path(tmp), "m" * 32, extra="[limits]\npending_per_agent = 0\n")
         admin = principals.management(services.config.admin.management_identity)
-        public = (
-            Ed25519PrivateKey.generate()
-            .public_key()
-            .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-            .decode()
-        )
-        agent = await agents.enroll(
-            services, admin, {"email": "bench-lean@example.com", "name": "bench", "publicKey": public}
-        )
+        agent, requester = await enrolled_agent(services, "bench-lean@example.com")
         token, _ = await services.tokens.mint_identity(agent)
         found: dict[str, float] = {}
 
@@ -63,7 +54,6 @@ async def measure(chain_calls: int, approvals: int, repeats: int) -> dict[str, f
             best = min(best, (time.process_time() - start) / chain_calls)
         found["authn chain (µs)"] = best * 1e6
 
-        requester = principals.agent(agent["agent_id"], agent["email"])
         body = {"target_host": "web-1", "audience": "escapes", "command": ["true"], "grant_type": "once"}
         best = 1e9
         for _ in range(repeats):

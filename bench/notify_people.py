@@ -6,10 +6,10 @@ In this process, on SQLite:
     .venv/bin/python bench/notify_people.py                 # 2, 2,000 and 10,000 people
     .venv/bin/python bench/notify_people.py 2 50000
 
-Per count (at least 2): a fresh database with that many people (the owner and one administrator among them), one mail
-channel (its server is never reached: delivery runs in a server's worker, not here), an agent
-whose owner is a person; then the grants service's `create` N times per round, best of 3 rounds,
-CPU per call by `time.process_time()`.
+Per count (at least 2): a fresh database (bench/in_process.py) with that many people (the owner
+and one administrator among them), one mail channel (its server is never reached: delivery runs
+in a server's worker, not here), an agent whose owner is a person; then the grants service's
+`create` N times per round, best of 3 rounds, CPU per call by `time.process_time()`.
 """
 
 from __future__ import annotations
@@ -20,31 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from grantd.config import load
-from grantd.core import principals
-from grantd.plugin_manager import build_plugin_manager
-from grantd.services import agents, grants
-from grantd.services import people as people_service
-from grantd.services.context import open_services
+from in_process import enrolled_agent, temp_services  # bench/, beside this file
 
 N = 300
 ROUNDS = 3
-CONFIG = """version = 1
-
-[server]
-host = "127.0.0.1"
-port = 8799
-
-[admin]
-management_token = "file:management-token"
-
-[storage]
-plugin = "sqlite"
-path = "{directory}/grantd.db"
-
+EXTRA = """
 [limits]
 pending_per_owner = 0
 pending_per_agent = 0
@@ -60,34 +40,16 @@ from = "grantd@example.com"
 
 
 async def measure(people: int) -> float:
+    from grantd.services import grants
+    from grantd.services import people as people_service
+
     with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp)
-        (directory / "grantd.toml").write_text(CONFIG.format(directory=directory))
-        (directory / "management-token").write_text("m" * 32 + "\n")
-        config = load(directory / "grantd.toml")
-        services = await open_services(config, build_plugin_manager(config))
+        services = await temp_services(Path(tmp), extra=EXTRA)
         try:
             await people_service.create_person(services, "owner@example.com")
             for i in range(people - 1):
                 await people_service.create_person(services, f"p{i}@example.com", admin=i == 0)
-            admin = principals.management(services.config.admin.management_identity)
-            public = (
-                Ed25519PrivateKey.generate()
-                .public_key()
-                .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-                .decode()
-            )
-            enrolled = await agents.enroll(
-                services,
-                admin,
-                {
-                    "email": "bench@example.com",
-                    "name": "bench",
-                    "publicKey": public,
-                    "owner": "owner@example.com",
-                },
-            )
-            requester = principals.agent(enrolled["agent_id"], enrolled["email"])
+            _, requester = await enrolled_agent(services, "bench@example.com", owner="owner@example.com")
             best = float("inf")
             for r in range(ROUNDS):
                 started = time.process_time()

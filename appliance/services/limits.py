@@ -59,7 +59,6 @@ from grantd.client_address import limit_key
 from grantd.config import Config
 from grantd.core.clock import Clock
 from grantd.core.errors import Problem
-from grantd.core.paging import PageRequest
 from grantd.core.principals import Principal
 from grantd.store import RateStore
 
@@ -194,28 +193,15 @@ class Limits:
         await self.hit(self.verify_address, address)
 
     async def grant_request(self, services: Services, principal: Principal | None) -> None:
-        """An agent asks for a grant: its rate, then the bound on its pending grants (pending and
-        not lapsed; a decision, withdrawal or expiry frees a place). Other principals (the
+        """An agent asks for a grant: its rate. The bound on its pending grants
+        (``pending_per_agent``) is counted with the owner's in the grant's own transaction
+        (``grantd.store.PendingBound``, grantd.services.grants.create): exact under concurrent
+        requests, and its cost does not grow with the pending grants. Other principals (the
         management token, people) are not limited here."""
         agent_id = principal.agent_id if principal is not None else None
         if agent_id is None:
             return
         await self.hit(self.grants_agent, agent_id)
-        bound = self.pending_per_agent
-        if bound <= 0:
-            return
-        pending, _ = await services.store.grants.list(
-            lapse=services.grant_lapse(),
-            page=PageRequest(bound, None),
-            status="pending",
-            requester_ids=[agent_id],
-        )
-        if len(pending) >= bound:
-            self.on_refused("pending.agent")
-            raise too_many(
-                f"too many pending grants (at most {bound}): wait for decisions or withdraw some",
-                PENDING_RETRY_AFTER,
-            )
 
     async def bearer_allowed(self, address: str | None, *, could_be_management_token: bool) -> None:
         """Before a presented bearer is checked. Nothing is refused here: a valid bearer is always

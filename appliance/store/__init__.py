@@ -97,13 +97,27 @@ class LimitReached(StoreError):
 
 
 @dataclass(frozen=True)
-class OwnerBound:
-    """D11: at most ``limit`` pending grants (not lapsed under ``lapse``) across the agents of one
-    owner (the owner of the requesting agent: the same ``owner_id``, or for an owner bound to no
-    person the same ``owner`` e-mail). ``limit`` 0 turns it off."""
+class PendingBound:
+    """D11 and D12: at most ``per_owner`` pending grants (not lapsed under ``lapse``) across the
+    agents of one owner (the owner of the requesting agent: the same ``owner_id``, or for an owner
+    bound to no person the same ``owner`` e-mail), and at most ``per_agent`` of the requesting
+    agent itself. 0 turns either off."""
 
-    limit: int
+    per_owner: int
     lapse: Lapse
+    per_agent: int = 0
+
+    @property
+    def counted(self) -> bool:
+        return self.per_owner > 0 or self.per_agent > 0
+
+    def check(self, owners: int, agents: int) -> None:
+        """``LimitReached`` when the pending grants counted (the owner's agents', the agent's own)
+        leave no place; the agent's bound is named first."""
+        if self.per_agent > 0 and agents >= self.per_agent:
+            raise LimitReached("pending_per_agent", self.per_agent)
+        if self.per_owner > 0 and owners >= self.per_owner:
+            raise LimitReached("pending_per_owner", self.per_owner)
 
 
 @runtime_checkable
@@ -215,15 +229,16 @@ class GrantStore(Protocol):
         grant: Grant,
         events: Sequence[str],
         *,
-        bound: OwnerBound | None = None,
+        bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
         in the same transaction, with the outbox rows ``notices`` (D15, ``grantd.store.notify``). ``review``: the approval-policy review it was pinned to (D13), kept
         in the same transaction (a grant never exists without the review it needs). With ``bound``, a ``pending`` grant whose requester is an agent is
-        refused with ``LimitReached("pending_per_owner")`` when that agent's owner already has
-        ``bound.limit`` pending grants across their agents; counted in the insert's transaction
+        refused (``PendingBound.check``: ``LimitReached("pending_per_agent")`` when that agent
+        already has ``bound.per_agent`` pending grants, ``LimitReached("pending_per_owner")`` when
+        its owner has ``bound.per_owner`` across their agents); counted in the insert's transaction
         (serialised per owner), so concurrent requests in any process cannot pass it together."""
 
     async def get(self, grant_id: str) -> Grant | None: ...
@@ -469,7 +484,7 @@ __all__ = [
     "KeyStore",
     "LimitReached",
     "NotifyStore",
-    "OwnerBound",
+    "PendingBound",
     "OneTimeStore",
     "PersonStore",
     "RefreshTokenStore",

@@ -213,9 +213,9 @@ def decide_device(path: str, start_at: float, user_code: str, tag: str, now: int
 def request_bounded(path: str, start_at: float, tag: str, now: int, limit: int) -> list[str]:
     """TAKERS pending grants of agt_a and agt_b (one owner) at once under ``pending_per_owner`` =
     ``limit``: each result is "created" or the limit that refused it."""
-    from grantd.store import LimitReached, OwnerBound
+    from grantd.store import LimitReached, PendingBound
 
-    bound = OwnerBound(limit, grant_lapse(now, 3600))
+    bound = PendingBound(limit, grant_lapse(now, 3600))
 
     async def one(store: SQLiteStore, i: int) -> str:
         record: Grant = {

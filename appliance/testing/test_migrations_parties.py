@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from grantd.plugins.storage_sqlite import SQLiteStore
-from grantd.store import LimitReached, OwnerBound
+from grantd.store import LimitReached, PendingBound
 
 from .factories import NOW, grant, lapse, person
 from .migrated import postgres_migrated_to, sqlite_migrated_to
@@ -80,7 +80,7 @@ async def _check_upgraded(store) -> None:
     assert sorted(await store.agents.decidable_by("usr_olivia")) == ["agt_a", "agt_b", "agt_d"]
     await store.people.create(person("later"))
     assert (await store.agents.get("agt_c"))["owner_id"] == "usr_later"
-    bound_pending = OwnerBound(1, lapse(NOW))
+    bound_pending = PendingBound(1, lapse(NOW))
     await store.grants.create(grant("g1", requester_id="agt_a"), ["grant.created"], bound=bound_pending)
     with pytest.raises(LimitReached):
         await store.grants.create(grant("g2", requester_id="agt_b"), ["grant.created"], bound=bound_pending)

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store import Conflict, LimitReached, PendingBound
 
 from .factories import NOW, agent, delegation, first_page, grant, lapse, person, refresh_token, session
 
@@ -206,12 +206,64 @@ async def test_agents_per_owner_bound_holds_for_concurrent_enrolments(store):
     await store.agents.create(agent("nobody4", owner="nobody@example.com"), ADMINS, max_per_owner=0)
 
 
+@pytest.mark.parametrize("per_owner", [0, 100], ids=["agent-alone", "with-the-owners"])
+async def test_pending_per_agent_bound_holds_for_concurrent_requests_of_one_agent(store, per_owner):
+    await store.people.create(person("olivia"))
+    for name in ("a", "b"):
+        await store.agents.create(agent(name, owner="olivia@example.com"), ADMINS)
+    bound = PendingBound(per_owner, lapse(NOW), per_agent=3)
+    # a lapsed pending grant and a decided one do not count
+    await store.grants.create(
+        grant("old", requester_id="agt_a", created_at=NOW - 49 * 3_600_000), ["grant.created"], bound=bound
+    )
+    await store.grants.create(
+        grant("auto", requester_id="agt_a", status="approved"), ["grant.created"], bound=bound
+    )
+
+    async def request(i: int) -> str:
+        try:
+            await store.grants.create(grant(f"g{i}", requester_id="agt_a"), ["grant.created"], bound=bound)
+        except LimitReached as exc:
+            return exc.limit
+        return "created"
+
+    results = await asyncio.gather(*(request(i) for i in range(RACERS)))
+    assert results.count("created") == 3 and results.count("pending_per_agent") == RACERS - 3
+    # the owner's other agent has its own three places
+    for i in range(3):
+        await store.grants.create(grant(f"b{i}", requester_id="agt_b"), ["grant.created"], bound=bound)
+    with pytest.raises(LimitReached) as refused:
+        await store.grants.create(grant("b3", requester_id="agt_b"), ["grant.created"], bound=bound)
+    assert refused.value.limit == "pending_per_agent" and refused.value.bound == 3
+
+
+async def test_the_agents_bound_is_named_before_the_owners(store):
+    await store.people.create(person("olivia"))
+    await store.agents.create(agent("a", owner="olivia@example.com"), ADMINS)
+    for i in range(2):
+        await store.grants.create(grant(f"g{i}", requester_id="agt_a"), ["grant.created"])
+    with pytest.raises(LimitReached) as both:
+        await store.grants.create(
+            grant("g2", requester_id="agt_a"),
+            ["grant.created"],
+            bound=PendingBound(2, lapse(NOW), per_agent=2),
+        )
+    assert both.value.limit == "pending_per_agent"
+    with pytest.raises(LimitReached) as owner:
+        await store.grants.create(
+            grant("g2", requester_id="agt_a"),
+            ["grant.created"],
+            bound=PendingBound(2, lapse(NOW), per_agent=5),
+        )
+    assert owner.value.limit == "pending_per_owner"
+
+
 async def test_pending_per_owner_bound_holds_across_the_owners_agents(store):
     await store.people.create(person("olivia"))
     for name in ("a", "b"):
         await store.agents.create(agent(name, owner="olivia@example.com"), ADMINS)
     await store.agents.create(agent("c", owner="zoe@example.com"), ADMINS)
-    bound = OwnerBound(4, lapse(NOW))
+    bound = PendingBound(4, lapse(NOW))
     # a lapsed pending grant does not count
     await store.grants.create(
         grant("old", requester_id="agt_a", created_at=NOW - 49 * 3_600_000), ["grant.created"], bound=bound

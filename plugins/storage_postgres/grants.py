@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
-from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store import Conflict, PendingBound
 from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     GRANT_CHANGEABLE,
@@ -95,7 +95,7 @@ class PostgresGrants(_Part):
         grant: Grant,
         events: Sequence[str],
         *,
-        bound: OwnerBound | None = None,
+        bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
@@ -103,7 +103,7 @@ class PostgresGrants(_Part):
         row["version"] = 1
         values = [row[k] for k in GRANT_COLUMNS]
         values[GRANT_COLUMNS.index("request")] = to_json(row["request"])
-        if bound is not None and bound.limit > 0 and row["status"] == "pending":
+        if bound is not None and bound.counted and row["status"] == "pending":
             owner = await self._db.one(
                 "SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],)
             )
@@ -133,25 +133,32 @@ class PostgresGrants(_Part):
         values: builtins.list[Any],
         events: Sequence[str],
         owner: dict[str, Any],
-        bound: OwnerBound,
+        bound: PendingBound,
         review: dict[str, Any] | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
-        """An agent's pending grant under ``pending_per_owner``: the per-owner lock serialises the
-        count and the insert across processes and nodes (several round trips, only for this case)."""
+        """An agent's pending grant under ``pending_per_owner`` or ``pending_per_agent``: the
+        per-owner lock serialises the count and the insert across processes and nodes (an agent's
+        grants all take its owner's lock; several round trips, only for this case)."""
         key = owner["owner_id"] or owner["owner"]
-        same_owner = "owner_id = %(owner)s" if owner["owner_id"] else "owner_id IS NULL AND owner = %(owner)s"
         live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS, paramstyle=PG)
+        params = {**params, "owner": key, "agent": row["requester_id"]}
+        if bound.per_owner > 0:  # both counts in one walk of the owner's agents' pending grants
+            same_owner = (
+                "owner_id = %(owner)s" if owner["owner_id"] else "owner_id IS NULL AND owner = %(owner)s"
+            )
+            count = f"""SELECT count(*) AS owners, count(*) FILTER (WHERE requester_id = %(agent)s) AS agents
+                FROM grants WHERE status = 'pending' AND {live}
+                AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})"""  # noqa: S608 - generated from the Lapse
+        else:
+            count = f"""SELECT 0 AS owners, count(*) AS agents FROM grants
+                WHERE status = 'pending' AND {live} AND requester_id = %(agent)s"""  # noqa: S608 - generated from the Lapse
         async with self._db.tx() as cur:
             await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (OWNER_LOCKS, key))
-            await cur.execute(
-                f"""SELECT count(*) AS n FROM grants WHERE status = 'pending' AND {live}
-                    AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
-                {**params, "owner": key},
-            )
+            await cur.execute(count, params)
             counted = await cur.fetchone()
-            if counted is not None and int(counted["n"]) >= bound.limit:
-                raise LimitReached("pending_per_owner", bound.limit)
+            assert counted is not None  # an aggregate answers one row
+            bound.check(int(counted["owners"]), int(counted["agents"]))
             try:
                 await cur.execute(GRANT_INSERT, values)
             except _unique_violation():

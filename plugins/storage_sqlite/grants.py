@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
-from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store import Conflict, PendingBound
 from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     AGENT_COLUMNS,
@@ -69,7 +69,7 @@ class SQLiteGrants:
         grant: Grant,
         events: Sequence[str],
         *,
-        bound: OwnerBound | None = None,
+        bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
@@ -77,8 +77,8 @@ class SQLiteGrants:
         row["version"] = 1
         stored = {**row, "request": to_json(row["request"])}
         async with self._db.awrite() as conn:  # BEGIN IMMEDIATE: one writer at a time, so the count holds
-            if bound is not None and bound.limit > 0 and row["status"] == "pending":
-                self._check_owner_bound(conn, str(row["requester_id"]), bound)
+            if bound is not None and bound.counted and row["status"] == "pending":
+                self._check_pending_bound(conn, str(row["requester_id"]), bound)
             try:
                 conn.execute(
                     f"INSERT INTO grants ({', '.join(GRANT_COLUMNS)}) VALUES ({', '.join(':' + c for c in GRANT_COLUMNS)})",  # noqa: S608 - fixed column list
@@ -97,21 +97,30 @@ class SQLiteGrants:
         return cast(Grant, row)
 
     @staticmethod
-    def _check_owner_bound(conn: sqlite3.Connection, requester_id: str, bound: OwnerBound) -> None:
+    def _check_pending_bound(conn: sqlite3.Connection, requester_id: str, bound: PendingBound) -> None:
         agent = conn.execute(
             "SELECT owner_id, owner FROM agents WHERE agent_id = ?", (requester_id,)
         ).fetchone()
         if agent is None:
             return  # a person's own request, or the management token's for someone not enrolled
         live, params = not_lapsed_sql(bound.lapse, GRANT_COLUMNS)
-        same_owner = "owner_id = :owner" if agent["owner_id"] else "owner_id IS NULL AND owner = :owner"
-        count = conn.execute(
-            f"""SELECT count(*) FROM grants WHERE status = 'pending' AND {live}
-                AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
-            {**params, "owner": agent["owner_id"] or agent["owner"]},
-        ).fetchone()[0]
-        if count >= bound.limit:
-            raise LimitReached("pending_per_owner", bound.limit)
+        params = {**params, "agent": requester_id, "owner": agent["owner_id"] or agent["owner"]}
+        if bound.per_owner > 0:  # both counts in one walk of the owner's agents' pending grants
+            same_owner = "owner_id = :owner" if agent["owner_id"] else "owner_id IS NULL AND owner = :owner"
+            owners, agents = conn.execute(
+                f"""SELECT count(*), total(requester_id = :agent) FROM grants WHERE status = 'pending'
+                    AND {live} AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
+                params,
+            ).fetchone()
+        else:
+            owners, agents = (
+                0,
+                conn.execute(
+                    f"SELECT count(*) FROM grants WHERE status = 'pending' AND {live} AND requester_id = :agent",  # noqa: S608 - generated from the Lapse
+                    params,
+                ).fetchone()[0],
+            )
+        bound.check(int(owners), int(agents))
 
     async def get(self, grant_id: str) -> Grant | None:
         row = self._db.one("SELECT * FROM grants WHERE id = ?", (grant_id,))

@@ -8,8 +8,10 @@ Time-dependent tests use the in-process server's ManualClock to end a window wit
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -298,6 +300,37 @@ def test_pending_grants_of_one_agent_are_bounded(clocked, tmp_path):
     srv.clock.advance(601)  # pending grants lapse (expired): they no longer count
     for _ in range(3):
         request_grant(srv, agent)
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgres"])
+def test_one_agents_concurrent_requests_never_pass_its_pending_bound(tmp_path, monkeypatch, storage):
+    """The bound is counted in the grant's own transaction (grantd.store.PendingBound): requests
+    racing in two server processes cannot all see a free place. (Counted before the transaction,
+    as it was before, PostgreSQL let 4 or more of these through.)"""
+    if storage == "postgres":
+        pg.require()
+        monkeypatch.setenv(pg.STORAGE_ENV, "postgres")
+    srv = make_server(tmp_path / "srv", workers=2, extra=limits_table(pending_per_agent=3)).start()
+    try:
+        agent = signed_in(srv, tmp_path / "keys")
+
+        racers = 24
+        start = threading.Barrier(racers)
+
+        def request(i: int) -> int:
+            with httpx.Client(base_url=srv.url, timeout=30) as http:
+                http.get("/healthz")  # connected before the race starts
+                start.wait()
+                body = grant_body(command=["ls", str(i)])
+                return http.post(
+                    "/api/grants", json=body, headers={"Authorization": f"Bearer {agent.token}"}
+                ).status_code
+
+        with ThreadPoolExecutor(racers) as pool:
+            answers = list(pool.map(request, range(racers)))
+        assert sorted(answers) == [201] * 3 + [429] * (racers - 3), answers
+    finally:
+        srv.stop()
 
 
 def test_verify_is_limited_per_client_address(clocked):

@@ -10,7 +10,7 @@ from typing import Any
 
 from grantd.core.lifecycle import EXPIRED, Lapse
 from grantd.core.paging import PageRequest
-from grantd.store import Conflict, LimitReached, OwnerBound
+from grantd.store import Conflict, LimitReached, PendingBound
 from grantd.store.notify import OutboxRow
 from grantd.store.records import (
     AGENT_CHANGEABLE,
@@ -254,7 +254,7 @@ class MemoryGrants:
         grant: Grant,
         events: Sequence[str],
         *,
-        bound: OwnerBound | None = None,
+        bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
@@ -262,8 +262,8 @@ class MemoryGrants:
         async with self._d.tx:
             if row["id"] in self._d.grants:
                 raise Conflict("id")
-            if bound is not None and bound.limit > 0 and row["status"] == "pending":
-                self._check_owner_bound(row["requester_id"], bound)
+            if bound is not None and bound.counted and row["status"] == "pending":
+                self._check_pending_bound(row["requester_id"], bound)
             self._d.grants[row["id"]] = row
             if review is not None:
                 self._d.reviews[row["id"]] = {
@@ -364,7 +364,7 @@ class MemoryGrants:
         )
         return [copy.deepcopy(self._d.reviews[g["id"]]) for g in pending[:limit]]
 
-    def _check_owner_bound(self, requester_id: str, bound: OwnerBound) -> None:
+    def _check_pending_bound(self, requester_id: str, bound: PendingBound) -> None:
         agent = self._d.agents.get(requester_id)
         if agent is None:
             return  # a person's own request, or the management token's for someone not enrolled
@@ -376,13 +376,12 @@ class MemoryGrants:
                 for a in self._d.agents.values()
                 if a["owner_id"] is None and a["owner"] == agent["owner"]
             }
-        pending = sum(
-            1
+        pending = [
+            g
             for g in self._d.grants.values()
             if g["requester_id"] in same and g["status"] == "pending" and not bound.lapse.lapsed(g)
-        )
-        if pending >= bound.limit:
-            raise LimitReached("pending_per_owner", bound.limit)
+        ]
+        bound.check(len(pending), sum(1 for g in pending if g["requester_id"] == requester_id))
 
     async def get(self, grant_id: str) -> Grant | None:
         return copy.deepcopy(self._d.grants.get(grant_id))
