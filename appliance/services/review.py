@@ -86,7 +86,9 @@ def grant_facts(grant: Grant, agent: Agent | None, status: str) -> GrantFacts:
     )
 
 
-def _names_admins(review: Review) -> bool:
+def names_admins(review: Review) -> bool:
+    """Whether the review names `@admins` (in a block or an escalation's ``add_approvers``): then
+    ``people`` reads whether the voters are people marked admin."""
     return any("@admins" in r.groups for r in review.requirements) or any(
         "@admins" in e.add_approvers for e in review.escalations
     )
@@ -101,7 +103,7 @@ async def people(services: Services, review: Review, emails: Iterable[str]) -> P
     """Group members from today's config, and the administrators among ``emails`` (admin.emails,
     the management identity, people marked admin): the voters whose eligibility is checked."""
     admins = set(services.admin_emails)
-    if _names_admins(review):
+    if names_admins(review):
         for email in {e.lower() for e in emails} - admins:
             person = await services.store.people.get(email)
             if person is not None and person["admin"] and person["status"] == "active":
@@ -117,7 +119,7 @@ async def people_with_admins(services: Services, review: Review) -> People:
     reviewers list): the active people marked admin, read once (bounded) when the review names
     `@admins`."""
     admins = set(services.admin_emails)
-    if _names_admins(review):
+    if names_admins(review):
         admins.update(await services.store.people.admins(ADMIN_SCAN))
     return People(members=_members(services), admins=frozenset(admins))
 

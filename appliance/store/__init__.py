@@ -351,7 +351,9 @@ class GrantStore(Protocol):
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         """Pinned reviews of grants whose stored status is ``pending``, oldest grant first, at most
-        ``limit`` (the expiry sweep's escalations and policy timeouts)."""
+        ``limit`` (the expiry sweep's escalations and policy timeouts; the lists' reviews that name
+        a person). Records may share one ``review`` dict (equal reviews parsed once): read it, never
+        change it."""
 
     # Optional (not part of the protocol, so a backend without it still is a GrantStore):
     #     async def wait_for_events(self, seconds: float) -> None

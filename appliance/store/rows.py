@@ -6,6 +6,7 @@ returns (``grantd.store.records``), the same way in every backend.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
 from grantd.core import json_codec
@@ -120,6 +121,30 @@ def vote_row(row: Any) -> Vote:
     if vote["evidence"] is None:
         del vote["evidence"]  # only a vote from a review link has evidence (D15)
     return cast(Vote, vote)
+
+
+def review_rows(rows: Iterable[Any]) -> list[GrantReview]:
+    """``review_row`` of many rows, each distinct review text parsed once: grants pinned to the same
+    policy set carry the same review, and a list or a sweep reads hundreds of them (issue 27). The
+    records then share that parsed review, which nobody changes (``GrantStore.pending_reviews``)."""
+    parsed: dict[str, Any] = {}
+    found = []
+    for row in rows:
+        text = row["review_json"]
+        review = parsed.get(text)
+        if review is None:
+            review = parsed[text] = from_json(text)
+        found.append(
+            cast(
+                GrantReview,
+                {
+                    "grant_id": row["grant_id"],
+                    "review": review,
+                    "escalation_level": int(row["escalation_level"]),
+                },
+            )
+        )
+    return found
 
 
 def review_row(row: Any) -> GrantReview:

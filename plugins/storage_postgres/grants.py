@@ -28,6 +28,7 @@ from grantd.store.rows import (
     page_rows,
     pinned_event_row,
     review_row,
+    review_rows,
     to_json,
     view_row,
     vote_row,
@@ -469,7 +470,7 @@ class PostgresGrants(_Part):
                ORDER BY g.created_at, g.id LIMIT %s""",
             (limit,),
         )
-        return [review_row(r) for r in rows]
+        return review_rows(rows)
 
     @_on_store_loop
     async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:

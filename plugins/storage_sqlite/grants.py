@@ -31,6 +31,7 @@ from grantd.store.rows import (
     page_rows,
     pinned_event_row,
     review_row,
+    review_rows,
     to_json,
     view_row,
     vote_row,
@@ -366,7 +367,7 @@ class SQLiteGrants:
                ORDER BY g.created_at, g.id LIMIT ?""",
             (limit,),
         )
-        return [review_row(r) for r in rows]
+        return review_rows(rows)
 
     async def wait_for_events(self, seconds: float) -> None:
         """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""

@@ -364,6 +364,28 @@ notify = ["@admins"]
 """
 
 
+def test_the_lists_judge_one_policy_sets_grants_by_their_own_escalation_level(tmp_path: Any) -> None:
+    """Grants pinned to one policy set share a review; the lists judge it once per level (issue 27),
+    so the lead added by the first escalation sees the escalated grant and not the newer one."""
+    from grantd.services import grant_sweeps
+
+    server = InProcessServer(tmp_path / "esc", extra=ESCALATING).start()
+    try:
+        create_person(server, "lead@esc.example")
+        _, token = enrol_agent(server, owner="owner@esc.example")
+        older = request_grant(server, token, target_host="db-1")
+        server.clock.advance(15 * 60)
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 1
+        newer = request_grant(server, token, target_host="db-2")  # the same review, level 0
+        with person(server, "lead@esc.example") as lead:
+            listed = [g["id"] for g in lead.get("/api/grants", params={"status": "pending"}).json()["data"]]
+        assert listed == [older["id"]] and newer["id"] not in listed
+        reviews = [r["review"] for r in server.call(server.services.store.grants.pending_reviews(10))]
+        assert reviews[0] == reviews[1]  # one review for both: the level alone tells them apart
+    finally:
+        server.stop()
+
+
 def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) -> None:
     from grantd.services import grant_sweeps as grants_service
 

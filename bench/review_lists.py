@@ -1,0 +1,73 @@
+"""CPU of a person's grant list while many pending grants are pinned to approval policies (issue
+27, item 5): the lists look through the pending reviews (at most 1,000) for those that name the
+person through a group (D13), so their cost grows with the pending grants; it must stay small.
+In this process, on SQLite:
+
+    .venv/bin/python bench/review_lists.py            # 100 and 500 pending pinned grants
+    .venv/bin/python bench/review_lists.py 1000
+
+Per count: a fresh database with bench/policies.py's 50 policies and 10 rules, that many pending
+grants that three policies match (one policy set: the same pinned review), and a person no group
+names; then the grants service's list for that person (GET /api/grants), N times per round, best
+of 3 rounds, CPU per call by `time.process_time()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from policies import config_text  # noqa: E402  (bench/policies.py: the same 50 policies and 10 rules)
+from policies_request import write_config  # noqa: E402
+
+N = 30
+ROUNDS = 3
+
+
+async def measure(pending: int) -> float:
+    from grantd.config import load
+    from grantd.core.principals import agent, for_person
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services import grant_lists, grants
+    from grantd.services import people as people_service
+    from grantd.services.context import open_services
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load(write_config(Path(tmp), config_text()))
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            requester = agent("agt_bench", "agent+bench@example.com")
+            body = {"target_host": "prod-db-3", "audience": "escapes", "run_as": "root", "grant_type": "once"}
+            for i in range(pending):
+                await grants.create(
+                    services, requester, {**body, "command": ["systemctl", "restart", f"app{i}"]}
+                )
+            person = for_person(
+                await people_service.create_person(services, "bob@example.com"), services.admin_emails
+            )
+            best = float("inf")
+            for _ in range(ROUNDS):
+                started = time.process_time()
+                for _ in range(N):
+                    await grant_lists.list_grants(services, person, {})
+                best = min(best, (time.process_time() - started) / N)
+            return best
+        finally:
+            services.store.close()
+
+
+def main(argv: list[str]) -> int:
+    counts = [int(a) for a in argv] or [100, 500]
+    print("pending pinned grants   CPU per list of a person (ms)")
+    for count in counts:
+        print(f"{count:>21}   {asyncio.run(measure(count)) * 1000:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
