@@ -58,7 +58,8 @@ class Credentials:
     digest: bytes = field(init=False, repr=False, compare=False)
     # Agents read earlier in this request, by id, as they were then (a route that reads the grant
     # before the chain runs gets its requesting agent in the same statement, issue 27): the
-    # identity-token authenticator checks the bearer's agent from here instead of reading it again.
+    # identity-token authenticator checks the bearer's agent from here instead of reading it again,
+    # and leaves the row it read here for the route (a grant request's notices need the agent).
     # Still D11's read of the agent as it is now, made in this request; never kept across requests,
     # nor by ``dataclasses.replace`` (not an init field: a live stream's later checks read again).
     agents_read: dict[str, Agent] = field(init=False, repr=False, compare=False)
@@ -149,6 +150,8 @@ class AgentIdentityToken:
         agent = credentials.agents_read.get(claims["agent_id"])
         if agent is None:
             agent = await services.store.agents.get_by_id(claims["agent_id"])
+            if agent is not None:
+                credentials.agents_read[agent["agent_id"]] = agent
         # D11: the token dies with its agent: disabled, deleted, re-enrolled (another agent_id
         # behind the same e-mail) or re-keyed (another key generation).
         if (

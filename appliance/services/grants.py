@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from types import EllipsisType
 from typing import Any
@@ -219,10 +219,17 @@ async def create(
     parsed: Any = None,
     *,
     policy_id: str | None = None,
+    agents_read: Mapping[str, Agent] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """(response body, HTTP status): 201 new, 200 reused. ``parsed``: validated already (CIBA);
-    ``policy_id``: the policy that reviews it (``reviews.pinned_review``)."""
+    ``policy_id``: the policy that reviews it (``reviews.pinned_review``); ``agents_read``: agents
+    this request read already (``Credentials.agents_read``: the requesting agent, as it is now)."""
     request, requester_id = parsed or await parse_request(services, principal, body)
+
+    async def requesting_agent() -> Agent | None:
+        known = agents_read.get(requester_id) if agents_read else None
+        return known if known is not None else await services.store.agents.get_by_id(requester_id)
+
     reader = Reader(services)
     key = reuse_key(request)
     if request["grant_type"] in ("timed", "always"):
@@ -293,7 +300,7 @@ async def create(
             reader.now,
             f"delegation {delegation['id']}",
         )
-        agent = await services.store.agents.get_by_id(requester_id)
+        agent = await requesting_agent()
         facts = reviews.grant_facts(grant, agent, "pending")
         people = await reviews.people(services, pinned, [delegation["delegator"]])
         result = cast_vote(pinned, facts, people, [], delegated_vote, reader.now // 1000)
@@ -317,7 +324,7 @@ async def create(
     # (the management token's on its behalf are not limited per agent)
     per_agent = services.limits.pending_per_agent if principal is not None and principal.agent_id else 0
     bound = PendingBound(services.config.limits.pending_per_owner, reader.lapse, per_agent)
-    agent = await services.store.agents.get_by_id(requester_id) if services.notify_channels else None
+    agent = await requesting_agent() if services.notify_channels else None
     notices = await notify.requested(services, grant, pinned, agent)  # D15: in the grant's transaction
     try:
         stored = await services.store.grants.create(

@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 from people_support import create_person, enrol_agent, fresh, request_grant, signed_in_person
+from support import postgres as pg
 from support.notify_doubles import SmtpSink
+
+from grants_support import grant_body
 
 CHANNELS = """
 [notify]
@@ -98,6 +101,31 @@ def test_people_marked_admin_are_told_and_a_disabled_one_is_not(srv, sink):
     told = {r["recipient"] for r in rows_of(srv, grant["id"])}
     assert on["email"] in told and owner["email"] in told and off["email"] not in told
     wait_for(lambda: mails_to(sink, on["email"]))
+
+
+@pg.sqlite_only("traces the statements of the SQLite store")
+def test_a_grant_request_reads_its_agent_once_for_the_chain_and_the_notices(srv, sink):
+    """D11 reads the bearer's agent; the notices need the same row (who owns it): the request reads
+    it once (Credentials.agents_read, issue 27)."""
+    owner = create_person(srv, fresh("owner"))
+    _, token = enrol_agent(srv, owner=owner["email"])
+    # the mail server is down: once a notice found that, the channel rests (the clock stands
+    # still), so no delivery reads the agent in the background while the request is traced
+    first = request_grant(srv, token, command=["ls", "first"])
+    tried = lambda: rows_of(srv, first["id"])  # noqa: E731
+    wait_for(lambda: any(r["attempts"] for r in tried()) and all(r["claimed_by"] is None for r in tried()))
+    seen: list[str] = []
+    conn = srv.services.store._db.conn
+    with srv.client(token) as http:
+        http.get("/healthz")  # connected before the trace starts
+        conn.set_trace_callback(seen.append)
+        try:
+            r = http.post("/api/grants", json=grant_body(command=["ls", "traced"]))
+        finally:
+            conn.set_trace_callback(None)
+    assert r.status_code == 201, r.text
+    assert sum("SELECT * FROM agents WHERE agent_id" in s for s in seen) == 1, seen
+    assert {x["recipient"] for x in rows_of(srv, r.json()["id"])} >= {owner["email"]}
 
 
 def test_a_decision_sends_a_resolved_notice_in_the_same_thread(srv, sink):
