@@ -6,7 +6,10 @@ grantd is imported when called, so a bench that chose which copy of the package 
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +56,24 @@ async def enrolled_agent(services: Any, email: str, **fields: str) -> tuple[Any,
         services, admin, {"email": email, "name": "bench", "publicKey": public, **fields}
     )
     return agent, principals.agent(agent["agent_id"], agent["email"])
+
+
+async def best_cpu_per_call(call: Callable[[int, int], Awaitable[Any]], calls: int, rounds: int) -> float:
+    """CPU seconds (``time.process_time``, this process) per ``call(round, i)``: the best of
+    ``rounds`` rounds of ``calls`` calls."""
+    best = float("inf")
+    for r in range(rounds):
+        started = time.process_time()
+        for i in range(calls):
+            await call(r, i)
+        best = min(best, (time.process_time() - started) / calls)
+    return best
+
+
+def report(heading: str, counts: list[int], measure: Callable[[int], Awaitable[float]]) -> int:
+    """One line per count: the count, and ``measure(count)`` (seconds) in milliseconds."""
+    label = heading.split("   ")[0]  # the count column is as wide as its name
+    print(heading)
+    for count in counts:
+        print(f"{count:>{len(label)},}   {asyncio.run(measure(count)) * 1000:.2f}")
+    return 0

@@ -14,13 +14,11 @@ in a server's worker, not here), an agent whose owner is a person; then the gran
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from in_process import enrolled_agent, temp_services  # bench/, beside this file
+from in_process import best_cpu_per_call, enrolled_agent, report, temp_services  # bench/, beside this file
 
 N = 300
 ROUNDS = 3
@@ -50,28 +48,25 @@ async def measure(people: int) -> float:
             for i in range(people - 1):
                 await people_service.create_person(services, f"p{i}@example.com", admin=i == 0)
             _, requester = await enrolled_agent(services, "bench@example.com", owner="owner@example.com")
-            best = float("inf")
-            for r in range(ROUNDS):
-                started = time.process_time()
-                for i in range(N):
-                    body = {
-                        "target_host": "web-1",
-                        "audience": "escapes",
-                        "command": ["true", str(r), str(i)],
-                    }
-                    await grants.create(services, requester, {**body, "grant_type": "once"})
-                best = min(best, (time.process_time() - started) / N)
-            return best
+
+            async def request(r: int, i: int) -> None:
+                command = ["true", str(r), str(i)]
+                body = {
+                    "target_host": "web-1",
+                    "audience": "escapes",
+                    "command": command,
+                    "grant_type": "once",
+                }
+                await grants.create(services, requester, body)
+
+            return await best_cpu_per_call(request, N, ROUNDS)
         finally:
             services.store.close()
 
 
 def main(argv: list[str]) -> int:
-    counts = [int(a) for a in argv] or [2, 2_000, 10_000]
-    print("people stored   CPU per grant request (ms)")
-    for count in counts:
-        print(f"{count:>13,}   {asyncio.run(measure(max(2, count))) * 1000:.2f}")
-    return 0
+    counts = [max(2, int(a)) for a in argv] or [2, 2_000, 10_000]
+    return report("people stored   CPU per grant request (ms)", counts, measure)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,12 @@ best of 3 rounds, CPU per request by `time.process_time()`.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from in_process import enrolled_agent, temp_services  # bench/, beside this file
+from in_process import enrolled_agent, report, temp_services  # bench/, beside this file
 
 N = 200
 ROUNDS = 3
@@ -48,7 +47,7 @@ async def measure(pending: int) -> float:
                 spent = 0.0
                 for i in range(N):
                     started = time.process_time()
-                    await services.limits.grant_request(services, requester)
+                    await services.limits.grant_request(requester)
                     answer, _ = await grants.create(services, requester, body(r, i))
                     spent += time.process_time() - started
                     await grants.deny(services, admin, answer["id"], {})
@@ -60,10 +59,7 @@ async def measure(pending: int) -> float:
 
 def main(argv: list[str]) -> int:
     counts = [int(a) for a in argv] or [0, 50, 95]
-    print("pending grants of the agent   CPU per grant request (ms)")
-    for count in counts:
-        print(f"{count:>27}   {asyncio.run(measure(count)) * 1000:.2f}")
-    return 0
+    return report("pending grants of the agent   CPU per grant request (ms)", counts, measure)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ of 3 rounds, CPU per call by `time.process_time()`.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from in_process import best_cpu_per_call, report  # noqa: E402
 from policies import config_text  # noqa: E402  (bench/policies.py: the same 50 policies and 10 rules)
 from policies_request import write_config  # noqa: E402
 
@@ -50,23 +49,18 @@ async def measure(pending: int) -> float:
             person = for_person(
                 await people_service.create_person(services, "bob@example.com"), services.admin_emails
             )
-            best = float("inf")
-            for _ in range(ROUNDS):
-                started = time.process_time()
-                for _ in range(N):
-                    await grant_lists.list_grants(services, person, {})
-                best = min(best, (time.process_time() - started) / N)
-            return best
+
+            async def listing(r: int, i: int) -> None:
+                await grant_lists.list_grants(services, person, {})
+
+            return await best_cpu_per_call(listing, N, ROUNDS)
         finally:
             services.store.close()
 
 
 def main(argv: list[str]) -> int:
     counts = [int(a) for a in argv] or [100, 500]
-    print("pending pinned grants   CPU per list of a person (ms)")
-    for count in counts:
-        print(f"{count:>21}   {asyncio.run(measure(count)) * 1000:.2f}")
-    return 0
+    return report("pending pinned grants   CPU per list of a person (ms)", counts, measure)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ async def bc_authorize(
     stored["authorization_details"] = request.details
     await _check_hint(services, request.hint, agent, stored)
     try:
-        await services.limits.grant_request(services, principal)
+        await services.limits.grant_request(principal)
         answer, _ = await grants.create(
             services, principal, {}, (stored, requester_id), policy_id=request.policy_id
         )

@@ -59,8 +59,7 @@ from grantd.services.grant_requests import (
     parse_request,
     reuse_key,
 )
-from grantd.services.limits import PENDING_RETRY_AFTER, too_many
-from grantd.store import LimitReached, PendingBound
+from grantd.store import LimitReached
 from grantd.store.records import Agent, Grant, GrantReview, GrantView, Vote
 
 STATUSES = ("pending", "approved", "denied", "revoked", "consumed", "expired")
@@ -320,10 +319,7 @@ async def create(
         grant["delegation_id"] = delegation["id"]
         grant["decision_reason"] = f"delegation {delegation['id']}"
         events.append("grant.approved")
-    # D11, D12: counted in the insert's transaction; an agent's own bound only for its own requests
-    # (the management token's on its behalf are not limited per agent)
-    per_agent = services.limits.pending_per_agent if principal is not None and principal.agent_id else 0
-    bound = PendingBound(services.config.limits.pending_per_owner, reader.lapse, per_agent)
+    bound = services.limits.pending_bound(principal, reader.lapse)
     agent = await requesting_agent() if services.notify_channels else None
     notices = await notify.requested(services, grant, pinned, agent)  # D15: in the grant's transaction
     try:
@@ -335,7 +331,7 @@ async def create(
             notices=notices,
         )
     except LimitReached as reached:
-        raise _pending_refused(services, reached) from None
+        raise services.limits.pending_refused(reached) from None
     if delegated_vote is not None and delegation is None:
         await services.store.grants.add_vote(vote_record(stored["id"], delegated_vote))
     services.events.changed()
@@ -577,16 +573,6 @@ async def vote(
     # the votes as the decision left them (another may have come in before it)
     votes = await services.store.grants.votes(grant_id)
     return await _vote_answer(services, updated, review, record, votes, agent, reader)
-
-
-def _pending_refused(services: Services, reached: LimitReached) -> Problem:
-    if reached.limit == "pending_per_agent":
-        services.limits.on_refused("pending.agent")
-        what = f"too many pending grants (at most {reached.bound})"
-    else:
-        services.limits.on_refused("pending.owner")
-        what = f"too many pending grants across this agent's owner's agents (at most {reached.bound})"
-    return too_many(f"{what}: wait for decisions or withdraw some", PENDING_RETRY_AFTER)
 
 
 async def _vote_answer(

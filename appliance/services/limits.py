@@ -59,8 +59,9 @@ from grantd.client_address import limit_key
 from grantd.config import Config
 from grantd.core.clock import Clock
 from grantd.core.errors import Problem
+from grantd.core.lifecycle import Lapse
 from grantd.core.principals import Principal
-from grantd.store import RateStore
+from grantd.store import LimitReached, PendingBound, RateStore
 
 if TYPE_CHECKING:
     from grantd.services.context import Services
@@ -120,6 +121,7 @@ class Limits:
         )
         self.ipv6_prefix: int = limits.ipv6_prefix
         self.pending_per_agent: int = limits.pending_per_agent
+        self.pending_per_owner: int = limits.pending_per_owner
         self.streams_per_principal: int = limits.streams_per_principal
         self.streams_per_owner: int = limits.streams_per_owner
         self.streams_per_process: int = limits.streams_per_process
@@ -192,16 +194,33 @@ class Limits:
     async def verify(self, address: str | None) -> None:
         await self.hit(self.verify_address, address)
 
-    async def grant_request(self, services: Services, principal: Principal | None) -> None:
-        """An agent asks for a grant: its rate. The bound on its pending grants
-        (``pending_per_agent``) is counted with the owner's in the grant's own transaction
-        (``grantd.store.PendingBound``, grantd.services.grants.create): exact under concurrent
-        requests, and its cost does not grow with the pending grants. Other principals (the
-        management token, people) are not limited here."""
+    async def grant_request(self, principal: Principal | None) -> None:
+        """An agent asks for a grant: its rate. Other principals (the management token, people)
+        are not limited here. The bounds on pending grants are counted in the grant's own
+        transaction (``pending_bound``)."""
         agent_id = principal.agent_id if principal is not None else None
         if agent_id is None:
             return
         await self.hit(self.grants_agent, agent_id)
+
+    def pending_bound(self, principal: Principal | None, lapse: Lapse) -> PendingBound:
+        """D11, D12: the bounds a new pending grant is counted against in its insert's transaction
+        (exact under concurrent requests; its cost does not grow with the pending grants): its
+        owner's agents' (``pending_per_owner``), and for an agent's own request its own
+        (``pending_per_agent``; the management token's requests on its behalf are not bounded per
+        agent)."""
+        per_agent = self.pending_per_agent if principal is not None and principal.agent_id else 0
+        return PendingBound(self.pending_per_owner, lapse, per_agent)
+
+    def pending_refused(self, reached: LimitReached) -> Problem:
+        """The 429 of a bound ``pending_bound`` set, as the store reported it reached."""
+        if reached.limit == "pending_per_agent":
+            self.on_refused("pending.agent")
+            what = f"too many pending grants (at most {reached.bound})"
+        else:
+            self.on_refused("pending.owner")
+            what = f"too many pending grants across this agent's owner's agents (at most {reached.bound})"
+        return too_many(f"{what}: wait for decisions or withdraw some", PENDING_RETRY_AFTER)
 
     async def bearer_allowed(self, address: str | None, *, could_be_management_token: bool) -> None:
         """Before a presented bearer is checked. Nothing is refused here: a valid bearer is always

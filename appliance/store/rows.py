@@ -134,25 +134,17 @@ def review_rows(rows: Iterable[Any]) -> list[GrantReview]:
         review = parsed.get(text)
         if review is None:
             review = parsed[text] = from_json(text)
-        found.append(
-            cast(
-                GrantReview,
-                {
-                    "grant_id": row["grant_id"],
-                    "review": review,
-                    "escalation_level": int(row["escalation_level"]),
-                },
-            )
-        )
+        found.append(review_row(row, review))
     return found
 
 
-def review_row(row: Any) -> GrantReview:
+def review_row(row: Any, review: dict[str, Any] | None = None) -> GrantReview:
+    """``review``: the row's review parsed already (``review_rows``)."""
     return cast(
         GrantReview,
         {
             "grant_id": row["grant_id"],
-            "review": from_json(row["review_json"]),
+            "review": from_json(row["review_json"]) if review is None else review,
             "escalation_level": int(row["escalation_level"]),
         },
     )

@@ -242,20 +242,15 @@ async def test_the_agents_bound_is_named_before_the_owners(store):
     await store.agents.create(agent("a", owner="olivia@example.com"), ADMINS)
     for i in range(2):
         await store.grants.create(grant(f"g{i}", requester_id="agt_a"), ["grant.created"])
-    with pytest.raises(LimitReached) as both:
-        await store.grants.create(
-            grant("g2", requester_id="agt_a"),
-            ["grant.created"],
-            bound=PendingBound(2, lapse(NOW), per_agent=2),
-        )
-    assert both.value.limit == "pending_per_agent"
-    with pytest.raises(LimitReached) as owner:
-        await store.grants.create(
-            grant("g2", requester_id="agt_a"),
-            ["grant.created"],
-            bound=PendingBound(2, lapse(NOW), per_agent=5),
-        )
-    assert owner.value.limit == "pending_per_owner"
+    # both bounds reached: the agent's is named; only the owner's: the owner's
+    for per_agent, named in ((2, "pending_per_agent"), (5, "pending_per_owner")):
+        with pytest.raises(LimitReached) as refused:
+            await store.grants.create(
+                grant("g2", requester_id="agt_a"),
+                ["grant.created"],
+                bound=PendingBound(2, lapse(NOW), per_agent=per_agent),
+            )
+        assert refused.value.limit == named
 
 
 async def test_pending_per_owner_bound_holds_across_the_owners_agents(store):

@@ -113,14 +113,12 @@ class SQLiteGrants:
                     AND {live} AND requester_id IN (SELECT agent_id FROM agents WHERE {same_owner})""",  # noqa: S608 - generated from the Lapse
                 params,
             ).fetchone()
-        else:
-            owners, agents = (
-                0,
-                conn.execute(
-                    f"SELECT count(*) FROM grants WHERE status = 'pending' AND {live} AND requester_id = :agent",  # noqa: S608 - generated from the Lapse
-                    params,
-                ).fetchone()[0],
-            )
+        else:  # the agent's own alone
+            owners = 0
+            (agents,) = conn.execute(
+                f"SELECT count(*) FROM grants WHERE status = 'pending' AND {live} AND requester_id = :agent",  # noqa: S608 - generated from the Lapse
+                params,
+            ).fetchone()
         bound.check(int(owners), int(agents))
 
     async def get(self, grant_id: str) -> Grant | None:

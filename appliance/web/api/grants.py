@@ -31,7 +31,7 @@ SEND_TIMEOUT = 30  # seconds one frame may wait for a reader that does not read;
 @bp.post("/api/grants")
 async def create(request: Request) -> HTTPResponse:
     services, principal = services_of(request), await principal_of(request)
-    await services.limits.grant_request(services, principal)
+    await services.limits.grant_request(principal)
     read = credentials_of(request).agents_read  # the bearer's agent, read by the chain (D11)
     answer, status = await grants.create(services, principal, body_of(request), agents_read=read)
     return json(answer, status=status)
