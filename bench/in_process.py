@@ -1,5 +1,6 @@
 """In-process services for the benches that time service calls without a server (bench/lean.py,
-bench/levers.py, bench/notify_people.py, bench/pending_bound.py): the test suite's own
+bench/levers.py, bench/notify_people.py, bench/pending_bound.py, bench/review_lists.py,
+bench/review_sweep.py): the test suite's own
 configuration (tests/conftest.py) on a fresh SQLite file.
 grantd is imported when called, so a bench that chose which copy of the package to run
 (``bench/lean.py --baseline``) gets that one."""
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +37,35 @@ async def temp_services(directory: Path, management_token: str = "m" * 32, extra
     (directory / "management-token").write_text(management_token + "\n")
     config = load(path)
     return await open_services(config, build_plugin_manager(config))
+
+
+@asynccontextmanager
+async def pending_under_policies(pending: int) -> AsyncIterator[Any]:
+    """Services on a fresh SQLite file with bench/policies.py's 50 policies and 10 rules, and
+    ``pending`` pending grants that three of them match: one policy set, so one pinned review,
+    which escalates after 15 minutes and times out after 2 hours."""
+    from policies import config_text  # bench/policies.py
+    from policies_request import write_config
+
+    from grantd.config import load
+    from grantd.core.principals import agent
+    from grantd.plugin_manager import build_plugin_manager
+    from grantd.services import grants
+    from grantd.services.context import open_services
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = load(write_config(Path(tmp), config_text()))
+        services = await open_services(config, build_plugin_manager(config))
+        try:
+            requester = agent("agt_bench", "agent+bench@example.com")
+            body = {"target_host": "prod-db-3", "audience": "escapes", "run_as": "root", "grant_type": "once"}
+            for i in range(pending):
+                await grants.create(
+                    services, requester, {**body, "command": ["systemctl", "restart", f"app{i}"]}
+                )
+            yield services
+        finally:
+            services.store.close()
 
 
 async def enrolled_agent(services: Any, email: str, **fields: str) -> tuple[Any, Any]:

@@ -15,47 +15,30 @@ of 3 rounds, CPU per call by `time.process_time()`.
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from in_process import best_cpu_per_call, report  # noqa: E402
-from policies import config_text  # noqa: E402  (bench/policies.py: the same 50 policies and 10 rules)
-from policies_request import write_config  # noqa: E402
+from in_process import best_cpu_per_call, pending_under_policies, report  # noqa: E402
 
 N = 30
 ROUNDS = 3
 
 
 async def measure(pending: int) -> float:
-    from grantd.config import load
-    from grantd.core.principals import agent, for_person
-    from grantd.plugin_manager import build_plugin_manager
-    from grantd.services import grant_lists, grants
+    from grantd.core.principals import for_person
+    from grantd.services import grant_lists
     from grantd.services import people as people_service
-    from grantd.services.context import open_services
 
-    with tempfile.TemporaryDirectory() as tmp:
-        config = load(write_config(Path(tmp), config_text()))
-        services = await open_services(config, build_plugin_manager(config))
-        try:
-            requester = agent("agt_bench", "agent+bench@example.com")
-            body = {"target_host": "prod-db-3", "audience": "escapes", "run_as": "root", "grant_type": "once"}
-            for i in range(pending):
-                await grants.create(
-                    services, requester, {**body, "command": ["systemctl", "restart", f"app{i}"]}
-                )
-            person = for_person(
-                await people_service.create_person(services, "bob@example.com"), services.admin_emails
-            )
+    async with pending_under_policies(pending) as services:
+        person = for_person(
+            await people_service.create_person(services, "bob@example.com"), services.admin_emails
+        )
 
-            async def listing(r: int, i: int) -> None:
-                await grant_lists.list_grants(services, person, {})
+        async def listing(r: int, i: int) -> None:
+            await grant_lists.list_grants(services, person, {})
 
-            return await best_cpu_per_call(listing, N, ROUNDS)
-        finally:
-            services.store.close()
+        return await best_cpu_per_call(listing, N, ROUNDS)
 
 
 def main(argv: list[str]) -> int:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from grantd.core.review import escalations_due, timeout_at, timeout_outcome
+from grantd.core.review import Review, escalations_due, timeout_at, timeout_outcome
 from grantd.services import notify
 from grantd.services import review as reviews
 from grantd.services.context import Services
 from grantd.services.grants import Reader, requesting_agent
 from grantd.store.records import Grant
 
-SWEEP_REVIEWS = 1000  # pending grants under a policy looked at per sweep (oldest first)
+SWEEP_REVIEWS = 1000  # pinned reviews that came due looked at per sweep (the earliest due first)
 
 
 async def sweep_expired(services: Services) -> list[Grant]:
@@ -40,44 +40,54 @@ async def sweep_expired(services: Services) -> list[Grant]:
 async def sweep_reviews(services: Services) -> int:
     """Escalate and time out pending grants under a policy. Every process sweeps; the conditional
     updates (``escalate_if``, ``update_if`` on pending) make each level and each timeout happen once,
-    across processes and nodes. Returns the number of changes this process won."""
+    across processes and nodes. Only the reviews that came due are read (``due_reviews``); each then
+    gets its next due time, or none once its grant is no longer pending. Returns the number of
+    changes this process won."""
     reader = Reader(services)
     now_s = reader.now // 1000
     won = 0
-    for record in await services.store.grants.pending_reviews(SWEEP_REVIEWS):
+    for record in await services.store.grants.due_reviews(reader.now, SWEEP_REVIEWS):
         review = reviews.pinned(record)
-        if not review.escalations and review.pending_ttl is None:
-            continue
         grant = await services.store.grants.get(record["grant_id"])
         if grant is None or reader.status(grant) != "pending":
+            await services.store.grants.set_review_due(record["grant_id"], None)
             continue
-        created_s = grant["created_at"] // 1000
-        ends = timeout_at(review, created_s)
+        level = record["escalation_level"]
+        ends = timeout_at(review, grant["created_at"] // 1000)
         if ends is not None and now_s >= ends:
-            status, reason = timeout_outcome(review)
-            changes: dict[str, Any] = {"status": status, "decision_reason": reason}
-            if status == "denied":
-                changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
-            updated = await services.store.grants.update_if(
-                grant["id"],
-                expect=("pending",),
-                changes=changes,
-                event=f"grant.{status}",
-                lapse=reader.lapse,
-                now=reader.now,
-                notices=await notify.resolved(services, grant, reader.now),
-            )
-            won += updated is not None
+            won += await _time_out(services, reader, grant, review)
+            await services.store.grants.set_review_due(grant["id"], None)
             continue
-        due = escalations_due(review, created_s, now_s, record["escalation_level"])
-        if not due:
-            continue
-        seen, level = record["escalation_level"], due[-1].level
-        agent = await requesting_agent(services, grant) if services.notify_channels else None
-        notices = await notify.escalated(services, grant, review, agent, seen, level, reader.now)
-        if await services.store.grants.escalate_if(grant["id"], seen, level, reader.now, notices=notices):
-            won += 1
+        due = escalations_due(review, grant["created_at"] // 1000, now_s, level)
+        if due:
+            agent = await requesting_agent(services, grant) if services.notify_channels else None
+            notices = await notify.escalated(services, grant, review, agent, level, due[-1].level, reader.now)
+            if await services.store.grants.escalate_if(
+                grant["id"], level, due[-1].level, reader.now, notices=notices
+            ):
+                won += 1
+                level = due[-1].level
+        # a sweep that lost the escalation to another keeps the level it read: due again sooner, never later
+        await services.store.grants.set_review_due(grant["id"], reviews.review_due(review, grant, level))
     if won:
         services.events.changed()
         notify.wake(services)
     return won
+
+
+async def _time_out(services: Services, reader: Reader, grant: Grant, review: Review) -> bool:
+    """The pinned ``pending_ttl`` passed: the grant is denied or expires (once, of any sweeps)."""
+    status, reason = timeout_outcome(review)
+    changes: dict[str, Any] = {"status": status, "decision_reason": reason}
+    if status == "denied":
+        changes["decided_at"] = reader.now  # decided by nobody: decided_by stays null
+    updated = await services.store.grants.update_if(
+        grant["id"],
+        expect=("pending",),
+        changes=changes,
+        event=f"grant.{status}",
+        lapse=reader.lapse,
+        now=reader.now,
+        notices=await notify.resolved(services, grant, reader.now),
+    )
+    return updated is not None

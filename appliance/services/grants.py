@@ -328,6 +328,7 @@ async def create(
             events,
             bound=bound if grant["status"] == "pending" else None,
             review=pinned.as_dict() if not pinned.is_default else None,
+            review_due=reviews.review_due(pinned, grant, 0),
             notices=notices,
         )
     except LimitReached as reached:

@@ -23,6 +23,7 @@ from grantd.core.review import (
     Tally,
     Voter,
     next_escalation_at,
+    next_review_due,
     review_from_dict,
 )
 from grantd.core.review.evaluate import RULE_PREFIX, Evaluation, pin
@@ -70,6 +71,16 @@ def request_facts(request: dict[str, Any], agent_email: str, agent_id: str) -> R
 
 def pinned(record: GrantReview | None) -> Review:
     return review_from_dict(record["review"]) if record is not None else DEFAULT_REVIEW
+
+
+def review_due(review: Review, grant: Grant, level: int) -> int | None:
+    """When (ms) the sweep must next look at ``grant``, pinned to ``review`` with its levels up to
+    ``level`` announced (``GrantStore.due_reviews``): None once it is no longer pending or nothing
+    is left to escalate or time out. Whole seconds, as the sweep counts them: never later."""
+    if grant["status"] != "pending":
+        return None
+    due = next_review_due(review, grant["created_at"] // 1000, level)
+    return None if due is None else due * 1000
 
 
 def grant_facts(grant: Grant, agent: Agent | None, status: str) -> GrantFacts:

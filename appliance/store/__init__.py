@@ -231,11 +231,13 @@ class GrantStore(Protocol):
         *,
         bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
+        review_due: int | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         """Insert the grant (``version`` 1) and record ``events`` (e.g. grant.created, grant.approved)
         in the same transaction, with the outbox rows ``notices`` (D15, ``grantd.store.notify``). ``review``: the approval-policy review it was pinned to (D13), kept
-        in the same transaction (a grant never exists without the review it needs). With ``bound``, a ``pending`` grant whose requester is an agent is
+        in the same transaction (a grant never exists without the review it needs), with
+        ``review_due`` (ms; None: never): when the sweep must first look at it (``due_reviews``). With ``bound``, a ``pending`` grant whose requester is an agent is
         refused (``PendingBound.check``: ``LimitReached("pending_per_agent")`` when that agent
         already has ``bound.per_agent`` pending grants, ``LimitReached("pending_per_owner")`` when
         its owner has ``bound.per_owner`` across their agents); counted in the insert's transaction
@@ -349,10 +351,18 @@ class GrantStore(Protocol):
         ``escalation_level``) and the outbox rows ``notices``, in one transaction; True for the one caller (of any number, in any
         process or node) whose update changed it."""
 
+    async def due_reviews(self, now: int, limit: int) -> builtins.list[GrantReview]:
+        """Pinned reviews whose due time (``create``'s ``review_due``, ``set_review_due``) is at or
+        before ``now``, earliest due first, at most ``limit``, whatever their grant's status (the
+        sweep's escalations and policy timeouts, issue 27: a sweep with nothing due reads nothing,
+        however many grants wait). Through an index of the due times alone."""
+
+    async def set_review_due(self, grant_id: str, due: int | None) -> None:
+        """Set when the sweep must next look at the grant's pinned review (ms; None: never again)."""
+
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         """Pinned reviews of grants whose stored status is ``pending``, oldest grant first, at most
-        ``limit`` (the expiry sweep's escalations and policy timeouts; the lists' reviews that name
-        a person). Records may share one ``review`` dict (equal reviews parsed once): read it, never
+        ``limit`` (the lists' reviews that name a person). Records may share one ``review`` dict (equal reviews parsed once): read it, never
         change it."""
 
     # Optional (not part of the protocol, so a backend without it still is a GrantStore):

@@ -427,6 +427,39 @@ async def test_escalate_if_has_exactly_one_winner_per_level(store):
     assert all(e["grant_id"] == "g1" and e["grant"]["status"] == "pending" for e in events)
 
 
+async def test_due_reviews_are_the_ones_due_earliest_first_whatever_their_grant(store):
+    """The sweep's reviews (issue 27): only those whose due time came, through their own index, so
+    a sweep with nothing due reads nothing however many grants wait."""
+    await store.grants.create(grant("late"), [], review={"policy_ids": ["p"]}, review_due=NOW + HOUR)
+    await store.grants.create(grant("b"), [], review={"policy_ids": ["p"]}, review_due=NOW - 5)
+    await store.grants.create(grant("a"), [], review={"policy_ids": ["p"]}, review_due=NOW - 5)
+    await store.grants.create(grant("first"), [], review={"policy_ids": ["q"]}, review_due=NOW - 60)
+    await store.grants.create(grant("never"), [], review={"policy_ids": ["p"]})
+    await store.grants.create(
+        grant("decided", status="approved"), [], review={"policy_ids": ["p"]}, review_due=NOW
+    )
+    await store.grants.create(grant("default"), [])
+
+    def ids(records):
+        return [r["grant_id"] for r in records]
+
+    due = await store.grants.due_reviews(NOW, 10)
+    assert ids(due) == ["first", "a", "b", "decided"]  # a decided grant too: the sweep clears it
+    assert due[0] == {"grant_id": "first", "review": {"policy_ids": ["q"]}, "escalation_level": 0}
+    assert ids(await store.grants.due_reviews(NOW, 2)) == ["first", "a"]
+    assert ids(await store.grants.due_reviews(NOW - 61, 10)) == []
+    await store.grants.set_review_due("first", NOW + 2 * HOUR)  # moved on
+    await store.grants.set_review_due("decided", None)  # never again
+    await store.grants.set_review_due("never", NOW - 1)
+    await store.grants.set_review_due("nope", NOW)  # no such review: nothing to set
+    assert ids(await store.grants.due_reviews(NOW, 10)) == ["a", "b", "never"]
+    assert ids(await store.grants.due_reviews(NOW + 2 * HOUR, 10)) == ["a", "b", "never", "late", "first"]
+    assert await store.grants.escalate_if("a", 0, 1, NOW) is True  # escalating leaves the due time as it is
+    assert [(r["grant_id"], r["escalation_level"]) for r in await store.grants.due_reviews(NOW, 1)] == [
+        ("a", 1)
+    ]
+
+
 async def test_every_recorded_vote_is_a_grant_event_with_the_vote(store):
     """D14: every vote, final or not, is a ``grant.reviewed`` event in the vote's own transaction (a
     leaf of the decision log; live streams see it); a refused vote records nothing."""

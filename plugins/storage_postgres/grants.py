@@ -48,7 +48,7 @@ from .constants import OWNER_LOCKS
 from .notify import add_notices, add_notices_batch
 from .sql import PG, _cols
 
-REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json) VALUES (%s, %s)"
+REVIEW_INSERT = "INSERT INTO grant_reviews (grant_id, review_json, due_at) VALUES (%s, %s, %s)"
 # One statement: the vote goes in only while the grant is pending. FOR SHARE makes it wait for a
 # concurrent decision (update_if) to commit and then see its status, so no vote lands on a decided grant.
 VOTE_INSERT = (
@@ -98,6 +98,7 @@ class PostgresGrants(_Part):
         *,
         bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
+        review_due: int | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
@@ -109,13 +110,15 @@ class PostgresGrants(_Part):
                 "SELECT owner_id, owner FROM agents WHERE agent_id = %s", (row["requester_id"],)
             )
             if owner is not None:
-                return await self._create_bounded(row, values, events, owner, bound, review, notices)
+                return await self._create_bounded(
+                    row, values, events, owner, bound, review, review_due, notices
+                )
         # One round trip: BEGIN, the grant, its events, COMMIT (a unique violation stops the rest; rolled back).
         async with self._db.batch() as batch:
             batch.plain("BEGIN")
             batch.add(GRANT_INSERT, values)
             if review is not None:
-                batch.add(REVIEW_INSERT, (row["id"], to_json(review)))
+                batch.add(REVIEW_INSERT, (row["id"], to_json(review), review_due))
             add_notices_batch(batch, notices)
             _add_events(
                 batch,
@@ -136,6 +139,7 @@ class PostgresGrants(_Part):
         owner: dict[str, Any],
         bound: PendingBound,
         review: dict[str, Any] | None = None,
+        review_due: int | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         """An agent's pending grant under ``pending_per_owner`` or ``pending_per_agent``: the
@@ -165,7 +169,7 @@ class PostgresGrants(_Part):
             except _unique_violation():
                 raise Conflict("id") from None
             if review is not None:
-                await cur.execute(REVIEW_INSERT, (row["id"], to_json(review)))
+                await cur.execute(REVIEW_INSERT, (row["id"], to_json(review), review_due))
             await add_notices(cur, notices)
             await _record_events(
                 cur,
@@ -462,6 +466,20 @@ class PostgresGrants(_Part):
                 ],
             )
             return True
+
+    @_on_store_loop
+    async def due_reviews(self, now: int, limit: int) -> builtins.list[GrantReview]:
+        rows = await self._db.all(  # the partial index grant_reviews_due (schema 0015) holds only these
+            "SELECT * FROM grant_reviews WHERE due_at <= %s ORDER BY due_at, grant_id LIMIT %s", (now, limit)
+        )
+        return review_rows(rows)
+
+    @_nul_finds_nothing(None)
+    @_on_store_loop
+    async def set_review_due(self, grant_id: str, due: int | None) -> None:
+        await self._db.one(
+            "UPDATE grant_reviews SET due_at = %s WHERE grant_id = %s", (due, grant_id), rows=False
+        )
 
     @_on_store_loop
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:

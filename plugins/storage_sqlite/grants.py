@@ -72,6 +72,7 @@ class SQLiteGrants:
         *,
         bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
+        review_due: int | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: dict[str, Any] = {k: grant.get(k) for k in GRANT_COLUMNS}
@@ -89,8 +90,8 @@ class SQLiteGrants:
                 raise Conflict("id") from None
             if review is not None:
                 conn.execute(
-                    "INSERT INTO grant_reviews (grant_id, review_json) VALUES (?, ?)",
-                    (row["id"], to_json(review)),
+                    "INSERT INTO grant_reviews (grant_id, review_json, due_at) VALUES (?, ?, ?)",
+                    (row["id"], to_json(review), review_due),
                 )
             for event in events:
                 _record_event(conn, event, pinned_event_row(row, event, review), int(row["created_at"]))
@@ -358,6 +359,16 @@ class SQLiteGrants:
                 _record_event(conn, "grant.escalated", {**row, "escalation_level": reached}, now)
             add_notices(conn, notices)
             return True
+
+    async def due_reviews(self, now: int, limit: int) -> builtins.list[GrantReview]:
+        rows = self._db.all(  # the partial index grant_reviews_due (schema 0017) holds only these
+            "SELECT * FROM grant_reviews WHERE due_at <= ? ORDER BY due_at, grant_id LIMIT ?", (now, limit)
+        )
+        return review_rows(rows)
+
+    async def set_review_due(self, grant_id: str, due: int | None) -> None:
+        async with self._db.awrite() as conn:
+            conn.execute("UPDATE grant_reviews SET due_at = ? WHERE grant_id = ?", (due, grant_id))
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         rows = self._db.all(

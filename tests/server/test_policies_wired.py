@@ -447,6 +447,58 @@ def test_escalation_once_per_level_then_no_quorum_before_timeout(tmp_path: Any) 
         server.stop()
 
 
+UNHURRIED = """
+[[policies]]
+id = "web"
+match.target_host = ["web-*"]
+[[policies.require]]
+id = "dba"
+groups = ["dbas"]
+approve = 1
+"""
+
+
+def test_the_sweep_reads_only_what_came_due_and_nothing_waits_behind_older_grants(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grants under a policy with no escalation and no timeout are never read by the sweep, so they
+    cannot crowd out a newer grant whose escalation came due (the sweep looked at the oldest
+    SWEEP_REVIEWS pending pinned grants, due or not: with more waiting, it never reached it); and
+    between due times a sweep reads no grant at all (issue 27)."""
+    from grantd.services import grant_sweeps
+
+    monkeypatch.setattr(grant_sweeps, "SWEEP_REVIEWS", 2)
+    server = InProcessServer(tmp_path / "esc", extra=ESCALATING + UNHURRIED).start()
+    try:
+        _, token = enrol_agent(server, owner="owner@esc.example")
+        for i in range(3):
+            request_grant(server, token, target_host=f"web-{i}")
+        db = request_grant(server, token, target_host="db-1")
+        read: list[str] = []
+        get = server.services.store.grants.get
+
+        async def counted(grant_id: str) -> Any:
+            read.append(grant_id)
+            return await get(grant_id)
+
+        monkeypatch.setattr(server.services.store.grants, "get", counted)
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 0 and read == []
+        server.clock.advance(15 * 60)
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 1 and read == [db["id"]]
+        server.clock.advance(60)
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 0 and read == [db["id"]]
+        server.clock.advance(14 * 60)  # the second level
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 1
+        with server.admin() as admin:
+            assert admin.get(f"/api/grants/{db['id']}").json()["review"]["escalation_level"] == 2
+        server.clock.advance(30 * 60)  # the pinned timeout: denied, and never looked at again
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 1
+        server.clock.advance(24 * 3600)
+        assert server.call(grant_sweeps.sweep_reviews(server.services)) == 0 and read == [db["id"]] * 3
+    finally:
+        server.stop()
+
+
 def test_grantd_policy_test_prints_the_outcome_and_who_could_approve(
     srv: InProcessServer, bot: tuple[dict[str, Any], str], tmp_path: Any
 ) -> None:

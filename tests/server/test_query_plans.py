@@ -24,8 +24,9 @@ def anyio_backend() -> str:
 
 
 # Partial indexes that hold exactly the rows their query asks for: walking one reads those rows
-# only, however many others the table holds (people_admins: the active administrators).
-PARTIAL_INDEXES = ("people_admins",)
+# only, however many others the table holds (people_admins: the active administrators;
+# grant_reviews_due: the reviews the sweep must still look at, by due time).
+PARTIAL_INDEXES = ("people_admins", "grant_reviews_due")
 
 
 def _plan_scans(conn: sqlite3.Connection, sql: str) -> list[str]:
@@ -103,6 +104,12 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.challenges.take_for("c2", "agt_a1")
     await store.tlog.grant_indexes("g1", 10, NOW)  # GET /api/audit/grants/:id: a grant's leaves
     await store.people.admins(2000)  # who may approve under @admins: a grant's notices, its reviewers
+    for i in range(20):  # pinned to a policy, due in an hour (every 5 s every process sweeps them)
+        await store.grants.create(
+            grant(f"p{i}"), [], review={"policy_ids": ["p"]}, review_due=NOW + 3_600_000
+        )
+    await store.grants.due_reviews(NOW, 1000)  # the sweep: only the reviews that came due
+    await store.grants.set_review_due("p1", None)
 
 
 async def _scans(
@@ -159,3 +166,11 @@ async def test_the_check_sees_the_administrators_read_without_their_index(
     """Without people_admins, finding the administrators walks every person: the check says so."""
     scans = await _scans(tmp_path, monkeypatch, drop=("people_admins",))
     assert list(scans) == [s for s in scans if "FROM people WHERE admin = 1" in s] and scans, scans
+
+
+async def test_the_check_sees_the_sweep_read_without_its_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Without grant_reviews_due, the sweep's due reviews are found by walking every pinned one."""
+    scans = await _scans(tmp_path, monkeypatch, drop=("grant_reviews_due",))
+    assert list(scans) == [s for s in scans if "FROM grant_reviews WHERE due_at" in s] and scans, scans

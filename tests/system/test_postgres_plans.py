@@ -126,3 +126,12 @@ async def test_rate_counters_are_unlogged_and_count_every_hit(pg_dsn: str):
             "current_schema()::regnamespace"
         ).fetchone()
     assert row == ("u",)
+
+
+async def test_the_postgres_check_sees_the_sweep_read_without_its_index(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+):
+    """Without grant_reviews_due, the sweep's due reviews are found by walking every pinned one."""
+    statements = await _captured(pg_dsn, monkeypatch, drop=("grant_reviews_due",))
+    scans = await asyncio.to_thread(_seq_scans, pg_dsn, statements)
+    assert list(scans) == [s for s in scans if "FROM grant_reviews WHERE due_at" in s] and scans, scans

@@ -187,6 +187,18 @@ def timeout_at(review: Review, created_at: int) -> int | None:
     return None if review.pending_ttl is None else created_at + review.pending_ttl
 
 
+def next_review_due(review: Review, created_at: int, done_level: int) -> int | None:
+    """When the sweep must next look at a pending grant pinned to ``review`` whose levels up to
+    ``done_level`` are announced: its next escalation or its pinned timeout, whichever comes first
+    (None: nothing is left to do but wait for votes). A lower ``done_level`` never gives a later
+    time, so a sweep that read a level another one has raised since only looks again sooner."""
+    times = [created_at + e.after for e in review.escalations if e.level > done_level]
+    ends = timeout_at(review, created_at)
+    if ends is not None:
+        times.append(ends)
+    return min(times, default=None)
+
+
 def timeout_outcome(review: Review) -> tuple[str, str | None]:
     """(status, decision_reason) of a grant whose `pending_ttl` passed without a decision."""
     return (DENIED, TIMEOUT_REASON) if review.on_timeout == "deny" else (EXPIRED, None)

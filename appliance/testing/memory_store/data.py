@@ -51,6 +51,7 @@ class _Data:
         self.challenges: dict[str, tuple[str, int]] = {}
         self.grants: dict[str, Grant] = {}
         self.reviews: dict[str, GrantReview] = {}  # grant id -> its pinned review (D13)
+        self.review_due: dict[str, int] = {}  # grant id -> when the sweep looks at its review next
         self.votes: dict[str, list[Vote]] = {}  # grant id -> its votes, in order
         self.events: list[GrantEvent] = []
         self.seq = 0

@@ -256,6 +256,7 @@ class MemoryGrants:
         *,
         bound: PendingBound | None = None,
         review: dict[str, Any] | None = None,
+        review_due: int | None = None,
         notices: Sequence[OutboxRow] = (),
     ) -> Grant:
         row: Grant = {**copy.deepcopy(grant), "version": 1}
@@ -271,6 +272,8 @@ class MemoryGrants:
                     "review": copy.deepcopy(review),
                     "escalation_level": 0,
                 }
+                if review_due is not None:
+                    self._d.review_due[row["id"]] = review_due
             for event in events:
                 self._d.record(event, pinned_event_row(row, event, review), row["created_at"])  # type: ignore[arg-type]
             add_notices(self._d, notices)
@@ -356,6 +359,17 @@ class MemoryGrants:
                 self._d.record("grant.escalated", {**grant, "escalation_level": reached}, now)  # type: ignore[typeddict-unknown-key]
             add_notices(self._d, notices)
             return True
+
+    async def due_reviews(self, now: int, limit: int) -> builtins.list[GrantReview]:
+        due = sorted((at, grant_id) for grant_id, at in self._d.review_due.items() if at <= now)
+        return [copy.deepcopy(self._d.reviews[grant_id]) for _, grant_id in due[:limit]]
+
+    async def set_review_due(self, grant_id: str, due: int | None) -> None:
+        async with self._d.tx:
+            if due is None:
+                self._d.review_due.pop(grant_id, None)
+            elif grant_id in self._d.reviews:
+                self._d.review_due[grant_id] = due
 
     async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
         pending = sorted(
