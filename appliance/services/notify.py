@@ -92,9 +92,11 @@ async def _reachable(
 ) -> dict[str, tuple[str | None, dict[str, Any]]]:
     """For each e-mail that is not the management identity: (person id or None, their settings)."""
     management = services.config.admin.management_identity.lower()
+    wanted = sorted({e.lower() for e in emails} - {management})
+    found = await services.store.people.get_many(wanted) if wanted else {}
     persons: dict[str, str | None] = {}
-    for email in sorted({e.lower() for e in emails} - {management}):
-        person = await services.store.people.get(email)
+    for email in wanted:
+        person = found.get(email)
         if person is not None and person["status"] != "active":
             continue  # a disabled person is told nothing
         persons[email] = person["person_id"] if person is not None else None

@@ -114,11 +114,10 @@ async def people(services: Services, review: Review, emails: Iterable[str]) -> P
     """Group members from today's config, and the administrators among ``emails`` (admin.emails,
     the management identity, people marked admin): the voters whose eligibility is checked."""
     admins = set(services.admin_emails)
-    if names_admins(review):
-        for email in {e.lower() for e in emails} - admins:
-            person = await services.store.people.get(email)
-            if person is not None and person["admin"] and person["status"] == "active":
-                admins.add(email)
+    others = sorted({e.lower() for e in emails} - admins) if names_admins(review) else []
+    if others:
+        found = await services.store.people.get_many(others)
+        admins.update(e for e, p in found.items() if p["admin"] and p["status"] == "active")
     return People(members=_members(services), admins=frozenset(admins))
 
 

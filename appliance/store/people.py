@@ -7,6 +7,7 @@ processes; uniqueness violations raise ``Conflict`` naming the field.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from grantd.core.lifecycle import Lapse
@@ -29,6 +30,11 @@ class PersonStore(Protocol):
 
     async def get(self, ident: str) -> Person | None:
         """By ``person_id`` or (lowercased) e-mail."""
+
+    async def get_many(self, emails: Sequence[str]) -> dict[str, Person]:
+        """The people with these e-mails (compared lowercased), by e-mail; an e-mail nobody has is
+        absent. One statement where the backend can: a grant's notices look up everyone they tell
+        (issue 27)."""
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         """Newest first by (created_at, person_id); ``search`` is a case-insensitive substring of

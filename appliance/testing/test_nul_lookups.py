@@ -19,6 +19,7 @@ async def test_lookups_with_nul_find_nothing(store):
     assert await store.grants.get(NUL) is None
     assert await store.delegations.get(NUL) is None
     assert await store.people.get(NUL) is None
+    assert await store.people.get_many([NUL, "x@example.com"]) == {}
     assert await store.credentials.get(NUL) is None
     assert await store.registrations.get_by_token_hash(NUL) is None
     assert await store.sessions.get(NUL, 0) is None

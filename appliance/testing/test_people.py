@@ -163,6 +163,23 @@ async def test_admins_are_the_active_administrators_oldest_first_and_bounded(sto
     assert await store.people.admins(10) == ["joe@example.com", "off@example.com", "zed@example.com"]
 
 
+async def test_get_many_finds_people_by_email_in_one_answer(store):
+    await store.people.create(person("amy"))
+    await store.people.create(person("off", status="disabled", admin=True))
+    found = await store.people.get_many(
+        ["AMY@example.com", "off@example.com", "nobody@example.com", "amy@example.com"]
+    )
+    assert found == {
+        "amy@example.com": person("amy"),
+        "off@example.com": person("off", status="disabled", admin=True),
+    }
+    assert await store.people.get_many([]) == {}
+    many = [f"p{i}@example.com" for i in range(1200)] + [
+        "off@example.com"
+    ]  # more than one statement may hold
+    assert list(await store.people.get_many(many)) == ["off@example.com"]
+
+
 async def test_person_update(store):
     await store.people.create(person("alice"))
     updated = await store.people.update(

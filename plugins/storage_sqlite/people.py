@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, cast
 
 from grantd.core.lifecycle import Lapse
@@ -87,6 +88,9 @@ def _insert_credential(conn: sqlite3.Connection, credential: PasskeyCredential) 
     return cast(PasskeyCredential, row)
 
 
+GET_MANY_CHUNK = 500  # e-mails per statement: well under SQLite's bound on parameters (999 before 3.32)
+
+
 class SQLitePeople:
     def __init__(self, db: _Database):
         self._db = db
@@ -98,6 +102,18 @@ class SQLitePeople:
     async def get(self, ident: str) -> Person | None:
         row = self._db.one("SELECT * FROM people WHERE person_id = ? OR email = ?", (ident, ident.lower()))
         return person_row(row) if row else None
+
+    async def get_many(self, emails: Sequence[str]) -> dict[str, Person]:
+        wanted = sorted({e.lower() for e in emails})
+        found: dict[str, Person] = {}
+        for at in range(0, len(wanted), GET_MANY_CHUNK):
+            chunk = wanted[at : at + GET_MANY_CHUNK]
+            rows = self._db.all(
+                f"SELECT * FROM people WHERE email IN ({', '.join('?' * len(chunk))})",  # noqa: S608 - placeholders only
+                chunk,
+            )
+            found.update((row["email"], person_row(row)) for row in rows)
+        return found
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         where = ["1 = 1"]

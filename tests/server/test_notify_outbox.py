@@ -104,10 +104,12 @@ def test_people_marked_admin_are_told_and_a_disabled_one_is_not(srv, sink):
 
 
 @pg.sqlite_only("traces the statements of the SQLite store")
-def test_a_grant_request_reads_its_agent_once_for_the_chain_and_the_notices(srv, sink):
+def test_a_grant_request_reads_its_agent_once_and_its_recipients_together(srv, sink):
     """D11 reads the bearer's agent; the notices need the same row (who owns it): the request reads
-    it once (Credentials.agents_read, issue 27)."""
+    it once (Credentials.agents_read, issue 27). The people it tells (the owner and an
+    administrator here) are read in one statement, not one each."""
     owner = create_person(srv, fresh("owner"))
+    admin = create_person(srv, fresh("admin"), admin=True)
     _, token = enrol_agent(srv, owner=owner["email"])
     # the mail server is down: once a notice found that, the channel rests (the clock stands
     # still), so no delivery reads the agent in the background while the request is traced
@@ -125,7 +127,9 @@ def test_a_grant_request_reads_its_agent_once_for_the_chain_and_the_notices(srv,
             conn.set_trace_callback(None)
     assert r.status_code == 201, r.text
     assert sum("SELECT * FROM agents WHERE agent_id" in s for s in seen) == 1, seen
-    assert {x["recipient"] for x in rows_of(srv, r.json()["id"])} >= {owner["email"]}
+    people = [s for s in seen if "FROM people WHERE" in s and "admin = 1" not in s]
+    assert len(people) == 1 and "email IN" in people[0], seen
+    assert {x["recipient"] for x in rows_of(srv, r.json()["id"])} >= {owner["email"], admin["email"]}
 
 
 def test_a_decision_sends_a_resolved_notice_in_the_same_thread(srv, sink):

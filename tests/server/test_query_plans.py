@@ -104,6 +104,7 @@ async def _hot_paths(store: SQLiteStore) -> None:
     await store.challenges.take_for("c2", "agt_a1")
     await store.tlog.grant_indexes("g1", 10, NOW)  # GET /api/audit/grants/:id: a grant's leaves
     await store.people.admins(2000)  # who may approve under @admins: a grant's notices, its reviewers
+    await store.people.get_many(["a@example.com", "b@example.com"])  # the people a grant's notices tell
     for i in range(20):  # pinned to a policy, due in an hour (every 5 s every process sweeps them)
         await store.grants.create(
             grant(f"p{i}"), [], review={"policy_ids": ["p"]}, review_due=NOW + 3_600_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from grantd.core.lifecycle import Lapse
@@ -34,6 +35,10 @@ class MemoryPeople:
 
     async def get(self, ident: str) -> Person | None:
         return copy.deepcopy(self._d.people.get(ident) or self._d.person_by_email(ident))
+
+    async def get_many(self, emails: Sequence[str]) -> dict[str, Person]:
+        wanted = {e.lower() for e in emails}
+        return {p["email"]: copy.deepcopy(p) for p in self._d.people.values() if p["email"] in wanted}
 
     async def list(self, page: PageRequest, search: str | None = None) -> tuple[builtins.list[Person], bool]:
         needle = fold(search) if search else None  # a literal substring: no wildcards
