@@ -40,10 +40,11 @@ async def temp_services(directory: Path, management_token: str = "m" * 32, extra
 
 
 @asynccontextmanager
-async def pending_under_policies(pending: int) -> AsyncIterator[Any]:
-    """Services on a fresh SQLite file with bench/policies.py's 50 policies and 10 rules, and
-    ``pending`` pending grants that three of them match: one policy set, so one pinned review,
-    which escalates after 15 minutes and times out after 2 hours."""
+async def pending_under_policies(pending: int, storage: str | None = None) -> AsyncIterator[Any]:
+    """Services on a fresh SQLite file (``storage``: another [storage] table's keys) with
+    bench/policies.py's 50 policies and 10 rules, and ``pending`` pending grants that three of them
+    match: one policy set, so one pinned review, which escalates after 15 minutes and times out
+    after 2 hours."""
     from policies import config_text  # bench/policies.py
     from policies_request import write_config
 
@@ -54,7 +55,7 @@ async def pending_under_policies(pending: int) -> AsyncIterator[Any]:
     from grantd.services.context import open_services
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = load(write_config(Path(tmp), config_text()))
+        config = load(write_config(Path(tmp), config_text(), storage))
         services = await open_services(config, build_plugin_manager(config))
         try:
             requester = agent("agt_bench", "agent+bench@example.com")

@@ -34,7 +34,8 @@ N, ROUNDS = 400, 5
 BUDGET_MS = 0.1
 
 
-def write_config(directory: Path, policies: str) -> Path:
+def write_config(directory: Path, policies: str, storage: str | None = None) -> Path:
+    """``storage``: the [storage] table's keys (default: SQLite in ``directory``)."""
     token = directory / "token"
     token.write_text("t" * 32 + "\n")
     token.chmod(0o600)
@@ -45,8 +46,7 @@ issuer = "http://127.0.0.1:1"
 [admin]
 management_token = "file:{token}"
 [storage]
-plugin = "sqlite"
-path = "{directory / "grantd.db"}"
+{storage or f'plugin = "sqlite"{chr(10)}path = "{directory / "grantd.db"}"'}
 [limits]
 pending_per_owner = 0
 {policies}

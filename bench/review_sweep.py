@@ -5,6 +5,10 @@ with the grants that wait. In this process, on SQLite:
 
     .venv/bin/python bench/review_sweep.py            # 100, 500 and 1000 pending pinned grants
     .venv/bin/python bench/review_sweep.py 2000
+    .venv/bin/python bench/review_sweep.py --postgres 100 1000   # a private PostgreSQL instead
+
+On PostgreSQL the figure is this process's CPU (the store's own event loop runs in a thread of
+it); PostgreSQL's own work for the sweep's statements is not in it.
 
 Per count: a fresh database with bench/policies.py's 50 policies and 10 rules (the matched ones
 escalate after 15 minutes and time out after 2 hours), that many pending grants that three
@@ -25,10 +29,10 @@ N = 20
 ROUNDS = 3
 
 
-async def measure(pending: int) -> float:
+async def measure(pending: int, storage: str | None = None) -> float:
     from grantd.services import grant_sweeps
 
-    async with pending_under_policies(pending) as services:
+    async with pending_under_policies(pending, storage) as services:
 
         async def sweep(r: int, i: int) -> None:
             if await grant_sweeps.sweep_reviews(services):
@@ -38,8 +42,26 @@ async def measure(pending: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    counts = [int(a) for a in argv] or [100, 500, 1000]
-    return report("pending pinned grants   CPU per sweep with nothing due (ms)", counts, measure)
+    postgres = "--postgres" in argv
+    counts = [int(a) for a in argv if a != "--postgres"] or [100, 500, 1000]
+    heading = "pending pinned grants   CPU per sweep with nothing due (ms)"
+    if not postgres:
+        return report(heading, counts, measure)
+    from server import postgres_module  # bench/server.py: the tests' private PostgreSQL
+
+    pg = postgres_module()
+    why = pg.available()
+    if why is not None:
+        raise SystemExit(f"--postgres: {why}")
+    server = pg.Postgres().start()
+    try:
+
+        async def on_postgres(pending: int) -> float:
+            return await measure(pending, f'plugin = "postgres"\ndsn = "{server.create_database()}"')
+
+        return report(heading + ", PostgreSQL", counts, on_postgres)
+    finally:
+        server.stop()
 
 
 if __name__ == "__main__":
