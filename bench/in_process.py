@@ -103,6 +103,31 @@ async def best_cpu_per_call(call: Callable[[int, int], Awaitable[Any]], calls: i
     return best
 
 
+def report_storage(
+    heading: str, argv: list[str], counts: list[int], measure: Callable[[int, str | None], Awaitable[float]]
+) -> int:
+    """``report`` of ``measure(count, storage)`` for the counts in ``argv`` (default ``counts``): on
+    SQLite (``storage`` None), or with ``--postgres`` in ``argv`` on a private PostgreSQL
+    (tests/support/postgres.py), a database per count. There the figure is this process's CPU
+    (the store's event loop runs in a thread of it), not PostgreSQL's."""
+    postgres = "--postgres" in argv
+    counts = [int(a) for a in argv if a != "--postgres"] or counts
+    if not postgres:
+        return report(heading, counts, lambda count: measure(count, None))
+    from server import postgres_module  # bench/server.py: the tests' private PostgreSQL
+
+    pg = postgres_module()
+    why = pg.available()
+    if why is not None:
+        raise SystemExit(f"--postgres: {why}")
+    server = pg.Postgres().start()
+    try:
+        storage = lambda: f'plugin = "postgres"\ndsn = "{server.create_database()}"'  # noqa: E731
+        return report(heading + ", PostgreSQL", counts, lambda count: measure(count, storage()))
+    finally:
+        server.stop()
+
+
 def report(heading: str, counts: list[int], measure: Callable[[int], Awaitable[float]]) -> int:
     """One line per count: the count, and ``measure(count)`` (seconds) in milliseconds."""
     label = heading.split("   ")[0]  # the count column is as wide as its name

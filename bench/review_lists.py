@@ -5,6 +5,7 @@ In this process, on SQLite:
 
     .venv/bin/python bench/review_lists.py            # 100 and 500 pending pinned grants
     .venv/bin/python bench/review_lists.py 1000
+    .venv/bin/python bench/review_lists.py --postgres 100 1000   # a private PostgreSQL instead
 
 Per count: a fresh database with bench/policies.py's 50 policies and 10 rules, that many pending
 grants that three policies match (one policy set: the same pinned review), and a person no group
@@ -19,18 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from in_process import best_cpu_per_call, pending_under_policies, report  # noqa: E402
+from in_process import best_cpu_per_call, pending_under_policies, report_storage  # noqa: E402
 
 N = 30
 ROUNDS = 3
 
 
-async def measure(pending: int) -> float:
+async def measure(pending: int, storage: str | None = None) -> float:
     from grantd.core.principals import for_person
     from grantd.services import grant_lists
     from grantd.services import people as people_service
 
-    async with pending_under_policies(pending) as services:
+    async with pending_under_policies(pending, storage) as services:
         person = for_person(
             await people_service.create_person(services, "bob@example.com"), services.admin_emails
         )
@@ -42,8 +43,7 @@ async def measure(pending: int) -> float:
 
 
 def main(argv: list[str]) -> int:
-    counts = [int(a) for a in argv] or [100, 500]
-    return report("pending pinned grants   CPU per list of a person (ms)", counts, measure)
+    return report_storage("pending pinned grants   CPU per list of a person (ms)", argv, [100, 500], measure)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from in_process import best_cpu_per_call, pending_under_policies, report  # noqa: E402
+from in_process import best_cpu_per_call, pending_under_policies, report_storage  # noqa: E402
 
 N = 20
 ROUNDS = 3
@@ -42,26 +42,9 @@ async def measure(pending: int, storage: str | None = None) -> float:
 
 
 def main(argv: list[str]) -> int:
-    postgres = "--postgres" in argv
-    counts = [int(a) for a in argv if a != "--postgres"] or [100, 500, 1000]
-    heading = "pending pinned grants   CPU per sweep with nothing due (ms)"
-    if not postgres:
-        return report(heading, counts, measure)
-    from server import postgres_module  # bench/server.py: the tests' private PostgreSQL
-
-    pg = postgres_module()
-    why = pg.available()
-    if why is not None:
-        raise SystemExit(f"--postgres: {why}")
-    server = pg.Postgres().start()
-    try:
-
-        async def on_postgres(pending: int) -> float:
-            return await measure(pending, f'plugin = "postgres"\ndsn = "{server.create_database()}"')
-
-        return report(heading + ", PostgreSQL", counts, on_postgres)
-    finally:
-        server.stop()
+    return report_storage(
+        "pending pinned grants   CPU per sweep with nothing due (ms)", argv, [100, 500, 1000], measure
+    )
 
 
 if __name__ == "__main__":

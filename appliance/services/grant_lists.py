@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from grantd.core import json_codec, policy
+from grantd.core import policy
 from grantd.core.errors import forbidden
 from grantd.core.fields import field_error
 from grantd.core.paging import PageRequest, page, page_request
 from grantd.core.principals import Principal
-from grantd.core.review import People, tally
+from grantd.core.review import People, review_from_dict, tally
 from grantd.services import review as reviews
 from grantd.services.agents import agent_or_email_field
 from grantd.services.context import Services
@@ -52,36 +52,31 @@ async def views_with_review(services: Services, rows: list[Grant], reader: Reade
     return out
 
 
-REVIEWABLE_SCAN = 1000  # pending pinned reviews read per list to find those naming the caller (D13)
+REVIEWABLE_SCAN = 1000  # pending pinned grants looked through per list for those naming the caller (D13)
 
 
 async def reviewable_ids(services: Services, principal: Principal) -> tuple[str, ...]:
     """The pending grants whose pinned policy names this person an approver through a group (at
-    the escalation level announced so far): one read of the pending reviews, at most
-    ``REVIEWABLE_SCAN`` of them, oldest first. The lists (GET /api/grants, the inbox) add them to
-    the person's scope; a grant beyond that bound is still reachable by id and in the stream.
+    the escalation level announced so far): the ``REVIEWABLE_SCAN`` oldest pending pinned grants,
+    read grouped by their review and level (``pending_review_groups``). The lists (GET
+    /api/grants, the inbox) add them to the person's scope; a grant beyond that bound is still
+    reachable by id and in the stream.
 
-    Grants pinned to the same policy set carry the same review: each distinct review (and level)
-    is judged once per call, and the person is read once (issue 27: 500 pending grants under one
-    policy set cost a person's list 28 ms when each was judged apart)."""
+    Grants pinned to the same policy set carry the same review: each group is judged once, and
+    the person is read once per kind of review (issue 27: 500 pending grants under one policy set
+    cost a person's list 28 ms when each was judged apart)."""
     if not principal.is_person or principal.admin or reviews.review_config(services) is None:
         return ()
     email = principal.email.lower()
-    judged: dict[tuple[bytes, int], bool] = {}
     people: dict[bool, People] = {}  # by whether the review names @admins: all a review asks of them
-    found = []
-    for record in await services.store.grants.pending_reviews(REVIEWABLE_SCAN):
-        level = record["escalation_level"]
-        key = (json_codec.dumps_bytes(record["review"]), level)
-        named = judged.get(key)
-        if named is None:
-            review = reviews.pinned(record)
-            names_admins = reviews.names_admins(review)
-            if names_admins not in people:
-                people[names_admins] = await reviews.people(services, review, [email])
-            named = judged[key] = reviews.named_in_groups(review, people[names_admins], email, level)
-        if named:
-            found.append(record["grant_id"])
+    found: list[str] = []
+    for group in await services.store.grants.pending_review_groups(REVIEWABLE_SCAN):
+        review = review_from_dict(group["review"])
+        names_admins = reviews.names_admins(review)
+        if names_admins not in people:
+            people[names_admins] = await reviews.people(services, review, [email])
+        if reviews.named_in_groups(review, people[names_admins], email, group["escalation_level"]):
+            found.extend(group["grant_ids"])
     return tuple(found)
 
 

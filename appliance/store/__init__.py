@@ -67,6 +67,7 @@ from grantd.store.records import (
     GrantEventRow,
     GrantReview,
     GrantView,
+    ReviewGroup,
     SigningKey,
     Vote,
 )
@@ -360,10 +361,12 @@ class GrantStore(Protocol):
     async def set_review_due(self, grant_id: str, due: int | None) -> None:
         """Set when the sweep must next look at the grant's pinned review (ms; None: never again)."""
 
-    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
-        """Pinned reviews of grants whose stored status is ``pending``, oldest grant first, at most
-        ``limit`` (the lists' reviews that name a person). Records may share one ``review`` dict (equal reviews parsed once): read it, never
-        change it."""
+    async def pending_review_groups(self, limit: int) -> builtins.list[ReviewGroup]:
+        """The grants whose stored status is ``pending`` and that are pinned to a policy, the
+        ``limit`` oldest (by ``created_at``, then id), grouped by their pinned review and escalation
+        level: each distinct review once, with the ids of its grants (in no given order). The lists
+        judge each group once for the person who asks (D13; issue 27: grants pinned to one policy
+        set share one review, and the review's text crosses from the database once)."""
 
     # Optional (not part of the protocol, so a backend without it still is a GrantStore):
     #     async def wait_for_events(self, seconds: float) -> None

@@ -84,6 +84,15 @@ class GrantReview(TypedDict):
     escalation_level: int
 
 
+class ReviewGroup(TypedDict):
+    """Pending grants pinned to one review at one escalation level
+    (``GrantStore.pending_review_groups``): the lists judge the review once for all of them."""
+
+    review: dict[str, Any]
+    escalation_level: int
+    grant_ids: list[str]
+
+
 # A grant with its pinned review (None: the default policy), its votes in recorded order and the
 # agent that asked for it (None: a person's request, or a deleted agent) (``Grants.view``).
 GrantView = tuple[Grant, GrantReview | None, list[Vote], Agent | None]

@@ -22,6 +22,7 @@ from grantd.store.records import (
     PasskeyCredential,
     Person,
     RegistrationUrl,
+    ReviewGroup,
     SigningKey,
     Vote,
 )
@@ -125,8 +126,8 @@ def vote_row(row: Any) -> Vote:
 
 def review_rows(rows: Iterable[Any]) -> list[GrantReview]:
     """``review_row`` of many rows, each distinct review text parsed once: grants pinned to the same
-    policy set carry the same review, and a list or a sweep reads hundreds of them (issue 27). The
-    records then share that parsed review, which nobody changes (``GrantStore.pending_reviews``)."""
+    policy set carry the same review, and a sweep may read hundreds of them (issue 27). The
+    records then share that parsed review, which nobody changes (``GrantStore.due_reviews``)."""
     parsed: dict[str, Any] = {}
     found = []
     for row in rows:
@@ -136,6 +137,27 @@ def review_rows(rows: Iterable[Any]) -> list[GrantReview]:
             review = parsed[text] = from_json(text)
         found.append(review_row(row, review))
     return found
+
+
+def review_group_rows(rows: Iterable[Any]) -> list[ReviewGroup]:
+    """``GrantStore.pending_review_groups``' records from rows of ``review_json``,
+    ``escalation_level`` and ``grant_ids`` (a JSON array as text, or a list), each distinct review
+    text parsed once (it may come at several levels)."""
+    parsed: dict[str, Any] = {}
+    groups: list[ReviewGroup] = []
+    for row in rows:
+        text, ids = row["review_json"], row["grant_ids"]
+        review = parsed.get(text)
+        if review is None:
+            review = parsed[text] = from_json(text)
+        groups.append(
+            {
+                "review": review,
+                "escalation_level": int(row["escalation_level"]),
+                "grant_ids": from_json(ids) if isinstance(ids, str) else list(ids),
+            }
+        )
+    return groups
 
 
 def review_row(row: Any, review: dict[str, Any] | None = None) -> GrantReview:

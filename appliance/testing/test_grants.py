@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -409,8 +410,10 @@ async def test_escalate_if_has_exactly_one_winner_per_level(store):
     await store.grants.create(grant("g0", created_at=NOW - 1), [], review={"policy_ids": ["p"]})
     await store.grants.create(grant("g3", status="approved"), [], review={"policy_ids": ["p"]})
     await store.grants.create(grant("g4"), [])
-    assert [r["grant_id"] for r in await store.grants.pending_reviews(10)] == ["g0", "g1"]
-    assert [r["grant_id"] for r in await store.grants.pending_reviews(1)] == ["g0"]
+    assert _grouped(await store.grants.pending_review_groups(10)) == [
+        ({"policy_ids": ["p"]}, 0, ["g0", "g1"])
+    ]
+    assert _grouped(await store.grants.pending_review_groups(1)) == [({"policy_ids": ["p"]}, 0, ["g0"])]
     assert await store.grants.escalate_if("g2", 0, 1, NOW) is False
     assert await store.grants.escalate_if("g3", 0, 1, NOW) is False  # decided: nothing to escalate
     wins = await asyncio.gather(*(store.grants.escalate_if("g1", 0, 1, NOW) for _ in range(10)))
@@ -458,6 +461,35 @@ async def test_due_reviews_are_the_ones_due_earliest_first_whatever_their_grant(
     assert [(r["grant_id"], r["escalation_level"]) for r in await store.grants.due_reviews(NOW, 1)] == [
         ("a", 1)
     ]
+
+
+def _grouped(groups):
+    """The groups in a fixed order, each one's ids sorted (the contract gives neither order)."""
+    return sorted(
+        ((g["review"], g["escalation_level"], sorted(g["grant_ids"])) for g in groups),
+        key=lambda t: (json.dumps(t[0], sort_keys=True), t[1]),
+    )
+
+
+async def test_pending_review_groups_are_the_oldest_pending_grants_by_review_and_level(store):
+    p, q = {"policy_ids": ["p"], "requirements": [{"id": "p/sre"}]}, {"policy_ids": ["q"]}
+    for i, review in enumerate([p, q, p, p, q]):
+        await store.grants.create(grant(f"g{i}", created_at=NOW + i), [], review=review)
+    await store.grants.create(grant("old-default", created_at=NOW - 10), [])  # the default policy
+    await store.grants.create(grant("done", status="denied", created_at=NOW - 5), [], review=p)
+    assert await store.grants.escalate_if("g2", 0, 1, NOW) is True
+    assert _grouped(await store.grants.pending_review_groups(10)) == [
+        (p, 0, ["g0", "g3"]),
+        (p, 1, ["g2"]),
+        (q, 0, ["g1", "g4"]),
+    ]
+    # the bound is on grants, oldest first, before they are grouped
+    assert _grouped(await store.grants.pending_review_groups(3)) == [
+        (p, 0, ["g0"]),
+        (p, 1, ["g2"]),
+        (q, 0, ["g1"]),
+    ]
+    assert await store.grants.pending_review_groups(0) == []
 
 
 async def test_every_recorded_vote_is_a_grant_event_with_the_vote(store):

@@ -20,6 +20,7 @@ from grantd.store.records import (
     GrantEventRow,
     GrantReview,
     GrantView,
+    ReviewGroup,
     Vote,
 )
 from grantd.store.rows import (
@@ -27,6 +28,7 @@ from grantd.store.rows import (
     grant_row,
     page_rows,
     pinned_event_row,
+    review_group_rows,
     review_row,
     review_rows,
     to_json,
@@ -482,13 +484,16 @@ class PostgresGrants(_Part):
         )
 
     @_on_store_loop
-    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+    async def pending_review_groups(self, limit: int) -> builtins.list[ReviewGroup]:
         rows = await self._db.all(
-            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
-               ORDER BY g.created_at, g.id LIMIT %s""",
+            """SELECT review_json, escalation_level, array_agg(grant_id) AS grant_ids FROM (
+                   SELECT r.review_json, r.escalation_level, r.grant_id FROM grant_reviews r
+                   JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+                   ORDER BY g.created_at, g.id LIMIT %s
+               ) oldest GROUP BY review_json, escalation_level""",
             (limit,),
         )
-        return review_rows(rows)
+        return review_group_rows(rows)
 
     @_on_store_loop
     async def summary(self, lapse: Lapse) -> tuple[dict[str, int], int | None]:

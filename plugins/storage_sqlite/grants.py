@@ -22,6 +22,7 @@ from grantd.store.records import (
     GrantEventRow,
     GrantReview,
     GrantView,
+    ReviewGroup,
     Vote,
 )
 from grantd.store.rows import (
@@ -30,6 +31,7 @@ from grantd.store.rows import (
     grant_row,
     page_rows,
     pinned_event_row,
+    review_group_rows,
     review_row,
     review_rows,
     to_json,
@@ -370,13 +372,16 @@ class SQLiteGrants:
         async with self._db.awrite() as conn:
             conn.execute("UPDATE grant_reviews SET due_at = ? WHERE grant_id = ?", (due, grant_id))
 
-    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+    async def pending_review_groups(self, limit: int) -> builtins.list[ReviewGroup]:
         rows = self._db.all(
-            """SELECT r.* FROM grant_reviews r JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
-               ORDER BY g.created_at, g.id LIMIT ?""",
+            """SELECT review_json, escalation_level, json_group_array(grant_id) AS grant_ids FROM (
+                   SELECT r.review_json, r.escalation_level, r.grant_id FROM grant_reviews r
+                   JOIN grants g ON g.id = r.grant_id WHERE g.status = 'pending'
+                   ORDER BY g.created_at, g.id LIMIT ?
+               ) GROUP BY review_json, escalation_level""",
             (limit,),
         )
-        return review_rows(rows)
+        return review_group_rows(rows)
 
     async def wait_for_events(self, seconds: float) -> None:
         """SQLite cannot tell another process's commit: wait the poll interval (the hub polls)."""

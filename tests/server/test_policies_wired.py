@@ -380,8 +380,14 @@ def test_the_lists_judge_one_policy_sets_grants_by_their_own_escalation_level(tm
         with person(server, "lead@esc.example") as lead:
             listed = [g["id"] for g in lead.get("/api/grants", params={"status": "pending"}).json()["data"]]
         assert listed == [older["id"]] and newer["id"] not in listed
-        reviews = [r["review"] for r in server.call(server.services.store.grants.pending_reviews(10))]
-        assert reviews[0] == reviews[1]  # one review for both: the level alone tells them apart
+        groups = server.call(server.services.store.grants.pending_review_groups(10))
+        assert sorted((g["escalation_level"], g["grant_ids"]) for g in groups) == [
+            (0, [newer["id"]]),
+            (1, [older["id"]]),
+        ]
+        assert (
+            groups[0]["review"] == groups[1]["review"]
+        )  # one review for both: the level alone tells them apart
     finally:
         server.stop()
 

@@ -22,6 +22,7 @@ from grantd.store.records import (
     GrantEventRow,
     GrantReview,
     GrantView,
+    ReviewGroup,
     SigningKey,
     Vote,
 )
@@ -371,12 +372,23 @@ class MemoryGrants:
             elif grant_id in self._d.reviews:
                 self._d.review_due[grant_id] = due
 
-    async def pending_reviews(self, limit: int) -> builtins.list[GrantReview]:
+    async def pending_review_groups(self, limit: int) -> builtins.list[ReviewGroup]:
         pending = sorted(
             (g for g in self._d.grants.values() if g["status"] == "pending" and g["id"] in self._d.reviews),
             key=lambda g: (g["created_at"], g["id"]),
         )
-        return [copy.deepcopy(self._d.reviews[g["id"]]) for g in pending[:limit]]
+        groups: dict[tuple[str, int], ReviewGroup] = {}
+        for g in pending[:limit]:
+            record = self._d.reviews[g["id"]]
+            key = (to_json(record["review"]), record["escalation_level"])
+            if key not in groups:
+                groups[key] = {
+                    "review": copy.deepcopy(record["review"]),
+                    "escalation_level": record["escalation_level"],
+                    "grant_ids": [],
+                }
+            groups[key]["grant_ids"].append(g["id"])
+        return list(groups.values())
 
     def _check_pending_bound(self, requester_id: str, bound: PendingBound) -> None:
         agent = self._d.agents.get(requester_id)
