@@ -40,13 +40,14 @@ def write_config(directory: Path, policies: str, storage: str | None = None) -> 
     token.write_text("t" * 32 + "\n")
     token.chmod(0o600)
     path = directory / "grantd.toml"
+    storage = storage or f'plugin = "sqlite"\npath = "{directory / "grantd.db"}"'
     path.write_text(f"""version = 1
 [server]
 issuer = "http://127.0.0.1:1"
 [admin]
 management_token = "file:{token}"
 [storage]
-{storage or f'plugin = "sqlite"{chr(10)}path = "{directory / "grantd.db"}"'}
+{storage}
 [limits]
 pending_per_owner = 0
 {policies}

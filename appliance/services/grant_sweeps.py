@@ -49,30 +49,40 @@ async def sweep_reviews(services: Services) -> int:
     for record in await services.store.grants.due_reviews(reader.now, SWEEP_REVIEWS):
         review = reviews.pinned(record)
         grant = await services.store.grants.get(record["grant_id"])
-        if grant is None or reader.status(grant) != "pending":
-            await services.store.grants.set_review_due(record["grant_id"], None)
-            continue
-        level = record["escalation_level"]
-        ends = timeout_at(review, grant["created_at"] // 1000)
-        if ends is not None and now_s >= ends:
-            won += await _time_out(services, reader, grant, review)
-            await services.store.grants.set_review_due(grant["id"], None)
-            continue
-        due = escalations_due(review, grant["created_at"] // 1000, now_s, level)
-        if due:
-            agent = await requesting_agent(services, grant) if services.notify_channels else None
-            notices = await notify.escalated(services, grant, review, agent, level, due[-1].level, reader.now)
-            if await services.store.grants.escalate_if(
-                grant["id"], level, due[-1].level, reader.now, notices=notices
-            ):
-                won += 1
-                level = due[-1].level
-        # a sweep that lost the escalation to another keeps the level it read: due again sooner, never later
-        await services.store.grants.set_review_due(grant["id"], reviews.review_due(review, grant, level))
+        next_due: int | None = None  # no longer pending (or timed out now): never looked at again
+        if grant is not None and reader.status(grant) == "pending":
+            ends = timeout_at(review, grant["created_at"] // 1000)
+            if ends is not None and now_s >= ends:
+                won += await _time_out(services, reader, grant, review)
+            else:
+                level, escalated = await _escalate(
+                    services, reader, grant, review, record["escalation_level"]
+                )
+                won += escalated
+                # a sweep that lost the escalation to another keeps the level it read: due again
+                # sooner, never later
+                next_due = reviews.review_due(review, grant, level)
+        await services.store.grants.set_review_due(record["grant_id"], next_due)
     if won:
         services.events.changed()
         notify.wake(services)
     return won
+
+
+async def _escalate(
+    services: Services, reader: Reader, grant: Grant, review: Review, seen: int
+) -> tuple[int, bool]:
+    """Announce the levels past ``seen`` that came due (once, of any sweeps): (the level the grant
+    is known to be at, whether this sweep announced it)."""
+    due = escalations_due(review, grant["created_at"] // 1000, reader.now // 1000, seen)
+    if not due:
+        return seen, False
+    level = due[-1].level
+    agent = await requesting_agent(services, grant) if services.notify_channels else None
+    notices = await notify.escalated(services, grant, review, agent, seen, level, reader.now)
+    if await services.store.grants.escalate_if(grant["id"], seen, level, reader.now, notices=notices):
+        return level, True
+    return seen, False
 
 
 async def _time_out(services: Services, reader: Reader, grant: Grant, review: Review) -> bool:

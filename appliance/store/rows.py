@@ -129,14 +129,7 @@ def review_rows(rows: Iterable[Any]) -> list[GrantReview]:
     policy set carry the same review, and a sweep may read hundreds of them (issue 27). The
     records then share that parsed review, which nobody changes (``GrantStore.due_reviews``)."""
     parsed: dict[str, Any] = {}
-    found = []
-    for row in rows:
-        text = row["review_json"]
-        review = parsed.get(text)
-        if review is None:
-            review = parsed[text] = from_json(text)
-        found.append(review_row(row, review))
-    return found
+    return [review_row(row, _parsed_once(parsed, row["review_json"])) for row in rows]
 
 
 def review_group_rows(rows: Iterable[Any]) -> list[ReviewGroup]:
@@ -146,18 +139,23 @@ def review_group_rows(rows: Iterable[Any]) -> list[ReviewGroup]:
     parsed: dict[str, Any] = {}
     groups: list[ReviewGroup] = []
     for row in rows:
-        text, ids = row["review_json"], row["grant_ids"]
-        review = parsed.get(text)
-        if review is None:
-            review = parsed[text] = from_json(text)
+        ids = row["grant_ids"]
         groups.append(
             {
-                "review": review,
+                "review": _parsed_once(parsed, row["review_json"]),
                 "escalation_level": int(row["escalation_level"]),
                 "grant_ids": from_json(ids) if isinstance(ids, str) else list(ids),
             }
         )
     return groups
+
+
+def _parsed_once(parsed: dict[str, Any], text: str) -> Any:
+    """``text`` parsed, or what ``parsed`` (text -> its parse) already holds for it."""
+    found = parsed.get(text)
+    if found is None:
+        found = parsed[text] = from_json(text)
+    return found
 
 
 def review_row(row: Any, review: dict[str, Any] | None = None) -> GrantReview:
